@@ -1,0 +1,65 @@
+"""Exception hierarchy of xpushare.
+
+Every error a user can cause maps to one line and an :class:`~xpushare.status.ExitStatus`; tasks catch
+:class:`XpushareError` at the top and never show a traceback for it.
+"""
+
+from __future__ import annotations
+
+from xpushare.status import ExitStatus
+
+
+class XpushareError(Exception):
+    """Base class: a one-line message and the exit status it maps to."""
+
+    exit_status: ExitStatus = ExitStatus.FAILED
+
+
+class UsageError(XpushareError):
+    """Bad command-line input (unknown case id, bad flag value)."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class InventoryError(XpushareError):
+    """The inventory file is missing, not YAML, or does not match the schema."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class TransportError(XpushareError):
+    """A remote operation failed for a reason other than the command's own exit status."""
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+        self.message = message
+
+
+class HostUnreachable(TransportError):
+    """Could not connect or authenticate to the host (kept distinct from a command that failed)."""
+
+    exit_status = ExitStatus.UNREACHABLE
+
+
+class HostKeyMismatch(HostUnreachable):
+    """The host presented a key that differs from known_hosts, or an unknown key under ``strict``."""
+
+
+class CommandTimeout(TransportError):
+    """A command ran past its timeout (also raised when the network stalls mid-command)."""
+
+
+class ConnectionLost(TransportError):
+    """The connection broke while a command ran; the next command reconnects."""
+
+
+class CommandFailed(TransportError):
+    """A command exited non-zero and the caller asked for ``check=True``."""
+
+    def __init__(self, host: str, argv: list[str], exit_code: int, stderr: str) -> None:
+        tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        super().__init__(host, f"command {argv[0] if argv else '?'!r} exited {exit_code}: {tail}")
+        self.argv = argv
+        self.exit_code = exit_code
+        self.stderr = stderr

@@ -1,0 +1,23 @@
+"""Process exit statuses of every xpushare task (documented in the README).
+
+Modelled on httpie's ``ExitStatus``: one enum, one place, so scripts that wrap the tool can branch on it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """Exit status of an ``invoke`` task."""
+
+    OK = 0
+    """Everything succeeded: every command exited 0 / no case is FAIL or ERROR."""
+    FAILED = 1
+    """Some remote command exited non-zero, or some case is FAIL or ERROR."""
+    USAGE = 2
+    """Bad flags, unknown case id, or an invalid inventory."""
+    UNREACHABLE = 3
+    """Some host could not be reached (connect or authentication failed)."""
+    INTERRUPTED = 130
+    """Interrupted with Ctrl-C (SIGINT); a run can be resumed with ``--resume``."""
