@@ -1,0 +1,173 @@
+"""Ad-hoc tasks on inventory hosts: ``invoke hosts``, ``invoke run``, ``invoke ping``.
+
+Each function prints to the given stream and returns the :class:`~xpushare.status.ExitStatus` of the task:
+0 all ok, 1 some command failed, 3 some host unreachable (takes precedence: that host was not tested).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from tabulate import tabulate
+
+from xpushare.errors import CommandTimeout, ConnectionLost
+from xpushare.facts import HostFacts, facts_argv, parse_facts
+from xpushare.fanout import HostOutcome, fan_out, fold_names
+from xpushare.inventory import ClusterSpec, HostSpec
+from xpushare.status import ExitStatus
+from xpushare.transport import CommandResult, Host, SshHost, connect
+
+
+def hosts_table(clusters: Sequence[ClusterSpec]) -> str:
+    """The resolved inventory as a table: cluster, host, roles, target, port, user, key policy."""
+    rows = []
+    for cluster in clusters:
+        for h in cluster.hosts:
+            rows.append(
+                [
+                    cluster.name,
+                    cluster.mode,
+                    cluster.sut,
+                    h.name,
+                    ",".join(h.roles),
+                    "(this machine)" if h.local else h.target,
+                    "" if h.local else (h.ssh.port or 22),
+                    "" if h.local else (h.ssh.user or ""),
+                    "" if h.local else h.ssh.host_key_policy,
+                ]
+            )
+    headers = ["cluster", "mode", "sut", "host", "roles", "address", "port", "user", "host keys"]
+    return tabulate(rows, headers=headers)
+
+
+def _status_word(outcome: HostOutcome[CommandResult]) -> str:
+    if outcome.unreachable:
+        return "UNREACHABLE"
+    if isinstance(outcome.error, CommandTimeout):
+        return "TIMEOUT"
+    if isinstance(outcome.error, ConnectionLost):
+        return "LOST"
+    if outcome.error is not None:
+        return "ERROR"
+    assert outcome.value is not None
+    return "ok" if outcome.value.ok else "FAILED"
+
+
+def exit_status_of(outcomes: Sequence[HostOutcome[object]], failed: Sequence[bool]) -> ExitStatus:
+    """3 when a host was unreachable, else 1 when any command failed or errored, else 0."""
+    if any(o.unreachable for o in outcomes):
+        return ExitStatus.UNREACHABLE
+    if any(failed) or any(o.error is not None for o in outcomes):
+        return ExitStatus.FAILED
+    return ExitStatus.OK
+
+
+def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
+    """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``."""
+    groups: dict[tuple[str, str, int | None, str], list[str]] = {}
+    for o in outcomes:
+        if o.value is not None:
+            key = (o.value.stdout.rstrip("\n"), o.value.stderr.rstrip("\n"), o.value.exit_code, "")
+        else:
+            key = ("", "", None, str(o.error))
+        groups.setdefault(key, []).append(o.host)
+    blocks = []
+    for (out, err, code, error), names in groups.items():
+        label = fold_names(names)
+        if error:
+            blocks.append(f"{label}: {_status_of_error(error)}")
+            continue
+        suffix = "" if code == 0 else f" (exit {code})"
+        body = out if not err else (f"{out}\n{err}" if out else err)
+        if "\n" not in body:
+            blocks.append(f"{label}{suffix}: {body}")
+        else:
+            indented = "\n".join(f"  {line}" for line in body.splitlines())
+            blocks.append(f"{label}{suffix}:\n{indented}")
+    return "\n".join(blocks)
+
+
+def _status_of_error(message: str) -> str:
+    return message.split(": ", 1)[1] if ": " in message else message
+
+
+def run_adhoc(
+    hosts: Sequence[HostSpec],
+    argv: Sequence[str],
+    *,
+    forks: int,
+    timeout: float | None,
+    out: TextIO,
+) -> ExitStatus:
+    """Run ``argv`` on every host in parallel; print folded output then a summary table."""
+    conns = [connect(h) for h in hosts]
+    try:
+        outcomes = fan_out(conns, lambda host: host.run(argv, timeout=timeout), forks=forks)
+    finally:
+        for c in conns:
+            c.close()
+    print(render_folded(outcomes), file=out)
+    rows = []
+    for o in outcomes:
+        v = o.value
+        rows.append(
+            [o.host, _status_word(o), v.exit_code if v else "", f"{v.duration_s:.2f}" if v else ""]
+        )
+    print(file=out)
+    print(tabulate(rows, headers=["host", "status", "exit", "seconds"]), file=out)
+    failed = [o.value is not None and not o.value.ok for o in outcomes]
+    return exit_status_of(outcomes, failed)
+
+
+def _ping_one(host: Host, kubectl: str | None) -> tuple[float, float, HostFacts]:
+    start = time.monotonic()
+    if isinstance(host, SshHost):
+        host.connection()
+    connect_s = time.monotonic() - start
+    start = time.monotonic()
+    host.run(["true"], timeout=30, check=True)
+    rtt_s = time.monotonic() - start
+    facts = parse_facts(host.run(facts_argv(kubectl), timeout=60).stdout)
+    return connect_s, rtt_s, facts
+
+
+def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: TextIO) -> ExitStatus:
+    """Report reachability, latency and facts (hostname, kernel, GPUs, driver, kubectl) per host."""
+    conns = [connect(h) for h in hosts]
+    masters = {h.name for h in hosts if "master" in h.roles}
+
+    def op(host: Host) -> tuple[float, float, HostFacts]:
+        return _ping_one(host, cluster.kubectl if host.name in masters else None)
+
+    try:
+        outcomes = fan_out(conns, op, forks=forks)
+    finally:
+        for c in conns:
+            c.close()
+    rows = []
+    for o in outcomes:
+        if o.value is None:
+            rows.append([o.host, "UNREACHABLE" if o.unreachable else "ERROR", "", "", str(o.error), "", "", ""])
+            continue
+        connect_s, rtt_s, f = o.value
+        gpus = f"{len(f.gpus)} x {f.gpus[0][1]}" if f.gpus else "-"
+        kube = ""
+        if o.host in masters:
+            kube = f"{f.kubectl_client or '?'} / {f.kubectl_server or 'no server'}"
+        rows.append(
+            [
+                o.host,
+                "ok",
+                f"{connect_s * 1000:.0f}",
+                f"{rtt_s * 1000:.1f}",
+                f.hostname or "?",
+                f.kernel or "?",
+                f"{gpus}" + (f" ({f.driver})" if f.driver else ""),
+                kube,
+            ]
+        )
+    headers = ["host", "status", "connect ms", "rtt ms", "hostname", "kernel", "GPUs (driver)", "kubectl"]
+    print(tabulate(rows, headers=headers), file=out)
+    return exit_status_of(outcomes, [False] * len(outcomes))

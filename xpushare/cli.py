@@ -1,0 +1,43 @@
+"""Glue between Invoke tasks and the library: error mapping, remainder argv, exit statuses.
+
+Every task body runs inside :func:`guarded`, so a user mistake or an unreachable host is one line on
+stderr and a documented exit status (:class:`~xpushare.status.ExitStatus`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+from invoke.exceptions import Exit
+
+from xpushare.errors import XpushareError
+from xpushare.status import ExitStatus
+
+T = TypeVar("T")
+
+
+def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
+    """Run a task body and turn its outcome into the process exit status.
+
+    Raises :class:`invoke.exceptions.Exit` with the status when it is not 0.
+    """
+    try:
+        status = body()
+    except XpushareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise Exit(code=int(exc.exit_status)) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise Exit(code=int(ExitStatus.INTERRUPTED)) from None
+    if status:
+        raise Exit(code=int(status))
+
+
+def remainder_argv(argv: list[str] | None = None) -> list[str]:
+    """The words after ``--`` on the command line, as argv (Invoke only offers them joined by spaces)."""
+    words = sys.argv if argv is None else argv
+    if "--" not in words:
+        return []
+    return words[words.index("--") + 1 :]

@@ -1,0 +1,425 @@
+"""Inventory: clusters, hosts, roles and SSH settings, read from YAML and validated.
+
+Schema (``inventory/inventory.yaml``; README "Inventory" documents every key)::
+
+    defaults:
+      ssh: {user: root, port: 22, identity: ~/.ssh/id_ed25519, host_key_policy: accept-new,
+            connect_timeout: 10}
+    clusters:
+      c1:
+        mode: k8s            # k8s | host
+        sut: nvshare         # nvshare | xpushare (naming generation of the system under test)
+        backend: cuda        # cuda | npu
+        gpu: {model: Tesla T4, memory_gib: 16}
+        hosts:
+          c1-master: {address: 10.0.0.10, roles: [master]}
+          c1-gpu[1:2]: {roles: [gpu]}      # ranges expand to c1-gpu1, c1-gpu2
+
+The built-in cluster ``local`` (this machine, no SSH, ``mode: host``) exists without any file.
+Every problem is an :class:`~xpushare.errors.InventoryError` whose message is one line naming the file
+and the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xpushare.errors import InventoryError
+
+DEFAULT_INVENTORY = Path("inventory/inventory.yaml")
+INVENTORY_ENV = "XPUSHARE_INVENTORY"
+LOCAL_CLUSTER = "local"
+
+MODES = ("k8s", "host")
+SUTS = ("nvshare", "xpushare")
+BACKENDS = ("cuda", "npu")
+ROLES = ("master", "gpu")
+HOST_KEY_POLICIES = ("strict", "accept-new", "ignore")
+
+_SSH_KEYS = {
+    "user",
+    "port",
+    "identity",
+    "host_key_policy",
+    "connect_timeout",
+    "known_hosts",
+    "ssh_config",
+    "keepalive_s",
+    "connect_retries",
+}
+_HOST_KEYS = {"address", "port", "user", "identity", "roles", "ssh", "gpus"}
+_CLUSTER_KEYS = {
+    "mode",
+    "sut",
+    "backend",
+    "gpu",
+    "hosts",
+    "ssh",
+    "kubeconfig",
+    "context",
+    "namespace",
+    "kubectl",
+    "sut_lib",
+    "scheduler",
+    "params",
+    "python",
+    "workdir",
+}
+_SCHEDULER_KEYS = {"metrics_url", "log_file", "process_name"}
+_GPU_KEYS = {"model", "memory_gib", "count"}
+_TOP_KEYS = {"defaults", "clusters"}
+_DEFAULT_KEYS = {"ssh", "params"}
+
+_RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<lo>\d+)[:\-](?P<hi>\d+)\](?P<suffix>[^\[\]]*)$")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach a host over SSH. Times are seconds; ``identity`` is a private-key path (never its content)."""
+
+    user: str | None = None
+    port: int | None = None
+    identity: str | None = None
+    host_key_policy: str = "accept-new"
+    connect_timeout: float = 10.0
+    known_hosts: str = "~/.ssh/known_hosts"
+    ssh_config: str | None = None
+    keepalive_s: float = 15.0
+    connect_retries: int = 3
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One inventory host: its name, where to reach it and what it is for."""
+
+    name: str
+    roles: tuple[str, ...]
+    address: str | None = None
+    ssh: SshOptions = field(default_factory=SshOptions)
+    gpus: tuple[int, ...] | None = None
+    local: bool = False
+    """True for this machine (no SSH)."""
+
+    @property
+    def target(self) -> str:
+        """What to connect to: the address, else the name (an ``~/.ssh/config`` alias)."""
+        return self.address or self.name
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """Where a host-mode scheduler exposes its evidence (all optional)."""
+
+    metrics_url: str | None = None
+    log_file: str | None = None
+    process_name: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """One cluster of the inventory."""
+
+    name: str
+    mode: str
+    sut: str
+    backend: str
+    gpu_model: str | None
+    gpu_memory_gib: float | None
+    hosts: tuple[HostSpec, ...]
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "default"
+    kubectl: str = "kubectl"
+    sut_lib: str | None = None
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    python: str = "python3"
+    workdir: str | None = None
+    """Where workloads and samplers live on the hosts (host mode); default: a temp dir per run."""
+
+    def by_role(self, role: str) -> list[HostSpec]:
+        """Hosts that carry ``role`` (``master``, ``gpu``) or every host for ``all``."""
+        if role == "all":
+            return list(self.hosts)
+        return [h for h in self.hosts if role in h.roles]
+
+    def host(self, name: str) -> HostSpec:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise InventoryError(f"cluster {self.name!r} has no host {name!r}")
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """All clusters, by name; ``source`` is the file they came from (None: built-ins only)."""
+
+    clusters: Mapping[str, ClusterSpec]
+    source: Path | None
+
+    def cluster(self, name: str) -> ClusterSpec:
+        """The cluster called ``name``; raises :class:`InventoryError` listing the known ones."""
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters))
+            where = self.source or "built-in inventory"
+            raise InventoryError(f"{where}: unknown cluster {name!r} (known: {known})") from None
+
+
+def local_cluster() -> ClusterSpec:
+    """The built-in ``local`` cluster: this machine, no SSH, host mode, xpushare naming."""
+    return ClusterSpec(
+        name=LOCAL_CLUSTER,
+        mode="host",
+        sut="xpushare",
+        backend="cuda",
+        gpu_model=None,
+        gpu_memory_gib=None,
+        hosts=(HostSpec(name="localhost", roles=("master", "gpu"), local=True),),
+    )
+
+
+def expand_host_pattern(pattern: str) -> list[str]:
+    """Expand ``node[1:3]`` / ``node[01-03]`` into names; zero padding of the low bound is kept.
+
+    Raises :class:`ValueError` for a descending range.
+    """
+    m = _RANGE.match(pattern)
+    if not m:
+        return [pattern]
+    lo_s, hi_s = m["lo"], m["hi"]
+    lo, hi = int(lo_s), int(hi_s)
+    if hi < lo:
+        raise ValueError(f"descending range in {pattern!r}")
+    width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+    return [f"{m['prefix']}{str(i).zfill(width)}{m['suffix']}" for i in range(lo, hi + 1)]
+
+
+def resolve_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
+    """The inventory path to read and whether it was asked for explicitly (flag or env)."""
+    if explicit:
+        return Path(explicit), True
+    env = os.environ.get(INVENTORY_ENV)
+    if env:
+        return Path(env), True
+    return DEFAULT_INVENTORY, False
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Inventory:
+    """Load and validate an inventory; ``local`` is always present.
+
+    ``path``: the ``--inventory`` flag value; falls back to ``$XPUSHARE_INVENTORY``, then
+    ``inventory/inventory.yaml`` (whose absence is fine: only ``local`` exists then).
+    Raises :class:`InventoryError` (one line naming the file and the problem).
+    """
+    file, explicit = resolve_path(path)
+    if not file.exists():
+        if explicit:
+            raise InventoryError(f"{file}: inventory file not found")
+        return Inventory({LOCAL_CLUSTER: local_cluster()}, None)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(f"{file}: cannot read: {exc.strerror}") from None
+    return parse(text, source=file)
+
+
+def parse(text: str, *, source: Path | str = "<inventory>") -> Inventory:
+    """Parse inventory YAML text. Raises :class:`InventoryError` naming ``source`` and the problem."""
+    where = str(source)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        pos = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InventoryError(f"{where}: bad YAML{pos}: {problem}") from None
+    if data is None:
+        data = {}
+    return _Parser(where).inventory(data)
+
+
+class _Parser:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, key_path: str, problem: str) -> InventoryError:
+        return InventoryError(f"{self.where}: {key_path}: {problem}")
+
+    def mapping(self, value: Any, key_path: str, allowed: Iterable[str]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(key_path, f"expected a mapping, got {type(value).__name__}")
+        allowed = set(allowed)
+        for key in value:
+            if key not in allowed:
+                raise self.fail(key_path, f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})")
+        return {k: self.expand_env(v, f"{key_path}.{k}") for k, v in value.items()}
+
+    def expand_env(self, value: Any, key_path: str) -> Any:
+        if not isinstance(value, str):
+            return value
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise self.fail(key_path, f"environment variable ${{{name}}} is not set")
+            return os.environ[name]
+
+        return _ENV_REF.sub(sub, value)
+
+    def choice(self, value: Any, key_path: str, choices: tuple[str, ...], default: str) -> str:
+        if value is None:
+            return default
+        if value not in choices:
+            raise self.fail(key_path, f"{value!r} is not one of {', '.join(choices)}")
+        return str(value)
+
+    def ssh(self, value: Any, key_path: str, base: SshOptions) -> SshOptions:
+        raw = self.mapping(value, key_path, _SSH_KEYS)
+        if "port" in raw:
+            raw["port"] = self.port(raw["port"], f"{key_path}.port")
+        if "host_key_policy" in raw:
+            raw["host_key_policy"] = self.choice(
+                raw["host_key_policy"], f"{key_path}.host_key_policy", HOST_KEY_POLICIES, "accept-new"
+            )
+        for key in ("connect_timeout", "keepalive_s"):
+            if key in raw:
+                raw[key] = self.number(raw[key], f"{key_path}.{key}")
+        if "connect_retries" in raw:
+            raw["connect_retries"] = int(self.number(raw["connect_retries"], f"{key_path}.connect_retries"))
+        for key in ("user", "identity", "known_hosts", "ssh_config"):
+            if key in raw and raw[key] is not None:
+                raw[key] = str(raw[key])
+        return replace(base, **raw)
+
+    def port(self, value: Any, key_path: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
+            raise self.fail(key_path, f"port must be an integer 1..65535, got {value!r}")
+        return value
+
+    def number(self, value: Any, key_path: str) -> float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise self.fail(key_path, f"expected a non-negative number, got {value!r}")
+        return float(value)
+
+    def inventory(self, data: Any) -> Inventory:
+        top = self.mapping(data, "(top level)", _TOP_KEYS)
+        defaults = self.mapping(top.get("defaults"), "defaults", _DEFAULT_KEYS)
+        base_ssh = self.ssh(defaults.get("ssh"), "defaults.ssh", SshOptions())
+        base_params = self.mapping(defaults.get("params"), "defaults.params", _any_keys(defaults.get("params")))
+        clusters_raw = top.get("clusters") or {}
+        if not isinstance(clusters_raw, dict):
+            raise self.fail("clusters", "expected a mapping of cluster names")
+        clusters: dict[str, ClusterSpec] = {LOCAL_CLUSTER: local_cluster()}
+        for name, body in clusters_raw.items():
+            if not isinstance(name, str) or not _HOSTNAME.match(name):
+                raise self.fail("clusters", f"bad cluster name {name!r}")
+            clusters[name] = self.cluster(name, body, base_ssh, base_params)
+        return Inventory(clusters, Path(self.where))
+
+    def cluster(self, name: str, body: Any, base_ssh: SshOptions, base_params: dict[str, Any]) -> ClusterSpec:
+        kp = f"clusters.{name}"
+        raw = self.mapping(body, kp, _CLUSTER_KEYS)
+        if "mode" not in raw:
+            raise self.fail(kp, "missing required key 'mode' (k8s | host)")
+        mode = self.choice(raw.get("mode"), f"{kp}.mode", MODES, "k8s")
+        sut = self.choice(raw.get("sut"), f"{kp}.sut", SUTS, "xpushare")
+        backend = self.choice(raw.get("backend"), f"{kp}.backend", BACKENDS, "cuda")
+        gpu = self.mapping(raw.get("gpu"), f"{kp}.gpu", _GPU_KEYS)
+        memory = gpu.get("memory_gib")
+        if memory is not None:
+            memory = self.number(memory, f"{kp}.gpu.memory_gib")
+        cluster_ssh = self.ssh(raw.get("ssh"), f"{kp}.ssh", base_ssh)
+        hosts = self.hosts(raw.get("hosts"), kp, cluster_ssh)
+        if mode == "k8s" and not any("master" in h.roles for h in hosts):
+            raise self.fail(f"{kp}.hosts", "a k8s cluster needs a host with role 'master'")
+        sched = self.mapping(raw.get("scheduler"), f"{kp}.scheduler", _SCHEDULER_KEYS)
+        params = dict(base_params)
+        params.update(self.mapping(raw.get("params"), f"{kp}.params", _any_keys(raw.get("params"))))
+        return ClusterSpec(
+            name=name,
+            mode=mode,
+            sut=sut,
+            backend=backend,
+            gpu_model=str(gpu["model"]) if gpu.get("model") is not None else None,
+            gpu_memory_gib=memory,
+            hosts=tuple(hosts),
+            kubeconfig=_opt_str(raw.get("kubeconfig")),
+            context=_opt_str(raw.get("context")),
+            namespace=str(raw.get("namespace") or "default"),
+            kubectl=str(raw.get("kubectl") or "kubectl"),
+            sut_lib=_opt_str(raw.get("sut_lib")),
+            scheduler=SchedulerSpec(**{k: _opt_str(v) for k, v in sched.items()}),
+            params=params,
+            python=str(raw.get("python") or "python3"),
+            workdir=_opt_str(raw.get("workdir")),
+        )
+
+    def hosts(self, value: Any, kp: str, cluster_ssh: SshOptions) -> list[HostSpec]:
+        if not value:
+            raise self.fail(f"{kp}.hosts", "missing or empty (each cluster needs at least one host)")
+        if not isinstance(value, dict):
+            raise self.fail(f"{kp}.hosts", "expected a mapping of host names")
+        out: list[HostSpec] = []
+        seen: set[str] = set()
+        for pattern, body in value.items():
+            hp = f"{kp}.hosts.{pattern}"
+            try:
+                names = expand_host_pattern(str(pattern))
+            except ValueError as exc:
+                raise self.fail(hp, str(exc)) from None
+            raw = self.mapping(body, hp, _HOST_KEYS)
+            roles = raw.get("roles")
+            if not roles or not isinstance(roles, list):
+                raise self.fail(hp, "missing 'roles' (a list of: master, gpu)")
+            for role in roles:
+                if role not in ROLES:
+                    raise self.fail(f"{hp}.roles", f"bad role {role!r} (allowed: {', '.join(ROLES)})")
+            if raw.get("address") is not None and len(names) > 1:
+                raise self.fail(hp, "a host range cannot share one 'address'; give hosts one by one")
+            ssh = self.ssh(raw.get("ssh"), f"{hp}.ssh", cluster_ssh)
+            direct = {k: raw[k] for k in ("port", "user", "identity") if k in raw}
+            if direct:
+                ssh = self.ssh(direct, hp, ssh)
+            gpus = raw.get("gpus")
+            if gpus is not None:
+                if isinstance(gpus, int) and not isinstance(gpus, bool):
+                    gpus = list(range(gpus))
+                if not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus):
+                    raise self.fail(f"{hp}.gpus", "expected a count or a list of GPU indices")
+            for name in names:
+                if not _HOSTNAME.match(name):
+                    raise self.fail(hp, f"bad host name {name!r}")
+                if name in seen:
+                    raise self.fail(hp, f"duplicate host name {name!r}")
+                seen.add(name)
+                out.append(
+                    HostSpec(
+                        name=name,
+                        roles=tuple(roles),
+                        address=_opt_str(raw.get("address")),
+                        ssh=ssh,
+                        gpus=tuple(gpus) if gpus is not None else None,
+                    )
+                )
+        return out
+
+
+def _any_keys(value: Any) -> Iterable[str]:
+    return value.keys() if isinstance(value, dict) else ()
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
