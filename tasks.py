@@ -9,7 +9,9 @@ import sys
 
 from invoke import Collection, task
 
-from xpushare import adhoc, inventory
+from pathlib import Path
+
+from xpushare import adhoc, engine, inventory
 from xpushare.cli import guarded, remainder_argv
 from xpushare.errors import UsageError
 from xpushare.fanout import DEFAULT_FORKS
@@ -75,4 +77,122 @@ def ping(c, cluster, role="all", limit=None, forks=DEFAULT_FORKS, inventory_=Non
     guarded(body)
 
 
-ns = Collection(hosts, run_, ping)
+RUN_HELP = {
+    "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
+    "case": "run only this case id (repeatable), e.g. --case FUNC-001 --case FUNC-002",
+    "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
+    "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue",
+    "resume": "re-run only the cases whose latest verdict is not PASS, in the same run dir",
+    "set": "override a parameter/threshold: --set name=value (repeatable)",
+    "root": "directory that holds .tmplog/ (default: the current one)",
+    "inventory": INVENTORY_HELP,
+}
+
+
+def _suite_task(suite, c, cluster, case, playbook, run_id, resume, set_, root, inventory_):
+    def body():
+        request = engine.RunRequest(
+            cluster=cluster,
+            suites=() if (case or playbook) else (suite,),
+            case_ids=case or (),
+            playbook=playbook,
+            run_id=run_id,
+            resume=resume,
+            overrides=set_ or (),
+            inventory_path=inventory_,
+            root=Path(root),
+        )
+        return engine.run(request)
+
+    guarded(body)
+
+
+@task(help=RUN_HELP, iterable=["case", "set_"])
+def func(c, cluster, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".", inventory_=None):
+    """Run the functional suite FUNC-001..012 (seed 000 section 7) and judge each case."""
+    _suite_task("functional", c, cluster, case, playbook, run_id, resume, set_, root, inventory_)
+
+
+@task(help=RUN_HELP, iterable=["case", "set_"])
+def combo(c, cluster, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".", inventory_=None):
+    """Run the combination suite COMBO-001..008 (seed 000 section 8)."""
+    _suite_task("combination", c, cluster, case, playbook, run_id, resume, set_, root, inventory_)
+
+
+@task(
+    name="matrix",
+    help={**RUN_HELP, "suite": "suite to run (repeatable): functional|func, combination|combo, performance|perf, "
+          "metrics|met, stability|stab"},
+    iterable=["suite", "case", "set_"],
+)
+def matrix(c, cluster, suite=None, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".",
+           inventory_=None):
+    """Run any selection of the case matrix: --suite, --case and --playbook combined."""
+
+    def body():
+        request = engine.RunRequest(
+            cluster=cluster, suites=suite or (), case_ids=case or (), playbook=playbook, run_id=run_id,
+            resume=resume, overrides=set_ or (), inventory_path=inventory_, root=Path(root),
+        )
+        return engine.run(request)
+
+    guarded(body)
+
+
+@task(
+    help={
+        "run_id": "the stored run to re-judge (required)",
+        "set": "threshold override name=value (repeatable), e.g. --set func002_min_overlap_ratio=0.8",
+        "root": "directory that holds .tmplog/ (default: the current one)",
+    },
+    iterable=["set_"],
+)
+def judge(c, run_id, set_=None, root="."):
+    """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports."""
+    guarded(lambda: engine.rejudge(run_id, set_ or (), root=Path(root)))
+
+
+@task(help={"run_id": "the stored run (required)", "root": "directory that holds .tmplog/ (default: the current one)"})
+def report(c, run_id, root="."):
+    """Rebuild case-summary.tsv, run-summary.tsv, run.json, junit.xml and run-report.md of a stored run."""
+
+    def body():
+        from xpushare import artifacts
+        from xpushare import report as report_mod
+        from xpushare.errors import UsageError as _Usage
+
+        try:
+            artifacts.validate_run_id(run_id)
+        except ValueError as exc:
+            raise _Usage(str(exc)) from None
+        run_dir = artifacts.run_dir(Path(root), run_id)
+        if not run_dir.exists():
+            raise _Usage(f"no run {run_id!r} under {root}")
+        meta = artifacts.read_run_meta(run_dir) or {}
+        paths = report_mod.build(run_dir, required=set(meta.get("required") or []) or None)
+        print(paths.markdown)
+
+    guarded(body)
+
+
+@task(name="cases", help={"suite": "only this suite"})
+def cases_(c, suite=None):
+    """List every case id of the matrix with its suite, title and where it applies."""
+    from tabulate import tabulate
+
+    from xpushare.cases import REGISTRY
+
+    def body():
+        wanted = engine.normalise_suite(suite) if suite else None
+        rows = [
+            [cd.case_id, cd.suite, cd.title, ",".join(sorted(cd.requires)) or "-",
+             "yes" if cd.act else f"no ({cd.implemented_by})"]
+            for cd in REGISTRY.values()
+            if wanted in (None, cd.suite)
+        ]
+        print(tabulate(rows, headers=["case", "suite", "title", "requires", "implemented"]))
+
+    guarded(body)
+
+
+ns = Collection(hosts, run_, ping, func, combo, matrix, judge, report, cases_)

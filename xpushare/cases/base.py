@@ -1,0 +1,113 @@
+"""Case definitions: one :class:`CaseDef` per row of the seed's matrix, and the registry of all of them.
+
+A case reads like its row in the seed table: id, title, where it applies (``requires``), parameters
+with their defaults, the actions (``act``) and the judgment (``judge``). ``act`` only acts and
+collects; ``judge`` reads the case directory (through :class:`~xpushare.evidence.Evidence` and the
+``plan.json`` that ``act`` wrote) and nothing else, so a stored run can be re-judged offline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xpushare.backends.base import Backend, PodRecord, PodSpec
+from xpushare.evidence import Evidence
+from xpushare.inventory import ClusterSpec
+from xpushare.model import Verdict
+
+#: Suite ids (directory names under a run) and the aliases accepted by ``--suite``.
+SUITES = ("functional", "combination", "performance", "metrics", "stability")
+SUITE_ALIASES = {
+    "func": "functional",
+    "combo": "combination",
+    "perf": "performance",
+    "met": "metrics",
+    "stab": "stability",
+    "leak": "stability",
+    "fail": "stability",
+}
+
+
+@dataclass
+class CaseRun:
+    """What ``act`` works with: the case dir, the backend, the cluster and the case's parameters.
+
+    ``plan`` is saved as ``plan.json`` for the judgment (pod names, GPU counts, annotation times).
+    """
+
+    case_id: str
+    case_dir: Path
+    backend: Backend
+    cluster: ClusterSpec
+    params: Mapping[str, Any]
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    def save_plan(self) -> None:
+        (self.case_dir / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n", encoding="utf-8")
+
+    def workload_args(self, workload: str) -> tuple[str, ...]:
+        """Extra flags for a workload script from the ``workload_args`` parameter (per cluster/playbook)."""
+        table = self.params.get("workload_args") or {}
+        return tuple(str(a) for a in table.get(workload, ()))
+
+    def pod(self, name: str, workload: str, **kw: Any) -> PodSpec:
+        """A :class:`PodSpec` with the case's workload flags; names are ``<case>-<name>`` in DNS-1123 form."""
+        full = f"{self.case_id.lower()}-{name}"
+        extra = tuple(kw.pop("args", ()))
+        return PodSpec(name=full, workload=workload, args=(*self.workload_args(workload), *extra), **kw)
+
+    def run_pods(self, pods: Sequence[PodSpec]) -> list[PodRecord]:
+        """Start the pods and wait (``pod_timeout_s``) until they end; record the plan first."""
+        self.plan.setdefault("pods", [])
+        self.plan["pods"] += [p.name for p in pods]
+        self.save_plan()
+        self.backend.start_pods(self.case_dir, pods)
+        return self.backend.wait_terminal(self.case_dir, [p.name for p in pods], float(self.params["pod_timeout_s"]))
+
+
+Act = Callable[[CaseRun], None]
+Judge = Callable[[Evidence, Mapping[str, Any], Mapping[str, Any]], Verdict]
+
+
+@dataclass(frozen=True)
+class CaseDef:
+    """One case of the matrix (seed 000 sections 7-11 and 17)."""
+
+    case_id: str
+    suite: str
+    title: str
+    workload: str
+    operation: str
+    """What the case does, as the seed's 17.x table says it."""
+    sampling: str
+    """Which evidence it looks at."""
+    requires: frozenset[str] = frozenset()
+    params: Mapping[str, Any] = field(default_factory=dict)
+    act: Act | None = None
+    judge: Judge | None = None
+    implemented_by: str = ""
+    """When ``act`` is None: which piece of work brings the case (its SKIP reason names it)."""
+
+
+REGISTRY: dict[str, CaseDef] = {}
+
+#: Parameters every case has.
+COMMON_PARAMS: dict[str, Any] = {"pod_timeout_s": 1800, "workload_args": {}}
+
+
+def register(case: CaseDef) -> CaseDef:
+    if case.case_id in REGISTRY:
+        raise ValueError(f"duplicate case id {case.case_id}")
+    if case.suite not in SUITES:
+        raise ValueError(f"{case.case_id}: unknown suite {case.suite}")
+    REGISTRY[case.case_id] = case
+    return case
+
+
+def load_plan(case_dir: Path) -> dict[str, Any]:
+    path = case_dir / "plan.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

@@ -1,0 +1,200 @@
+"""Judgments: pure functions from :class:`~xpushare.evidence.Evidence` (and thresholds) to a Verdict.
+
+They follow seed 000 sections 7, 16.2 and 17.2 but are stricter than the bash harness where it was
+weak (bash-harness-cases.md): a pod "passes" only with exit 0, the ``PASS`` line and a parseable
+runtime; quota rejection is recognised from ``cuMemAlloc rejected:`` / ``CUDA out of memory`` /
+``OutOfMemoryError`` and never from the words ``memory limit``; concurrency is proven by overlapping
+run intervals. No judgment reads live state, so ``invoke judge`` can re-run them offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xpushare.backends.base import PodRecord
+from xpushare.collect import pod_log
+from xpushare.evidence import Evidence
+from xpushare.model import Check, Status, Verdict, combine
+
+
+def pod_progress(ev: Evidence, name: str) -> dict[str, Any]:
+    """Facts of one pod: phase, exit code, PASS marker, runtime (s, the last ``--- N seconds ---``)."""
+    rec = ev.pod(name)
+    log = ev.logs.get(name)
+    return {
+        "phase": rec.phase if rec else None,
+        "exit_code": rec.exit_code if rec else None,
+        "log_collected": log is not None,
+        "pass_marker": pod_log.has_pass_marker(log) if log is not None else False,
+        "runtime_s": pod_log.runtime_seconds(log) if log is not None else None,
+    }
+
+
+def check_pods_succeeded(ev: Evidence, names: Sequence[str], *, check_name: str = "pods_succeeded") -> Check:
+    """Every named pod: phase Succeeded, exit 0, ``PASS`` in its log and a parseable runtime.
+
+    Unevaluable (``ok=None``) when a pod record or its log is missing.
+    """
+    facts = {n: pod_progress(ev, n) for n in names}
+    missing = [n for n, f in facts.items() if f["phase"] is None or not f["log_collected"]]
+    if missing:
+        return Check(check_name, "evidence for every pod", facts, None, f"no record/log for {', '.join(missing)}")
+    bad = [
+        n
+        for n, f in facts.items()
+        if not (f["phase"] == "Succeeded" and f["exit_code"] == 0 and f["pass_marker"] and f["runtime_s"] is not None)
+    ]
+    ok = not bad
+    detail = "" if ok else "not passed: " + ", ".join(f"{n} ({_why(facts[n])})" for n in bad)
+    return Check(
+        check_name,
+        f"{len(names)}/{len(names)} pods Succeeded with PASS and a runtime",
+        facts,
+        ok,
+        detail,
+    )
+
+
+def _why(f: Mapping[str, Any]) -> str:
+    if f["phase"] != "Succeeded":
+        return f"phase {f['phase']}, exit {f['exit_code']}"
+    if not f["pass_marker"]:
+        return "no PASS line"
+    return "no runtime line"
+
+
+def check_rejected(ev: Evidence, name: str) -> Check:
+    """The pod did not pass AND its log shows a quota rejection or an out-of-memory error."""
+    log = ev.logs.get(name)
+    rec = ev.pod(name)
+    if log is None or rec is None:
+        return Check("allocation_rejected", "pod failed with an OOM/rejection marker", {}, None, f"no log for {name}")
+    markers = pod_log.oom_markers(log)
+    failed = rec.phase == "Failed" or not pod_log.has_pass_marker(log)
+    values = {"phase": rec.phase, "exit_code": rec.exit_code, "markers": markers[:5]}
+    ok = failed and bool(markers)
+    detail = ""
+    if not failed:
+        detail = "the pod passed: the allocation was not refused"
+    elif not markers:
+        detail = "the pod failed without an OOM/rejection marker (a different failure)"
+    return Check("allocation_rejected", "phase == Failed and oom_markers(log) != []", values, ok, detail)
+
+
+def check_terminal(records: Sequence[PodRecord], names: Sequence[str]) -> Check:
+    """All pods reached Succeeded/Failed (no pod left Pending or Running at the timeout)."""
+    phases = {r.name: r.phase for r in records if r.name in names}
+    stuck = [n for n in names if phases.get(n) not in ("Succeeded", "Failed")]
+    return Check(
+        "pods_terminal",
+        "every pod reached a terminal phase before the timeout",
+        {"phases": phases},
+        not stuck,
+        f"not terminal: {', '.join(f'{n}={phases.get(n)}' for n in stuck)}" if stuck else "",
+    )
+
+
+def overlap_ratio(a: PodRecord, b: PodRecord) -> float | None:
+    """Overlap of two run intervals as a fraction of the shorter one (0..1); None without times."""
+    if None in (a.started, b.started, a.finished, b.finished):
+        return None
+    assert a.started is not None and b.started is not None and a.finished is not None and b.finished is not None
+    overlap = min(a.finished, b.finished) - max(a.started, b.started)
+    shorter = min(a.finished - a.started, b.finished - b.started)
+    if shorter <= 0:
+        return None
+    return max(0.0, overlap / shorter)
+
+
+def judge_single_pass(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
+    """FUNC-001 / FUNC-007: one pod succeeds with PASS and a runtime (recorded as the baseline)."""
+    checks = [check_terminal(ev.pods, [pod]), check_pods_succeeded(ev, [pod])]
+    status, summary = combine(checks, pass_summary="pod passed")
+    runtime = pod_progress(ev, pod)["runtime_s"]
+    if status is Status.PASS:
+        summary = f"pod passed in {runtime:.2f} s"
+    return Verdict(status, summary, checks, dict(th), {"runtime_s": runtime}, ev.pod_files())
+
+
+def judge_same_gpu_pair(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str]) -> Verdict:
+    """FUNC-002: both pods on one GPU progressed and completed, and their run intervals overlapped.
+
+    Threshold ``func002_min_overlap_ratio``: overlap / shorter run interval (default 0.5).
+    """
+    a, b = (ev.pod(p) for p in pods)
+    checks = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, pods)]
+    gpus = {r.name: (r.node, r.gpu) for r in (a, b) if r is not None}
+    gpu_known = len(gpus) == 2 and all(g[1] is not None for g in gpus.values())
+    if gpu_known:
+        same = len(set(gpus.values())) == 1
+        checks.append(Check("same_gpu", "gpu(pod1) == gpu(pod2)", {"gpus": gpus}, same, "" if same else "different GPUs"))
+    ratio = overlap_ratio(a, b) if a and b else None
+    minimum = float(th["func002_min_overlap_ratio"])
+    checks.append(
+        Check(
+            "intervals_overlap",
+            f"overlap / shorter_interval >= {minimum}",
+            {"overlap_ratio": ratio, "intervals": {r.name: [r.started, r.finished] for r in (a, b) if r}},
+            None if ratio is None else ratio >= minimum,
+            "run intervals unknown" if ratio is None else ("" if ratio >= minimum else f"overlap {ratio:.2f}"),
+        )
+    )
+    status, summary = combine(checks, pass_summary="both pods progressed concurrently")
+    if status is Status.PASS and not gpu_known:
+        summary += " (no GPU on the host: same-GPU placement not applicable)"
+    runtimes = {p: pod_progress(ev, p)["runtime_s"] for p in pods}
+    metrics = {"overlap_ratio": ratio, **{f"runtime_s[{p}]": r for p, r in runtimes.items()}}
+    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+
+
+def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gpus_available: int) -> Verdict:
+    """FUNC-003: every pod passes; with more than one GPU, the pods ran on more than one GPU."""
+    checks = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, pods)]
+    used = sorted({f"{r.node}/{r.gpu}" for r in ev.pods if r.name in pods and r.gpu is not None})
+    if gpus_available > 1:
+        checks.append(
+            Check(
+                "spread_over_gpus",
+                "distinct_gpus > 1 (more than one GPU exists)",
+                {"distinct_gpus": len(used), "gpus": used, "gpus_available": gpus_available},
+                len(used) > 1,
+                "" if len(used) > 1 else "all pods on one GPU",
+            )
+        )
+    status, summary = combine(checks, pass_summary=f"{len(pods)}/{len(pods)} pods passed")
+    if status is Status.PASS:
+        summary += f" on {len(used)} GPU(s)" if used else " (no GPU: spread not applicable)"
+    return Verdict(status, summary, checks, dict(th), {"distinct_gpus": len(used), "pods": len(pods)}, ev.pod_files())
+
+
+def judge_rejected(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
+    """FUNC-004 / FUNC-006: the allocation beyond the limit is refused with an OOM/rejection marker."""
+    checks = [check_terminal(ev.pods, [pod]), check_rejected(ev, pod)]
+    status, summary = combine(checks, pass_summary="allocation refused as expected")
+    markers = checks[1].values.get("markers") or []
+    if status is Status.PASS and markers:
+        summary += f": {markers[0][:100]}"
+    return Verdict(status, summary, checks, dict(th), {"oom_markers": len(markers)}, ev.pod_files())
+
+
+def check_scheduler_alive(ev: Evidence) -> Check | None:
+    """From ``scheduler_proc.txt`` (``SCHEDULER_ALIVE=1``); None when no scheduler was observed."""
+    text = ev.text("scheduler_proc.txt")
+    if text is None:
+        return None
+    alive = "SCHEDULER_ALIVE=1" in text
+    return Check("scheduler_alive", "scheduler process alive after the case", {"alive": alive}, alive)
+
+
+def judge_oversub_on(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
+    """FUNC-005: with oversubscription on, the same over-sized workload runs to PASS; the scheduler lives."""
+    checks = [check_terminal(ev.pods, [pod]), check_pods_succeeded(ev, [pod])]
+    alive = check_scheduler_alive(ev)
+    if alive is not None:
+        checks.append(alive)
+    status, summary = combine(checks, pass_summary="over-sized allocation ran with oversubscription on")
+    if status is Status.PASS and alive is None:
+        summary += " (scheduler liveness not observable here)"
+    runtime = pod_progress(ev, pod)["runtime_s"]
+    return Verdict(status, summary, checks, dict(th), {"runtime_s": runtime}, ev.pod_files())
