@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import yaml
 from rich.console import Console
 
-from xpushare import __version__, artifacts, inventory, report
+from xpushare import __version__, artifacts, interrupt, inventory, report
 from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS, CaseRun, load_plan
@@ -231,11 +231,12 @@ def run_case(
         try:
             backend.begin_case(case_dir, case.case_id)
             case.act(run)
+            interrupt.check()  # a Ctrl-C swallowed by a command runner still counts
         except KeyboardInterrupt:
             interrupted = True
         except XpushareError as exc:
             error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a harness bug must still end as ERROR with evidence
+        except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             (case_dir / "harness-traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
         finally:
@@ -284,7 +285,7 @@ def _guarded_step(case_dir: Path, name: str, step: Any) -> Any:
         return step()
     except KeyboardInterrupt:
         return None
-    except Exception as exc:  # noqa: BLE001 - recorded, the case goes on to its verdict
+    except Exception as exc:
         with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
             fh.write(f"{name}: {type(exc).__name__}: {exc}\n")
         return None
@@ -295,7 +296,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any]) -> Verd
     assert case.judge is not None
     try:
         return case.judge(Evidence.load(case_dir), params, load_plan(case_dir))
-    except Exception as exc:  # noqa: BLE001 - missing/garbled evidence must not crash the run
+    except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
 
 
@@ -331,6 +332,45 @@ def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> 
     if any(r["status"] in ("FAIL", "ERROR", "INTERRUPTED") for r in results):
         return ExitStatus.FAILED
     return ExitStatus.OK
+
+
+def _run_cases(
+    cases: Sequence[CaseDef],
+    run_id: str,
+    run_dir: Path,
+    cluster: ClusterSpec,
+    backend: Backend,
+    selection: Selection,
+    overrides: Mapping[str, Any],
+    progress: Progress,
+) -> bool:
+    """Run the cases in order; return True when Ctrl-C stopped the run."""
+    interrupted = False
+    try:
+        try:
+            backend.prepare_run(run_id)
+        except KeyboardInterrupt:
+            return True
+        for case in cases:
+            params = case_params(case, cluster, selection, overrides)
+            progress.start(f"{case.case_id} {case.title} ...")
+            record, interrupted = run_case(
+                case,
+                run_id=run_id,
+                run_dir=run_dir,
+                cluster=cluster,
+                backend=backend,
+                params=params,
+                required=case.case_id in selection.required,
+            )
+            progress.done(f"{case.case_id} {record['status']:<11} {record['duration_s']:7.1f}s  {record['summary']}")
+            if interrupted:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        backend.close()
+    return interrupted
 
 
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
@@ -377,28 +417,8 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(cases)} case(s) -> {run_dir}")
     backend = make_backend(cluster)
     interrupted = False
-    try:
-        try:
-            backend.prepare_run(run_id)
-        except KeyboardInterrupt:
-            interrupted = True
-        for case in cases if not interrupted else []:
-            params = case_params(case, cluster, selection, overrides)
-            progress.start(f"{case.case_id} {case.title} ...")
-            record, interrupted = run_case(
-                case,
-                run_id=run_id,
-                run_dir=run_dir,
-                cluster=cluster,
-                backend=backend,
-                params=params,
-                required=case.case_id in selection.required,
-            )
-            progress.done(f"{case.case_id} {record['status']:<11} {record['duration_s']:7.1f}s  {record['summary']}")
-            if interrupted:
-                break
-    finally:
-        backend.close()
+    with interrupt.installed():
+        interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress)
     results = artifacts.load_results(run_dir)
     status = exit_status_for(results, interrupted)
     meta.update(

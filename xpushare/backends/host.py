@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from xpushare import interrupt
 from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     Backend,
@@ -78,6 +79,7 @@ class HostBackend(Backend):
     def prepare_run(self, run_id: str) -> None:
         self.run_id = run_id
         for name, host in self.hosts.items():
+            self._stop_leftovers(host, _safe(f"xp-{run_id}-"))
             self.gpus[name] = self._detect_gpus(host, name)
             if isinstance(host, LocalHost):
                 self.workload_dir[name] = str(WORKLOADS_DIR)
@@ -90,6 +92,14 @@ class HostBackend(Backend):
                 host.put(script, f"{target}/{script.name}")
             self.workload_dir[name] = target
             self.python[name] = self.cluster.python
+
+    def _stop_leftovers(self, host: Host, prefix: str) -> None:
+        """Stop processes an interrupted earlier invocation of this run left behind (resume safety)."""
+        script = (
+            'cd "$1" 2>/dev/null || exit 0; for f in "$2"*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
+            'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; rm -f "$f"; done'
+        )
+        host.run(["sh", "-c", script, "sh", host.spawn_dir, prefix], timeout=60)
 
     def _detect_gpus(self, host: Host, name: str) -> list[tuple[int, str]]:
         spec = self.cluster.host(name) if name in {h.name for h in self.cluster.hosts} else None
@@ -224,6 +234,7 @@ class HostBackend(Backend):
     def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, done: set[str]) -> list[PodRecord]:
         deadline = time.monotonic() + timeout_s
         while True:
+            interrupt.check()
             records = self._poll()
             self._write_records(case_dir, records)
             wanted = [r for r in records if r.name in names]

@@ -1,0 +1,117 @@
+"""Judgments on evidence from a healthy and from a broken system (real captured pod log as the healthy base)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xpushare import judge
+from xpushare.backends.base import PodRecord
+from xpushare.evidence import Evidence
+from xpushare.model import Status
+
+SAMPLES = Path(__file__).parent / "fixtures" / "samples"
+HEALTHY_LOG = (SAMPLES / "pod_a.log").read_text()
+TH = {"pod_timeout_s": 1800, "func002_min_overlap_ratio": 0.5}
+REJECTED_LOG = (
+    "[XPUSHARE][INFO]: GPU memory limit set to 1073741824 bytes (1.00 GiB)\n"
+    "[XPUSHARE][WARN]: cuMemAlloc rejected: 784334848 + 784334848 = 1568669696 would exceed limit "
+    "1073741824 bytes (1024.00 MiB)\n"
+    "RuntimeError: CUDA out of memory. Tried to allocate 748.00 MiB\n"
+)
+
+
+def rec(name: str, phase: str = "Succeeded", code: int | None = 0, gpu: str | None = "GPU-a",
+        start: float | None = 100.0, end: float | None = 110.0, node: str = "n1") -> PodRecord:
+    return PodRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
+
+
+def test_single_pass_healthy_records_runtime() -> None:
+    ev = Evidence.from_parts([rec("p")], {"p": HEALTHY_LOG})
+    v = judge.judge_single_pass(ev, TH, pod="p")
+    assert v.status is Status.PASS
+    assert v.metrics["runtime_s"] == pytest.approx(11.18428111076355)
+    assert v.thresholds == TH and "pods/p.log" in v.evidence
+
+
+@pytest.mark.parametrize(
+    ("record", "log", "status"),
+    [
+        (rec("p", "Failed", 1), HEALTHY_LOG, Status.FAIL),  # exit code wins over a PASS line
+        (rec("p"), HEALTHY_LOG.replace("PASS\n", "BYPASS\n"), Status.FAIL),  # no real PASS line
+        (rec("p"), HEALTHY_LOG.replace("--- 11.18428111076355 seconds ---", ""), Status.FAIL),  # no runtime
+        (rec("p", "Running", None), HEALTHY_LOG, Status.FAIL),  # never ended: stuck
+        (rec("p"), None, Status.ERROR),  # log not collected: no evidence, never PASS
+    ],
+)
+def test_single_pass_broken(record: PodRecord, log: str | None, status: Status) -> None:
+    ev = Evidence.from_parts([record], {} if log is None else {"p": log})
+    assert judge.judge_single_pass(ev, TH, pod="p").status is status
+
+
+def test_no_pod_record_is_not_a_pass() -> None:
+    assert judge.judge_single_pass(Evidence.from_parts([], {}), TH, pod="p").status is not Status.PASS
+
+
+def test_pair_on_one_gpu_overlapping_passes() -> None:
+    ev = Evidence.from_parts([rec("a", start=0, end=10), rec("b", start=1, end=11)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"])
+    assert v.status is Status.PASS and v.metrics["overlap_ratio"] == pytest.approx(0.9)
+
+
+def test_pair_that_ran_one_after_the_other_fails() -> None:
+    # Serialised (one pod starved until the other ended): both "succeeded" but never shared the GPU.
+    ev = Evidence.from_parts([rec("a", start=0, end=10), rec("b", start=10, end=20)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"])
+    assert v.status is Status.FAIL and "intervals_overlap" in v.summary
+
+
+def test_pair_on_different_gpus_fails_and_threshold_is_a_parameter() -> None:
+    ev = Evidence.from_parts([rec("a", gpu="GPU-a"), rec("b", gpu="GPU-b")], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    assert judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"]).status is Status.FAIL
+    partial = Evidence.from_parts([rec("a", start=0, end=10), rec("b", start=6, end=16)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    assert judge.judge_same_gpu_pair(partial, TH, pods=["a", "b"]).status is Status.FAIL  # overlap 0.4
+    loose = {**TH, "func002_min_overlap_ratio": 0.3}
+    assert judge.judge_same_gpu_pair(partial, loose, pods=["a", "b"]).status is Status.PASS
+
+
+def test_pair_without_times_is_error_not_pass() -> None:
+    ev = Evidence.from_parts([rec("a", start=None), rec("b")], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    assert judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"]).status is Status.ERROR
+
+
+def test_spread_over_gpus() -> None:
+    names = [f"p{i}" for i in range(4)]
+    logs = dict.fromkeys(names, HEALTHY_LOG)
+    spread = [rec(n, gpu=f"GPU-{i % 2}") for i, n in enumerate(names)]
+    assert judge.judge_spread(Evidence.from_parts(spread, logs), TH, pods=names, gpus_available=2).status is Status.PASS
+    packed = [rec(n, gpu="GPU-0") for n in names]
+    v = judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=2)
+    assert v.status is Status.FAIL and "spread_over_gpus" in v.summary
+    # One GPU only: spreading is not applicable, the pods must still all pass.
+    assert judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=1).status is Status.PASS
+    one_failed = [*packed[:3], rec("p3", "Failed", 1, gpu="GPU-0")]
+    assert judge.judge_spread(Evidence.from_parts(one_failed, logs), TH, pods=names, gpus_available=1).status is Status.FAIL
+
+
+def test_rejection_healthy_and_broken() -> None:
+    ok = Evidence.from_parts([rec("q", "Failed", 1)], {"q": REJECTED_LOG})
+    assert judge.judge_rejected(ok, TH, pod="q").status is Status.PASS
+    # The quota was not enforced: the pod ran to PASS although the startup line mentions a memory limit.
+    not_enforced = Evidence.from_parts([rec("q")], {"q": "[XPUSHARE][INFO]: GPU memory limit set to 1073741824 bytes\n"
+                                                    "PASS\n--- 3.1 seconds ---\n"})
+    v = judge.judge_rejected(not_enforced, TH, pod="q")
+    assert v.status is Status.FAIL and "passed" in v.summary
+    # A failure for another reason is not a quota rejection.
+    other = Evidence.from_parts([rec("q", "Failed", 1)], {"q": "ImportError: no module named torch\n"})
+    assert judge.judge_rejected(other, TH, pod="q").status is Status.FAIL
+
+
+def test_oversub_on_with_and_without_scheduler_evidence() -> None:
+    base = Evidence.from_parts([rec("o")], {"o": HEALTHY_LOG})
+    assert judge.judge_oversub_on(base, TH, pod="o").status is Status.PASS
+    dead = Evidence.from_parts([rec("o")], {"o": HEALTHY_LOG}, {"scheduler_proc.txt": "SCHEDULER_ALIVE=0\n"})
+    assert judge.judge_oversub_on(dead, TH, pod="o").status is Status.FAIL
+    oom = Evidence.from_parts([rec("o", "Failed", 1)], {"o": REJECTED_LOG})
+    assert judge.judge_oversub_on(oom, TH, pod="o").status is Status.FAIL
