@@ -1,0 +1,397 @@
+"""The run directory on disk: paths, per-case ``result.json`` / ``analysis.txt``, attempts and ``run.json``.
+
+Layout (seed 000 section 13; bash-harness.md section 4.1, minus its defects)::
+
+    <root>/.tmplog/<run-id>/xpushare/              run_dir(): run.json, run-summary.tsv, case-summary.tsv,
+    ├── <cluster>/<suite>/<case-id>/               case_dir(): result.json, analysis.txt, evidence files
+    │   └── attempts/<n>/                          earlier attempts (n = 1, 2, ...), moved there whole
+    └── junit.xml, run-report.md                   written by :mod:`xpushare.report`
+
+``result.json`` is the single source of truth for a case: the reports are rebuilt from it alone. Unlike
+the bash harness it is real JSON (UTF-8, indent 2), written atomically (temp file + ``os.replace``), and
+its ``status`` is one of the five :class:`~xpushare.model.Status` values, so a SKIP is stored as SKIP and
+never as PASS. Record keys (the engine's contract)::
+
+    run_id cluster suite case_id title mode attempt status summary started ended duration_s
+    thresholds metrics checks evidence required operation sampling kubectl_calls error
+
+Names used as path components (run id, cluster, suite, case id) must match ``[A-Za-z0-9._-]{1,64}`` and
+must not be ``.`` or ``..``; anything else raises ``ValueError`` so no name can leave the run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from xpushare import __version__
+from xpushare.model import Status
+
+#: Suites in report order (seed 000 section 12). Unknown suite names sort after these, alphabetically.
+SUITES: tuple[str, ...] = ("functional", "combination", "performance", "metrics", "stability")
+
+RESULT_FILE = "result.json"
+ANALYSIS_FILE = "analysis.txt"
+RUN_META_FILE = "run.json"
+ATTEMPTS_DIR = "attempts"
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_STATUSES = {s.value for s in Status}
+# Characters that are invisible or break lines for some readers (C0/C1 controls but tab and LF, U+2028/9).
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+# --------------------------------------------------------------------------------------------- names/paths
+
+
+def _check_name(kind: str, value: str) -> str:
+    """Return ``value`` if it is a safe single path component, else raise ``ValueError`` naming ``kind``."""
+    if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or value in (".", ".."):
+        raise ValueError(f"invalid {kind} {value!r}: expected 1-64 characters of [A-Za-z0-9._-], not '.' or '..'")
+    return value
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` unchanged if it is ``[A-Za-z0-9._-]{1,64}`` and not ``.``/``..``.
+
+    Raises ``ValueError`` otherwise (empty, ``a/b``, ``../x``, spaces, too long): a run id becomes a directory
+    name, so it must never traverse out of ``.tmplog/``.
+    """
+    return _check_name("run id", run_id)
+
+
+def new_run_id(now: datetime) -> str:
+    """Run id ``YYYYmmdd-HHMMSS`` of ``now`` as given (the caller picks local time or UTC), e.g. ``20260215-134501``."""
+    return now.strftime("%Y%m%d-%H%M%S")
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    """``<root>/.tmplog/<run_id>/xpushare``, the run directory (not created). ``ValueError`` on a bad run id."""
+    return Path(root) / ".tmplog" / validate_run_id(run_id) / "xpushare"
+
+
+def case_dir(run_dir: Path, cluster: str, suite: str, case_id: str) -> Path:
+    """``<run_dir>/<cluster>/<suite>/<case_id>`` (not created). ``ValueError`` if a name is not a safe component."""
+    names = (_check_name("cluster", cluster), _check_name("suite", suite), _check_name("case id", case_id))
+    return Path(run_dir).joinpath(*names)
+
+
+def suite_rank(suite: str) -> tuple[int, str]:
+    """Sort key of a suite: its index in :data:`SUITES`, unknown suites after them by name."""
+    return (SUITES.index(suite), "") if suite in SUITES else (len(SUITES), suite)
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort key that orders embedded numbers numerically: ``FUNC-2`` before ``FUNC-10``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def result_sort_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Sort key of a result record: cluster, suite order (:data:`SUITES`), case id (natural order)."""
+    return (
+        natural_key(str(record.get("cluster", ""))),
+        suite_rank(str(record.get("suite", ""))),
+        natural_key(str(record.get("case_id", ""))),
+    )
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def _jsonable(value: Any) -> Any:
+    """Turn ``value`` into plain JSON data: Enum -> value, Path -> posix str, datetime -> ISO str,
+    dataclass (e.g. :class:`~xpushare.model.Check`) -> dict, set/tuple -> list, NaN/inf -> ``"NaN"``/
+    ``"Infinity"``/``"-Infinity"`` (strict JSON has no such numbers). Other objects raise ``TypeError``."""
+    if isinstance(value, Enum):
+        return _jsonable(value.value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Path):
+        return value.as_posix()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_jsonable(v) for v in value), key=str)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    raise TypeError(f"cannot store {type(value).__name__} in JSON: {value!r}")
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: temp file in the same directory, fsync, ``os.replace``.
+
+    Creates the parent directory. On any error the temp file is removed and ``path`` is left as it was.
+    A lone surrogate (text decoded with ``surrogateescape``) is written as ``\\udcXX``, which JSON and
+    :func:`xpushare.report.tsv_unescape` read back as the same character, instead of failing the write.
+    """
+    return _atomic_write(Path(path), lambda fh: fh.write(text))
+
+
+def _atomic_write(path: Path, write: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="\n") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
+    plain = _jsonable(data)
+
+    def write(fh: Any) -> None:
+        json.dump(plain, fh, indent=2, ensure_ascii=False, allow_nan=False)
+        fh.write("\n")
+
+    return _atomic_write(path, write)
+
+
+def write_result(case_dir: Path, record: Mapping[str, Any]) -> Path:
+    """Write ``record`` as ``<case_dir>/result.json`` atomically; return the path.
+
+    ``record`` follows the contract in the module docstring; ``status`` may be a :class:`Status` or its
+    string and ``checks`` may hold :class:`~xpushare.model.Check` objects. Raises ``ValueError`` if
+    ``status`` is not one of the five statuses, ``TypeError`` for values JSON cannot hold. The previous
+    file, if any, is intact after any error.
+    """
+    status = record.get("status")
+    status = status.value if isinstance(status, Status) else status
+    if status not in _STATUSES:
+        raise ValueError(f"result status must be one of {sorted(_STATUSES)}, got {status!r}")
+    return _write_json(Path(case_dir) / RESULT_FILE, {**record, "status": status})
+
+
+def escape_char(ch: str) -> str:
+    """``\\xNN`` for a character below U+0100, else ``\\uNNNN``."""
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+
+def show_controls(text: str) -> str:
+    """``text`` with control characters other than tab and LF (ANSI ESC from logs, CR, NUL, C1 controls such
+    as U+0085) and U+2028/U+2029 written as ``\\xNN``/``\\uNNNN``, so they can neither hide text nor split
+    a line for readers that treat them as line breaks (Python's ``str.splitlines``)."""
+    return _INVISIBLE.sub(lambda m: escape_char(m.group(0)), text)
+
+
+def format_value(value: Any) -> str:
+    """Readable text of a threshold or metric: ints as is; floats of magnitude 1 to 1e15 with at most 3
+    decimals (trailing zeros dropped: ``12.5``, ``3``), other floats to 4 significant digits (``0.1235``,
+    ``1.2e-05``); bools ``true``/``false``; None ``n/a``; containers as compact JSON; else ``str()``."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        if 1 <= abs(value) < 1e15:
+            return f"{value:.3f}".rstrip("0").rstrip(".")
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    return str(value)
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in (text.splitlines() or [""]))
+
+
+def _section(title: str, body: str) -> str:
+    return f"{title}\n{'-' * len(title)}\n{body}\n"
+
+
+def _judgment_lines(checks: Iterable[Any]) -> str:
+    lines: list[str] = []
+    for check in checks:
+        c = _jsonable(check) if not isinstance(check, Mapping) else check
+        ok = c.get("ok")
+        mark = "[ok]  " if ok is True else "[FAIL]" if ok is False else "[n.a.]"
+        lines.append(f"{mark} {c.get('name', '?')}: {c.get('expression', '')}")
+        values = c.get("values") or {}
+        if values:
+            lines.append("         with " + ", ".join(f"{k} = {format_value(v)}" for k, v in values.items()))
+        if c.get("detail"):
+            lines.append(_indent(str(c["detail"]), "         "))
+    return "\n".join(lines) if lines else "  (no checks recorded)"
+
+
+def _kv_lines(values: Mapping[str, Any] | None) -> str:
+    if not values:
+        return "  (none)"
+    width = max(len(str(k)) for k in values)
+    return "\n".join(f"  {k!s:<{width}} = {format_value(v)}" for k, v in values.items())
+
+
+def render_analysis(record: Mapping[str, Any]) -> str:
+    """Text of ``analysis.txt`` for ``record`` (seed 000 section 17.7): a header, then the sections
+    Operation, Sampling, Judgment (each check: ``[ok]``/``[FAIL]``/``[n.a.]`` name: expression, with values),
+    Thresholds, Key metrics, Evidence and Conclusion (``STATUS: summary``, plus the error text if any).
+    Control characters other than tab and newline appear escaped (:func:`show_controls`)."""
+    r = record
+    title = f"{r.get('case_id', '?')}  {r.get('title', '')}".rstrip()
+    duration = r.get("duration_s")
+    header = "\n".join(
+        [
+            title,
+            "=" * len(title),
+            f"run {r.get('run_id', '?')}  cluster {r.get('cluster', '?')}  suite {r.get('suite', '?')}  "
+            f"mode {r.get('mode', '?')}  attempt {r.get('attempt', '?')}",
+            f"started {r.get('started', '?')}  ended {r.get('ended', '?')}  "
+            f"duration {format_value(duration)}{' s' if duration is not None else ''}",
+        ]
+    )
+    evidence = "\n".join(f"  {e}" for e in (r.get("evidence") or [])) or "  (none)"
+    calls = r.get("kubectl_calls")
+    sampling = _indent(str(r.get("sampling") or "(not recorded)"))
+    if calls is not None:
+        sampling += f"\n  kubectl calls: {calls}"
+    status = r.get("status")
+    conclusion = _indent(f"{status.value if isinstance(status, Status) else status}: {r.get('summary', '')}")
+    if r.get("error"):
+        conclusion += "\n  error:\n" + _indent(str(r["error"]), "    ")
+    parts = [
+        header + "\n",
+        _section("Operation", _indent(str(r.get("operation") or "(not recorded)"))),
+        _section("Sampling", sampling),
+        _section("Judgment", _judgment_lines(r.get("checks") or [])),
+        _section("Thresholds", _kv_lines(r.get("thresholds"))),
+        _section("Key metrics", _kv_lines(r.get("metrics"))),
+        _section("Evidence", evidence),
+        _section("Conclusion", conclusion),
+    ]
+    return show_controls("\n".join(parts))
+
+
+def write_analysis(case_dir: Path, record: Mapping[str, Any]) -> Path:
+    """Write ``<case_dir>/analysis.txt`` (see :func:`render_analysis`) atomically; return the path."""
+    return atomic_write_text(Path(case_dir) / ANALYSIS_FILE, render_analysis(record))
+
+
+# --------------------------------------------------------------------------------------------- attempts
+
+
+def archive_previous_attempt(case_dir: Path) -> int | None:
+    """Move every entry of ``case_dir`` except ``attempts/`` into ``attempts/<n>/``; return ``n``.
+
+    ``n`` is one more than the highest numeric directory already under ``attempts/`` (1 for the first).
+    Returns None, moving nothing, when ``case_dir`` is missing or holds nothing but ``attempts/``.
+    """
+    case_dir = Path(case_dir)
+    if not case_dir.is_dir():
+        return None
+    entries = [p for p in case_dir.iterdir() if p.name != ATTEMPTS_DIR]
+    if not entries:
+        return None
+    attempts = case_dir / ATTEMPTS_DIR
+    taken = [int(p.name) for p in attempts.iterdir() if p.name.isdigit()] if attempts.is_dir() else []
+    n = max(taken, default=0) + 1
+    target = attempts / str(n)
+    target.mkdir(parents=True)
+    for entry in entries:
+        os.replace(entry, target / entry.name)
+    return n
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def _broken_record(rel: Path, message: str) -> dict[str, Any]:
+    cluster, suite, case_id = rel.parts[:3]
+    return {
+        "cluster": cluster,
+        "suite": suite,
+        "case_id": case_id,
+        "status": Status.ERROR.value,
+        "summary": message,
+        "error": message,
+    }
+
+
+def _load_one(run_dir: Path, path: Path) -> dict[str, Any]:
+    rel = path.parent.relative_to(run_dir)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record = _broken_record(rel, f"unreadable {RESULT_FILE}: {exc}")
+    if not isinstance(record, dict):
+        record = _broken_record(rel, f"{RESULT_FILE} is not a JSON object")
+    cluster, suite, case_id = rel.parts
+    record.setdefault("cluster", cluster)
+    record.setdefault("suite", suite)
+    record.setdefault("case_id", case_id)
+    if record.get("status") not in _STATUSES:
+        record["summary"] = f"invalid status {record.get('status')!r} in {RESULT_FILE}; {record.get('summary', '')}"
+        record["status"] = Status.ERROR.value
+    record["case_log_dir"] = rel.as_posix()
+    return record
+
+
+def load_results(run_dir: Path) -> list[dict[str, Any]]:
+    """Every case's latest ``result.json`` (``<run_dir>/*/*/*/result.json``; ``attempts/`` is never read).
+
+    Sorted by :func:`result_sort_key`. Each dict is the stored record plus ``case_log_dir``, the case
+    directory relative to ``run_dir`` (posix). Missing cluster/suite/case_id keys are taken from the path.
+    A file that cannot be read, is not a JSON object or has an unknown status yields an ERROR record that
+    says so, so a damaged case is reported (and re-run on resume) rather than hidden.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    records = [_load_one(run_dir, p) for p in run_dir.glob(f"*/*/*/{RESULT_FILE}") if p.is_file()]
+    return sorted(records, key=result_sort_key)
+
+
+def latest_statuses(run_dir: Path) -> dict[tuple[str, str, str], Status]:
+    """``{(cluster, suite, case_id): Status}`` of the latest attempt of every case, for ``--resume``."""
+    return {(str(r["cluster"]), str(r["suite"]), str(r["case_id"])): Status(r["status"]) for r in load_results(run_dir)}
+
+
+# --------------------------------------------------------------------------------------------- run.json
+
+
+def write_run_meta(run_dir: Path, meta: Mapping[str, Any]) -> Path:
+    """Write ``<run_dir>/run.json`` atomically; return the path.
+
+    ``meta`` keys (the engine's contract): run_id, clusters, selection, started, ended, counts (per status),
+    tool_version, exit_status, interrupted (bool), argv. ``tool_version`` defaults to this package's version.
+    """
+    return _write_json(Path(run_dir) / RUN_META_FILE, {"tool_version": __version__, **meta})
+
+
+def read_run_meta(run_dir: Path) -> dict[str, Any] | None:
+    """The ``run.json`` dict, or None if there is none. ``ValueError`` if it is not a JSON object."""
+    path = Path(run_dir) / RUN_META_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return data

@@ -1,0 +1,29 @@
+"""Evidence collectors: for each kind of evidence, the remote argv that produces it and a pure parser.
+
+Every module here follows the same pattern (pyinfra-style "facts", DESIGN.md "Parsers are pure and
+fixture-tested"):
+
+* a ``command(...)``-style function returning the remote argv as ``list[str]`` (quoted once, later,
+  by the transport with ``shlex.join``), and
+* pure parsers: text (or an iterable of lines) in, frozen dataclasses out; no I/O, no exceptions on
+  malformed input (malformed parts are reported in the result instead).
+
+Modules (interfaces: sut-interfaces.md):
+
+* :mod:`xpushare.collect.pod_log` -- workload pod output (§7, §8.1, §12): runtime, ``PASS``, OOM
+  markers, quota probes, tqdm progress, client id, limit updates.
+* :mod:`xpushare.collect.scheduler_log` -- streaming scheduler-log summary (§4, §12): registrations,
+  limit changes, lock/drop traffic, levels, the GPU distribution table.
+* :mod:`xpushare.collect.metrics` -- Prometheus exposition (§6) via ``prometheus_client.parser``;
+  HELP/TYPE presence, prefix check, lookups; curl scrape evidence.
+* :mod:`xpushare.collect.dmon` -- ``nvidia-smi dmon`` of any column layout (§9).
+* :mod:`xpushare.collect.nvidia_smi` -- ``nvidia-smi -L`` and ``--query-gpu`` /
+  ``--query-compute-apps`` CSV.
+* :mod:`xpushare.collect.procstat` -- ``/proc/<pid>/status`` plus an FD count (seed 000 §10.2,
+  LEAK-001/002).
+
+The submodules are not imported here, so importing one parser does not pull in the others'
+dependencies (``prometheus_client``, ``tabulate``).
+"""
+
+from __future__ import annotations
