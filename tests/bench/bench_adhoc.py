@@ -1,0 +1,103 @@
+"""Benchmark: ``invoke run -- hostname`` across N lab sshd hosts against an ssh loop, pdsh and Ansible.
+
+Run on demand (not part of pytest): ``python tests/bench/bench_adhoc.py [--hosts 32] [--repeat 5]``.
+It starts N lab hosts on 127.0.1.1.. (tests/lab/sshd.py), writes an inventory, ssh_config and an
+Ansible inventory for them, and times each tool end to end as a fresh process (``cold`` is the first
+run after the hosts started, ``warm`` the median of the following runs). Ansible is taken from
+``ansible-core`` in the current environment if present (``pip install ansible-core``), else skipped.
+Results: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.lab.sshd import lab_down, lab_up  # noqa: E402
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--base", default="127.0.1.1")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="xpushare-bench-"))
+    lab = lab_up(work / "ssh", args.hosts, args.base, prefix="bench")
+    try:
+        hosts = list(lab.hosts.values())
+        ssh_config = work / "ssh" / "ssh_config"
+        known = work / "ssh" / "known_hosts"
+        inv = {
+            "clusters": {
+                "bench": {
+                    "mode": "host",
+                    "ssh": {"host_key_policy": "strict", "known_hosts": str(known), "identity": str(hosts[0].identity),
+                            "user": hosts[0].user},
+                    "hosts": {h.name: {"address": h.address, "port": h.port, "roles": ["gpu"]} for h in hosts},
+                }
+            }
+        }
+        (work / "inventory.yaml").write_text(json.dumps(inv))
+        ini = "[all]\n" + "".join(
+            f"{h.name} ansible_host={h.address} ansible_port={h.port} ansible_user={h.user} "
+            f"ansible_ssh_private_key_file={h.identity}\n" for h in hosts
+        )
+        (work / "ansible.ini").write_text(ini)
+        names = [h.name for h in hosts]
+        env = dict(os.environ)
+        tools: dict[str, Callable[[], float]] = {
+            "xpushare (invoke run)": lambda: timed(
+                [sys.executable, "-m", "invoke", "run", "--cluster", "bench", "--inventory",
+                 str(work / "inventory.yaml"), "--", "hostname"]),
+            "ssh loop (sequential)": lambda: sum(
+                timed(["ssh", "-F", str(ssh_config), n, "hostname"]) for n in names),
+        }
+        if shutil.which("pdsh"):
+            pdsh_env = {**env, "PDSH_SSH_ARGS_APPEND": f"-F {ssh_config}", "PDSH_RCMD_TYPE": "ssh"}
+            tools["pdsh -R ssh"] = lambda: timed(["pdsh", "-R", "ssh", "-f", str(args.hosts), "-w", ",".join(names),
+                                                  "hostname"], env=pdsh_env)
+        ansible = shutil.which("ansible") or (str(Path(sys.executable).parent / "ansible")
+                                              if (Path(sys.executable).parent / "ansible").exists() else None)
+        if ansible:
+            a_env = {**env, "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_SSH_ARGS": f"-F {ssh_config}"}
+            tools["ansible ad-hoc -f N"] = lambda: timed(
+                [ansible, "all", "-i", str(work / "ansible.ini"), "-m", "command", "-a", "hostname",
+                 "-f", str(args.hosts)], env=a_env)
+        rows = []
+        for name, fn in tools.items():
+            cold = fn()
+            warm = [fn() for _ in range(args.repeat)]
+            rows.append((name, cold, statistics.median(warm)))
+            print(f"{name:28s} cold {cold:7.2f} s   warm median {statistics.median(warm):7.2f} s "
+                  f"({args.repeat} runs)", flush=True)
+        print(json.dumps({"hosts": args.hosts, "results": rows}))
+    finally:
+        lab_down(work / "ssh")
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Oversubscription probe (spec: sut-interfaces.md §8.3 W4 inline probe, §7; seed 000 §1 item 1).
+
+Allocates --factor x the device's total memory in fp32 chunks of --chunk-mib MiB, touches every chunk
+(`fill_(1.0)`), runs one add pass over them (`chunk[i] += chunk[0][:len(chunk[i])]` for every i >= 1, so each chunk is
+read and written again), synchronises and checks the values. Beyond physical memory this only passes under
+xpushare with XPUSHARE_ENABLE_SINGLE_OVERSUB set; otherwise the expected result is exit 1 with
+`CUDA out of memory` on stderr (and `cuMemAlloc rejected: ...` from the library).
+
+Total memory: --total-bytes when given; else torch.cuda.get_device_properties(0).total_memory
+(--total-from properties, physical) or torch.cuda.mem_get_info()[1] (--total-from mem_get_info: the limit
+under an xpushare memory limit); NPU uses torch.npu.mem_get_info(); CPU uses 64 MiB.
+
+Output (stdout):
+    [XPUSHARE][OVERSUB] total_bytes=<int> factor=<float> target_bytes=<int> chunk_bytes=<int> chunks=<int>
+    [XPUSHARE][OVERSUB] allocated_bytes=<int>
+    PASS
+    --- <seconds> seconds ---
+Exit 0 on success, 1 on any error (the traceback goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+import _common as c
+
+WORKLOAD = "oversub"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags: common flags plus --factor, --chunk-mib, --total-bytes, --total-from."""
+    parser = c.make_parser(__doc__ or "", WORKLOAD)
+    parser.add_argument(
+        "--factor",
+        type=c.positive_float,
+        default=None,
+        help="multiple of the total memory to allocate. " + c.defaults_help(WORKLOAD, "factor"),
+    )
+    parser.add_argument(
+        "--chunk-mib",
+        type=c.positive_int,
+        default=None,
+        help="size of one chunk in MiB. " + c.defaults_help(WORKLOAD, "chunk_mib", " MiB"),
+    )
+    parser.add_argument(
+        "--total-bytes",
+        type=c.positive_int,
+        default=None,
+        help="total memory in bytes to multiply (default: the device's total memory; on CPU "
+        + f"{int(c.MODEL_DEFAULTS['cpu'][WORKLOAD]['total_bytes'])} bytes)",
+    )
+    parser.add_argument(
+        "--total-from",
+        choices=("properties", "mem_get_info"),
+        default="properties",
+        help="CUDA source of the total when --total-bytes is not given (default: properties)",
+    )
+    return parser
+
+
+def plan_chunks(target_bytes: int, chunk_bytes: int) -> list[int]:
+    """Split ``target_bytes`` into chunk sizes (bytes, multiples of 4 = one fp32) of at most ``chunk_bytes``.
+
+    Returns:
+        At least 2 sizes (the add pass needs two chunks) summing to ``target_bytes`` rounded down to a
+        multiple of 4; the last one may be smaller.
+
+    Raises:
+        ValueError: ``target_bytes < 8`` or ``chunk_bytes < 4``.
+    """
+    if target_bytes < 2 * c.FP32_BYTES or chunk_bytes < c.FP32_BYTES:
+        raise ValueError(f"oversub target {target_bytes} B / chunk {chunk_bytes} B too small")
+    target = target_bytes - target_bytes % c.FP32_BYTES
+    chunk = chunk_bytes - chunk_bytes % c.FP32_BYTES
+    if math.ceil(target / chunk) < 2:
+        # Half of the target, rounded up to whole fp32 elements.
+        chunk = -(-(target // 2) // c.FP32_BYTES) * c.FP32_BYTES
+    sizes = [chunk] * (target // chunk)
+    if target % chunk:
+        sizes.append(target % chunk)
+    return sizes
+
+
+def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
+    """Allocate ``factor`` x total bytes in chunks on ``dev``, touch them, one add pass, sync, check.
+
+    Raises:
+        torch.OutOfMemoryError / RuntimeError: ``CUDA out of memory`` when oversubscription is refused.
+        ValueError: no total memory known (CPU with a GPU model row and no --total-bytes).
+        RuntimeError: --total-from mem_get_info on a PyTorch without torch.cuda.mem_get_info.
+        RuntimeError: the value check fails.
+    """
+    torch = dev.torch
+    total = args.total_bytes
+    if total is None and dev.kind == "cuda" and args.total_from == "mem_get_info":
+        mem = dev.mem_info()
+        if mem is None:
+            raise RuntimeError("torch.cuda.mem_get_info is not available (PyTorch < 1.10): use --total-bytes")
+        total = mem[1]
+    if total is None:
+        total = dev.total_bytes
+    if total is None:
+        total = c.MODEL_MEMORY_BYTES.get(args._model)
+    if total is None:
+        raise ValueError("no total memory known: pass --total-bytes")
+    target = int(args.factor * total)
+    sizes = plan_chunks(target, args.chunk_mib * c.MIB)
+    print(
+        f"{c.OVERSUB_PREFIX} total_bytes={total:d} factor={args.factor!r} target_bytes={target:d} "
+        f"chunk_bytes={sizes[0]:d} chunks={len(sizes):d}",
+        flush=True,
+    )
+    progress = c.Progress(2 * len(sizes), enabled=args.progress)
+    chunks = []
+    for size in sizes:
+        chunk = torch.empty(size // c.FP32_BYTES, dtype=torch.float32, device=dev.device)
+        chunk.fill_(1.0)
+        chunks.append(chunk)
+        progress.update()
+    progress.update()
+    for chunk in chunks[1:]:
+        chunk.add_(chunks[0][: chunk.numel()])  # the last chunk may be shorter than the first
+        progress.update()
+    dev.sync()
+    progress.close()
+    c.check_value("chunk[0][0]", float(chunks[0][0].item()), 1.0)
+    c.check_value("chunk[1][-1]", float(chunks[1][-1].item()), 2.0)
+    c.check_value("chunk[-1][0]", float(chunks[-1][0].item()), 2.0)
+    allocated = sum(int(t.numel()) * c.FP32_BYTES for t in chunks)
+    print(f"{c.OVERSUB_PREFIX} allocated_bytes={allocated:d}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
+    return c.run_workload(build_parser(), body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""W4 - allocate/free loop for leak and reclaim checks (spec: seed 000 §3 W4 `pytorch-alloc-free-loop.py`).
+
+Each of --rounds rounds allocates one fp32 block of --mib MiB, fills it (so the pages are really touched,
+which matters for xpushare's managed/UVM allocations), synchronises, checks two elements, frees it,
+returns the allocator cache to the driver (`torch.cuda.empty_cache()`, so every round reaches the hooked
+cuMemAlloc/cuMemFree; --no-empty-cache keeps PyTorch's cache) and synchronises again.
+
+Every --report-every rounds (and before round 1 and after the last round) it prints to stdout, flushed:
+    [XPUSHARE][ALLOC_FREE] round=<int> free_bytes=<int> total_bytes=<int>
+from torch.cuda.mem_get_info() (under an xpushare memory limit: free = limit - allocated, total = limit;
+spec sut-interfaces.md §7 item 4), -1 on CPU. A free_bytes that keeps shrinking between reports points at
+a leak in the accounting. Round 0 is the baseline before any allocation.
+
+Output (stdout): the report lines, PASS, then `--- <seconds> seconds ---`.
+Exit 0 on success, 1 on any error (the traceback, e.g. `CUDA out of memory`, goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+import _common as c
+
+WORKLOAD = "w4"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of W4: common flags plus --rounds, --mib, --report-every, --empty-cache."""
+    parser = c.make_parser(__doc__ or "", WORKLOAD)
+    parser.add_argument(
+        "--rounds",
+        type=c.positive_int,
+        default=None,
+        help="allocate/free rounds. " + c.defaults_help(WORKLOAD, "rounds"),
+    )
+    parser.add_argument(
+        "--mib",
+        type=c.positive_int,
+        default=None,
+        help="MiB allocated per round (one fp32 block). " + c.defaults_help(WORKLOAD, "mib", " MiB"),
+    )
+    parser.add_argument(
+        "--report-every",
+        type=c.non_negative_int,
+        default=None,
+        help="print an ALLOC_FREE line every this many rounds (0: only baseline and last). "
+        + c.defaults_help(WORKLOAD, "report_every"),
+    )
+    parser.add_argument(
+        "--empty-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="call empty_cache() after each free so the driver sees every free (default: on)",
+    )
+    return parser
+
+
+def format_report(round_no: int, mem: tuple[int, int] | None) -> str:
+    """``[XPUSHARE][ALLOC_FREE] round=<int> free_bytes=<int> total_bytes=<int>``.
+
+    Args:
+        round_no: rounds completed (0 = baseline before the first allocation).
+        mem: ``(free_bytes, total_bytes)`` from the device, or None (CPU) which prints -1 for both.
+    """
+    free, total = mem if mem is not None else (-1, -1)
+    return f"{c.ALLOC_FREE_PREFIX} round={round_no:d} free_bytes={free:d} total_bytes={total:d}"
+
+
+def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
+    """Run W4 on ``dev``: ``args.rounds`` x (allocate ``args.mib`` MiB, fill, sync, check, free, sync).
+
+    Raises:
+        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        RuntimeError: a filled block does not read back its fill value.
+    """
+    torch = dev.torch
+    elements = max(1, args.mib * c.MIB // c.FP32_BYTES)
+    print(format_report(0, dev.mem_info()), flush=True)
+    progress = c.Progress(args.rounds, enabled=args.progress)
+    for round_no in range(1, args.rounds + 1):
+        value = float(round_no % 251)
+        block = torch.empty(elements, dtype=torch.float32, device=dev.device)
+        block.fill_(value)
+        dev.sync()
+        c.check_value(f"round {round_no} block[0]", float(block[0].item()), value)
+        c.check_value(f"round {round_no} block[-1]", float(block[-1].item()), value)
+        del block
+        if args.empty_cache:
+            dev.empty_cache()
+        dev.sync()
+        progress.update()
+        if round_no == args.rounds or (args.report_every and round_no % args.report_every == 0):
+            print(format_report(round_no, dev.mem_info()), flush=True)
+    progress.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
+    return c.run_workload(build_parser(), body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""W5 - quota probe (spec: sut-interfaces.md §8.3 W5; seed 000 §3 W5 `pytorch-quota-probe.py`).
+
+fp32 n x n tensors x and y (n = 14000 -> ~2.92 GiB with the two alternating z); repeats `z = x + y` until
+--duration-s seconds have elapsed since the loop started. No per-iteration synchronise: only every
+--sync-every iterations (default 100, which keeps the work queued ahead of the GPU short; 0 = never, as
+the legacy inline W5, which makes probe lines late by the driver's launch queue). At least every
+--interval-s seconds it synchronises and prints, flushed, to stdout:
+    [XPUSHARE][QUOTA_PROBE] elapsed=<f1>s it=<int> it_per_sec=<f2>
+where it_per_sec is the cumulative average since the loop started (it / elapsed). One more probe line is
+printed after the final synchronise unless the last one already counts every iteration. A change of the
+compute quota shows up as a change of slope of `it` over `elapsed` between consecutive lines.
+
+Output (stdout): probe lines, PASS, then `--- <seconds> seconds ---` measured from the loop start
+(spec §8.3 W5). Exit 0 on success, 1 on any error (the traceback goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+import _common as c
+
+WORKLOAD = "w5"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of W5: common flags plus --n, --duration-s, --interval-s, --sync-every."""
+    parser = c.make_parser(__doc__ or "", WORKLOAD)
+    parser.add_argument(
+        "--n",
+        type=c.positive_int,
+        default=None,
+        help="matrix side length; 4 fp32 n x n tensors are live. " + c.defaults_help(WORKLOAD, "n"),
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=c.positive_float,
+        default=None,
+        help="seconds to run the add loop. " + c.defaults_help(WORKLOAD, "duration_s", " s"),
+    )
+    parser.add_argument(
+        "--interval-s",
+        type=c.positive_float,
+        default=None,
+        help="maximum seconds between two probe lines. " + c.defaults_help(WORKLOAD, "interval_s", " s"),
+    )
+    parser.add_argument(
+        "--sync-every",
+        type=c.non_negative_int,
+        default=None,
+        help="synchronise every this many iterations (0: only at probe lines and at the end). "
+        + c.defaults_help(WORKLOAD, "sync_every"),
+    )
+    return parser
+
+
+def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
+    """Run the W5 loop on ``dev`` for ``args.duration_s`` seconds, printing probe lines.
+
+    Returns:
+        Seconds from the loop start to the end (after the final synchronise): the runtime line's value.
+
+    Raises:
+        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        RuntimeError: the result check (z must be 3.0) fails.
+    """
+    torch = dev.torch
+    n = args.n
+    x = torch.full((n, n), 1.0, dtype=torch.float32, device=dev.device)
+    y = torch.full((n, n), 2.0, dtype=torch.float32, device=dev.device)
+    z = None
+    sync_every = args.sync_every
+    interval = args.interval_s
+    iterations = 0
+    printed_at = -1  # iteration count of the last probe line
+    loop_start = time.perf_counter()
+    next_probe = loop_start + interval
+    while True:
+        z = x + y
+        iterations += 1
+        if sync_every and iterations % sync_every == 0:
+            dev.sync()
+        now = time.perf_counter()
+        if now >= next_probe:
+            dev.sync()
+            now = time.perf_counter()
+            print(c.format_quota_probe(now - loop_start, iterations), flush=True)
+            printed_at = iterations
+            while next_probe <= now:
+                next_probe += interval
+        if now - loop_start >= args.duration_s:
+            break
+    dev.sync()
+    elapsed = time.perf_counter() - loop_start
+    if printed_at != iterations:
+        print(c.format_quota_probe(elapsed, iterations), flush=True)
+    assert z is not None
+    c.check_value("z[0, 0]", float(z[0, 0].item()), 3.0)
+    return elapsed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
+    return c.run_workload(build_parser(), body, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
