@@ -195,4 +195,34 @@ def cases_(c, suite=None):
     guarded(body)
 
 
-ns = Collection(hosts, run_, ping, func, combo, matrix, judge, report, cases_)
+LAB_DIR = Path(".lab")
+
+
+@task(name="up")
+def lab_up(c):
+    """Start the test lab (3 sshd hosts, the lab Kubernetes cluster) and write .lab/inventory.yaml (cluster 'lab')."""
+
+    def body():
+        from tests.lab import env
+
+        print(f"lab up; inventory: {env.up(LAB_DIR.absolute())}")
+        print("try: invoke ping --cluster lab; invoke func --cluster lab; stop with: invoke lab.down")
+
+    guarded(body)
+
+
+@task(name="down")
+def lab_down(c):
+    """Stop exactly the lab processes that 'invoke lab.up' started."""
+
+    def body():
+        from tests.lab import env
+
+        env.down(LAB_DIR.absolute())
+        print("lab down")
+
+    guarded(body)
+
+
+lab = Collection("lab", lab_up, lab_down)
+ns = Collection(hosts, run_, ping, func, combo, matrix, judge, report, cases_, lab)

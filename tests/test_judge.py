@@ -22,8 +22,15 @@ REJECTED_LOG = (
 )
 
 
-def rec(name: str, phase: str = "Succeeded", code: int | None = 0, gpu: str | None = "GPU-a",
-        start: float | None = 100.0, end: float | None = 110.0, node: str = "n1") -> PodRecord:
+def rec(
+    name: str,
+    phase: str = "Succeeded",
+    code: int | None = 0,
+    gpu: str | None = "GPU-a",
+    start: float | None = 100.0,
+    end: float | None = 110.0,
+    node: str = "n1",
+) -> PodRecord:
     return PodRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
 
 
@@ -55,25 +62,46 @@ def test_no_pod_record_is_not_a_pass() -> None:
 
 
 def test_pair_on_one_gpu_overlapping_passes() -> None:
-    ev = Evidence.from_parts([rec("a", start=0, end=10), rec("b", start=1, end=11)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    ev = Evidence.from_parts(
+        [rec("a", start=0, end=10), rec("b", start=1, end=11)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG}
+    )
     v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"])
     assert v.status is Status.PASS and v.metrics["overlap_ratio"] == pytest.approx(0.9)
 
 
 def test_pair_that_ran_one_after_the_other_fails() -> None:
     # Serialised (one pod starved until the other ended): both "succeeded" but never shared the GPU.
-    ev = Evidence.from_parts([rec("a", start=0, end=10), rec("b", start=10, end=20)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    ev = Evidence.from_parts(
+        [rec("a", start=0, end=10), rec("b", start=10, end=20)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG}
+    )
     v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"])
     assert v.status is Status.FAIL and "intervals_overlap" in v.summary
 
 
-def test_pair_on_different_gpus_fails_and_threshold_is_a_parameter() -> None:
+def test_pair_on_different_gpus_is_skip_never_pass_and_threshold_is_a_parameter() -> None:
     ev = Evidence.from_parts([rec("a", gpu="GPU-a"), rec("b", gpu="GPU-b")], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
-    assert judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"]).status is Status.FAIL
-    partial = Evidence.from_parts([rec("a", start=0, end=10), rec("b", start=6, end=16)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"])
+    assert v.status is Status.SKIP and "co-location" in v.summary
+    partial = Evidence.from_parts(
+        [rec("a", start=0, end=10), rec("b", start=6, end=16)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG}
+    )
     assert judge.judge_same_gpu_pair(partial, TH, pods=["a", "b"]).status is Status.FAIL  # overlap 0.4
     loose = {**TH, "func002_min_overlap_ratio": 0.3}
     assert judge.judge_same_gpu_pair(partial, loose, pods=["a", "b"]).status is Status.PASS
+
+
+def test_pigeonhole_pods_the_sharing_pair_is_judged_and_every_pod_must_pass() -> None:
+    pods = [
+        rec("a", gpu="GPU-0", start=0, end=10),
+        rec("b", gpu="GPU-1", start=0, end=5),
+        rec("c", gpu="GPU-0", start=1, end=11),
+    ]
+    logs = dict.fromkeys("abc", HEALTHY_LOG)
+    v = judge.judge_same_gpu_pair(Evidence.from_parts(pods, logs), TH, pods=["a", "b", "c"])
+    assert v.status is Status.PASS and v.checks[-1].values["pair"] == ["a", "c"]
+    failed_filler = [*pods[:1], rec("b", "Failed", 1, gpu="GPU-1"), pods[2]]
+    v = judge.judge_same_gpu_pair(Evidence.from_parts(failed_filler, logs), TH, pods=["a", "b", "c"])
+    assert v.status is Status.FAIL
 
 
 def test_pair_without_times_is_error_not_pass() -> None:
@@ -92,15 +120,19 @@ def test_spread_over_gpus() -> None:
     # One GPU only: spreading is not applicable, the pods must still all pass.
     assert judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=1).status is Status.PASS
     one_failed = [*packed[:3], rec("p3", "Failed", 1, gpu="GPU-0")]
-    assert judge.judge_spread(Evidence.from_parts(one_failed, logs), TH, pods=names, gpus_available=1).status is Status.FAIL
+    assert (
+        judge.judge_spread(Evidence.from_parts(one_failed, logs), TH, pods=names, gpus_available=1).status
+        is Status.FAIL
+    )
 
 
 def test_rejection_healthy_and_broken() -> None:
     ok = Evidence.from_parts([rec("q", "Failed", 1)], {"q": REJECTED_LOG})
     assert judge.judge_rejected(ok, TH, pod="q").status is Status.PASS
     # The quota was not enforced: the pod ran to PASS although the startup line mentions a memory limit.
-    not_enforced = Evidence.from_parts([rec("q")], {"q": "[XPUSHARE][INFO]: GPU memory limit set to 1073741824 bytes\n"
-                                                    "PASS\n--- 3.1 seconds ---\n"})
+    not_enforced = Evidence.from_parts(
+        [rec("q")], {"q": "[XPUSHARE][INFO]: GPU memory limit set to 1073741824 bytes\nPASS\n--- 3.1 seconds ---\n"}
+    )
     v = judge.judge_rejected(not_enforced, TH, pod="q")
     assert v.status is Status.FAIL and "passed" in v.summary
     # A failure for another reason is not a quota rejection.

@@ -121,7 +121,7 @@ def run_adhoc(
     return exit_status_of(outcomes, failed)
 
 
-def _ping_one(host: Host, kubectl: str | None) -> tuple[float, float, HostFacts]:
+def _ping_one(host: Host, kubectl: str | None, kubeconfig: str | None = None) -> tuple[float, float, HostFacts]:
     start = time.monotonic()
     if isinstance(host, SshHost):
         host.connection()
@@ -129,7 +129,7 @@ def _ping_one(host: Host, kubectl: str | None) -> tuple[float, float, HostFacts]
     start = time.monotonic()
     host.run(["true"], timeout=30, check=True)
     rtt_s = time.monotonic() - start
-    facts = parse_facts(host.run(facts_argv(kubectl), timeout=60).stdout)
+    facts = parse_facts(host.run(facts_argv(kubectl, kubeconfig), timeout=60).stdout)
     return connect_s, rtt_s, facts
 
 
@@ -139,7 +139,9 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
     masters = {h.name for h in hosts if "master" in h.roles}
 
     def op(host: Host) -> tuple[float, float, HostFacts]:
-        return _ping_one(host, cluster.kubectl if host.name in masters else None)
+        if host.name in masters:
+            return _ping_one(host, cluster.kubectl, cluster.kubeconfig)
+        return _ping_one(host, None)
 
     try:
         outcomes = fan_out(conns, op, forks=forks)

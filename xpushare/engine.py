@@ -163,6 +163,10 @@ def make_backend(cluster: ClusterSpec) -> Backend:
         from xpushare.backends.host import HostBackend
 
         return HostBackend(cluster)
+    if cluster.mode == "k8s":
+        from xpushare.backends.k8s import K8sBackend
+
+        return K8sBackend(cluster)
     raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} is not available in this version")
 
 

@@ -32,11 +32,12 @@ class HostFacts:
     kubectl_server: str | None
 
 
-def facts_argv(kubectl: str | None = None) -> list[str]:
+def facts_argv(kubectl: str | None = None, kubeconfig: str | None = None) -> list[str]:
     """argv that prints the facts; ``kubectl`` (on masters) adds client and server versions."""
     argv = ["sh", "-c", FACTS_SCRIPT]
     if kubectl:
-        return ["env", f"XPUSHARE_FACTS_KUBECTL={kubectl}", *argv]
+        env = [f"XPUSHARE_FACTS_KUBECTL={kubectl}"] + ([f"KUBECONFIG={kubeconfig}"] if kubeconfig else [])
+        return ["env", *env, *argv]
     return argv
 
 

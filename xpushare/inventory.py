@@ -34,6 +34,8 @@ import yaml
 from xpushare.errors import InventoryError
 
 DEFAULT_INVENTORY = Path("inventory/inventory.yaml")
+#: Written by ``invoke lab.up``: its cluster ``lab`` is available without naming the file.
+LAB_INVENTORY = Path(".lab/inventory.yaml")
 INVENTORY_ENV = "XPUSHARE_INVENTORY"
 LOCAL_CLUSTER = "local"
 
@@ -219,14 +221,25 @@ def load(path: str | os.PathLike[str] | None = None) -> Inventory:
     """Load and validate an inventory; ``local`` is always present.
 
     ``path``: the ``--inventory`` flag value; falls back to ``$XPUSHARE_INVENTORY``, then
-    ``inventory/inventory.yaml`` (whose absence is fine: only ``local`` exists then).
+    ``inventory/inventory.yaml`` (whose absence is fine: only ``local`` exists then). Clusters of
+    ``.lab/inventory.yaml`` (written by ``invoke lab.up``) are added when that file exists.
     Raises :class:`InventoryError` (one line naming the file and the problem).
     """
     file, explicit = resolve_path(path)
     if not file.exists():
         if explicit:
             raise InventoryError(f"{file}: inventory file not found")
-        return Inventory({LOCAL_CLUSTER: local_cluster()}, None)
+        inv = Inventory({LOCAL_CLUSTER: local_cluster()}, None)
+    else:
+        inv = _read(file)
+    if LAB_INVENTORY.exists() and file != LAB_INVENTORY:
+        lab = _read(LAB_INVENTORY)
+        extra = {k: v for k, v in lab.clusters.items() if k not in inv.clusters}
+        inv = Inventory({**inv.clusters, **extra}, inv.source)
+    return inv
+
+
+def _read(file: Path) -> Inventory:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:

@@ -117,34 +117,60 @@ def judge_single_pass(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdi
     return Verdict(status, summary, checks, dict(th), {"runtime_s": runtime}, ev.pod_files())
 
 
-def judge_same_gpu_pair(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str]) -> Verdict:
-    """FUNC-002: both pods on one GPU progressed and completed, and their run intervals overlapped.
+def sharing_pair(ev: Evidence, pods: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """Two pods of ``pods`` that ran on one GPU (by node and GPU UUID), and the placement seen.
 
-    Threshold ``func002_min_overlap_ratio``: overlap / shorter run interval (default 0.5).
+    Without any GPU identity (a host with no GPU) the first two pods are the pair; with identities but
+    no two pods on one GPU the pair is empty.
     """
-    a, b = (ev.pod(p) for p in pods)
+    placement = {p: (r.node, r.gpu) for p in pods if (r := ev.pod(p)) is not None}
+    if not any(g for _, g in placement.values()):
+        return list(pods[:2]), placement
+    groups: dict[tuple[str | None, str | None], list[str]] = {}
+    for p, where in placement.items():
+        if where[1] is not None:
+            groups.setdefault(where, []).append(p)
+    shared = next((names for names in groups.values() if len(names) >= 2), [])
+    return shared[:2], placement
+
+
+def judge_same_gpu_pair(
+    ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], pair: Sequence[str] | None = None
+) -> Verdict:
+    """FUNC-002: two pods on one GPU both progressed and completed, and their run intervals overlapped.
+
+    Every pod of the case must pass. Threshold ``func002_min_overlap_ratio``: overlap / shorter run
+    interval (default 0.5). ``pair``: the two pods meant to share a GPU (else any two that did). When
+    they did not share one, the case is SKIP (never PASS).
+    """
     checks = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, pods)]
-    gpus = {r.name: (r.node, r.gpu) for r in (a, b) if r is not None}
-    gpu_known = len(gpus) == 2 and all(g[1] is not None for g in gpus.values())
-    if gpu_known:
-        same = len(set(gpus.values())) == 1
-        checks.append(Check("same_gpu", "gpu(pod1) == gpu(pod2)", {"gpus": gpus}, same, "" if same else "different GPUs"))
+    found, placement = sharing_pair(ev, pods)
+    if pair is not None:
+        where = [placement.get(p) for p in pair]
+        known = all(w is not None and w[1] is not None for w in where)
+        found = list(pair) if (not known or where[0] == where[1]) else []
+    pair = found
+    metrics: dict[str, Any] = {"placement": {p: list(w) for p, w in placement.items()}}
+    if len(pair) < 2:
+        return Verdict(Status.SKIP, f"co-location on one GPU not obtained (placement {metrics['placement']})",
+                       checks, dict(th), metrics, ev.pod_files())
+    a, b = (ev.pod(p) for p in pair)
+    gpu_known = placement[pair[0]][1] is not None
     ratio = overlap_ratio(a, b) if a and b else None
     minimum = float(th["func002_min_overlap_ratio"])
     checks.append(
         Check(
             "intervals_overlap",
             f"overlap / shorter_interval >= {minimum}",
-            {"overlap_ratio": ratio, "intervals": {r.name: [r.started, r.finished] for r in (a, b) if r}},
+            {"pair": pair, "overlap_ratio": ratio, "intervals": {r.name: [r.started, r.finished] for r in (a, b) if r}},
             None if ratio is None else ratio >= minimum,
             "run intervals unknown" if ratio is None else ("" if ratio >= minimum else f"overlap {ratio:.2f}"),
         )
     )
-    status, summary = combine(checks, pass_summary="both pods progressed concurrently")
+    status, summary = combine(checks, pass_summary=f"{pair[0]} and {pair[1]} progressed concurrently on one GPU")
     if status is Status.PASS and not gpu_known:
         summary += " (no GPU on the host: same-GPU placement not applicable)"
-    runtimes = {p: pod_progress(ev, p)["runtime_s"] for p in pods}
-    metrics = {"overlap_ratio": ratio, **{f"runtime_s[{p}]": r for p, r in runtimes.items()}}
+    metrics.update({"overlap_ratio": ratio, **{f"runtime_s[{p}]": pod_progress(ev, p)["runtime_s"] for p in pair}})
     return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
 
 

@@ -351,6 +351,7 @@ class LabScheduler:
             if 1 <= value <= 100:
                 c.core = value
                 self.log("INFO", f"Applying initial compute limit for {c.namespace}/{c.pod}: {value}%")
+                self.send_core_limit(c, value)
             else:
                 self.log("WARN", f"Invalid compute limit for {c.namespace}/{c.pod}: {value} (must be 1-100)")
         self.log("INFO", f"Sent SCHED_ON to client {c.cid}")
@@ -371,11 +372,17 @@ class LabScheduler:
         tmp.replace(self.clients_dir / f"{c.cid}.limit")
         self.log("INFO", f"Sent UPDATE_LIMIT to client {c.cid}")
 
+    def send_core_limit(self, c: Client, core: int) -> None:
+        """Deliver UPDATE_CORE_LIMIT: the lab client hook reads ``<id16>.core`` and logs the library's line."""
+        tmp = self.clients_dir / f"{c.cid}.core.tmp"
+        tmp.write_text(f"{core}\n")
+        tmp.replace(self.clients_dir / f"{c.cid}.core")
+
     def unregister(self, c: Client) -> None:
         with self.lock:
             self.clients.pop(c.cid, None)
             self.disconnect_total += 1
-        for suffix in (".limit", ".mem"):
+        for suffix in (".limit", ".mem", ".core"):
             (self.clients_dir / f"{c.cid}{suffix}").unlink(missing_ok=True)
         self.log("INFO", f"Removing client {c.cid}")
 
@@ -396,6 +403,7 @@ class LabScheduler:
                     self.log("INFO", f"Sending UPDATE_CORE_LIMIT to client {c.cid}: {core}%")
                     with self.lock:
                         c.core = core
+                    self.send_core_limit(c, core)
                     self.log("INFO", f"Sent UPDATE_CORE_LIMIT to client {c.cid}")
                 mem = parse_memory_size(ann.get(n.annotation_memory_limit))
                 if mem > 0 and mem != c.mem_limit:

@@ -58,6 +58,8 @@ class _State:
         self.oversub = f"{self.prefix}ENABLE_SINGLE_OVERSUB" in env
         self.limit = parse_env_limit(env.get(f"{self.prefix}GPU_MEMORY_LIMIT"))
         self.limit_file = os.path.join(self.dir, f"{self.cid}.limit")
+        self.core_file = os.path.join(self.dir, f"{self.cid}.core")
+        self.core: int | None = None
         self.mem_file = os.path.join(self.dir, f"{self.cid}.mem")
         self.limit_mtime = 0.0
         self.allocated = 0
@@ -84,6 +86,29 @@ class _State:
         if new > 0 and new != self.limit:
             self.log("INFO", f"Memory limit updated: {self.limit} -> {new} bytes ({new / GIB:.2f} GiB)")
             self.limit = new
+
+    def refresh_core(self) -> None:
+        """The library's core-limit lines: ``Core limit = N%`` first, then ``... updated dynamically``."""
+        try:
+            with open(self.core_file) as fh:
+                core = int(fh.read().strip() or 0)
+        except (OSError, ValueError):
+            return
+        if core == self.core or not 1 <= core <= 100:
+            return
+        if self.core is None:
+            self.log("INFO", f"Core limit = {core}%")
+        else:
+            self.log("INFO", f"Core limit updated dynamically to {core}%")
+        self.core = core
+
+    def poll_forever(self) -> None:
+        """Like the library's receiver thread: apply UPDATE_LIMIT / UPDATE_CORE_LIMIT as they arrive."""
+        while True:
+            with self.lock:
+                self.refresh_limit()
+                self.refresh_core()
+            threading.Event().wait(0.5)
 
     def report(self) -> None:
         tmp = self.mem_file + ".tmp"
@@ -233,6 +258,7 @@ def install() -> None:
         _state.log("WARN", "Enabling GPU memory oversubscription for this application")
     if _state.limit > 0:
         _state.log("INFO", f"GPU memory limit set to {_state.limit} bytes ({_state.limit / GIB:.2f} GiB)")
+    threading.Thread(target=_state.poll_forever, name="xpushare-lab-client", daemon=True).start()
     if "torch" in sys.modules:
         patch_torch(sys.modules["torch"])
     else:

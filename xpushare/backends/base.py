@@ -109,6 +109,18 @@ class Backend(ABC):
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         """Wait until the pods run (or ended); return their records."""
 
+    def read_log(self, case_dir: Path, pod: str) -> str:
+        """The pod's output so far (for waits on a workload line; evidence is still taken by harvest)."""
+        raise NotImplementedError
+
+    def colocation_target(self) -> tuple[str | None, int]:
+        """Where to put pods that must share one GPU: ``(node, gpu_count)``.
+
+        ``node`` None means the backend places pods on one GPU itself (``PodSpec.same_gpu_as``);
+        otherwise ``gpu_count + 1`` pods pinned to ``node`` are certain to put two on one GPU.
+        """
+        return None, 1
+
     def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
         """Set annotations on a running pod; return the unix time of the call. Needs ``annotations``."""
         raise NotImplementedError(f"{self.mode} mode has no annotations")

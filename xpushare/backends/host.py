@@ -248,6 +248,14 @@ class HostBackend(Backend):
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
 
+    def read_log(self, case_dir: Path, pod: str) -> str:
+        p = self.placed.get(pod)
+        if p is None:
+            return ""
+        host = self.hosts[p.host]
+        res = host.run(["cat", f"{host.spawn_dir}/{p.spawn_name}.log"], timeout=30)
+        return res.stdout if res.ok else ""
+
     # -- evidence --------------------------------------------------------------------------------
     def _scheduler_host(self) -> Host:
         return next(iter(self.hosts.values()))
@@ -279,8 +287,10 @@ class HostBackend(Backend):
 
     def _harvest_node(self, case_dir: Path, name: str, host: Host) -> list[str]:
         files: list[str] = []
-        smi = host.run(["sh", "-c", "command -v nvidia-smi >/dev/null || { echo 'nvidia-smi: not found'; exit 0; }; "
-                        "nvidia-smi"], timeout=60)
+        smi = host.run(
+            ["sh", "-c", "command -v nvidia-smi >/dev/null || { echo 'nvidia-smi: not found'; exit 0; }; nvidia-smi"],
+            timeout=60,
+        )
         (case_dir / f"remote_{name}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
         files.append(f"remote_{name}_nvidia_smi.txt")
         for kind, local_name in (("dmon", f"remote_{name}_dmon.txt"),):
@@ -324,7 +334,7 @@ class HostBackend(Backend):
             files.append("scheduler.log")
         if sched.process_name:
             script = (
-                'p=$(pgrep -o -x "$1") || { echo "SCHEDULER_ALIVE=0"; exit 0; }; echo "SCHEDULER_ALIVE=1"; '
+                'p=$(pgrep -o -f "^(\\S*/)?$1( |\\$)") || { echo "SCHEDULER_ALIVE=0"; exit 0; }; echo "SCHEDULER_ALIVE=1"; '
                 'echo "PID=$p"; cat "/proc/$p/status"; echo "FD_COUNT=$(ls "/proc/$p/fd" | wc -l)"'
             )
             res = host.run(["sh", "-c", script, "sh", sched.process_name], timeout=30)
@@ -339,9 +349,7 @@ class HostBackend(Backend):
             except TransportError:
                 continue
         for host in self.hosts.values():
-            host.run(
-                ["sh", "-c", 'cd "$1" && rm -rf -- "$2"-*', "sh", host.spawn_dir, self.case_prefix], timeout=60
-            )
+            host.run(["sh", "-c", 'cd "$1" && rm -rf -- "$2"-*', "sh", host.spawn_dir, self.case_prefix], timeout=60)
 
     def close(self) -> None:
         for host in self.hosts.values():

@@ -9,11 +9,13 @@ collects; ``judge`` reads the case directory (through :class:`~xpushare.evidence
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xpushare import interrupt
 from xpushare.backends.base import Backend, PodRecord, PodSpec
 from xpushare.evidence import Evidence
 from xpushare.inventory import ClusterSpec
@@ -45,6 +47,23 @@ class CaseRun:
     cluster: ClusterSpec
     params: Mapping[str, Any]
     plan: dict[str, Any] = field(default_factory=dict)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, raising ``KeyboardInterrupt`` promptly on Ctrl-C."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            interrupt.check()
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        interrupt.check()
+
+    def wait_for_line(self, pod: str, marker: str, timeout_s: float, poll_s: float = 1.0) -> bool:
+        """Poll the pod's output until ``marker`` appears (e.g. the first QUOTA_PROBE line); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if marker in self.backend.read_log(self.case_dir, pod):
+                return True
+            self.sleep(poll_s)
+        return False
 
     def save_plan(self) -> None:
         (self.case_dir / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n", encoding="utf-8")

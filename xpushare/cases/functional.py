@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare import judge
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
+from xpushare import judge, judge_quota
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.evidence import Evidence
 from xpushare.model import Verdict
@@ -28,13 +28,35 @@ def _judge_single(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) 
     return judge.judge_single_pass(ev, th, pod=plan["pods"][0])
 
 
+def colocated_pair(
+    run: CaseRun, prefix: str, workload: str, first: dict[str, Any], second: dict[str, Any]
+) -> list[PodSpec]:
+    """Pods among which ``<prefix>-a`` and the last one are meant to share one GPU (``plan["pair"]``).
+
+    Host mode pins the second to the first's GPU. In Kubernetes the device plugin gives each pod the
+    least-loaded GPU of its node, so ``gpus + 1`` pods pinned to the node with the fewest GPUs bring the
+    last pod back to the first one's GPU; fillers in between carry no quota. The judgment confirms the
+    placement from the scheduler's registration lines and SKIPs when it did not happen.
+    """
+    node, gpus = run.backend.colocation_target()
+    a = run.pod(f"{prefix}-a", workload, **first)
+    if node is None:
+        pods = [a, run.pod(f"{prefix}-b", workload, same_gpu_as=a.name, **second)]
+    else:
+        a = run.pod(f"{prefix}-a", workload, node=node, **first)
+        fillers = [run.pod(f"{prefix}-fill{i}", workload, node=node) for i in range(1, max(1, gpus))]
+        pods = [a, *fillers, run.pod(f"{prefix}-z", workload, node=node, **second)]
+        run.plan["colocation"] = {"node": node, "gpus": gpus, "pods": len(pods)}
+    run.plan["pair"] = [pods[0].name, pods[-1].name]
+    return pods
+
+
 def _func002(run: CaseRun) -> None:
-    first = run.pod("w2-a", W2)
-    run.run_pods([first, run.pod("w2-b", W2, same_gpu_as=first.name)])
+    run.run_pods(colocated_pair(run, "w2", W2, {}, {}))
 
 
 def _judge_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge.judge_same_gpu_pair(ev, th, pods=plan["pods"])
+    return judge.judge_same_gpu_pair(ev, th, pods=plan["pods"], pair=plan.get("pair"))
 
 
 def _func003(run: CaseRun) -> None:
@@ -90,39 +112,228 @@ def _ample_quota(run: CaseRun) -> str:
 
 _K8S = frozenset({CAP_KUBERNETES})
 _LIB = frozenset({CAP_CLIENT_LIBRARY})
-_K8S_WORK = "the Kubernetes mode (FUNC-008..012 need pod annotations)"
 
-register(CaseDef("FUNC-001", "functional", "Baseline single task", "W2",
-                 "1 pod, no quota; wait until it ends", "pods/*.log (PASS, --- N seconds ---), pods.json",
-                 act=_func001, judge=_judge_single))
-register(CaseDef("FUNC-002", "functional", "Two tasks on one GPU", "W2",
-                 "2 pods pinned to the same GPU; wait until both end",
-                 "pods/*.log, pods.json (GPU, run intervals)",
-                 params={"func002_min_overlap_ratio": 0.5}, act=_func002, judge=_judge_pair))
-register(CaseDef("FUNC-003", "functional", "Spread across GPUs", "W2",
-                 "N pods (more than one GPU holds); wait until all end", "pods/*.log, pods.json (GPU per pod)",
-                 params={"func003_pods": 12}, act=_func003, judge=_judge_spread))
-register(CaseDef("FUNC-004", "functional", "Oversubscription off", "W1 (oversub)",
-                 "1 pod asks for oversub_factor x GPU memory without the oversub variable",
-                 "pods/*.log (cuMemAlloc rejected / CUDA out of memory), pods.json",
-                 requires=_LIB, params={"oversub_factor": 1.5}, act=_func004, judge=_judge_rejected))
-register(CaseDef("FUNC-005", "functional", "Oversubscription on", "W1 (oversub)",
-                 "the FUNC-004 workload with the oversub variable set",
-                 "pods/*.log, scheduler_proc.txt (scheduler alive)",
-                 requires=_LIB, params={"oversub_factor": 1.5}, act=_func005, judge=_judge_oversub_on))
-register(CaseDef("FUNC-006", "functional", "Static memory quota too low", "W2",
-                 "1 pod with <PREFIX>_GPU_MEMORY_LIMIT below its need (1Gi)",
-                 "pods/*.log (rejection / OOM), pods.json",
-                 requires=_LIB, params={"func006_memory_limit": "1Gi"}, act=_func006, judge=_judge_rejected))
-register(CaseDef("FUNC-007", "functional", "Static memory quota sufficient", "W2",
-                 "1 pod with <PREFIX>_GPU_MEMORY_LIMIT = 4Gi (T4) / 8Gi (A800)", "pods/*.log, pods.json",
-                 requires=_LIB, params={"func007_memory_limit": None}, act=_func007, judge=_judge_single))
-for _id, _title, _wl, _op in (
-    ("FUNC-008", "Static compute quota, single task", "W2", "1 pod each at gpu-core-limit 25/50/75%"),
-    ("FUNC-009", "Static compute quota, mixed on one GPU", "W2", "30% + 60% pods on one GPU"),
-    ("FUNC-010", "Dynamic memory quota up", "W2/W5", "annotate gpu-memory-limit 2Gi -> 4Gi while running"),
-    ("FUNC-011", "Dynamic memory quota down", "W2/W5", "annotate gpu-memory-limit 4Gi -> 2Gi while running"),
-    ("FUNC-012", "Dynamic compute quota", "W3/W5", "annotate gpu-core-limit 30 -> 80 -> 100 while running"),
-):
-    register(CaseDef(_id, "functional", _title, _wl, _op, "scheduler.log, pods/*.log, metrics",
-                     requires=_K8S, implemented_by=_K8S_WORK))
+register(
+    CaseDef(
+        "FUNC-001",
+        "functional",
+        "Baseline single task",
+        "W2",
+        "1 pod, no quota; wait until it ends",
+        "pods/*.log (PASS, --- N seconds ---), pods.json",
+        act=_func001,
+        judge=_judge_single,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-002",
+        "functional",
+        "Two tasks on one GPU",
+        "W2",
+        "2 pods pinned to the same GPU; wait until both end",
+        "pods/*.log, pods.json (GPU, run intervals)",
+        params={"func002_min_overlap_ratio": 0.5},
+        act=_func002,
+        judge=_judge_pair,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-003",
+        "functional",
+        "Spread across GPUs",
+        "W2",
+        "N pods (more than one GPU holds); wait until all end",
+        "pods/*.log, pods.json (GPU per pod)",
+        params={"func003_pods": 12},
+        act=_func003,
+        judge=_judge_spread,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-004",
+        "functional",
+        "Oversubscription off",
+        "W1 (oversub)",
+        "1 pod asks for oversub_factor x GPU memory without the oversub variable",
+        "pods/*.log (cuMemAlloc rejected / CUDA out of memory), pods.json",
+        requires=_LIB,
+        params={"oversub_factor": 1.5},
+        act=_func004,
+        judge=_judge_rejected,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-005",
+        "functional",
+        "Oversubscription on",
+        "W1 (oversub)",
+        "the FUNC-004 workload with the oversub variable set",
+        "pods/*.log, scheduler_proc.txt (scheduler alive)",
+        requires=_LIB,
+        params={"oversub_factor": 1.5},
+        act=_func005,
+        judge=_judge_oversub_on,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-006",
+        "functional",
+        "Static memory quota too low",
+        "W2",
+        "1 pod with <PREFIX>_GPU_MEMORY_LIMIT below its need (1Gi)",
+        "pods/*.log (rejection / OOM), pods.json",
+        requires=_LIB,
+        params={"func006_memory_limit": "1Gi"},
+        act=_func006,
+        judge=_judge_rejected,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-007",
+        "functional",
+        "Static memory quota sufficient",
+        "W2",
+        "1 pod with <PREFIX>_GPU_MEMORY_LIMIT = 4Gi (T4) / 8Gi (A800)",
+        "pods/*.log, pods.json",
+        requires=_LIB,
+        params={"func007_memory_limit": None},
+        act=_func007,
+        judge=_judge_single,
+    )
+)
+W5 = "w5_quota_probe"
+_DYNAMIC = {"dynamic_max_latency_s": 15, "dynamic_step_s": 30, "probe_interval_s": 10}
+
+
+def _func008(run: CaseRun) -> None:
+    run.plan["quota_pods"] = {}
+    for q in run.params["func008_quotas"]:
+        spec = run.pod(f"w2-q{q}", W2, core_limit=int(q))
+        run.plan["quota_pods"][str(q)] = spec.name
+        run.run_pods([spec])
+
+
+def _func009(run: CaseRun) -> None:
+    run.run_pods(colocated_pair(run, "w2", W2, {"core_limit": 30}, {"core_limit": 60}))
+
+
+def _dynamic(run: CaseRun, initial: dict[str, Any], changes: list[tuple[str, str, int]]) -> None:
+    """One W5 pod; after it runs, annotate each change and hold ``dynamic_step_s`` before the next."""
+    step = float(run.params["dynamic_step_s"])
+    duration = step * (len(changes) + 1) + step / 2
+    args = ("--duration-s", f"{duration:g}", "--interval-s", str(run.params["probe_interval_s"]))
+    spec = run.pod("w5", W5, args=args, **initial)
+    run.plan.update(
+        pods=[spec.name],
+        namespace=run.cluster.namespace,
+        changes=[{"key": k, "value": v, "new": n} for k, v, n in changes],
+    )
+    run.save_plan()
+    run.backend.start_pods(run.case_dir, [spec])
+    run.backend.wait_running(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    # Phases start when the probe loop runs (imports under a low quota can take a while).
+    run.plan["probe_started"] = run.wait_for_line(
+        spec.name, "[XPUSHARE][QUOTA_PROBE]", float(run.params["pod_timeout_s"])
+    )
+    run.sleep(step)
+    for key, value, _new in changes:
+        run.backend.annotate(run.case_dir, spec.name, {key: value})
+        run.sleep(step)
+    run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+
+
+def _func010(run: CaseRun) -> None:
+    _dynamic(run, {"memory_limit": "4Gi"}, [("memory", "8Gi", 8 * 2**30)])
+
+
+def _func011(run: CaseRun) -> None:
+    _dynamic(run, {"memory_limit": "8Gi"}, [("memory", "2Gi", 2 * 2**30)])
+
+
+def _func012(run: CaseRun) -> None:
+    _dynamic(run, {"core_limit": 30}, [("core", "80", 80), ("core", "100", 100)])
+
+
+def _judge_mem_up(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=True)
+
+
+def _judge_mem_down(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=False)
+
+
+register(
+    CaseDef(
+        "FUNC-008",
+        "functional",
+        "Static compute quota, single task",
+        "W2",
+        "1 pod at a time with gpu-core-limit 25, 50, 75 %",
+        "pods/*.log runtimes (d25 > d50 > d75)",
+        requires=_K8S,
+        params={"func008_quotas": [25, 50, 75]},
+        act=_func008,
+        judge=judge_quota.judge_static_compute,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-009",
+        "functional",
+        "Static compute quota, mixed on one GPU",
+        "W2",
+        "30 % and 60 % pods on one GPU (placement confirmed from registration lines)",
+        "pods/*.log runtimes, gpu_mapping.txt",
+        requires=_K8S,
+        act=_func009,
+        judge=judge_quota.judge_mixed_compute,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-010",
+        "functional",
+        "Dynamic memory quota up",
+        "W5",
+        "W5 with gpu-memory-limit 4Gi; annotate 8Gi while it runs",
+        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated), annotations.jsonl",
+        requires=_K8S,
+        params=dict(_DYNAMIC),
+        act=_func010,
+        judge=_judge_mem_up,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-011",
+        "functional",
+        "Dynamic memory quota down",
+        "W5",
+        "W5 with gpu-memory-limit 8Gi; annotate 2Gi while it runs",
+        "scheduler.log, pods/*.log, scheduler_proc.txt, annotations.jsonl",
+        requires=_K8S,
+        params=dict(_DYNAMIC),
+        act=_func011,
+        judge=_judge_mem_down,
+    )
+)
+register(
+    CaseDef(
+        "FUNC-012",
+        "functional",
+        "Dynamic compute quota",
+        "W5",
+        "W5 with gpu-core-limit 30; annotate 80, then 100 while it runs",
+        "scheduler.log (Compute limit changed), pods/*.log (QUOTA_PROBE, Core limit updated)",
+        requires=_K8S,
+        params={**_DYNAMIC, "func012_min_gain": 1.3, "func012_max_drop": 0.1},
+        act=_func012,
+        judge=judge_quota.judge_dynamic_compute,
+    )
+)

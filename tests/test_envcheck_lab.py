@@ -1,0 +1,142 @@
+"""envcheck against the labs: SSH fan-out to real sshd daemons, and in-cluster mode through the real kubectl.
+
+No GPU in the labs: the GPU steps run as the CPU smoke test (``envcheck_cpu_smoke``: gloo, tiny sizes),
+which drives the same paths as on GPUs (scripts copied over SFTP, torchrun over SSH, address and port
+discovery, cross-node rendezvous; DaemonSet, pinned pods, pod logs, cleanup). One process per node
+(``envcheck_smoke_procs=1``) and no cuBLAS step over SSH keep the labs fast; cuBLAS and the single-node
+all-reduce with two ranks run in ``test_envcheck_scripts.py`` (and cuBLAS in the k8s test here). The lab
+API server serves no Jobs, so in-cluster GPU steps are plain Pods.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.lab.cluster import LabCluster
+from tests.lab.sshd import SshLab
+from xpushare.envcheck import envcheck_task
+from xpushare.envcheck.manifests import APP, LABEL_APP
+from xpushare.inventory import ClusterSpec, HostSpec
+from xpushare.kube import Kubectl
+from xpushare.status import ExitStatus
+
+pytest_plugins = ["tests.lab.fixtures"]
+pytestmark = pytest.mark.lab
+
+SMOKE = ["envcheck_cpu_smoke=true", "envcheck_smoke_procs=1", "envcheck_probe_torch=false",
+         "envcheck_freeze_source=metadata", "envcheck_step_timeout_s=120"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fleet(root: Path, run_id: str) -> dict[str, Any]:
+    return json.loads((root / ".tmplog" / run_id / "envcheck" / "fleet.json").read_text())
+
+
+def test_ssh_fan_out_with_cross_node_and_an_unreachable_node(ssh_lab: SshLab, tmp_path: Path) -> None:
+    known = ssh_lab.write_known_hosts(tmp_path / "known_hosts")
+    hosts: dict[str, Any] = {}
+    for name in ("lab-node1", "lab-node2"):
+        h = ssh_lab.host(name)
+        hosts[name] = {"address": h.address, "port": h.port, "roles": ["gpu"]}
+    hosts["lab-node3"] = {"address": "127.0.0.14", "port": ssh_lab.closed_port("127.0.0.14"), "roles": ["gpu"]}
+    h1 = ssh_lab.host("lab-node1")
+    inventory = {
+        "defaults": {"ssh": {"user": h1.user, "identity": str(h1.identity), "known_hosts": str(known),
+                             "host_key_policy": "strict", "connect_timeout": 3, "connect_retries": 1}},
+        "clusters": {"lab": {"mode": "host", "python": sys.executable, "workdir": str(tmp_path / "remote"),
+                             "hosts": {"lab-master": {"address": "127.0.0.11", "port": ssh_lab.host("lab-master").port,
+                                                      "roles": ["master"]}, **hosts}}},
+    }
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump(inventory))
+    out = io.StringIO()
+    status = envcheck_task("lab", inventory_path=str(inv), run_id="ssh1", root=tmp_path, forks=2, out=out,
+                           overrides=[*SMOKE, "envcheck_cublas=false"])  # cuBLAS runs in the k8s test
+    text = out.getvalue()
+    assert status is ExitStatus.UNREACHABLE, text
+    report = fleet(tmp_path, "ssh1")
+    by_node = {n["node"]: n for n in report["nodes"]}
+    assert sorted(by_node) == ["lab-node1", "lab-node2", "lab-node3"]  # the master is no gpu host
+    assert by_node["lab-node3"]["status"] == "ERROR" and by_node["lab-node3"]["unreachable"]
+    for name in ("lab-node1", "lab-node2"):
+        steps = by_node[name]["steps"]
+        assert by_node[name]["status"] == "PASS", by_node[name]
+        assert steps["cublas"] == {**steps["cublas"], "status": "SKIP", "summary": "envcheck_cublas is false"}
+        assert steps["nccl"]["status"] == "SKIP" and "1 GPU(s)" in steps["nccl"]["summary"]
+        files = {p.name for p in (tmp_path / ".tmplog" / "ssh1" / "envcheck" / "lab" / name).iterdir()}
+        assert files == {"stack.json", "stack.log", "verdict.json"}
+    assert {p.name for p in (tmp_path / "remote" / "envcheck").iterdir()} == {
+        "stack_probe.py", "cublas_bf16.py", "nccl_allreduce.py", "node_steps.py"}  # no temp file left
+    cross = report["cross_node"]
+    assert cross["status"] == "PASS", cross
+    assert cross["metrics"]["world_size"] == 2 and cross["metrics"]["nnodes"] == 2
+    assert "MASTER_ADDR=127.0.0.12:" in text
+    assert report["deviating_nodes"] == {} and report["majority"]["gpu_count"]["total"] == 2
+    md = (tmp_path / ".tmplog" / "ssh1" / "envcheck" / "fleet-report.md").read_text()
+    assert "lab-node3" in md and "cross-node all-reduce over 2 rank(s)" in md
+
+
+def lab_spec(lab: LabCluster, kubectl: Kubectl) -> ClusterSpec:
+    return ClusterSpec(name="kube-lab", mode="k8s", sut="xpushare", backend="cuda", gpu_model=None,
+                       gpu_memory_gib=None, hosts=(HostSpec(name="lab-master", roles=("master",), local=True),),
+                       kubeconfig=kubectl.kubeconfig, context=kubectl.context, kubectl=kubectl.kubectl,
+                       python=sys.executable)
+
+
+def leftovers(kubectl: Kubectl) -> list[str]:
+    pods = kubectl.list_pods(f"{LABEL_APP}={APP}")
+    dss = kubectl.get_json(["get", "daemonsets", "-l", f"{LABEL_APP}={APP}"]).get("items") or []
+    return [p.name for p in pods if p.deletion_timestamp is None] + [d["metadata"]["name"] for d in dss]
+
+
+def test_in_cluster_daemonset_pods_and_cross_node(lab_cluster: LabCluster, lab_kubectl: Kubectl,
+                                                  tmp_path: Path) -> None:
+    out = io.StringIO()
+    status = envcheck_task("kube-lab", mode="k8s", run_id="k8s1", root=tmp_path, out=out,
+                           cluster_spec=lab_spec(lab_cluster, lab_kubectl), kubectl=lab_kubectl,
+                           overrides=[*SMOKE, "envcheck_scripts=image", f"envcheck_master_port={free_port()}"])
+    text = out.getvalue()
+    assert status is ExitStatus.OK, text
+    report = fleet(tmp_path, "k8s1")
+    assert [n["node"] for n in report["nodes"]] == ["lab-node1", "lab-node2"]
+    for node in report["nodes"]:
+        assert node["status"] == "PASS", node
+        assert node["steps"]["cublas"]["status"] == "PASS"
+        stack = json.loads((tmp_path / ".tmplog" / "k8s1" / "envcheck" / "kube-lab" / node["node"] /
+                            "stack.json").read_text())
+        assert stack["node"] == node["node"]  # XPUSHARE_ENVCHECK_NODE from the downward API
+    assert report["cross_node"]["status"] == "PASS"
+    assert f"MASTER_ADDR={lab_cluster.node_address('lab-node1')}:" in text
+    assert "plain Pods" in report["notes"][0]
+    assert leftovers(lab_kubectl) == []
+
+
+def test_in_cluster_limit_and_a_broken_interpreter(lab_cluster: LabCluster, lab_kubectl: Kubectl,
+                                                   tmp_path: Path) -> None:
+    out = io.StringIO()
+    status = envcheck_task("kube-lab", mode="k8s", run_id="k8s2", root=tmp_path, out=out, limit="lab-node2",
+                           cluster_spec=lab_spec(lab_cluster, lab_kubectl), kubectl=lab_kubectl,
+                           overrides=[*SMOKE, "envcheck_scripts=image", "envcheck_python=/nonexistent/python3",
+                                      "envcheck_step_timeout_s=3", "envcheck_pod_timeout_s=10"])
+    assert status is ExitStatus.FAILED, out.getvalue()
+    report = fleet(tmp_path, "k8s2")
+    assert [n["node"] for n in report["nodes"]] == ["lab-node2"]
+    node = report["nodes"][0]
+    assert node["status"] == "ERROR" and node["steps"]["stack"]["status"] == "ERROR"
+    summary = node["steps"]["stack"]["summary"]
+    assert "no 'stack' result" in summary and "StartError" in summary, summary
+    assert report["cross_node"] is None
+    assert leftovers(lab_kubectl) == []

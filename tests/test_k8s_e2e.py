@@ -1,0 +1,135 @@
+"""Kubernetes mode end to end: real SSH to the lab hosts, real kubectl on the lab master, the lab cluster.
+
+`invoke func --cluster lab` reaches the expected verdicts on a healthy lab; a broken lab (annotations
+ignored, quota not enforced, scheduler down) turns exactly the right cases to FAIL.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.sshd import SshLab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    if find_kubectl() is None:
+        pytest.skip("kubectl not installed")
+    block, lock = reserve_address_block()
+    lab = LabCluster(tmp_path_factory.mktemp("e2e-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, **lab_plan(block))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.stop()
+        lock.close()
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_inventory(tmp_path_factory.mktemp("e2e-inv") / "inventory.yaml", ssh_lab, kube_lab)
+
+
+def run_func(
+    inventory: Path, root: Path, run_id: str, *cases: str, timeout: float = 900
+) -> subprocess.CompletedProcess:
+    args = [a for c in cases for a in ("--case", c)]
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "func",
+            "--cluster",
+            "lab",
+            "--inventory",
+            str(inventory),
+            "--run-id",
+            run_id,
+            "--root",
+            str(root),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def results(root: Path, run_id: str) -> dict[str, dict]:
+    base = root / ".tmplog" / run_id / "xpushare" / "lab" / "functional"
+    return {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/result.json")}
+
+
+def test_healthy_lab_functional_suite(lab_inventory: Path, tmp_path: Path) -> None:
+    proc = run_func(lab_inventory, tmp_path, "healthy", *(f"FUNC-{i:03d}" for i in range(1, 13)))
+    got = results(tmp_path, "healthy")
+    statuses = {k: v["status"] for k, v in got.items()}
+    assert statuses == {f"FUNC-{i:03d}": "PASS" for i in range(1, 13)}, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0
+    f2 = got["FUNC-002"]
+    assert f2["kubectl_calls"] > 0
+    case = tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-012"
+    for name in (
+        "scheduler.log",
+        "metrics.txt",
+        "metrics_health.txt",
+        "scheduler_proc.txt",
+        "cluster_snapshot.txt",
+        "device-plugin.log",
+        "gpu_mapping.txt",
+        "annotations.jsonl",
+    ):
+        assert (case / name).is_file(), name
+    assert "HTTP_CODE=200" in (case / "metrics_health.txt").read_text()
+    latencies = got["FUNC-012"]["metrics"]["latency_s"]
+    assert set(latencies) == {"80", "100"} and all(0 <= v <= 15 for v in latencies.values())
+    # Evidence of the pods that shared a GPU in FUNC-009 comes from the registration lines.
+    mapping = (tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-009/gpu_mapping.txt").read_text()
+    assert "GPU-lab-" in mapping
+
+
+def test_ignored_annotations_fail_the_dynamic_cases(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    kube_lab.set_faults(None, ignore_annotations=True)
+    try:
+        proc = run_func(lab_inventory, tmp_path, "noann", "FUNC-010", "FUNC-012")
+    finally:
+        kube_lab.set_faults(None, ignore_annotations=False)
+    got = results(tmp_path, "noann")
+    assert got["FUNC-010"]["status"] == "FAIL" and "memory_change_logged" in got["FUNC-010"]["summary"]
+    assert got["FUNC-012"]["status"] == "FAIL" and "compute_change_logged" in got["FUNC-012"]["summary"]
+    assert proc.returncode == 1
+
+
+def test_quota_not_enforced_fails_static_compute(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    kube_lab.set_faults(None, no_enforcement=True)
+    try:
+        run_func(lab_inventory, tmp_path, "noenf", "FUNC-008")
+    finally:
+        kube_lab.set_faults(None, no_enforcement=False)
+    got = results(tmp_path, "noenf")
+    assert got["FUNC-008"]["status"] == "FAIL", got["FUNC-008"]["summary"]
+
+
+def test_scheduler_down_fails_oversub_case(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    kube_lab.set_faults(None, scheduler_down=True)
+    try:
+        run_func(lab_inventory, tmp_path, "down", "FUNC-005")
+    finally:
+        kube_lab.set_faults(None, scheduler_down=False)
+        for node in kube_lab.nodes:
+            kube_lab.wait_scheduler(node, up=True, timeout_s=30)
+    got = results(tmp_path, "down")
+    assert got["FUNC-005"]["status"] == "FAIL" and "scheduler_alive" in got["FUNC-005"]["summary"]

@@ -1,0 +1,150 @@
+"""``invoke metrics-check`` against the lab scheduler (tests/lab/labscheduler.py) over real HTTP.
+
+The lab scheduler serves the SUT's metric families on ``<scheduler pod IP>:9402``; its broken-lab
+switches make the exporter drop families (``metrics_missing``) or stop (``scheduler_down``). The
+under-load part starts real probe pods (workloads/w5_quota_probe.py) with the real kubectl.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import urllib.request
+
+import pytest
+
+from tests.lab.cluster import LabCluster, find_kubectl
+from xpushare import metrics_check as mc
+from xpushare.collect.metrics import parse_exposition
+from xpushare.inventory import ClusterSpec, HostSpec
+from xpushare.kube import Kubectl
+from xpushare.status import ExitStatus
+from xpushare.transport import LocalHost
+
+pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
+pytestmark = [pytest.mark.lab]
+
+NODE = "lab-node1"
+
+
+def page(lab: LabCluster, node: str) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(lab.scheduler_url(node), timeout=5) as resp:
+        return resp.read().decode()
+
+
+def wait_idle(lab: LabCluster, node: str, timeout_s: float = 20.0) -> None:
+    """Wait until no client is registered on the node (pods of earlier tests may still be going)."""
+    deadline = time.monotonic() + timeout_s
+    while parse_exposition(page(lab, node)).values("client_info"):
+        if time.monotonic() > deadline:
+            pytest.fail(f"clients still registered on {node} after {timeout_s} s")
+        time.sleep(0.2)
+
+
+def failed_items(text: str) -> set[str]:
+    return {line.split("  ")[0].strip() for line in text.splitlines() if line.endswith("  FAIL")}
+
+
+def run(url: str, **kw: object) -> tuple[ExitStatus, str]:
+    buf = io.StringIO()
+    status = mc.run_metrics_check(url, out=buf, **kw)  # type: ignore[arg-type]
+    return status, buf.getvalue()
+
+
+def test_healthy_lab_scheduler_passes(lab_cluster: LabCluster) -> None:
+    wait_idle(lab_cluster, NODE)
+    status, text = run(lab_cluster.scheduler_url(NODE))
+    assert status is ExitStatus.OK, text
+    assert "15/15 PASS" in text
+    assert "36 HELP, 36 TYPE" in text
+
+
+def test_curl_fetcher_through_the_transport(lab_cluster: LabCluster) -> None:
+    """The cluster path: curl on a node (here this machine's transport) captures status and Content-Type."""
+    wait_idle(lab_cluster, NODE)
+    fetch = mc.curl_fetcher(LocalHost("lab-node1"), timeout_s=5)
+    status, ctype, _body = fetch(lab_cluster.scheduler_url(NODE, "/metrics"))
+    assert (status, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8")
+    assert fetch(lab_cluster.scheduler_url(NODE, "/nope"))[0] == 404
+    code, text = run(lab_cluster.scheduler_url(NODE), fetch=fetch)
+    assert code is ExitStatus.OK, text
+
+
+def test_metrics_missing_fails_the_right_lines(lab_faults: LabCluster) -> None:
+    wait_idle(lab_faults, NODE)
+    lab_faults.set_faults(NODE, metrics_missing=True)  # drops client_info, gpu_utilization_ratio, messages_total
+    status, text = run(lab_faults.scheduler_url(NODE))
+    assert status is ExitStatus.FAILED, text
+    assert failed_items(text) == {"counters declared counter", "required families exported",
+                                  "idle: no client_info series"}, text
+    assert "33 HELP, 33 TYPE" in text
+    assert "messages_total=absent" in text and "gpu_utilization_ratio" in text
+
+
+def test_scheduler_down_is_unreachable(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
+    node = "lab-node2"
+    names = lab_faults.names
+    lab_faults.set_faults(node, scheduler_down=True)
+    try:
+        lab_faults.wait_scheduler(node, up=False, timeout_s=5)
+        status, text = run(lab_faults.scheduler_url(node))
+        assert status is ExitStatus.UNREACHABLE, text
+        assert "UNREACHABLE: no response from http://" in text
+        assert "/healthz answers 200 OK" in failed_items(text)
+    finally:
+        lab_faults.set_faults(node, scheduler_down=False)
+        sched = [p for p in lab_kubectl.list_pods(names.scheduler_label, namespace=names.namespace) if p.node == node]
+        for p in sched:  # skip the crash-loop back-off
+            lab_kubectl.delete(name=p.name, namespace=names.namespace, timeout_s=20)
+        lab_faults.wait_scheduler(node, up=True, timeout_s=15)
+
+
+def lab_spec(lab: LabCluster) -> ClusterSpec:
+    kubectl = find_kubectl()
+    assert kubectl is not None
+    hosts = (HostSpec("lab-master", ("master",), local=True),
+             *(HostSpec(n, ("gpu",), address=lab.node_address(n), local=True) for n in lab.nodes))
+    return ClusterSpec(name="lab", mode="k8s", sut=lab.generation, backend="cuda", gpu_model=None,
+                       gpu_memory_gib=None, hosts=hosts, kubeconfig=str(lab.kubeconfig_path), context="lab",
+                       kubectl=kubectl)
+
+
+def test_cluster_task_with_probe_load(lab_cluster: LabCluster, lab_kubectl: Kubectl) -> None:
+    """`invoke metrics-check --cluster lab`: scheduler pod found with kubectl, idle part, then 1 and 2 probe pods."""
+    wait_idle(lab_cluster, NODE)
+    buf = io.StringIO()
+    status = mc.metrics_check_task(None, lab_spec(lab_cluster), load=True, out=buf, settle_s=30)
+    text = buf.getvalue()
+    assert status is ExitStatus.OK, text
+    assert f"on node {NODE} ({lab_cluster.scheduler_address(NODE)})" in text
+    for n in (1, 2):
+        for item in ("client_info per client", "client host_pid is a real host pid", "managed allocation",
+                     "NVML per-process memory", "GPU utilization under load", "REGISTER messages counted",
+                     "core quota per client", "GPU process count"):
+            assert f"load {n}: {item}" in text
+    assert "core_quota_config_percent = 50" in text
+    # the probes are gone afterwards
+    assert lab_kubectl.list_pods(f"{mc.RUN_LABEL}") == [] or all(
+        p.deletion_timestamp is not None for p in lab_kubectl.list_pods(mc.RUN_LABEL))
+
+
+def test_cluster_task_refuses_bad_flags(lab_cluster: LabCluster) -> None:
+    from xpushare.errors import UsageError
+
+    with pytest.raises(UsageError):
+        mc.metrics_check_task("http://127.0.0.1:1", lab_spec(lab_cluster), load=False)
+    with pytest.raises(UsageError):
+        mc.metrics_check_task("http://127.0.0.1:1", None, load=True)
+
+
+def test_load_lines_fail_when_client_families_vanish(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
+    """A broken exporter under load: without client_info the load lines FAIL (and the probes are removed)."""
+    wait_idle(lab_faults, NODE)
+    lab_faults.set_faults(NODE, metrics_missing=["client_info"])
+    probe = mc.KubeProbeLoad(lab_kubectl, lab_faults.names, node=NODE, timeout_s=60)
+    scrape = mc.metrics_scraper(lab_faults.scheduler_url(NODE), mc.urllib_fetcher(5))
+    lines = mc.run_load_checks(scrape, probe, steps=(1,), settle_s=2, poll_s=0.5)
+    assert [ln.item for ln in lines if not ln.ok] == ["load 1: client_info per client"]
+    left = [p for p in lab_kubectl.list_pods(f"{mc.RUN_LABEL}={probe.run_id}") if p.deletion_timestamp is None]
+    assert left == []

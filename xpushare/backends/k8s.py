@@ -1,0 +1,487 @@
+"""Kubernetes mode: workloads are pods created with kubectl on the cluster's master; evidence from
+kubectl, the GPU nodes (over SSH) and the scheduler's metrics endpoint.
+
+Evidence of a case (seed 000 sections 13 and 17.1; issue "Evidence in k8s mode"):
+
+* ``pods/<pod>.log`` (``kubectl logs --timestamps --tail=-1``, one call for all pods), ``pods.json``;
+* ``scheduler.log``: ``kubectl logs -f`` of the scheduler pods started in the background on the master
+  for the whole case and pulled at the end (fallback: a ``--since-time`` fetch); ``device-plugin.log``;
+* ``metrics.txt`` / ``metrics_health.txt``: ``curl`` from the GPU node to the scheduler pod **on the node
+  where the case's pods ran** (``<pod IP>:9402``);
+* ``scheduler_proc.txt``: the scheduler's ``/proc/<pid>/status`` and FD count, read on that node;
+* ``remote_<node>_nvidia_smi.txt`` and ``remote_<node>_dmon.txt`` (dmon for the case's whole duration);
+* ``cluster_snapshot.txt``; ``gpu_mapping.txt``: pod -> GPU UUID from the scheduler's
+  ``Registered client ... on GPU <uuid> with Pod name = ...`` lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xpushare import interrupt
+from xpushare.backends.base import (
+    CAP_ANNOTATIONS,
+    CAP_CLIENT_LIBRARY,
+    CAP_KUBERNETES,
+    Backend,
+    PodRecord,
+    PodSpec,
+    read_pod_records,
+    write_pod_records,
+)
+from xpushare.collect import procstat
+from xpushare.collect.scheduler_log import parse_text
+from xpushare.errors import TransportError, XpushareError
+from xpushare.inventory import ClusterSpec
+from xpushare.kube import Kubectl, KubeError, KubePodStuck, KubeTimeout, Pod
+from xpushare.sut import sut_names
+from xpushare.transport import Host, connect
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+MANAGED_BY = "app.kubernetes.io/managed-by=xpushare"
+
+#: Defaults of the k8s parameters (a cluster's inventory ``params`` override them).
+K8S_DEFAULTS: dict[str, Any] = {
+    "pod_image": "registry.cn-hangzhou.aliyuncs.com/lgytest1/xpushare:pytorch-add-small-5fed3e5b",
+    "pod_python": "python3",
+    "pod_workload_dir": "/opt/xpushare/workloads",
+    "pod_workload_configmap": True,
+    "poll_s": 2.0,
+    "metrics_port": 9402,
+    "vgpus_per_gpu": 10,
+}
+
+
+def dns1123(text: str, limit: int = 63) -> str:
+    """A DNS-1123 label: lower case alphanumerics and '-', at most ``limit`` characters."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return name[:limit].rstrip("-") or "x"
+
+
+def label_value(text: str) -> str:
+    """A valid label value (alphanumerics, '-', '_', '.', at most 63, alphanumeric at both ends)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
+    return value.strip("-_.") or "x"
+
+
+class K8sBackend(Backend):
+    """Pods on a Kubernetes cluster running nvshare / xpushare."""
+
+    mode = "k8s"
+    capabilities = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY})
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+        self.names = sut_names(cluster.sut)
+        self.params = {**K8S_DEFAULTS, **{k: v for k, v in cluster.params.items() if k in K8S_DEFAULTS}}
+        masters = cluster.by_role("master")
+        self.master_spec = masters[0]
+        self.master = connect(self.master_spec)
+        self.kubectl = Kubectl(
+            self.master,  # type: ignore[arg-type]
+            kubectl=cluster.kubectl,
+            kubeconfig=cluster.kubeconfig,
+            context=cluster.context,
+            namespace=cluster.namespace,
+        )
+        self.gpu_specs = {h.name: h for h in cluster.by_role("gpu")}
+        self.gpu_hosts: dict[str, Host] = {}
+        self.node_host: dict[str, str] = {}
+        self.smi_hosts: set[str] = set()
+        self.run_id = ""
+        self.case_id = ""
+        self.case_start = datetime.now(timezone.utc)
+        self.prefix = ""
+        self.stream_name = ""
+        self.pods: list[PodSpec] = []
+
+    def kubectl_calls(self) -> int | None:
+        return self.kubectl.calls
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _gpu_host(self, name: str) -> Host:
+        if name not in self.gpu_hosts:
+            self.gpu_hosts[name] = connect(self.gpu_specs[name])
+        return self.gpu_hosts[name]
+
+    def _host_for_node(self, node: str | None) -> str | None:
+        """The inventory GPU host of a Kubernetes node: same name, else same address as its InternalIP."""
+        if node is None:
+            return None
+        return self.node_host.get(node)
+
+    def selector(self, case_id: str | None = None) -> str:
+        sel = f"{MANAGED_BY},xpushare/run-id={label_value(self.run_id)}"
+        return f"{sel},xpushare/case={label_value((case_id or self.case_id).lower())}"
+
+    # -- run level ---------------------------------------------------------------------------------
+    def prepare_run(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.kubectl.delete(MANAGED_BY, wait=True, timeout_s=120)  # leftovers carrying our label only
+        by_address: dict[str, str] = {}
+        for spec in self.gpu_specs.values():
+            by_address[spec.address or spec.name] = spec.name
+        for node in self.kubectl.list_nodes():
+            if node.name in self.gpu_specs:
+                self.node_host[node.name] = node.name
+            elif node.internal_ip and node.internal_ip in by_address:
+                self.node_host[node.name] = by_address[node.internal_ip]
+        for name in self.gpu_specs:
+            try:
+                res = self._gpu_host(name).run(["sh", "-c", "command -v nvidia-smi"], timeout=30)
+            except TransportError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
+                continue
+            if res.ok:
+                self.smi_hosts.add(name)
+        if self.params["pod_workload_configmap"]:
+            self._apply_workloads_configmap()
+
+    def _configmap_name(self) -> str:
+        return dns1123(f"xpushare-workloads-{self.run_id}")
+
+    def _apply_workloads_configmap(self) -> None:
+        doc = yaml.safe_load((MANIFESTS / "workloads-configmap.yaml").read_text(encoding="utf-8"))
+        doc["metadata"]["name"] = self._configmap_name()
+        doc["metadata"]["labels"]["xpushare/run-id"] = label_value(self.run_id)
+        doc["data"] = {p.name: p.read_text(encoding="utf-8") for p in sorted(WORKLOADS.glob("*.py"))}
+        self.kubectl.apply(yaml.safe_dump(doc, sort_keys=False))
+
+    # -- case level --------------------------------------------------------------------------------
+    def begin_case(self, case_dir: Path, case_id: str) -> None:
+        self.case_id = case_id
+        self.case_start = datetime.now(timezone.utc)
+        self.pods = []
+        self.prefix = dns1123(f"xp-{self.run_id}-{case_id}", 200)
+        self.stream_name = f"{self.prefix}-schedlog"
+        argv = self.kubectl.logs_follow_argv(
+            self.names.scheduler_label, self.case_start, namespace=self.names.namespace
+        )
+        try:
+            self.master.spawn(self.stream_name, argv)
+        except TransportError as exc:
+            print(f"warning: scheduler log stream not started ({exc}); falling back to --since-time", file=sys.stderr)
+            self.stream_name = ""
+        for name in sorted(self.smi_hosts):
+            try:
+                self._gpu_host(name).spawn(f"{self.prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+            except TransportError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
+
+    def render_pod(self, spec: PodSpec) -> dict[str, Any]:
+        """The pod manifest of a :class:`PodSpec` (manifests/pod.yaml filled in structurally)."""
+        doc = copy.deepcopy(yaml.safe_load((MANIFESTS / "pod.yaml").read_text(encoding="utf-8")))
+        meta, pod_spec = doc["metadata"], doc["spec"]
+        meta["name"] = dns1123(spec.name)
+        meta["namespace"] = self.cluster.namespace
+        meta["labels"].update(
+            {"xpushare/run-id": label_value(self.run_id), "xpushare/case": label_value(self.case_id.lower())}
+        )
+        if spec.core_limit is not None:
+            meta["annotations"][self.names.annotation_core_limit] = str(spec.core_limit)
+        if spec.memory_limit is not None:
+            meta["annotations"][self.names.annotation_memory_limit] = str(spec.memory_limit)
+        if spec.node:
+            pod_spec["nodeName"] = spec.node
+        elif spec.same_gpu_as:
+            other = next((p for p in self.pods if p.name == spec.same_gpu_as), None)
+            if other is not None and other.node:
+                pod_spec["nodeName"] = other.node
+        container = pod_spec["containers"][0]
+        container["image"] = self.params["pod_image"]
+        workdir = str(self.params["pod_workload_dir"])
+        container["command"] = [str(self.params["pod_python"]), "-u", f"{workdir}/{spec.workload}.py", *spec.args]
+        env = {self.names.env_debug: "1", "PYTHONUNBUFFERED": "1"}
+        if spec.oversub:  # presence-based: the variable is left out to disable it
+            env[self.names.env_oversub] = "1"
+        if spec.memory_limit_env:
+            env[self.names.env_memory_limit] = spec.memory_limit_env
+        env.update(dict(spec.env))
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+        container["resources"]["limits"] = {self.names.resource: 1}
+        if self.params["pod_workload_configmap"]:
+            container["volumeMounts"] = [{"name": "workloads", "mountPath": workdir, "readOnly": True}]
+            pod_spec["volumes"] = [{"name": "workloads", "configMap": {"name": self._configmap_name()}}]
+        return doc
+
+    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+        docs = []
+        for spec in pods:
+            self.pods.append(spec)
+            docs.append(self.render_pod(spec))
+        text = yaml.safe_dump_all(docs, sort_keys=False)
+        (case_dir / "manifests.yaml").write_text(text, encoding="utf-8")
+        self.kubectl.apply(text)
+
+    def _record(self, pod: Pod) -> PodRecord:
+        spec = next((p for p in self.pods if dns1123(p.name) == pod.name), None)
+        return PodRecord(
+            name=pod.name,
+            phase=pod.phase,
+            exit_code=pod.exit_code,
+            node=pod.node,
+            gpu=None,
+            started=pod.started_at.timestamp() if pod.started_at else None,
+            finished=pod.finished_at.timestamp() if pod.finished_at else None,
+            spec=asdict(spec) if spec else {},
+            log=f"pods/{pod.name}.log",
+        )
+
+    def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, until: str) -> list[PodRecord]:
+        wanted = {dns1123(n) for n in names}
+        interrupt.check()
+        try:
+            pods = self.kubectl.wait_pods(
+                self.selector(), until=until, count=len(wanted), timeout_s=timeout_s,  # type: ignore[arg-type]
+                poll_s=float(self.params["poll_s"]), sleep=_interruptible_sleep,
+            )
+        except (KubeTimeout, KubePodStuck) as exc:
+            pods = list(exc.pods)
+        records = [self._record(p) for p in pods if p.name in wanted]
+        write_pod_records(case_dir, records)
+        return records
+
+    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        return self._wait(case_dir, names, timeout_s, "terminal")
+
+    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        return self._wait(case_dir, names, timeout_s, "running")
+
+    def read_log(self, case_dir: Path, pod: str) -> str:
+        try:
+            return self.kubectl.logs(dns1123(pod), timestamps=False)
+        except KubeError:
+            return ""
+
+    def colocation_target(self) -> tuple[str | None, int]:
+        """The schedulable node with the fewest GPUs (vGPUs / ``vgpus_per_gpu``) and its GPU count.
+
+        The device plugin gives each new pod the least-loaded GPU of its node, so ``gpus + 1`` pods
+        pinned to that node put at least two on one GPU; which two is read from the registration lines.
+        """
+        best: tuple[int, str] | None = None
+        for node in self.kubectl.list_nodes():
+            vgpus = node.allocatable_count(self.names.resource)
+            if node.unschedulable or not node.ready or vgpus <= 0:
+                continue
+            gpus = max(1, vgpus // int(self.params["vgpus_per_gpu"]))
+            if best is None or gpus < best[0]:
+                best = (gpus, node.name)
+        if best is None:
+            raise XpushareError(f"no schedulable node offers {self.names.resource}")
+        return best[1], best[0]
+
+    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
+        """Annotate a running pod; the call time (unix s) goes to ``annotations.jsonl`` for latency checks."""
+        keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
+        full = {keys.get(k, k): v for k, v in annotations.items()}
+        when = time.time()
+        self.kubectl.annotate(dns1123(pod), full)
+        with (case_dir / "annotations.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"time": when, "pod": dns1123(pod), "annotations": full}) + "\n")
+        return when
+
+    def scrape_metrics(self, case_dir: Path, name: str, node: str | None = None) -> str | None:
+        """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first pod's) into ``name``."""
+        if node is None:
+            nodes = self._case_nodes()
+            if not nodes:
+                return None
+            node = nodes[0]
+        body = self._curl_scheduler(node, "/metrics")
+        if body is None:
+            return None
+        (case_dir / name).write_text(body, encoding="utf-8")
+        return name
+
+    def _case_nodes(self) -> list[str]:
+        try:
+            pods = self.kubectl.list_pods(self.selector())
+        except KubeError:
+            return []
+        return sorted({p.node for p in pods if p.node})
+
+    def _scheduler_pods(self) -> dict[str, Pod]:
+        try:
+            pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
+        except KubeError:
+            return {}
+        return {p.node: p for p in pods if p.node}
+
+    def _curl_scheduler(self, node: str, path: str, sched: dict[str, Pod] | None = None) -> str | None:
+        sched = sched if sched is not None else self._scheduler_pods()
+        pod = sched.get(node)
+        host_name = self._host_for_node(node)
+        if pod is None or not pod.pod_ip or host_name is None:
+            return None
+        url = f"http://{pod.pod_ip}:{self.params['metrics_port']}{path}"
+        argv = ["curl", "-sS", "-m", "10", "-o", "-", "-w", "\nHTTP_CODE=%{http_code}\n", url]
+        try:
+            res = self._gpu_host(host_name).run(argv, timeout=30)
+        except TransportError as exc:
+            return f"# scrape of {url} from {host_name} failed: {exc}\nHTTP_CODE=000\n"
+        return res.stdout + (f"\n# curl: {res.stderr.strip()}" if res.stderr.strip() else "")
+
+    # -- evidence ----------------------------------------------------------------------------------
+    def harvest(self, case_dir: Path) -> list[str]:
+        files: list[str] = []
+        records: list[PodRecord] = []
+        try:
+            pods = self.kubectl.list_pods(self.selector())
+            records = [self._record(p) for p in pods]
+            write_pod_records(case_dir, records)
+            files.append("pods.json")
+            if pods:
+                logs = self.kubectl.logs_by_pod(self.selector())
+                for name, text in logs.items():
+                    (case_dir / "pods").mkdir(exist_ok=True)
+                    (case_dir / "pods" / f"{name}.log").write_text(text, encoding="utf-8")
+                    files.append(f"pods/{name}.log")
+        except KubeError as exc:
+            _note(case_dir, f"pods: {exc}")
+        files += self._harvest_scheduler_logs(case_dir)
+        nodes = sorted({r.node for r in records if r.node})
+        files += self._harvest_nodes(case_dir, nodes)
+        files += self._gpu_mapping(case_dir, records)
+        try:
+            snap = self.kubectl.run(["get", "nodes", "-o", "wide"], namespace=None).stdout
+            snap += "\n" + self.kubectl.run(["get", "pods", "-A", "-o", "wide"], namespace=None).stdout
+            (case_dir / "cluster_snapshot.txt").write_text(snap, encoding="utf-8")
+            files.append("cluster_snapshot.txt")
+        except KubeError as exc:
+            _note(case_dir, f"cluster snapshot: {exc}")
+        return files
+
+    def _harvest_scheduler_logs(self, case_dir: Path) -> list[str]:
+        files: list[str] = []
+        text = ""
+        if self.stream_name:
+            try:
+                log = self.master.stop(self.stream_name)
+                self.master.get(log, case_dir / "scheduler.log")
+                text = (case_dir / "scheduler.log").read_text(encoding="utf-8", errors="replace")
+            except TransportError as exc:
+                _note(case_dir, f"scheduler log stream: {exc}")
+        if not text.strip():
+            try:
+                text = self.kubectl.logs(selector=self.names.scheduler_label, since_time=self.case_start,
+                                         prefix=True, namespace=self.names.namespace)
+                (case_dir / "scheduler.log").write_text(text, encoding="utf-8")
+            except KubeError as exc:
+                _note(case_dir, f"scheduler log: {exc}")
+        if (case_dir / "scheduler.log").exists():
+            files.append("scheduler.log")
+        try:
+            dp = self.kubectl.logs(selector=self.names.device_plugin_label, since_time=self.case_start,
+                                   prefix=True, namespace=self.names.namespace)
+            (case_dir / "device-plugin.log").write_text(dp, encoding="utf-8")
+            files.append("device-plugin.log")
+        except KubeError as exc:
+            _note(case_dir, f"device-plugin log: {exc}")
+        return files
+
+    def _harvest_nodes(self, case_dir: Path, nodes: list[str]) -> list[str]:
+        files: list[str] = []
+        sched = self._scheduler_pods()
+        for i, node in enumerate(nodes):
+            suffix = "" if i == 0 else f"_{node}"
+            for path, name in (("/metrics", f"metrics{suffix}.txt"), ("/healthz", f"metrics_health{suffix}.txt")):
+                body = self._curl_scheduler(node, path, sched)
+                if body is not None:
+                    (case_dir / name).write_text(body, encoding="utf-8")
+                    files.append(name)
+            host_name = self._host_for_node(node)
+            if host_name is None:
+                _note(case_dir, f"node {node}: no inventory GPU host maps to it (no node evidence)")
+                continue
+            host = self._gpu_host(host_name)
+            files += self._scheduler_proc(case_dir, host, suffix)
+            if host_name in self.smi_hosts:
+                try:
+                    smi = host.run(["nvidia-smi"], timeout=60)
+                    (case_dir / f"remote_{node}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
+                    files.append(f"remote_{node}_nvidia_smi.txt")
+                    log = host.stop(f"{self.prefix}-dmon")
+                    host.get(log, case_dir / f"remote_{node}_dmon.txt")
+                    files.append(f"remote_{node}_dmon.txt")
+                except TransportError as exc:
+                    _note(case_dir, f"node {node}: {exc}")
+        return files
+
+    def _scheduler_proc(self, case_dir: Path, host: Host, suffix: str) -> list[str]:
+        try:
+            # comm is cut to 15 characters ("xpushare-schedu"): match argv[0] instead.
+            pattern = f"^(\\S*/)?{self.names.scheduler_binary}( |$)"
+            res = host.run(["pgrep", "-o", "-f", pattern], timeout=30)
+            pid = res.stdout.strip()
+            if not res.ok or not pid.isdigit():
+                (case_dir / f"scheduler_proc{suffix}.txt").write_text("SCHEDULER_ALIVE=0\n", encoding="utf-8")
+                return [f"scheduler_proc{suffix}.txt"]
+            status = host.run(procstat.command(int(pid)), timeout=30)
+            (case_dir / f"scheduler_proc{suffix}.txt").write_text(
+                f"SCHEDULER_ALIVE=1\nPID={pid}\n{status.stdout}", encoding="utf-8"
+            )
+            return [f"scheduler_proc{suffix}.txt"]
+        except TransportError as exc:
+            _note(case_dir, f"scheduler /proc: {exc}")
+            return []
+
+    def _gpu_mapping(self, case_dir: Path, records: list[PodRecord]) -> list[str]:
+        log = case_dir / "scheduler.log"
+        if not log.exists() or not records:
+            return []
+        summary = parse_text(log.read_text(encoding="utf-8", errors="replace"))
+        mapping = {pod: gpu for (ns, pod), gpu in summary.pod_gpu.items() if ns == self.cluster.namespace}
+        lines = [f"{r.name}\t{r.node or '-'}\t{mapping.get(r.name) or '-'}" for r in records]
+        (case_dir / "gpu_mapping.txt").write_text("pod\tnode\tgpu_uuid\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        stored = read_pod_records(case_dir)
+        for r in stored:
+            r.gpu = mapping.get(r.name)
+        write_pod_records(case_dir, stored)
+        return ["gpu_mapping.txt"]
+
+    def cleanup(self, case_dir: Path) -> None:
+        try:
+            result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60)
+            if result.forced:
+                _note(case_dir, f"cleanup: pods force-deleted: {', '.join(result.deleted)}")
+        except KubeError as exc:
+            _note(case_dir, f"cleanup: {exc}")
+        for name in sorted(self.smi_hosts):
+            try:
+                self._gpu_host(name).stop(f"{self.prefix}-dmon")
+            except TransportError:
+                continue
+
+    def close(self) -> None:
+        if self.params["pod_workload_configmap"] and self.run_id:
+            with contextlib.suppress(KubeError):
+                self.kubectl.delete(name=self._configmap_name(), kind="configmap", wait=False)
+        for host in [self.master, *self.gpu_hosts.values()]:
+            host.close()
+
+
+def _interruptible_sleep(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        interrupt.check()
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    interrupt.check()
+
+
+def _note(case_dir: Path, message: str) -> None:
+    with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+        fh.write(message + "\n")

@@ -1,0 +1,188 @@
+"""Kubernetes objects of the in-cluster envcheck, rendered structurally from ``manifests/envcheck/*.yaml``.
+
+Each template is loaded with PyYAML and changed as data (names, labels, image, command, nodeName,
+resources, volumes); nothing is built by string substitution, so no value can break the YAML.
+
+Objects (all labelled ``app.kubernetes.io/name=xpushare-envcheck``, ``xpushare.io/envcheck-run=<run>``
+and ``app.kubernetes.io/component=<stack|gpu|cross>``, so one selector finds and deletes a run's objects):
+
+* ConfigMap ``xpushare-envcheck-scripts-<run>``: the node-side scripts, mounted at
+  ``<workdir>/workloads/envcheck`` (``envcheck_scripts: configmap``; with ``image`` the image must hold
+  them at that path instead);
+* DaemonSet ``xpushare-envcheck-stack-<run>``: the stack probe on every selected node;
+* Pod (or Job, ``envcheck_workload_kind: job``) ``xpushare-envcheck-gpu-<run>-<node>``: cuBLAS then the
+  single-node all-reduce, pinned with ``nodeName``, limited to the node's GPUs;
+* Pod (or Job) ``xpushare-envcheck-cross-<run>-<node>``: one rank group of the cross-node all-reduce,
+  ``hostNetwork: true`` by default so NCCL sees the node's interfaces.
+
+Pods run ``<python> workloads/envcheck/node_steps.py ...`` in ``workingDir`` (default ``/xpushare``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS_DIR = REPO_ROOT / "manifests" / "envcheck"
+SCRIPTS_DIR = REPO_ROOT / "workloads" / "envcheck"
+SCRIPT_NAMES: tuple[str, ...] = ("stack_probe.py", "cublas_bf16.py", "nccl_allreduce.py", "node_steps.py")
+SCRIPTS_REL = "workloads/envcheck"
+
+LABEL_APP = "app.kubernetes.io/name"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_RUN = "xpushare.io/envcheck-run"
+LABEL_NODE = "xpushare.io/envcheck-node"
+APP = "xpushare-envcheck"
+
+
+@dataclass(frozen=True)
+class K8sSettings:
+    """How envcheck pods look on one cluster (from the ``envcheck_*`` parameters).
+
+    ``scripts``: ``configmap`` (ship the scripts) or ``image`` (already in the image under ``workdir``);
+    ``workload_kind``: ``pod`` or ``job`` for the GPU steps; ``gpu_resource``: the extended resource a GPU
+    pod asks for; ``node_selector``: labels of the nodes to test (also the DaemonSet's nodeSelector).
+    """
+
+    image: str = "sglang:v0.5.7"
+    python: str = "python3"
+    scripts: str = "configmap"
+    workdir: str = "/xpushare"
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    host_network: bool = True
+    workload_kind: str = "pod"
+    runtime_class: str | None = None
+
+
+def load_template(name: str) -> dict[str, Any]:
+    """One template of ``manifests/envcheck/`` as a dict. Raises ``FileNotFoundError``/``ValueError``."""
+    doc = yaml.safe_load((MANIFESTS_DIR / name).read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError(f"{MANIFESTS_DIR / name}: not a mapping")
+    return doc
+
+
+def dns_name(*parts: str, limit: int = 63) -> str:
+    """A DNS-1123 label from ``parts``: lowercase, ``[a-z0-9-]``, at most ``limit`` characters.
+
+    Too long a name is cut and ends in 8 hex digits of the full name's sha1, so it stays unique.
+    """
+    raw = "-".join(p for p in parts if p)
+    name = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", raw.lower())).strip("-") or "x"
+    if len(name) > limit:
+        digest = hashlib.sha1(raw.encode("utf-8")).hexdigest()[:8]
+        name = name[: limit - 9].rstrip("-") + "-" + digest
+    return name
+
+
+def label_value(text: str) -> str:
+    """A valid label value from ``text``: ``[A-Za-z0-9._-]``, alphanumeric at both ends, at most 63."""
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63].strip("-._")
+    return value or "x"
+
+
+def selector(run: str, component: str | None = None) -> str:
+    """Label selector of a run's objects (of one component when given)."""
+    sel = f"{LABEL_APP}={APP},{LABEL_RUN}={label_value(run)}"
+    return sel + (f",{LABEL_COMPONENT}={component}" if component else "")
+
+
+def _labels(run: str, component: str, node: str | None = None) -> dict[str, str]:
+    labels = {LABEL_APP: APP, LABEL_COMPONENT: component, LABEL_RUN: label_value(run)}
+    if node:
+        labels[LABEL_NODE] = label_value(node)
+    return labels
+
+
+def _scripts_volume(pod_spec: dict[str, Any], container: dict[str, Any], run: str, settings: K8sSettings) -> None:
+    if settings.scripts != "configmap":
+        return
+    pod_spec.setdefault("volumes", []).append(
+        {"name": "envcheck-scripts", "configMap": {"name": dns_name("xpushare-envcheck-scripts", run),
+                                                   "defaultMode": 0o555}})
+    container.setdefault("volumeMounts", []).append(
+        {"name": "envcheck-scripts", "mountPath": f"{settings.workdir.rstrip('/')}/{SCRIPTS_REL}", "readOnly": True})
+
+
+def render_scripts_configmap(run: str, scripts_dir: Path = SCRIPTS_DIR) -> dict[str, Any]:
+    """The ConfigMap holding :data:`SCRIPT_NAMES` (file name -> content)."""
+    doc = load_template("scripts-configmap.yaml")
+    doc["metadata"]["name"] = dns_name("xpushare-envcheck-scripts", run)
+    doc["metadata"]["labels"] = _labels(run, "scripts")
+    doc["data"] = {n: (scripts_dir / n).read_text(encoding="utf-8") for n in SCRIPT_NAMES}
+    return doc
+
+
+def render_stack_daemonset(run: str, settings: K8sSettings, *, probe_args: Sequence[str] = (),
+                           nodes: Sequence[str] | None = None) -> dict[str, Any]:
+    """The stack-probe DaemonSet; ``nodes`` (from ``--limit``) pins it with a ``metadata.name`` affinity."""
+    doc = load_template("stack-daemonset.yaml")
+    labels = _labels(run, "stack")
+    doc["metadata"]["name"] = dns_name("xpushare-envcheck-stack", run)
+    doc["metadata"]["labels"] = dict(labels)
+    doc["spec"]["selector"] = {"matchLabels": dict(labels)}
+    tmpl = doc["spec"]["template"]
+    tmpl["metadata"]["labels"] = dict(labels)
+    spec = tmpl["spec"]
+    container = spec["containers"][0]
+    container["image"] = settings.image
+    container["workingDir"] = settings.workdir
+    container["command"] = [settings.python, f"{SCRIPTS_REL}/node_steps.py", "--stack", shlex.join(probe_args),
+                            "--hold"]
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if nodes is not None:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                    "values": sorted(nodes)}]}]}}}
+    if settings.runtime_class:
+        spec["runtimeClassName"] = settings.runtime_class
+    _scripts_volume(spec, container, run, settings)
+    return doc
+
+
+def render_step_pod(run: str, component: str, node: str, settings: K8sSettings, *, steps_args: Sequence[str],
+                    gpus: int, host_network: bool = False) -> dict[str, Any]:
+    """A run-once pod on ``node`` running ``node_steps.py <steps_args>`` with ``gpus`` GPUs (0: none asked)."""
+    doc = load_template("gpu-pod.yaml")
+    doc["metadata"]["name"] = dns_name(f"xpushare-envcheck-{component}", run, node)
+    doc["metadata"]["labels"] = _labels(run, component, node)
+    spec = doc["spec"]
+    spec["nodeName"] = node
+    if host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if settings.runtime_class:
+        spec["runtimeClassName"] = settings.runtime_class
+    container = spec["containers"][0]
+    container["image"] = settings.image
+    container["workingDir"] = settings.workdir
+    container["command"] = [settings.python, f"{SCRIPTS_REL}/node_steps.py", *steps_args]
+    container["resources"] = {"limits": {settings.gpu_resource: gpus}} if gpus > 0 else {}
+    _scripts_volume(spec, container, run, settings)
+    return doc
+
+
+def wrap_job(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The Job (``gpu-job.yaml``) running ``pod``'s spec once; same name and labels."""
+    doc = load_template("gpu-job.yaml")
+    doc["metadata"]["name"] = pod["metadata"]["name"]
+    doc["metadata"]["labels"] = dict(pod["metadata"]["labels"])
+    spec = copy.deepcopy(dict(pod["spec"]))
+    doc["spec"]["template"] = {"metadata": {"labels": dict(pod["metadata"]["labels"])}, "spec": spec}
+    return doc
+
+
+def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
+    """Documents as one multi-document YAML stream (for ``kubectl apply -f -``)."""
+    return yaml.safe_dump_all([dict(d) for d in docs], sort_keys=False)

@@ -1,0 +1,293 @@
+"""Judgments of compute and memory quotas, static and dynamic (seed 000 sections 6 P1, 7, 17.2-17.3).
+
+Pure functions over :class:`~xpushare.evidence.Evidence`: pod records and logs, ``scheduler.log``
+(kubectl ``--timestamps`` lines) and ``annotations.jsonl`` (the unix time of each annotate call, written
+by the backend). A dynamic change counts only when the scheduler logged ``... limit changed for pod
+<ns>/<pod>: <old> -> <new>`` for that pod **and** the pod logged the library's update line; its latency
+is the scheduler line's timestamp minus the annotate call (seed P1: <= 15 s).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xpushare.collect import pod_log
+from xpushare.collect.scheduler_log import parse_text
+from xpushare.evidence import Evidence
+from xpushare.judge import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
+from xpushare.model import Check, Status, Verdict, combine
+
+GIB = 2**30
+
+
+def parse_quantity(text: str) -> int:
+    """Bytes of a memory annotation value: ``Gi``/``Mi``/``Ki`` suffixes or bare bytes (sut-interfaces §11.3).
+
+    Raises ValueError for anything else (the SUT ignores ``G``/``M``/``GB``).
+    """
+    units = {"Gi": GIB, "Mi": 2**20, "Ki": 2**10, "B": 1, "": 1}
+    for suffix in ("Gi", "Mi", "Ki", "B", ""):
+        if text.endswith(suffix) and text[: len(text) - len(suffix)].isdigit():
+            return int(text[: len(text) - len(suffix)]) * units[suffix]
+    raise ValueError(f"not a memory quantity the SUT accepts: {text!r}")
+
+
+def annotation_calls(ev: Evidence) -> list[dict[str, Any]]:
+    """The annotate calls of the case (``annotations.jsonl``: time in unix seconds, pod, annotations)."""
+    text = ev.text("annotations.jsonl") or ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def check_dynamic_change(
+    ev: Evidence, *, pod: str, namespace: str, kind: str, new: int, annotated_at: float | None, max_latency_s: float
+) -> list[Check]:
+    """Scheduler line, pod-side line and latency for one dynamic change (``kind``: memory | compute)."""
+    sched_text = ev.text("scheduler.log")
+    if sched_text is None:
+        return [Check(f"{kind}_change_logged", "scheduler.log collected", {}, None, "no scheduler.log")]
+    summary = parse_text(sched_text)
+    changes = [
+        c
+        for c in summary.limit_changes
+        if c.kind == kind and not c.initial and c.pod == pod and c.namespace == namespace and c.new == new
+    ]
+    unit = "%" if kind == "compute" else " bytes"
+    line = "Compute limit changed" if kind == "compute" else "Memory limit changed"
+    checks = [
+        Check(
+            f"{kind}_change_logged[{new}]",
+            f"scheduler: '{line} for pod {namespace}/{pod}: * -> {new}{unit}'",
+            {"matches": len(changes)},
+            bool(changes),
+            "" if changes else "no such scheduler line",
+        )
+    ]
+    log = ev.logs.get(pod)
+    if log is None:
+        checks.append(Check(f"{kind}_update_in_pod[{new}]", "pod log collected", {}, None, f"no log for {pod}"))
+    else:
+        if kind == "compute":
+            seen = [
+                u for u in pod_log.core_limit_updates(log) if u.kind in ("applied", "received") and u.percent == new
+            ]
+        else:
+            seen = [
+                u for u in pod_log.memory_limit_updates(log) if u.kind in ("applied", "received") and u.new_bytes == new
+            ]
+        checks.append(
+            Check(
+                f"{kind}_update_in_pod[{new}]",
+                "the client library logged the new limit",
+                {"matches": len(seen)},
+                bool(seen),
+                "" if seen else "no update line in the pod log",
+            )
+        )
+    if changes and annotated_at is not None:
+        ts = changes[0].ts
+        if ts is None:
+            checks.append(
+                Check(
+                    f"{kind}_latency[{new}]",
+                    "scheduler line has a timestamp",
+                    {},
+                    None,
+                    "scheduler.log without --timestamps",
+                )
+            )
+        else:
+            latency = ts.timestamp() - annotated_at
+            checks.append(
+                Check(
+                    f"{kind}_latency[{new}]",
+                    f"latency_s <= {max_latency_s}",
+                    {"latency_s": round(latency, 3)},
+                    latency <= max_latency_s,
+                    "" if latency <= max_latency_s else f"took {latency:.1f} s",
+                )
+            )
+    return checks
+
+
+def judge_dynamic(
+    ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any], *, kind: str, require_pass: bool
+) -> Verdict:
+    """FUNC-010/011/012: every planned change logged by the scheduler and the pod, within the latency bound.
+
+    ``plan["changes"]`` lists ``{"value": <annotation value>, "new": <bytes or percent>}`` in order; the
+    annotate times come from ``annotations.jsonl``. ``require_pass``: the pod must also end with PASS
+    (quota up / compute); otherwise it may end with PASS or a quota rejection, but not another failure.
+    """
+    pod, namespace = plan["pods"][0], plan.get("namespace", "default")
+    calls = annotation_calls(ev)
+    checks: list[Check] = [check_terminal(ev.pods, [pod])]
+    if require_pass:
+        checks.append(check_pods_succeeded(ev, [pod]))
+    else:
+        checks.append(_check_no_crash(ev, pod))
+    latencies: dict[str, float] = {}
+    for i, change in enumerate(plan["changes"]):
+        when = calls[i]["time"] if i < len(calls) else None
+        found = check_dynamic_change(
+            ev,
+            pod=pod,
+            namespace=namespace,
+            kind=kind,
+            new=int(change["new"]),
+            annotated_at=when,
+            max_latency_s=float(th["dynamic_max_latency_s"]),
+        )
+        checks += found
+        for c in found:
+            if c.name.startswith(f"{kind}_latency") and "latency_s" in c.values:
+                latencies[str(change["value"])] = c.values["latency_s"]
+    alive = check_scheduler_alive(ev)
+    if alive is not None:
+        checks.append(alive)
+    status, summary = combine(checks, pass_summary=f"{len(plan['changes'])} {kind} change(s) applied in place")
+    if status is Status.PASS and latencies:
+        summary += f"; latency max {max(latencies.values()):.1f} s"
+    return Verdict(status, summary, checks, dict(th), {"latency_s": latencies}, ev.pod_files())
+
+
+def _check_no_crash(ev: Evidence, pod: str) -> Check:
+    facts = pod_progress(ev, pod)
+    log = ev.logs.get(pod)
+    if log is None or facts["phase"] is None:
+        return Check("pod_no_crash", "pod passed or refused an allocation", facts, None, "no pod evidence")
+    passed = facts["phase"] == "Succeeded" and facts["pass_marker"]
+    refused = bool(pod_log.oom_markers(log))
+    ok = passed or refused
+    return Check(
+        "pod_no_crash",
+        "pod ended with PASS, or with a quota rejection (no other failure)",
+        {**facts, "refused": refused},
+        ok,
+        "" if ok else "the pod failed for another reason",
+    )
+
+
+def phase_throughput(ev: Evidence, pod: str, boundaries: Sequence[float]) -> list[float | None]:
+    """Mean iterations/s of a W5 pod in each phase between annotate times (unix s), from probe deltas.
+
+    Probe lines carry cumulative counts; each delta (it / s between consecutive probes, timed by the
+    kubectl timestamps) is assigned to the phase its end falls in, skipping the interval that crosses
+    a boundary. Returns one value per phase (len(boundaries) + 1); None where a phase has no delta.
+    """
+    probes = [p for p in pod_log.quota_probes(ev.logs.get(pod, "")) if p.ts is not None]
+    edges = [float("-inf"), *boundaries, float("inf")]
+    sums: list[list[float]] = [[] for _ in range(len(edges) - 1)]
+    for a, b in itertools.pairwise(probes):
+        ta, tb = a.ts.timestamp(), b.ts.timestamp()  # type: ignore[union-attr]
+        dt = b.elapsed_s - a.elapsed_s
+        if dt <= 0:
+            continue
+        for i in range(len(edges) - 1):
+            if edges[i] <= ta and tb <= edges[i + 1]:
+                sums[i].append((b.iterations - a.iterations) / dt)
+    return [sum(v) / len(v) if v else None for v in sums]
+
+
+def judge_dynamic_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    """FUNC-012: 30 -> 80 -> 100 %: changes applied (scheduler + pod, <= 15 s) and throughput rises by phase.
+
+    Thresholds: ``dynamic_max_latency_s`` (15), ``func012_min_gain`` (throughput(80) / throughput(30),
+    default 1.3), ``func012_max_drop`` (throughput(100) may be at most this fraction below 80 %: 0.1).
+    """
+    verdict = judge_dynamic(ev, th, plan, kind="compute", require_pass=True)
+    pod = plan["pods"][0]
+    times = [c["time"] for c in annotation_calls(ev)][: len(plan["changes"])]
+    # Skip one probe interval after each change: the scheduler applies it within seconds.
+    tp = phase_throughput(ev, pod, times)
+    values = {"throughput_it_s": tp, "phases": ["initial", *[str(c["value"]) for c in plan["changes"]]]}
+    checks = list(verdict.checks)
+    if len(tp) < 3 or any(v is None for v in tp[:3]):
+        checks.append(
+            Check(
+                "throughput_by_phase",
+                "a probe delta in every phase",
+                values,
+                None,
+                "not enough QUOTA_PROBE lines per phase",
+            )
+        )
+    else:
+        t30, t80, t100 = tp[0], tp[1], tp[2]
+        gain, drop = float(th["func012_min_gain"]), float(th["func012_max_drop"])
+        ok = t80 >= t30 * gain and t100 >= t80 * (1 - drop)  # type: ignore[operator]
+        checks.append(
+            Check(
+                "throughput_by_phase",
+                f"tp80 >= {gain} * tp30 and tp100 >= (1 - {drop}) * tp80",
+                values,
+                ok,
+                "" if ok else f"throughput {[round(v or 0, 1) for v in tp]}",
+            )
+        )
+    status, summary = combine(checks, pass_summary=verdict.summary if verdict.status is Status.PASS else "")
+    return Verdict(status, summary, checks, dict(th), {**verdict.metrics, **values}, verdict.evidence)
+
+
+def judge_static_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    """FUNC-008: one pod per quota (25/50/75 %); runtimes strictly decrease with the quota.
+
+    The error of each runtime ratio against the ideal (runtime ~ 1/quota, relative to the highest quota)
+    is recorded, not judged here (PERF-011 judges precision).
+    """
+    quota_pods: dict[str, str] = plan["quota_pods"]
+    names = list(quota_pods.values())
+    checks = [check_terminal(ev.pods, names), check_pods_succeeded(ev, names)]
+    runtimes = {q: pod_progress(ev, p)["runtime_s"] for q, p in quota_pods.items()}
+    qs = sorted(runtimes, key=int)
+    values: dict[str, Any] = {"runtime_s": runtimes}
+    if all(runtimes[q] is not None for q in qs):
+        mono = all(runtimes[a] > runtimes[b] for a, b in itertools.pairwise(qs))  # type: ignore[operator]
+        top = qs[-1]
+        errors = {q: round((runtimes[q] / runtimes[top]) / (int(top) / int(q)) - 1, 4) for q in qs}  # type: ignore[operator]
+        values["error_vs_ideal"] = errors
+        expr = " > ".join(f"d{q}" for q in qs)
+        checks.append(Check("monotonic", expr, values, mono, "" if mono else f"runtimes {runtimes}"))
+    status, summary = combine(checks, pass_summary="runtime decreases with the compute quota")
+    return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
+
+
+def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    """FUNC-009: 30 % and 60 % pods on one GPU; the 60 % pod is faster (runtime_30 > runtime_60).
+
+    SKIP (never PASS) when the two quota pods did not share a GPU.
+    """
+    low, high = plan["pair"]
+    names = plan["pods"]
+    checks = [check_terminal(ev.pods, names), check_pods_succeeded(ev, names)]
+    a, b = ev.pod(low), ev.pod(high)
+    placement = {p.name: [p.node, p.gpu] for p in (a, b) if p}
+    if a and b and a.gpu is not None and (a.node, a.gpu) != (b.node, b.gpu):
+        return Verdict(
+            Status.SKIP,
+            f"co-location on one GPU not obtained ({placement})",
+            checks,
+            dict(th),
+            {"placement": placement},
+            ev.pod_files(),
+        )
+    r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
+    values = {"runtime_30": r_low, "runtime_60": r_high, "placement": placement}
+    if r_low is None or r_high is None:
+        checks.append(Check("higher_quota_faster", "runtime_30 > runtime_60", values, None, "runtime missing"))
+    else:
+        ok = r_low > r_high
+        values["ratio_30_over_60"] = round(r_low / r_high, 4) if r_high else None
+        checks.append(
+            Check(
+                "higher_quota_faster",
+                "runtime_30 > runtime_60",
+                values,
+                ok,
+                "" if ok else f"{r_low:.1f} s <= {r_high:.1f} s",
+            )
+        )
+    status, summary = combine(checks, pass_summary="the 60 % pod finished faster than the 30 % pod")
+    return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
