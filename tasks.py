@@ -6,10 +6,9 @@ Tasks stay thin: they parse flags and call the library (xpushare/); exit statuse
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from invoke import Collection, task
-
-from pathlib import Path
 
 from xpushare import adhoc, engine, inventory
 from xpushare.cli import guarded, remainder_argv
@@ -195,6 +194,55 @@ def cases_(c, suite=None):
     guarded(body)
 
 
+@task(
+    name="metrics-check",
+    help={
+        "url": "exporter base URL, e.g. http://HOST:9402 (fetched from this machine; no probe pods)",
+        "cluster": "cluster from the inventory (k8s: scheduler pod via kubectl, curl from its node)",
+        "load": "run the under-load part (default: on for --cluster; refused with --url)",
+        "no_load": "idle part only (--cluster)",
+        "min_families": "minimum number of families with # HELP and # TYPE (default 25)",
+        "inventory": INVENTORY_HELP,
+    },
+)
+def metrics_check(c, url=None, cluster=None, load=False, no_load=False, min_families=25, inventory_=None):
+    """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
+    from xpushare import metrics_check as checklist
+
+    def body():
+        if not url and not cluster:
+            raise UsageError("give --url http://HOST:PORT or --cluster NAME")
+        spec = inventory.load(inventory_).cluster(cluster) if cluster else None
+        want = True if load else (False if no_load else None)
+        return checklist.metrics_check_task(url, spec, load=want, min_families=int(min_families), out=sys.stdout)
+
+    guarded(body)
+
+
+@task(
+    help={
+        "cluster": "cluster name from the inventory (required), e.g. local, c2",
+        "limit": "comma-separated node globs; '!' excludes, e.g. 'c2-gpu*,!c2-gpu3'",
+        "forks": f"nodes at once over SSH (default {DEFAULT_FORKS})",
+        "mode": "ssh (fan-out over SSH, default) | k8s (DaemonSet + pods through kubectl on the master)",
+        "run_id": "run id (default: YYYYmmdd-HHMMSS now)",
+        "skip_gpu": "stack check only: cuBLAS and the all-reduce are SKIP",
+        "set": "envcheck parameter: --set envcheck_<name>=value (repeatable), see docs/envcheck.md",
+        "root": "directory that holds .tmplog/ (default: the current one)",
+        "inventory": INVENTORY_HELP,
+    },
+    iterable=["set_"],
+)
+def envcheck(c, cluster, limit=None, forks=DEFAULT_FORKS, mode="ssh", run_id=None, skip_gpu=False, set_=None,
+             root=".", inventory_=None):
+    """Node acceptance at scale: stack alignment, cuBLAS bf16, NCCL all-reduce, fleet report (docs/envcheck.md)."""
+    from xpushare.envcheck import envcheck_task
+
+    guarded(lambda: envcheck_task(cluster, limit=limit, forks=int(forks), mode=mode, inventory_path=inventory_,
+                                  run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout, overrides=set_ or (),
+                                  root=root))
+
+
 LAB_DIR = Path(".lab")
 
 
@@ -225,4 +273,18 @@ def lab_down(c):
 
 
 lab = Collection("lab", lab_up, lab_down)
-ns = Collection(hosts, run_, ping, func, combo, matrix, judge, report, cases_, lab)
+ns = Collection(hosts, run_, ping, func, combo, matrix, judge, report, cases_, metrics_check, envcheck, lab)
+
+# Suite- and area-specific tasks live beside their code: each module lists its tasks in TASKS and its
+# namespaces (e.g. ``legacy``) in COLLECTIONS.
+for _module in ("tasks_metrics", "tasks_perf", "tasks_stability", "tasks_legacy"):
+    try:
+        _mod = __import__(f"xpushare.{_module}", fromlist=["TASKS"])
+    except ModuleNotFoundError as _exc:
+        if _exc.name != f"xpushare.{_module}":
+            raise
+        continue
+    for _task in getattr(_mod, "TASKS", ()):
+        ns.add_task(_task)
+    for _collection in getattr(_mod, "COLLECTIONS", ()):
+        ns.add_collection(_collection)

@@ -74,6 +74,14 @@ def load_playbook(name_or_path: str) -> dict[str, Any]:
     return data
 
 
+def matrix_order(case_id: str) -> tuple[int, int, str]:
+    """Sort key of the seed's matrix order: FUNC, COMBO, PERF, MET, STAB, LEAK, FAIL, then the number."""
+    prefixes = ("FUNC", "COMBO", "PERF", "MET", "STAB", "LEAK", "FAIL")
+    head, _, num = case_id.partition("-")
+    rank = prefixes.index(head) if head in prefixes else len(prefixes)
+    return rank, int(num) if num.isdigit() else 0, case_id
+
+
 def select(
     *, suites: Sequence[str] = (), case_ids: Sequence[str] = (), playbook: str | None = None
 ) -> Selection:
@@ -110,7 +118,7 @@ def select(
         raise UsageError(f"unknown case id(s): {', '.join(unknown)} (see `invoke cases`)")
     if not wanted:
         raise UsageError("nothing selected: give --suite, --case or --playbook")
-    order = {cid: i for i, cid in enumerate(REGISTRY)}
+    order = {cid: i for i, cid in enumerate(sorted(REGISTRY, key=matrix_order))}
     chosen = [REGISTRY[c] for c in sorted(set(wanted), key=order.__getitem__)]
     return Selection(
         cases=chosen,

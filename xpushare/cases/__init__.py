@@ -1,6 +1,11 @@
-"""The case matrix: importing this package registers every case of the seed (seed 000 sections 7-11)."""
+"""The case matrix: importing this package registers every case of the seed (seed 000 sections 7-11).
 
-from xpushare.cases import catalog, functional  # noqa: F401  (registration side effects)
+Suite modules register their implemented cases first; the catalog then adds placeholder rows (SKIP,
+"not implemented") only for ids no suite module registered.
+"""
+
+from xpushare.cases import combination, functional, metrics, performance, stability  # noqa: F401
+from xpushare.cases import catalog  # noqa: F401  (must come last)
 from xpushare.cases.base import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 
 __all__ = ["REGISTRY", "SUITES", "SUITE_ALIASES", "CaseDef"]

@@ -7,7 +7,7 @@ whose reason names the piece of work that brings it, never a PASS.
 from __future__ import annotations
 
 from xpushare.backends.base import CAP_KUBERNETES
-from xpushare.cases.base import CaseDef, register
+from xpushare.cases.base import REGISTRY, CaseDef, register
 
 _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("COMBO-001", "combination", "Oversubscription + static memory quota", "W1 oversub=1, quota 10Gi"),
@@ -60,6 +60,8 @@ _WORK = {
 }
 
 for _id, _suite, _title, _op in _ROWS:
+    if _id in REGISTRY:
+        continue
     register(
         CaseDef(
             _id,

@@ -1,0 +1,1 @@
+"""The stability suite's cases (seed 000). Cases registered here replace the catalog's placeholder rows."""
