@@ -33,7 +33,7 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     took = time.monotonic() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-500:]}")
+        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-500:]}")
     return took
 
 
@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--base", default="127.0.1.1")
+    parser.add_argument("--only", help="comma-separated substrings of the tool names to run (default: all)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xpushare-bench-"))
     lab = lab_up(work / "ssh", args.hosts, args.base, prefix="bench")
@@ -62,7 +63,7 @@ def main() -> int:
         (work / "inventory.yaml").write_text(json.dumps(inv))
         ini = "[all]\n" + "".join(
             f"{h.name} ansible_host={h.address} ansible_port={h.port} ansible_user={h.user} "
-            f"ansible_ssh_private_key_file={h.identity}\n" for h in hosts
+            f"ansible_ssh_private_key_file={h.identity} ansible_python_interpreter=/usr/bin/python3\n" for h in hosts
         )
         (work / "ansible.ini").write_text(ini)
         names = [h.name for h in hosts]
@@ -81,11 +82,14 @@ def main() -> int:
         ansible = shutil.which("ansible") or (str(Path(sys.executable).parent / "ansible")
                                               if (Path(sys.executable).parent / "ansible").exists() else None)
         if ansible:
-            a_env = {**env, "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_SSH_ARGS": f"-F {ssh_config}"}
+            a_env = {**env, "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_SSH_ARGS": f"-F {ssh_config}",
+                     "ANSIBLE_TIMEOUT": "60"}
             tools["ansible ad-hoc -f N"] = lambda: timed(
                 [ansible, "all", "-i", str(work / "ansible.ini"), "-m", "command", "-a", "hostname",
                  "-f", str(args.hosts)], env=a_env)
         rows = []
+        if args.only:
+            tools = {k: v for k, v in tools.items() if any(w in k for w in args.only.split(","))}
         for name, fn in tools.items():
             cold = fn()
             warm = [fn() for _ in range(args.repeat)]
