@@ -420,7 +420,11 @@ _PREFIX_RE = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/(?P<container>[^\]]+)\] ?")
 def split_prefixed_logs(text: str) -> dict[str, str]:
     """Split ``kubectl logs --prefix`` output into pod name → its lines (prefix removed, order kept)."""
     out: dict[str, list[str]] = {}
-    for line in text.splitlines(keepends=True):
+    # Split on newlines only: tqdm refreshes are separated by carriage returns inside one line.
+    for line in text.split("\n"):
+        if not line:
+            continue
+        line += "\n"
         m = _PREFIX_RE.match(line)
         if m:
             out.setdefault(m.group("pod"), []).append(line[m.end():])

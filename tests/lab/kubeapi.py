@@ -986,7 +986,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return None
             return ((parsed[1] + " " if stamps else "") + parsed[2] + "\n").encode()
 
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
             lines = [b for b in (render(raw) for raw in fh.readlines() if raw.endswith("\n")) if b is not None]
             pos = fh.tell()
         if tail is not None:
@@ -1006,7 +1006,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         store = self.api.store
         buf = ""
         while not store.closed:
-            with open(path, encoding="utf-8", errors="replace") as fh:
+            with open(path, encoding="utf-8", errors="replace", newline="") as fh:
                 fh.seek(pos)
                 data = fh.read()
                 pos = fh.tell()

@@ -1,0 +1,15 @@
+"""Mirrors of the legacy ``tests/remote-test-*.sh`` scripts (sut-interfaces.md §10) as Invoke tasks.
+
+* :mod:`xpushare.legacy.tables` -- the tables the scripts print (per-pod result rows, the scheduler's
+  GPU distribution, Min/Max/Avg statistics), pure text formatting from stored evidence;
+* :mod:`xpushare.legacy.scenarios` -- one scenario per script (``cross-gpu``, ``small``, ``idle-small``,
+  ``baseline``, ``memlimit``, ``dynamic-limit``, ``compute-limit``, ``complex``, ``complex2``,
+  ``smoke``), run through the engine's case lifecycle into a normal run directory
+  (``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``);
+* :mod:`xpushare.legacy.judgments` -- their verdicts, pure functions of the stored evidence;
+* :mod:`xpushare.legacy.deploy` -- the setup pipeline of ``remote-test.sh`` (commit, sync, build,
+  render, redeploy, verify the scheduling mode);
+* :mod:`xpushare.legacy.compare` -- a run against stored baselines, the way seed 004's analysis does.
+
+The Invoke tasks are in :mod:`xpushare.tasks_legacy`; ``docs/legacy.md`` has the script -> task table.
+"""

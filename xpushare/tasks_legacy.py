@@ -1,0 +1,212 @@
+"""Invoke tasks that mirror the legacy ``tests/remote-test-*.sh`` scripts (``docs/legacy.md``).
+
+``tasks.py`` adds :data:`TASKS` (``deploy``, ``baseline-compare``) to the root namespace and
+:data:`COLLECTIONS` (the ``legacy`` namespace: ``legacy.cross-gpu N``, ``legacy.small N``, ...). Task
+bodies only parse flags and call :mod:`xpushare.legacy`; exit statuses are the README's.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from invoke import Collection, task
+
+from xpushare.cli import guarded
+from xpushare.errors import UsageError
+
+INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
+COMMON_HELP = {
+    "cluster": "cluster name from the inventory (required; k8s mode), e.g. c1",
+    "run_id": "run id (default: YYYYmmdd-HHMMSS now); several scenarios can share one run",
+    "set": "parameter override name=value (repeatable): legacy_* scenario parameters, deploy_* setup parameters",
+    "root": "directory that holds .tmplog/ (default: the current one)",
+    "inventory": INVENTORY_HELP,
+}
+SETUP_HELP = {
+    "skip_setup": "skip the setup pipeline (the script's -s/--skip-setup): use the deployed system as it is",
+    "mode": "scheduling mode written into the scheduler DaemonSet by the setup: auto | serial | concurrent "
+            "(the script's --serial = --mode serial)",
+    "autocommit": "setup step 0: commit uncommitted changes of the source tree first",
+    "source": "the SUT checkout to sync and build (default: the deploy_source parameter)",
+}
+
+
+def _cluster(cluster: str | None) -> str:
+    if not cluster:
+        raise UsageError("--cluster is required, e.g. --cluster c1")
+    return cluster
+
+
+def _count(count: Any) -> int:
+    try:
+        value = int(str(count))
+    except ValueError:
+        raise UsageError(f"N must be a whole number of pods, not {count!r}") from None
+    if value < 1:
+        raise UsageError(f"N must be at least 1, not {value}")
+    return value
+
+
+def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str | None = None,
+              keep_sut: bool = False, skip_setup: bool = False, mode: str = "auto", autocommit: bool = False,
+              source: str | None = None, run_id: str | None = None, set_: Sequence[str] | None = None,
+              root: str = ".", inventory_: str | None = None) -> None:
+    def body() -> Any:
+        from xpushare.legacy.scenarios import LegacyRequest, run_scenario
+
+        request = LegacyRequest(
+            scenario=name, cluster=_cluster(cluster), count=_count(count) if count is not None else None,
+            mode=mode, skip_setup=skip_setup, autocommit=autocommit, source=source, suffix=suffix,
+            keep_sut=keep_sut, run_id=run_id, overrides=set_ or (), inventory_path=inventory_, root=Path(root),
+        )
+        return run_scenario(request, out=sys.stdout)
+
+    guarded(body)
+
+
+# ------------------------------------------------------------------------------------------ root tasks
+
+
+@task(
+    help={
+        **COMMON_HELP,
+        "mode": "scheduling mode written into the scheduler DaemonSet: auto | serial | concurrent",
+        "skip_setup": "skip steps 0-2 (commit, sync, build): redeploy the images that exist",
+        "autocommit": "step 0: git add -A + commit in the source tree when it has changes",
+        "source": "the SUT checkout to sync and build (default: the deploy_source parameter)",
+        "set": "deploy parameter name=value (repeatable), e.g. --set deploy_make='make build-base all'",
+    },
+    iterable=["set_"],
+)
+def deploy(c, cluster=None, mode="auto", skip_setup=False, autocommit=False, source=None, run_id=None, set_=None,
+           root=".", inventory_=None):
+    """Setup pipeline of remote-test.sh: commit, sync, remote make, render, redeploy the DaemonSets, verify the mode."""
+
+    def body() -> Any:
+        from xpushare.legacy.deploy import DeployRequest, run_deploy
+
+        request = DeployRequest(cluster=_cluster(cluster), mode=mode, skip_setup=skip_setup, autocommit=autocommit,
+                                source=source, run_id=run_id, overrides=set_ or (), inventory_path=inventory_,
+                                root=Path(root))
+        return run_deploy(request, out=sys.stdout)
+
+    guarded(body)
+
+
+@task(
+    name="baseline-compare",
+    help={
+        "run_id": "the stored run with legacy cross-gpu / small / idle-small scenarios (required)",
+        "baseline": "baseline YAML (default: baselines/t4-seed004.yaml; legacy.baseline writes one per run)",
+        "cluster": "only this cluster of the run (default: all)",
+        "root": "directory that holds .tmplog/ (default: the current one)",
+    },
+)
+def baseline_compare(c, run_id=None, baseline=None, cluster=None, root="."):
+    """Contrast a run with stored baselines: virtualization overhead, concurrency efficiency, idle density."""
+
+    def body() -> Any:
+        from xpushare.legacy.compare import baseline_compare as compare
+
+        if not run_id:
+            raise UsageError("--run-id is required")
+        return compare(run_id, baseline, root=Path(root), cluster=cluster, out=sys.stdout)
+
+    guarded(body)
+
+
+# ------------------------------------------------------------------------------------- legacy namespace
+
+_POD_HELP = {**COMMON_HELP, **SETUP_HELP, "count": "N: number of pods (positional; the script's first argument)"}
+
+
+@task(name="cross-gpu", positional=["count"], help=_POD_HELP, iterable=["set_"])
+def cross_gpu(c, count, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
+              set_=None, root=".", inventory_=None):
+    """remote-test.sh N: N pytorch-add pods (oversub on) across the GPUs; tables and statistics (script default 3)."""
+    _scenario("cross-gpu", cluster, count=count, skip_setup=skip_setup, mode=mode, autocommit=autocommit,
+              source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(name="small", positional=["count"], help=_POD_HELP, iterable=["set_"])
+def small(c, count, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
+          set_=None, root=".", inventory_=None):
+    """remote-test-small.sh N: N pytorch-add-small pods at once (script default 10)."""
+    _scenario("small", cluster, count=count, skip_setup=skip_setup, mode=mode, autocommit=autocommit,
+              source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(name="idle-small", positional=["count"], help=_POD_HELP, iterable=["set_"])
+def idle_small(c, count, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
+               set_=None, root=".", inventory_=None):
+    """remote-test-idle-small.sh N: N pytorch-add-idle-small pods at once (script default 10)."""
+    _scenario("idle-small", cluster, count=count, skip_setup=skip_setup, mode=mode, autocommit=autocommit,
+              source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(help={**COMMON_HELP, "keep_sut": "do not delete the SUT DaemonSets first (the script always does)"},
+      iterable=["set_"])
+def baseline(c, cluster=None, keep_sut=False, run_id=None, set_=None, root=".", inventory_=None):
+    """remote-base-test.sh: native nvidia.com/gpu pods (pytorch-add, -small, -idle-small) one by one; baseline.yaml."""
+    _scenario("baseline", cluster, keep_sut=keep_sut, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+_SETUP_ONLY = {**COMMON_HELP, **SETUP_HELP}
+
+
+@task(help=_SETUP_ONLY, iterable=["set_"])
+def memlimit(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None, set_=None,
+             root=".", inventory_=None):
+    """remote-test-memlimit.sh: 1Gi limit must be refused, 4Gi and no limit must pass."""
+    _scenario("memlimit", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
+              run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(name="dynamic-limit", help=_SETUP_ONLY, iterable=["set_"])
+def dynamic_limit(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
+                  set_=None, root=".", inventory_=None):
+    """remote-test-dynamic-limit.sh: memory annotations 2Gi, 4Gi, removed, 1Gi on a running pod."""
+    _scenario("dynamic-limit", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
+              run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(name="compute-limit", help=_SETUP_ONLY, iterable=["set_"])
+def compute_limit(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
+                  set_=None, root=".", inventory_=None):
+    """remote-test-compute-limit.sh: core limit 30, 80, removed on a running pod; dmon sm per phase."""
+    _scenario("compute-limit", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
+              run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(name="complex", help=_SETUP_ONLY, iterable=["set_"])
+def complex_(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None, set_=None,
+             root=".", inventory_=None):
+    """remote-test-complex.sh: two pods, core limits 30/60 then 70/20 then removed; dmon per GPU."""
+    _scenario("complex", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
+              run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(positional=["suffix"], help={**_SETUP_ONLY, "suffix": "log suffix: the scheduler log is also kept as "
+                                   "scheduler<suffix>.log (positional; the script's first argument)"},
+      iterable=["set_"])
+def complex2(c, suffix, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
+             set_=None, root=".", inventory_=None):
+    """remote-test-complex2.sh SUFFIX: four pods at a 50% core limit (two, settle, two more)."""
+    _scenario("complex2", cluster, suffix=str(suffix), skip_setup=skip_setup, mode=mode, autocommit=autocommit,
+              source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+@task(help=_SETUP_ONLY, iterable=["set_"])
+def smoke(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None, set_=None,
+          root=".", inventory_=None):
+    """remote-test-smoke.sh: one probe pod, then /healthz and /metrics of its node's scheduler."""
+    _scenario("smoke", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
+              run_id=run_id, set_=set_, root=root, inventory_=inventory_)
+
+
+TASKS = [deploy, baseline_compare]
+COLLECTIONS = [Collection("legacy", cross_gpu, small, idle_small, baseline, memlimit, dynamic_limit, compute_limit,
+                          complex_, complex2, smoke)]
