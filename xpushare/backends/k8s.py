@@ -465,6 +465,13 @@ class K8sBackend(Backend):
                 self._gpu_host(name).stop(f"{self.prefix}-dmon")
             except TransportError:
                 continue
+        # The stream and dmon outputs were pulled into the case dir: remove them from the hosts.
+        for host in [self.master, *(self._gpu_host(n) for n in sorted(self.smi_hosts))]:
+            try:
+                host.run(["sh", "-c", 'cd "$1" 2>/dev/null && rm -f -- "$2"-*', "sh", host.spawn_dir, self.prefix],
+                         timeout=60)
+            except TransportError:
+                continue
 
     def close(self) -> None:
         if self.params["pod_workload_configmap"] and self.run_id:

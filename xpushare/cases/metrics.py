@@ -1,1 +1,583 @@
-"""The metrics suite's cases (seed 000). Cases registered here replace the catalog's placeholder rows."""
+"""MET-001..008 (seed 000 §11, §16.5, §17.5; seed 002): the scheduler's metrics endpoint, judged on evidence.
+
+Every capture comes from the scheduler that serves the probe pod's node (one scheduler per GPU node,
+sut-interfaces.md §4.8), scraped on that node (:mod:`xpushare.metrics_target`); cases without a probe
+(MET-001, MET-007, MET-002 in host mode) use the node named by ``met_node``, else the first GPU host
+of the inventory that runs a scheduler pod. The acts only act and collect; the judgments are the pure
+functions of :mod:`xpushare.judge_metrics`, fed with the plan (``plan.json``), so ``invoke judge``
+re-judges a stored run offline.
+
+=======  ===================================================================  =================================
+case     act (k8s mode)                                                       evidence
+=======  ===================================================================  =================================
+MET-001  GET /healthz, GET /metrics                                           metrics_health.txt, metrics.txt
+MET-002  W5 probe; poll /metrics until the probe's client shows               metrics_mid.txt
+MET-003  W5 probe + node sampler; snapshot once the 3 memory views show       metrics_mid.txt, sampler/<node>_*
+MET-004  W5 probe annotated 35 %, 4Gi (T4) / 8Gi; snapshot                    metrics_mid.txt
+MET-005  W5 probe (30 %, 2Gi); scrape every 1 s; annotate 80 % + 4Gi          metrics_before.txt, metrics_series
+MET-006  W5 probe; dmon on its node; scrape every 2 s for 30 s                metrics_series, remote_<node>_dmon
+MET-007  no workload; scrape every 2 s for 120 s; GET /healthz after          metrics_series, metrics_health.txt
+MET-008  W5 probe filling 85 % of the GPU (oversub on); scrape 2 s for 40 s   metrics_series
+=======  ===================================================================  =================================
+
+(``metrics_series`` is ``metrics_series.jsonl``, ``remote_<node>_dmon`` is ``remote_<node>_dmon.txt``.)
+
+Host mode: MET-001, MET-002 (no probe: families that need a client only need HELP/TYPE) and MET-007
+run against the inventory's ``scheduler.metrics_url`` and SKIP without it; the others need pods and
+annotations (Kubernetes). MET-006 SKIPs where the probe's node has no ``nvidia-smi`` and no
+``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge_metrics.DEFAULTS``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from xpushare.backends.base import CAP_KUBERNETES, PodRecord
+from xpushare.backends.k8s import dns1123
+from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.collect.metrics import parse_exposition
+from xpushare.errors import TransportError, XpushareError
+from xpushare.evidence import Evidence
+from xpushare.judge_metrics import (
+    DEFAULTS,
+    ScrapeRecord,
+    annotation_bytes,
+    core_limit_value,
+    gpu_rows_for_key,
+    judge_met001,
+    judge_met002,
+    judge_met003,
+    judge_met004,
+    judge_met005,
+    judge_met006,
+    judge_met007,
+    judge_met008,
+    parse_series,
+)
+from xpushare.metrics_target import (
+    NodeCapture,
+    ScrapeTarget,
+    has_command,
+    host_target,
+    k8s_target,
+    metric_prefix,
+    node_host,
+    sampler_capture,
+    scrape_loop,
+    spawn_name,
+)
+from xpushare.model import Status, Verdict
+
+W5 = "w5_quota_probe"
+PROBE_MARKER = "[XPUSHARE][QUOTA_PROBE]"
+#: Bytes W5 keeps per n² (x, y and two alternating z, fp32): ``16 n²`` (workloads/README.md).
+W5_BYTES_PER_N2 = 16
+DMON_INTERVAL_S = 1.0
+"""``nvidia-smi dmon -d 1`` (the k8s backend's capture): one row per GPU per second."""
+
+#: Parameters every MET case has (k8s: where and how long to look).
+COMMON: dict[str, Any] = {
+    # Node whose scheduler MET-001/007 (and host-less MET-002) check; None: the first inventory GPU
+    # host that runs a scheduler pod.
+    "met_node": None,
+    # Poll /metrics of the probe's scheduler until it shows the probe as configured (s, s).
+    "met_settle_s": 60.0,
+    "met_poll_s": 1.0,
+    # Per-request timeout of every scrape (s).
+    "met_scrape_timeout_s": 10.0,
+    # W5 probe runtime (s); the probe is deleted when the case ends, this only bounds it.
+    "met_probe_duration_s": 600.0,
+}
+
+
+def _params(no: str, **extra: Any) -> dict[str, Any]:
+    """COMMON + this case's thresholds from ``judge_metrics.DEFAULTS`` (``met<no>_*``) + its act parameters."""
+    return {**COMMON, **{k: v for k, v in DEFAULTS.items() if k.startswith(f"met{no}_")}, **extra}
+
+
+# ------------------------------------------------------------------------------------ act helpers
+
+
+def _begin(run: CaseRun) -> None:
+    run.plan.update(prefix=metric_prefix(run.cluster), namespace=run.cluster.namespace, mode=run.cluster.mode)
+    run.save_plan()
+
+
+def _skip(run: CaseRun, reason: str) -> None:
+    """Record a SKIP reason in the plan (the judgment returns SKIP with it)."""
+    run.plan["skip"] = reason
+    run.save_plan()
+
+
+def _timeout(run: CaseRun) -> float:
+    return float(run.params["met_scrape_timeout_s"])
+
+
+def _endpoint(run: CaseRun) -> ScrapeTarget | None:
+    """The scheduler a case without a probe checks; None (and a SKIP reason) in host mode without metrics_url."""
+    if run.cluster.mode == "k8s":
+        node = run.params.get("met_node")
+        target = k8s_target(run.backend, run.cluster, str(node) if node else None, timeout_s=_timeout(run))
+    else:
+        found = host_target(run.backend, run.cluster, timeout_s=_timeout(run))
+        if found is None:
+            _skip(run, f"host mode: cluster {run.cluster.name} names no scheduler.metrics_url in the inventory")
+            return None
+        target = found
+    run.plan["target"] = target.describe()
+    run.save_plan()
+    return target
+
+
+def _probe_target(run: CaseRun, node: str) -> ScrapeTarget:
+    target = k8s_target(run.backend, run.cluster, node, timeout_s=_timeout(run))
+    run.plan["target"] = target.describe()
+    run.save_plan()
+    return target
+
+
+def _record(records: list[PodRecord], name: str) -> PodRecord | None:
+    return next((r for r in records if r.name in (name, dns1123(name))), None)
+
+
+def _start_probe(run: CaseRun, *, args: tuple[str, ...] = (), **kw: Any) -> tuple[str, str]:
+    """Start the W5 probe pod, wait until it runs and prints its first probe line; ``(pod, node)``.
+
+    Raises :class:`XpushareError` (the case is ERROR) when it does not run, ends early, or prints no
+    ``[XPUSHARE][QUOTA_PROBE]`` line within ``pod_timeout_s``.
+    """
+    duration = float(run.params["met_probe_duration_s"])
+    spec = run.pod("probe", W5, args=("--duration-s", f"{duration:g}", "--interval-s", "1", "--no-progress", *args),
+                   **kw)
+    run.plan.update(pods=[spec.name], probe=spec.name)
+    run.save_plan()
+    timeout = float(run.params["pod_timeout_s"])
+    run.backend.start_pods(run.case_dir, [spec])
+    rec = _record(run.backend.wait_running(run.case_dir, [spec.name], timeout), spec.name)
+    if rec is None or rec.phase != "Running" or not rec.node:
+        what = "missing" if rec is None else f"{rec.phase} (exit {rec.exit_code}, node {rec.node})"
+        raise XpushareError(f"probe pod {spec.name} is {what}, not Running")
+    deadline = time.monotonic() + timeout
+    polls = 0
+    while PROBE_MARKER not in run.backend.read_log(run.case_dir, rec.name):
+        polls += 1
+        now = _record(run.backend.wait_running(run.case_dir, [spec.name], 0.0), spec.name) if polls % 5 == 0 else None
+        if now is not None and now.terminal:  # phase every 5th poll: one kubectl call a second otherwise
+            raise XpushareError(f"probe pod {rec.name} ended ({now.phase}, exit {now.exit_code}) before its first "
+                                f"{PROBE_MARKER} line")
+        if time.monotonic() > deadline:
+            raise XpushareError(f"probe pod {rec.name} printed no {PROBE_MARKER} line in {timeout:g} s")
+        run.sleep(1.0)
+    run.plan.update(probe=rec.name, node=rec.node)
+    run.save_plan()
+    return rec.name, rec.node
+
+
+def _page(text: str) -> Evidence:
+    """An in-memory evidence holding one /metrics page as ``metrics_mid.txt`` (for settle checks)."""
+    return Evidence.from_parts([], {}, {"metrics_mid.txt": text})
+
+
+def _settle(run: CaseRun, target: ScrapeTarget, name: str, accept: Callable[[Evidence], bool]) -> ScrapeRecord:
+    """Capture /metrics into ``name`` every ``met_poll_s`` until ``accept`` holds or ``met_settle_s`` passes.
+
+    The last capture stays as the evidence (judged as it is, settled or not); ``plan["settle"]``
+    records the polls, whether it settled and the Unix time of the kept capture.
+    """
+    deadline = time.monotonic() + float(run.params["met_settle_s"])
+    polls = 0
+    while True:
+        record = target.capture(run.case_dir, "/metrics", name)
+        polls += 1
+        text = (run.case_dir / name).read_text(encoding="utf-8")
+        settled = record.status == 200 and accept(_page(text))
+        if settled or time.monotonic() >= deadline:
+            break
+        run.sleep(float(run.params["met_poll_s"]))
+    run.plan["settle"] = {"file": name, "polls": polls, "settled": settled, "at": record.t}
+    run.save_plan()
+    return record
+
+
+def _client_seen(run: CaseRun, pod: str) -> Callable[[Evidence], bool]:
+    prefix, ns = run.plan.get("prefix"), run.cluster.namespace
+
+    def accept(ev: Evidence) -> bool:
+        return bool(parse_exposition(ev.text("metrics_mid.txt") or "", prefix).values("client_info", pod=pod,
+                                                                                      namespace=ns))
+    return accept
+
+
+def _passes(verdict: Verdict) -> bool:
+    return verdict.status is Status.PASS
+
+
+def _ample_memory(run: CaseRun) -> str:
+    """Seed 000 MET-004 / FUNC-007: 4Gi on a T4, 8Gi on larger cards."""
+    return "4Gi" if "T4" in (run.cluster.gpu_model or "").upper() else "8Gi"
+
+
+# ------------------------------------------------------------------------------------------- acts
+
+
+def _met001(run: CaseRun) -> None:
+    _begin(run)
+    target = _endpoint(run)
+    if target is None:
+        return
+    try:
+        target.capture(run.case_dir, "/healthz", "metrics_health.txt")
+        target.capture(run.case_dir, "/metrics", "metrics.txt")
+    finally:
+        target.close()
+
+
+def _met002(run: CaseRun) -> None:
+    _begin(run)
+    if run.cluster.mode != "k8s":
+        target = _endpoint(run)
+        if target is None:
+            return
+        try:
+            run.plan["probe"] = None
+            record = target.capture(run.case_dir, "/metrics", "metrics_mid.txt")
+            run.plan["mid_at"] = record.t
+            run.save_plan()
+        finally:
+            target.close()
+        return
+    pod, node = _start_probe(run)
+    target = _probe_target(run, node)
+    try:
+        prefix, ns = run.plan["prefix"], run.cluster.namespace
+        record = _settle(run, target, "metrics_mid.txt",
+                         lambda ev: _passes(judge_met002(ev, run.params, pod=pod, namespace=ns, prefix=prefix)))
+        run.plan["mid_at"] = record.t
+        run.save_plan()
+    finally:
+        target.close()
+
+
+def _met003(run: CaseRun) -> None:
+    _begin(run)
+    pod, node = _start_probe(run)
+    target = _probe_target(run, node)
+    host = node_host(run.backend, run.cluster, node)
+    sampler: NodeCapture | None = None
+    try:
+        try:
+            sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"), run.cluster.python, node)
+            sampler.start()
+            run.plan["sampler"] = {"node": node, "started_at": sampler.started_at, "argv": list(sampler.argv)}
+        except TransportError as exc:  # evidence missing: the judgment says so (ERROR unless NVML not required)
+            sampler = None
+            run.plan["sampler"] = {"node": node, "error": str(exc)}
+        th = {**run.params, "met003_require_nvml": False}  # settle on the page alone; NVML is judged after
+        prefix, ns = run.plan["prefix"], run.cluster.namespace
+        record = _settle(run, target, "metrics_mid.txt",
+                         lambda ev: _passes(judge_met003(ev, th, pod=pod, namespace=ns, prefix=prefix)))
+        run.plan["mid_at"] = record.t
+        run.save_plan()
+        run.sleep(float(run.params["met003_sampler_tail_s"]))
+    finally:
+        if sampler is not None:
+            sampler.stop(run.case_dir)
+        target.close()
+        host.close()
+
+
+def _met004(run: CaseRun) -> None:
+    _begin(run)
+    core = run.params["met004_core_limit"]
+    memory = run.params["met004_memory_limit"] or _ample_memory(run)
+    env = run.params["met004_memory_limit_env"]
+    run.plan.update(core_limit=core, memory_limit=memory, memory_limit_env=env)
+    pod, node = _start_probe(run, core_limit=None if core is None else int(core), memory_limit=memory,
+                             memory_limit_env=env)
+    target = _probe_target(run, node)
+    try:
+        prefix, ns = run.plan["prefix"], run.cluster.namespace
+        record = _settle(run, target, "metrics_mid.txt", lambda ev: _passes(judge_met004(
+            ev, run.params, pod=pod, namespace=ns, core_limit=core, memory_limit=memory, memory_limit_env=env,
+            prefix=prefix)))
+        run.plan["mid_at"] = record.t
+        run.save_plan()
+    finally:
+        target.close()
+
+
+def _quota_now(body: str | None, pod: str, namespace: str, prefix: str | None) -> tuple[float | None, float | None]:
+    """``(core percent, memory bytes)`` the page exports for the pod's clients (None: no series)."""
+    exp = parse_exposition(body or "", prefix)
+    core = [s.value for s in exp.values("client_core_quota_config_percent", pod=pod, namespace=namespace)]
+    mem = [s.value for s in exp.values("client_memory_quota_bytes", pod=pod, namespace=namespace)]
+    return (core[-1] if core else None), (mem[-1] if mem else None)
+
+
+def _met005(run: CaseRun) -> None:
+    _begin(run)
+    p = run.params
+    core_from, mem_from = int(p["met005_core_from"]), str(p["met005_memory_from"])
+    core_to, mem_to = str(p["met005_core_to"]), str(p["met005_memory_to"])
+    run.plan.update(core_from=core_from, memory_from=mem_from, core_to=core_to, memory_to=mem_to)
+    pod, node = _start_probe(run, core_limit=core_from, memory_limit=mem_from)
+    target = _probe_target(run, node)
+    prefix, ns = run.plan["prefix"], run.cluster.namespace
+    interval = float(p["met005_interval_s"])
+    before = max(1, math.ceil(float(p["met005_before_s"]) / interval))
+    timeout = float(p["met005_timeout_s"])
+    want = (float(core_limit_value(core_to)), float(annotation_bytes(mem_to)))
+    changed: list[float] = []
+
+    def on_record(k: int, record: ScrapeRecord) -> bool:
+        if not changed:
+            if k + 1 >= before:
+                changed.append(run.backend.annotate(run.case_dir, pod, {"core": core_to, "memory": mem_to}))
+                run.plan["changed_at"] = changed[0]
+                run.save_plan()
+            return True
+        if record.t >= changed[0] and record.responded and _quota_now(record.body, pod, ns, prefix) == want:
+            return False
+        return record.t - changed[0] <= timeout
+
+    try:
+        _settle(run, target, "metrics_before.txt", lambda ev: _passes(judge_met004(
+            ev, p, pod=pod, namespace=ns, core_limit=core_from, memory_limit=mem_from, prefix=prefix)))
+        scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=interval,
+                    duration_s=(before + 1) * interval + timeout, on_record=on_record, sleep=run.sleep)
+    finally:
+        target.close()
+    if not changed:
+        raise XpushareError("the series ended before the annotation change was made")
+
+
+def _met006(run: CaseRun) -> None:
+    _begin(run)
+    pod, node = _start_probe(run)
+    host = node_host(run.backend, run.cluster, node)
+    dmon: NodeCapture | None = None
+    target: ScrapeTarget | None = None
+    try:
+        command = run.params["met006_dmon_command"]
+        if has_command(host, "nvidia-smi"):
+            run.plan["dmon"] = {"source": "backend", "node": node,
+                                "how": "nvidia-smi dmon -s u -d 1 on the node for the whole case (k8s backend)"}
+        elif command:
+            argv = [str(a).replace("{node}", node) for a in command]
+            dmon = NodeCapture(host, spawn_name(run.backend, run.case_id, "dmon"), argv,
+                               log_to=f"remote_{node}_dmon.txt")
+            dmon.start()
+            run.plan["dmon"] = {"source": "met006_dmon_command", "node": node, "argv": argv,
+                                "started_at": dmon.started_at}
+        else:
+            _skip(run, f"node {node} has no nvidia-smi and no met006_dmon_command is set: no dmon to compare with")
+            return
+        run.save_plan()
+        target = _probe_target(run, node)
+        _settle(run, target, "metrics_mid.txt", _client_seen(run, pod))
+        scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met006_interval_s"]),
+                    duration_s=float(run.params["met006_duration_s"]), sleep=run.sleep)
+    finally:
+        if dmon is not None:
+            dmon.stop(run.case_dir)
+        if target is not None:
+            target.close()
+        host.close()
+
+
+def _met007(run: CaseRun) -> None:
+    _begin(run)
+    target = _endpoint(run)
+    if target is None:
+        return
+    try:
+        scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met007_interval_s"]),
+                    duration_s=float(run.params["met007_duration_s"]), sleep=run.sleep)
+        target.capture(run.case_dir, "/healthz", "metrics_health.txt")
+    finally:
+        target.close()
+
+
+def met008_size(fill_ratio: float, total_bytes: float) -> int:
+    """W5's ``--n`` whose footprint (``16 n²`` bytes) is ``fill_ratio`` of ``total_bytes``. ValueError if ≤ 0."""
+    if not (fill_ratio > 0 and total_bytes > 0):
+        raise ValueError("fill ratio and total memory must be positive")
+    return max(1, int(math.sqrt(fill_ratio * total_bytes / W5_BYTES_PER_N2)))
+
+
+def _gpu_total_bytes(run: CaseRun) -> float:
+    """The GPU memory MET-008 fills: the inventory's ``gpu.memory_gib``, else the smallest
+    ``gpu_memory_total_bytes`` the default node's scheduler exports."""
+    if run.cluster.gpu_memory_gib:
+        return float(run.cluster.gpu_memory_gib) * 2**30
+    target = _endpoint(run)
+    if target is None:  # pragma: no cover - MET-008 requires Kubernetes
+        raise XpushareError("no scheduler to read gpu_memory_total_bytes from")
+    try:
+        record, _ = target.get("/metrics")
+    finally:
+        target.close()
+    totals = [s.value for s in parse_exposition(record.body or "", run.plan.get("prefix")).values(
+        "gpu_memory_total_bytes") if s.value > 0]
+    if not totals:
+        raise XpushareError("MET-008: set gpu.memory_gib in the inventory or met008_n (no gpu_memory_total_bytes)")
+    return min(totals)
+
+
+def _met008(run: CaseRun) -> None:
+    _begin(run)
+    fill = float(run.params["met008_fill_ratio"])
+    n = run.params["met008_n"]
+    total = None
+    if not n:
+        total = _gpu_total_bytes(run)
+        n = met008_size(fill, total)
+    run.plan["met008"] = {"n": int(n), "fill_ratio": fill, "gpu_total_bytes": total,
+                          "w5_footprint_bytes": W5_BYTES_PER_N2 * int(n) ** 2}
+    pod, node = _start_probe(run, oversub=True, args=("--n", str(int(n))))
+    target = _probe_target(run, node)
+    try:
+        _settle(run, target, "metrics_mid.txt", _client_seen(run, pod))
+        scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met008_interval_s"]),
+                    duration_s=float(run.params["met008_duration_s"]), sleep=run.sleep)
+    finally:
+        target.close()
+
+
+# ---------------------------------------------------------------------------------------- judges
+
+
+def _skipped(plan: Mapping[str, Any]) -> Verdict | None:
+    return Verdict(Status.SKIP, str(plan["skip"])) if plan.get("skip") else None
+
+
+def _ns(plan: Mapping[str, Any]) -> str | None:
+    return plan.get("namespace") if plan.get("probe") else None
+
+
+def _judge001(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return _skipped(plan) or judge_met001(ev, th, prefix=plan.get("prefix"))
+
+
+def _judge002(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return _skipped(plan) or judge_met002(ev, th, pod=plan.get("probe"), namespace=_ns(plan),
+                                          prefix=plan.get("prefix"))
+
+
+def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return _skipped(plan) or judge_met003(ev, th, pod=plan["probe"], namespace=_ns(plan), node=plan.get("node"),
+                                          mid_at=plan.get("mid_at"), prefix=plan.get("prefix"))
+
+
+def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return _skipped(plan) or judge_met004(ev, th, pod=plan["probe"], namespace=_ns(plan),
+                                          core_limit=plan.get("core_limit"), memory_limit=plan.get("memory_limit"),
+                                          memory_limit_env=plan.get("memory_limit_env"), prefix=plan.get("prefix"))
+
+
+def _judge005(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    skipped = _skipped(plan)
+    if skipped is not None:
+        return skipped
+    if plan.get("changed_at") is None:
+        return Verdict(Status.ERROR, "no annotation change was made (plan.json has no changed_at)")
+    return judge_met005(ev, th, pod=plan["probe"], changed_at=float(plan["changed_at"]), namespace=_ns(plan),
+                        core_limit=plan.get("core_to"), memory_limit=plan.get("memory_to"), prefix=plan.get("prefix"))
+
+
+def probe_gpu_index(ev: Evidence, pod: str, namespace: str | None, prefix: str | None) -> str | None:
+    """The ``gpu_index`` of the probe's GPU: its ``client_info`` GPU key mapped onto the
+    ``gpu_utilization_ratio`` rows (first scrape of ``metrics_series.jsonl`` that has both); None if unknown."""
+    records, _ = parse_series(ev.text("metrics_series.jsonl") or "")
+    for r in records:
+        if not (r.responded and r.body):
+            continue
+        exp = parse_exposition(r.body, prefix)
+        labels = {"pod": pod, **({"namespace": namespace} if namespace else {})}
+        for client in exp.values("client_info", **labels):
+            rows = gpu_rows_for_key(exp, "gpu_utilization_ratio", client.label("gpu_uuid"))
+            if rows and rows[0].label("gpu_index") is not None:
+                return rows[0].label("gpu_index")
+    return None
+
+
+def _judge006(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    skipped = _skipped(plan)
+    if skipped is not None:
+        return skipped
+    gpu = probe_gpu_index(ev, plan["probe"], _ns(plan), plan.get("prefix"))
+    return judge_met006(ev, th, node=plan.get("node"), gpu_index=gpu, dmon_interval_s=DMON_INTERVAL_S,
+                        prefix=plan.get("prefix"))
+
+
+def _judge007(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return _skipped(plan) or judge_met007(ev, th, prefix=plan.get("prefix"))
+
+
+def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return _skipped(plan) or judge_met008(ev, th, prefix=plan.get("prefix"))
+
+
+# -------------------------------------------------------------------------------------- the cases
+
+_K8S = frozenset({CAP_KUBERNETES})
+SUITE = "metrics"
+
+register(CaseDef(
+    "MET-001", SUITE, "/healthz and /metrics reachable", "-",
+    "GET /healthz and /metrics of the scheduler (k8s: on met_node, curl from the node; host: scheduler.metrics_url)",
+    "metrics_health.txt (HTTP_CODE, OK), metrics.txt (parses, SUT-prefixed samples)",
+    params=_params("001"), act=_met001, judge=_judge001,
+))
+register(CaseDef(
+    "MET-002", SUITE, "Required metrics present", "W5",
+    "W5 probe; poll its node's /metrics until the probe's client shows (host mode: no probe)",
+    "metrics_mid.txt against xpushare/data/required_metrics.yaml (missing_metrics, missing_metric_count)",
+    params=_params("002"), act=_met002, judge=_judge002,
+))
+register(CaseDef(
+    "MET-003", SUITE, "Memory metrics consistent", "W5",
+    "W5 probe and the node sampler on its node; /metrics snapshot once the three memory views show",
+    "metrics_mid.txt (managed / NVML / GPU used > 0), sampler/<node>_procs.csv, _gpu.csv (NVML)",
+    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0), act=_met003, judge=_judge003,
+))
+register(CaseDef(
+    "MET-004", SUITE, "Quota metrics equal the configuration", "W5",
+    "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot",
+    "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations",
+    requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None),
+    act=_met004, judge=_judge004,
+))
+register(CaseDef(
+    "MET-005", SUITE, "Dynamic change latency", "W5",
+    "W5 probe at 30 % / 2Gi; scrape every 1 s; annotate 80 % + 4Gi; stop when the metrics show it",
+    "metrics_before.txt, metrics_series.jsonl, annotations.jsonl (dynamic_quota_metric_latency_sec)",
+    requires=_K8S, params=_params("005", met005_core_from=30, met005_memory_from="2Gi", met005_core_to=80,
+                                  met005_memory_to="4Gi", met005_interval_s=1.0, met005_before_s=3.0,
+                                  met005_timeout_s=60.0),
+    act=_met005, judge=_judge005,
+))
+register(CaseDef(
+    "MET-006", SUITE, "GPU utilization follows dmon", "W5",
+    "W5 probe; scrape its node's /metrics every 2 s for 30 s while nvidia-smi dmon runs on the node",
+    "metrics_series.jsonl (gpu_utilization_ratio), remote_<node>_dmon.txt (sm column from the header)",
+    requires=_K8S, params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
+    act=_met006, judge=_judge006,
+))
+register(CaseDef(
+    "MET-007", SUITE, "Scrape at 2 s", "-",
+    "no workload; scrape /metrics every 2 s for met007_duration_s (120 s), then GET /healthz",
+    "metrics_series.jsonl (success ratio, scrape latency p50/p99), metrics_health.txt",
+    params=_params("007"), act=_met007, judge=_judge007,
+))
+register(CaseDef(
+    "MET-008", SUITE, "High-memory alert", "W5",
+    "W5 probe sized to 85 % of the GPU memory (oversub on); scrape every 2 s for 40 s",
+    "metrics_series.jsonl: gpu_memory_used_bytes / gpu_memory_total_bytes > 0.80 (peak_gpu_memory_used_ratio)",
+    requires=_K8S, params=_params("008", met008_fill_ratio=0.85, met008_n=None, met008_duration_s=40.0,
+                                  met008_interval_s=2.0),
+    act=_met008, judge=_judge008,
+))

@@ -1,0 +1,390 @@
+"""Where the MET cases look: the scheduler serving one node, scraped from that node, and node-side captures.
+
+The scheduler runs one instance per GPU node (sut-interfaces.md §4.8), so every MET capture comes from
+the scheduler of the node the probe pod runs on (or, for cases without a probe, of one chosen node):
+
+* :func:`k8s_target`: the scheduler pod on a Kubernetes node (``kubectl get pods -l name=<gen>-scheduler
+  -n <gen>-system`` once), fetched with ``curl <podIP>:<metrics_port><path>`` **on that node's GPU host**
+  through the transport (a pod IP is reachable from the nodes), as ``invoke metrics-check --cluster`` does;
+* :func:`host_target`: host mode, the inventory's ``scheduler.metrics_url``, fetched on the cluster's
+  first host (this machine for ``local``: the standard library, no curl), as the host backend's harvest does;
+* :class:`ScrapeTarget`: one GET (:meth:`~ScrapeTarget.get`), a capture file in the curl format the
+  judgments read (:meth:`~ScrapeTarget.capture`), a fixed-rate series into ``metrics_series.jsonl``
+  (:func:`scrape_loop`);
+* :class:`NodeCapture`: a background command on a node's host (``nvidia-smi dmon``, the node sampler)
+  whose output files are pulled into the case directory when it stops.
+
+Capture format (read by :func:`xpushare.judge_metrics.read_capture`): the body as served, then
+``\\nHTTP_CODE=<ddd>\\nCONTENT_TYPE=<type>\\n`` (``curl -w``'s trailer, :func:`xpushare.collect.metrics.
+scrape_command`); without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000`` (what curl
+itself prints then). Series lines: :class:`xpushare.judge_metrics.ScrapeRecord` as JSON.
+
+Only public attributes of the backends are used (``K8sBackend.kubectl``, ``.names``, ``.node_host``,
+``.params``; ``HostBackend.hosts``); errors are :class:`~xpushare.errors.XpushareError` with one line.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xpushare.backends.base import Backend
+from xpushare.collect.metrics import parse_curl_output
+from xpushare.errors import TransportError, XpushareError
+from xpushare.inventory import ClusterSpec
+from xpushare.judge_metrics import ScrapeRecord
+from xpushare.kube import KubeError
+from xpushare.metrics_check import Fetch, FetchError, urllib_fetcher
+from xpushare.sut import sut_names
+from xpushare.transport import Host, LocalHost, connect
+
+__all__ = [
+    "NodeCapture",
+    "ScrapeTarget",
+    "capture_text",
+    "default_node",
+    "has_command",
+    "host_target",
+    "k8s_target",
+    "metric_prefix",
+    "node_host",
+    "sampler_capture",
+    "scrape_loop",
+    "spawn_name",
+    "timed",
+    "timed_curl_fetcher",
+]
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+
+
+TimedResult = tuple[int, str | None, str, float | None]
+"""``(status_code, content_type, body, seconds)``: a GET with the time the transfer took where the
+fetcher measured it itself (curl's ``time_total`` on the node), else ``None``."""
+TimedFetch = Callable[[str], TimedResult]
+
+
+def timed(fetch: Fetch) -> TimedFetch:
+    """A plain :data:`~xpushare.metrics_check.Fetch` as a :data:`TimedFetch` (no own timing)."""
+    def get(url: str) -> TimedResult:
+        status, ctype, body = fetch(url)
+        return status, ctype, body, None
+    return get
+
+
+_TIME_RE = re.compile(r"\nTIME_TOTAL=(?P<t>[^\n]*)\n?\Z")
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        return float(text.strip().replace(",", "."))
+    except ValueError:
+        return None
+
+
+def timed_curl_fetcher(host: Host, *, timeout_s: float = 10.0, curl: str = "curl") -> TimedFetch:
+    """GET through ``curl`` on ``host`` (a node), timed by curl itself (``-w %{time_total}``, seconds).
+
+    The command is :func:`xpushare.collect.metrics.scrape_command`'s with a ``TIME_TOTAL=`` line after its
+    ``HTTP_CODE``/``CONTENT_TYPE`` trailer, so the latency is the exporter's as seen from the node, without
+    the SSH round trip that carries the command. curl's ``000`` (no response), a missing trailer or a
+    transport failure raise :class:`~xpushare.metrics_check.FetchError`.
+    """
+
+    def get(url: str) -> TimedResult:
+        argv = [curl, "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w",
+                r"\nHTTP_CODE=%{http_code}\nCONTENT_TYPE=%{content_type}\nTIME_TOTAL=%{time_total}\n", url]
+        try:
+            res = host.run(argv, timeout=timeout_s + 15)
+        except TransportError as exc:
+            raise FetchError(f"curl on {host.name}: {exc}") from None
+        out = res.stdout
+        m = _TIME_RE.search(out)
+        seconds = _seconds(m.group("t")) if m else None
+        parsed = parse_curl_output(out[: m.start()] + "\n" if m else out)
+        if not parsed.http_code:
+            tail = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
+            raise FetchError(f"curl {url} on {host.name}: {tail}")
+        return parsed.http_code, parsed.content_type, parsed.body, seconds
+
+    return get
+
+
+@dataclass
+class ScrapeTarget:
+    """One scheduler's exporter: ``base_url`` (``http://HOST:PORT``) fetched with ``fetch``.
+
+    ``node``: the Kubernetes node it serves (None in host mode); ``scheduler_pod``: its pod name;
+    ``fetched_from``: the host the requests run on (``this machine`` for urllib). ``clock``: Unix
+    seconds. ``owned``: host connections this target opened (closed by :meth:`close`). ``latency``:
+    how a record's ``latency_s`` is measured (curl's ``time_total`` on the node, or this machine's clock).
+    """
+
+    base_url: str
+    fetch: TimedFetch
+    node: str | None = None
+    scheduler_pod: str | None = None
+    fetched_from: str = "this machine"
+    clock: Callable[[], float] = time.time
+    owned: list[Host] = field(default_factory=list)
+    latency: str = "wall clock of the request on this machine"
+
+    def get(self, path: str = "/metrics", *, keep_body: bool = True) -> tuple[ScrapeRecord, str | None]:
+        """GET ``base_url + path``: the record (Unix start, latency s, status, error, body) and the
+        Content-Type (None without one). Never raises for network failures (``status`` None, ``error``)."""
+        start = self.clock()
+        try:
+            status, ctype, body, seconds = self.fetch(self.base_url + path)
+        except FetchError as exc:
+            return ScrapeRecord(start, self.clock() - start, None, str(exc), None), None
+        latency = seconds if seconds is not None else self.clock() - start
+        return ScrapeRecord(start, latency, int(status), None, body if keep_body else None), ctype
+
+    def capture(self, case_dir: Path, path: str, name: str) -> ScrapeRecord:
+        """GET ``path`` and write it to ``case_dir/name`` in the capture format (:func:`capture_text`)."""
+        record, ctype = self.get(path)
+        (case_dir / name).write_text(capture_text(record, ctype), encoding="utf-8")
+        return record
+
+    def describe(self) -> dict[str, Any]:
+        """What the plan records about the target."""
+        return {"url": self.base_url, "node": self.node, "scheduler_pod": self.scheduler_pod,
+                "fetched_from": self.fetched_from, "latency": self.latency}
+
+    def close(self) -> None:
+        for host in self.owned:
+            host.close()
+        self.owned.clear()
+
+
+def capture_text(record: ScrapeRecord, content_type: str | None) -> str:
+    """A capture file's text: body + ``HTTP_CODE``/``CONTENT_TYPE`` trailer, or the error with ``HTTP_CODE=000``."""
+    if record.status is None:
+        why = (record.error or "no response").replace("\n", " ")
+        return f"# no response: {why}\nHTTP_CODE=000\nCONTENT_TYPE=\n"
+    return f"{record.body or ''}\nHTTP_CODE={record.status:03d}\nCONTENT_TYPE={content_type or ''}\n"
+
+
+def scrape_loop(target: ScrapeTarget, out: Path, *, interval_s: float, duration_s: float, keep_body: bool = True,
+                on_record: Callable[[int, ScrapeRecord], bool] | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> list[ScrapeRecord]:
+    """Scrape ``/metrics`` every ``interval_s`` s (fixed rate from the first start) for ``duration_s`` s.
+
+    Each record is appended to ``out`` (``metrics_series.jsonl``) as soon as it is taken, so an
+    interrupted series keeps what it had. ``on_record(k, record)`` runs after scrape ``k`` (0-based)
+    and returns False to stop early. A scrape that overruns its slot delays the next one (never
+    skipped), like :func:`xpushare.metrics_check.scrape_series`. ``sleep`` may raise
+    ``KeyboardInterrupt`` (the case's interruptible sleep).
+    """
+    records: list[ScrapeRecord] = []
+    t0 = target.clock()
+    k = 0
+    with out.open("a", encoding="utf-8") as fh:
+        while True:
+            due = t0 + k * interval_s
+            if due - t0 > duration_s + 1e-9:
+                break
+            now = target.clock()
+            if due > now:
+                sleep(due - now)
+            record, _ = target.get("/metrics", keep_body=keep_body)
+            records.append(record)
+            fh.write(record.to_json_line())
+            fh.flush()
+            if on_record is not None and not on_record(k, record):
+                break
+            k += 1
+    return records
+
+
+# ------------------------------------------------------------------------------ resolving targets
+
+
+def spawn_name(backend: Backend, case_id: str, what: str) -> str:
+    """A spawn name unique to the run and case, e.g. ``xp-20260301-120000-met-006-dmon`` (``[A-Za-z0-9_.-]``)."""
+    run_id = str(getattr(backend, "run_id", "") or "run")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"xp-{run_id}-{case_id.lower()}-{what}").strip("-.")
+
+
+def node_host(backend: Backend, cluster: ClusterSpec, node: str) -> Host:
+    """A new connection to the inventory GPU host of Kubernetes node ``node`` (close it when done).
+
+    The node -> host map is the one the k8s backend built in ``prepare_run`` (same name, else same
+    address as the node's InternalIP). Raises :class:`XpushareError` when no GPU host maps to ``node``.
+    """
+    mapping: dict[str, str] = dict(getattr(backend, "node_host", {}) or {})
+    name = mapping.get(node) or next((h.name for h in cluster.by_role("gpu") if h.name == node), None)
+    if name is None:
+        raise XpushareError(f"node {node}: no GPU host of the inventory maps to it (name or InternalIP)")
+    return connect(cluster.host(name))
+
+
+def _scheduler_pods(backend: Backend) -> list[Any]:
+    kubectl = getattr(backend, "kubectl", None)
+    names = getattr(backend, "names", None)
+    if kubectl is None or names is None:
+        raise XpushareError(f"{backend.mode} backend has no kubectl: a scheduler pod needs Kubernetes mode")
+    try:
+        return list(kubectl.list_pods(names.scheduler_label, namespace=names.namespace))
+    except KubeError as exc:
+        raise XpushareError(f"listing scheduler pods: {exc}") from None
+
+
+def _default_node(backend: Backend, cluster: ClusterSpec, sched_pods: list[Any]) -> str:
+    sched_nodes = {p.node for p in sched_pods if p.node}
+    mapping: dict[str, str] = dict(getattr(backend, "node_host", {}) or {})
+    for spec in cluster.by_role("gpu"):
+        nodes = sorted(n for n, h in mapping.items() if h == spec.name) or [spec.name]
+        for node in nodes:
+            if node in sched_nodes:
+                return node
+    names = getattr(backend, "names", None)
+    label = names.scheduler_label if names else "name=<gen>-scheduler"
+    raise XpushareError(f"no scheduler pod ({label}) on a node of the inventory's GPU hosts")
+
+
+def default_node(backend: Backend, cluster: ClusterSpec) -> str:
+    """The node whose scheduler a case without a probe pod checks: the first GPU host of the inventory
+    (in inventory order) whose node runs a scheduler pod. Raises :class:`XpushareError` when none does."""
+    return _default_node(backend, cluster, _scheduler_pods(backend))
+
+
+def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, timeout_s: float = 10.0) -> ScrapeTarget:
+    """The scheduler pod on ``node`` (None: :func:`default_node`), curled from the node's GPU host.
+
+    Port ``metrics_port`` of the backend's parameters (default 9402); one ``kubectl get pods`` call.
+    Prefers a Running pod when several exist (a rollout). Latency: curl's ``time_total`` on the node
+    (:func:`timed_curl_fetcher`; urllib when the node's host is this machine). Raises
+    :class:`XpushareError` when the node has no scheduler pod, the pod has no IP yet, or no GPU host
+    maps to the node.
+    """
+    sched = _scheduler_pods(backend)
+    node = node or _default_node(backend, cluster, sched)
+    pods = [p for p in sched if p.node == node]
+    if not pods:
+        raise XpushareError(f"node {node}: no scheduler pod runs there")
+    pods.sort(key=lambda p: (p.phase != "Running", p.name))
+    pod = pods[0]
+    if not pod.pod_ip:
+        raise XpushareError(f"node {node}: scheduler pod {pod.name} has no pod IP ({pod.phase})")
+    port = int((getattr(backend, "params", {}) or {}).get("metrics_port", 9402))
+    host = node_host(backend, cluster, node)
+    if isinstance(host, LocalHost):
+        fetch, latency = timed(urllib_fetcher(timeout_s)), "wall clock of the request on this machine"
+    else:
+        fetch, latency = timed_curl_fetcher(host, timeout_s=timeout_s), f"curl time_total on {host.name}"
+    return ScrapeTarget(f"http://{pod.pod_ip}:{port}", fetch, node=node, scheduler_pod=pod.name,
+                        fetched_from=host.name, owned=[host], latency=latency)
+
+
+def host_target(backend: Backend, cluster: ClusterSpec, *, timeout_s: float = 10.0) -> ScrapeTarget | None:
+    """Host mode: the inventory's ``scheduler.metrics_url`` (None when it names none), fetched on the
+    backend's first host (urllib on this machine, curl over SSH elsewhere)."""
+    url = cluster.scheduler.metrics_url
+    if not url:
+        return None
+    base = url.rstrip("/")
+    for suffix in ("/metrics", "/healthz"):
+        base = base.removesuffix(suffix)
+    hosts: dict[str, Host] = dict(getattr(backend, "hosts", {}) or {})
+    host = next(iter(hosts.values()), None)
+    if host is None or isinstance(host, LocalHost):
+        return ScrapeTarget(base, timed(urllib_fetcher(timeout_s)))
+    return ScrapeTarget(base, timed_curl_fetcher(host, timeout_s=timeout_s), fetched_from=host.name,
+                        latency=f"curl time_total on {host.name}")
+
+
+def metric_prefix(cluster: ClusterSpec) -> str:
+    """The metric prefix of the cluster's generation without the underscore (``xpushare``/``nvshare``)."""
+    return sut_names(cluster.sut).metric_prefix.rstrip("_")
+
+
+# ---------------------------------------------------------------------------- node-side captures
+
+
+def has_command(host: Host, command: str) -> bool:
+    """``command -v <command>`` on ``host``; False when the host cannot be asked."""
+    try:
+        return host.run(["sh", "-c", 'command -v "$1" >/dev/null', "sh", command], timeout=30).ok
+    except TransportError:
+        return False
+
+
+@dataclass
+class NodeCapture:
+    """A background command on a node's host (own session, :meth:`Host.spawn`), pulled back when stopped.
+
+    ``outputs``: ``remote relative path -> case-dir relative path`` of files the command writes (relative
+    to the host's spawn directory); its stdout/stderr log goes to ``log_to`` (None: not kept).
+    ``remove``: paths on the host (relative to the spawn directory, or absolute) deleted after the
+    copy, with the log (nothing of the capture is left behind). ``started_at``: Unix time just before
+    the spawn request.
+    """
+
+    host: Host
+    name: str
+    argv: Sequence[str]
+    log_to: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    remove: list[str] = field(default_factory=list)
+    started_at: float | None = None
+
+    def start(self) -> None:
+        """Spawn the command. Raises :class:`~xpushare.errors.TransportError` when it cannot start."""
+        self.started_at = time.time()
+        self.host.spawn(self.name, list(self.argv))
+
+    def stop(self, case_dir: Path) -> list[str]:
+        """Stop it (TERM, then KILL), copy its log and outputs into ``case_dir``; the files copied.
+
+        Failures are noted in ``harvest-errors.txt`` (the judgment then finds the evidence missing).
+        """
+        files: list[str] = []
+        try:
+            log = self.host.stop(self.name)
+        except TransportError as exc:
+            _note(case_dir, f"{self.name}: {exc}")
+            return files
+        pairs = ([(log, self.log_to)] if self.log_to else []) + [
+            (f"{self.host.spawn_dir}/{remote}", local) for remote, local in self.outputs.items()]
+        for remote, local in pairs:
+            try:
+                self.host.get(remote, case_dir / local)
+                files.append(local)
+            except TransportError:
+                continue  # not written (e.g. the sampler writes no_gpu.txt or the CSVs, not both)
+        leftovers = [log] + [p if p.startswith("/") else f"{self.host.spawn_dir}/{p}" for p in self.remove]
+        try:
+            self.host.run(["rm", "-rf", "--", *leftovers], timeout=30)
+        except TransportError as exc:
+            _note(case_dir, f"{self.name}: cleanup: {exc}")
+        return files
+
+
+def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s: float = 1.0) -> NodeCapture:
+    """The node sampler (``workloads/node_sampler.py``, NVML per GPU and per process) as a :class:`NodeCapture`.
+
+    Copies the script next to the host's spawn directory first; outputs land in the case dir as
+    ``sampler/<node>_gpu.csv``, ``_procs.csv``, ``_no_gpu.txt``, ``_sampler_source.txt`` (the names
+    MET-003's judgment reads). Raises :class:`~xpushare.errors.TransportError` when the copy fails.
+    """
+    spawn_dir = host.spawn_dir
+    if not spawn_dir.startswith("/"):
+        home = host.run(["sh", "-c", "pwd"], timeout=30, check=True).stdout.strip()
+        spawn_dir = f"{home}/{spawn_dir}"
+    script = f"{spawn_dir}/{name}-node_sampler.py"
+    host.put(WORKLOADS / "node_sampler.py", script)
+    out_dir = f"{name}-out"
+    outputs = {f"{out_dir}/{f}": f"sampler/{node}_{f}"
+               for f in ("gpu.csv", "procs.csv", "no_gpu.txt", "sampler_source.txt")}
+    argv = [python, script, "--out-dir", out_dir, "--interval-s", f"{interval_s:g}"]
+    return NodeCapture(host, name, argv, outputs=outputs, remove=[script, out_dir])
+
+
+def _note(case_dir: Path, message: str) -> None:
+    with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+        fh.write(message + "\n")
