@@ -1,0 +1,187 @@
+"""Performance suite end to end on the lab: real SSH, real kubectl, the lab cluster's duty-cycled core quotas.
+
+The lab scheduler enforces a core limit by SIGSTOP/SIGCONT of the pod's processes in 1 s windows
+(tests/lab/README-kube.md), so the runtime ratios are real measurements. An accurate lab PASSes PERF-011,
+PERF-004 and PERF-007 with the seed's tolerances (±8 %, ±10 %, 15 s); with the enforcement switched off
+(``no_enforcement``) or 30 % too generous (``skew`` 1.3) the precision cases FAIL; ``invoke judge --set``
+flips a stored verdict offline.
+
+Sizes: W6 at n=512 runs ~1.6 s per 10 000 iterations on one idle core (``OMP_NUM_THREADS=1``: two
+intra-op threads on two cores fight with the lab itself), so 40 000 iterations give a baseline of ~6.5 s,
+i.e. 9-26 windows per quota pod. One 1 s window quantises a runtime by at most ``q (1 - q) W / B``
+(<= 3.8 % at q = 50 %); the scheduler's stop overshoots its budget by 1-4 ms per window (the lab's
+``Throttling client ... (Used: 301/300 ms ...)`` lines: -0.3..-1.3 %). That leaves room inside ±8 % on an
+idle machine, so the seed's tolerances are kept. Expected length on an idle 2-core machine: ~5-6 min.
+
+CPU duty cycling measures the quota only when the two cores are not saturated by other work: the lab's
+"GPU" is the shared CPU, and a runtime ratio taken while other processes take the cores moves by tens of
+percent (measured: -10 %..+140 % at a load average of 10-35 on 2 cores, where ``nice`` had no effect).
+The healthy-lab test therefore records the CPU idle share during the run (``/proc/stat``) and, only when
+other work left the machine saturated (idle < ``SATURATED_IDLE``), reports a non-PASS precision verdict as a
+skip with the numbers instead of a failure; on an idle CI machine it must PASS. The fault tests need no
+such guard: their errors (-23 % to -75 %) are what the judgment must catch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.sshd import SshLab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+#: CPU idle share (all cores) below which the machine counts as saturated by other work during a run.
+SATURATED_IDLE = 0.10
+
+#: Lab parameters of the performance suite (the seed's tolerances stay at their defaults).
+PERF_PARAMS: dict[str, Any] = {
+    "workload_args": {
+        "w2_medium_add": ["--n", "512", "--iters", "10000", "--no-progress"],
+        "w6_fixed_add": ["--n", "512", "--iters", "40000", "--no-progress"],
+    },
+    "perf_pod_env": {"OMP_NUM_THREADS": "1"},
+    "perf_baseline_min_s": 3,
+    # fillers only hold the other GPU of the node while the pair is placed: an idle workload, so the
+    # 2 CPU cores are left to the pair
+    "perf_filler_workload": "w3_idle_add",
+    "perf_filler_args": ["--n", "64", "--steps", "100", "--sleep-s", "0.1", "--no-progress"],
+    "perf_placement_timeout_s": 30,
+    "perf007_pre_s": 6,
+    "perf007_post_s": 10,
+    "perf007_settle_s": 5,
+    "perf007_poll_s": 0.5,
+    "perf007_metric_timeout_s": 20,
+}
+
+
+@pytest.fixture(scope="module")
+def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    if find_kubectl() is None:
+        pytest.skip("kubectl not installed")
+    block, lock = reserve_address_block()
+    # 1 s quota windows (explicitly: the sizes above are computed for them)
+    lab = LabCluster(tmp_path_factory.mktemp("perf-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, window_ms=1000,
+                     **lab_plan(block))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.stop()
+        lock.close()
+
+
+@pytest.fixture(scope="module")
+def inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("perf-inv") / "inventory.yaml"
+    return write_inventory(path, ssh_lab, kube_lab, params=PERF_PARAMS)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("perf-runs")
+
+
+def cpu_times() -> tuple[int, int]:
+    """(idle + iowait, total) jiffies of all CPUs from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def invoke(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def perf(inventory: Path, root: Path, run_id: str, *cases: str, sets: tuple[str, ...] = ()) -> \
+        subprocess.CompletedProcess:
+    args = [a for c in cases for a in ("--case", c)] + [a for s in sets for a in ("--set", s)]
+    return invoke("perf", "--cluster", "lab", "--inventory", str(inventory), "--run-id", run_id, "--root", str(root),
+                  *args)
+
+
+def results(root: Path, run_id: str) -> dict[str, dict]:
+    base = root / ".tmplog" / run_id / "xpushare" / "lab" / "performance"
+    return {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/result.json")}
+
+
+def explain(got: dict[str, dict], proc: subprocess.CompletedProcess) -> str:
+    lines = [f"{k}: {v['status']} {v['summary']} {json.dumps(v['metrics'].get('ratios'))}" for k, v in got.items()]
+    return "\n".join(lines) + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_accurate_lab_passes_and_plots_are_reported(inventory: Path, runs: Path) -> None:
+    idle0, total0 = cpu_times()
+    proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007")
+    idle1, total1 = cpu_times()
+    idle = (idle1 - idle0) / max(1, total1 - total0)
+    got = results(runs, "healthy")
+    statuses = {k: v["status"] for k, v in got.items()}
+    assert set(statuses) == {"PERF-004", "PERF-007", "PERF-011"} and "ERROR" not in statuses.values(), \
+        explain(got, proc)
+    assert got["PERF-004"]["metrics"]["placement"]  # the pair's GPUs, from the registration lines
+    report = (runs / ".tmplog" / "healthy" / "xpushare" / "run-report.md").read_text()
+    for png in ("PERF-011/runtime_vs_quota.png", "PERF-004/runtime_vs_quota.png", "PERF-007/throughput_timeline.png"):
+        assert png in report
+        assert (runs / ".tmplog" / "healthy" / "xpushare" / "lab" / "performance" / png).is_file()
+    if set(statuses.values()) != {"PASS"} and idle < SATURATED_IDLE:
+        pytest.skip(f"CPU idle {idle:.0%} during the run: the 2 cores were saturated by other work, so the "
+                    f"lab's duty-cycled ratios are not a measurement of the quota; got\n{explain(got, proc)}")
+    assert set(statuses.values()) == {"PASS"}, f"CPU idle {idle:.0%}\n" + explain(got, proc)
+    assert proc.returncode == 0
+    p11 = got["PERF-011"]
+    assert set(p11["metrics"]["ratios"]) == {"25", "50", "75"}
+    assert p11["thresholds"]["perf_quota_tolerance"] == 0.08  # the seed's default, not widened for the lab
+    p7 = got["PERF-007"]["metrics"]
+    assert 0 <= p7["metric_latency_s"] <= 15 and 0 <= p7["throughput_latency_s"] <= 15
+
+
+def test_rejudge_with_another_tolerance_flips_the_stored_verdict(runs: Path) -> None:
+    stored = results(runs, "healthy").get("PERF-011")
+    if stored is None:
+        pytest.skip("needs the stored run of test_accurate_lab_passes_and_plots_are_reported")
+    if stored["status"] == "PASS":  # tighten: the same evidence FAILs
+        tolerance, want = "0.001", "FAIL"
+    elif stored["status"] == "FAIL" and "monotonic" not in stored["summary"]:  # loosen: the same evidence PASSes
+        tolerance, want = "5", "PASS"
+    else:
+        pytest.skip(f"stored PERF-011 is {stored['status']}: {stored['summary']}")
+    proc = invoke("judge", "--run-id", "healthy", "--root", str(runs), "--set", f"perf_quota_tolerance={tolerance}")
+    got = results(runs, "healthy")["PERF-011"]
+    assert got["status"] == want, proc.stdout + proc.stderr
+    assert got["thresholds"]["perf_quota_tolerance"] == float(tolerance)
+    assert f"PERF-011 {want} (was {stored['status']})" in proc.stdout
+    assert got["metrics"]["ratios"] == stored["metrics"]["ratios"]  # same evidence, other threshold
+
+
+def test_enforcement_off_fails_the_precision_cases(inventory: Path, kube_lab: LabCluster, runs: Path) -> None:
+    kube_lab.set_faults(None, no_enforcement=True)
+    try:
+        proc = perf(inventory, runs, "noenf", "PERF-011", "PERF-004")
+    finally:
+        kube_lab.set_faults(None, no_enforcement=False)
+    got = results(runs, "noenf")
+    assert got["PERF-011"]["status"] == "FAIL" and "quota_precision" in got["PERF-011"]["summary"], explain(got, proc)
+    assert got["PERF-004"]["status"] == "FAIL" and "runtime_ratio" in got["PERF-004"]["summary"], explain(got, proc)
+    assert proc.returncode == 1
+
+
+def test_skewed_enforcement_fails_the_precision_cases(inventory: Path, kube_lab: LabCluster, runs: Path) -> None:
+    kube_lab.set_faults(None, skew=1.3)
+    try:  # one quota is enough to show the skew and keeps the module short
+        proc = perf(inventory, runs, "skew", "PERF-011", "PERF-004", sets=("perf011_quotas=[50]",))
+    finally:
+        kube_lab.set_faults(None, skew=None)
+    got = results(runs, "skew")
+    p11, p4 = got["PERF-011"], got["PERF-004"]
+    assert p11["status"] == "FAIL" and "quota_precision" in p11["summary"], explain(got, proc)
+    assert p11["metrics"]["ratios"]["50"]["error"] < -0.08
+    assert p4["status"] == "FAIL" and "runtime_vs_baseline" in p4["summary"], explain(got, proc)
