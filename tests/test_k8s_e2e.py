@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
-from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -27,7 +27,7 @@ def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
     if find_kubectl() is None:
         pytest.skip("kubectl not installed")
     block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path_factory.mktemp("e2e-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, **lab_plan(block))
+    lab = LabCluster(tmp_path_factory.mktemp("e2e-kube"), **LAB_OPTIONS, **lab_plan(block))
     try:
         lab.start()
         yield lab

@@ -1,1 +1,303 @@
-"""The stability suite's cases (seed 000). Cases registered here replace the catalog's placeholder rows."""
+"""STAB-001..004, LEAK-001..005, FAIL-001..004 (seed 000 §6 P0/P2, §10, §16.6, §17.6).
+
+STAB and LEAK cases are soaks (:mod:`xpushare.soak.loop`): rounds of a workload mix with the scheduler
+sampled every ``sample_interval_s`` into append-only series under ``soak/``; they differ in the mix, the
+length (``stab_duration_s``: 6 h / 24 h by default, seconds in the lab; LEAK cases: a number of rounds)
+and the judgment (:mod:`xpushare.judge_stability`). FAIL cases inject a fault (:mod:`xpushare.soak.faults`)
+and SKIP unless ``allow_disruptive`` is set (``invoke fail --allow-disruptive``).
+
+Every case needs Kubernetes (DaemonSets, restart counts, pod churn through kubectl); in host mode they SKIP.
+The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
+choose with ``--case`` or a playbook.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from xpushare import judge_stability
+from xpushare.backends.base import CAP_KUBERNETES, PodSpec
+from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.evidence import Evidence
+from xpushare.model import Verdict
+from xpushare.soak import faults
+from xpushare.soak.act import run_soak, settings_from_params
+
+W2 = "w2_medium_add"
+W3 = "w3_idle_add"
+W4 = "w4_alloc_free"
+W5 = "w5_quota_probe"
+GIB = 2**30
+_K8S = frozenset({CAP_KUBERNETES})
+
+#: How a soak runs (seconds): shared by STAB and LEAK cases; the lab overrides them to seconds.
+SOAK_PARAMS: dict[str, Any] = {
+    "sample_interval_s": 30,
+    "soak_poll_s": 5,
+    "round_timeout_s": 3600,
+    "stop_grace_s": 600,
+    "progress_s": 60,
+    "interim_report_s": 3600,
+    "checkpoint_s": 60,
+    "log_rotate_s": 3600,
+    "settle_s": 120,
+    "backoff_max_s": 60,
+    "max_failed_logs": 50,
+    "soak_plots": True,
+}
+
+#: Leak thresholds. Growth limits are the bash harness's (XP_LEAK_*: 128 MiB RSS, 200 FDs, 1 GiB GPU, 200
+#: series, 0 ghosts); the trend test (alpha, noise floors) is what the seed's "no sustained upward trend,
+#: small fluctuations allowed" (§10.2, §14.4) adds on top.
+TREND_PARAMS: dict[str, Any] = {
+    "trend_alpha": 0.01,
+    "trend_min_samples": 5,
+    "trend_warmup_fraction": 0.1,
+    "trend_samples": "idle",
+    "leak_rss_max_growth_bytes": 128 * 2**20,
+    "leak_rss_noise_bytes": 8 * 2**20,
+    "leak_fd_max_growth": 200,
+    "leak_fd_noise": 4,
+    "leak_gpu_tolerance_bytes": GIB,
+    "leak_ghost_max": 0,
+    "stab_max_gap_fraction": 0.5,
+}
+
+STAB_PARAMS: dict[str, Any] = {
+    **SOAK_PARAMS,
+    **TREND_PARAMS,
+    "stab_min_success_ratio": 1.0,
+    "stab_max_protocol_errors": 0,
+    "stab_log_storm_floor_per_min": 1200,
+    "stab_log_storm_factor": 10,
+}
+
+_QUOTA_PARAMS: dict[str, Any] = {
+    "stab_quota_pods": 4,
+    "stab_quota_interval_s": 300,
+    "stab_pod_duration_s": 1800,
+    "stab_min_update_ratio": 0.9,
+    "dynamic_max_latency_s": 15,
+}
+
+LEAK_PARAMS: dict[str, Any] = {**SOAK_PARAMS, **TREND_PARAMS, "sample_interval_s": 10, "leak_pods": 2}
+
+FAIL_PARAMS: dict[str, Any] = {
+    "allow_disruptive": False,
+    "fail_pods": 4,
+    "fail_load_s": 120,
+    "fail_pre_fault_s": 20,
+    "fail_restart_timeout_s": 240,
+    "fail_recovery_max_s": 240,
+    "fail_pending_max_s": 600,
+}
+
+
+# ------------------------------------------------------------------------------------------- mixes
+
+
+def _stab001(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+    """4 x W2 at 50 % core, all on the node with the fewest GPUs ("固定 4 Pod 同卡轮转")."""
+    node, _gpus = run.backend.colocation_target()
+    run.plan["node"] = node
+    count, core = int(run.params["stab001_pods"]), int(run.params["stab001_core"])
+    return lambda r: [run.pod(f"r{r}-w2-{i}", W2, core_limit=core, node=node) for i in range(1, count + 1)]
+
+
+def _stab002(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+    """Odd rounds ``stab002_pods_large`` pods, even rounds ``stab002_pods_small``; W2 and W3 alternate."""
+    small, large = int(run.params["stab002_pods_small"]), int(run.params["stab002_pods_large"])
+
+    def mix(r: int) -> list[PodSpec]:
+        n = large if r % 2 else small
+        return [run.pod(f"r{r}-{'w2' if i % 2 else 'w3'}-{i}", W2 if i % 2 else W3) for i in range(1, n + 1)]
+
+    return mix
+
+
+def _w5_args(run: CaseRun) -> tuple[str, ...]:
+    return ("--duration-s", f"{float(run.params['stab_pod_duration_s']):g}")
+
+
+def _stab003(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+    count = int(run.params["stab_quota_pods"])
+    return lambda r: [run.pod(f"r{r}-w5-{i}", W5, core_limit=30, args=_w5_args(run)) for i in range(1, count + 1)]
+
+
+def _memory_base(run: CaseRun) -> str:
+    base = run.params.get("stab004_memory_base")
+    return str(base) if base else ("4Gi" if "T4" in (run.cluster.gpu_model or "").upper() else "8Gi")
+
+
+def _stab004(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+    count, base = int(run.params["stab_quota_pods"]), _memory_base(run)
+    return lambda r: [run.pod(f"r{r}-w5-{i}", W5, memory_limit=base, args=_w5_args(run)) for i in range(1, count + 1)]
+
+
+def _pairs(workload: str, key: str) -> Callable[[CaseRun], Callable[[int], list[PodSpec]]]:
+    def make(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+        count = int(run.params[key])
+        return lambda r: [run.pod(f"r{r}-{i}", workload) for i in range(1, count + 1)]
+
+    return make
+
+
+# ------------------------------------------------------------------------------------------- acts
+
+
+def _run_id(run: CaseRun) -> str:
+    return str(getattr(run.backend, "run_id", "") or run.case_dir.parents[3].name)
+
+
+def soak_act(
+    make_mix: Callable[[CaseRun], Callable[[int], Sequence[PodSpec]]],
+    *,
+    duration_key: str | None = None,
+    rounds_key: str | None = None,
+    quota: str | None = None,
+    leak: str | None = None,
+) -> Callable[..., None]:
+    """An act that runs the soak loop with the mix ``make_mix(run)`` (``resume`` continues a checkpoint)."""
+
+    def act(run: CaseRun, *, resume: bool = False) -> None:
+        run.plan.update(soak=True, namespace=run.cluster.namespace, quota_kind=quota, leak=leak)
+        mix = make_mix(run)
+        cycle: tuple[str, ...] = ()
+        if quota == "core":
+            cycle = ("60", "90", "30")
+        elif quota == "memory":
+            cycle = ("2Gi", "6Gi", _memory_base(run))
+        settings = settings_from_params(
+            run.params,
+            duration_s=float(run.params[duration_key]) if duration_key else None,
+            max_rounds=int(run.params[rounds_key]) if rounds_key else None,
+            quota_key=quota,
+            quota_cycle=cycle,
+            quota_interval_s=float(run.params["stab_quota_interval_s"]) if quota else None,
+        )
+        run.plan["settings"] = {k: v for k, v in vars(settings).items()}
+        run.save_plan()
+        run_soak(run, settings, mix, run_id=_run_id(run), resume=resume, out=sys.stdout)
+
+    return act
+
+
+def _judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_stability.judge_stab(ev, th, plan)
+
+
+def _judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_stability.judge_leak(ev, th, plan)
+
+
+def _judge_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_stability.judge_fault(ev, th, plan)
+
+
+_SOAK_EVIDENCE = ("soak/samples.csv (RSS, FD per scheduler pid), soak/metrics.csv, soak/schedulers.csv (restarts), "
+                  "soak/rounds.jsonl, soak/events.jsonl (gaps, anomalies), soak/baseline.json, soak/final.json, "
+                  "scheduler.log, soak/soak-report.md + plots")
+
+# ------------------------------------------------------------------------------------------- registry
+
+register(CaseDef(
+    "STAB-001", "stability", "4 pods rotating on one GPU (6 h)", "W2",
+    "rounds of 4 x W2 at 50 % core on the node with the fewest GPUs for stab_duration_s (6 h)",
+    _SOAK_EVIDENCE, requires=_K8S,
+    params={**STAB_PARAMS, "stab_duration_s": 6 * 3600, "stab001_pods": 4, "stab001_core": 50},
+    act=soak_act(_stab001, duration_key="stab_duration_s"), judge=_judge_stab,
+))
+register(CaseDef(
+    "STAB-002", "stability", "16-32 mixed pods (24 h)", "W2/W3",
+    "rounds alternating 32 and 16 pods, W2 and W3 mixed, for stab_duration_s (24 h); `invoke soak` default",
+    _SOAK_EVIDENCE, requires=_K8S,
+    params={**STAB_PARAMS, "stab_duration_s": 24 * 3600, "stab002_pods_small": 16, "stab002_pods_large": 32},
+    act=soak_act(_stab002, duration_key="stab_duration_s"), judge=_judge_stab,
+))
+register(CaseDef(
+    "STAB-003", "stability", "Dynamic compute every 5 min (6 h)", "W5 (W3 in the seed table)",
+    "rounds of 4 x W5 (stab_pod_duration_s) at core 30; every stab_quota_interval_s annotate the running pods "
+    "60 -> 90 -> 30 ...",
+    _SOAK_EVIDENCE + ", Compute limit changed lines", requires=_K8S,
+    params={**STAB_PARAMS, **_QUOTA_PARAMS, "stab_duration_s": 6 * 3600},
+    act=soak_act(_stab003, duration_key="stab_duration_s", quota="core"), judge=_judge_stab,
+))
+register(CaseDef(
+    "STAB-004", "stability", "Dynamic memory every 5 min (6 h)", "W5 (W2 in the seed table)",
+    "rounds of 4 x W5 with gpu-memory-limit base (4Gi T4 / 8Gi); every stab_quota_interval_s annotate "
+    "2Gi -> 6Gi -> base ...",
+    _SOAK_EVIDENCE + ", Memory limit changed lines, ghost clients", requires=_K8S,
+    params={**STAB_PARAMS, **_QUOTA_PARAMS, "stab_duration_s": 6 * 3600, "stab004_memory_base": None},
+    act=soak_act(_stab004, duration_key="stab_duration_s", quota="memory"), judge=_judge_stab,
+))
+
+register(CaseDef(
+    "LEAK-001", "stability", "Scheduler RSS trend", "W4",
+    "leak_rounds rounds of 2 x W4 (alloc/free loop); scheduler VmRSS sampled during and after every round",
+    "soak/samples.csv rss_bytes per scheduler pid (trend), soak/schedulers.csv", requires=_K8S,
+    params={**LEAK_PARAMS, "leak_rounds": 20},
+    act=soak_act(_pairs(W4, "leak_pods"), rounds_key="leak_rounds", leak="rss"), judge=_judge_leak,
+))
+register(CaseDef(
+    "LEAK-002", "stability", "Scheduler FD trend", "W4",
+    "leak_rounds rounds of 2 x W4; scheduler open FDs sampled during and after every round",
+    "soak/samples.csv fd_count per scheduler pid (trend), soak/schedulers.csv", requires=_K8S,
+    params={**LEAK_PARAMS, "leak_rounds": 20},
+    act=soak_act(_pairs(W4, "leak_pods"), rounds_key="leak_rounds", leak="fd"), judge=_judge_leak,
+))
+register(CaseDef(
+    "LEAK-003", "stability", "GPU memory back to idle baseline", "W2",
+    "idle baseline of gpu_memory_used_bytes per GPU; 1 round of leak003_pods x W2; delete; settle_s",
+    "soak/baseline.json, soak/final.json (per-GPU used bytes), metrics/*.txt", requires=_K8S,
+    params={**LEAK_PARAMS, "leak003_pods": 4, "leak003_rounds": 1},
+    act=soak_act(_pairs(W2, "leak003_pods"), rounds_key="leak003_rounds", leak="gpu"), judge=_judge_leak,
+))
+register(CaseDef(
+    "LEAK-004", "stability", "No ghost clients after churn", "W2",
+    "leak_churn_rounds rounds of 2 x W2 created and deleted; then client_info of this case's pods",
+    "soak/final.json client_info_ours, soak/metrics/final_*.txt", requires=_K8S,
+    params={**LEAK_PARAMS, "leak_churn_rounds": 20},
+    act=soak_act(_pairs(W2, "leak_pods"), rounds_key="leak_churn_rounds", leak="ghosts"), judge=_judge_leak,
+))
+register(CaseDef(
+    "LEAK-005", "stability", "Metrics series bounded", "W4",
+    "series count at idle; leak_churn_rounds rounds of 2 x W4 churn; series after cleanup and between rounds",
+    "soak/baseline.json, soak/final.json series_total, soak/metrics.csv (idle rows)", requires=_K8S,
+    params={**LEAK_PARAMS, "leak_churn_rounds": 20, "leak_series_max_growth": 200, "leak_series_noise": 4},
+    act=soak_act(_pairs(W4, "leak_pods"), rounds_key="leak_churn_rounds", leak="series"), judge=_judge_leak,
+))
+
+_FAIL_EVIDENCE = ("plan.json (fault, recovery_s, restored), pods.json, scheduler_before_fault.log, "
+                  "scheduler_after_fault.log, previous/*.previous.log, scheduler.log")
+
+register(CaseDef(
+    "FAIL-001", "stability", "Restart the scheduler DaemonSet under load", "W5",
+    "disruptive: 4 x W5 running; rollout restart ds/<gen>-scheduler; rollout status; /healthz on every node; "
+    "probe pod", _FAIL_EVIDENCE, requires=_K8S, params=dict(FAIL_PARAMS),
+    act=lambda run: faults.fail_restart_daemonset(run, "scheduler"), judge=_judge_fault,
+))
+register(CaseDef(
+    "FAIL-002", "stability", "Restart the device-plugin DaemonSet under load", "W5",
+    "disruptive: 4 x W5 running; rollout restart ds/<gen>-device-plugin; rollout status; probe pod",
+    _FAIL_EVIDENCE, requires=_K8S, params=dict(FAIL_PARAMS),
+    act=lambda run: faults.fail_restart_daemonset(run, "device-plugin"), judge=_judge_fault,
+))
+register(CaseDef(
+    "FAIL-003", "stability", "Drain a node under load", "W5",
+    "disruptive: 4 x W5 running; kubectl drain the busiest node (fail003_node); re-submit the evicted pods; "
+    "uncordon in finally; probe pod on that node",
+    _FAIL_EVIDENCE, requires=_K8S,
+    params={**FAIL_PARAMS, "fail003_node": None, "fail_drain_timeout_s": 180, "fail_drain_grace_s": 30},
+    act=faults.fail_drain, judge=_judge_fault,
+))
+register(CaseDef(
+    "FAIL-004", "stability", "Single-node heavy load and recovery", "W2",
+    "disruptive: fail004_pods x W2 pinned to one node (fail004_node, default the largest); node metrics back to "
+    "idle, no scheduler restart, probe pod on that node",
+    _FAIL_EVIDENCE, requires=_K8S,
+    params={**FAIL_PARAMS, "fail004_node": None, "fail004_pods": 8, "fail004_min_succeeded": 1,
+            "leak_gpu_tolerance_bytes": GIB},
+    act=faults.fail_heavy_node, judge=_judge_fault,
+))
