@@ -73,32 +73,35 @@ def results(root: Path, run_id: str) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/result.json")}
 
 
-def test_healthy_lab_functional_suite(lab_inventory: Path, tmp_path: Path) -> None:
-    proc = run_func(lab_inventory, tmp_path, "healthy", *(f"FUNC-{i:03d}" for i in range(1, 13)))
+#: Healthy-lab cases run in CI: placement, quota rejection and dynamic changes (robust on a 2-core runner).
+CI_CASES = ("FUNC-001", "FUNC-002", "FUNC-004", "FUNC-006", "FUNC-007", "FUNC-010", "FUNC-012")
+#: The rest depend on runtime ratios of duty-cycled CPU processes or many pods: run on demand (-m heavy).
+HEAVY_CASES = ("FUNC-003", "FUNC-005", "FUNC-008", "FUNC-009", "FUNC-011")
+
+
+def test_healthy_lab_functional_cases(lab_inventory: Path, tmp_path: Path) -> None:
+    proc = run_func(lab_inventory, tmp_path, "healthy", *CI_CASES)
     got = results(tmp_path, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
-    assert statuses == {f"FUNC-{i:03d}": "PASS" for i in range(1, 13)}, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert statuses == dict.fromkeys(CI_CASES, "PASS"), proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0
-    f2 = got["FUNC-002"]
-    assert f2["kubectl_calls"] > 0
+    assert got["FUNC-002"]["kubectl_calls"] > 0
     case = tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-012"
-    for name in (
-        "scheduler.log",
-        "metrics.txt",
-        "metrics_health.txt",
-        "scheduler_proc.txt",
-        "cluster_snapshot.txt",
-        "device-plugin.log",
-        "gpu_mapping.txt",
-        "annotations.jsonl",
-    ):
+    for name in ("scheduler.log", "metrics.txt", "metrics_health.txt", "scheduler_proc.txt", "cluster_snapshot.txt",
+                 "device-plugin.log", "gpu_mapping.txt", "annotations.jsonl"):
         assert (case / name).is_file(), name
     assert "HTTP_CODE=200" in (case / "metrics_health.txt").read_text()
     latencies = got["FUNC-012"]["metrics"]["latency_s"]
     assert set(latencies) == {"80", "100"} and all(0 <= v <= 15 for v in latencies.values())
-    # Evidence of the pods that shared a GPU in FUNC-009 comes from the registration lines.
-    mapping = (tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-009/gpu_mapping.txt").read_text()
+    mapping = (tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-002/gpu_mapping.txt").read_text()
     assert "GPU-lab-" in mapping
+
+
+@pytest.mark.heavy
+def test_healthy_lab_timing_cases(lab_inventory: Path, tmp_path: Path) -> None:
+    proc = run_func(lab_inventory, tmp_path, "timing", *HEAVY_CASES, timeout=1800)
+    statuses = {k: v["status"] for k, v in results(tmp_path, "timing").items()}
+    assert statuses == dict.fromkeys(HEAVY_CASES, "PASS"), proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
 def test_ignored_annotations_fail_the_dynamic_cases(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
@@ -113,6 +116,7 @@ def test_ignored_annotations_fail_the_dynamic_cases(lab_inventory: Path, kube_la
     assert proc.returncode == 1
 
 
+@pytest.mark.heavy
 def test_quota_not_enforced_fails_static_compute(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     kube_lab.set_faults(None, no_enforcement=True)
     try:

@@ -200,7 +200,7 @@ def judge_rejected(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
     status, summary = combine(checks, pass_summary="allocation refused as expected")
     markers = checks[1].values.get("markers") or []
     if status is Status.PASS and markers:
-        summary += f": {markers[0][:100]}"
+        summary += f": {markers[0].split(chr(13))[-1][:100]}"
     return Verdict(status, summary, checks, dict(th), {"oom_markers": len(markers)}, ev.pod_files())
 
 
