@@ -25,6 +25,12 @@ def ssh_host(lab: SshLab, name: str, known_hosts: Path, policy: str = "accept-ne
     return SshHost(name, h.address, opts, spawn_dir=str(lab.workdir / f"spawn-{name}"), sleep=lambda s: None)
 
 
+def _alive(host: SshHost | LocalHost, pid: int) -> bool:
+    """Running, and not a zombie waiting for init to reap it."""
+    stat = host.run(["ps", "-o", "stat=", "-p", str(pid)]).stdout.strip()
+    return bool(stat) and not stat.startswith("Z")
+
+
 @pytest.fixture
 def node1(ssh_lab: SshLab, tmp_path: Path) -> SshHost:
     host = ssh_host(ssh_lab, "lab-node1", ssh_lab.write_known_hosts(tmp_path / "known_hosts"), "strict")
@@ -64,8 +70,7 @@ def test_put_get_spawn_stop(node1: SshHost, tmp_path: Path) -> None:
         node1.spawn("ticker", ["sleep", "5"])
     log = node1.stop("ticker")
     assert log == handle.log_path
-    alive = node1.run(["sh", "-c", f"kill -0 {handle.pid} 2>/dev/null && echo alive || echo gone"]).stdout
-    assert alive.strip() == "gone"
+    assert not _alive(node1, handle.pid)
     node1.get(log, tmp_path / "ticker.log")
     assert "tick" in (tmp_path / "ticker.log").read_text()
 
@@ -160,8 +165,8 @@ def test_local_host_same_interface(tmp_path: Path) -> None:
     res = local.run(["sh", "-c", 'echo "$A"; cat'], env={"A": "x y"}, stdin="in")
     assert res.stdout == "x y\nin" and res.ok
     h = local.spawn("sleeper", ["sleep", "30"])
-    assert local.run(["kill", "-0", str(h.pid)]).ok
+    assert _alive(local, h.pid)
     local.stop("sleeper")
-    assert not local.run(["kill", "-0", str(h.pid)]).ok
+    assert not _alive(local, h.pid)
     with pytest.raises(CommandTimeout):
         local.run(["sleep", "10"], timeout=0.5)

@@ -86,7 +86,8 @@ _SPAWN_SCRIPT = (
 _STOP_SCRIPT = (
     'd=$1; n=$2; f="$d/$n.pid"; [ -f "$f" ] || { echo "no such spawn" >&2; exit 97; }; p=$(cat "$f"); '
     'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; i=0; '
-    'while kill -0 "$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; '
+    'alive() { s=$(ps -o stat= -p "$1" 2>/dev/null) && case "$s" in Z*) return 1;; esac; }; '
+    'while alive "$p" && [ $i -lt 50 ]; do sleep 0.05; i=$((i+1)); done; '
     'kill -KILL -"$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; rm -f "$f"; echo "$d/$n.log"'
 )
 

@@ -696,6 +696,9 @@ class SshLab:
             "PrintLastLog no",
             "X11Forwarding no",
             "Subsystem sftp internal-sftp",
+            # Shells started by sshd read ~/.bashrc; where that runs `pyenv rehash`, concurrent sessions queue
+            # on its lock (60 s when a killed session left it behind). One second is enough for the lab.
+            "SetEnv PYENV_REHASH_TIMEOUT=1",
             f"LogLevel {loglevel}",
         ]
         if self._penalties_option:

@@ -60,10 +60,12 @@ class HostBackend(Backend):
 
     mode = "host"
 
-    def __init__(self, cluster: ClusterSpec, *, poll_s: float = 0.5) -> None:
+    def __init__(self, cluster: ClusterSpec, *, poll_s: float | None = None) -> None:
         self.cluster = cluster
         self.names = sut_names(cluster.sut)
-        self.poll_s = poll_s
+        self.hosts_are_local = all(h.local for h in cluster.hosts)
+        # A poll is a few milliseconds on this machine and one SSH round trip elsewhere.
+        self.poll_s = poll_s if poll_s is not None else (0.2 if self.hosts_are_local else 1.0)
         self.capabilities = frozenset({CAP_CLIENT_LIBRARY} if cluster.sut_lib else set())
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
