@@ -336,7 +336,8 @@ class HostBackend(Backend):
             files.append("scheduler.log")
         if sched.process_name:
             script = (
-                'p=$(pgrep -o -f "^(\\S*/)?$1( |\\$)") || { echo "SCHEDULER_ALIVE=0"; exit 0; }; echo "SCHEDULER_ALIVE=1"; '
+                'p=$(pgrep -o -f "^(\\S*/)?$1( |\\$)") || { echo "SCHEDULER_ALIVE=0"; exit 0; }; '
+                'echo "SCHEDULER_ALIVE=1"; '
                 'echo "PID=$p"; cat "/proc/$p/status"; echo "FD_COUNT=$(ls "/proc/$p/fd" | wc -l)"'
             )
             res = host.run(["sh", "-c", script, "sh", sched.process_name], timeout=30)
