@@ -57,3 +57,20 @@ def ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
 def fresh_ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     """A private lab per test, same hosts: for tests that rotate keys, stop hosts or kill sessions."""
     yield from _lab(tmp_path_factory.mktemp("fresh-ssh-lab"))
+
+
+#: Lab end-to-end modules whose runtime (minutes each) or timing sensitivity does not fit CI's budget on
+#: two cores; run them on demand with ``pytest -m heavy`` (README, "Development").
+HEAVY_MODULES = {
+    "test_k8s_combo_e2e.py",
+    "test_k8s_metrics_e2e.py",
+    "test_k8s_perf_e2e.py",
+    "test_k8s_stability_e2e.py",
+    "test_legacy_lab.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in HEAVY_MODULES:
+            item.add_marker(pytest.mark.heavy)
