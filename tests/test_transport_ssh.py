@@ -105,7 +105,9 @@ def test_accept_new_remembers_then_refuses_a_changed_key(fresh_ssh_lab: SshLab, 
             changed.run(["true"])
 
 
-def test_strict_refuses_unknown_and_ignore_accepts(ssh_lab: SshLab, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_strict_refuses_unknown_and_ignore_accepts(
+    ssh_lab: SshLab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(HostKeyMismatch, match="not in known_hosts"):
         ssh_host(ssh_lab, "lab-node2", tmp_path / "empty_known_hosts", "strict").run(["true"])
     ignoring = ssh_host(ssh_lab, "lab-node2", tmp_path / "empty_known_hosts", "ignore")
@@ -120,7 +122,7 @@ def test_connection_killed_mid_command_then_reconnects(fresh_ssh_lab: SshLab, tm
     def long_command() -> None:
         try:
             host.run(["sleep", "30"], timeout=60)
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+        except BaseException as exc:
             errors.append(exc)
 
     t = threading.Thread(target=long_command)

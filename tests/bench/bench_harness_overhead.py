@@ -44,7 +44,8 @@ def main() -> int:
         workload_s = pod["finished"] - pod["started"]
         overhead = result["duration_s"] - workload_s
         rows.append((result["duration_s"], workload_s, overhead))
-        print(f"case {result['duration_s']:6.2f} s  workload {workload_s:6.2f} s  overhead {overhead:5.2f} s", flush=True)
+        print(f"case {result['duration_s']:6.2f} s  workload {workload_s:6.2f} s  overhead {overhead:5.2f} s",
+              flush=True)
     med = statistics.median(r[2] for r in rows)
     print(f"median overhead {med:.2f} s over {len(rows)} cases (workload median "
           f"{statistics.median(r[1] for r in rows):.2f} s)")

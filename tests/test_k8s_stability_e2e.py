@@ -1,0 +1,340 @@
+"""Stability, leak, fault and soak tasks end to end on a lab of their own (real sshd, real kubectl, lab cluster).
+
+Time-compressed (seconds instead of hours, see ``LAB_PARAMS``; about 5-6 minutes on 2 cores):
+
+* ``invoke stab`` (STAB-003/004; STAB-002 through ``invoke soak``) / ``invoke leak`` (all five) /
+  ``invoke fail --allow-disruptive`` (all four) reach PASS on a healthy lab, ``invoke fail`` without the
+  flag SKIPs; faults leave the lab restored (nodes uncordoned, DaemonSets rolled out);
+* a lab scheduler made to leak memory turns LEAK-001 to FAIL (a healthy one PASSes above);
+* ``invoke soak`` survives an SSH drop and a node outage (gaps recorded, verdict PASS);
+* a soak interrupted with SIGINT resumes with ``--resume`` in the same run dir and time series, and a
+  scheduler restarted during the resumed part turns the verdict to FAIL (restart count) with the
+  previous container log harvested.
+
+The SSH lab is private to this module (sessions are killed and hosts stopped here), as is the lab cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_HOSTS, write_inventory
+from tests.lab.sshd import SshLab, lab_unavailable_reason
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+
+W_ARGS = {
+    "w2_medium_add": ["--n", "256", "--iters", "3000", "--no-progress"],
+    "w3_idle_add": ["--n", "128", "--steps", "8", "--sleep-s", "0.1", "--no-progress"],
+    "w4_alloc_free": ["--rounds", "20", "--mib", "2", "--no-progress"],
+    "w5_quota_probe": ["--n", "128", "--interval-s", "0.5", "--no-progress"],
+}
+#: The seed's hours and minutes compressed to seconds; rounds of one or two small pods.
+LAB_PARAMS: dict[str, Any] = {
+    "workload_args": W_ARGS,
+    "pod_timeout_s": 240,
+    "sample_interval_s": 2,  # every SSH command also runs the login shell's rc files: keep the rate low
+    "soak_poll_s": 1.5,
+    "progress_s": 2,
+    "checkpoint_s": 3,
+    "interim_report_s": 15,
+    "log_rotate_s": 12,
+    "settle_s": 15,
+    "backoff_max_s": 3,
+    "round_timeout_s": 120,
+    "stop_grace_s": 20,
+    "soak_plots": False,  # matplotlib costs seconds per case on 2 cores: drawn only in the SSH-drop soak
+    "trend_min_samples": 4,
+    "stab_duration_s": 8,
+    "stab001_pods": 2,
+    "stab002_pods_small": 1,
+    "stab002_pods_large": 2,
+    "stab_quota_pods": 2,
+    "stab_quota_interval_s": 3,
+    "stab_pod_duration_s": 9,
+    "stab004_memory_base": "64Mi",
+    "leak_rounds": 2,
+    "leak003_pods": 2,
+    "leak_churn_rounds": 2,
+    "leak_pods": 1,
+    "fail_pods": 1,
+    "fail_load_s": 6,
+    "fail_pre_fault_s": 1,
+    "fail_restart_timeout_s": 90,
+    "fail_recovery_max_s": 90,
+    "fail_pending_max_s": 90,
+    "fail_drain_timeout_s": 60,
+    "fail_drain_grace_s": 1,
+    "fail004_pods": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
+    """A private SSH lab: these tests kill its sessions and stop its hosts."""
+    reason = lab_unavailable_reason()
+    if reason is not None:
+        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
+            pytest.fail(f"SSH lab required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
+        pytest.skip(f"SSH lab unavailable: {reason}")
+    with SshLab(tmp_path_factory.mktemp("stab-ssh")) as lab:
+        for name, address, _role in LAB_HOSTS:
+            lab.add_host(name, address)
+        lab.write_known_hosts()
+        lab.write_ssh_config()
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def stab_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    if find_kubectl() is None:
+        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
+            pytest.fail("kubectl required (XPUSHARE_REQUIRE_LAB=1) but not installed", pytrace=False)
+        pytest.skip("kubectl not installed")
+    block, lock = reserve_address_block()
+    lab = LabCluster(tmp_path_factory.mktemp("stab-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, **lab_plan(block))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.stop()
+        lock.close()
+
+
+@pytest.fixture(scope="module")
+def inv(stab_ssh: SshLab, stab_kube: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_inventory(tmp_path_factory.mktemp("stab-inv") / "inventory.yaml", stab_ssh, stab_kube,
+                           params=LAB_PARAMS)
+
+
+def invoke_argv(inv: Path, root: Path, *args: str) -> list[str]:
+    task, *rest = args
+    return [sys.executable, "-m", "invoke", task, "--cluster", "lab", "--inventory", str(inv), "--root", str(root),
+            *rest]
+
+
+def run_task(inv: Path, root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(invoke_argv(inv, root, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def results(root: Path, run_id: str) -> dict[str, dict[str, Any]]:
+    base = root / ".tmplog" / run_id / "xpushare" / "lab" / "stability"
+    return {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/result.json")}
+
+
+def case_dir(root: Path, run_id: str, case: str) -> Path:
+    return root / ".tmplog" / run_id / "xpushare" / "lab" / "stability" / case
+
+
+def explain(proc: subprocess.CompletedProcess[str] | None, got: dict[str, Any]) -> str:
+    lines = [f"{k}: {v['status']} {v['summary']}" for k, v in sorted(got.items())]
+    if proc is not None:
+        lines += [proc.stdout[-4000:], proc.stderr[-3000:]]
+    return "\n".join(lines)
+
+
+def events(case: Path) -> list[dict[str, Any]]:
+    path = case / "soak" / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.3)
+    out = proc.communicate(timeout=30)[0][-3000:] if proc is not None and proc.poll() is not None else ""
+    raise AssertionError(f"timed out waiting for {what}\n{out}")
+
+
+def soak_elapsed(case: Path) -> float:
+    try:
+        return float(json.loads((case / "soak" / "status.json").read_text())["elapsed_s"])
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+def drop_connections(lab: SshLab, name: str) -> int:
+    """Kill the sshd processes serving ``name``'s connections (clients see the connection die).
+
+    Only sshd itself is killed: a shell SIGKILLed while it starts can leave its rc files' locks behind
+    (pyenv's rehash lock hangs every later login for a minute), so sessions' shells are left to finish.
+    """
+    killed = 0
+    for pid in lab.session_pids(name):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "sshd":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def segments(case: Path) -> int:
+    """Segments in the checkpoint (0 while the engine has the soak dir archived, before it is carried back)."""
+    try:
+        return len(json.loads((case / "soak" / "checkpoint.json").read_text())["segments"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def kubectl(kube: LabCluster, *args: str) -> str:
+    return subprocess.run([find_kubectl() or "kubectl", "--kubeconfig", str(kube.kubeconfig_path), *args],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+# ------------------------------------------------------------------------------------------ tasks
+
+
+def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
+    # STAB-002 runs below through `invoke soak`; STAB-001 is STAB-002's loop with another mix (2 cores in CI).
+    proc = run_task(inv, tmp_path, "stab", "--case", "STAB-003", "--case", "STAB-004", "--run-id", "stab")
+    got = results(tmp_path, "stab")
+    assert {k: v["status"] for k, v in got.items()} == {"STAB-003": "PASS", "STAB-004": "PASS"}, explain(proc, got)
+    assert proc.returncode == 0
+    stab3 = got["STAB-003"]
+    updates = next(c for c in stab3["checks"] if c["name"] == "quota_updates_applied")
+    assert updates["values"]["found"] >= 1
+    assert (case_dir(tmp_path, "stab", "STAB-004") / "soak" / "soak-report.md").is_file()
+
+    proc = run_task(inv, tmp_path, "leak", "--run-id", "leak")
+    got = results(tmp_path, "leak")
+    assert {k: v["status"] for k, v in got.items()} == {f"LEAK-00{i}": "PASS" for i in range(1, 6)}, \
+        explain(proc, got)
+    rss = next(c for c in got["LEAK-001"]["checks"] if c["name"] == "rss_no_leak")
+    assert any(s.get("judged") for s in rss["values"]["series"].values())
+
+
+def test_fail_skips_without_the_flag_and_passes_with_it(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:
+    proc = run_task(inv, tmp_path, "fail", "--case", "FAIL-003", "--run-id", "nofault")
+    got = results(tmp_path, "nofault")
+    assert {k: v["status"] for k, v in got.items()} == {"FAIL-003": "SKIP"}, explain(proc, got)
+    assert "--allow-disruptive" in got["FAIL-003"]["summary"]
+    assert proc.returncode == 0
+
+    proc = run_task(inv, tmp_path, "fail", "--allow-disruptive", "--run-id", "fault")
+    got = results(tmp_path, "fault")
+    assert {k: v["status"] for k, v in got.items()} == {f"FAIL-00{i}": "PASS" for i in range(1, 5)}, \
+        explain(proc, got)
+    for case in ("FAIL-001", "FAIL-002", "FAIL-003"):
+        assert got[case]["metrics"]["recovery_s"] is not None
+        assert (case_dir(tmp_path, "fault", case) / "scheduler_before_fault.log").is_file()
+    plan = json.loads((case_dir(tmp_path, "fault", "FAIL-003") / "plan.json").read_text())
+    assert plan["restored"] is True and plan["evicted"], plan
+    nodes = json.loads(kubectl(stab_kube, "get", "nodes", "-o", "json"))["items"]
+    assert not any(n["spec"].get("unschedulable") for n in nodes)  # uncordoned in finally
+    for ds in ("xpushare-scheduler", "xpushare-device-plugin"):
+        kubectl(stab_kube, "-n", "xpushare-system", "rollout", "status", f"daemonset/{ds}", "--timeout=60s")
+
+
+def test_a_leaking_scheduler_fails_leak_001(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:
+    stab_kube.set_faults(None, leak_bytes_per_s=2 * 2**20)
+    try:
+        proc = run_task(inv, tmp_path, "leak", "--case", "LEAK-001", "--run-id", "leaky")
+    finally:
+        stab_kube.set_faults(None, leak_bytes_per_s=0)
+    got = results(tmp_path, "leaky")
+    assert got["LEAK-001"]["status"] == "FAIL", explain(proc, got)
+    assert "rss_no_leak" in got["LEAK-001"]["summary"]
+    assert got["LEAK-001"]["metrics"]["rss_no_leak_growth"] > 8 * 2**20
+    assert proc.returncode == 1
+
+
+# ------------------------------------------------------------------------------------------ soak
+
+
+def start_soak(inv: Path, root: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(invoke_argv(inv, root, "soak", "--case", "STAB-002", *args), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_soak_survives_an_ssh_drop_and_a_node_outage(inv: Path, stab_ssh: SshLab, tmp_path: Path) -> None:
+    proc = start_soak(inv, tmp_path, "--minutes", "0.4", "--run-id", "drop", "--set", "soak_plots=true")
+    case = case_dir(tmp_path, "drop", "STAB-002")
+    try:
+        wait_for(lambda: soak_elapsed(case) >= 6, 180, "the soak to run", proc)
+        assert drop_connections(stab_ssh, "lab-master") >= 1  # the kubectl connection dies
+        drop_connections(stab_ssh, "lab-node1")
+        stab_ssh.stop_host("lab-node1")  # and the node stays unreachable for a while
+        time.sleep(6)
+        stab_ssh.start_host("lab-node1")
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if not stab_ssh.is_running("lab-node1"):
+            stab_ssh.start_host("lab-node1")
+    got = results(tmp_path, "drop")
+    assert got["STAB-002"]["status"] == "PASS", explain(None, got) + out[-4000:]
+    assert proc.returncode == 0
+    gaps = [e for e in events(case) if e["kind"] == "gap"]
+    assert any(g["op"] == "sample" and g["duration_s"] >= 3 for g in gaps), gaps
+    assert "retry in" in out and "gap of" in out
+    coverage = next(c for c in got["STAB-002"]["checks"] if c["name"] == "sample_coverage")
+    assert coverage["values"]["sampling_gaps"] >= 1
+    assert (case / "soak" / "soak-report.md").is_file() and (case / "soak" / "rss.png").is_file()
+    assert "rss.png" in (tmp_path / ".tmplog" / "drop" / "xpushare" / "run-report.md").read_text()
+
+
+def test_interrupted_soak_resumes_and_a_scheduler_restart_fails_it(inv: Path, stab_kube: LabCluster,
+                                                                   tmp_path: Path) -> None:
+    proc = start_soak(inv, tmp_path, "--minutes", "0.4", "--run-id", "resume")
+    case = case_dir(tmp_path, "resume", "STAB-002")
+    try:
+        wait_for(lambda: soak_elapsed(case) >= 8, 180, "the soak to run", proc)
+        os.kill(proc.pid, signal.SIGINT)
+        out1, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out1[-3000:]
+    assert results(tmp_path, "resume")["STAB-002"]["status"] == "INTERRUPTED"
+    ck = json.loads((case / "soak" / "checkpoint.json").read_text())
+    assert not ck["finished"] and ck["segments"][0]["reason"] == "interrupted"
+    rows_before = (case / "soak" / "samples.csv").read_text().count("\n")
+    first_ts = (case / "soak" / "samples.csv").read_text().splitlines()[1].split(",")[0]
+    assert "--resume" in out1
+
+    proc = start_soak(inv, tmp_path, "--run-id", "resume", "--resume")
+    try:
+        wait_for(lambda: segments(case) == 2 and soak_elapsed(case) >= ck["active_s"] + 3, 180,
+                 "the resumed soak to run", proc)
+        pid = stab_kube.scheduler_pid("lab-node1")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the lab kubelet restarts the container: restart count 1
+        out2, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    got = results(tmp_path, "resume")
+    assert got["STAB-002"]["status"] == "FAIL", explain(None, got) + out2[-4000:]
+    assert "scheduler_no_restart" in got["STAB-002"]["summary"]
+    assert proc.returncode == 1
+    assert got["STAB-002"]["metrics"]["segments"] == 2
+    samples = (case / "soak" / "samples.csv").read_text().splitlines()
+    assert len(samples) > rows_before and samples[1].split(",")[0] == first_ts  # the same series, continued
+    times = [float(line.split(",")[0]) for line in samples[1:]]
+    assert times == sorted(times)
+    assert any(e["kind"] == "gap" and e["op"] == "orchestrator" for e in events(case))
+    assert (case / "attempts" / "1" / "result.json").is_file()  # the first segment's evidence is kept
+    assert list((case / "soak" / "previous").glob("*.previous.log"))  # kubectl logs --previous, harvested
+    assert any(e["kind"] == "anomaly" and "restarted" in e["what"] for e in events(case))

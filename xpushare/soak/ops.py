@@ -1,0 +1,352 @@
+"""What a soak does to a cluster, behind one small interface (:class:`SoakOps`), and its Kubernetes form.
+
+The soak loop (:mod:`xpushare.soak.loop`) only talks to :class:`SoakOps`; unit tests give it a fake,
+the cases give it :class:`K8sSoakOps` over the run's :class:`~xpushare.backends.k8s.K8sBackend`.
+
+One sampling tick on Kubernetes costs ``1 + nodes`` remote commands: ``kubectl get pods`` of the
+scheduler DaemonSet (node, pod uid, restart count, pod IP), then one SSH command per GPU node that
+prints the ``/proc`` status and FD count of every scheduler process (``pgrep -f``, argv[0] anchored)
+and the scheduler's ``/metrics`` fetched with curl from that node (:func:`node_script`).
+
+Errors: every method may raise :class:`~xpushare.errors.TransportError` (SSH) or
+:class:`~xpushare.kube.KubeError` (kubectl); the loop turns them into gaps and retries with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.collect import metrics as metrics_mod
+from xpushare.collect import procstat
+from xpushare.errors import TransportError
+from xpushare.kube import KubeError
+from xpushare.soak.series import gzip_file
+
+__all__ = [
+    "K8sSoakOps",
+    "NodeSample",
+    "ProcSample",
+    "SchedPod",
+    "ScrapeFacts",
+    "SoakOps",
+    "node_script",
+    "parse_node_output",
+    "scrape_facts",
+    "split_trailer",
+]
+
+
+@dataclass(frozen=True)
+class SchedPod:
+    """A scheduler pod: its node, name, uid, container restart count, readiness and pod IP."""
+
+    node: str
+    pod: str
+    uid: str
+    restarts: int
+    ready: bool
+    ip: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """A scheduler process seen on a node: pid, VmRSS (bytes), open FDs (None: unreadable), threads."""
+
+    pid: int
+    rss_bytes: int | None
+    fd_count: int | None
+    threads: int | None
+
+
+@dataclass(frozen=True)
+class NodeSample:
+    """One node's part of a tick: scheduler processes, the raw ``/metrics`` answer, and an error if the
+    node could not be sampled (then ``procs`` is empty and ``metrics_text`` None)."""
+
+    node: str
+    procs: tuple[ProcSample, ...] = ()
+    metrics_text: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ScrapeFacts:
+    """What a tick keeps of one ``/metrics`` answer.
+
+    ``ok``: HTTP 200 and the exposition parsed; ``series_total``: all samples; ``client_series``: samples
+    of ``*_client_*`` families; ``client_info``: ``(namespace, pod)`` of every ``client_info`` series;
+    ``gpu_used``: ``gpu_uuid -> gpu_memory_used_bytes`` (bytes); ``http_code``: as curl printed it.
+    """
+
+    ok: bool
+    series_total: int | None = None
+    client_series: int | None = None
+    client_info: tuple[tuple[str, str], ...] = ()
+    gpu_used: tuple[tuple[str, float], ...] = ()
+    http_code: int | None = None
+
+    def ours(self, prefix: str) -> list[tuple[str, str]]:
+        """``client_info`` entries whose pod name starts with ``prefix`` (this case's pods)."""
+        return [c for c in self.client_info if c[1].startswith(prefix)]
+
+    @property
+    def gpu_used_sum(self) -> float | None:
+        return sum(v for _, v in self.gpu_used) if self.gpu_used else None
+
+
+_CODE_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n")
+_LABEL_RE = re.compile(r'(?P<k>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
+
+
+def split_trailer(text: str) -> tuple[str, int | None]:
+    """Body and HTTP status of a curl answer with a ``-w '\\nHTTP_CODE=%{http_code}\\n...'`` trailer (the
+    backend's and :func:`~xpushare.collect.metrics.scrape_command`'s forms). No trailer: ``(text, None)``."""
+    last = None
+    for m in _CODE_RE.finditer(text):
+        last = m
+    if last is None:
+        return text, None
+    code = last.group("code")
+    return text[: last.start()], int(code) if code else None
+
+
+def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
+    """Facts of one ``/metrics`` answer (body + curl trailer). Never raises.
+
+    Per-tick sampling uses a line scanner (names up to ``{`` or a blank, labels by regex): the full
+    ``prometheus_client`` parser costs ~40 ms per 500-series page, which would dominate a fast soak loop.
+    With ``full`` (baseline, final) the page must also parse with
+    :func:`~xpushare.collect.metrics.parse_exposition`, else it is not ``ok``. Raw pages of the baseline,
+    the final state and every interim report are kept under ``soak/metrics/`` for offline re-parsing.
+    """
+    if text is None:
+        return ScrapeFacts(ok=False)
+    body, code = split_trailer(text)
+    if code != 200:
+        return ScrapeFacts(ok=False, http_code=code)
+    if full:
+        exp = metrics_mod.parse_exposition(body)
+        if not exp.ok or not exp.families:
+            return ScrapeFacts(ok=False, http_code=code)
+    series = client_series = 0
+    info: list[tuple[str, str]] = []
+    used: list[tuple[str, float]] = []
+    for raw in body.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        brace = line.find("{")
+        space = line.find(" ")
+        end = brace if 0 <= brace < (space if space >= 0 else len(line)) else space
+        name = line[:end] if end >= 0 else line
+        series += 1
+        if "_client_" in name:
+            client_series += 1
+        if name.endswith("client_info") or name.endswith("gpu_memory_used_bytes"):
+            labels = dict((m.group("k"), m.group("v")) for m in _LABEL_RE.finditer(line[end:line.rfind("}") + 1]))
+            if name.endswith("client_info"):
+                info.append((labels.get("namespace", ""), labels.get("pod", "")))
+            else:
+                try:
+                    value = float(line.rsplit(None, 1)[-1])
+                except ValueError:
+                    continue
+                used.append((labels.get("gpu_uuid") or labels.get("gpu_index", "?"), value))
+    if series == 0:
+        return ScrapeFacts(ok=False, http_code=code)
+    return ScrapeFacts(ok=True, series_total=series, client_series=client_series, client_info=tuple(info),
+                       gpu_used=tuple(used), http_code=code)
+
+
+_NODE_SCRIPT = (
+    'pat=$1; pod=$2; url=$3; for p in $(pgrep -f "$pat"); do m=0; '
+    'if [ -n "$pod" ] && tr "\\0" "\\n" < "/proc/$p/environ" 2>/dev/null | grep -qx "HOSTNAME=$pod"; then m=1; fi; '
+    'echo "@@PROC $p $m"; cat "/proc/$p/status" 2>/dev/null; '
+    'if fds=$(ls -1A "/proc/$p/fd" 2>/dev/null); then printf "FD_COUNT=%s\\n" "$(printf "%s\\n" "$fds" | grep -c .)"; '
+    'else echo FD_COUNT=; fi; done; '
+    'if [ -n "$url" ]; then echo "@@METRICS"; shift 3; "$@"; fi; echo "@@END"'
+)
+
+
+def node_script(scheduler_binary: str, url: str | None, pod: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    """argv of one node-side sampling command: every scheduler process's status + FD count, then the
+    scheduler's ``/metrics`` via curl (when ``url``), then ``@@END``.
+
+    Scheduler processes are found with ``pgrep -f '^(\\S*/)?<binary>( |$)'`` (argv[0], since ``comm`` is cut
+    to 15 characters); the sampling shell itself never matches. A process whose environment holds
+    ``HOSTNAME=<pod>`` (the container runtime sets it to the pod name) is marked as the pod's own: when one
+    is marked, only marked processes are kept (another scheduler visible on the same host, e.g. a second
+    lab on one machine, is then ignored).
+    """
+    pattern = f"^(\\S*/)?{re.escape(scheduler_binary)}( |$)"
+    curl = metrics_mod.scrape_command(url, timeout_s) if url else []
+    return ["sh", "-c", _NODE_SCRIPT, "sh", pattern, pod or "", url or "", *curl]
+
+
+def parse_node_output(node: str, text: str) -> NodeSample:
+    """Parse the stdout of :func:`node_script`. A missing ``@@END`` (cut output) is an error sample."""
+    if "@@END" not in text:
+        return NodeSample(node, error="sampling output cut short (no @@END)")
+    body, _, _ = text.rpartition("@@END")
+    metrics_text: str | None = None
+    if "@@METRICS\n" in body:
+        body, _, metrics_text = body.partition("@@METRICS\n")
+    procs: list[tuple[bool, ProcSample]] = []
+    for block in body.split("@@PROC ")[1:]:
+        head, _, rest = block.partition("\n")
+        words = head.split()
+        if not words or not words[0].isdigit():
+            continue
+        st = procstat.parse(rest)
+        if not st.found:
+            continue  # the process ended between pgrep and cat
+        mine = len(words) > 1 and words[1] == "1"
+        procs.append((mine, ProcSample(int(words[0]), st.vm_rss_bytes, st.fd_count, st.threads)))
+    if any(m for m, _ in procs):
+        procs = [(m, p) for m, p in procs if m]
+    return NodeSample(node, tuple(p for _, p in procs), metrics_text)
+
+
+class SoakOps(Protocol):
+    """Cluster operations of a soak (see the module docstring for errors)."""
+
+    def scheduler_pods(self) -> list[SchedPod]:
+        """The scheduler DaemonSet's pods, one per node."""
+
+    def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
+        """One tick of every node that runs a scheduler pod (a node that fails gets ``error``)."""
+
+    def start_pods(self, specs: Sequence[PodSpec]) -> None:
+        """Create a round's pods (idempotent: applying them again changes nothing)."""
+
+    def poll_pods(self) -> list[PodRecord]:
+        """Records of every pod of this case that exists now."""
+
+    def delete_pods(self, timeout_s: float) -> None:
+        """Delete every pod of this case and wait until they are gone."""
+
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
+        """Annotate a running pod (``core``/``memory`` keys are mapped to the SUT's); returns the unix time."""
+
+    def pod_log(self, pod: str) -> str:
+        """A pod's output so far ('' when unavailable)."""
+
+    def rotate_logs(self, dest: Path, index: int) -> list[Path]:
+        """Fetch, compress and restart the case-long log streams (scheduler log, dmon); return local files."""
+
+    def harvest_previous(self, dest: Path) -> list[Path]:
+        """Previous-container logs of SUT pods that restarted (``kubectl logs --previous``)."""
+
+    def end_round(self) -> None:
+        """Forget a finished round's pod specs (bounded memory)."""
+
+
+class K8sSoakOps:
+    """:class:`SoakOps` over a :class:`~xpushare.backends.k8s.K8sBackend` inside a case (``begin_case`` ran).
+
+    Uses the backend's kubectl, master and node connections (one thread, so no concurrent use).
+    """
+
+    def __init__(self, backend: Any, case_dir: Path) -> None:
+        self.backend = backend
+        self.case_dir = Path(case_dir)
+        self.names = backend.names
+        self.kubectl = backend.kubectl
+
+    def scheduler_pods(self) -> list[SchedPod]:
+        pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
+        out = []
+        for p in pods:
+            if not p.node:
+                continue
+            ready = bool(p.containers) and all(c.ready for c in p.containers)
+            out.append(SchedPod(p.node, p.name, p.uid, p.restart_count, ready, p.pod_ip))
+        return out
+
+    def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
+        out: list[NodeSample] = []
+        port = self.backend.params["metrics_port"]
+        for sp in pods:
+            host_name = self.backend._host_for_node(sp.node)
+            if host_name is None:
+                out.append(NodeSample(sp.node, error="no inventory GPU host maps to this node"))
+                continue
+            url = f"http://{sp.ip}:{port}/metrics" if sp.ip else None
+            argv = node_script(self.names.scheduler_binary, url, sp.pod)
+            try:
+                res = self.backend._gpu_host(host_name).run(argv, timeout=60)
+            except TransportError as exc:
+                out.append(NodeSample(sp.node, error=str(exc)))
+                continue
+            out.append(parse_node_output(sp.node, res.stdout))
+        return out
+
+    def start_pods(self, specs: Sequence[PodSpec]) -> None:
+        self.backend.start_pods(self.case_dir, specs)
+
+    def poll_pods(self) -> list[PodRecord]:
+        return [self.backend._record(p) for p in self.kubectl.list_pods(self.backend.selector())]
+
+    def delete_pods(self, timeout_s: float) -> None:
+        self.kubectl.delete(self.backend.selector(), wait=True, timeout_s=timeout_s)
+
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
+        return float(self.backend.annotate(self.case_dir, pod, annotations))
+
+    def pod_log(self, pod: str) -> str:
+        return str(self.backend.read_log(self.case_dir, pod))
+
+    def end_round(self) -> None:
+        self.backend.pods.clear()
+
+    def rotate_logs(self, dest: Path, index: int) -> list[Path]:
+        dest.mkdir(parents=True, exist_ok=True)
+        got: list[Path] = []
+        master = self.backend.master
+        if self.backend.stream_name:
+            since = datetime.now(timezone.utc)
+            log = master.stop(self.backend.stream_name)
+            local = dest / f"scheduler-{index:04d}.log"
+            try:
+                master.get(log, local)
+                got.append(gzip_file(local))
+            finally:
+                argv = self.kubectl.logs_follow_argv(self.names.scheduler_label, since, namespace=self.names.namespace)
+                master.spawn(self.backend.stream_name, argv)
+        for name in sorted(self.backend.smi_hosts):
+            host = self.backend._gpu_host(name)
+            spawn = f"{self.backend.prefix}-dmon"
+            with contextlib.suppress(TransportError):
+                log = host.stop(spawn)
+                local = dest / f"dmon-{name}-{index:04d}.txt"
+                host.get(log, local)
+                got.append(gzip_file(local))
+            host.spawn(spawn, ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+        return got
+
+    def harvest_previous(self, dest: Path) -> list[Path]:
+        got: list[Path] = []
+        for label in (self.names.scheduler_label, self.names.device_plugin_label):
+            try:
+                pods = self.kubectl.list_pods(label, namespace=self.names.namespace)
+            except KubeError:
+                continue
+            for p in pods:
+                if p.restart_count <= 0:
+                    continue
+                try:
+                    text = self.kubectl.logs(p.name, previous=True, namespace=self.names.namespace)
+                except KubeError as exc:
+                    text = f"# kubectl logs --previous {p.name}: {exc}\n"
+                dest.mkdir(parents=True, exist_ok=True)
+                path = dest / f"{p.name}.previous.log"
+                path.write_text(text, encoding="utf-8")
+                got.append(path)
+        return got

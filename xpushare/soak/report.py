@@ -1,0 +1,173 @@
+"""The soak's own report: ``soak/soak-report.md`` with trend plots (matplotlib, when importable).
+
+Plots (PNG, under ``soak/``; ``invoke report`` embeds every PNG of a case into ``run-report.md``):
+
+* ``rss.png``      scheduler VmRSS (MiB) per node/pid over the soak's hours, with the fitted trend lines;
+* ``fd.png``       scheduler open file descriptors;
+* ``gpu_memory.png`` ``gpu_memory_used_bytes`` summed per node (GiB);
+* ``round_runtimes.png`` per round: mean and max pod runtime (s), failed pods marked.
+
+Without matplotlib (it is in the ``plots`` and ``dev`` extras) the report says so and lists the numbers.
+Everything is read back from the series files, so the orchestrator's memory does not grow with the soak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xpushare.artifacts import atomic_write_text
+from xpushare.evidence import Evidence
+from xpushare.judge_stability import check_trend, load_soak, process_series
+
+__all__ = ["write_report"]
+
+
+def _plt() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def _hours(ts: Sequence[float], t0: float) -> list[float]:
+    return [(t - t0) / 3600.0 for t in ts]
+
+
+def _plot_series(plt: Any, path: Path, title: str, ylabel: str, series: Mapping[str, tuple[list[float], list[float]]],
+                 t0: float, scale: float, fits: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for label, (ts, vs) in sorted(series.items()):
+        line = ax.plot(_hours(ts, t0), [v / scale for v in vs], marker=".", markersize=3, linewidth=0.8,
+                       label=label)[0]
+        f = (fits or {}).get(label)
+        if f and f.get("judged") and ts and f.get("t_start") is not None:
+            start = float(f["t_start"])
+            xs = [start, ts[-1]]
+            ys = [f["intercept"] + f["slope"] * (x - start) for x in xs]
+            ax.plot(_hours(xs, t0), [y / scale for y in ys], linestyle="--", color=line.get_color(), linewidth=1)
+    ax.set_title(title)
+    ax.set_xlabel("hours since the soak started")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if series:
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots: bool = True) -> Path:
+    """Write ``soak/soak-report.md`` (and the plots) from the stored series; return its path."""
+    case_dir = Path(case_dir)
+    soak = case_dir / "soak"
+    data = load_soak(Evidence.load(case_dir))
+    ck = data.checkpoint
+    lines = [f"# Soak report: {title}", ""]
+    lines += [
+        f"- active time {float(ck.get('active_s') or 0) / 3600:.2f} h in {len(ck.get('segments') or [])} segment(s); "
+        f"rounds {ck.get('rounds', 0)}; sampling ticks {ck.get('samples', 0)}",
+        f"- gaps {ck.get('gaps', 0)}, anomalies {ck.get('anomalies', 0)}, failed-pod logs kept "
+        f"{ck.get('failed_logs', 0)}",
+        "",
+    ]
+    times = [float(r["ts"]) for r in data.samples if r.get("ts")]
+    t0 = min(times) if times else 0.0
+    common: dict[str, Any] = {
+        "alpha": float(params.get("trend_alpha", 0.01)), "min_samples": int(params.get("trend_min_samples", 5)),
+        "warmup": float(params.get("trend_warmup_fraction", 0.1)),
+        "prefer_phase": None if params.get("trend_samples") == "all" else "idle"}
+    fits = {}
+    for value, noise_key, max_key in (("rss_bytes", "leak_rss_noise_bytes", "leak_rss_max_growth_bytes"),
+                                      ("fd_count", "leak_fd_noise", "leak_fd_max_growth")):
+        c = check_trend(value, data.samples, value, max_growth=float(params.get(max_key, math.inf)),
+                        noise=float(params.get(noise_key, 0)), **common)
+        fits[value] = c.values.get("series", {})
+    lines += ["## Scheduler trends", "", "| series | process | points | first | last | slope / h | trend growth | p |",
+              "|---|---|---|---|---|---|---|---|"]
+    for value, fitted in fits.items():
+        for label, f in sorted(fitted.items()):
+            if not f.get("judged"):
+                lines.append(f"| {value} | {label} | {f.get('points')} | - | - | - | - | - |")
+                continue
+            lines.append(f"| {value} | {label} | {f['n']} | {f['first']:.6g} | {f['last']:.6g} | {f['per_hour']:.6g} | "
+                         f"{f['growth']:.6g} | {f['p_value']:.3g} |")
+    rounds = [r for r in data.rounds if r.get("status") in ("completed", "timeout")]
+    lines += ["", "## Rounds", "", f"{len(rounds)} round(s) judged; other: "
+              f"{sum(1 for r in data.rounds if r not in rounds)}", ""]
+    if rounds:
+        lines += ["| round | status | pods | succeeded | failed | not terminal | mean runtime s | max runtime s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rounds[-50:]:
+            rt = list((r.get("runtimes_s") or {}).values())
+            lines.append(
+                f"| {r['round']} | {r['status']} | {r['pods']} | {(r.get('phases') or {}).get('Succeeded', 0)} | "
+                f"{len(r.get('failed') or [])} | {len(r.get('not_terminal') or [])} | "
+                f"{(sum(rt) / len(rt)) if rt else float('nan'):.1f} | {max(rt) if rt else float('nan'):.1f} |")
+        if len(rounds) > 50:
+            lines.append(f"\n(last 50 of {len(rounds)} rounds; all in rounds.jsonl)")
+    gaps = [e for e in data.events if e.get("kind") == "gap"]
+    anomalies = [e for e in data.events if e.get("kind") == "anomaly"]
+    lines += ["", "## Gaps", ""]
+    lines += [f"- {g.get('op')}: {float(g.get('duration_s') or 0):.1f}s ({g.get('how')}): {g.get('error', '')[:160]}"
+              for g in gaps[:100]] or ["none"]
+    lines += ["", "## Anomalies", ""]
+    lines += [f"- at {float(a.get('elapsed_s') or 0):.0f}s: {a.get('what')}" for a in anomalies[:100]] or ["none"]
+    lines += ["", "## Plots", ""]
+    plt = _plt() if plots else None
+    if plt is None:
+        lines.append("Plots not drawn: " + ("matplotlib is not installed (pip install '.[plots]')." if plots
+                                             else "disabled (soak_plots=false)."))
+    else:
+        drawn = _draw(plt, soak, data, t0, fits)
+        lines += [f"![{p.stem}]({p.name})" for p in drawn]
+    path = soak / "soak-report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any]) -> list[Path]:
+    drawn = []
+    for value, name, label, scale in (("rss_bytes", "rss.png", "VmRSS (MiB)", 2**20),
+                                      ("fd_count", "fd.png", "open file descriptors", 1)):
+        procs = process_series(data.samples, value, min_samples=10**9, prefer_phase=None)
+        series = {f"{n}/pid{p}": (ts, vs) for (n, p), (ts, vs, _) in procs.items()}
+        if series:
+            _plot_series(plt, soak / name, f"scheduler {label}", label, series, t0, scale, fits.get(value))
+            drawn.append(soak / name)
+    gpu: dict[str, tuple[list[float], list[float]]] = {}
+    for r in data.metrics:
+        if r.get("ok") == "1" and r.get("gpu_used_bytes"):
+            ts, vs = gpu.setdefault(r.get("node", ""), ([], []))
+            ts.append(float(r["ts"]))
+            vs.append(float(r["gpu_used_bytes"]))
+    if gpu:
+        _plot_series(plt, soak / "gpu_memory.png", "GPU memory used per node (metrics)", "GiB", gpu, t0, 2**30)
+        drawn.append(soak / "gpu_memory.png")
+    rounds = [r for r in data.rounds if r.get("status") in ("completed", "timeout") and r.get("runtimes_s")]
+    if rounds:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        xs = [r["round"] for r in rounds]
+        means = [sum(r["runtimes_s"].values()) / len(r["runtimes_s"]) for r in rounds]
+        maxes = [max(r["runtimes_s"].values()) for r in rounds]
+        ax.plot(xs, means, marker="o", markersize=3, label="mean pod runtime")
+        ax.plot(xs, maxes, marker="^", markersize=3, linestyle=":", label="max pod runtime")
+        bad = [(r["round"], max(r["runtimes_s"].values())) for r in rounds if r.get("failed") or r.get("not_terminal")]
+        if bad:
+            ax.scatter([b[0] for b in bad], [b[1] for b in bad], color="red", zorder=3, label="round with failures")
+        ax.set_title("per-round pod runtimes")
+        ax.set_xlabel("round")
+        ax.set_ylabel("seconds")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(soak / "round_runtimes.png", dpi=100)
+        plt.close(fig)
+        drawn.append(soak / "round_runtimes.png")
+    return drawn
