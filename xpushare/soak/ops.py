@@ -283,7 +283,7 @@ class K8sSoakOps:
             try:
                 res = self.backend._gpu_host(host_name).run(argv, timeout=60)
             except TransportError as exc:
-                out.append(NodeSample(sp.node, error=str(exc)))
+                out.append(NodeSample(sp.node, error=exc.message))
                 continue
             out.append(parse_node_output(sp.node, res.stdout))
         return out

@@ -36,8 +36,11 @@ def _plt() -> Any:
     return plt
 
 
+_X = {"div": 3600.0, "label": "hours since the soak started"}
+
+
 def _hours(ts: Sequence[float], t0: float) -> list[float]:
-    return [(t - t0) / 3600.0 for t in ts]
+    return [(t - t0) / _X["div"] for t in ts]  # type: ignore[operator]
 
 
 def _plot_series(plt: Any, path: Path, title: str, ylabel: str, series: Mapping[str, tuple[list[float], list[float]]],
@@ -53,7 +56,7 @@ def _plot_series(plt: Any, path: Path, title: str, ylabel: str, series: Mapping[
             ys = [f["intercept"] + f["slope"] * (x - start) for x in xs]
             ax.plot(_hours(xs, t0), [y / scale for y in ys], linestyle="--", color=line.get_color(), linewidth=1)
     ax.set_title(title)
-    ax.set_xlabel("hours since the soak started")
+    ax.set_xlabel(str(_X["label"]))
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     if series:
@@ -79,6 +82,9 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     ]
     times = [float(r["ts"]) for r in data.samples if r.get("ts")]
     t0 = min(times) if times else 0.0
+    short = bool(times) and max(times) - t0 < 7200
+    _X.update(div=60.0 if short else 3600.0,
+              label=f"{'minutes' if short else 'hours'} since the soak started")
     common: dict[str, Any] = {
         "alpha": float(params.get("trend_alpha", 0.01)), "min_samples": int(params.get("trend_min_samples", 5)),
         "warmup": float(params.get("trend_warmup_fraction", 0.1)),
