@@ -2,7 +2,8 @@
 
 Plots (PNG, under ``soak/``; ``invoke report`` embeds every PNG of a case into ``run-report.md``):
 
-* ``rss.png``      scheduler VmRSS (MiB) per node/pid over the soak's hours, with the fitted trend lines;
+* ``rss.png``      scheduler VmRSS (MiB) per node/pid over the soak's hours (minutes when under 2 h), with the
+  fitted trend lines;
 * ``fd.png``       scheduler open file descriptors;
 * ``gpu_memory.png`` ``gpu_memory_used_bytes`` summed per node (GiB);
 * ``round_runtimes.png`` per round: mean and max pod runtime (s), failed pods marked.
@@ -36,27 +37,26 @@ def _plt() -> Any:
     return plt
 
 
-_X = {"div": 3600.0, "label": "hours since the soak started"}
-
-
-def _hours(ts: Sequence[float], t0: float) -> list[float]:
-    return [(t - t0) / _X["div"] for t in ts]  # type: ignore[operator]
+def _axis(ts: Sequence[float], t0: float, div: float) -> list[float]:
+    return [(t - t0) / div for t in ts]
 
 
 def _plot_series(plt: Any, path: Path, title: str, ylabel: str, series: Mapping[str, tuple[list[float], list[float]]],
-                 t0: float, scale: float, fits: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 t0: float, scale: float, x: tuple[float, str], fits: Mapping[str, Mapping[str, Any]] | None = None
+                 ) -> None:
+    """One line per series (x: seconds since ``t0`` / ``x[0]``, labelled ``x[1]``), with dashed trend lines."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for label, (ts, vs) in sorted(series.items()):
-        line = ax.plot(_hours(ts, t0), [v / scale for v in vs], marker=".", markersize=3, linewidth=0.8,
+        line = ax.plot(_axis(ts, t0, x[0]), [v / scale for v in vs], marker=".", markersize=3, linewidth=0.8,
                        label=label)[0]
         f = (fits or {}).get(label)
         if f and f.get("judged") and ts and f.get("t_start") is not None:
             start = float(f["t_start"])
             xs = [start, ts[-1]]
             ys = [f["intercept"] + f["slope"] * (x - start) for x in xs]
-            ax.plot(_hours(xs, t0), [y / scale for y in ys], linestyle="--", color=line.get_color(), linewidth=1)
+            ax.plot(_axis(xs, t0, x[0]), [y / scale for y in ys], linestyle="--", color=line.get_color(), linewidth=1)
     ax.set_title(title)
-    ax.set_xlabel(str(_X["label"]))
+    ax.set_xlabel(x[1])
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     if series:
@@ -83,8 +83,7 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     times = [float(r["ts"]) for r in data.samples if r.get("ts")]
     t0 = min(times) if times else 0.0
     short = bool(times) and max(times) - t0 < 7200
-    _X.update(div=60.0 if short else 3600.0,
-              label=f"{'minutes' if short else 'hours'} since the soak started")
+    x = (60.0, "minutes since the soak started") if short else (3600.0, "hours since the soak started")
     common: dict[str, Any] = {
         "alpha": float(params.get("trend_alpha", 0.01)), "min_samples": int(params.get("trend_min_samples", 5)),
         "warmup": float(params.get("trend_warmup_fraction", 0.1)),
@@ -131,21 +130,21 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
         lines.append("Plots not drawn: " + ("matplotlib is not installed (pip install '.[plots]')." if plots
                                              else "disabled (soak_plots=false)."))
     else:
-        drawn = _draw(plt, soak, data, t0, fits)
+        drawn = _draw(plt, soak, data, t0, fits, x)
         lines += [f"![{p.stem}]({p.name})" for p in drawn]
     path = soak / "soak-report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 
-def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any]) -> list[Path]:
+def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any], x: tuple[float, str]) -> list[Path]:
     drawn = []
     for value, name, label, scale in (("rss_bytes", "rss.png", "VmRSS (MiB)", 2**20),
                                       ("fd_count", "fd.png", "open file descriptors", 1)):
         procs = process_series(data.samples, value, min_samples=10**9, prefer_phase=None)
         series = {f"{n}/pid{p}": (ts, vs) for (n, p), (ts, vs, _) in procs.items()}
         if series:
-            _plot_series(plt, soak / name, f"scheduler {label}", label, series, t0, scale, fits.get(value))
+            _plot_series(plt, soak / name, f"scheduler {label}", label, series, t0, scale, x, fits.get(value))
             drawn.append(soak / name)
     gpu: dict[str, tuple[list[float], list[float]]] = {}
     for r in data.metrics:
@@ -154,7 +153,7 @@ def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any]) -
             ts.append(float(r["ts"]))
             vs.append(float(r["gpu_used_bytes"]))
     if gpu:
-        _plot_series(plt, soak / "gpu_memory.png", "GPU memory used per node (metrics)", "GiB", gpu, t0, 2**30)
+        _plot_series(plt, soak / "gpu_memory.png", "GPU memory used per node (metrics)", "GiB", gpu, t0, 2**30, x)
         drawn.append(soak / "gpu_memory.png")
     rounds = [r for r in data.rounds if r.get("status") in ("completed", "timeout") and r.get("runtimes_s")]
     if rounds:
@@ -167,6 +166,7 @@ def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any]) -
         bad = [(r["round"], max(r["runtimes_s"].values())) for r in rounds if r.get("failed") or r.get("not_terminal")]
         if bad:
             ax.scatter([b[0] for b in bad], [b[1] for b in bad], color="red", zorder=3, label="round with failures")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title("per-round pod runtimes")
         ax.set_xlabel("round")
         ax.set_ylabel("seconds")
