@@ -217,8 +217,12 @@ def test_combo003_both_quotas_observable_per_pod_on_each_node() -> None:
         (ev3(capture([{**CLIENTS3[0], "mem": 0, "core": 100}])), Status.FAIL, "!= 4294967296"),
         # The scheduler on the second node was not scraped for that pod (only the first node's series).
         (ev3(mid_b=capture([])), Status.FAIL, f"quota_metrics[{B3}]"),
-        # The endpoint did not answer.
-        (ev3(mid_b="# scrape failed\nHTTP_CODE=000\n"), Status.FAIL, "HTTP 0"),
+        # The endpoint answered with an error page.
+        (ev3(mid_b="Not Found\n\nHTTP_CODE=404\n"), Status.FAIL, "HTTP 404"),
+        # The scrape itself failed (curl timed out mid-body / no response): nothing to judge, ERROR.
+        (ev3(mid_b=capture(CLIENTS3[1:]) + "\n# curl: curl: (28) Operation timed out"), Status.ERROR, "scrape failed"),
+        (ev3(mid_b="# scrape of http://x:9402/metrics from n2 failed: ssh\nHTTP_CODE=000\n"), Status.ERROR,
+         "scrape failed"),
         # A capture was never collected: nothing judged.
         (ev3(mid_b="-"), Status.ERROR, "not collected"),
         # A pod failed.

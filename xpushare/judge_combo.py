@@ -60,6 +60,7 @@ __all__ = [
     "judge_static_both",
     "oversub_target_bytes",
     "pods_in_capture",
+    "split_capture",
 ]
 
 #: Thresholds of COMBO-001..008 with the seed's values (seed 000 §6, §17.3).
@@ -119,26 +120,52 @@ def oversub_target_bytes(text: str | None) -> int | None:
 # ------------------------------------------------------------------------------------ metrics
 
 
+_CURL_NOTE_RE = re.compile(r"\n# curl: (?P<note>[^\n]*)\n?\Z")
+_SCRAPE_FAILED_RE = re.compile(r"^# scrape of .* failed: (?P<note>[^\n]*)", re.M)
+
+
+def split_capture(text: str) -> tuple[str, str | None]:
+    """A capture of the k8s backend without its error notes: ``(capture, why the scrape failed or None)``.
+
+    The backend appends ``# curl: <stderr>`` after the ``HTTP_CODE=`` trailer when curl complained (timeout,
+    refused, partial transfer) and writes ``# scrape of <url> from <host> failed: ...`` when SSH failed.
+    """
+    note = None
+    m = _CURL_NOTE_RE.search(text)
+    if m is not None:
+        text, note = text[: m.start()].rstrip("\n") + "\n", m.group("note").strip()
+    failed = _SCRAPE_FAILED_RE.search(text)
+    if failed is not None:
+        note = failed.group("note").strip()
+    return text, note
+
+
 def check_captures(ev: Evidence, names: Sequence[str], what: str) -> tuple[list[Exposition], Check]:
     """Read the metrics captures ``names`` (curl output with an ``HTTP_CODE=`` trailer, or a bare body).
 
-    Returns the parsed expositions and a check: ok None (ERROR) when no capture was planned or one was
-    not collected; False when one did not answer 200 or does not parse as Prometheus text; else True.
+    Returns the parsed expositions and a check: ok None (ERROR: nothing to judge) when no capture was
+    planned, one was not collected, or its scrape failed (curl error, no HTTP response); False when the
+    endpoint answered other than 200, or with a page that is empty or does not parse as Prometheus text;
+    else True. A page that parses but lacks a series is judged by the caller (FAIL, never PASS).
     """
     if not names:
         return [], Check(f"{what}_captured", f"{what} scraped while the pods ran", {}, None, f"no {what} capture")
     exps: list[Exposition] = []
     facts: dict[str, Any] = {}
     bad: list[str] = []
+    failed: list[str] = []
     for name in names:
         text = ev.text(name)
         if text is None:
             return [], Check(f"{what}_captured", f"{name} collected", {"files": list(names)}, None,
                              f"{name} was not collected")
+        text, note = split_capture(text)
         cap = read_capture(text)
         exp = parse_exposition(cap.body)
-        facts[name] = {"http_code": cap.http_code, "parse_error": exp.error}
-        if cap.http_code not in (200, None):
+        facts[name] = {"http_code": cap.http_code, "parse_error": exp.error, "scrape_error": note}
+        if note is not None or cap.http_code == 0:
+            failed.append(f"{name}: scrape failed ({note or 'no HTTP response'})")
+        elif cap.http_code not in (200, None):
             bad.append(f"{name}: HTTP {cap.http_code}")
         elif not exp.ok:
             bad.append(f"{name}: {exp.error}")
@@ -146,8 +173,12 @@ def check_captures(ev: Evidence, names: Sequence[str], what: str) -> tuple[list[
             bad.append(f"{name}: empty page")
         else:
             exps.append(exp)
-    return exps, Check(f"{what}_captured", "every capture answered 200 and parses as Prometheus text", facts,
-                       not bad, "; ".join(bad))
+    expr = "every capture answered 200 and parses as Prometheus text"
+    if bad:
+        return exps, Check(f"{what}_captured", expr, facts, False, "; ".join(bad + failed))
+    if failed:
+        return exps, Check(f"{what}_captured", expr, facts, None, "; ".join(failed))
+    return exps, Check(f"{what}_captured", expr, facts, True)
 
 
 def _series(exps: Sequence[Exposition], metric: str, **labels: Any) -> list[Sample]:

@@ -60,7 +60,8 @@ def _c1_gate(run: CaseRun) -> bool:
 
 
 def _pods_seen(path_text: str, namespace: str) -> set[str]:
-    return judge_combo.pods_in_capture(parse_exposition(read_capture(path_text).body), namespace)
+    text, _note = judge_combo.split_capture(path_text)
+    return judge_combo.pods_in_capture(parse_exposition(read_capture(text).body), namespace)
 
 
 def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRecord], base: str) -> list[str]:
@@ -104,9 +105,21 @@ def run_with_mid(run: CaseRun, specs: Sequence[PodSpec]) -> None:
     run.backend.wait_terminal(run.case_dir, names, timeout)
 
 
-def _scrape_one(run: CaseRun, name: str, node: str | None) -> str | None:
+def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) -> str | None:
+    """Scrape the scheduler of ``node`` into ``name``; a failed scrape (curl error, no 200) is retried."""
     scrape = getattr(run.backend, "scrape_metrics", None)
-    return scrape(run.case_dir, name, node=node) if scrape is not None and node else None
+    if scrape is None or not node:
+        return None
+    got = None
+    for attempt in range(attempts):
+        got = scrape(run.case_dir, name, node=node)
+        if got is not None:
+            text, note = judge_combo.split_capture((run.case_dir / got).read_text(encoding="utf-8", errors="replace"))
+            if note is None and read_capture(text).http_code in (200, None):
+                return got
+        if attempt + 1 < attempts:
+            run.sleep(1.0)
+    return got
 
 
 def _gpus_available(run: CaseRun) -> int | None:
