@@ -153,6 +153,7 @@ def test_write_analysis_sections_and_judgment(tmp_path: Path) -> None:
         operation="created pods p30, p60 (workload W2)\nannotated p30 with compute=30",
         sampling="pods/p30.log, metrics_mid.txt",
         kubectl_calls=7,
+        phases_s={"begin": 0.5, "act": 20.25, "harvest": 2.0, "cleanup": 1.0, "judge": 0.01},
         thresholds={"min_ratio": 1.2},
         metrics={"runtime_30": 20.0, "runtime_60": 25.25},
         checks=[
@@ -175,6 +176,7 @@ def test_write_analysis_sections_and_judgment(tmp_path: Path) -> None:
     assert positions == sorted(positions)
     assert "annotated p30 with compute=30" in text
     assert "kubectl calls: 7" in text
+    assert "phases: begin 0.5 s, act 20.25 s, harvest 2 s, cleanup 1 s, judge 0.01 s" in text
     assert "[FAIL] ordering: runtime_30 > runtime_60" in text
     assert "runtime_30 = 20" in text and "runtime_60 = 25.25" in text
     assert "[ok]   health: HTTP_CODE == 200" in text

@@ -43,6 +43,10 @@ def test_func_on_local_writes_the_run_dir(tmp_path: Path) -> None:
     r1 = result(tmp_path, "r1", "FUNC-001")
     assert r1["status"] == "PASS" and r1["metrics"]["runtime_s"] > 0
     assert "pods/func-001-w2.log" in r1["evidence"] and r1["thresholds"]["pod_timeout_s"] == 1800
+    phases = r1["phases_s"]
+    assert list(phases) == ["begin", "act", "harvest", "cleanup", "judge"]
+    assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= r1["duration_s"] + 0.01
+    assert result(tmp_path, "r1", "FUNC-009")["phases_s"] == {}  # a SKIP runs no phase
     case_dir = rd / "local" / "functional" / "FUNC-001"
     assert (case_dir / "analysis.txt").read_text().count("Judgment") == 1
     assert list((case_dir / "sampler").iterdir()), "sampler evidence (or its no-GPU record) is kept"
@@ -59,6 +63,11 @@ def test_unknown_case_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "unknown case id" in proc.stderr and "Traceback" not in proc.stderr
     proc = invoke("func", "--cluster", "local", "--case", "FUNC-001", "--set", "no_such_threshold=1", root=tmp_path)
     assert proc.returncode == 2 and "unknown parameter" in proc.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    proc = invoke("func", "--cluster", "local", "--case", "FUNC-001", root=blocker)
+    assert proc.returncode == 2 and "Not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_failing_case_exit_1_then_resume_reruns_only_non_pass(tmp_path: Path) -> None:

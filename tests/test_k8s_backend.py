@@ -8,6 +8,9 @@ import yaml
 from xpushare import inventory
 from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend, dns1123, label_value
+from xpushare.judge_combo import split_capture
+from xpushare.kube import Pod
+from xpushare.transport import CommandResult
 
 INV = """
 clusters:
@@ -79,3 +82,47 @@ def test_selector_scopes_to_run_and_case() -> None:
     assert b.selector() == (
         "app.kubernetes.io/managed-by=xpushare,xpushare/run-id=20261121-101010,xpushare/case=func-010"
     )
+
+
+class _CannedHost:
+    """A GPU host whose every command returns one canned result (no connection)."""
+
+    def __init__(self, stdout: str, stderr: str, exit_code: int) -> None:
+        self.result = CommandResult("g", (), stdout, stderr, exit_code, 0.1)
+        self.argv: list[str] = []
+
+    def run(self, argv: list[str], **_: object) -> CommandResult:
+        self.argv = list(argv)
+        return self.result
+
+
+def _scheduler_pod(ip: str) -> Pod:
+    return Pod(name="xpushare-scheduler-x", namespace="kube-system", uid="u", phase="Running", node="g",
+               pod_ip=ip, host_ip="127.0.0.2", labels={}, annotations={}, containers=(), created_at=None,
+               start_time=None, deletion_timestamp=None, reason=None, message=None, unschedulable=None, raw={})
+
+
+PAGE = "# HELP xpushare_nvml_up NVML\n# TYPE xpushare_nvml_up gauge\nxpushare_nvml_up 1\n\nHTTP_CODE=200\n"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "exit_code", "want"),
+    [
+        # a login shell that prints to stderr does not make a good scrape a failure
+        ("pyenv: cannot rehash: couldn't acquire lock\n/libexec/pyenv-rehash: line 22: cannot overwrite", 0, None),
+        # a failed curl is a failed scrape, with its multi-line stderr kept on one note line
+        ("noise\ncurl: (28) Operation timed out after 10001 milliseconds", 28, "exit 28: noise | curl: (28)"),
+    ],
+)
+def test_scheduler_scrape_notes_only_a_failed_curl(stderr: str, exit_code: int, want: str | None) -> None:
+    b = backend("xpushare")
+    b.node_host = {"g": "g"}
+    host = _CannedHost(PAGE, stderr, exit_code)
+    b.gpu_hosts["g"] = host  # type: ignore[assignment]
+    text = b._curl_scheduler("g", "/metrics", {"g": _scheduler_pod("127.0.0.22")})
+    assert text is not None and host.argv[-1] == "http://127.0.0.22:9402/metrics"
+    body, note = split_capture(text)
+    if want is None:
+        assert note is None and body == PAGE
+    else:
+        assert note is not None and note.startswith(want)

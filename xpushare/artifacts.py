@@ -12,7 +12,7 @@ the bash harness it is real JSON (UTF-8, indent 2), written atomically (temp fil
 its ``status`` is one of the five :class:`~xpushare.model.Status` values, so a SKIP is stored as SKIP and
 never as PASS. Record keys (the engine's contract)::
 
-    run_id cluster suite case_id title mode attempt status summary started ended duration_s
+    run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
     thresholds metrics checks evidence required operation sampling kubectl_calls error
 
 Names used as path components (run id, cluster, suite, case id) must match ``[A-Za-z0-9._-]{1,64}`` and
@@ -272,6 +272,9 @@ def render_analysis(record: Mapping[str, Any]) -> str:
     sampling = _indent(str(r.get("sampling") or "(not recorded)"))
     if calls is not None:
         sampling += f"\n  kubectl calls: {calls}"
+    phases = r.get("phases_s")
+    if phases:  # where the case's time went: begin, act, harvest, cleanup, judge (seconds)
+        sampling += "\n  phases: " + ", ".join(f"{k} {format_value(v)} s" for k, v in phases.items())
     status = r.get("status")
     conclusion = _indent(f"{status.value if isinstance(status, Status) else status}: {r.get('summary', '')}")
     if r.get("error"):

@@ -21,13 +21,18 @@ T = TypeVar("T")
 def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     """Run a task body and turn its outcome into the process exit status.
 
-    Raises :class:`invoke.exceptions.Exit` with the status when it is not 0.
+    Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
+    :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``), 130 for Ctrl-C.
     """
     try:
         status = body()
     except XpushareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise Exit(code=int(exc.exit_status)) from None
+    except OSError as exc:  # a local file the task needs (run dir, inventory, output) cannot be used
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        raise Exit(code=int(ExitStatus.USAGE)) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise Exit(code=int(ExitStatus.INTERRUPTED)) from None

@@ -237,11 +237,13 @@ def run_case(
     error: str | None = None
     reason = _skip_reason(case, backend, cluster)
     harvested: list[str] = []
+    phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
     if reason is None:
         assert case.act is not None
         run = CaseRun(case.case_id, case_dir, backend, cluster, params)
         try:
             backend.begin_case(case_dir, case.case_id)
+            phases["begin"] = time.monotonic()
             case.act(run)
             interrupt.check()  # a Ctrl-C swallowed by a command runner still counts
         except KeyboardInterrupt:
@@ -252,8 +254,11 @@ def run_case(
             error = f"{type(exc).__name__}: {exc}"
             (case_dir / "harness-traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
         finally:
+            phases["act"] = time.monotonic()
             harvested = _guarded_step(case_dir, "harvest", lambda: backend.harvest(case_dir)) or []
+            phases["harvest"] = time.monotonic()
             _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
+            phases["cleanup"] = time.monotonic()
     if reason is not None:
         verdict = Verdict(Status.SKIP, reason)
     elif interrupted:
@@ -262,6 +267,7 @@ def run_case(
         verdict = Verdict(Status.ERROR, f"harness/infrastructure error: {error}")
     else:
         verdict = judge_case(case, case_dir, params)
+        phases["judge"] = time.monotonic()
     ended = _now()
     calls1 = backend.kubectl_calls()
     record = {
@@ -277,6 +283,7 @@ def run_case(
         "started": started.isoformat(),
         "ended": ended.isoformat(),
         "duration_s": round(time.monotonic() - t0, 3),
+        "phases_s": _phase_durations(t0, phases),
         "thresholds": _jsonable(params),
         "metrics": _jsonable(verdict.metrics),
         "checks": _jsonable(verdict.to_dict()["checks"]),
@@ -290,6 +297,16 @@ def run_case(
     artifacts.write_result(case_dir, record)
     artifacts.write_analysis(case_dir, record)
     return record, interrupted
+
+
+def _phase_durations(t0: float, ends: Mapping[str, float]) -> dict[str, float]:
+    """Seconds spent in each lifecycle phase (begin, act, harvest, cleanup, judge) from their end times."""
+    out: dict[str, float] = {}
+    last = t0
+    for name, end in ends.items():
+        out[name] = round(end - last, 3)
+        last = end
+    return out
 
 
 def _guarded_step(case_dir: Path, name: str, step: Any) -> Any:

@@ -16,7 +16,9 @@ What it does, per sut-interfaces.md:
   ``annotation_poll_s`` (2 s by default; the real watcher polls every 5 s);
 * enforces a core limit ``< 100`` by duty-cycling the client's process group with SIGSTOP/SIGCONT in a
   window of ``<PREFIX>COMPUTE_WINDOW_MS`` (lab default 1000 ms): run ``window × effective% / 100``, stop
-  for the rest; limits on one GPU that sum over 100 % are scaled by ``100 / sum`` (§5.2);
+  for the rest; limits on one GPU that sum over 100 % are scaled by ``100 / sum`` (§5.2). Enforcement
+  starts at the client's first allocation (its first ``<id16>.mem`` report), as the SUT's starts at the
+  first kernel launch: the workload's start-up (``import torch``) is CPU work, not GPU work;
 * passes a memory limit to the client through ``<id16>.limit`` (bytes), which the lab memory hook
   (:mod:`tests.lab.memhook`) enforces inside the workload; reads ``<id16>.mem`` (the hook's
   allocation reports, the lab's MEM_UPDATE);
@@ -96,6 +98,7 @@ class Client:
     ran_since: float = 0.0
     cpu_ticks: int | None = None
     util: float = 0.0
+    active: bool = False  # has used the "GPU": the hook reported its first allocation (``<id16>.mem``)
 
 
 class LabScheduler:
@@ -324,6 +327,7 @@ class LabScheduler:
                 alloc = int((self.clients_dir / f"{cid}.mem").read_text().strip() or 0)
             except (OSError, ValueError):
                 continue
+            c.active = True
             if alloc != c.mem_alloc:
                 with self.lock:
                     c.mem_alloc = alloc
@@ -439,7 +443,9 @@ class LabScheduler:
                             if c.stopped:
                                 self.resume(c, now, promoted=True)
             for c in self.clients.values():
-                limited = c.core < 100 and enforcing
+                # Like the SUT, whose lock is requested at the first kernel launch: a process that has not
+                # touched the "GPU" yet (importing torch, parsing arguments) runs unthrottled.
+                limited = c.core < 100 and enforcing and c.active
                 if not limited:
                     if c.stopped:
                         self.resume(c, now, promoted=False)

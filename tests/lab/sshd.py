@@ -9,7 +9,8 @@ writes lives under its ``workdir``::
       id_ed25519, id_ed25519.pub    client key of the lab (private key mode 0600)
       authorized_keys               the client public key (AuthorizedKeysFile of every host)
       known_hosts, ssh_config       written by write_known_hosts() / write_ssh_config()
-      hosts/<name>/                 per host: ssh_host_ed25519_key{,.pub}, sshd_config, sshd.pid, sshd.log
+      hosts/<name>/                 per host: ssh_host_ed25519_key{,.pub}, sshd_config, sshd.pid, sshd.log,
+                                    home/ (HOME of its login shells: no rc files of the developer run)
 
 The lab only ever signals processes it started itself (listener pids, identified by pid *and* start
 time so a reused pid is never hit) and, for :meth:`SshLab.kill_sessions` and :meth:`SshLab.stop`,
@@ -504,6 +505,7 @@ class SshLab:
         address = check_loopback(address)
         hostdir = self.workdir / "hosts" / name
         hostdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (hostdir / "home").mkdir(mode=0o700, exist_ok=True)  # the HOME of its login shells (see _config_text)
         host_key = hostdir / "ssh_host_ed25519_key"
         pub = _keygen(self._keygen, host_key, f"xpushare-lab-host-{name}")
         host = LabHost(
@@ -696,9 +698,12 @@ class SshLab:
             "PrintLastLog no",
             "X11Forwarding no",
             "Subsystem sftp internal-sftp",
-            # Shells started by sshd read ~/.bashrc; where that runs `pyenv rehash`, concurrent sessions queue
-            # on its lock (60 s when a killed session left it behind). One second is enough for the lab.
-            "SetEnv PYENV_REHASH_TIMEOUT=1",
+            # Shells started by sshd read ~/.bashrc (Debian's bash does so for every `ssh host cmd`). The
+            # developer's rc files are not the lab host's: where they run `pyenv init`, each remote command
+            # took 0.3 s more and concurrent sessions queued on pyenv's rehash lock (60 s when a killed session
+            # left it behind). A HOME of the lab host's own (empty) makes every command a clean exec, as on a
+            # server; the lab's programs are named by absolute path.
+            f"SetEnv HOME={_cfg_value(hostdir / 'home')} PYENV_REHASH_TIMEOUT=1",
             f"LogLevel {loglevel}",
         ]
         if self._penalties_option:

@@ -333,7 +333,11 @@ class K8sBackend(Backend):
             res = self._gpu_host(host_name).run(argv, timeout=30)
         except TransportError as exc:
             return f"# scrape of {url} from {host_name} failed: {exc}\nHTTP_CODE=000\n"
-        return res.stdout + (f"\n# curl: {res.stderr.strip()}" if res.stderr.strip() else "")
+        if res.ok:  # stderr of a successful curl is login-shell noise, not a failed scrape
+            return res.stdout
+        # one line, so that the judgment's note pattern reads it whole
+        why = " | ".join(line.strip() for line in res.stderr.splitlines() if line.strip()) or "no stderr"
+        return res.stdout + f"\n# curl: exit {res.exit_code}: {why}"
 
     # -- evidence ----------------------------------------------------------------------------------
     def harvest(self, case_dir: Path) -> list[str]:
