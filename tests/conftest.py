@@ -62,7 +62,6 @@ def fresh_ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
 #: Lab end-to-end modules whose runtime (minutes each) or timing sensitivity does not fit CI's budget on
 #: two cores; run them on demand with ``pytest -m heavy`` (README, "Development").
 HEAVY_MODULES = {
-    "test_k8s_combo_e2e.py",
     "test_k8s_metrics_e2e.py",
     "test_k8s_perf_e2e.py",
     "test_k8s_stability_e2e.py",

@@ -5,8 +5,8 @@ the right cases to FAIL: ignored annotations fail COMBO-004 (no change lines) an
 oversubscription lets the allocation through); missing quota metrics fail COMBO-003 (the bash harness
 passed it).
 
-Lab-sized parameters (inventory ``params``): W2 loops long against the torch import, a 5 s dynamic step
-(the lab watcher polls every 2 s), a 32Mi quota for COMBO-001 (the lab's oversubscription workload asks
+Lab-sized parameters (inventory ``params``): a 4 s dynamic step
+(the lab watcher polls every second), a 32Mi quota for COMBO-001 (the lab's oversubscription workload asks
 for 1.5 x 64 MiB), short W5 runs for COMBO-007/008, a probe-gap bound for a 1 s probe interval, short
 metrics_mid polling. Marked heavy (tests/conftest.py): run with ``pytest -m heavy`` on an idle machine.
 """
@@ -29,10 +29,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [f"COMBO-00{i}" for i in range(1, 9)]
 LAB_COMBO_PARAMS = {
-    # W2 loops of ~2.5 s CPU: long against the ~2.5 s `import torch` that the lab's duty cycle also slows,
-    # so that the COMBO-002 pair's loops overlap as on a GPU (where only kernels are throttled).
-    "workload_args": {"w2_medium_add": ["--n", "512", "--iters", "60000", "--no-progress"]},
-    "dynamic_step_s": 5,
+    "dynamic_step_s": 4,
     "combo001_memory_limit": "32Mi",
     "metrics_mid_timeout_s": 30,
     "metrics_mid_poll_s": 1,
