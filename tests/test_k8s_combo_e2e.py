@@ -5,10 +5,10 @@ the right cases to FAIL: ignored annotations fail COMBO-004 (no change lines) an
 oversubscription lets the allocation through); missing quota metrics fail COMBO-003 (the bash harness
 passed it).
 
-Lab-sized parameters (inventory ``params``): a 4 s dynamic step
-(the lab watcher polls every second), a 32Mi quota for COMBO-001 (the lab's oversubscription workload asks
-for 1.5 x 64 MiB), short W5 runs for COMBO-007/008, a probe-gap bound for a 1 s probe interval, short
-metrics_mid polling. Marked heavy (tests/conftest.py): run with ``pytest -m heavy`` on an idle machine.
+Lab-sized parameters (inventory ``params``): a 4 s dynamic step (the lab watcher polls every second), a
+32Mi quota for COMBO-001 (the lab's oversubscription workload asks for 1.5 x 64 MiB), short W5 runs for
+COMBO-007/008, a probe-gap bound for a 1 s probe interval, short metrics_mid polling. About 4 minutes on
+2 cores.
 """
 
 from __future__ import annotations
