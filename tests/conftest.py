@@ -5,8 +5,11 @@ Without OpenSSH the lab fixtures skip; with ``XPUSHARE_REQUIRE_LAB=1`` (set in C
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,17 +62,53 @@ def fresh_ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     yield from _lab(tmp_path_factory.mktemp("fresh-ssh-lab"))
 
 
-#: Lab end-to-end modules whose runtime (minutes each) or timing sensitivity does not fit CI's budget on
-#: two cores; run them on demand with ``pytest -m heavy`` (README, "Development").
-HEAVY_MODULES = {
-    "test_k8s_metrics_e2e.py",
-    "test_k8s_perf_e2e.py",
+@pytest.fixture(autouse=True)
+def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under pytest-xdist, a test marked ``cpu_exclusive`` runs while no other worker runs a test.
+
+    The lab's "GPU" is the machine's CPU: a runtime ratio of duty-cycled processes (PERF precision) is a
+    measurement of the quota only while nothing else takes the cores. Every other test holds a shared lock;
+    an exclusive test announces itself (so that workers stop starting new tests), then takes the lock
+    exclusively. Without xdist (one process) this does nothing.
+    """
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if uid is None:
+        yield
+        return
+    base = Path(tempfile.gettempdir()) / f"xpushare-cpu-{uid}"
+    wanted = base.with_suffix(".wanted")
+    exclusive = request.node.get_closest_marker("cpu_exclusive") is not None
+    with open(base.with_suffix(".lock"), "a") as fh:
+        if exclusive:
+            wanted.touch()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            wanted.unlink(missing_ok=True)
+        else:
+            deadline = time.monotonic() + 900  # a crashed exclusive test must not hang the run
+            while wanted.exists() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            fcntl.flock(fh, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+#: The longest modules (lab end-to-end runs of whole suites, minutes each), longest first: collected
+#: first, so that pytest-xdist's ``--dist loadfile`` hands them out first and the short modules fill in
+#: around them instead of one long module running alone at the end.
+LONG_MODULES = (
+    "test_k8s_combo_e2e.py",
+    "test_k8s_e2e.py",
     "test_k8s_stability_e2e.py",
+    "test_k8s_perf_e2e.py",
+    "test_k8s_metrics_e2e.py",
+    "test_envcheck_lab.py",
     "test_legacy_lab.py",
-}
+    "test_lab_cluster.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.name in HEAVY_MODULES:
-            item.add_marker(pytest.mark.heavy)
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_MODULES)))  # stable: order within a module kept

@@ -6,12 +6,13 @@ PERF-004 and PERF-007 with the seed's tolerances (±8 %, ±10 %, 15 s); with the
 (``no_enforcement``) or 30 % too generous (``skew`` 1.3) the precision cases FAIL; ``invoke judge --set``
 flips a stored verdict offline.
 
-Sizes: W6 at n=512 runs ~1.6 s per 10 000 iterations on one idle core (``OMP_NUM_THREADS=1``: two
-intra-op threads on two cores fight with the lab itself), so 40 000 iterations give a baseline of ~6.5 s,
-i.e. 9-26 windows per quota pod. One 1 s window quantises a runtime by at most ``q (1 - q) W / B``
+Sizes: W6 at n=512 runs ~0.55 s per 10 000 iterations on one idle core (``OMP_NUM_THREADS=1``: two
+intra-op threads on two cores fight with the lab itself), so 120 000 iterations give a baseline of
+~6.5 s, i.e. 9-26 windows per quota pod. One 1 s window quantises a runtime by at most ``q (1 - q) W / B``
 (<= 3.8 % at q = 50 %); the scheduler's stop overshoots its budget by 1-4 ms per window (the lab's
 ``Throttling client ... (Used: 301/300 ms ...)`` lines: -0.3..-1.3 %). That leaves room inside ±8 % on an
-idle machine, so the seed's tolerances are kept. Expected length on an idle 2-core machine: ~5-6 min.
+idle machine, so the seed's tolerances are kept. The lab throttles a pod from its first allocation on, so
+``import torch`` is not part of the measured loop either way. Expected length on 2 cores: ~4-5 min.
 
 CPU duty cycling measures the quota only when the two cores are not saturated by other work: the lab's
 "GPU" is the shared CPU, and a runtime ratio taken while other processes take the cores moves by tens of
@@ -46,10 +47,10 @@ SATURATED_IDLE = 0.10
 PERF_PARAMS: dict[str, Any] = {
     "workload_args": {
         "w2_medium_add": ["--n", "512", "--iters", "10000", "--no-progress"],
-        "w6_fixed_add": ["--n", "512", "--iters", "40000", "--no-progress"],
+        "w6_fixed_add": ["--n", "512", "--iters", "120000", "--no-progress"],
     },
     "perf_pod_env": {"OMP_NUM_THREADS": "1"},
-    "perf_baseline_min_s": 3,
+    "perf_baseline_min_s": 5,
     # fillers only hold the other GPU of the node while the pair is placed: an idle workload, so the
     # 2 CPU cores are left to the pair
     "perf_filler_workload": "w3_idle_add",
@@ -118,6 +119,7 @@ def explain(got: dict[str, dict], proc: subprocess.CompletedProcess) -> str:
     return "\n".join(lines) + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.cpu_exclusive
 def test_accurate_lab_passes_and_plots_are_reported(inventory: Path, runs: Path) -> None:
     idle0, total0 = cpu_times()
     proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007")

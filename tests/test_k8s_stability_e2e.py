@@ -287,7 +287,9 @@ def test_soak_survives_an_ssh_drop_and_a_node_outage(inv: Path, stab_ssh: SshLab
     assert got["STAB-002"]["status"] == "PASS", explain(None, got) + out[-4000:]
     assert proc.returncode == 0
     gaps = [e for e in events(case) if e["kind"] == "gap"]
-    assert any(g["op"] == "sample" and g["duration_s"] >= 3 for g in gaps), gaps
+    # the node's outage is a recorded sampling gap (its length depends on where the stop fell in the sampling
+    # interval and on connect retries), and the run went on after it
+    assert any(g["op"] == "sample" and "lab-node1" in g["error"] and g["duration_s"] > 0 for g in gaps), gaps
     assert "retry in" in out and "gap of" in out
     coverage = next(c for c in got["STAB-002"]["checks"] if c["name"] == "sample_coverage")
     assert coverage["values"]["sampling_gaps"] >= 1

@@ -7,6 +7,7 @@ and every broken-lab switch.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.error
@@ -54,7 +55,14 @@ def manifest(name: str, code: str, *, labels: dict[str, str], annotations: dict[
 
 
 SLEEPER = "import os,time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(60)"
-SPINNER = "import os,time\nprint('pid', os.getpid(), flush=True)\nwhile True: pass"
+#: The client's first MEM_UPDATE, as the lab memory hook writes it at a workload's first allocation: the lab
+#: scheduler throttles a client only from then on (tests/lab/memhook.py, labscheduler.py).
+FIRST_ALLOCATION = ("import os\n"
+                    "_p = os.path.join(os.environ['XPUSHARE_LAB_CLIENT_DIR'], os.environ['XPUSHARE_LAB_CLIENT_ID'])\n"
+                    "open(_p + '.mem', 'w').write('1048576\\n')\n")
+SPINNER = FIRST_ALLOCATION + "import os,time\nprint('pid', os.getpid(), flush=True)\nwhile True: pass"
+#: A spinner that never allocates: a process still starting up (importing its framework).
+STARTING = "import os,time\nprint('pid', os.getpid(), flush=True)\nwhile True: pass"
 
 
 def wait_for(what: str, pred: Callable[[], Any], timeout_s: float, interval_s: float = 0.25) -> Any:
@@ -305,8 +313,9 @@ def test_metrics_endpoint_exposition(lab_cluster: LabCluster) -> None:
 
 def test_core_limit_slows_cpu_loop(lab_kubectl: Kubectl, cleanup: list[str]) -> None:
     cleanup.append("test=duty")
-    code = ("import time\nt=time.time()\nn=0\nwhile n < {n}: n += 1\n"
-            "print(f'--- {{time.time()-t:.3f}} seconds ---', flush=True)")
+    code = FIRST_ALLOCATION.replace("{", "{{").replace("}", "}}") + (
+        "import time\nt=time.time()\nn=0\nwhile n < {n}: n += 1\n"
+        "print(f'--- {{time.time()-t:.3f}} seconds ---', flush=True)")
     k = lab_kubectl
     # calibrate ~0.7 s of work on this machine first (slow under load: hence the long timeout)
     t = time.perf_counter()
@@ -323,6 +332,23 @@ def test_core_limit_slows_cpu_loop(lab_kubectl: Kubectl, cleanup: list[str]) -> 
             for name, text in k.logs_by_pod("test=duty", timestamps=False).items()}
     ratio = secs["duty-25"] / secs["duty-free"]
     assert 2.5 <= ratio <= 6, secs
+
+
+def test_core_limit_starts_at_the_first_allocation(lab_cluster: LabCluster, lab_kubectl: Kubectl,
+                                                   cleanup: list[str]) -> None:
+    """Start-up (``import torch``) is CPU work: the lab throttles a client from its first allocation on."""
+    cleanup.append("test=late")
+    k = lab_kubectl
+    k.apply(manifest("late", STARTING, labels={"test": "late"}, node="lab-node1", annotations={CORE: "25"}))
+    k.wait_pods("test=late", until="running", count=1, timeout_s=20, poll_s=0.2)
+    pid = pod_pid(k, "late")
+    time.sleep(0.5)
+    assert run_fraction(pid, 1.0) == 1.0  # registered with a 25 % limit, but not using the "GPU" yet
+    clients = lab_cluster.workdir / "nodes" / "lab-node1" / "clients"
+    client = next(p for p in clients.glob("*.json") if json.loads(p.read_text()).get("pod") == "late")
+    (clients / f"{client.stem}.mem").write_text("1048576\n")  # its first allocation, as the hook reports it
+    time.sleep(0.5)
+    assert run_fraction(pid, 2.0) <= 0.4
 
 
 def test_memory_annotation_rejects_allocation(lab_kubectl: Kubectl, cleanup: list[str]) -> None:

@@ -4,7 +4,8 @@ Pure functions over :class:`~xpushare.evidence.Evidence`: pod records and logs, 
 (kubectl ``--timestamps`` lines) and ``annotations.jsonl`` (the unix time of each annotate call, written
 by the backend). A dynamic change counts only when the scheduler logged ``... limit changed for pod
 <ns>/<pod>: <old> -> <new>`` for that pod **and** the pod logged the library's update line; its latency
-is the scheduler line's timestamp minus the annotate call (seed P1: <= 15 s).
+is the scheduler line's timestamp minus the annotate call (seed P1: <= 15 s). Without the annotate call's
+time the latency is not evaluable (ERROR), never left out.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ def annotation_calls(ev: Evidence) -> list[dict[str, Any]]:
 def check_dynamic_change(
     ev: Evidence, *, pod: str, namespace: str, kind: str, new: int, annotated_at: float | None, max_latency_s: float
 ) -> list[Check]:
-    """Scheduler line, pod-side line and latency for one dynamic change (``kind``: memory | compute)."""
+    """Scheduler line, pod-side line and latency for one dynamic change (``kind``: memory | compute).
+
+    ``new``: bytes (memory) or percent (compute); ``annotated_at``: unix s of the annotate call
+    (``annotations.jsonl``), None when it was not recorded: the latency check is then present and not
+    evaluable (ok None), so the change is never judged PASS without its latency.
+    """
     sched_text = ev.text("scheduler.log")
     if sched_text is None:
         return [Check(f"{kind}_change_logged", "scheduler.log collected", {}, None, "no scheduler.log")]
@@ -86,7 +92,17 @@ def check_dynamic_change(
                 "" if seen else "no update line in the pod log",
             )
         )
-    if changes and annotated_at is not None:
+    if annotated_at is None:
+        checks.append(
+            Check(
+                f"{kind}_latency[{new}]",
+                f"latency_s <= {max_latency_s}",
+                {},
+                None,
+                "annotate time unknown (no annotations.jsonl entry for the change)",
+            )
+        )
+    elif changes:
         ts = changes[0].ts
         if ts is None:
             checks.append(
@@ -118,8 +134,11 @@ def judge_dynamic(
     """FUNC-010/011/012: every planned change logged by the scheduler and the pod, within the latency bound.
 
     ``plan["changes"]`` lists ``{"value": <annotation value>, "new": <bytes or percent>}`` in order; the
-    annotate times come from ``annotations.jsonl``. ``require_pass``: the pod must also end with PASS
-    (quota up / compute); otherwise it may end with PASS or a quota rejection, but not another failure.
+    annotate times come from ``annotations.jsonl``. ``plan["probe_started"]`` (set by the act): the W5
+    probe loop was seen running before the changes were made; False or absent is not evaluable (ERROR),
+    since the changes were then not made while the workload ran. ``require_pass``: the pod must also end
+    with PASS (quota up / compute); otherwise it may end with PASS or a quota rejection, but not another
+    failure.
     """
     pod, namespace = plan["pods"][0], plan.get("namespace", "default")
     calls = annotation_calls(ev)
@@ -128,6 +147,7 @@ def judge_dynamic(
         checks.append(check_pods_succeeded(ev, [pod]))
     else:
         checks.append(_check_no_crash(ev, pod))
+    checks.append(_check_probe_started(plan))
     latencies: dict[str, float] = {}
     for i, change in enumerate(plan["changes"]):
         when = calls[i]["time"] if i < len(calls) else None
@@ -153,6 +173,21 @@ def judge_dynamic(
     return Verdict(status, summary, checks, dict(th), {"latency_s": latencies}, ev.pod_files())
 
 
+def _check_probe_started(plan: Mapping[str, Any]) -> Check:
+    """The act saw the first ``QUOTA_PROBE`` line (within ``pod_timeout_s``) before it annotated."""
+    started = plan.get("probe_started")
+    if started is True:
+        return Check("probe_started", "the probe loop ran before the first change", {"probe_started": True}, True)
+    detail = (
+        "plan.json does not record probe_started"
+        if started is None
+        else "no QUOTA_PROBE line within pod_timeout_s: the changes were not made while the probe loop ran"
+    )
+    return Check(
+        "probe_started", "the probe loop ran before the first change", {"probe_started": started}, None, detail
+    )
+
+
 def _check_no_crash(ev: Evidence, pod: str) -> Check:
     facts = pod_progress(ev, pod)
     log = ev.logs.get(pod)
@@ -170,63 +205,130 @@ def _check_no_crash(ev: Evidence, pod: str) -> Check:
     )
 
 
-def phase_throughput(ev: Evidence, pod: str, boundaries: Sequence[float]) -> list[float | None]:
-    """Mean iterations/s of a W5 pod in each phase between annotate times (unix s), from probe deltas.
+def phase_throughput(
+    ev: Evidence, pod: str, boundaries: Sequence[float], *, starts: Sequence[float] | None = None
+) -> list[float | None]:
+    """Mean iterations/s of a W5 pod in each phase, from the deltas of its ``QUOTA_PROBE`` lines.
 
-    Probe lines carry cumulative counts; each delta (it / s between consecutive probes, timed by the
-    kubectl timestamps) is assigned to the phase its end falls in, skipping the interval that crosses
-    a boundary. Returns one value per phase (len(boundaries) + 1); None where a phase has no delta.
+    Phase 0 runs from the first probe to ``boundaries[0]``; phase ``i`` (1..n) from ``starts[i - 1]`` to
+    ``boundaries[i]`` (the last one to the end of the log). ``boundaries[i]``: unix s at which phase ``i``
+    ends (change ``i`` may have taken effect from then on); ``starts[i]``: unix s at which phase ``i + 1``
+    begins (change ``i`` certainly in force; default ``boundaries[i]``), so ``starts[i] - boundaries[i]`` s
+    after each change are counted in no phase. Both lists have one entry per change, in order.
+
+    Probe lines (seed 000 / ../shared/reference/sut-interfaces.md §8.3: ``elapsed=<s> it=<cumulative>
+    it_per_sec=<cumulative average>``) are timed by their kubectl ``--timestamps``; each delta
+    (iterations / s of the workload's ``elapsed``, between consecutive probes) counts in the phase that
+    holds both of its probes, so an interval straddling a boundary or inside a skipped span counts nowhere.
+    Lines without a timestamp are ignored. Returns ``len(boundaries) + 1`` values (it/s); None where a phase
+    has no delta.
     """
     probes = [p for p in pod_log.quota_probes(ev.logs.get(pod, "")) if p.ts is not None]
-    edges = [float("-inf"), *boundaries, float("inf")]
-    sums: list[list[float]] = [[] for _ in range(len(edges) - 1)]
+    opens = list(boundaries) if starts is None else list(starts)
+    if len(opens) != len(boundaries):
+        raise ValueError(f"{len(boundaries)} boundaries but {len(opens)} starts")
+    phases = list(zip([float("-inf"), *opens], [*boundaries, float("inf")], strict=True))
+    sums: list[list[float]] = [[] for _ in phases]
     for a, b in itertools.pairwise(probes):
         ta, tb = a.ts.timestamp(), b.ts.timestamp()  # type: ignore[union-attr]
         dt = b.elapsed_s - a.elapsed_s
         if dt <= 0:
             continue
-        for i in range(len(edges) - 1):
-            if edges[i] <= ta and tb <= edges[i + 1]:
+        for i, (lo, hi) in enumerate(phases):
+            if lo <= ta and tb <= hi:
                 sums[i].append((b.iterations - a.iterations) / dt)
     return [sum(v) / len(v) if v else None for v in sums]
+
+
+def change_applied_at(ev: Evidence, *, pod: str, namespace: str, kind: str, new: int) -> tuple[float | None, str]:
+    """Unix s at which one dynamic change reached the pod, and where that time comes from.
+
+    ``kind``: ``compute`` (``new`` in percent) or ``memory`` (bytes). Source, in order: ``pod``, the
+    client library's first update line with the new value (INFO applied, else DEBUG received;
+    sut-interfaces.md §7); ``scheduler``, the scheduler's ``<Compute|Memory> limit changed for pod
+    <ns>/<pod>: * -> <new>`` line (§4.3). Both are kubectl timestamps of the node, the clock of the probe
+    lines. ``(None, "none")`` when neither line is there with a timestamp.
+    """
+    log = ev.logs.get(pod)
+    if log is not None:
+        updates: Sequence[Any] = (
+            [u for u in pod_log.core_limit_updates(log) if u.percent == new]
+            if kind == "compute"
+            else [u for u in pod_log.memory_limit_updates(log) if u.new_bytes == new]
+        )
+        for wanted in ("applied", "received"):
+            hit = next((u for u in updates if u.kind == wanted and u.ts is not None), None)
+            if hit is not None:
+                return hit.ts.timestamp(), "pod"
+    sched_text = ev.text("scheduler.log")
+    if sched_text is not None:
+        for c in parse_text(sched_text).limit_changes:
+            mine = c.kind == kind and not c.initial and c.pod == pod and c.namespace == namespace and c.new == new
+            if mine and c.ts is not None:
+                return c.ts.timestamp(), "scheduler"
+    return None, "none"
 
 
 def judge_dynamic_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """FUNC-012: 30 -> 80 -> 100 %: changes applied (scheduler + pod, <= 15 s) and throughput rises by phase.
 
     Thresholds: ``dynamic_max_latency_s`` (15), ``func012_min_gain`` (throughput(80) / throughput(30),
-    default 1.3), ``func012_max_drop`` (throughput(100) may be at most this fraction below 80 %: 0.1).
+    default 1.3), ``func012_max_drop`` (throughput(100) may be at most this fraction below 80 %: 0.1),
+    ``probe_interval_s`` (10, the W5 ``--interval-s``).
+
+    Phases (:func:`phase_throughput`): the one before change ``i`` ends when the change reached the pod
+    (:func:`change_applied_at`; else at its annotate call); the one after it starts one probe interval
+    after the change reached the pod (else one probe interval after annotate time + ``dynamic_max_latency_s``),
+    so no probe delta that mixes two quotas, or follows a change still settling, counts in a phase.
+    Without the annotate times (``annotations.jsonl``) the throughput check is not evaluable (ERROR).
+    Metrics: ``throughput_it_s`` (it/s per phase), ``phases``, ``applied_at`` (unix s per change),
+    ``applied_from`` (pod | scheduler | annotate), ``phase_starts`` (unix s, phases 1..n).
     """
     verdict = judge_dynamic(ev, th, plan, kind="compute", require_pass=True)
-    pod = plan["pods"][0]
-    times = [c["time"] for c in annotation_calls(ev)][: len(plan["changes"])]
-    # Skip one probe interval after each change: the scheduler applies it within seconds.
-    tp = phase_throughput(ev, pod, times)
-    values = {"throughput_it_s": tp, "phases": ["initial", *[str(c["value"]) for c in plan["changes"]]]}
+    pod, namespace = plan["pods"][0], plan.get("namespace", "default")
+    changes = list(plan["changes"])
+    times = [float(c["time"]) for c in annotation_calls(ev)][: len(changes)]
+    max_latency, interval = float(th["dynamic_max_latency_s"]), float(th["probe_interval_s"])
+    applied = [change_applied_at(ev, pod=pod, namespace=namespace, kind="compute", new=int(c["new"])) for c in changes]
+    values: dict[str, Any] = {
+        "throughput_it_s": [None] * (len(changes) + 1),
+        "phases": ["initial", *[str(c["value"]) for c in changes]],
+        "applied_at": [None if at is None else round(at, 3) for at, _src in applied],
+        "applied_from": [src if at is not None else "annotate" for at, src in applied],
+    }
     checks = list(verdict.checks)
-    if len(tp) < 3 or any(v is None for v in tp[:3]):
-        checks.append(
-            Check(
-                "throughput_by_phase",
-                "a probe delta in every phase",
-                values,
-                None,
-                "not enough QUOTA_PROBE lines per phase",
-            )
-        )
+    if len(times) < len(changes):
+        checks.append(Check("throughput_by_phase", "phase boundaries known", values, None, "annotate time missing"))
     else:
-        t30, t80, t100 = tp[0], tp[1], tp[2]
-        gain, drop = float(th["func012_min_gain"]), float(th["func012_max_drop"])
-        ok = t80 >= t30 * gain and t100 >= t80 * (1 - drop)  # type: ignore[operator]
-        checks.append(
-            Check(
-                "throughput_by_phase",
-                f"tp80 >= {gain} * tp30 and tp100 >= (1 - {drop}) * tp80",
-                values,
-                ok,
-                "" if ok else f"throughput {[round(v or 0, 1) for v in tp]}",
+        ends = [at if at is not None else t for (at, _src), t in zip(applied, times, strict=True)]
+        starts = [
+            (at if at is not None else t + max_latency) + interval for (at, _src), t in zip(applied, times, strict=True)
+        ]
+        values["phase_starts"] = [round(t, 3) for t in starts]
+        values["throughput_it_s"] = tp = phase_throughput(ev, pod, ends, starts=starts)
+        if len(tp) < 3 or any(v is None for v in tp[:3]):
+            checks.append(
+                Check(
+                    "throughput_by_phase",
+                    "a probe delta in every phase",
+                    values,
+                    None,
+                    "not enough QUOTA_PROBE lines per phase",
+                )
             )
-        )
+        else:
+            t30, t80, t100 = tp[0], tp[1], tp[2]
+            gain, drop = float(th["func012_min_gain"]), float(th["func012_max_drop"])
+            ok = t80 >= t30 * gain and t100 >= t80 * (1 - drop)  # type: ignore[operator]
+            checks.append(
+                Check(
+                    "throughput_by_phase",
+                    f"tp80 >= {gain} * tp30 and tp100 >= (1 - {drop}) * tp80",
+                    values,
+                    ok,
+                    "" if ok else f"throughput {[round(v or 0, 1) for v in tp]}",
+                )
+            )
     status, summary = combine(checks, pass_summary=verdict.summary if verdict.status is Status.PASS else "")
     return Verdict(status, summary, checks, dict(th), {**verdict.metrics, **values}, verdict.evidence)
 
@@ -257,24 +359,41 @@ def judge_static_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str,
 def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """FUNC-009: 30 % and 60 % pods on one GPU; the 60 % pod is faster (runtime_30 > runtime_60).
 
-    SKIP (never PASS) when the two quota pods did not share a GPU.
+    ``plan``: ``pods`` (all, fillers included), ``pair`` ([30 % pod, 60 % pod]). As COMBO-002
+    (:func:`~xpushare.judge_combo.judge_compute_pair`): every pod must pass first (a failed or unfinished pod
+    is FAIL, missing pod evidence ERROR, whatever the placement); then only when the registration lines put
+    both quota pods on one (node, GPU) (pods.json ``node``/``gpu``) is ``runtime_30 > runtime_60`` judged.
+    Not co-located, or no registration GPU for either pod: SKIP (never PASS). Metrics: ``placement``
+    ({pod: [node, gpu]}), ``runtime_30`` / ``runtime_60`` (s), ``ratio_30_over_60``.
     """
     low, high = plan["pair"]
     names = plan["pods"]
     checks = [check_terminal(ev.pods, names), check_pods_succeeded(ev, names)]
     a, b = ev.pod(low), ev.pod(high)
     placement = {p.name: [p.node, p.gpu] for p in (a, b) if p}
-    if a and b and a.gpu is not None and (a.node, a.gpu) != (b.node, b.gpu):
+    r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
+    values: dict[str, Any] = {"runtime_30": r_low, "runtime_60": r_high, "placement": placement}
+    status, summary = combine(checks, pass_summary="")
+    if status is not Status.PASS:  # a SKIP must not hide a failed pod or missing evidence
+        return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
+    if a is None or b is None or a.gpu is None or b.gpu is None:
+        return Verdict(
+            Status.SKIP,
+            f"co-location not confirmed: no registration GPU for the pair ({placement})",
+            checks,
+            dict(th),
+            values,
+            ev.pod_files(),
+        )
+    if (a.node, a.gpu) != (b.node, b.gpu):
         return Verdict(
             Status.SKIP,
             f"co-location on one GPU not obtained ({placement})",
             checks,
             dict(th),
-            {"placement": placement},
+            values,
             ev.pod_files(),
         )
-    r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
-    values = {"runtime_30": r_low, "runtime_60": r_high, "placement": placement}
     if r_low is None or r_high is None:
         checks.append(Check("higher_quota_faster", "runtime_30 > runtime_60", values, None, "runtime missing"))
     else:
@@ -289,5 +408,5 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
                 "" if ok else f"{r_low:.1f} s <= {r_high:.1f} s",
             )
         )
-    status, summary = combine(checks, pass_summary="the 60 % pod finished faster than the 30 % pod")
+    status, summary = combine(checks, pass_summary="the 60 % pod finished faster than the 30 % pod on one GPU")
     return Verdict(status, summary, checks, dict(th), values, ev.pod_files())

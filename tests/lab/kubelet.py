@@ -479,6 +479,9 @@ class Kubelet:
         """Add the device plugin's env and the lab client hook; register the client. False: no scheduler."""
         names, s = self.names, self.settings
         uuids = sorted({d.split("__")[0] for d in devices})
+        # One lab GPU is one CPU thread: torch's intra-op threads would otherwise take every core of a small
+        # machine, and a 100 % pod would slow the other lab pods (and tests) down. A pod's own value wins.
+        env.setdefault("OMP_NUM_THREADS", "1")
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(uuids)))
         tag = names.log_tag

@@ -16,9 +16,10 @@ What it does, per sut-interfaces.md:
   ``annotation_poll_s`` (2 s by default; the real watcher polls every 5 s);
 * enforces a core limit ``< 100`` by duty-cycling the client's process group with SIGSTOP/SIGCONT in a
   window of ``<PREFIX>COMPUTE_WINDOW_MS`` (lab default 1000 ms): run ``window × effective% / 100``, stop
-  for the rest; limits on one GPU that sum over 100 % are scaled by ``100 / sum`` (§5.2). Enforcement
-  starts at the client's first allocation (its first ``<id16>.mem`` report), as the SUT's starts at the
-  first kernel launch: the workload's start-up (``import torch``) is CPU work, not GPU work;
+  for the rest (time billed: the client's on-CPU time, as the SUT bills kernel time, so other load on
+  the machine does not eat the budget); limits on one GPU that sum over 100 % are scaled by
+  ``100 / sum`` (§5.2). Enforcement starts at the client's first allocation (its first ``<id16>.mem``
+  report), as the SUT's starts at the first kernel launch: start-up (``import torch``) is not GPU work;
 * passes a memory limit to the client through ``<id16>.limit`` (bytes), which the lab memory hook
   (:mod:`tests.lab.memhook`) enforces inside the workload; reads ``<id16>.mem`` (the hook's
   allocation reports, the lab's MEM_UPDATE);
@@ -99,6 +100,7 @@ class Client:
     cpu_ticks: int | None = None
     util: float = 0.0
     active: bool = False  # has used the "GPU": the hook reported its first allocation (``<id16>.mem``)
+    cpu_ns: int | None = None  # on-CPU time of its threads at the last enforcement tick
 
 
 class LabScheduler:
@@ -456,7 +458,15 @@ class LabScheduler:
                     self.lock_ok(c, now)
                 if c.stopped:
                     continue
-                c.used_ms += dt * 1000
+                # Bill the time the client's threads ran on a CPU (the SUT bills kernel time on the GPU), not
+                # wall time: a runnable process that another process kept off the cores used none of its budget,
+                # so the quota holds on a busy machine too. Wall time where /proc cannot tell.
+                cpu_ns = _on_cpu_ns(c.pid)
+                if cpu_ns is None or c.cpu_ns is None:
+                    c.used_ms += dt * 1000
+                else:
+                    c.used_ms += max(0, cpu_ns - c.cpu_ns) / 1e6
+                c.cpu_ns = cpu_ns
                 budget = self.budget_ms(c)
                 if c.used_ms >= min(self.window_ms, budget * skew) and budget < self.window_ms:
                     self.throttle(c, now, budget)
@@ -635,6 +645,22 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def _on_cpu_ns(pid: int) -> int | None:
+    """Nanoseconds that all threads of ``pid`` have run on a CPU (``/proc/<pid>/task/*/schedstat``)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that just ended
+    return total
 
 
 def _cpu_ticks(pid: int) -> int | None:

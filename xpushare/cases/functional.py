@@ -224,7 +224,11 @@ def _func009(run: CaseRun) -> None:
 
 
 def _dynamic(run: CaseRun, initial: dict[str, Any], changes: list[tuple[str, str, int]]) -> None:
-    """One W5 pod; after it runs, annotate each change and hold ``dynamic_step_s`` before the next."""
+    """One W5 pod; after it runs, annotate each change and hold ``dynamic_step_s`` before the next.
+
+    ``plan``: pods, namespace, changes ({key, value, new}), probe_started (the first QUOTA_PROBE line was seen
+    within ``pod_timeout_s``; saved before the first annotate call, the judgment ERRORs without it).
+    """
     step = float(run.params["dynamic_step_s"])
     duration = step * (len(changes) + 1) + step / 2
     args = ("--duration-s", f"{duration:g}", "--interval-s", str(run.params["probe_interval_s"]))
@@ -241,6 +245,7 @@ def _dynamic(run: CaseRun, initial: dict[str, Any], changes: list[tuple[str, str
     run.plan["probe_started"] = run.wait_for_line(
         spec.name, "[XPUSHARE][QUOTA_PROBE]", float(run.params["pod_timeout_s"])
     )
+    run.save_plan()
     run.sleep(step)
     for key, value, _new in changes:
         run.backend.annotate(run.case_dir, spec.name, {key: value})
