@@ -395,19 +395,70 @@ HEALTHY_RATES = [(T0 + 32, 30.0), (T0 + 62, 80.0), (T0 + 92, 40.0), (T0 + 125, 1
 
 
 def ev6(
-    rates: list[tuple[float, float]] = HEALTHY_RATES, sched_lines: list[tuple[float, str]] | None = None
+    rates: list[tuple[float, float]] = HEALTHY_RATES, sched_lines: list[tuple[float, str]] | None = None, *,
+    changes: list[tuple[str, str, int]] = C6, pod_delays: Sequence[float] | None = None,
 ) -> Evidence:
-    lines = change_lines(C6, TIMES6) if sched_lines is None else sched_lines
-    log = pod_lines(C6, TIMES6) + probes(rates, start=T0)
+    """COMBO-006 evidence: changes annotated at TIMES6, scheduler lines 2 s after, pod lines ``pod_delays`` s
+    after (default 2.5 s each), W5 probes every 1 s at ``rates``."""
+    lines = change_lines(changes, TIMES6) if sched_lines is None else sched_lines
+    delays = [2.5] * len(changes) if pod_delays is None else list(pod_delays)
+    pod = "".join(pod_lines([c], [t], delay=d) for c, t, d in zip(changes, TIMES6, delays, strict=True))
+    log = pod + probes(rates, start=T0)
     files = {"scheduler.log": sched(lines), "annotations.jsonl": annotate_calls(TIMES6), **ALIVE}
     return Evidence.from_parts([rec(W5)], {W5: log}, files)
 
 
 def test_combo006_compute_steps_applied_and_throughput_follows() -> None:
-    v = jc.judge_dynamic_sequence(ev6(), th("COMBO-006"), PLAN6, case="COMBO-006")
+    t = th("COMBO-006")
+    assert t["probe_interval_s"] == 10
+    v = jc.judge_dynamic_sequence(ev6(), t, PLAN6, case="COMBO-006")
     assert v.status is Status.PASS, v.summary
     tp = next(c for c in v.checks if c.name == "throughput_follows_quota").values["throughput_it_s"]
     assert tp == pytest.approx([30.0, 80.0, 40.0, 100.0], rel=0.05)
+    # Each change reached the pod 2.5 s after its annotate call (the pod line); its phase starts one probe
+    # interval later and the previous phase ends at that line.
+    assert v.metrics["applied_from"] == ["pod", "pod", "pod"]
+    assert v.metrics["applied_at"] == pytest.approx([t0 + 2.5 for t0 in TIMES6])
+    assert v.metrics["phase_starts"] == pytest.approx([t0 + 2.5 + 10 for t0 in TIMES6])
+    assert v.metrics["throughput_it_s"] == tp
+    assert v.thresholds["probe_interval_s"] == 10
+
+
+def test_combo006_late_change_cannot_hide_a_throughput_drop() -> None:
+    """A change that reaches the pod late (still within the latency) must not blur the step after it.
+
+    Plan 30 -> 80 -> 100 -> 40 %; the 80 % change is logged by the scheduler 2 s after its call (latency
+    2 s) but reaches the pod only 14 s after it (T0 + 44); the true rates are 30, 100, 90 and 40 it/s, so
+    the 80 -> 100 step *drops* throughput by 10 % where it must rise x1.2: FAIL.
+
+    The old phases started at the scheduler line (T0 + 32, + 62, + 92, no settling interval). Its 80 %
+    phase then held 12 one-second deltas still at 30 it/s (T0 + 32..44) and 18 at 100 it/s: mean
+    (12 x 30 + 18 x 100) / 30 = 72 it/s, so the steps read 30 -> 72 (>= 36), 72 -> 90 (>= 86.4) and
+    90 -> 40 (40 x 1.2 <= 90): every step passed and so did the verdict (the latencies are 2 s, all lines
+    are there). Now the 80 % phase runs from the pod line + 10 s (T0 + 54) to the next pod line: 100 it/s.
+    """
+    changes = [("core", "80", 80), ("core", "100", 100), ("core", "40", 40)]
+    plan = dyn_plan(changes, {"core": 30})
+    rates = [(T0 + 44, 30.0), (T0 + 62, 100.0), (T0 + 92, 90.0), (T0 + 125, 40.0)]
+    ev = ev6(rates, changes=changes, pod_delays=[14.0, 2.5, 2.5])
+    t = th("COMBO-006")
+    v = jc.judge_dynamic_sequence(ev, t, plan, case="COMBO-006")
+    assert v.status is Status.FAIL and "throughput_follows_quota" in v.summary, v.summary
+    step = next(c for c in v.checks if c.name == "throughput_follows_quota")
+    assert step.values["throughput_it_s"] == pytest.approx([30.0, 100.0, 90.0, 40.0], rel=0.01)
+    assert "80->100 %" in step.detail
+    # Everything else about the changes is healthy: only the throughput step fails.
+    assert all(c.ok for c in v.checks if c.name != "throughput_follows_quota"), v.summary
+    assert v.metrics["latency_s"] == pytest.approx({"80": 2.0, "100": 2.0, "40": 2.0})
+    assert v.metrics["applied_at"] == pytest.approx([T0 + 44, T0 + 62.5, T0 + 92.5])
+    assert v.metrics["phase_starts"] == pytest.approx([T0 + 54, T0 + 72.5, T0 + 102.5])
+    # Without the pod-side line the change is timed by the scheduler's line for the pod.
+    no_pod = Evidence.from_parts([rec(W5)], {W5: probes(rates, start=T0)},
+                                 {"scheduler.log": sched(change_lines(changes, TIMES6)),
+                                  "annotations.jsonl": annotate_calls(TIMES6), **ALIVE})
+    v = jc.judge_dynamic_sequence(no_pod, t, plan, case="COMBO-006")
+    assert v.status is Status.FAIL and v.metrics["applied_from"] == ["scheduler"] * 3
+    assert v.metrics["phase_starts"] == pytest.approx([t0 + 2 + 10 for t0 in TIMES6])
 
 
 def test_combo006_broken() -> None:

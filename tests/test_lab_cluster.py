@@ -114,6 +114,16 @@ def pod_pid(k: Kubectl, pod: str) -> int:
     return int(find(r"^pid (\d+)$", text))
 
 
+def start_spinner(k: Kubectl, name: str, code: str, *, core: int) -> int:
+    """Run ``code`` (which prints ``pid <n>``) as pod ``name`` (label ``test=<name>``) on lab-node1 with a core
+    limit; return its pid once it runs, 0.3 s later (the scheduler has registered it)."""
+    k.apply(manifest(name, code, labels={"test": name}, node="lab-node1", annotations={CORE: str(core)}))
+    k.wait_pods(f"test={name}", until="running", count=1, timeout_s=20, poll_s=0.2)
+    pid = pod_pid(k, name)
+    time.sleep(0.3)
+    return pid
+
+
 def proc_state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -338,11 +348,8 @@ def test_core_limit_starts_at_the_first_allocation(lab_cluster: LabCluster, lab_
                                                    cleanup: list[str]) -> None:
     """Start-up (``import torch``) is CPU work: the lab throttles a client from its first allocation on."""
     cleanup.append("test=late")
-    k = lab_kubectl
-    k.apply(manifest("late", STARTING, labels={"test": "late"}, node="lab-node1", annotations={CORE: "25"}))
-    k.wait_pods("test=late", until="running", count=1, timeout_s=20, poll_s=0.2)
-    pid = pod_pid(k, "late")
-    time.sleep(0.5)
+    pid = start_spinner(lab_kubectl, "late", STARTING, core=25)
+    time.sleep(0.2)
     assert run_fraction(pid, 1.0) == 1.0  # registered with a 25 % limit, but not using the "GPU" yet
     clients = lab_cluster.workdir / "nodes" / "lab-node1" / "clients"
     client = next(p for p in clients.glob("*.json") if json.loads(p.read_text()).get("pod") == "late")
@@ -430,11 +437,7 @@ def test_fault_ignore_annotations(lab_faults: LabCluster, lab_kubectl: Kubectl, 
 
 def test_fault_no_enforcement_and_skew(lab_faults: LabCluster, lab_kubectl: Kubectl, cleanup: list[str]) -> None:
     cleanup.append("test=f-enf")
-    k = lab_kubectl
-    k.apply(manifest("f-enf", SPINNER, labels={"test": "f-enf"}, node="lab-node1", annotations={CORE: "50"}))
-    k.wait_pods("test=f-enf", until="running", count=1, timeout_s=20, poll_s=0.2)
-    pid = pod_pid(k, "f-enf")
-    time.sleep(0.3)
+    pid = start_spinner(lab_kubectl, "f-enf", SPINNER, core=50)
     healthy = run_fraction(pid, 2.0)
     lab_faults.set_faults("lab-node1", skew=1.3)
     time.sleep(0.5)  # let the current window end

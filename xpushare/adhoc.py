@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from tabulate import tabulate
 
@@ -55,7 +55,7 @@ def _status_word(outcome: HostOutcome[CommandResult]) -> str:
     return "ok" if outcome.value.ok else "FAILED"
 
 
-def exit_status_of(outcomes: Sequence[HostOutcome[object]], failed: Sequence[bool]) -> ExitStatus:
+def exit_status_of(outcomes: Sequence[HostOutcome[Any]], failed: Sequence[bool]) -> ExitStatus:
     """3 when a host was unreachable, else 1 when any command failed or errored, else 0."""
     if any(o.unreachable for o in outcomes):
         return ExitStatus.UNREACHABLE
@@ -68,6 +68,7 @@ def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
     """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``."""
     groups: dict[tuple[str, str, int | None, str], list[str]] = {}
     for o in outcomes:
+        key: tuple[str, str, int | None, str]
         if o.value is not None:
             key = (o.value.stdout.rstrip("\n"), o.value.stderr.rstrip("\n"), o.value.exit_code, "")
         else:

@@ -454,7 +454,8 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
         ended=_now().isoformat(), interrupted=interrupted, exit_status=int(status), counts=report.counts(results)
     )
     artifacts.write_run_meta(run_dir, meta)
-    paths = report.build(run_dir, required=set(meta["required"]))
+    required: list[str] = meta["required"]  # type: ignore[assignment]  # run.json keeps it a sorted list
+    paths = report.build(run_dir, required=set(required))
     counts = report.counts(results)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
     progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown}")

@@ -43,7 +43,7 @@ from xpushare.collect.scheduler_log import LimitChange, SchedulerLogSummary, par
 from xpushare.evidence import Evidence
 from xpushare.judge import check_pods_succeeded, check_rejected, check_scheduler_alive, check_terminal, pod_progress
 from xpushare.judge_metrics import annotation_bytes, read_capture
-from xpushare.judge_quota import annotation_calls, phase_throughput
+from xpushare.judge_quota import annotation_calls, change_applied_at, phase_throughput
 from xpushare.model import Check, Status, Verdict, combine
 
 __all__ = [
@@ -75,6 +75,8 @@ DEFAULTS: dict[str, Any] = {
     "max_probe_gap_s": 30.0,
     # COMBO-006: throughput must move with each quota step by at least this factor (up: x, down: 1/x).
     "combo006_min_step_ratio": 1.2,
+    # COMBO-006: the W5 probe interval (its --interval-s, s); each throughput phase skips one after its change.
+    "probe_interval_s": 10.0,
     # COMBO-007: pods of 4 that must pass (seed §17.3: >= 3), and be seen in the metrics.
     "combo007_min_success": 3,
     # COMBO-008: distinct GPUs the pods must spread over, and the tolerance (percentage points) of the
@@ -539,16 +541,48 @@ def _check_probe_gaps(ev: Evidence, pod: str, max_gap: float) -> Check:
 
 
 def _check_throughput_steps(
-    ev: Evidence, pod: str, facts: Sequence[ChangeFacts], initial: int, min_ratio: float
+    ev: Evidence, pod: str, namespace: str, facts: Sequence[ChangeFacts], initial: int, min_ratio: float, *,
+    max_latency: float, interval: float,
 ) -> Check:
     """Throughput (probe it/s) moves with each compute step: up by ``min_ratio`` when the quota rises,
-    down by it when it falls. Phases start at the scheduler's change line (else the annotate call)."""
-    bounds = [f.scheduler.ts.timestamp() if f.scheduler and f.scheduler.ts else f.annotated_at for f in facts]
+    down by it when it falls.
+
+    Phases as for FUNC-012 (:func:`~xpushare.judge_quota.judge_dynamic_compute`, read by
+    :func:`~xpushare.judge_quota.phase_throughput`): the one before change ``i`` ends when the change
+    reached the pod (:func:`~xpushare.judge_quota.change_applied_at`: the pod's update line, else the
+    scheduler's ``Compute limit changed`` line for the pod; else the annotate call); the one after it
+    starts ``interval`` s later (one probe interval, the W5 ``--interval-s``), or ``max_latency`` +
+    ``interval`` s after the annotate call when the change was not seen arriving, so no probe delta that
+    mixes two quotas, or follows a change still settling, counts in a phase. ``initial``: the quota (%)
+    before the first change.
+
+    Values: ``quotas`` (%, initial then one per change), ``applied_at`` (unix s per change, None where
+    neither line has a timestamp), ``applied_from`` (per change: pod | scheduler | annotate | none),
+    ``phase_starts`` (unix s, phases 1..n; only when every phase is bounded), ``throughput_it_s`` (per phase).
+    Without both the applied and the annotate time of a change the check is not evaluable (ok None).
+    """
     quotas = [initial, *[f.new for f in facts]]
-    values: dict[str, Any] = {"quotas": quotas}
-    if any(b is None for b in bounds):
-        return Check("throughput_follows_quota", "phase boundaries known", values, None, "annotate time missing")
-    tp = phase_throughput(ev, pod, [float(b) for b in bounds])  # type: ignore[arg-type]
+    applied = [change_applied_at(ev, pod=pod, namespace=namespace, kind="compute", new=f.new) for f in facts]
+    values: dict[str, Any] = {
+        "quotas": quotas,
+        "applied_at": [None if at is None else round(at, 3) for at, _src in applied],
+        "applied_from": [src if at is not None else "annotate" if f.annotated_at is not None else "none"
+                         for (at, src), f in zip(applied, facts, strict=True)],
+    }
+    ends: list[float] = []
+    starts: list[float] = []
+    for (at, _src), f in zip(applied, facts, strict=True):
+        if at is not None:
+            ends.append(at)
+            starts.append(at + interval)
+        elif f.annotated_at is not None:
+            ends.append(f.annotated_at)
+            starts.append(f.annotated_at + max_latency + interval)
+        else:
+            return Check("throughput_follows_quota", "phase boundaries known", values, None,
+                         f"change to {f.value} %: neither applied nor annotate time known")
+    values["phase_starts"] = [round(t, 3) for t in starts]
+    tp = phase_throughput(ev, pod, ends, starts=starts)
     values["throughput_it_s"] = [None if v is None else round(v, 3) for v in tp]
     if any(v is None for v in tp):
         return Check("throughput_follows_quota", "a probe delta in every phase", values, None,
@@ -578,7 +612,10 @@ def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[st
       order, scheduler + pod line), each within the latency; the scheduler lives; the pod did not crash.
     * ``COMBO-006`` (oversub + compute): >= ``combo006_min_changes`` compute changes applied within the
       latency; the pod passes; no probe gap over ``max_probe_gap_s``; throughput follows each step by
-      ``combo006_min_step_ratio``.
+      ``combo006_min_step_ratio``, each phase starting ``probe_interval_s`` after its change reached the
+      pod (:func:`_check_throughput_steps`). Extra metrics: ``throughput_it_s`` (it/s per phase),
+      ``applied_at`` (unix s per change), ``applied_from`` (pod | scheduler | annotate | none),
+      ``phase_starts`` (unix s, phases 1..n; absent when a change has neither time).
     """
     if (v := _skip(plan, th)) is not None:
         return v
@@ -605,10 +642,13 @@ def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[st
     if case in ("COMBO-004", "COMBO-006"):
         keys.append("max_probe_gap_s")
         checks.append(_check_probe_gaps(ev, pod, float(_th(th, "max_probe_gap_s"))))
+    steps: Check | None = None
     if case == "COMBO-006" and facts:
-        keys.append("combo006_min_step_ratio")
+        keys += ["combo006_min_step_ratio", "probe_interval_s"]
         start_core = int((plan.get("initial") or {}).get("core", 100))
-        checks.append(_check_throughput_steps(ev, pod, facts, start_core, float(_th(th, "combo006_min_step_ratio"))))
+        steps = _check_throughput_steps(ev, pod, ns, facts, start_core, float(_th(th, "combo006_min_step_ratio")),
+                                        max_latency=max_latency, interval=float(_th(th, "probe_interval_s")))
+        checks.append(steps)
     if case == "COMBO-004":
         initial: Mapping[str, Any] = plan.get("initial") or {}
         final = {"core": initial.get("core"), "memory": initial.get("memory")}
@@ -632,7 +672,10 @@ def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[st
         summary += f"; latency max {max(latencies.values()):.1f} s"
     if status is Status.PASS and plan.get("seed_scope"):
         summary += f" (seed scope: {plan['seed_scope']})"
-    metrics = {"latency_s": latencies, "changes": [f.to_dict() for f in facts]}
+    metrics: dict[str, Any] = {"latency_s": latencies, "changes": [f.to_dict() for f in facts]}
+    if steps is not None:
+        metrics.update({k: steps.values[k] for k in ("throughput_it_s", "applied_at", "applied_from", "phase_starts")
+                        if k in steps.values})
     return Verdict(status, summary, checks, _used(th, *keys), metrics, ev.pod_files())
 
 

@@ -441,7 +441,11 @@ class LabScheduler:
                     self.window_start[gpu] = now
                     for c in self.clients.values():
                         if c.gpu == gpu:
-                            c.used_ms = 0.0
+                            # Carry what a throttled client ran past its budget into the next window: the
+                            # stop lands a tick late (later on a busy machine), and without the carry every
+                            # window would grant budget + tick, so quotas would run fast on average.
+                            over = c.used_ms - min(self.window_ms, self.budget_ms(c) * skew)
+                            c.used_ms = max(0.0, over) if c.stopped else 0.0
                             if c.stopped:
                                 self.resume(c, now, promoted=True)
             for c in self.clients.values():

@@ -150,8 +150,9 @@ class HostBackend(Backend):
         for host in candidates:
             if host not in self.hosts:
                 raise XpushareError(f"pod {spec.name}: no GPU host {host!r} in cluster {self.cluster.name}")
-            for idx, _ in self.gpus.get(host) or [(None, None)]:  # type: ignore[list-item]
-                load[(host, idx)] = 0
+            indexes: list[int | None] = [i for i, _ in self.gpus.get(host) or []] or [None]
+            for gpu_index in indexes:
+                load[(host, gpu_index)] = 0
         for p in self.placed.values():
             if (p.host, p.gpu_index) in load:
                 load[(p.host, p.gpu_index)] += 1

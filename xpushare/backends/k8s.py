@@ -91,7 +91,7 @@ class K8sBackend(Backend):
         self.master_spec = masters[0]
         self.master = connect(self.master_spec)
         self.kubectl = Kubectl(
-            self.master,  # type: ignore[arg-type]
+            self.master,
             kubectl=cluster.kubectl,
             kubeconfig=cluster.kubeconfig,
             context=cluster.context,

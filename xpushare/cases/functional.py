@@ -282,7 +282,8 @@ register(
         "1 pod at a time with gpu-core-limit 25, 50, 75 %",
         "pods/*.log runtimes (d25 > d50 > d75)",
         requires=_K8S,
-        params={"func008_quotas": [25, 50, 75]},
+        # each lower quota at least 10 % slower: equal runtimes give a strict order by noise alone
+        params={"func008_quotas": [25, 50, 75], "func008_min_step_ratio": 1.1},
         act=_func008,
         judge=judge_quota.judge_static_compute,
     )
