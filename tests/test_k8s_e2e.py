@@ -97,6 +97,7 @@ def test_healthy_lab_functional_cases(lab_inventory: Path, tmp_path: Path) -> No
     assert "GPU-lab-" in mapping
 
 
+@pytest.mark.cpu_exclusive  # runtimes of quota pods: another worker's pods would starve them (tests/conftest.py)
 def test_healthy_lab_timing_cases(lab_inventory: Path, tmp_path: Path) -> None:
     proc = run_func(lab_inventory, tmp_path, "timing", *TIMING_CASES, timeout=1800)
     got = results(tmp_path, "timing")
@@ -119,6 +120,7 @@ def test_ignored_annotations_fail_the_dynamic_cases(lab_inventory: Path, kube_la
     assert proc.returncode == 1
 
 
+@pytest.mark.cpu_exclusive  # unenforced runtimes are equal only while no other worker's pods take the cores
 def test_quota_not_enforced_fails_static_compute(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     kube_lab.set_faults(None, no_enforcement=True)
     try:

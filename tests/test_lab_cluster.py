@@ -321,6 +321,7 @@ def test_metrics_endpoint_exposition(lab_cluster: LabCluster) -> None:
     assert http_get(lab_cluster.scheduler_url(node), method="HEAD")[0] == 404
 
 
+@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
 def test_core_limit_slows_cpu_loop(lab_kubectl: Kubectl, cleanup: list[str]) -> None:
     cleanup.append("test=duty")
     code = FIRST_ALLOCATION.replace("{", "{{").replace("}", "}}") + (
@@ -344,6 +345,7 @@ def test_core_limit_slows_cpu_loop(lab_kubectl: Kubectl, cleanup: list[str]) -> 
     assert 2.5 <= ratio <= 6, secs
 
 
+@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
 def test_core_limit_starts_at_the_first_allocation(lab_cluster: LabCluster, lab_kubectl: Kubectl,
                                                    cleanup: list[str]) -> None:
     """Start-up (``import torch``) is CPU work: the lab throttles a client from its first allocation on."""
@@ -435,6 +437,7 @@ def test_fault_ignore_annotations(lab_faults: LabCluster, lab_kubectl: Kubectl, 
     assert samples(fams, "xpushare_client_core_quota_config_percent", pod="f-annot")[0].value == 100
 
 
+@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
 def test_fault_no_enforcement_and_skew(lab_faults: LabCluster, lab_kubectl: Kubectl, cleanup: list[str]) -> None:
     cleanup.append("test=f-enf")
     pid = start_spinner(lab_kubectl, "f-enf", SPINNER, core=50)
