@@ -11,7 +11,7 @@ from pathlib import Path
 from invoke import Collection, task
 
 from xpushare import adhoc, engine, inventory
-from xpushare.cli import guarded, remainder_argv
+from xpushare.cli import guarded, remainder_argv, run_suite
 from xpushare.errors import UsageError
 from xpushare.fanout import DEFAULT_FORKS
 from xpushare.selection import select_hosts
@@ -88,34 +88,16 @@ RUN_HELP = {
 }
 
 
-def _suite_task(suite, c, cluster, case, playbook, run_id, resume, set_, root, inventory_):
-    def body():
-        request = engine.RunRequest(
-            cluster=cluster,
-            suites=() if (case or playbook) else (suite,),
-            case_ids=case or (),
-            playbook=playbook,
-            run_id=run_id,
-            resume=resume,
-            overrides=set_ or (),
-            inventory_path=inventory_,
-            root=Path(root),
-        )
-        return engine.run(request)
-
-    guarded(body)
-
-
 @task(help=RUN_HELP, iterable=["case", "set_"])
 def func(c, cluster, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".", inventory_=None):
     """Run the functional suite FUNC-001..012 (seed 000 section 7) and judge each case."""
-    _suite_task("functional", c, cluster, case, playbook, run_id, resume, set_, root, inventory_)
+    run_suite("functional", cluster, case, playbook, run_id, resume, set_, root, inventory_)
 
 
 @task(help=RUN_HELP, iterable=["case", "set_"])
 def combo(c, cluster, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".", inventory_=None):
     """Run the combination suite COMBO-001..008 (seed 000 section 8)."""
-    _suite_task("combination", c, cluster, case, playbook, run_id, resume, set_, root, inventory_)
+    run_suite("combination", cluster, case, playbook, run_id, resume, set_, root, inventory_)
 
 
 @task(

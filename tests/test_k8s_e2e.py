@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS, write_inventory
+from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -24,16 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    if find_kubectl() is None:
-        pytest.skip("kubectl not installed")
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path_factory.mktemp("e2e-kube"), **LAB_OPTIONS, **lab_plan(block))
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-        lock.close()
+    yield from started_kube_lab(tmp_path_factory, "e2e-kube", **LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.cluster import LabCluster, LocalHost, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from xpushare.collect.metrics import parse_exposition
 from xpushare.kube import Kubectl
@@ -39,16 +40,7 @@ CASES = [f"MET-{i:03d}" for i in range(1, 9)]
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    if find_kubectl() is None:
-        pytest.skip("kubectl not installed")
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path_factory.mktemp("met-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, **lab_plan(block))
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-        lock.close()
+    yield from started_kube_lab(tmp_path_factory, "met-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES)
 
 
 def lab_params(lab: LabCluster) -> dict:

@@ -35,8 +35,9 @@ from typing import Any
 
 import pytest
 
-from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -67,18 +68,8 @@ PERF_PARAMS: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    if find_kubectl() is None:
-        pytest.skip("kubectl not installed")
-    block, lock = reserve_address_block()
     # 1 s quota windows (explicitly: the sizes above are computed for them)
-    lab = LabCluster(tmp_path_factory.mktemp("perf-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, window_ms=1000,
-                     **lab_plan(block))
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-        lock.close()
+    yield from started_kube_lab(tmp_path_factory, "perf-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, window_ms=1000)
 
 
 @pytest.fixture(scope="module")

