@@ -360,6 +360,33 @@ def test_core_limit_starts_at_the_first_allocation(lab_cluster: LabCluster, lab_
     assert run_fraction(pid, 2.0) <= 0.4
 
 
+@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
+def test_limited_clients_of_one_gpu_take_turns(lab_cluster: LabCluster, lab_kubectl: Kubectl,
+                                               cleanup: list[str]) -> None:
+    """Three 40 % spinners on a 2-GPU node: the two that share a GPU never run at the same time."""
+    cleanup.append("test=turns")
+    k = lab_kubectl
+    for i in range(3):
+        k.apply(manifest(f"turns-{i}", SPINNER, labels={"test": "turns"}, node="lab-node1",
+                         annotations={CORE: "40"}))
+    k.wait_pods("test=turns", until="running", count=3, timeout_s=30, poll_s=0.2)
+    pids = {f"turns-{i}": pod_pid(k, f"turns-{i}") for i in range(3)}
+    clients = lab_cluster.workdir / "nodes" / "lab-node1" / "clients"
+    gpu_of = {reg["pod"]: reg["gpu_uuid"] for reg in (json.loads(p.read_text()) for p in clients.glob("*.json"))}
+    a, b = (pod for pod in pids if list(gpu_of.values()).count(gpu_of[pod]) == 2)
+    time.sleep(1.0)
+    both = alone = 0
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:
+        sa, sb = proc_state(pids[a]), proc_state(pids[b])
+        if sa and sb and "T" not in (sa, sb):
+            both += 1
+        elif sa and sb and (sa, sb).count("T") == 1:
+            alone += 1
+        time.sleep(0.005)
+    assert alone > 50 and both <= 0.05 * (both + alone), (both, alone)
+
+
 def test_memory_annotation_rejects_allocation(lab_kubectl: Kubectl, cleanup: list[str]) -> None:
     cleanup.append("test=mem")
     code = ("import torch\nx = torch.empty(16 * 2**20, dtype=torch.uint8)\nprint('small ok', flush=True)\n"

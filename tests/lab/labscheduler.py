@@ -19,7 +19,8 @@ What it does, per sut-interfaces.md:
   for the rest (time billed: the client's on-CPU time, as the SUT bills kernel time, so other load on
   the machine does not eat the budget); limits on one GPU that sum over 100 % are scaled by
   ``100 / sum`` (§5.2). Enforcement starts at the client's first allocation (its first ``<id16>.mem``
-  report), as the SUT's starts at the first kernel launch: start-up (``import torch``) is not GPU work;
+  report), as the SUT's starts at the first kernel launch: start-up (``import torch``) is not GPU work.
+  Limited clients of one GPU take turns (one holds the lock, the others wait stopped);
 * passes a memory limit to the client through ``<id16>.limit`` (bytes), which the lab memory hook
   (:mod:`tests.lab.memhook`) enforces inside the workload; reads ``<id16>.mem`` (the hook's
   allocation reports, the lab's MEM_UPDATE);
@@ -101,6 +102,7 @@ class Client:
     util: float = 0.0
     active: bool = False  # has used the "GPU": the hook reported its first allocation (``<id16>.mem``)
     cpu_ns: int | None = None  # on-CPU time of its threads at the last enforcement tick
+    throttled: bool = False  # used up this window's budget (stopped until the window resets)
 
 
 class LabScheduler:
@@ -431,6 +433,8 @@ class LabScheduler:
         return self.window_ms * self.effective_percent(c) // 100
 
     def enforce(self, now: float, dt: float) -> None:
+        """One tick: reset windows, bill the running limited clients, throttle those over budget, and let
+        one limited client per GPU hold the lock (the SUT time-slices a GPU: limited clients take turns)."""
         enforcing = not self.faults.get("no_enforcement")
         skew = float(self.faults.get("skew") or 1.0)
         with self.lock:
@@ -444,10 +448,10 @@ class LabScheduler:
                             # Carry what a throttled client ran past its budget into the next window: the
                             # stop lands a tick late (later on a busy machine), and without the carry every
                             # window would grant budget + tick, so quotas would run fast on average.
-                            over = c.used_ms - min(self.window_ms, self.budget_ms(c) * skew)
-                            c.used_ms = max(0.0, over) if c.stopped else 0.0
-                            if c.stopped:
-                                self.resume(c, now, promoted=True)
+                            over = c.used_ms - self.limit_ms(c, skew)
+                            c.used_ms = max(0.0, over) if c.throttled else 0.0
+                            c.throttled = False
+            limited_by_gpu: dict[str, list[Client]] = {}
             for c in self.clients.values():
                 # Like the SUT, whose lock is requested at the first kernel launch: a process that has not
                 # touched the "GPU" yet (importing torch, parsing arguments) runs unthrottled.
@@ -455,8 +459,9 @@ class LabScheduler:
                 if not limited:
                     if c.stopped:
                         self.resume(c, now, promoted=False)
-                    c.limited_since = None
+                    c.limited_since, c.throttled = None, False
                     continue
+                limited_by_gpu.setdefault(c.gpu, []).append(c)
                 if c.limited_since is None:
                     c.limited_since = now
                     self.lock_ok(c, now)
@@ -472,8 +477,25 @@ class LabScheduler:
                     c.used_ms += max(0, cpu_ns - c.cpu_ns) / 1e6
                 c.cpu_ns = cpu_ns
                 budget = self.budget_ms(c)
-                if c.used_ms >= min(self.window_ms, budget * skew) and budget < self.window_ms:
+                if c.used_ms >= self.limit_ms(c, skew) and budget < self.window_ms:
                     self.throttle(c, now, budget)
+                    c.throttled = True
+            for clients in limited_by_gpu.values():
+                # One holder per GPU, in registration order; the others wait stopped, their budget untouched
+                # (two CPU-bound pods side by side would also slow each other on shared cores and caches).
+                clients.sort(key=lambda o: o.registered)
+                running = [o for o in clients if not o.stopped]
+                for extra in running[1:]:
+                    _signal_group(extra.pid, signal.SIGSTOP)
+                    extra.stopped = True
+                if not running:
+                    waiting = next((o for o in clients if not o.throttled), None)
+                    if waiting is not None:
+                        self.resume(waiting, now, promoted=True)
+
+    def limit_ms(self, c: Client, skew: float) -> float:
+        """CPU ms ``c`` may run in one window (its budget, times the ``skew`` fault)."""
+        return min(self.window_ms, self.budget_ms(c) * skew)
 
     def lock_ok(self, c: Client, now: float) -> None:
         self.messages["REQ_LOCK"] += 1
