@@ -9,7 +9,7 @@ cases, ``annotations.jsonl`` as K8sBackend.annotate does); the tests add ``pods.
 
 Line formats: sut-interfaces.md §4.2-§4.3 (scheduler registration and limit-change lines), §7 (client-library
 lines), §8.3 (W5 ``QUOTA_PROBE`` lines); the W2 pod logs are the real captured sample
-``tests/fixtures/samples/pod_a.log`` (the H200 capture of /work/shared/samples).
+``tests/fixtures/samples/pod_a.log`` (captured from a real pod on an H200 node).
 """
 
 from __future__ import annotations
