@@ -328,21 +328,25 @@ def test_core_limit_slows_cpu_loop(lab_kubectl: Kubectl, cleanup: list[str]) -> 
         "import time\nt=time.time()\nn=0\nwhile n < {n}: n += 1\n"
         "print(f'--- {{time.time()-t:.3f}} seconds ---', flush=True)")
     k = lab_kubectl
-    # calibrate ~0.7 s of work on this machine first (slow under load: hence the long timeout)
-    t = time.perf_counter()
+    # calibrate ~0.7 s of CPU work on this machine first (CPU time: load elsewhere does not change it)
+    t = time.process_time()
     n = 0
     while n < 500_000:
         n += 1
-    per_iter = (time.perf_counter() - t) / 500_000
-    work = int(0.7 / per_iter)
+    per_iter = (time.process_time() - t) / 500_000
+    work_s = 0.7
+    work = int(work_s / per_iter)
     k.apply(manifest("duty-free", code.format(n=work), labels={"test": "duty"}, node="lab-node1"))
     k.apply(manifest("duty-25", code.format(n=work), labels={"test": "duty"}, node="lab-node2",
                      annotations={CORE: "25"}))
     k.wait_pods("test=duty", until="terminal", count=2, timeout_s=90, poll_s=0.3)
     secs = {name: float(find(r"--- ([0-9.]+) seconds ---", text))
             for name, text in k.logs_by_pod("test=duty", timestamps=False).items()}
-    ratio = secs["duty-25"] / secs["duty-free"]
-    assert 2.5 <= ratio <= 6, secs
+    # A 25 % pod is billed 250 ms of CPU per second: it cannot finish 0.7 CPU-s in much under 2.8 s, however
+    # idle the machine (load only slows it more). The free pod is not billed, so it is faster unless load
+    # starves it too; its ratio is only required to show the limit at all.
+    assert secs["duty-25"] >= 3.0 * work_s, secs
+    assert secs["duty-25"] / secs["duty-free"] >= 1.5, secs
 
 
 @pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
