@@ -402,6 +402,22 @@ def _run_cases(
     return interrupted
 
 
+def resolve_run_id(run_id: str | None, *, resume: bool, what: str) -> str:
+    """The run id to use: the given one (validated), else a new ``YYYYmmdd-HHMMSS`` id of now.
+
+    Raises:
+        UsageError: ``resume`` without a run id, or a run id that cannot name a directory.
+    """
+    if resume and not run_id:
+        raise UsageError(f"--resume needs --run-id of the {what} to continue")
+    chosen = run_id or artifacts.new_run_id(datetime.now())
+    try:
+        artifacts.validate_run_id(chosen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return chosen
+
+
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """Run the selected cases on one cluster and write the run directory and reports.
 
@@ -412,13 +428,7 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
     overrides = parse_overrides(request.overrides)
     check_overrides(selection.cases, overrides)
-    if request.resume and not request.run_id:
-        raise UsageError("--resume needs --run-id of the run to continue")
-    run_id = request.run_id or artifacts.new_run_id(datetime.now())
-    try:
-        artifacts.validate_run_id(run_id)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    run_id = resolve_run_id(request.run_id, resume=request.resume, what="run")
     run_dir = artifacts.run_dir(request.root, run_id)
     cases = selection.cases
     if request.resume:

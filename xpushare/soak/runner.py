@@ -101,13 +101,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         if request.duration_s <= 0:
             raise UsageError("--hours/--minutes must be positive")
         overrides["stab_duration_s"] = request.duration_s
-    if request.resume and not request.run_id:
-        raise UsageError("--resume needs --run-id of the soak to continue")
-    run_id = request.run_id or artifacts.new_run_id(datetime.now())
-    try:
-        artifacts.validate_run_id(run_id)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    run_id = engine.resolve_run_id(request.run_id, resume=request.resume, what="soak")
     run_dir = artifacts.run_dir(request.root, run_id)
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = engine.case_params(case, cluster, selection, overrides)
