@@ -135,3 +135,15 @@ def test_ctrl_c_harvests_cleans_up_exits_130_and_resumes(tmp_path: Path) -> None
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert result(tmp_path, RUN4, "FUNC-001")["status"] == "PASS"
     assert result(tmp_path, RUN4, "FUNC-002")["status"] == "PASS"
+
+
+def test_resolve_run_id_validates_and_needs_an_id_to_resume() -> None:
+    from xpushare.engine import resolve_run_id
+    from xpushare.errors import UsageError
+
+    assert resolve_run_id("r1", resume=True, what="soak") == "r1"
+    assert len(resolve_run_id(None, resume=False, what="run")) == len("20261121-101010")
+    with pytest.raises(UsageError, match="--resume needs --run-id of the soak"):
+        resolve_run_id(None, resume=True, what="soak")
+    with pytest.raises(UsageError):
+        resolve_run_id("../escape", resume=False, what="run")
