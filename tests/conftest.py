@@ -109,6 +109,19 @@ LONG_MODULES = (
 )
 
 
+def misplaced_marks(module: object) -> list[str]:
+    """Names of the module's non-test functions that carry a mark: a mark on a helper (a decorator that
+    slipped above the wrong ``def``) is silently ignored by pytest, so the test it was meant for runs without it."""
+    return [name for name, obj in vars(module).items()
+            if callable(obj) and not name.startswith(("test", "pytest_")) and getattr(obj, "pytestmark", None)
+            and not hasattr(obj, "_pytestfixturefunction") and not hasattr(obj, "_fixture_function_marker")
+            and getattr(obj, "__module__", None) == getattr(module, "__name__", None)]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for module in {id(m): m for m in (getattr(item, "module", None) for item in items) if m is not None}.values():
+        if misplaced := misplaced_marks(module):
+            raise pytest.UsageError(f"{module.__name__}: marks on non-test functions {misplaced} are ignored; "
+                                    "move them to the test they were meant for")
     rank = {name: i for i, name in enumerate(LONG_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_MODULES)))  # stable: order within a module kept

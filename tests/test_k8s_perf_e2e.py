@@ -1,30 +1,29 @@
 """Performance suite end to end on the lab: real SSH, real kubectl, the lab cluster's duty-cycled core quotas.
 
-The lab scheduler enforces a core limit by SIGSTOP/SIGCONT of the pod's processes in 1 s windows
+The lab scheduler enforces a core limit by SIGSTOP/SIGCONT of the pod's processes in quota windows
 (tests/lab/README-kube.md), so the runtime ratios are real measurements. An accurate lab PASSes PERF-011,
-PERF-004 and PERF-007 with the seed's tolerances (±8 %, ±10 %, 15 s); with the enforcement switched off
-(``no_enforcement``) or 30 % too generous (``skew`` 1.3) the precision cases FAIL; ``invoke judge --set``
+PERF-004 and PERF-007; with the enforcement switched off (``no_enforcement``) or 30 % too generous
+(``skew`` 1.3) the precision cases FAIL at the seed's tolerances (±8 %, ±10 %); ``invoke judge --set``
 flips a stored verdict offline.
 
-Sizes: W6 at n=512 runs ~0.55 s per 10 000 iterations on one idle core (``OMP_NUM_THREADS=1``: two
-intra-op threads on two cores fight with the lab itself), so 120 000 iterations give a baseline of
-~6.5 s, i.e. 9-26 windows per quota pod. One 1 s window quantises a runtime by at most ``q (1 - q) W / B``
-(<= 3.8 % at q = 50 %); the scheduler's stop overshoots its budget by 1-4 ms per window (the lab's
-``Throttling client ... (Used: 301/300 ms ...)`` lines: -0.3..-1.3 %). That leaves room inside ±8 % on an
-idle machine, so the seed's tolerances are kept. The lab throttles a pod from its first allocation on, so
-``import torch`` is not part of the measured loop either way. Expected length on 2 cores: ~4-5 min.
+How the lab holds still enough to measure:
 
-The lab bills a pod's on-CPU time against its budget, so the ratios between quota pods hold on a busy
-machine; the baseline at 100 % does not (it runs at whatever share of a core the machine leaves it), and
-before that billing ratios moved by tens of percent under load (-10 %..+140 % at a load average of 10-35 on
-2 cores). The healthy-lab test is therefore marked ``cpu_exclusive`` (under pytest-xdist the other worker
-pauses, tests/conftest.py), records the CPU idle share during the run (``/proc/stat``) and, only when other
-work still left the machine saturated (idle < ``SATURATED_IDLE``), reports a non-PASS precision verdict as a
-skip with the numbers instead of a failure. The baseline is the one run the lab cannot shield from load
-(it is not throttled, so not billed): when every quota pod's error against it is negative while the
-30/60 pair's own ratio holds, the baseline ran slow and the test skips with the numbers too (seen in CI
-runs on a shared 2-core machine: baselines of 5.9-7.7 s for the same work). The fault tests need no such
-guard: their errors (-23 % to -75 %) are what the judgment must catch.
+* it bills a pod's on-CPU time against its budget, so other load does not eat a quota pod's budget;
+* each lab GPU delivers ``GPU_SPEED`` (0.8) of one core, to the 100 % baseline too: the baseline is
+  paced like a quota pod, so it no longer runs at whatever share of a core the machine leaves it (before
+  pacing, a loaded machine slowed the baseline alone: every quota error negative, -10 % to -13 %);
+* 500 ms windows: a runtime is quantised by at most one window's pause, ``(1 - q × speed) × window``:
+  0.1 s of the ~6.5 s baseline, 0.4 s of the ~26 s run at 25 % (<= 2 %);
+* the test is marked ``cpu_exclusive`` (under pytest-xdist the other worker pauses, tests/conftest.py).
+
+What it cannot hold still is the CPU itself: the same W6 work (six runs of 90 000 iterations at n=512, one thread)
+took 4.30-4.69 s from one run to the next on an idle 2-core machine (±4.5 %), so a ratio of two runs
+carries up to ±9 % before any quota error. The healthy run is therefore judged at the lab's noise floor,
+±15 % (``LAB_TOLERANCES``, recorded in its thresholds), which still separates the faults (-23 % with skew
+1.3, -75 % without enforcement) that the other tests judge at the seed's defaults. Measured healthy
+errors with these settings: PERF-011 +6.0/-2.4/+1.2 % and +3.6/-2.0/-2.6 %, PERF-004 pair ratio +5.0 %
+and +3.9 %. When other work still left the machine saturated (CPU idle < ``SATURATED_IDLE``), a non-PASS
+healthy verdict is reported as a skip with the numbers. Expected length on 2 cores: ~4-5 min.
 """
 
 from __future__ import annotations
@@ -45,6 +44,10 @@ from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
+#: Each lab GPU delivers this share of one core, to the 100 % baseline too (tests/lab/README-kube.md).
+GPU_SPEED = 0.8
+#: The lab's noise floor for the healthy run (see the module docstring); the fault runs keep the seed's defaults.
+LAB_TOLERANCES = ("perf_quota_tolerance=0.15", "perf_mixed_tolerance=0.15")
 #: CPU idle share (all cores) below which the machine counts as saturated by other work during a run.
 SATURATED_IDLE = 0.10
 
@@ -52,7 +55,7 @@ SATURATED_IDLE = 0.10
 PERF_PARAMS: dict[str, Any] = {
     "workload_args": {
         "w2_medium_add": ["--n", "512", "--iters", "10000", "--no-progress"],
-        "w6_fixed_add": ["--n", "512", "--iters", "120000", "--no-progress"],
+        "w6_fixed_add": ["--n", "512", "--iters", "100000", "--no-progress"],
     },
     "perf_pod_env": {"OMP_NUM_THREADS": "1"},
     "perf_baseline_min_s": 5,
@@ -71,8 +74,9 @@ PERF_PARAMS: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    # 1 s quota windows (explicitly: the sizes above are computed for them)
-    yield from started_kube_lab(tmp_path_factory, "perf-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, window_ms=1000)
+    # 500 ms quota windows and a GPU at 0.8 of a core (explicitly: the sizes above are computed for them)
+    yield from started_kube_lab(tmp_path_factory, "perf-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES, window_ms=500,
+                                gpu_speed=GPU_SPEED)
 
 
 @pytest.fixture(scope="module")
@@ -114,19 +118,10 @@ def explain(got: dict[str, dict], proc: subprocess.CompletedProcess) -> str:
     return "\n".join(lines) + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
-@pytest.mark.cpu_exclusive
-def baseline_ran_slow(got: dict[str, dict]) -> bool:
-    """True when PERF-011/004's quota pods all ran faster than the baseline predicts while PERF-004's pair
-    ratio (two quota pods, both billed on CPU time) holds: the signature of a baseline slowed by load."""
-    errors = [r["error"] for case in ("PERF-011", "PERF-004")
-              for r in (got.get(case, {}).get("metrics", {}).get("ratios") or {}).values()]
-    pair_error = got.get("PERF-004", {}).get("metrics", {}).get("ratio_error")
-    return bool(errors) and all(e < 0 for e in errors) and pair_error is not None and abs(pair_error) <= 0.10
-
-
+@pytest.mark.cpu_exclusive  # runtimes of quota pods: the other xdist worker pauses meanwhile
 def test_accurate_lab_passes_and_plots_are_reported(inventory: Path, runs: Path) -> None:
     idle0, total0 = cpu_times()
-    proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007")
+    proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007", sets=LAB_TOLERANCES)
     idle1, total1 = cpu_times()
     idle = (idle1 - idle0) / max(1, total1 - total0)
     got = results(runs, "healthy")
@@ -141,15 +136,12 @@ def test_accurate_lab_passes_and_plots_are_reported(inventory: Path, runs: Path)
     if set(statuses.values()) != {"PASS"} and idle < SATURATED_IDLE:
         pytest.skip(f"CPU idle {idle:.0%} during the run: the 2 cores were saturated by other work, so the "
                     f"lab's duty-cycled ratios are not a measurement of the quota; got\n{explain(got, proc)}")
-    if set(statuses.values()) != {"PASS"} and baseline_ran_slow(got):
-        pytest.skip("the 100 % baseline ran slow (every quota pod's error against it is negative while the "
-                    "30/60 pair's own ratio is within ±10 %): the baseline is the one lab run that is not "
-                    f"billed on CPU time, so machine load shows there only; got\n{explain(got, proc)}")
     assert set(statuses.values()) == {"PASS"}, f"CPU idle {idle:.0%}\n" + explain(got, proc)
     assert proc.returncode == 0
     p11 = got["PERF-011"]
     assert set(p11["metrics"]["ratios"]) == {"25", "50", "75"}
-    assert p11["thresholds"]["perf_quota_tolerance"] == 0.08  # the seed's default, not widened for the lab
+    assert p11["thresholds"]["perf_quota_tolerance"] == 0.15  # the lab's noise floor, recorded with the verdict
+    assert got["PERF-004"]["thresholds"]["perf_mixed_tolerance"] == 0.15
     p7 = got["PERF-007"]["metrics"]
     assert 0 <= p7["metric_latency_s"] <= 15 and 0 <= p7["throughput_latency_s"] <= 15
 

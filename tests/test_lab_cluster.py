@@ -555,6 +555,38 @@ def test_nvshare_generation(tmp_path: Any) -> None:
         lock.close()
 
 
+@pytest.mark.cpu_exclusive  # run fractions of pods: other workers' pods would starve them
+def test_gpu_speed_paces_unlimited_clients_silently(tmp_path: Any) -> None:
+    """A lab GPU at half a core: an unlimited client that uses it runs half of the time and no quota line is
+    logged for it; one still starting up runs freely; a 50 % client runs a quarter of the time."""
+    kubectl = find_kubectl()
+    if kubectl is None:
+        pytest.skip("the real kubectl is not installed")
+    block, lock = reserve_address_block()
+    lab = LabCluster(tmp_path / "slow", gpu_speed=0.5, **lab_plan(block))
+    try:
+        lab.start()
+        k = Kubectl(LocalHost(), kubectl=kubectl, kubeconfig=str(lab.kubeconfig_path))
+        starting = start_spinner(k, "pace-start", STARTING, core=100)
+        assert run_fraction(starting, 1.0) == 1.0
+        k.delete("test=pace-start", grace_period_s=0)
+        free = start_spinner(k, "pace-free", SPINNER, core=100)
+        assert 0.35 <= run_fraction(free, 3.0) <= 0.65
+        k.delete("test=pace-free", grace_period_s=0)
+        half = start_spinner(k, "pace-half", SPINNER, core=50)
+        assert 0.12 <= run_fraction(half, 3.0) <= 0.38
+        log = scheduler_log(k, lab)
+        cids = {pod: find(rf"Registered client ([0-9a-f]{{16}}) .*with Pod name = {pod},", log)
+                for pod in ("pace-free", "pace-half")}
+        assert f"Throttling client {cids['pace-half']}" in log
+        assert f"Throttling client {cids['pace-free']}" not in log
+        with pytest.raises(ValueError):
+            LabCluster(tmp_path / "bad", gpu_speed=0)
+    finally:
+        lab.stop()
+        lock.close()
+
+
 # ------------------------------------------------------------------------ API server pieces (no lab)
 
 

@@ -109,6 +109,10 @@ class LabCluster:
         faults: node name → switches of :data:`FAULT_DEFAULTS` (``"*"`` applies to all nodes).
         window_ms: the schedulers' compute-quota window (``<PREFIX>COMPUTE_WINDOW_MS``).
         annotation_poll_s: the schedulers' annotation poll interval.
+        gpu_speed: share of one CPU core that one lab GPU delivers, 0 < speed <= 1. Below 1 every client
+            that uses a GPU (the baseline at 100 % too) is billed its on-CPU time / speed and paused when a
+            window's GPU time is used, so runtimes stop depending on how much of a core the machine
+            leaves the workload, as long as it leaves ``speed`` of one.
         gpu_memory_bytes: memory of each fake GPU.
         die_with_parent: the control plane gets SIGKILL when this process dies (fixtures); the CLI's
             ``up`` turns it off.
@@ -125,6 +129,7 @@ class LabCluster:
         faults: Mapping[str, Mapping[str, Any]] | None = None,
         window_ms: int = 1000,
         annotation_poll_s: float = 2.0,
+        gpu_speed: float = 1.0,
         gpu_memory_bytes: int = 16 * GIB,
         die_with_parent: bool = True,
     ) -> None:
@@ -136,6 +141,9 @@ class LabCluster:
         self.api_port = api_port
         self.window_ms = window_ms
         self.annotation_poll_s = annotation_poll_s
+        if not 0 < gpu_speed <= 1:
+            raise ValueError(f"gpu_speed must be in (0, 1], got {gpu_speed}")
+        self.gpu_speed = gpu_speed
         self.gpu_memory_bytes = gpu_memory_bytes
         self.die_with_parent = die_with_parent
         self.token = secrets.token_hex(8)
@@ -207,7 +215,7 @@ class LabCluster:
             "python": sys.executable,
             "api": {"address": self.api_address, "port": self.api_port},
             "scheduler": {"window_ms": self.window_ms, "annotation_poll_s": self.annotation_poll_s,
-                          "metrics_port": 9402},
+                          "gpu_speed": self.gpu_speed, "metrics_port": 9402},
             "nodes": nodes,
         }
 

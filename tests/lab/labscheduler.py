@@ -21,6 +21,8 @@ What it does, per sut-interfaces.md:
   ``100 / sum`` (§5.2). Enforcement starts at the client's first allocation (its first ``<id16>.mem``
   report), as the SUT's starts at the first kernel launch: start-up (``import torch``) is not GPU work.
   Limited clients of one GPU take turns (one holds the lock, the others wait stopped);
+* paces every client of a GPU, unlimited ones too and without SUT log lines, when the lab's ``gpu_speed``
+  (``lab.json``: the share of one CPU core that one lab GPU delivers) is below 1;
 * passes a memory limit to the client through ``<id16>.limit`` (bytes), which the lab memory hook
   (:mod:`tests.lab.memhook`) enforces inside the workload; reads ``<id16>.mem`` (the hook's
   allocation reports, the lab's MEM_UPDATE);
@@ -125,6 +127,7 @@ class LabScheduler:
         n = self.names
         self.debug = n.env_debug in env
         self.window_ms = max(500, min(20000, atoi(env.get(n.env("COMPUTE_WINDOW_MS"))) or 2000))
+        self.gpu_speed = float(scfg.get("gpu_speed", 1.0))  # one lab GPU = this share of one CPU core
         self.api = f"http://{env.get('KUBERNETES_SERVICE_HOST', cfg['api']['address'])}:" \
                    f"{env.get('KUBERNETES_SERVICE_PORT', cfg['api']['port'])}"
         self.lock = threading.RLock()
@@ -253,7 +256,7 @@ class LabScheduler:
                 last_sample = now
             self.enforce(now, now - last_tick)
             last_tick = now
-            busy = any(c.core < 100 for c in self.clients.values())
+            busy = any(c.core < 100 or (c.active and self.gpu_speed < 1) for c in self.clients.values())
             time.sleep(0.005 if busy else 0.05)
         self.release_all()
         self.drop_pid_file()
@@ -434,9 +437,14 @@ class LabScheduler:
 
     def enforce(self, now: float, dt: float) -> None:
         """One tick: reset windows, bill the running limited clients, throttle those over budget, and let
-        one limited client per GPU hold the lock (the SUT time-slices a GPU: limited clients take turns)."""
+        one limited client per GPU hold the lock (the SUT time-slices a GPU: limited clients take turns).
+
+        Time is billed in GPU ms: a client's on-CPU time / ``gpu_speed``. Below speed 1 the unlimited
+        clients that use a GPU are billed too and paused, without any SUT log line, once they have used
+        a whole window: that is the device's own pace, not a quota."""
         enforcing = not self.faults.get("no_enforcement")
         skew = float(self.faults.get("skew") or 1.0)
+        paced = self.gpu_speed < 1
         with self.lock:
             for gpu in self.contexts:
                 if now - self.window_start.get(gpu, now) >= self.window_ms / 1000:
@@ -448,7 +456,8 @@ class LabScheduler:
                             # Carry what a throttled client ran past its budget into the next window: the
                             # stop lands a tick late (later on a busy machine), and without the carry every
                             # window would grant budget + tick, so quotas would run fast on average.
-                            over = c.used_ms - self.limit_ms(c, skew)
+                            over = c.used_ms - (self.limit_ms(c, skew) if c.limited_since is not None
+                                                else self.window_ms)
                             c.used_ms = max(0.0, over) if c.throttled else 0.0
                             c.throttled = False
             limited_by_gpu: dict[str, list[Client]] = {}
@@ -457,9 +466,13 @@ class LabScheduler:
                 # touched the "GPU" yet (importing torch, parsing arguments) runs unthrottled.
                 limited = c.core < 100 and enforcing and c.active
                 if not limited:
+                    c.limited_since = None
+                    if paced and c.active:
+                        self.pace(c, now, dt)
+                        continue
                     if c.stopped:
                         self.resume(c, now, promoted=False)
-                    c.limited_since, c.throttled = None, False
+                    c.throttled = False
                     continue
                 limited_by_gpu.setdefault(c.gpu, []).append(c)
                 if c.limited_since is None:
@@ -467,17 +480,9 @@ class LabScheduler:
                     self.lock_ok(c, now)
                 if c.stopped:
                     continue
-                # Bill the time the client's threads ran on a CPU (the SUT bills kernel time on the GPU), not
-                # wall time: a runnable process that another process kept off the cores used none of its budget,
-                # so the quota holds on a busy machine too. Wall time where /proc cannot tell.
-                cpu_ns = _on_cpu_ns(c.pid)
-                if cpu_ns is None or c.cpu_ns is None:
-                    c.used_ms += dt * 1000
-                else:
-                    c.used_ms += max(0, cpu_ns - c.cpu_ns) / 1e6
-                c.cpu_ns = cpu_ns
+                self.bill(c, dt)
                 budget = self.budget_ms(c)
-                if c.used_ms >= self.limit_ms(c, skew) and budget < self.window_ms:
+                if c.used_ms >= self.limit_ms(c, skew) and (budget < self.window_ms or paced):
                     self.throttle(c, now, budget)
                     c.throttled = True
             for clients in limited_by_gpu.values():
@@ -492,6 +497,31 @@ class LabScheduler:
                     waiting = next((o for o in clients if not o.throttled), None)
                     if waiting is not None:
                         self.resume(waiting, now, promoted=True)
+
+    def bill(self, c: Client, dt: float) -> None:
+        """Add the GPU ms ``c`` used since the last tick: its threads' on-CPU time / ``gpu_speed``.
+
+        On-CPU time, not wall time (the SUT bills kernel time on the GPU): a runnable process that another
+        process kept off the cores used none of its budget, so the quota holds on a busy machine too. Wall
+        time where /proc cannot tell."""
+        cpu_ns = _on_cpu_ns(c.pid)
+        if cpu_ns is None or c.cpu_ns is None:
+            c.used_ms += dt * 1000
+        else:
+            c.used_ms += max(0, cpu_ns - c.cpu_ns) / 1e6 / self.gpu_speed
+        c.cpu_ns = cpu_ns
+
+    def pace(self, c: Client, now: float, dt: float) -> None:
+        """The device's pace for an unlimited client on a GPU slower than a core: billed like a limited
+        one, stopped silently once it has used a whole window, resumed silently when the window resets."""
+        if c.stopped:
+            if not c.throttled:
+                self.resume(c, now, promoted=False)
+            return
+        self.bill(c, dt)
+        if c.used_ms >= self.window_ms:
+            _signal_group(c.pid, signal.SIGSTOP)
+            c.stopped = c.throttled = True
 
     def limit_ms(self, c: Client, skew: float) -> float:
         """CPU ms ``c`` may run in one window (its budget, times the ``skew`` fault)."""
@@ -546,7 +576,7 @@ class LabScheduler:
             if ticks is None:
                 continue
             if c.cpu_ticks is not None and elapsed > 0:
-                c.util = max(0.0, min(1.0, (ticks - c.cpu_ticks) / hz / elapsed))
+                c.util = max(0.0, min(1.0, (ticks - c.cpu_ticks) / hz / elapsed / self.gpu_speed))
             c.cpu_ticks = ticks
             util[c.gpu] = min(1.0, util.get(c.gpu, 0.0) + c.util)
         self.gpu_util = util
