@@ -524,7 +524,7 @@ class LabScheduler:
             c.stopped = c.throttled = True
 
     def limit_ms(self, c: Client, skew: float) -> float:
-        """CPU ms ``c`` may run in one window (its budget, times the ``skew`` fault)."""
+        """GPU ms ``c`` may run in one window (its budget, times the ``skew`` fault)."""
         return min(self.window_ms, self.budget_ms(c) * skew)
 
     def lock_ok(self, c: Client, now: float) -> None:
