@@ -39,7 +39,6 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TextIO
 
-import yaml
 from tabulate import tabulate
 
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
@@ -47,6 +46,7 @@ from xpushare.errors import HostUnreachable, TransportError, UsageError, Xpushar
 from xpushare.inventory import ClusterSpec, HostSpec
 from xpushare.judge_metrics import ScrapeRecord, gpu_rows_for_key, load_required_metrics
 from xpushare.kube import Kubectl, Pod
+from xpushare.manifest_yaml import dump_manifests
 from xpushare.model import Status
 from xpushare.status import ExitStatus
 from xpushare.sut import SutNames, sut_names
@@ -536,7 +536,7 @@ class KubeProbeLoad:
         spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
         if self.node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": self.node}
-        return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+        return dump_manifests({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
 
     def start(self, index: int) -> str:
         self.kubectl.apply(self.manifest(index), namespace=self.namespace)

@@ -46,6 +46,7 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
 from xpushare.kube import Kubectl, KubeError, KubePodStuck, KubeTimeout, Pod
+from xpushare.manifest_yaml import dump_manifests
 from xpushare.sut import sut_names
 from xpushare.transport import Host, connect
 
@@ -158,7 +159,7 @@ class K8sBackend(Backend):
         doc["metadata"]["name"] = self._configmap_name()
         doc["metadata"]["labels"]["xpushare/run-id"] = label_value(self.run_id)
         doc["data"] = {p.name: p.read_text(encoding="utf-8") for p in sorted(WORKLOADS.glob("*.py"))}
-        self.kubectl.apply(yaml.safe_dump(doc, sort_keys=False))
+        self.kubectl.apply(dump_manifests(doc))
 
     # -- case level --------------------------------------------------------------------------------
     def begin_case(self, case_dir: Path, case_id: str) -> None:
@@ -222,7 +223,7 @@ class K8sBackend(Backend):
         for spec in pods:
             self.pods.append(spec)
             docs.append(self.render_pod(spec))
-        text = yaml.safe_dump_all(docs, sort_keys=False)
+        text = dump_manifests(*docs)
         (case_dir / "manifests.yaml").write_text(text, encoding="utf-8")
         self.kubectl.apply(text)
 

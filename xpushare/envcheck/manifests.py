@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from xpushare.manifest_yaml import dump_manifests
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS_DIR = REPO_ROOT / "manifests" / "envcheck"
 SCRIPTS_DIR = REPO_ROOT / "workloads" / "envcheck"
@@ -185,4 +187,4 @@ def wrap_job(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     """Documents as one multi-document YAML stream (for ``kubectl apply -f -``)."""
-    return yaml.safe_dump_all([dict(d) for d in docs], sort_keys=False)
+    return dump_manifests(*docs)

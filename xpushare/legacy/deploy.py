@@ -54,6 +54,7 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
 from xpushare.kube import Kubectl, KubeError
+from xpushare.manifest_yaml import dump_manifests
 from xpushare.status import ExitStatus
 from xpushare.sut import SutNames, sut_names
 from xpushare.transport import Host, connect
@@ -488,7 +489,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
         state["plugin"] = render_device_plugin(names, images, virtual_devices=int(params["deploy_virtual_devices"]),
                                                plugin_gpus=int(params["deploy_plugin_gpus"]))
         for name, doc in (("scheduler.yaml", state["scheduler"]), ("device-plugin.yaml", state["plugin"])):
-            (out_dir / name).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+            (out_dir / name).write_text(dump_manifests(doc), encoding="utf-8")
         return f"tag {tag}: {images['scheduler']}, {names.env_scheduling_mode}={req.mode}"
 
     def clean() -> str:
@@ -509,7 +510,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     def apply() -> str:
         timeout = float(params["deploy_rollout_timeout_s"])
         for doc in (state["scheduler"], state["plugin"]):
-            kubectl.apply(yaml.safe_dump(doc, sort_keys=False), namespace=names.namespace)
+            kubectl.apply(dump_manifests(doc), namespace=names.namespace)
         for ds in (names.scheduler_daemonset, names.device_plugin_daemonset):
             kubectl.rollout_status("daemonset", ds, namespace=names.namespace, timeout_s=timeout)
         return f"applied; rollout of {names.scheduler_daemonset} and {names.device_plugin_daemonset} complete"
