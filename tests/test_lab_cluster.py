@@ -493,6 +493,36 @@ def test_fault_no_enforcement_and_skew(lab_faults: LabCluster, lab_kubectl: Kube
     assert free == 1.0
 
 
+@pytest.mark.cpu_exclusive  # CPU shares of two pods: other workers' pods would starve them
+def test_short_windows_shortchange_every_client_alike(lab_faults: LabCluster, lab_kubectl: Kubectl,
+                                                      cleanup: list[str]) -> None:
+    """30 % + 70 % on one GPU with skew 1.5: 450 + 1000 ms of budget do not fit a 1000 ms window. Each client
+    gets the same share of its budget (ratio 70/30 ~ 2.2), not the first in line all of its own (~1.2)."""
+    cleanup.append("test=fair")
+    k = lab_kubectl
+    # the device plugin gives each pod the GPU with the fewest allocations: sleepers steer both spinners to GPU 1
+    pods = (("fair-s1", SLEEPER, None), ("fair-30", SPINNER, 30), ("fair-s2", SLEEPER, None), ("fair-70", SPINNER, 70))
+    for count, (name, code, core) in enumerate(pods, start=1):
+        k.apply(manifest(name, code, labels={"test": "fair"}, node="lab-node1",
+                         annotations={CORE: str(core)} if core else None))
+        k.wait_pods("test=fair", until="running", count=count, timeout_s=20, poll_s=0.2)
+    clients = lab_faults.workdir / "nodes" / "lab-node1" / "clients"
+    gpu_of = {reg["pod"]: reg["gpu_uuid"] for reg in (json.loads(p.read_text()) for p in clients.glob("*.json"))}
+    assert gpu_of["fair-30"] == gpu_of["fair-70"], gpu_of
+    pids = {name: pod_pid(k, name) for name in ("fair-30", "fair-70")}
+    lab_faults.set_faults("lab-node1", skew=1.5)
+    time.sleep(1.5)
+
+    def on_cpu() -> dict[str, int]:
+        return {name: int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for name, pid in pids.items()}
+
+    before = on_cpu()
+    time.sleep(4.0)
+    after = on_cpu()
+    used = {name: after[name] - before[name] for name in pids}
+    assert 1.8 <= used["fair-70"] / max(1, used["fair-30"]) <= 3.5, used  # measured 2.5-2.7 (first in line: ~1.2)
+
+
 def test_fault_metrics_missing(lab_faults: LabCluster) -> None:
     lab_faults.set_faults("lab-node2", metrics_missing=True)
     fams = metrics(lab_faults, "lab-node2")

@@ -20,7 +20,8 @@ What it does, per sut-interfaces.md:
   the machine does not eat the budget); limits on one GPU that sum over 100 % are scaled by
   ``100 / sum`` (§5.2). Enforcement starts at the client's first allocation (its first ``<id16>.mem``
   report), as the SUT's starts at the first kernel launch: start-up (``import torch``) is not GPU work.
-  Limited clients of one GPU take turns (one holds the lock, the others wait stopped);
+  Limited clients of one GPU take turns (one holds the lock, the others wait stopped; the lock goes to
+  the client with the smallest used share of its budget, and rotates when the holder is 10 % ahead);
 * paces every client of a GPU, unlimited ones too and without SUT log lines, when the lab's ``gpu_speed``
   (``lab.json``: the share of one CPU core that one lab GPU delivers) is below 1;
 * passes a memory limit to the client through ``<id16>.limit`` (bytes), which the lab memory hook
@@ -67,6 +68,8 @@ MESSAGE_TYPES = ("REGISTER", "SCHED_ON", "SCHED_OFF", "REQ_LOCK", "LOCK_OK", "DR
 DEFAULT_MISSING = ("client_info", "gpu_utilization_ratio", "scheduler_messages_total")
 CONTEXT_OVERHEAD_BYTES = 256 * 2**20  # what NVML would show per process beyond its allocations
 MIB = 2**20
+#: Lead in used budget share (used / limit) at which a lock holder rotates to the least-served waiting client.
+ROTATION_SHARE = 0.1
 
 
 def atoi(text: str | None) -> int:
@@ -486,17 +489,34 @@ class LabScheduler:
                     self.throttle(c, now, budget)
                     c.throttled = True
             for clients in limited_by_gpu.values():
-                # One holder per GPU, in registration order; the others wait stopped, their budget untouched
-                # (two CPU-bound pods side by side would also slow each other on shared cores and caches).
-                clients.sort(key=lambda o: o.registered)
-                running = [o for o in clients if not o.stopped]
-                for extra in running[1:]:
-                    _signal_group(extra.pid, signal.SIGSTOP)
-                    extra.stopped = True
-                if not running:
-                    waiting = next((o for o in clients if not o.throttled), None)
-                    if waiting is not None:
-                        self.resume(waiting, now, promoted=True)
+                self.take_turns(sorted(clients, key=lambda o: o.registered), now, skew)
+
+    def take_turns(self, clients: list[Client], now: float, skew: float) -> None:
+        """One holder per GPU; the others wait stopped, their budget untouched (two CPU-bound pods side by
+        side would also slow each other on shared cores and caches). The lock goes to the waiting client that
+        has used the smallest share of its budget, and rotates (the SUT's TQ rotation) once the holder has used
+        ``ROTATION_SHARE`` more of its budget than that client: when the machine cannot run every budget within
+        a window, each client then falls short by about the same share instead of the last in line alone."""
+        running = [o for o in clients if not o.stopped]
+        for extra in running[1:]:
+            _signal_group(extra.pid, signal.SIGSTOP)
+            extra.stopped = True
+        waiting = [o for o in clients if o.stopped and not o.throttled]
+        if not waiting:
+            return
+
+        def share(o: Client) -> float:
+            return o.used_ms / max(1.0, self.limit_ms(o, skew))
+
+        nxt = min(waiting, key=share)
+        holder = running[0] if running else None
+        if holder is not None:
+            if share(holder) - share(nxt) < ROTATION_SHARE:
+                return
+            _signal_group(holder.pid, signal.SIGSTOP)  # TQ rotation: DROP_LOCK without a Throttling line
+            holder.stopped = True
+            self.drop_lock(holder, now)
+        self.resume(nxt, now, promoted=True)
 
     def bill(self, c: Client, dt: float) -> None:
         """Add the GPU ms ``c`` used since the last tick: its threads' on-CPU time / ``gpu_speed``.
@@ -543,6 +563,10 @@ class LabScheduler:
         concurrent = sum(1 for o in self.clients.values() if o.gpu == c.gpu and o.core < 100 and not o.stopped) + 1
         self.log("INFO", f"Throttling client {c.cid} (Used: {used}/{budget} ms, weighted, wall={used}, "
                          f"billed={used}, concurrent={concurrent})")
+        self.drop_lock(c, now)
+
+    def drop_lock(self, c: Client, now: float) -> None:
+        """§4.4 lines of a lock taken away (after a Throttling line, or alone for a TQ rotation)."""
         self.log("INFO", f"Sent DROP_LOCK to client {c.cid}")
         self.drop_lock_total += 1
         self.messages["LOCK_RELEASED"] += 1
