@@ -144,13 +144,16 @@ def run_fraction(pid: int, seconds: float) -> float:
     return sum(1 for s in states if s != "T") / len(states)
 
 
+def on_cpu_ns(pid: int) -> int:
+    """Nanoseconds the process's main thread has run on a CPU (``/proc/<pid>/schedstat``)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
 def cpu_share(pid: int, seconds: float) -> float:
-    """On-CPU seconds of the process per wall second over ``seconds`` (``/proc/<pid>/schedstat``)."""
-    def on_cpu_ns() -> int:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-    t0, c0 = time.monotonic(), on_cpu_ns()
+    """On-CPU seconds of the process per wall second over ``seconds``."""
+    t0, c0 = time.monotonic(), on_cpu_ns(pid)
     time.sleep(seconds)
-    return (on_cpu_ns() - c0) / 1e9 / (time.monotonic() - t0)
+    return (on_cpu_ns(pid) - c0) / 1e9 / (time.monotonic() - t0)
 
 
 @pytest.fixture
@@ -512,14 +515,9 @@ def test_short_windows_shortchange_every_client_alike(lab_faults: LabCluster, la
     pids = {name: pod_pid(k, name) for name in ("fair-30", "fair-70")}
     lab_faults.set_faults("lab-node1", skew=1.5)
     time.sleep(1.5)
-
-    def on_cpu() -> dict[str, int]:
-        return {name: int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for name, pid in pids.items()}
-
-    before = on_cpu()
+    before = {name: on_cpu_ns(pid) for name, pid in pids.items()}
     time.sleep(4.0)
-    after = on_cpu()
-    used = {name: after[name] - before[name] for name in pids}
+    used = {name: on_cpu_ns(pid) - before[name] for name, pid in pids.items()}
     assert 1.8 <= used["fair-70"] / max(1, used["fair-30"]) <= 3.5, used  # measured 2.5-2.7 (first in line: ~1.2)
 
 
@@ -595,7 +593,7 @@ def test_nvshare_generation(tmp_path: Any) -> None:
         lock.close()
 
 
-@pytest.mark.cpu_exclusive  # run fractions of pods: other workers' pods would starve them
+@pytest.mark.cpu_exclusive  # CPU shares of pods: other workers' pods would starve them
 def test_gpu_speed_paces_unlimited_clients_silently(tmp_path: Any) -> None:
     """A lab GPU at half a core: an unlimited client that uses it gets at most half a core and no quota line
     is logged for it; one still starting up runs freely; a 50 % client gets at most a quarter of a core."""
