@@ -111,8 +111,11 @@ def find(pattern: str, text: str) -> str:
 
 
 def pod_pid(k: Kubectl, pod: str) -> int:
-    text = wait_for(f"pid line of {pod}", lambda: k.logs(pod, timestamps=False), 10)
-    return int(find(r"^pid (\d+)$", text))
+    """The pid the pod's workload printed (``pid <n>``); the library's lines come first, so wait for that one."""
+    def pid_line() -> str | None:
+        m = re.search(r"^pid (\d+)$", k.logs(pod, timestamps=False), re.M)
+        return m.group(1) if m else None
+    return int(wait_for(f"pid line of {pod}", pid_line, 20))
 
 
 def start_spinner(k: Kubectl, name: str, code: str, *, core: int) -> int:
