@@ -7,6 +7,7 @@ and every broken-lab switch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -21,8 +22,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.lab.cluster import LabCluster, LocalHost, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.cluster import LabCluster, LocalHost
+from tests.lab.kubelab import require_kube_lab, started_kube_lab
 from xpushare.kube import Kubectl, KubeNotFound, Pod
+
+#: A lab cluster of a test's own (started, stopped, its address block held meanwhile): ``with lab_of_its_own(...)``.
+lab_of_its_own = contextlib.contextmanager(started_kube_lab)
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
 pytestmark = [pytest.mark.lab]
@@ -568,14 +573,9 @@ def test_fault_scheduler_leaks_memory(lab_faults: LabCluster) -> None:
 # ------------------------------------------------------------------------------- nvshare naming
 
 
-def test_nvshare_generation(tmp_path: Any) -> None:
-    if find_kubectl() is None:
-        pytest.skip("the real kubectl is not installed")
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path / "nv", generation="nvshare", **lab_plan(block))
-    try:
-        lab.start()
-        k = Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(lab.kubeconfig_path))
+def test_nvshare_generation(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with lab_of_its_own(tmp_path_factory, "nv", generation="nvshare") as lab:
+        k = Kubectl(LocalHost(), kubectl=require_kube_lab(), kubeconfig=str(lab.kubeconfig_path))
         sched = k.list_pods("name=nvshare-scheduler", namespace="nvshare-system")
         assert len(sched) == 2 and k.get_daemonset("nvshare-device-plugin", "nvshare-system").desired == 2
         assert k.get_node("lab-node1").allocatable_count("nvshare.com/gpu") == 20
@@ -591,23 +591,14 @@ def test_nvshare_generation(tmp_path: Any) -> None:
         fams = metrics(lab, node)
         assert "nvshare_client_info" in fams and not any(name.startswith("xpushare_") for name in fams)
         assert samples(fams, "nvshare_client_core_quota_config_percent", pod="nv")[0].value == 60
-    finally:
-        lab.stop()
-        lock.close()
 
 
 @pytest.mark.cpu_exclusive  # CPU shares of pods: other workers' pods would starve them
-def test_gpu_speed_paces_unlimited_clients_silently(tmp_path: Any) -> None:
+def test_gpu_speed_paces_unlimited_clients_silently(tmp_path_factory: pytest.TempPathFactory, tmp_path: Any) -> None:
     """A lab GPU at half a core: an unlimited client that uses it gets at most half a core and no quota line
     is logged for it; one still starting up runs freely; a 50 % client gets at most a quarter of a core."""
-    kubectl = find_kubectl()
-    if kubectl is None:
-        pytest.skip("the real kubectl is not installed")
-    block, lock = reserve_address_block()
-    lab = LabCluster(tmp_path / "slow", gpu_speed=0.5, **lab_plan(block))
-    try:
-        lab.start()
-        k = Kubectl(LocalHost(), kubectl=kubectl, kubeconfig=str(lab.kubeconfig_path))
+    with lab_of_its_own(tmp_path_factory, "slow", gpu_speed=0.5) as lab:
+        k = Kubectl(LocalHost(), kubectl=require_kube_lab(), kubeconfig=str(lab.kubeconfig_path))
         starting = start_spinner(k, "pace-start", STARTING, core=100)
         assert run_fraction(starting, 1.0) == 1.0
         k.delete("test=pace-start", grace_period_s=0)
@@ -626,9 +617,6 @@ def test_gpu_speed_paces_unlimited_clients_silently(tmp_path: Any) -> None:
         assert f"Throttling client {cids['pace-free']}" not in log
         with pytest.raises(ValueError):
             LabCluster(tmp_path / "bad", gpu_speed=0)
-    finally:
-        lab.stop()
-        lock.close()
 
 
 # ------------------------------------------------------------------------ API server pieces (no lab)
