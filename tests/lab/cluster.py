@@ -64,7 +64,7 @@ DEFAULT_NODES: dict[str, dict[str, Any]] = {
 FAULT_DEFAULTS: dict[str, Any] = {
     "ignore_annotations": False,  # the scheduler never reads annotations (initial or dynamic)
     "no_enforcement": False,  # core limits are logged and exported but not enforced
-    "skew": 1.0,  # enforced run time per window = budget × skew (1.3: 30 % too generous)
+    "skew": 1.0,  # enforced run time per window = budget × skew (1.3: 30 % too generous, 0.7: too stingy)
     "metrics_missing": [],  # family suffixes left out of /metrics; true = a default set
     "scheduler_down": False,  # the scheduler exits at start (FATAL line); its pod crash-loops
     "leak_bytes_per_s": 0,  # the scheduler process holds this many more bytes every second
