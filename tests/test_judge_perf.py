@@ -34,10 +34,13 @@ def log(runtime: float | None, passed: bool = True) -> str:
     return text
 
 
-def ladder(base: float, runtimes: dict[str, float], *, base_ok: bool = True) -> tuple[Evidence, dict[str, Any]]:
-    pods = [rec("base")] + [rec(f"q{q}") for q in runtimes]
-    logs = {"base": log(base, base_ok), **{f"q{q}": log(v) for q, v in runtimes.items()}}
-    plan = {"baseline_pods": ["base"], "quota_pods": {q: f"q{q}" for q in runtimes}, "gpu_model": "Tesla T4"}
+def ladder(base: float, runtimes: dict[str, float], *, base_ok: bool = True,
+           base_after: float | None = None) -> tuple[Evidence, dict[str, Any]]:
+    """A PERF-011 ladder; ``base_after``: the bracketing baseline sample run after the quota pods."""
+    bases = {"base": base} if base_after is None else {"base": base, "base-after": base_after}
+    pods = [rec(b) for b in bases] + [rec(f"q{q}") for q in runtimes]
+    logs = {**{b: log(v, base_ok) for b, v in bases.items()}, **{f"q{q}": log(v) for q, v in runtimes.items()}}
+    plan = {"baseline_pods": list(bases), "quota_pods": {q: f"q{q}" for q in runtimes}, "gpu_model": "Tesla T4"}
     return Evidence.from_parts(pods, logs), plan
 
 
@@ -122,6 +125,49 @@ def test_quota_missing_runtime_is_never_pass() -> None:
     ev.logs["q50"] = "PASS\n"
     v = judge_perf.judge_quota_ladder(ev, TH, plan, judge_error=True)
     assert v.status is Status.FAIL and "quota_pods_succeeded" in v.summary
+
+
+def test_bracketed_baseline_passes_when_every_sample_agrees() -> None:
+    ev, plan = ladder(100.0, {"25": 404.0, "50": 197.0, "75": 136.0}, base_after=102.0)
+    v = judge_perf.judge_quota_ladder(ev, TH, plan, judge_error=True)
+    assert v.status is Status.PASS, v.summary
+    assert v.metrics["baseline_s"] == 101.0 and v.metrics["baseline_samples_s"] == [100.0, 102.0]
+    assert v.metrics["baseline_drift"] == 0.02
+    assert v.metrics["ratios"]["25"]["error_range"] == [-0.0098, 0.01]  # against 102 s and against 100 s
+
+
+def test_baseline_drift_that_decides_the_verdict_is_error_never_pass() -> None:
+    # q50 is exact against the first sample and -9.1 % against the second (the GPU slowed by 10 %)
+    ev, plan = ladder(100.0, {"25": 420.0, "50": 200.0, "75": 140.0}, base_after=110.0)
+    v = judge_perf.judge_quota_ladder(ev, TH, plan, judge_error=True)
+    assert v.status is Status.ERROR, v.summary
+    assert "inconclusive" in v.summary and "drifted +10.0%" in v.summary and "q50 -9.1%..+0.0%" in v.summary
+    # the same runtimes against a steady baseline pass
+    ev, plan = ladder(100.0, {"25": 420.0, "50": 200.0, "75": 140.0}, base_after=100.0)
+    assert judge_perf.judge_quota_ladder(ev, TH, plan, judge_error=True).status is Status.PASS
+
+
+def test_skew_beyond_the_tolerance_against_every_sample_fails_despite_drift() -> None:
+    ev, plan = ladder(100.0, {"25": 400 / 1.3, "50": 200 / 1.3, "75": 133.3 / 1.3}, base_after=110.0)
+    v = judge_perf.judge_quota_ladder(ev, TH, plan, judge_error=True)
+    assert v.status is Status.FAIL
+    assert "q50 -30.1%..-23.1%" in v.summary
+
+
+def test_ladder_brackets_the_quota_pods_with_a_second_baseline(tmp_path: Path) -> None:
+    from xpushare.cases import performance
+
+    class Backend(FakeBackend):
+        def wait_terminal(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
+            return []
+
+    for bracket, want in ((True, ["base", "q25", "q75", "base-after"]), (False, ["base", "q25", "q75"])):
+        backend = Backend([("GPU-a", "GPU-a")])
+        (tmp_path / str(bracket)).mkdir()
+        run = fake_run(tmp_path / str(bracket), backend, perf_baseline_bracket=bracket)
+        performance.quota_ladder(run, "w6_fixed_add", [25, 75])
+        assert backend.started == [f"perf-004-{n}" for n in want]
+        assert run.plan["baseline_pods"] == [f"perf-004-{n}" for n in want if n.startswith("base")]
 
 
 # ------------------------------------------------------------------------------------------------ PERF-004

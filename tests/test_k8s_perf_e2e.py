@@ -18,13 +18,16 @@ How the lab holds still enough to measure:
   tests/conftest.py).
 
 What it cannot hold still is the CPU itself: the same W6 work (six runs of 90 000 iterations at n=512, one thread)
-took 4.30-4.69 s from one run to the next on an idle 2-core machine (±4.5 %), so a ratio of two runs
-carries up to ±9 % before any quota error. The healthy run is therefore judged at the lab's noise floor,
-±15 % (``LAB_TOLERANCES``, recorded in its thresholds), which still separates the faults (+43 % with skew
-0.7, -23 % with 1.3, -75 % without enforcement) that the other tests judge at the seed's defaults. Measured healthy
-errors with these settings: PERF-011 +6.0/-2.4/+1.2 % and +3.6/-2.0/-2.6 %, PERF-004 pair ratio +5.0 %
-and +3.9 %. When other work still left the machine saturated (CPU idle < ``SATURATED_IDLE``), a non-PASS
-healthy verdict is reported as a skip with the numbers. Expected length on 2 cores: ~4-5 min.
+took 4.30-4.69 s from one run to the next on an idle 2-core machine (±4.5 %), so a ratio of two runs carries up to ±9
+% before any quota error. The healthy run is therefore judged at the lab's noise floor, ±15 % (``LAB_TOLERANCES``,
+recorded in its thresholds), which still separates the faults (+43 % with skew 0.7, -23 % with 1.3, -75 % without
+enforcement) that the other tests judge at the seed's defaults. Measured healthy errors with these settings: PERF-011
++6.0/-2.4/+1.2 %, +3.6/-2.0/-2.6 % and +6.5/+6.3/-1.8 %, PERF-004 pair ratio +5.0 %, +3.9 % and -2.8 %. The CPU's
+speed also drifts within a ladder: one PERF-011 baseline took 7.27 s (6.40 s in the run before) while the ladder's
+last pod ran at the usual speed, so q75 came out at -14.6 %. PERF-011 therefore brackets its quota pods with two
+baselines and judges against both (docs/performance.md): a drift that decides the verdict is an inconclusive ERROR,
+reported here as a skip with the numbers, as is a non-PASS while other work left the machine saturated (CPU idle <
+``SATURATED_IDLE``). Expected length on 2 cores: ~4-5 min.
 """
 
 from __future__ import annotations
@@ -115,7 +118,9 @@ def results(root: Path, run_id: str) -> dict[str, dict]:
 
 
 def explain(got: dict[str, dict], proc: subprocess.CompletedProcess) -> str:
-    lines = [f"{k}: {v['status']} {v['summary']} {json.dumps(v['metrics'].get('ratios'))}" for k, v in got.items()]
+    lines = [f"{k}: {v['status']} {v['summary']} {json.dumps(v['metrics'].get('ratios'))} "
+             f"baseline {v['metrics'].get('baseline_samples_s') or v['metrics'].get('baseline_s')}"
+             for k, v in got.items()]
     return "\n".join(lines) + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
@@ -127,8 +132,10 @@ def test_accurate_lab_passes_and_plots_are_reported(inventory: Path, runs: Path)
     idle = (idle1 - idle0) / max(1, total1 - total0)
     got = results(runs, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
-    assert set(statuses) == {"PERF-004", "PERF-007", "PERF-011"} and "ERROR" not in statuses.values(), \
-        explain(got, proc)
+    # ERROR only as an inconclusive precision check: the bracketing baselines drifted across the tolerance
+    inconclusive = {k for k, v in got.items() if v["status"] == "ERROR" and "inconclusive" in v["summary"]}
+    assert set(statuses) == {"PERF-004", "PERF-007", "PERF-011"}, explain(got, proc)
+    assert {k for k, v in statuses.items() if v == "ERROR"} <= inconclusive, explain(got, proc)
     assert got["PERF-004"]["metrics"]["placement"]  # the pair's GPUs, from the registration lines
     report = (runs / ".tmplog" / "healthy" / "xpushare" / "run-report.md").read_text()
     for png in ("PERF-011/runtime_vs_quota.png", "PERF-004/runtime_vs_quota.png", "PERF-007/throughput_timeline.png"):
@@ -137,10 +144,14 @@ def test_accurate_lab_passes_and_plots_are_reported(inventory: Path, runs: Path)
     if set(statuses.values()) != {"PASS"} and idle < SATURATED_IDLE:
         pytest.skip(f"CPU idle {idle:.0%} during the run: the 2 cores were saturated by other work, so the "
                     f"lab's duty-cycled ratios are not a measurement of the quota; got\n{explain(got, proc)}")
+    if inconclusive and "FAIL" not in statuses.values():
+        pytest.skip(f"the machine's speed drifted during the ladder (the tool says inconclusive); got\n"
+                    f"{explain(got, proc)}")
     assert set(statuses.values()) == {"PASS"}, f"CPU idle {idle:.0%}\n" + explain(got, proc)
     assert proc.returncode == 0
     p11 = got["PERF-011"]
     assert set(p11["metrics"]["ratios"]) == {"25", "50", "75"}
+    assert len(p11["metrics"]["baseline_samples_s"]) == 2  # bracketed: before and after the quota pods
     assert p11["thresholds"]["perf_quota_tolerance"] == 0.15  # the lab's noise floor, recorded with the verdict
     assert got["PERF-004"]["thresholds"]["perf_mixed_tolerance"] == 0.15
     p7 = got["PERF-007"]["metrics"]
