@@ -322,8 +322,8 @@ def check_quota_precision(rows: Mapping[str, Mapping[str, Any]], tol: float, tol
     elif unsure:
         drift = samples[-1] / samples[0] - 1
         ok, detail = None, (f"inconclusive: the baseline drifted {drift:+.1%} during the case "
-                            f"({' -> '.join(f'{v:.2f}' for v in samples)} s), and {', '.join(span(q) for q in unsure)} "
-                            f"is within ±{tol:.0%} against one sample only")
+                            f"({' -> '.join(f'{v:.2f}' for v in samples)} s); within ±{tol:.0%} against only "
+                            f"some samples: {', '.join(span(q) for q in unsure)}")
     else:
         ok, detail = True, ""
     return Check(
