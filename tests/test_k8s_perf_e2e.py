@@ -18,8 +18,8 @@ How the lab holds still enough to measure:
   tests/conftest.py).
 
 What it cannot hold still is the CPU itself: the same W6 work (six runs of 90 000 iterations at n=512, one thread)
-took 4.30-4.69 s from one run to the next on an idle 2-core machine (±4.5 %), so a ratio of two runs carries up to ±9
-% before any quota error. The healthy run is therefore judged at the lab's noise floor, ±15 % (``LAB_TOLERANCES``,
+took 4.30-4.69 s from one run to the next on an idle 2-core machine (±4.5 %), so a ratio of two runs carries up to
+±9 % before any quota error. The healthy run is therefore judged at the lab's noise floor, ±15 % (``LAB_TOLERANCES``,
 recorded in its thresholds), which still separates the faults (+43 % with skew 0.7, -23 % with 1.3, -75 % without
 enforcement) that the other tests judge at the seed's defaults. Measured healthy errors with these settings: PERF-011
 +6.0/-2.4/+1.2 %, +3.6/-2.0/-2.6 % and +6.5/+6.3/-1.8 %, PERF-004 pair ratio +5.0 %, +3.9 % and -2.8 %. The CPU's
