@@ -157,17 +157,13 @@ def test_skew_beyond_the_tolerance_against_every_sample_fails_despite_drift() ->
 def test_ladder_brackets_the_quota_pods_with_a_second_baseline(tmp_path: Path) -> None:
     from xpushare.cases import performance
 
-    class Backend(FakeBackend):
-        def wait_terminal(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
-            return []
-
     for bracket, want in ((True, ["base", "q25", "q75", "base-after"]), (False, ["base", "q25", "q75"])):
-        backend = Backend([("GPU-a", "GPU-a")])
+        backend = FakeBackend([("GPU-a", "GPU-a")])
         (tmp_path / str(bracket)).mkdir()
-        run = fake_run(tmp_path / str(bracket), backend, perf_baseline_bracket=bracket)
+        run = fake_run(tmp_path / str(bracket), backend, case_id="PERF-011", perf_baseline_bracket=bracket)
         performance.quota_ladder(run, "w6_fixed_add", [25, 75])
-        assert backend.started == [f"perf-004-{n}" for n in want]
-        assert run.plan["baseline_pods"] == [f"perf-004-{n}" for n in want if n.startswith("base")]
+        assert backend.started == [f"perf-011-{n}" for n in want]
+        assert run.plan["baseline_pods"] == [f"perf-011-{n}" for n in want if n.startswith("base")]
 
 
 # ------------------------------------------------------------------------------------------------ PERF-004
@@ -542,18 +538,21 @@ class FakeBackend:
     def wait_running(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
         return []
 
+    def wait_terminal(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
+        return []
+
     def cleanup(self, case_dir: Path) -> None:
         self.cleanups += 1
         self.gpu_of.clear()
 
 
-def fake_run(tmp_path: Path, backend: Any, **params: Any) -> Any:
+def fake_run(tmp_path: Path, backend: Any, case_id: str = "PERF-004", **params: Any) -> Any:
     from xpushare import inventory
     from xpushare.cases.base import CaseRun
     from xpushare.cases.performance import COMMON
 
     cluster = inventory.load(None).cluster("local")
-    return CaseRun("PERF-004", tmp_path, backend, cluster, {**COMMON, "pod_timeout_s": 10, "workload_args": {},
+    return CaseRun(case_id, tmp_path, backend, cluster, {**COMMON, "pod_timeout_s": 10, "workload_args": {},
                                                              "perf_placement_timeout_s": 0, **params})
 
 

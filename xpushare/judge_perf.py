@@ -269,8 +269,7 @@ def judge_quota_ladder(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     metrics: dict[str, Any] = {"baseline_s": _r(base, 3), "runtime_s": rts, "tolerance": tol,
                                "tolerance_param": tol_name}
     if len(samples) > 1:
-        metrics.update(baseline_samples_s=[_r(v, 3) for v in samples],
-                       baseline_drift=_r(samples[-1] / samples[0] - 1))
+        metrics.update(baseline_samples_s=[_r(v, 3) for v in samples], baseline_drift=_r(baseline_drift(samples)))
     if all(rts[q] is not None for q in qs):
         mono = all(rts[a] > rts[b] for a, b in itertools.pairwise(qs))
         checks.append(Check("monotonic", " > ".join(f"runtime_{q}" for q in qs), {"runtime_s": rts}, mono,
@@ -300,6 +299,11 @@ def judge_quota_ladder(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     return _verdict(ev, th, checks, metrics, summary)
 
 
+def baseline_drift(samples: Sequence[float]) -> float:
+    """Relative change of the baseline runtime from the first sample to the last (0.05: 5 % slower after)."""
+    return samples[-1] / samples[0] - 1
+
+
 def check_quota_precision(rows: Mapping[str, Mapping[str, Any]], tol: float, tol_name: str, base: float,
                           samples: Sequence[float]) -> Check:
     """``|error_q| <= tol`` for every quota row, against every baseline sample (``error_range``, else ``error``).
@@ -320,8 +324,7 @@ def check_quota_precision(rows: Mapping[str, Mapping[str, Any]], tol: float, tol
     if beyond:
         ok, detail = False, f"error beyond ±{tol:.0%}: {', '.join(span(q) for q in beyond)}"
     elif unsure:
-        drift = samples[-1] / samples[0] - 1
-        ok, detail = None, (f"inconclusive: the baseline drifted {drift:+.1%} during the case "
+        ok, detail = None, (f"inconclusive: the baseline drifted {baseline_drift(samples):+.1%} during the case "
                             f"({' -> '.join(f'{v:.2f}' for v in samples)} s); within ±{tol:.0%} against only "
                             f"some samples: {', '.join(span(q) for q in unsure)}")
     else:
