@@ -12,6 +12,7 @@ from invoke import Collection, task
 
 from xpushare import adhoc, engine, inventory
 from xpushare.cli import guarded, remainder_argv, run_suite
+from xpushare.errors import XpushareError
 from xpushare.errors import UsageError
 from xpushare.fanout import DEFAULT_FORKS
 from xpushare.selection import select_hosts
@@ -228,14 +229,23 @@ def envcheck(c, cluster, limit=None, forks=DEFAULT_FORKS, mode="ssh", run_id=Non
 LAB_DIR = Path(".lab")
 
 
-@task(name="up")
-def lab_up(c):
-    """Start the test lab (3 sshd hosts, the lab Kubernetes cluster) and write .lab/inventory.yaml (cluster 'lab')."""
+@task(name="up", help={"sut-src": "xpushare source tree to build and run (default: the upstream tree; "
+                                   "any patched copy works)"})
+def lab_up(c, sut_src=None):
+    """Start the test lab (3 sshd hosts, the lab Kubernetes cluster running the real SUT built from source)
+    and write .lab/inventory.yaml (cluster 'lab')."""
 
     def body():
         from tests.lab import env
+        from tests.lab.build import BuildError
+        from tests.lab.cluster import LabError
+        from tests.lab.nodens import NamespaceError
 
-        print(f"lab up; inventory: {env.up(LAB_DIR.absolute())}")
+        try:
+            inventory = env.up(LAB_DIR.absolute(), sut_src=sut_src)
+        except (BuildError, LabError, NamespaceError) as exc:
+            raise XpushareError(str(exc).splitlines()[0]) from None
+        print(f"lab up; inventory: {inventory}")
         print("try: invoke ping --cluster lab; invoke func --cluster lab; stop with: invoke lab.down")
 
     guarded(body)

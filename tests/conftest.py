@@ -21,6 +21,18 @@ if _REPO_ROOT not in sys.path:  # plain `pytest` only puts tests/ on sys.path; t
 
 from tests.lab.sshd import SshLab, lab_unavailable_reason  # noqa: E402
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sut-src", default=None, metavar="DIR",
+                     help="xpushare source tree the lab builds and runs (default: the upstream tree; "
+                          "any patched copy, e.g. a mutant)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    src = config.getoption("--sut-src")
+    if src:  # the lab's builds read it (tests.lab.sut.default_source), in xdist workers too
+        os.environ["XPUSHARE_SUT_SRC"] = str(Path(src).expanduser().resolve())
+
+
 #: (name, address) of the standard lab hosts.
 LAB_HOSTS: tuple[tuple[str, str], ...] = (
     ("lab-master", "127.0.0.11"),

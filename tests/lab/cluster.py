@@ -1,10 +1,11 @@
-"""Start and stop the whole lab Kubernetes cluster: API server, kubelets, controllers, lab schedulers.
+"""Start and stop the whole lab Kubernetes cluster: API server, kubelets, controllers, the real SUT.
 
-One *control-plane* process (``python -m tests.lab.cluster serve --workdir W``) holds the API server
-(:mod:`tests.lab.kubeapi`), the controllers and one kubelet per node (:mod:`tests.lab.kubelet`); the
-kubelets start the pods' containers, including the SUT DaemonSets' pods, whose containers are the lab
-schedulers (:mod:`tests.lab.labscheduler`). :class:`LabCluster` (used by the test fixtures) writes the
-configuration, starts that process and waits until every scheduler answers ``/healthz``.
+:class:`LabCluster` (used by the test fixtures) builds the real SUT (:mod:`tests.lab.sut`) and the
+simulated GPU (:mod:`tests.lab.simgpu`), writes the configuration, starts the *control-plane* process
+(``python -m tests.lab.cluster serve --workdir W``: the API server :mod:`tests.lab.kubeapi` with its
+HTTPS front for in-cluster reads, the controllers and one kubelet per node, :mod:`tests.lab.kubelet`)
+and waits until every node's real ``xpushare-scheduler`` answers ``/healthz``. The scheduler pods are
+ordinary DaemonSet pods whose container is the built scheduler, each in its node's mount namespace.
 
 Address plan (defaults; all loopback, see ``README-kube.md``)::
 
@@ -14,9 +15,10 @@ Address plan (defaults; all loopback, see ``README-kube.md``)::
     127.0.0.22/23       scheduler pod IP on lab-node1/lab-node2: metrics on :9402
     127.0.<i>.<n>       other pods on node i (127.0.1.x on lab-node1, 127.0.2.x on lab-node2)
 
-Work directory layout: ``lab.json`` (configuration), ``faults.json`` (broken-lab switches, per node,
-live), ``kubeconfig``, ``controlplane.log``/``.pid``, ``logs/`` (container logs), ``nodes/<node>/``
-(client registry and scheduler pid), ``bin/`` (``<gen>-scheduler`` symlink), ``pysite/`` (memory hook).
+Work directory layout: ``lab.json`` (configuration), ``faults.json`` (cluster faults, per node, live),
+``kubeconfig``, ``controlplane.log``/``.pid``, ``logs/`` (container logs), ``pki/`` (the API server's
+certificate and the service-account token), ``nodes/<node>/`` (``run/``: scheduler pid, mount-namespace
+holder pid; ``simgpu/``: the node's simulated GPUs; ``pods/<uid>/serviceaccount``).
 
 CLI for contributors::
 
@@ -60,14 +62,12 @@ DEFAULT_NODES: dict[str, dict[str, Any]] = {
     "lab-node2": {"address": "127.0.0.13", "scheduler_address": "127.0.0.23", "gpus": 2},
 }
 
-#: Broken-lab switches and their "healthy" values (per node).
+#: Cluster faults and their "healthy" values (per node). Bugs of the SUT itself are not switches: they are
+#: builds of a patched tree (tests/lab/mutants), which ``sut`` selects per node at run time.
 FAULT_DEFAULTS: dict[str, Any] = {
-    "ignore_annotations": False,  # the scheduler never reads annotations (initial or dynamic)
-    "no_enforcement": False,  # core limits are logged and exported but not enforced
-    "skew": 1.0,  # enforced run time per window = budget × skew (1.3: 30 % too generous, 0.7: too stingy)
-    "metrics_missing": [],  # family suffixes left out of /metrics; true = a default set
-    "scheduler_down": False,  # the scheduler exits at start (FATAL line); its pod crash-loops
-    "leak_bytes_per_s": 0,  # the scheduler process holds this many more bytes every second
+    "scheduler_down": False,  # the real scheduler process is SIGKILLed whenever it runs: its pod crash-loops
+    "annotations_denied": False,  # the API server answers the scheduler's pod reads with 403 Forbidden
+    "sut": "",  # a SUT build directory (tests.lab.sut.build_sut) the node runs instead of the lab's build
 }
 
 
@@ -107,13 +107,11 @@ class LabCluster:
         nodes: node name → ``{"address", "scheduler_address", "gpus"}`` (see :data:`DEFAULT_NODES`).
         api_address: address of the API server; ``api_port`` 0 picks a free port.
         faults: node name → switches of :data:`FAULT_DEFAULTS` (``"*"`` applies to all nodes).
-        window_ms: the schedulers' compute-quota window (``<PREFIX>COMPUTE_WINDOW_MS``).
-        annotation_poll_s: the schedulers' annotation poll interval.
-        gpu_speed: share of one CPU core that one lab GPU delivers, 0 < speed <= 1. Below 1 every client
-            that uses a GPU (the baseline at 100 % too) is billed its on-CPU time / speed and paused when a
-            window's GPU time is used, so runtimes stop depending on how much of a core the machine
-            leaves the workload, as long as it leaves ``speed`` of one.
-        gpu_memory_bytes: memory of each fake GPU.
+        sut_src: the SUT source tree to build and run (default :func:`tests.lab.sut.default_source`).
+        window_ms: the schedulers' compute-quota window (``XPUSHARE_COMPUTE_WINDOW_MS``).
+        gpu_memory_bytes: memory of each simulated GPU.
+        gpu_flops: simulated compute rate of each GPU, FLOP/s (a kernel lasts its FLOPs / this).
+        gpu_bandwidth: simulated memory bandwidth of each GPU, bytes/s.
         die_with_parent: the control plane gets SIGKILL when this process dies (fixtures); the CLI's
             ``up`` turns it off.
     """
@@ -127,10 +125,11 @@ class LabCluster:
         api_address: str = "127.0.0.10",
         api_port: int = 0,
         faults: Mapping[str, Mapping[str, Any]] | None = None,
+        sut_src: str | os.PathLike[str] | None = None,
         window_ms: int = 1000,
-        annotation_poll_s: float = 2.0,
-        gpu_speed: float = 1.0,
         gpu_memory_bytes: int = 16 * GIB,
+        gpu_flops: float = 1e12,
+        gpu_bandwidth: float = 100e9,
         die_with_parent: bool = True,
     ) -> None:
         self.workdir = Path(workdir).resolve()
@@ -140,13 +139,13 @@ class LabCluster:
         self.api_address = api_address
         self.api_port = api_port
         self.window_ms = window_ms
-        self.annotation_poll_s = annotation_poll_s
-        if not 0 < gpu_speed <= 1:
-            raise ValueError(f"gpu_speed must be in (0, 1], got {gpu_speed}")
-        self.gpu_speed = gpu_speed
+        self.sut_src = sut_src
         self.gpu_memory_bytes = gpu_memory_bytes
+        self.gpu_flops = gpu_flops
+        self.gpu_bandwidth = gpu_bandwidth
         self.die_with_parent = die_with_parent
         self.token = secrets.token_hex(8)
+        self.tls_port = 0
         self._faults_init = {k: dict(v) for k, v in (faults or {}).items()}
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -189,11 +188,16 @@ class LabCluster:
         return [f"GPU-lab-{node}-{i}" for i in range(int(self.node_specs[node].get("gpus", 2)))]
 
     def scheduler_pid(self, node: str) -> int | None:
-        """Host pid of the node's lab scheduler process (None when it is not running)."""
+        """Host pid of the node's real scheduler process (None when it is not running)."""
         try:
-            return int((self.workdir / "nodes" / node / "run" / "scheduler.pid").read_text().strip())
+            pid = int((self.workdir / "nodes" / node / "run" / "scheduler.pid").read_text().strip())
         except (OSError, ValueError):
             return None
+        return pid if os.path.exists(f"/proc/{pid}") else None
+
+    def simgpu_config(self, node: str) -> Path:
+        """The node's simulated-GPU configuration (``SIMGPU_CONFIG`` for a process that looks at its GPUs)."""
+        return self.workdir / "nodes" / node / "simgpu" / "devices"
 
     # -- configuration
 
@@ -213,9 +217,10 @@ class LabCluster:
             "repo_root": str(REPO_ROOT),
             "token": self.token,
             "python": sys.executable,
-            "api": {"address": self.api_address, "port": self.api_port},
-            "scheduler": {"window_ms": self.window_ms, "annotation_poll_s": self.annotation_poll_s,
-                          "gpu_speed": self.gpu_speed, "metrics_port": 9402},
+            "api": {"address": self.api_address, "port": self.api_port, "tls_port": self.tls_port},
+            "sut": {"dir": str(self.sut.directory), "source": str(self.sut.source), "digest": self.sut.digest},
+            "simgpu_dir": str(self.simgpu_dir),
+            "scheduler": {"window_ms": self.window_ms, "metrics_port": 9402},
             "nodes": nodes,
         }
 
@@ -254,16 +259,14 @@ class LabCluster:
         the next restart (≤ 8 s back-off; deleting its pod skips that) come up.
         """
         current = self.faults()
-        for name in [node] if node else list(current):
-            current[name].update(switches)
+        targets = [node] if node else list(current)
+        for name in targets:
+            current[name].update({k: ("" if k == "sut" and v is None else v) for k, v in switches.items()})
         self._write_faults(current)
         written = self.faults_path.stat().st_mtime_ns
         deadline = time.monotonic() + wait_s
         for name in current:
             while time.monotonic() < deadline:
-                pid = self.scheduler_pid(name)
-                if pid is None or not os.path.exists(f"/proc/{pid}"):
-                    break
                 try:
                     seen = int((self.workdir / "nodes" / name / "run" / "faults.ack").read_text().strip())
                 except (OSError, ValueError):
@@ -271,25 +274,43 @@ class LabCluster:
                 if seen >= written:
                     break
                 time.sleep(0.02)
+        if "sut" in switches or switches.get("scheduler_down") is False:
+            for name in targets:  # the scheduler restarts on the build now in force
+                if not current[name].get("scheduler_down"):
+                    self.wait_scheduler(name, up=True, timeout_s=30.0)
 
     # -- life cycle
 
     def prepare(self) -> None:
-        """Write the work directory (configuration, kubeconfig, symlinks, memory hook)."""
-        from tests.lab.memhook import sitecustomize_source
+        """Build the SUT and the simulated GPU (cached), write the work directory (configuration,
+        kubeconfig, TLS material, the nodes' simulated GPUs).
 
+        Raises:
+            BuildError: the SUT or the simulated GPU could not be built (one line naming what is missing).
+        """
+        from tests.lab.pki import make_pki
+        from tests.lab.simgpu import SimDevice, build_simgpu, write_config
+        from tests.lab.sut import build_sut
+
+        if self.generation != "xpushare":
+            raise ValueError(f"the lab runs the real xpushare SUT; generation {self.generation!r} is not built")
+        self.sut = build_sut(self.sut_src)
+        self.simgpu_dir = build_simgpu().directory
         if self.api_port == 0:
             self.api_port = free_port(self.api_address)
+        if self.tls_port == 0:
+            self.tls_port = free_port(self.api_address)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for sub in ("logs", "bin", "pysite"):
-            (self.workdir / sub).mkdir(exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        make_pki(self.workdir / "pki", self.api_address)
         for node in self.node_specs:
-            (self.workdir / "nodes" / node / "clients").mkdir(parents=True, exist_ok=True)
             (self.workdir / "nodes" / node / "run").mkdir(parents=True, exist_ok=True)
-        link = self.workdir / "bin" / self.names.scheduler_binary
-        link.unlink(missing_ok=True)
-        link.symlink_to(os.path.realpath(sys.executable))
-        (self.workdir / "pysite" / "sitecustomize.py").write_text(sitecustomize_source())
+            devices = [SimDevice(uuid, "NVIDIA Lab SimGPU", int(self.node_specs[node].get(
+                "gpu_memory_bytes", self.gpu_memory_bytes)), self.gpu_flops, self.gpu_bandwidth)
+                for uuid in self.gpu_uuids(node)]
+            config = self.simgpu_config(node)
+            config.parent.mkdir(parents=True, exist_ok=True)
+            write_config(config, devices)
         self.config_path.write_text(json.dumps(self._config(), indent=1))
         self._write_faults(self._faults_init)
         self.kubeconfig_path.write_text(self._kubeconfig())
@@ -410,8 +431,9 @@ class LabCluster:
         nodes = {n: {"address": v["address"], "scheduler_address": v["scheduler_address"], "gpus": len(v["gpus"])}
                  for n, v in cfg["nodes"].items()}
         lab = cls(workdir, generation=cfg["generation"], nodes=nodes, api_address=cfg["api"]["address"],
-                  api_port=cfg["api"]["port"])
+                  api_port=cfg["api"]["port"], sut_src=cfg["sut"]["source"])
         lab.token = cfg["token"]
+        lab.tls_port = int(cfg["api"]["tls_port"])
         return lab
 
     def __enter__(self) -> LabCluster:
@@ -495,7 +517,7 @@ def lab_plan(block: int) -> dict[str, Any]:
 
 
 def _daemonsets(names: SutNames, cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    script = str(REPO_ROOT / "tests" / "lab" / "labscheduler.py")
+    """The SUT's DaemonSets as the lab deploys them: images only, so the kubelet runs the real builds."""
     g = names.generation
     downward = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -523,15 +545,14 @@ def _daemonsets(names: SutNames, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                     "containers": [{
                         "name": names.scheduler_daemonset,
                         "image": f"registry.lab.invalid/{g}/{g}-scheduler:lab",
-                        "command": [names.scheduler_binary],
-                        "args": [script],
                         "ports": [{"name": "metrics", "containerPort": 9402, "protocol": "TCP"}],
                         "env": [
+                            *downward,
                             {"name": names.env_debug, "value": "1"},
                             {"name": names.env_metrics_enable, "value": "1"},
+                            # the real scheduler listens on 0.0.0.0 by default; lab nodes share one machine
+                            {"name": names.env("METRICS_ADDR"), "value": "$(POD_IP):9402"},
                             {"name": names.env("COMPUTE_WINDOW_MS"), "value": str(cfg["scheduler"]["window_ms"])},
-                            {"name": names.env("QUOTA_CARRYOVER_PERCENT"), "value": "0"},
-                            *downward,
                         ],
                     }],
                 },
@@ -552,10 +573,8 @@ def _daemonsets(names: SutNames, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                     "terminationGracePeriodSeconds": 5,
                     "tolerations": tolerations,
                     "containers": [
-                        {"name": f"{g}-lib", "image": f"registry.lab.invalid/{g}/{g}-lib:lab",
-                         "command": ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]},
+                        {"name": f"{g}-lib", "image": f"registry.lab.invalid/{g}/{g}-lib:lab"},
                         {"name": f"{g}-device-plugin", "image": f"registry.lab.invalid/{g}/{g}-device-plugin:lab",
-                         "command": ["python", script, "device-plugin"],
                          "env": [{"name": names.env_virtual_devices, "value": "10"}, *downward]},
                     ],
                 },
@@ -593,14 +612,22 @@ def serve(workdir: Path) -> int:
     """The control-plane process: API server + controllers + kubelets until SIGTERM."""
     from tests.lab.kubeapi import ApiServer, Store, default_daemonset, now_rfc3339
     from tests.lab.kubelet import Controllers, Kubelet, LabNode, LabSettings, control_plane_log, graceful_delete
+    from tests.lab.pki import load_pki
 
     cfg = json.loads((workdir / "lab.json").read_text())
     names = sut_names(cfg["generation"])
+    pki = load_pki(workdir / "pki")
     settings = LabSettings(names, workdir, Path(cfg["repo_root"]), cfg["token"], cfg["api"]["address"],
-                           int(cfg["api"]["port"]), cfg["python"])
+                           int(cfg["api"]["port"]), cfg["python"], Path(cfg["sut"]["dir"]), Path(cfg["simgpu_dir"]),
+                           int(cfg["api"]["tls_port"]), pki.token, pki.cert)
     store = Store()
     api = ApiServer(store, settings.api_host, settings.api_port, logs_dir=settings.logs_dir,
                     delete_pod=lambda pod, grace: graceful_delete(store, pod, grace))
+
+    def annotations_denied() -> bool:
+        return any(settings.faults(n).get("annotations_denied") for n in cfg["nodes"])
+
+    api.serve_tls(settings.tls_port, pki.cert, pki.key, pki.token, annotations_denied)
     for ns in ("default", "kube-system", names.namespace):
         store.create("namespaces", "", {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]},
                                         "status": {"phase": "Active"}})
@@ -646,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.lab.cluster", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["up", "down", "status", "serve"])
     parser.add_argument("--workdir", default=".lab/kube")
-    parser.add_argument("--generation", default="xpushare", choices=sorted(["xpushare", "nvshare"]))
+    parser.add_argument("--sut-src", default=None, help="SUT source tree to build and run (default: the upstream tree)")
     parser.add_argument("--block", type=int, default=0,
                         help="second octet of the addresses: 127.<block>.0.10 API, .12/.13 nodes, .22/.23 schedulers")
     args = parser.parse_args(argv)
@@ -654,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return serve(workdir)
     if args.command == "up":
-        lab = LabCluster(workdir, generation=args.generation, die_with_parent=False, **lab_plan(args.block))
+        lab = LabCluster(workdir, sut_src=args.sut_src, die_with_parent=False, **lab_plan(args.block))
         lab.start()
         print(f"lab cluster up: API {lab.api_url}")
         print(f"  kubeconfig: {lab.kubeconfig_path}")

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import socketserver
+import ssl
 import threading
 import time
 import urllib.error
@@ -639,6 +640,30 @@ class ApiServer:
         self.address: str = host.decode() if isinstance(host, bytes) else str(host)
         self.port: int = int(port)
         self._thread: threading.Thread | None = None
+        self.tls: _Server | None = None
+        self.tls_token = ""
+        self.deny_pod_reads: Callable[[], bool] = lambda: False
+        self._tls_thread: threading.Thread | None = None
+
+    def serve_tls(self, port: int, cert: Path, key: Path, token: str,
+                  deny_pod_reads: Callable[[], bool] | None = None) -> int:
+        """Also serve the API over HTTPS on ``port`` (0: a free one) for in-cluster clients; returns the port.
+
+        This is the front the real SUT scheduler reads pod annotations from: requests need
+        ``Authorization: Bearer <token>`` (else 401); while ``deny_pod_reads()`` is true, pod reads are
+        refused with 403 (the "annotations not served" fault).
+        """
+        self.tls_token = token
+        if deny_pod_reads is not None:
+            self.deny_pod_reads = deny_pod_reads
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(cert), str(key))
+        handler = type("TlsHandler", (_TlsHandler,), {"api": self})
+        self.tls = _Server((self.address, port), handler)
+        self.tls.socket = ctx.wrap_socket(self.tls.socket, server_side=True)
+        self._tls_thread = threading.Thread(target=self.tls.serve_forever, name="kubeapi-tls", daemon=True)
+        self._tls_thread.start()
+        return int(self.tls.server_address[1])
 
     def _remove_pod(self, pod: Obj) -> Obj:
         meta = pod["metadata"]
@@ -656,6 +681,9 @@ class ApiServer:
         self.store.close()
         self.httpd.shutdown()
         self.httpd.server_close()
+        if self.tls is not None:
+            self.tls.shutdown()
+            self.tls.server_close()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -1104,3 +1132,20 @@ def table_rows(resource: str, items: list[Obj]) -> tuple[list[str], list[list[An
 def template_hash(template: Obj) -> str:
     """A short stable hash of a pod template (the DaemonSet's ``controller-revision-hash``)."""
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+
+
+class _TlsHandler(_Handler):
+    """The in-cluster HTTPS front: bearer-token authentication and the pod-read denial fault."""
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ssl.SSLError, OSError):  # a client that drops the TLS session mid-way
+            self.close_connection = True
+
+    def _dispatch(self, method: str) -> None:
+        if self.headers.get("Authorization", "") != f"Bearer {self.api.tls_token}":
+            return self._error(ApiError(401, "Unauthorized", "Unauthorized"))
+        if method == "GET" and "/pods/" in self.path and self.api.deny_pod_reads():
+            return self._error(ApiError(403, "Forbidden", "pods is forbidden: lab fault annotations_denied"))
+        return super()._dispatch(method)

@@ -4,9 +4,11 @@
   process group (``setsid``), cwd = the repository root, with the env of the pod spec (``value`` and
   ``valueFrom.fieldRef``) plus ``HOSTNAME=<pod>``, ``KUBERNETES_SERVICE_HOST``/``_PORT`` and, for a
   container that requests the SUT's extended resource (``xpushare.com/gpu``), the device plugin's part:
-  vGPU devices from the least-loaded fake GPU first (like GetPreferredAllocation),
-  ``NVIDIA_VISIBLE_DEVICES=<sorted GPU UUIDs>``, ``CUDA_VISIBLE_DEVICES=0..n-1``, and the lab client
-  hook (see ``README-kube.md``: registration with the node's lab scheduler and the memory hook).
+  vGPU devices from the least-loaded simulated GPU first (like GetPreferredAllocation),
+  ``NVIDIA_VISIBLE_DEVICES=<sorted GPU UUIDs>``, the simulated driver (``LD_LIBRARY_PATH``,
+  ``SIMGPU_CONFIG``) and the real client library (``LD_PRELOAD=<SUT build>/libxpushare.so``).
+  Every container runs in the node's mount namespace (:mod:`tests.lab.nodens`: the real scheduler's
+  socket path is fixed) with its own service-account directory (token, CA, namespace) bind-mounted.
   Output (stdout and stderr, merged) goes to a CRI-style log file per container run; status follows
   the process: Pending → Running → Succeeded/Failed, restarts for ``Always``/``OnFailure`` with a
   short CrashLoopBackOff; deletion sends SIGTERM (and SIGCONT) to the group, SIGKILL after the grace
@@ -25,12 +27,14 @@ import contextlib
 import ctypes
 import json
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +50,8 @@ from tests.lab.kubeapi import (
     rfc3339nano,
     template_hash,
 )
+from tests.lab.nodens import NodeNamespace
+from tests.lab.pki import write_serviceaccount
 from xpushare.sut import SutNames
 
 # ------------------------------------------------------------------------------------- settings
@@ -75,6 +81,11 @@ class LabSettings:
     api_host: str
     api_port: int
     python: str  # interpreter of the venv: its bin dir goes on the pods' PATH
+    sut_dir: Path  # the real SUT build (libxpushare.so, xpushare-scheduler, xpusharectl) every node runs
+    simgpu_dir: Path  # the simulated GPU's libcuda.so.1 / libnvidia-ml.so.1
+    tls_port: int  # the API server's HTTPS front (KUBERNETES_SERVICE_PORT of pods)
+    sa_token: str  # the service-account token pods get (a secret: never logged)
+    ca_cert: Path  # the API server's certificate, the pods' ca.crt
 
     @property
     def logs_dir(self) -> Path:
@@ -84,16 +95,12 @@ class LabSettings:
     def bin_dir(self) -> Path:
         return self.workdir / "bin"
 
-    @property
-    def pysite_dir(self) -> Path:
-        return self.workdir / "pysite"
-
     def node_dir(self, node: str) -> Path:
         return self.workdir / "nodes" / node
 
-    def clients_dir(self, node: str) -> Path:
-        """Where the kubelet registers GPU clients with that node's lab scheduler."""
-        return self.node_dir(node) / "clients"
+    def simgpu_config(self, node: str) -> Path:
+        """The node's simulated GPUs (``SIMGPU_CONFIG``; their shared state sits beside it)."""
+        return self.node_dir(node) / "simgpu" / "devices"
 
     def scheduler_pid_file(self, node: str) -> Path:
         return self.node_dir(node) / "run" / "scheduler.pid"
@@ -101,6 +108,10 @@ class LabSettings:
     @property
     def faults_file(self) -> Path:
         return self.workdir / "faults.json"
+
+    def sut_for(self, node: str) -> Path:
+        """The SUT build the node runs now: a ``sut`` fault (a mutant's build) or the lab's build."""
+        return Path(self.faults(node).get("sut") or self.sut_dir)
 
     def faults(self, node: str) -> dict[str, Any]:
         try:
@@ -156,8 +167,9 @@ class ContainerRun:
     finished: float | None = None
     reason: str | None = None
     message: str | None = None
-    client_file: Path | None = None
     term_sent: float | None = None
+    sut_dir: Path | None = None  # the SUT build a scheduler container was started from
+    ready: bool = False
 
     @property
     def pid(self) -> int:
@@ -198,6 +210,12 @@ def _log_reader(proc: subprocess.Popen[bytes], path: Path) -> None:
             out.flush()
 
 
+def _expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` references to earlier variables of the container (``$$`` escapes)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+
+
 def write_log_line(path: Path, text: str) -> None:
     """Append one line to a container log file (the lab's stand-in for lines the client library prints)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,12 +239,15 @@ class Kubelet:
         self.runs: dict[str, PodRun] = {}
         self.gpu_alloc: dict[str, set[str]] = {u: set() for u in node.gpus}
         self._ip_next = 2
-        settings.clients_dir(node.name).mkdir(parents=True, exist_ok=True)
+        self._faults_seen = -1
         settings.scheduler_pid_file(node.name).parent.mkdir(parents=True, exist_ok=True)
+        self.ns = NodeNamespace(node.name, settings.node_dir(node.name) / "run")
+        self.ns.start()
 
     # -- the loop
 
     def step(self) -> None:
+        self._apply_faults()
         pods, _ = self.store.list("pods", None, fields=lambda o: o["spec"].get("nodeName") == self.node.name)
         seen: set[str] = set()
         for pod in pods:
@@ -251,11 +272,35 @@ class Kubelet:
         return any(self._alive(r) for r in self.runs.values())
 
     def kill(self) -> None:
-        """SIGKILL whatever is left and drop the client registrations."""
+        """SIGKILL whatever is left, release the devices and drop the node's mount namespace."""
         for run in self.runs.values():
             self._kill_all(run, hard=True)
             self._reap(run)
             self._release(run)
+        self.ns.stop()
+
+    def _apply_faults(self) -> None:
+        """Act on the node's faults on the real scheduler process, then acknowledge the faults file.
+
+        ``scheduler_down``: the scheduler container is SIGKILLed whenever it runs (its pod crash-loops);
+        ``sut``: a scheduler started from another SUT build is killed, so it restarts on the new one.
+        """
+        faults = self.settings.faults(self.node.name)
+        sut = self.settings.sut_for(self.node.name)
+        for run in self.runs.values():
+            if run.ip != self.node.scheduler_address:
+                continue
+            for cr in run.runs.values():
+                if cr.proc is not None and cr.running and (faults.get("scheduler_down") or cr.sut_dir != sut):
+                    signal_group(cr.proc.pid, signal.SIGKILL)
+        try:
+            written = self.settings.faults_file.stat().st_mtime_ns
+        except OSError:
+            return
+        if written != self._faults_seen:
+            self._faults_seen = written
+            ack = self.settings.node_dir(self.node.name) / "run" / "faults.ack"
+            ack.write_text(f"{written}\n")
 
     def shutdown(self, grace_s: float = 3.0) -> None:
         """Stop every process this kubelet started: SIGTERM, then SIGKILL after ``grace_s``."""
@@ -373,9 +418,7 @@ class Kubelet:
             for dev in devs:
                 self.gpu_alloc.get(dev.split("__")[0], set()).discard(dev)
         run.devices = {}
-        for cr in run.runs.values():
-            if cr.client_file is not None:
-                cr.client_file.unlink(missing_ok=True)
+        shutil.rmtree(self.settings.node_dir(self.node.name) / "pods" / run.uid, ignore_errors=True)
 
     # -- processes
 
@@ -388,7 +431,7 @@ class Kubelet:
             "LANG": "C.UTF-8",
             "HOSTNAME": meta["name"],
             "KUBERNETES_SERVICE_HOST": s.api_host,
-            "KUBERNETES_SERVICE_PORT": str(s.api_port),
+            "KUBERNETES_SERVICE_PORT": str(s.tls_port),
             "XPUSHARE_LAB_TOKEN": s.token,
             "XPUSHARE_LAB_NODE": self.node.name,
             "XPUSHARE_LAB_CONFIG": str(s.workdir / "lab.json"),
@@ -407,7 +450,7 @@ class Kubelet:
             if not name:
                 continue
             if "value" in item:
-                env[name] = str(item["value"])
+                env[name] = _expand(str(item["value"]), env)
                 continue
             ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
             if ref.startswith(("metadata.labels['", "metadata.annotations['")):
@@ -435,11 +478,19 @@ class Kubelet:
                           f"{container.get('image')!r}")
             return
         devices = run.devices.get(cname)
-        if devices is not None and not self._gpu_client_env(pod, cr, env, devices):
-            return  # the SUT client library could not reach the scheduler: the container fails
+        sut = self.settings.sut_for(self.node.name)
+        scheduler_pod = run.ip == self.node.scheduler_address
+        if devices is not None:
+            self._gpu_client_env(env, devices, sut)
+        if scheduler_pod:
+            cr.sut_dir = sut
+            env.update(self._driver_env())
+            env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
+        sa = write_serviceaccount(self.settings.node_dir(self.node.name) / "pods" / run.uid / "serviceaccount",
+                                  self.settings.sa_token, self.settings.ca_cert, meta["namespace"])
         try:
             proc = subprocess.Popen(
-                argv,
+                self.ns.enter(argv, cwd=self.settings.repo_root, serviceaccount=sa),
                 cwd=self.settings.repo_root,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -451,87 +502,43 @@ class Kubelet:
         except OSError as exc:
             cr.exit_code, cr.finished, cr.reason = 128, time.monotonic(), "StartError"
             cr.message = f"failed to create containerd task: exec: {exc}"
-            if cr.client_file is not None:
-                cr.client_file.unlink(missing_ok=True)
             return
         cr.proc = proc
         cr.reader = threading.Thread(target=_log_reader, args=(proc, log), daemon=True, name=f"log-{meta['name']}")
         cr.reader.start()
-        if cr.client_file is not None:
-            reg = json.loads(cr.client_file.read_text())
-            reg["pid"] = proc.pid
-            self._write_json(cr.client_file, reg)
+        if scheduler_pod:
+            self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
 
     def _image_command(self, image: str) -> list[str] | None:
         """Entrypoint for the SUT's own images, so a re-applied real DaemonSet manifest still runs here."""
         g = self.names.generation
-        script = str(self.settings.repo_root / "tests" / "lab" / "labscheduler.py")
         base = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
         if base == f"{g}-scheduler":
-            return [self.names.scheduler_binary, script]
+            return [str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")]
         if base == f"{g}-device-plugin":
-            return ["python", script, "device-plugin"]
+            return ["python", str(self.settings.repo_root / "tests" / "lab" / "deviceplugin.py")]
         if base == f"{g}-lib":
             return ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]
         return None
 
-    def _gpu_client_env(self, pod: Obj, cr: ContainerRun, env: dict[str, str], devices: list[str]) -> bool:
-        """Add the device plugin's env and the lab client hook; register the client. False: no scheduler."""
-        names, s = self.names, self.settings
+    def _driver_env(self) -> dict[str, str]:
+        """What the node's GPU driver installation gives a process: the simulated driver and its devices."""
+        return {"LD_LIBRARY_PATH": str(self.settings.simgpu_dir),
+                "SIMGPU_CONFIG": str(self.settings.simgpu_config(self.node.name))}
+
+    def _gpu_client_env(self, env: dict[str, str], devices: list[str], sut: Path) -> None:
+        """The device plugin's part of a GPU container: its GPUs, the driver and the real client library."""
         uuids = sorted({d.split("__")[0] for d in devices})
-        # One lab GPU is one CPU thread: torch's intra-op threads would otherwise take every core of a small
-        # machine, and a 100 % pod would slow the other lab pods (and tests) down. A pod's own value wins.
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env.update(self._driver_env())
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(uuids)))
-        tag = names.log_tag
-        if not self._scheduler_up():
-            write_log_line(cr.log_path, f"{tag('INFO')}Failed to connect to UNIX socket at {names.socket_path}")
-            write_log_line(cr.log_path, "")
-            write_log_line(cr.log_path, f"{tag('FATAL')}Condition failed: xpushare_connect(&rsock, "
-                                        "nvscheduler_socket_path) == 0")
-            cr.exit_code, cr.finished, cr.reason = 1, time.monotonic(), "Error"
-            return False
-        cid = uuid.uuid4().hex[:16]
-        clients = s.clients_dir(self.node.name)
-        env.update({
-            "PYTHONPATH": os.pathsep.join(p for p in (str(s.pysite_dir), env.get("PYTHONPATH", "")) if p),
-            "XPUSHARE_LAB_CLIENT_ID": cid,
-            "XPUSHARE_LAB_CLIENT_DIR": str(clients),
-            "XPUSHARE_LAB_ENV_PREFIX": names.env_prefix,
-            "XPUSHARE_LAB_LOG_PREFIX": names.log_prefix,
-            "XPUSHARE_LAB_GPU_MEMORY_BYTES": str(self.node.gpu_memory_bytes),
-        })
-        annotations = pod["metadata"].get("annotations") or {}
-        core = 100
-        if not s.faults(self.node.name).get("ignore_annotations"):
-            value = atoi(annotations.get(names.annotation_core_limit))
-            core = value if 1 <= value <= 100 else 100
-        write_log_line(cr.log_path, f"{tag('INFO')}Successfully initialized {names.generation} GPU")
-        write_log_line(cr.log_path, f"{tag('INFO')}Client ID = {cid}")
-        write_log_line(cr.log_path, f"{tag('INFO')}Core limit = {core}%")
-        cr.client_file = clients / f"{cid}.json"
-        self._write_json(cr.client_file, {
-            "client_id": cid, "pid": 0, "pod": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"],
-            "gpu_uuid": uuids[0], "container": cr.name, "registered_at": time.time(),
-        })
-        return True
+        env["LD_PRELOAD"] = str(sut / "libxpushare.so")
 
-    @staticmethod
-    def _write_json(path: Path, data: Obj) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
-
-    def _scheduler_pid(self) -> int | None:
-        try:
-            return int(self.settings.scheduler_pid_file(self.node.name).read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _scheduler_up(self) -> bool:
-        pid = self._scheduler_pid()
-        return pid is not None and pid_alive(pid)
+    def _scheduler_ready(self, run: PodRun, cr: ContainerRun) -> bool:
+        """The scheduler's readiness probe: its metrics port accepts connections (sticky per run)."""
+        if not cr.ready:
+            with contextlib.suppress(OSError), socket.create_connection((run.ip, 9402), timeout=0.05):
+                cr.ready = True
+        return cr.ready
 
     def _reap(self, run: PodRun) -> None:
         for cr in run.runs.values():
@@ -548,8 +555,6 @@ class Kubelet:
             cr.exit_code = code if code >= 0 else 128 - code
             cr.finished = time.monotonic()
             cr.reason = "Completed" if cr.exit_code == 0 else "Error"
-            if cr.client_file is not None:
-                cr.client_file.unlink(missing_ok=True)
 
     def _alive(self, run: PodRun) -> bool:
         return any(cr.proc is not None and cr.exit_code is None for cr in run.runs.values())
@@ -605,8 +610,7 @@ class Kubelet:
                 st["state"] = {"running": {"startedAt": self._wall(cr.started)}}
                 st["containerID"] = f"lab://{cr.pid}"
                 st["started"] = True
-                # the lab scheduler is ready once it has started up (its pid file), like a readiness probe
-                st["ready"] = not scheduler_pod or self._scheduler_pid() == cr.pid
+                st["ready"] = not scheduler_pod or self._scheduler_ready(run, cr)
                 all_ready = all_ready and st["ready"]
             elif cname in run.next_start:
                 any_started = True

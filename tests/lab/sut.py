@@ -1,0 +1,103 @@
+"""The real system under test, built from a source tree for the lab.
+
+``build_sut(src)`` copies an xpushare source tree (default: ``../shared/sut/xpushare/src`` beside the
+repository, or ``$XPUSHARE_SUT_SRC``), runs the upstream Makefile's ``libxpushare.so xpushare-scheduler
+xpusharectl`` targets in the copy, and caches the three outputs by the tree's content hash
+(:mod:`tests.lab.build`). A patched or deliberately broken tree (a mutant) builds the same way, so any lab
+can run against any tree: ``invoke lab.up --sut-src DIR`` or ``pytest --sut-src DIR``.
+
+Needs gcc, make and the libcurl development headers (``.ci/run`` installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.lab.build import BuildError, cached_build, content_hash, require_tools, tree_files
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Where the upstream source sits beside the repository (the project's shared material).
+DEFAULT_SUT_SRC = REPO_ROOT.parent / "shared" / "sut" / "xpushare" / "src"
+OUTPUTS = ("libxpushare.so", "xpushare-scheduler", "xpusharectl")
+_RECIPE = "make " + " ".join(OUTPUTS) + " v1"
+
+
+@dataclass(frozen=True)
+class SutBuild:
+    """Paths of one built SUT (all in one cache directory) and the source tree's content hash."""
+
+    directory: Path
+    digest: str
+    source: Path
+
+    @property
+    def library(self) -> Path:
+        """The client library to ``LD_PRELOAD`` (``libxpushare.so``)."""
+        return self.directory / "libxpushare.so"
+
+    @property
+    def scheduler(self) -> Path:
+        """The scheduler binary (``xpushare-scheduler``)."""
+        return self.directory / "xpushare-scheduler"
+
+    @property
+    def ctl(self) -> Path:
+        """The control CLI (``xpusharectl``)."""
+        return self.directory / "xpusharectl"
+
+
+def default_source() -> Path:
+    """``$XPUSHARE_SUT_SRC`` when set, else the upstream tree beside the repository."""
+    explicit = os.environ.get("XPUSHARE_SUT_SRC")
+    return Path(explicit).expanduser().resolve() if explicit else DEFAULT_SUT_SRC
+
+
+def build_sut(source: str | os.PathLike[str] | None = None) -> SutBuild:
+    """Build (or reuse the cached build of) the SUT tree ``source``.
+
+    Raises:
+        BuildError: the tree has no Makefile, a tool or header is missing (one line naming it), or
+            ``make`` failed (its last output lines in the message).
+    """
+    src = Path(source).expanduser().resolve() if source is not None else default_source()
+    if not (src / "Makefile").is_file() or not (src / "scheduler.c").is_file():
+        raise BuildError(f"not an xpushare source tree (no Makefile/scheduler.c): {src}")
+    files = tree_files(src)
+    digest = content_hash(src, files, _RECIPE)
+
+    def make(dest: Path) -> None:
+        require_tools("the xpushare SUT", ("gcc", "make"), ("curl/curl.h",))
+        with tempfile.TemporaryDirectory(prefix="xpushare-sut-") as work:
+            tree = Path(work) / "src"
+            shutil.copytree(src, tree, ignore=shutil.ignore_patterns("*.o", "*.so", ".git"))
+            proc = subprocess.run(["make", "-j2", *OUTPUTS], cwd=tree, capture_output=True, text=True,
+                                  timeout=300, check=False)
+            if proc.returncode != 0:
+                tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-4:])
+                raise BuildError(f"make failed in {src} (exit {proc.returncode}): {tail}")
+            for name in OUTPUTS:
+                shutil.copy2(tree / name, dest / name)
+
+    return SutBuild(cached_build("sut", digest, make, OUTPUTS), digest, src)
+
+
+def main() -> int:
+    """``python -m tests.lab.sut [SRC]``: build and print the output directory."""
+    import sys
+
+    try:
+        build = build_sut(sys.argv[1] if len(sys.argv) > 1 else None)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(build.directory)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
