@@ -21,6 +21,7 @@ if _REPO_ROOT not in sys.path:  # plain `pytest` only puts tests/ on sys.path; t
 
 from tests.lab.sshd import SshLab, lab_unavailable_reason  # noqa: E402
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sut-src", default=None, metavar="DIR",
                      help="xpushare source tree the lab builds and runs (default: the upstream tree; "

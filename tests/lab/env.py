@@ -21,9 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: The lab's fake GPU memory: 1536 MiB (the library's reserve) + 64 MiB, so the oversubscription workload
 #: (1.5 x 64 MiB on a CPU) crosses the physical limit without using real memory.
 LAB_GPU_MEMORY_BYTES = (1536 + 64) * 2**20
-#: LabCluster options of the lab behind the ``lab`` cluster: the memory above and 1 s quota windows, so that
-#: lab workloads of a few seconds see their compute quota over several windows.
-LAB_OPTIONS = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 1000}
+#: LabCluster options of the lab behind the ``lab`` cluster: the memory above, 250 ms quota windows so that
+#: second-long lab workloads see their compute quota, and (stand-in SUT only) an annotation watcher polling
+#: every second so that short dynamic steps (``dynamic_step_s``) still hold each change for several probe lines.
+LAB_OPTIONS = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 250, "annotation_poll_s": 1.0}
 LAB_HOSTS = (
     ("lab-master", "127.0.0.11", "master"),
     ("lab-node1", "127.0.0.12", "gpu"),
@@ -92,7 +93,8 @@ def up(workdir: Path, *, sut_src: str | None = None) -> Path:
     ssh.write_ssh_config()
     (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
     block, _lock = reserve_address_block()
-    kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=sut_src, **LAB_OPTIONS, **lab_plan(block))
+    kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=sut_src, real_sut=True, **LAB_OPTIONS,
+                      **lab_plan(block))
     kube.start()
     return write_inventory(workdir / "inventory.yaml", ssh, kube)
 

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -86,6 +87,15 @@ class LabSettings:
     tls_port: int  # the API server's HTTPS front (KUBERNETES_SERVICE_PORT of pods)
     sa_token: str  # the service-account token pods get (a secret: never logged)
     ca_cert: Path  # the API server's certificate, the pods' ca.crt
+    real_sut: bool = True  # False: the Python stand-in (labscheduler.py, memhook.py) for suites not yet ported
+
+    @property
+    def pysite_dir(self) -> Path:
+        return self.workdir / "pysite"
+
+    def clients_dir(self, node: str) -> Path:
+        """Stand-in SUT: where the kubelet registers GPU clients with that node's lab scheduler."""
+        return self.node_dir(node) / "clients"
 
     @property
     def logs_dir(self) -> Path:
@@ -168,6 +178,7 @@ class ContainerRun:
     reason: str | None = None
     message: str | None = None
     term_sent: float | None = None
+    client_file: Path | None = None  # stand-in SUT only
     sut_dir: Path | None = None  # the SUT build a scheduler container was started from
     ready: bool = False
 
@@ -242,7 +253,10 @@ class Kubelet:
         self._faults_seen = -1
         settings.scheduler_pid_file(node.name).parent.mkdir(parents=True, exist_ok=True)
         self.ns = NodeNamespace(node.name, settings.node_dir(node.name) / "run")
-        self.ns.start()
+        if settings.real_sut:
+            self.ns.start()
+        else:
+            settings.clients_dir(node.name).mkdir(parents=True, exist_ok=True)
 
     # -- the loop
 
@@ -287,7 +301,7 @@ class Kubelet:
         """
         faults = self.settings.faults(self.node.name)
         sut = self.settings.sut_for(self.node.name)
-        for run in self.runs.values():
+        for run in self.runs.values() if self.settings.real_sut else ():
             if run.ip != self.node.scheduler_address:
                 continue
             for cr in run.runs.values():
@@ -299,7 +313,7 @@ class Kubelet:
             return
         if written != self._faults_seen:
             self._faults_seen = written
-            ack = self.settings.node_dir(self.node.name) / "run" / "faults.ack"
+            ack = self.settings.node_dir(self.node.name) / "run" / "faults.kubelet.ack"
             ack.write_text(f"{written}\n")
 
     def shutdown(self, grace_s: float = 3.0) -> None:
@@ -419,6 +433,9 @@ class Kubelet:
                 self.gpu_alloc.get(dev.split("__")[0], set()).discard(dev)
         run.devices = {}
         shutil.rmtree(self.settings.node_dir(self.node.name) / "pods" / run.uid, ignore_errors=True)
+        for cr in run.runs.values():
+            if cr.client_file is not None:
+                cr.client_file.unlink(missing_ok=True)
 
     # -- processes
 
@@ -431,7 +448,7 @@ class Kubelet:
             "LANG": "C.UTF-8",
             "HOSTNAME": meta["name"],
             "KUBERNETES_SERVICE_HOST": s.api_host,
-            "KUBERNETES_SERVICE_PORT": str(s.tls_port),
+            "KUBERNETES_SERVICE_PORT": str(s.tls_port if s.real_sut else s.api_port),
             "XPUSHARE_LAB_TOKEN": s.token,
             "XPUSHARE_LAB_NODE": self.node.name,
             "XPUSHARE_LAB_CONFIG": str(s.workdir / "lab.json"),
@@ -480,6 +497,9 @@ class Kubelet:
         devices = run.devices.get(cname)
         sut = self.settings.sut_for(self.node.name)
         scheduler_pod = run.ip == self.node.scheduler_address
+        if not self.settings.real_sut:
+            self._start_standin(pod, run, cr, env, argv, devices)
+            return
         if devices is not None:
             self._gpu_client_env(env, devices, sut)
         if scheduler_pod:
@@ -509,10 +529,39 @@ class Kubelet:
         if scheduler_pod:
             self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
 
+    def _start_standin(self, pod: Obj, run: PodRun, cr: ContainerRun, env: dict[str, str], argv: list[str],
+                       devices: list[str] | None) -> None:
+        """Start a container of the stand-in SUT lab (no namespaces, the lab client hook)."""
+        if devices is not None and not self._standin_client_env(pod, cr, env, devices):
+            return  # the SUT client library could not reach the scheduler: the container fails
+        try:
+            proc = subprocess.Popen(argv, cwd=self.settings.repo_root, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
+        except OSError as exc:
+            cr.exit_code, cr.finished, cr.reason = 128, time.monotonic(), "StartError"
+            cr.message = f"failed to create containerd task: exec: {exc}"
+            if cr.client_file is not None:
+                cr.client_file.unlink(missing_ok=True)
+            return
+        cr.proc = proc
+        cr.reader = threading.Thread(target=_log_reader, args=(proc, cr.log_path), daemon=True,
+                                     name=f"log-{run.name}")
+        cr.reader.start()
+        if cr.client_file is not None:
+            reg = json.loads(cr.client_file.read_text())
+            reg["pid"] = proc.pid
+            self._write_json(cr.client_file, reg)
+
     def _image_command(self, image: str) -> list[str] | None:
         """Entrypoint for the SUT's own images, so a re-applied real DaemonSet manifest still runs here."""
         g = self.names.generation
         base = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+        if not self.settings.real_sut:
+            script = str(self.settings.repo_root / "tests" / "lab" / "labscheduler.py")
+            return {f"{g}-scheduler": [self.names.scheduler_binary, script],
+                    f"{g}-device-plugin": ["python", script, "device-plugin"],
+                    f"{g}-lib": ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]}.get(base)
         if base == f"{g}-scheduler":
             return [str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")]
         if base == f"{g}-device-plugin":
@@ -532,6 +581,64 @@ class Kubelet:
         env.update(self._driver_env())
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
         env["LD_PRELOAD"] = str(sut / "libxpushare.so")
+
+    def _standin_client_env(self, pod: Obj, cr: ContainerRun, env: dict[str, str], devices: list[str]) -> bool:
+        """Stand-in SUT: the device plugin's env and the lab client hook; register the client. False: no scheduler."""
+        names, s = self.names, self.settings
+        uuids = sorted({d.split("__")[0] for d in devices})
+        # One lab GPU is one CPU thread: torch's intra-op threads would otherwise take every core of a small
+        # machine, and a 100 % pod would slow the other lab pods (and tests) down. A pod's own value wins.
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(uuids)))
+        tag = names.log_tag
+        if not self._scheduler_up():
+            write_log_line(cr.log_path, f"{tag('INFO')}Failed to connect to UNIX socket at {names.socket_path}")
+            write_log_line(cr.log_path, "")
+            write_log_line(cr.log_path, f"{tag('FATAL')}Condition failed: xpushare_connect(&rsock, "
+                                        "nvscheduler_socket_path) == 0")
+            cr.exit_code, cr.finished, cr.reason = 1, time.monotonic(), "Error"
+            return False
+        cid = uuid.uuid4().hex[:16]
+        clients = s.clients_dir(self.node.name)
+        env.update({
+            "PYTHONPATH": os.pathsep.join(p for p in (str(s.pysite_dir), env.get("PYTHONPATH", "")) if p),
+            "XPUSHARE_LAB_CLIENT_ID": cid,
+            "XPUSHARE_LAB_CLIENT_DIR": str(clients),
+            "XPUSHARE_LAB_ENV_PREFIX": names.env_prefix,
+            "XPUSHARE_LAB_LOG_PREFIX": names.log_prefix,
+            "XPUSHARE_LAB_GPU_MEMORY_BYTES": str(self.node.gpu_memory_bytes),
+        })
+        annotations = pod["metadata"].get("annotations") or {}
+        core = 100
+        if not s.faults(self.node.name).get("ignore_annotations"):
+            value = atoi(annotations.get(names.annotation_core_limit))
+            core = value if 1 <= value <= 100 else 100
+        write_log_line(cr.log_path, f"{tag('INFO')}Successfully initialized {names.generation} GPU")
+        write_log_line(cr.log_path, f"{tag('INFO')}Client ID = {cid}")
+        write_log_line(cr.log_path, f"{tag('INFO')}Core limit = {core}%")
+        cr.client_file = clients / f"{cid}.json"
+        self._write_json(cr.client_file, {
+            "client_id": cid, "pid": 0, "pod": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"],
+            "gpu_uuid": uuids[0], "container": cr.name, "registered_at": time.time(),
+        })
+        return True
+
+    @staticmethod
+    def _write_json(path: Path, data: Obj) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+
+    def _scheduler_pid(self) -> int | None:
+        try:
+            return int(self.settings.scheduler_pid_file(self.node.name).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _scheduler_up(self) -> bool:
+        pid = self._scheduler_pid()
+        return pid is not None and pid_alive(pid)
 
     def _scheduler_ready(self, run: PodRun, cr: ContainerRun) -> bool:
         """The scheduler's readiness probe: its metrics port accepts connections (sticky per run)."""
@@ -555,6 +662,8 @@ class Kubelet:
             cr.exit_code = code if code >= 0 else 128 - code
             cr.finished = time.monotonic()
             cr.reason = "Completed" if cr.exit_code == 0 else "Error"
+            if cr.client_file is not None:
+                cr.client_file.unlink(missing_ok=True)
 
     def _alive(self, run: PodRun) -> bool:
         return any(cr.proc is not None and cr.exit_code is None for cr in run.runs.values())
@@ -610,7 +719,8 @@ class Kubelet:
                 st["state"] = {"running": {"startedAt": self._wall(cr.started)}}
                 st["containerID"] = f"lab://{cr.pid}"
                 st["started"] = True
-                st["ready"] = not scheduler_pod or self._scheduler_ready(run, cr)
+                st["ready"] = not scheduler_pod or (self._scheduler_ready(run, cr) if self.settings.real_sut
+                                                    else self._scheduler_pid() == cr.pid)
                 all_ready = all_ready and st["ready"]
             elif cname in run.next_start:
                 any_started = True

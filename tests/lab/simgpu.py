@@ -1,0 +1,216 @@
+"""The lab's simulated GPU: a stub CUDA driver and a stub NVML for machines without a GPU.
+
+``build_simgpu()`` compiles ``tests/lab/simgpu_src/*.c`` with gcc into ``libcuda.so.1`` and
+``libnvidia-ml.so.1`` (cached by content hash, :mod:`tests.lab.build`), under which the real
+``libxpushare.so`` and ``xpushare-scheduler`` run unchanged. Put the build directory on
+``LD_LIBRARY_PATH`` and point ``SIMGPU_CONFIG`` at a device file written by :func:`write_config`
+(:meth:`SimGpuBuild.env` does both, and puts the ``nvidia-smi`` look-alike on ``PATH``).
+
+Kernels are timed, not computed: ``simgpu_work(flops, bytes)`` lasts
+``max(flops / flops_per_s, bytes / bytes_per_s)`` seconds on the device's one timeline, shared by
+every process, so clients of one device contend and clients of different devices do not. See
+``tests/lab/README-simgpu.md`` for the whole contract and what the simulation cannot show.
+
+``python -m tests.lab.simgpu`` builds and prints the build directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.lab.build import BuildError, cached_build, content_hash, require_tools, tree_files
+
+#: The C sources (and the ``nvidia-smi`` script) of the simulated GPU.
+SOURCE_DIR = Path(__file__).resolve().parent / "simgpu_src"
+#: Where the libraries look for the device file when ``SIMGPU_CONFIG`` is unset.
+DEFAULT_CONFIG = Path("/run/simgpu/devices")
+#: Context overhead each process pays per device once it has a context, unless
+#: ``SIMGPU_CONTEXT_BYTES`` says otherwise (bytes).
+DEFAULT_CONTEXT_BYTES = 256 << 20
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+_CFLAGS = ("-std=gnu11", "-Wall", "-Wextra", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+           "-Wl,-Bsymbolic")
+_LIBRARIES = (
+    # (output, soname link, sources)
+    ("libcuda.so.1", "libcuda.so", ("simcuda.c", "simgpu_state.c")),
+    ("libnvidia-ml.so.1", "libnvidia-ml.so", ("simnvml.c", "simgpu_state.c")),
+)
+_SMI = "nvidia-smi"
+_LOG = "build.log"
+OUTPUTS = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so", _SMI, _LOG)
+_RECIPE = "gcc " + " ".join(_CFLAGS) + " -lpthread; simgpu 1"
+
+
+@dataclass(frozen=True)
+class SimGpuBuild:
+    """One build of the simulated GPU: a directory holding the stub driver, NVML and nvidia-smi."""
+
+    directory: Path
+    digest: str
+
+    @property
+    def libcuda(self) -> Path:
+        """The stub CUDA driver (``libcuda.so.1``)."""
+        return self.directory / "libcuda.so.1"
+
+    @property
+    def libnvml(self) -> Path:
+        """The stub NVML (``libnvidia-ml.so.1``)."""
+        return self.directory / "libnvidia-ml.so.1"
+
+    @property
+    def nvidia_smi(self) -> Path:
+        """The ``nvidia-smi`` look-alike (a Python script using the stub NVML)."""
+        return self.directory / _SMI
+
+    @property
+    def compiler_output(self) -> str:
+        """What gcc printed while building (empty when there were no warnings)."""
+        return (self.directory / _LOG).read_text()
+
+    def env(self, config: str | os.PathLike[str], visible: str | None = None,
+            base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment entries that make a process see the simulated GPUs of ``config``.
+
+        ``LD_LIBRARY_PATH`` and ``PATH`` get the build directory in front of their value in ``base``
+        (default: this process's environment); ``SIMGPU_CONFIG`` is ``config``; with ``visible``,
+        ``NVIDIA_VISIBLE_DEVICES`` too. Merge the result into a full environment yourself.
+        """
+        source = os.environ if base is None else base
+        out = {
+            "LD_LIBRARY_PATH": _prepend(str(self.directory), source.get("LD_LIBRARY_PATH")),
+            "PATH": _prepend(str(self.directory), source.get("PATH", os.defpath)),
+            "SIMGPU_CONFIG": str(config),
+        }
+        if visible is not None:
+            out["NVIDIA_VISIBLE_DEVICES"] = visible
+        return out
+
+
+def _prepend(entry: str, value: str | None) -> str:
+    return entry if not value else f"{entry}:{value}"
+
+
+@dataclass(frozen=True)
+class SimDevice:
+    """One simulated GPU (a line of the device file).
+
+    Attributes:
+        uuid: the device's UUID as NVML reports it (``GPU-`` + 8-4-4-4-12 hex digits for realism;
+            any string without tab, newline or ``/`` works).
+        name: the product name NVML and ``cuDeviceGetName`` report.
+        total_bytes: device memory in bytes.
+        flops_per_s: compute speed in FLOP/s (``simgpu_work`` time = flops / flops_per_s).
+        bytes_per_s: memory bandwidth in bytes/s (``simgpu_work`` time = bytes / bytes_per_s).
+    """
+
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-80GB"
+    total_bytes: int = 80 * GiB
+    flops_per_s: float = 1e12
+    bytes_per_s: float = 1e12
+
+    def __post_init__(self) -> None:
+        for field, value in (("uuid", self.uuid), ("name", self.name)):
+            if not value or any(c in value for c in "\t\n\r") or value != value.strip():
+                raise ValueError(f"SimDevice.{field} must be non-empty, without surrounding spaces, tabs or "
+                                 f"newlines: {value!r}")
+        if "/" in self.uuid:
+            raise ValueError(f"SimDevice.uuid must not contain '/': {self.uuid!r}")
+        if self.total_bytes < 0 or self.flops_per_s < 0 or self.bytes_per_s < 0:
+            raise ValueError("SimDevice sizes and rates must be >= 0")
+
+    def line(self) -> str:
+        """The device file line (tab-separated, no newline)."""
+        return "\t".join((self.uuid, self.name, str(int(self.total_bytes)), _number(self.flops_per_s),
+                          _number(self.bytes_per_s)))
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def make_uuid(index: int, seed: str = "simgpu") -> str:
+    """A deterministic NVML-style UUID (``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``) for device ``index``."""
+    h = hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def write_config(path: str | os.PathLike[str], devices: Iterable[SimDevice]) -> Path:
+    """Write the device file ``path`` (parent created; replaced atomically) and return it.
+
+    Format: one device per line, ``uuid<TAB>name<TAB>total_bytes<TAB>flops_per_s<TAB>bytes_per_s``;
+    the device index is the line order. Shared state goes to ``<path>.d/`` (:func:`state_dir`).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# simgpu devices: uuid<TAB>name<TAB>total_bytes<TAB>flops_per_s<TAB>bytes_per_s"]
+    lines += [device.line() for device in devices]
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def state_dir(config: str | os.PathLike[str]) -> Path:
+    """Directory of the shared per-device state files of ``config`` (``<config>.d``)."""
+    return Path(f"{os.fspath(config)}.d")
+
+
+def build_simgpu() -> SimGpuBuild:
+    """Build (or reuse the cached build of) the simulated GPU.
+
+    Raises:
+        BuildError: gcc is missing (one line naming it) or compiling failed (its last lines).
+    """
+    files = tree_files(SOURCE_DIR)
+    digest = content_hash(SOURCE_DIR, files, _RECIPE)
+
+    def build(dest: Path) -> None:
+        require_tools("the simulated GPU", ("gcc",))
+        dest.chmod(0o755)  # readable by lab processes of any user (mkdtemp makes it 0700)
+        log: list[str] = []
+        for output, link, sources in _LIBRARIES:
+            argv = ["gcc", *_CFLAGS, f"-Wl,-soname,{output}", "-o", str(dest / output),
+                    *(str(SOURCE_DIR / s) for s in sources), "-lpthread"]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+            text = (proc.stdout + proc.stderr).strip()
+            if proc.returncode != 0:
+                tail = " | ".join(text.splitlines()[-4:])
+                raise BuildError(f"gcc failed building {output} (exit {proc.returncode}): {tail}")
+            if text:
+                log.append(text)
+            (dest / link).symlink_to(output)
+        smi = dest / _SMI
+        shutil.copyfile(SOURCE_DIR / _SMI, smi)
+        smi.chmod(smi.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        (dest / _LOG).write_text("\n".join(log))
+
+    return SimGpuBuild(cached_build("simgpu", digest, build, OUTPUTS), digest)
+
+
+def main() -> int:
+    """``python -m tests.lab.simgpu``: build and print the build directory."""
+    import sys
+
+    try:
+        build = build_simgpu()
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(build.directory)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

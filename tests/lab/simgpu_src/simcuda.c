@@ -1,0 +1,1129 @@
+/*
+ * simgpu: a stub CUDA driver (libcuda.so.1) for the CPU-only test lab.
+ *
+ * Devices come from the simgpu config (simgpu.h). Memory is host memory (anonymous mmap with
+ * MAP_NORESERVE); device pointers are host pointers. Kernels do no work: each known kernel has a
+ * duration that is queued on the device's one timeline shared by all processes (start =
+ * max(now, busy_until)), and synchronising sleeps until the context's latest kernel ends. So
+ * processes on one device contend and processes on different devices do not, and no time
+ * depends on the CPU's speed or load.
+ *
+ * Kernels (any module image loads; cuModuleGetFunction knows these names):
+ *   simgpu_work(unsigned long long flops, unsigned long long bytes):
+ *       duration = max(flops / flops_per_s, bytes / bytes_per_s) seconds
+ *   simgpu_sleep(unsigned long long ns): duration = ns nanoseconds
+ *   simgpu_spin(unsigned long long ns): as simgpu_sleep, but the thread that synchronises burns
+ *       the kernel's interval on the CPU instead of sleeping through it
+ *
+ * Copies: synchronous cuMemcpy* forms first wait for the current context's queued kernels (as the
+ * legacy default stream would), then copy at once; the Async forms copy at once.
+ *
+ * Exported functions never call each other (the client library interposes several of them);
+ * the library is also linked with -Bsymbolic.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "simgpu.h"
+
+/* ---- CUDA driver API types (ABI-compatible subset of cuda.h) ---- */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef uint64_t cuuint64_t;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUstream_st* CUstream;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUevent_st* CUevent;
+typedef struct CUuuid_st {
+  char bytes[16];
+} CUuuid;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_DEINITIALIZED = 4,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_IMAGE = 200,
+  CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_CONTEXT_ALREADY_CURRENT = 202,
+  CUDA_ERROR_FILE_NOT_FOUND = 301,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_LAUNCH_FAILED = 719,
+  CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_UNKNOWN = 999
+};
+
+#define SIMGPU_DRIVER_VERSION 12040
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#define CU_LAUNCH_PARAM_END ((void*)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void*)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void*)0x02)
+
+#define CTX_MAGIC 0x58544347u    /* live context */
+#define DEAD_MAGIC 0x44414544u   /* destroyed object (structs are never freed) */
+#define STREAM_MAGIC 0x4d525453u
+#define MODULE_MAGIC 0x444f4d53u
+#define EVENT_MAGIC 0x544e5645u
+
+enum kernel_kind { KERNEL_WORK = 1, KERNEL_SLEEP = 2, KERNEL_SPIN = 3 };
+
+#define MAX_SPIN_INTERVALS 64
+#define MAX_CTX_STACK 32
+
+struct CUctx_st {
+  uint32_t magic;
+  int dev;             /* visible device index */
+  int primary;         /* the device's primary context */
+  int active;          /* primary: retained at least once and not released to 0 */
+  unsigned int flags;
+  uint64_t latest_end; /* ns: end of this context's latest kernel */
+  int nspin;
+  struct simgpu_interval spin[MAX_SPIN_INTERVALS]; /* simgpu_spin intervals not yet burned */
+};
+
+struct CUstream_st {
+  uint32_t magic;
+  struct CUctx_st* ctx;
+  uint64_t latest_end;
+};
+
+struct CUmod_st {
+  uint32_t magic;
+};
+
+struct CUfunc_st {
+  int kind;
+  const char* name;
+};
+
+struct CUevent_st {
+  uint32_t magic;
+  int recorded;
+  uint64_t when; /* ns: completion time of the work before it */
+};
+
+struct allocation {
+  void* ptr;
+  size_t size;
+  int dev;
+  struct CUctx_st* ctx;
+  struct allocation* next;
+};
+
+static struct CUfunc_st g_kernels[] = {
+    {KERNEL_WORK, "simgpu_work"},
+    {KERNEL_SLEEP, "simgpu_sleep"},
+    {KERNEL_SPIN, "simgpu_spin"},
+};
+
+static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
+static volatile int g_initialized = 0;
+static struct CUctx_st g_primary[SIMGPU_MAX_DEVICES];
+static int g_primary_refs[SIMGPU_MAX_DEVICES];
+static struct allocation* g_allocations = NULL;
+
+static __thread struct CUctx_st* t_stack[MAX_CTX_STACK];
+static __thread int t_depth = 0;
+
+/* ---- helpers ---- */
+
+#define REQUIRE_INIT() \
+  do {                 \
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED; \
+  } while (0)
+
+static int valid_dev(CUdevice dev) { return dev >= 0 && dev < simgpu_count(); }
+
+static struct CUctx_st* current_ctx(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
+
+static int ctx_usable(const struct CUctx_st* c) {
+  return c != NULL && c->magic == CTX_MAGIC && (!c->primary || c->active);
+}
+
+static struct CUctx_st* usable_current(void) {
+  struct CUctx_st* c = current_ctx();
+  return ctx_usable(c) ? c : NULL;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* Wait until target (ns): burn this context's pending spin intervals before it, sleep the rest. */
+static void wait_for(struct CUctx_st* c, uint64_t target) {
+  struct simgpu_interval todo[MAX_SPIN_INTERVALS];
+  int n = 0;
+
+  pthread_mutex_lock(&g_mutex);
+  if (c != NULL) {
+    int keep = 0;
+    for (int i = 0; i < c->nspin; i++) {
+      if (c->spin[i].start_ns < target)
+        todo[n++] = c->spin[i];
+      else
+        c->spin[keep++] = c->spin[i];
+    }
+    c->nspin = keep;
+  }
+  pthread_mutex_unlock(&g_mutex);
+  for (int i = 0; i < n; i++) {
+    uint64_t end = todo[i].end_ns < target ? todo[i].end_ns : target;
+    if (simgpu_now_ns() >= end) continue;
+    simgpu_sleep_until(todo[i].start_ns);
+    simgpu_spin_until(end);
+  }
+  if (simgpu_now_ns() < target) simgpu_sleep_until(target);
+}
+
+static uint64_t ctx_latest(struct CUctx_st* c) {
+  uint64_t t;
+  pthread_mutex_lock(&g_mutex);
+  t = c->latest_end;
+  pthread_mutex_unlock(&g_mutex);
+  return t;
+}
+
+/* Free every allocation of context c (the context is going away). */
+static void free_ctx_allocations(struct CUctx_st* c) {
+  struct allocation** pp;
+  pthread_mutex_lock(&g_mutex);
+  pp = &g_allocations;
+  while (*pp != NULL) {
+    struct allocation* a = *pp;
+    if (a->ctx == c) {
+      *pp = a->next;
+      munmap(a->ptr, a->size);
+      simgpu_mem_sub(a->dev, a->size);
+      free(a);
+    } else {
+      pp = &a->next;
+    }
+  }
+  pthread_mutex_unlock(&g_mutex);
+}
+
+static void ctx_teardown(struct CUctx_st* c) {
+  free_ctx_allocations(c);
+  simgpu_ctx_add(c->dev, -1);
+  pthread_mutex_lock(&g_mutex);
+  c->nspin = 0;
+  pthread_mutex_unlock(&g_mutex);
+}
+
+static void forget_in_stack(struct CUctx_st* c) {
+  int keep = 0;
+  for (int i = 0; i < t_depth; i++)
+    if (t_stack[i] != c) t_stack[keep++] = t_stack[i];
+  t_depth = keep;
+}
+
+/* Stream's context (NULL stream, legacy and per-thread handles: the current context). */
+static struct CUctx_st* stream_ctx(CUstream s, struct CUstream_st** real) {
+  *real = NULL;
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return usable_current();
+  if (s->magic != STREAM_MAGIC) return NULL;
+  *real = s;
+  return ctx_usable(s->ctx) ? s->ctx : NULL;
+}
+
+static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
+  struct CUctx_st* c;
+  struct allocation* a;
+  void* p;
+  int rc;
+
+  REQUIRE_INIT();
+  if (dptr == NULL || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  c = usable_current();
+  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  rc = simgpu_mem_add(c->dev, bytesize, check_total);
+  if (rc == 1) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc != 0) return CUDA_ERROR_UNKNOWN;
+  p = mmap(NULL, bytesize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+           -1, 0);
+  a = (p == MAP_FAILED) ? NULL : malloc(sizeof(*a));
+  if (a == NULL) {
+    if (p != MAP_FAILED) munmap(p, bytesize);
+    simgpu_mem_sub(c->dev, bytesize);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  a->ptr = p;
+  a->size = bytesize;
+  a->dev = c->dev;
+  a->ctx = c;
+  pthread_mutex_lock(&g_mutex);
+  a->next = g_allocations;
+  g_allocations = a;
+  pthread_mutex_unlock(&g_mutex);
+  *dptr = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+/* Synchronous copies and sets run after the current context's queued kernels (legacy stream). */
+static void sync_current_for_copy(void) {
+  struct CUctx_st* c = usable_current();
+  if (c != NULL) wait_for(c, ctx_latest(c));
+}
+
+static CUresult do_copy(void* dst, const void* src, size_t n, int sync) {
+  REQUIRE_INIT();
+  if (n == 0) return CUDA_SUCCESS;
+  if (dst == NULL || src == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (sync) sync_current_for_copy();
+  memmove(dst, src, n);
+  return CUDA_SUCCESS;
+}
+
+static void uuid_bytes(const char* uuid, unsigned char out[16]) {
+  /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": its 32 hex digits; else a hash of the string */
+  const char* s = (strncmp(uuid, "GPU-", 4) == 0) ? uuid + 4 : uuid;
+  int nibbles = 0;
+  int ok = 1;
+  memset(out, 0, 16);
+  for (const char* p = s; *p != '\0' && ok; p++) {
+    int v;
+    if (*p == '-') continue;
+    if (*p >= '0' && *p <= '9')
+      v = *p - '0';
+    else if (*p >= 'a' && *p <= 'f')
+      v = *p - 'a' + 10;
+    else if (*p >= 'A' && *p <= 'F')
+      v = *p - 'A' + 10;
+    else {
+      ok = 0;
+      break;
+    }
+    if (nibbles >= 32) {
+      ok = 0;
+      break;
+    }
+    out[nibbles / 2] |= (unsigned char)(v << ((nibbles % 2) ? 0 : 4));
+    nibbles++;
+  }
+  if (ok && nibbles == 32) return;
+  {
+    uint64_t h1 = 1469598103934665603ULL, h2 = 1099511628211ULL ^ 0x9e3779b97f4a7c15ULL;
+    for (const char* p = uuid; *p != '\0'; p++) {
+      h1 = (h1 ^ (unsigned char)*p) * 1099511628211ULL;
+      h2 = (h2 ^ (unsigned char)*p) * 0x100000001b3ULL + 0x7f4a7c15ULL;
+    }
+    for (int i = 0; i < 8; i++) {
+      out[i] = (unsigned char)(h1 >> (8 * i));
+      out[8 + i] = (unsigned char)(h2 >> (8 * i));
+    }
+  }
+}
+
+/* ---- exported API ---- */
+
+SIMGPU_API int simgpuVersion(void) { return 1; }
+
+SIMGPU_API CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (simgpu_load(1) != 0 || simgpu_count() == 0) return CUDA_ERROR_NO_DEVICE;
+  g_initialized = 1;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDriverGetVersion(int* version) {
+  if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *version = SIMGPU_DRIVER_VERSION;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceGetCount(int* count) {
+  REQUIRE_INIT();
+  if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *count = simgpu_count();
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  REQUIRE_INIT();
+  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  REQUIRE_INIT();
+  if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  snprintf(name, (size_t)len, "%s", simgpu_device_at(dev)->name);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  REQUIRE_INIT();
+  if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  uuid_bytes(simgpu_device_at(dev)->uuid, (unsigned char*)uuid->bytes);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  REQUIRE_INIT();
+  if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  uuid_bytes(simgpu_device_at(dev)->uuid, (unsigned char*)uuid->bytes);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  REQUIRE_INIT();
+  if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = (size_t)simgpu_device_at(dev)->total_bytes;
+  return CUDA_SUCCESS;
+}
+
+static int attribute_value(int attrib) {
+  switch (attrib) {
+    case 1: return 1024;        /* MAX_THREADS_PER_BLOCK */
+    case 2: return 1024;        /* MAX_BLOCK_DIM_X */
+    case 3: return 1024;        /* MAX_BLOCK_DIM_Y */
+    case 4: return 64;          /* MAX_BLOCK_DIM_Z */
+    case 5: return 2147483647;  /* MAX_GRID_DIM_X */
+    case 6: return 65535;       /* MAX_GRID_DIM_Y */
+    case 7: return 65535;       /* MAX_GRID_DIM_Z */
+    case 8: return 49152;       /* MAX_SHARED_MEMORY_PER_BLOCK */
+    case 10: return 32;         /* WARP_SIZE */
+    case 16: return 108;        /* MULTIPROCESSOR_COUNT */
+    case 41: return 1;          /* UNIFIED_ADDRESSING */
+    case 75: return 8;          /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: return 0;          /* COMPUTE_CAPABILITY_MINOR */
+    case 83: return 1;          /* MANAGED_MEMORY */
+    case 89: return 1;          /* CONCURRENT_MANAGED_ACCESS */
+    default: return 0;
+  }
+}
+
+SIMGPU_API CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice dev) {
+  REQUIRE_INIT();
+  if (pi == NULL || attrib <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pi = attribute_value(attrib);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  REQUIRE_INIT();
+  if (major == NULL || minor == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *major = 8;
+  *minor = 0;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDeviceGetPCIBusId(char* busid, int len, CUdevice dev) {
+  REQUIRE_INIT();
+  if (busid == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  snprintf(busid, (size_t)len, "00000000:%02X:00.0", simgpu_device_at(dev)->config_index + 1);
+  return CUDA_SUCCESS;
+}
+
+/* -- contexts -- */
+
+static CUresult primary_retain(CUcontext* pctx, CUdevice dev) {
+  struct CUctx_st* c;
+  int first;
+  REQUIRE_INIT();
+  if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  c = &g_primary[dev];
+  pthread_mutex_lock(&g_mutex);
+  c->magic = CTX_MAGIC;
+  c->dev = dev;
+  c->primary = 1;
+  first = (g_primary_refs[dev]++ == 0);
+  c->active = 1;
+  pthread_mutex_unlock(&g_mutex);
+  if (first && simgpu_ctx_add(dev, +1) != 0) {
+    pthread_mutex_lock(&g_mutex);
+    if (--g_primary_refs[dev] == 0) c->active = 0;
+    pthread_mutex_unlock(&g_mutex);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  *pctx = c;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  return primary_retain(pctx, dev);
+}
+
+static CUresult primary_release(CUdevice dev, int reset) {
+  int last = 0;
+  REQUIRE_INIT();
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&g_mutex);
+  if (g_primary_refs[dev] <= 0) {
+    pthread_mutex_unlock(&g_mutex);
+    return reset ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  }
+  g_primary_refs[dev] = reset ? 0 : g_primary_refs[dev] - 1;
+  if (g_primary_refs[dev] == 0) {
+    g_primary[dev].active = 0;
+    last = 1;
+  }
+  pthread_mutex_unlock(&g_mutex);
+  if (last) ctx_teardown(&g_primary[dev]);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev, 0); }
+SIMGPU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev, 0); }
+SIMGPU_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_release(dev, 1); }
+SIMGPU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_release(dev, 1); }
+
+SIMGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  REQUIRE_INIT();
+  if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&g_mutex);
+  *flags = g_primary[dev].flags;
+  *active = g_primary_refs[dev] > 0;
+  pthread_mutex_unlock(&g_mutex);
+  return CUDA_SUCCESS;
+}
+
+static CUresult primary_set_flags(CUdevice dev, unsigned int flags) {
+  REQUIRE_INIT();
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&g_mutex);
+  g_primary[dev].flags = flags;
+  pthread_mutex_unlock(&g_mutex);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return primary_set_flags(dev, flags);
+}
+SIMGPU_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  return primary_set_flags(dev, flags);
+}
+
+SIMGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  struct CUctx_st* c;
+  REQUIRE_INIT();
+  if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (t_depth >= MAX_CTX_STACK) return CUDA_ERROR_UNKNOWN;
+  c = calloc(1, sizeof(*c)); /* never freed: stale handles stay readable and detectably dead */
+  if (c == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (simgpu_ctx_add(dev, +1) != 0) {
+    free(c);
+    return CUDA_ERROR_UNKNOWN;
+  }
+  c->magic = CTX_MAGIC;
+  c->dev = dev;
+  c->flags = flags;
+  t_stack[t_depth++] = c;
+  *pctx = c;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  REQUIRE_INIT();
+  if (ctx == NULL || ctx->magic != CTX_MAGIC || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_teardown(ctx);
+  ctx->magic = DEAD_MAGIC;
+  forget_in_stack(ctx);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+  REQUIRE_INIT();
+  if (ctx == NULL) {
+    if (t_depth > 0) t_depth--;
+    return CUDA_SUCCESS;
+  }
+  if (ctx->magic != CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_depth == 0) t_depth = 1;
+  t_stack[t_depth - 1] = ctx;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  REQUIRE_INIT();
+  if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = current_ctx();
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  REQUIRE_INIT();
+  if (ctx == NULL || ctx->magic != CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_depth >= MAX_CTX_STACK) return CUDA_ERROR_UNKNOWN;
+  t_stack[t_depth++] = ctx;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  REQUIRE_INIT();
+  if (t_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  t_depth--;
+  if (pctx != NULL) *pctx = t_stack[t_depth];
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
+  struct CUctx_st* c;
+  REQUIRE_INIT();
+  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+  c = usable_current();
+  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = c->dev;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuCtxSynchronize(void) {
+  struct CUctx_st* c;
+  REQUIRE_INIT();
+  c = usable_current();
+  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  wait_for(c, ctx_latest(c));
+  return CUDA_SUCCESS;
+}
+
+/* -- streams and events -- */
+
+static CUresult stream_create(CUstream* ph) {
+  struct CUctx_st* c;
+  struct CUstream_st* s;
+  REQUIRE_INIT();
+  if (ph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  c = usable_current();
+  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  s = calloc(1, sizeof(*s));
+  if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  s->magic = STREAM_MAGIC;
+  s->ctx = c;
+  *ph = s;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuStreamCreate(CUstream* ph, unsigned int flags) {
+  (void)flags;
+  return stream_create(ph);
+}
+
+SIMGPU_API CUresult cuStreamCreateWithPriority(CUstream* ph, unsigned int flags, int priority) {
+  (void)flags;
+  (void)priority;
+  return stream_create(ph);
+}
+
+static CUresult stream_destroy(CUstream s) {
+  REQUIRE_INIT();
+  if (s == NULL || s->magic != STREAM_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  s->magic = DEAD_MAGIC; /* not freed: a late use sees a dead handle */
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuStreamDestroy(CUstream s) { return stream_destroy(s); }
+SIMGPU_API CUresult cuStreamDestroy_v2(CUstream s) { return stream_destroy(s); }
+
+/* Completion time (ns) of the work queued so far on stream s; 0 with *err set on a bad handle. */
+static uint64_t stream_done_at(CUstream s, struct CUctx_st** ctx, CUresult* err) {
+  struct CUstream_st* real = NULL;
+  struct CUctx_st* c = stream_ctx(s, &real);
+  uint64_t t;
+  *err = CUDA_SUCCESS;
+  *ctx = c;
+  if (c == NULL) {
+    *err = (s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD &&
+            s->magic != STREAM_MAGIC)
+               ? CUDA_ERROR_INVALID_HANDLE
+               : CUDA_ERROR_INVALID_CONTEXT;
+    return 0;
+  }
+  pthread_mutex_lock(&g_mutex);
+  t = (real != NULL) ? real->latest_end : c->latest_end;
+  pthread_mutex_unlock(&g_mutex);
+  return t;
+}
+
+SIMGPU_API CUresult cuStreamSynchronize(CUstream s) {
+  struct CUctx_st* c;
+  CUresult err;
+  uint64_t t;
+  REQUIRE_INIT();
+  t = stream_done_at(s, &c, &err);
+  if (err != CUDA_SUCCESS) return err;
+  wait_for(c, t);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuStreamQuery(CUstream s) {
+  struct CUctx_st* c;
+  CUresult err;
+  uint64_t t;
+  REQUIRE_INIT();
+  t = stream_done_at(s, &c, &err);
+  if (err != CUDA_SUCCESS) return err;
+  return simgpu_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+SIMGPU_API CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned int flags) {
+  (void)s;
+  (void)flags;
+  REQUIRE_INIT();
+  if (ev == NULL || ev->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS; /* one timeline per device: work is already ordered */
+}
+
+SIMGPU_API CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
+  struct CUevent_st* e;
+  (void)flags;
+  REQUIRE_INIT();
+  if (ph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (usable_current() == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  e = calloc(1, sizeof(*e));
+  if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  e->magic = EVENT_MAGIC;
+  *ph = e;
+  return CUDA_SUCCESS;
+}
+
+static CUresult event_destroy(CUevent e) {
+  REQUIRE_INIT();
+  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  e->magic = DEAD_MAGIC;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuEventDestroy(CUevent e) { return event_destroy(e); }
+SIMGPU_API CUresult cuEventDestroy_v2(CUevent e) { return event_destroy(e); }
+
+SIMGPU_API CUresult cuEventRecord(CUevent e, CUstream s) {
+  struct CUctx_st* c;
+  CUresult err;
+  uint64_t t;
+  REQUIRE_INIT();
+  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  t = stream_done_at(s, &c, &err);
+  if (err != CUDA_SUCCESS) return err;
+  e->when = max_u64(t, simgpu_now_ns());
+  e->recorded = 1;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuEventQuery(CUevent e) {
+  REQUIRE_INIT();
+  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  return (!e->recorded || simgpu_now_ns() >= e->when) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+SIMGPU_API CUresult cuEventSynchronize(CUevent e) {
+  REQUIRE_INIT();
+  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->recorded) wait_for(usable_current(), e->when);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  REQUIRE_INIT();
+  if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (start == NULL || end == NULL || start->magic != EVENT_MAGIC || end->magic != EVENT_MAGIC)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (!start->recorded || !end->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (simgpu_now_ns() < end->when || simgpu_now_ns() < start->when) return CUDA_ERROR_NOT_READY;
+  *ms = (float)(((double)end->when - (double)start->when) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+/* -- modules and kernels -- */
+
+static CUresult module_new(CUmodule* mod) {
+  struct CUmod_st* m;
+  REQUIRE_INIT();
+  if (mod == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (usable_current() == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  m = calloc(1, sizeof(*m));
+  if (m == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  m->magic = MODULE_MAGIC;
+  *mod = m;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuModuleLoad(CUmodule* mod, const char* fname) {
+  (void)fname;
+  return module_new(mod);
+}
+
+SIMGPU_API CUresult cuModuleLoadData(CUmodule* mod, const void* image) {
+  (void)image;
+  return module_new(mod);
+}
+
+SIMGPU_API CUresult cuModuleLoadDataEx(CUmodule* mod, const void* image, unsigned int n,
+                                       int* options, void** values) {
+  (void)image;
+  (void)n;
+  (void)options;
+  (void)values;
+  return module_new(mod);
+}
+
+SIMGPU_API CUresult cuModuleLoadFatBinary(CUmodule* mod, const void* fatbin) {
+  (void)fatbin;
+  return module_new(mod);
+}
+
+SIMGPU_API CUresult cuModuleUnload(CUmodule mod) {
+  REQUIRE_INIT();
+  if (mod == NULL || mod->magic != MODULE_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  mod->magic = DEAD_MAGIC;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule mod, const char* name) {
+  REQUIRE_INIT();
+  if (hfunc == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (mod == NULL || mod->magic != MODULE_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++) {
+    if (strcmp(g_kernels[i].name, name) == 0) {
+      *hfunc = &g_kernels[i];
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+static int known_kernel(CUfunction f) {
+  for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+    if (f == &g_kernels[i]) return 1;
+  return 0;
+}
+
+/* The i-th 64-bit argument, from kernelParams or from an `extra` parameter buffer. */
+static int kernel_arg(void** params, void** extra, int i, unsigned long long* out) {
+  if (params != NULL) {
+    if (params[i] == NULL) return -1;
+    memcpy(out, params[i], sizeof(*out));
+    return 0;
+  }
+  if (extra != NULL) {
+    const char* buf = NULL;
+    size_t size = 0;
+    for (int k = 0; extra[k] != CU_LAUNCH_PARAM_END; k += 2) {
+      if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = (const char*)extra[k + 1];
+      if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1] != NULL)
+        size = *(const size_t*)extra[k + 1];
+    }
+    if (buf == NULL || size < (size_t)(i + 1) * sizeof(*out)) return -1;
+    memcpy(out, buf + (size_t)i * sizeof(*out), sizeof(*out));
+    return 0;
+  }
+  return -1;
+}
+
+static uint64_t seconds_to_ns(double seconds) {
+  if (!(seconds > 0)) return 0;
+  if (seconds > 1e9) seconds = 1e9; /* ~31 years: keeps the timeline arithmetic in range */
+  return (uint64_t)(seconds * 1e9 + 0.5);
+}
+
+SIMGPU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shared, CUstream hStream, void** kernelParams,
+                                   void** extra) {
+  struct CUstream_st* stream = NULL;
+  struct CUctx_st* c;
+  const struct simgpu_device* d;
+  unsigned long long a0 = 0, a1 = 0;
+  uint64_t duration, start, end;
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared;
+
+  REQUIRE_INIT();
+  if (f == NULL || !known_kernel(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (hStream != NULL && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD &&
+      hStream->magic != STREAM_MAGIC)
+    return CUDA_ERROR_INVALID_HANDLE;
+  c = stream_ctx(hStream, &stream);
+  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  d = simgpu_device_at(c->dev);
+  if (kernel_arg(kernelParams, extra, 0, &a0) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (f->kind == KERNEL_WORK) {
+    double t_flops, t_bytes;
+    if (kernel_arg(kernelParams, extra, 1, &a1) != 0) return CUDA_ERROR_INVALID_VALUE;
+    t_flops = d->flops_per_s > 0 ? (double)a0 / d->flops_per_s : 0.0;
+    t_bytes = d->bytes_per_s > 0 ? (double)a1 / d->bytes_per_s : 0.0;
+    duration = seconds_to_ns(t_flops > t_bytes ? t_flops : t_bytes);
+  } else {
+    duration = a0 > 1000000000000000000ULL ? 1000000000000000000ULL : a0; /* <= ~31 years */
+  }
+  if (simgpu_timeline_append(c->dev, duration, &start, &end) != 0) return CUDA_ERROR_LAUNCH_FAILED;
+  pthread_mutex_lock(&g_mutex);
+  c->latest_end = max_u64(c->latest_end, end);
+  if (stream != NULL) stream->latest_end = max_u64(stream->latest_end, end);
+  if (f->kind == KERNEL_SPIN && duration > 0) {
+    if (c->nspin < MAX_SPIN_INTERVALS) {
+      c->spin[c->nspin].start_ns = start;
+      c->spin[c->nspin].end_ns = end;
+      c->nspin++;
+    } else {
+      c->spin[MAX_SPIN_INTERVALS - 1].end_ns = end; /* full: stretch the last one */
+    }
+  }
+  pthread_mutex_unlock(&g_mutex);
+  return CUDA_SUCCESS;
+}
+
+/* -- memory -- */
+
+SIMGPU_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  return do_alloc(dptr, bytesize, 1);
+}
+
+SIMGPU_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  REQUIRE_INIT();
+  if (flags != 1 && flags != 2) return CUDA_ERROR_INVALID_VALUE; /* ATTACH_GLOBAL or _HOST */
+  return do_alloc(dptr, bytesize, 0);
+}
+
+SIMGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  struct allocation** pp;
+  struct allocation* found = NULL;
+  REQUIRE_INIT();
+  if (dptr == 0) return CUDA_SUCCESS;
+  pthread_mutex_lock(&g_mutex);
+  for (pp = &g_allocations; *pp != NULL; pp = &(*pp)->next) {
+    if ((CUdeviceptr)(uintptr_t)(*pp)->ptr == dptr) {
+      found = *pp;
+      *pp = found->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_mutex);
+  if (found == NULL) return CUDA_ERROR_INVALID_VALUE;
+  munmap(found->ptr, found->size);
+  simgpu_mem_sub(found->dev, found->size);
+  free(found);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  struct CUctx_st* c;
+  uint64_t used = 0, total;
+  REQUIRE_INIT();
+  if (free_bytes == NULL || total_bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
+  c = usable_current();
+  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  total = simgpu_device_at(c->dev)->total_bytes;
+  if (simgpu_mem_used(c->dev, &used) != 0) return CUDA_ERROR_UNKNOWN;
+  *total_bytes = (size_t)total;
+  *free_bytes = (size_t)(used >= total ? 0 : total - used);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemAdvise(CUdeviceptr ptr, size_t count, int advice, CUdevice device) {
+  REQUIRE_INIT();
+  (void)count;
+  if (ptr == 0 || advice < 1 || advice > 6) return CUDA_ERROR_INVALID_VALUE;
+  if (device != -1 && !valid_dev(device)) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS; /* no paging is simulated */
+}
+
+SIMGPU_API CUresult cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice device,
+                                       CUstream s) {
+  (void)count;
+  (void)s;
+  REQUIRE_INIT();
+  if (ptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (device != -1 && !valid_dev(device)) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+#define PTR(x) ((void*)(uintptr_t)(x))
+
+SIMGPU_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return do_copy(PTR(dst), PTR(src), n, 1);
+}
+SIMGPU_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  (void)s;
+  return do_copy(PTR(dst), PTR(src), n, 0);
+}
+SIMGPU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  return do_copy(PTR(dst), src, n, 1);
+}
+SIMGPU_API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  return do_copy(dst, PTR(src), n, 1);
+}
+SIMGPU_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return do_copy(PTR(dst), PTR(src), n, 1);
+}
+SIMGPU_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  (void)s;
+  return do_copy(PTR(dst), src, n, 0);
+}
+SIMGPU_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  (void)s;
+  return do_copy(dst, PTR(src), n, 0);
+}
+SIMGPU_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  (void)s;
+  return do_copy(PTR(dst), PTR(src), n, 0);
+}
+
+SIMGPU_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
+  REQUIRE_INIT();
+  if (dst == 0 && n > 0) return CUDA_ERROR_INVALID_VALUE;
+  memset(PTR(dst), value, n);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n) {
+  unsigned int* p = (unsigned int*)PTR(dst);
+  REQUIRE_INIT();
+  if (dst == 0 && n > 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < n; i++) p[i] = value;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
+  (void)s;
+  REQUIRE_INIT();
+  if (dst == 0 && n > 0) return CUDA_ERROR_INVALID_VALUE;
+  memset(PTR(dst), value, n);
+  return CUDA_SUCCESS;
+}
+
+/* -- errors -- */
+
+struct error_text {
+  int code;
+  const char* name;
+  const char* text;
+};
+
+static const struct error_text g_errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT",
+     "context already current"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static const struct error_text* find_error(CUresult e) {
+  for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++)
+    if (g_errors[i].code == e) return &g_errors[i];
+  return NULL;
+}
+
+SIMGPU_API CUresult cuGetErrorString(CUresult error, const char** pStr) {
+  const struct error_text* t = find_error(error);
+  if (pStr == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *pStr = t ? t->text : NULL;
+  return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIMGPU_API CUresult cuGetErrorName(CUresult error, const char** pStr) {
+  const struct error_text* t = find_error(error);
+  if (pStr == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *pStr = t ? t->name : NULL;
+  return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* -- entry points -- */
+
+SIMGPU_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                     cuuint64_t flags);
+SIMGPU_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                        cuuint64_t flags, int* symbolStatus);
+
+#define ENTRY(fn) {#fn, (void*)&fn}
+static const struct {
+  const char* name;
+  void* fn;
+} g_entries[] = {
+    ENTRY(cuInit), ENTRY(cuDriverGetVersion), ENTRY(cuDeviceGetCount), ENTRY(cuDeviceGet),
+    ENTRY(cuDeviceGetName), ENTRY(cuDeviceGetUuid), ENTRY(cuDeviceGetUuid_v2),
+    ENTRY(cuDeviceTotalMem_v2), ENTRY(cuDeviceGetAttribute), ENTRY(cuDeviceComputeCapability),
+    ENTRY(cuDeviceGetPCIBusId), ENTRY(cuDevicePrimaryCtxRetain),
+    ENTRY(cuDevicePrimaryCtxRelease), ENTRY(cuDevicePrimaryCtxRelease_v2),
+    ENTRY(cuDevicePrimaryCtxReset), ENTRY(cuDevicePrimaryCtxReset_v2),
+    ENTRY(cuDevicePrimaryCtxGetState), ENTRY(cuDevicePrimaryCtxSetFlags),
+    ENTRY(cuDevicePrimaryCtxSetFlags_v2), ENTRY(cuCtxCreate_v2), ENTRY(cuCtxDestroy_v2),
+    ENTRY(cuCtxSetCurrent), ENTRY(cuCtxGetCurrent), ENTRY(cuCtxPushCurrent_v2),
+    ENTRY(cuCtxPopCurrent_v2), ENTRY(cuCtxGetDevice), ENTRY(cuCtxSynchronize),
+    ENTRY(cuStreamCreate), ENTRY(cuStreamCreateWithPriority), ENTRY(cuStreamDestroy),
+    ENTRY(cuStreamDestroy_v2), ENTRY(cuStreamSynchronize), ENTRY(cuStreamQuery),
+    ENTRY(cuStreamWaitEvent), ENTRY(cuEventCreate), ENTRY(cuEventDestroy),
+    ENTRY(cuEventDestroy_v2), ENTRY(cuEventRecord), ENTRY(cuEventQuery),
+    ENTRY(cuEventSynchronize), ENTRY(cuEventElapsedTime), ENTRY(cuModuleLoad),
+    ENTRY(cuModuleLoadData), ENTRY(cuModuleLoadDataEx), ENTRY(cuModuleLoadFatBinary),
+    ENTRY(cuModuleUnload), ENTRY(cuModuleGetFunction), ENTRY(cuLaunchKernel),
+    ENTRY(cuMemAlloc_v2), ENTRY(cuMemAllocManaged), ENTRY(cuMemFree_v2), ENTRY(cuMemGetInfo_v2),
+    ENTRY(cuMemAdvise), ENTRY(cuMemPrefetchAsync), ENTRY(cuMemcpy), ENTRY(cuMemcpyAsync),
+    ENTRY(cuMemcpyHtoD_v2), ENTRY(cuMemcpyDtoH_v2), ENTRY(cuMemcpyDtoD_v2),
+    ENTRY(cuMemcpyHtoDAsync_v2), ENTRY(cuMemcpyDtoHAsync_v2), ENTRY(cuMemcpyDtoDAsync_v2),
+    ENTRY(cuMemsetD8_v2), ENTRY(cuMemsetD32_v2), ENTRY(cuMemsetD8Async), ENTRY(cuGetErrorString),
+    ENTRY(cuGetErrorName), ENTRY(cuGetProcAddress), ENTRY(cuGetProcAddress_v2),
+};
+
+/* This library's own function for symbol: the exact name, else its _v2 form (as the real
+ * driver maps "cuMemAlloc" to cuMemAlloc_v2 for a current cudaVersion). */
+static void* lookup_entry(const char* symbol) {
+  char v2[128];
+  if (symbol == NULL) return NULL;
+  for (size_t i = 0; i < sizeof(g_entries) / sizeof(g_entries[0]); i++)
+    if (strcmp(g_entries[i].name, symbol) == 0) return g_entries[i].fn;
+  snprintf(v2, sizeof(v2), "%s_v2", symbol);
+  for (size_t i = 0; i < sizeof(g_entries) / sizeof(g_entries[0]); i++)
+    if (strcmp(g_entries[i].name, v2) == 0) return g_entries[i].fn;
+  return NULL;
+}
+
+SIMGPU_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                     cuuint64_t flags) {
+  (void)cudaVersion;
+  (void)flags;
+  if (symbol == NULL || pfn == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = lookup_entry(symbol);
+  return *pfn != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+SIMGPU_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                        cuuint64_t flags, int* symbolStatus) {
+  (void)cudaVersion;
+  (void)flags;
+  if (symbol == NULL || pfn == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = lookup_entry(symbol);
+  if (symbolStatus != NULL) *symbolStatus = (*pfn != NULL) ? 0 : 1;
+  return *pfn != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
