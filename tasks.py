@@ -12,8 +12,7 @@ from invoke import Collection, task
 
 from xpushare import adhoc, engine, inventory
 from xpushare.cli import guarded, remainder_argv, run_suite
-from xpushare.errors import XpushareError
-from xpushare.errors import UsageError
+from xpushare.errors import UsageError, XpushareError
 from xpushare.fanout import DEFAULT_FORKS
 from xpushare.selection import select_hosts
 
