@@ -3,7 +3,9 @@
 The workload scripts in this folder are copied to GPU nodes (or baked into pods) as one folder and run as
 ``python <script>.py ...``; they must not import the ``xpushare`` package.  They import this module from
 their own directory.  ``torch`` is imported lazily (inside :func:`select_device`) so that argument errors
-and a missing ``torch_npu`` fail fast, before the ~2 s torch import.
+and a missing ``torch_npu`` fail fast, before the ~2 s torch import; the ``cudadrv`` device (the CUDA driver
+API through ctypes, for the lab's simulated GPU, :class:`CudaDrvDevice`) never imports it. Workload bodies
+use only the operations of :class:`Device`, so each runs on every device.
 
 Specs implemented here (paths relative to the shared reference folder):
 
@@ -19,6 +21,8 @@ Specs implemented here (paths relative to the shared reference folder):
 from __future__ import annotations
 
 import argparse
+import array
+import ctypes
 import datetime
 import math
 import sys
@@ -40,7 +44,7 @@ QUOTA_PROBE_PREFIX = "[XPUSHARE][QUOTA_PROBE]"
 ALLOC_FREE_PREFIX = "[XPUSHARE][ALLOC_FREE]"
 OVERSUB_PREFIX = "[XPUSHARE][OVERSUB]"
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu", "cudadrv")
 
 # ---------------------------------------------------------------------------------------------------------
 # Defaults per GPU model.
@@ -244,8 +248,10 @@ def make_parser(prog_doc: str, workload: str) -> WorkloadArgumentParser:
         "--device",
         choices=DEVICE_CHOICES,
         default="auto",
-        help="where to run: auto = CUDA when torch.cuda.is_available() else CPU; npu needs torch_npu "
-        "and uses npu:0; cuda/npu fail (exit 1) when unavailable (default: auto)",
+        help="where to run: auto = CUDA when torch.cuda.is_available(), else cudadrv when libcuda.so.1 is "
+        "the lab's simulated GPU, else CPU; npu needs torch_npu and uses npu:0; cudadrv drives the CUDA "
+        "driver API through ctypes (no torch) and needs the simulated GPU; cuda/npu/cudadrv fail (exit 1) "
+        "when unavailable (default: auto)",
     )
     parser.add_argument(
         "--gpu-model",
@@ -268,40 +274,129 @@ def make_parser(prog_doc: str, workload: str) -> WorkloadArgumentParser:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Device selection
+# Devices
+#
+# A workload body talks to its device only through the operations of :class:`Device`: allocate an fp32
+# buffer (``full``, ``empty``), ``add``, ``matmul``, read one element back (``item``), ``free``, ``sync``,
+# ``mem_info`` and ``empty_cache``. :class:`TorchDevice` maps them onto PyTorch (``cuda``, ``npu``, ``cpu``);
+# :class:`CudaDrvDevice` onto the CUDA driver API through ctypes (``cudadrv``, no torch at all).
 # ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Device:
-    """The compute device a workload runs on.
+    """The compute device a workload runs on, and the operations the workloads need.
+
+    Buffers are fp32 and shaped like tensors; their type depends on the device (a ``torch.Tensor``, or a
+    :class:`DrvBuffer` on ``cudadrv``). Every operation is asynchronous like a CUDA kernel launch until
+    :meth:`sync` (or :meth:`item`, which synchronises first).
 
     Attributes:
-        torch: the imported ``torch`` module.
-        kind: ``"cuda"``, ``"npu"`` or ``"cpu"``.
-        device: torch device string (``"cuda:0"``, ``"npu:0"``, ``"cpu"``).
-        name: device name (``torch.cuda.get_device_name``), ``"cpu"`` on CPU.
+        kind: ``"cuda"``, ``"npu"``, ``"cpu"`` or ``"cudadrv"``.
+        device: device string printed in the INFO line (``"cuda:0"``, ``"npu:0"``, ``"cpu"``, ``"cudadrv:0"``).
+        name: device name (``torch.cuda.get_device_name``, ``cuDeviceGetName``), ``"cpu"`` on CPU.
         total_bytes: total device memory in bytes (``get_device_properties().total_memory`` on CUDA,
-            ``torch.npu.mem_get_info()[1]`` on NPU), None on CPU.
+            ``torch.npu.mem_get_info()[1]`` on NPU, ``cuDeviceTotalMem_v2`` on cudadrv), None on CPU.
+        torch: the imported ``torch`` module (None on cudadrv).
+
+    This base class only describes the device (``resolve_model`` needs no more); the operations are
+    implemented by :class:`TorchDevice` and :class:`CudaDrvDevice`.
     """
 
-    torch: Any
     kind: str
     device: str
     name: str
     total_bytes: int | None
+    torch: Any = None
+
+    def full(self, shape: tuple[int, ...], value: float) -> Any:
+        """A new fp32 buffer of ``shape`` (elements per dimension) with every element = ``value``."""
+        raise NotImplementedError
+
+    def empty(self, shape: tuple[int, ...]) -> Any:
+        """A new fp32 buffer of ``shape`` (elements per dimension), contents undefined."""
+        raise NotImplementedError
+
+    def add(self, x: Any, y: Any, out: Any = None) -> Any:
+        """Elementwise ``x + y``: a new buffer (like ``z = x + y``) when ``out`` is None, else written into
+        ``out`` (``out`` may be ``x``: in place) and returned. ``y`` may hold more elements than ``x``:
+        its first ``numel(x)`` elements (flat order) are used."""
+        raise NotImplementedError
+
+    def matmul(self, x: Any, y: Any, out: Any) -> Any:
+        """Matrix product of two (n, n) buffers into the (n, n) buffer ``out`` (``torch.matmul(x, y,
+        out=out)``); returns ``out``."""
+        raise NotImplementedError
+
+    def item(self, buf: Any, index: int) -> float:
+        """Synchronise, then read element ``index`` (flat, row-major; negative counts from the end)."""
+        raise NotImplementedError
+
+    def numel(self, buf: Any) -> int:
+        """Number of elements of ``buf``."""
+        return int(buf.numel())
+
+    def free(self, buf: Any) -> None:
+        """Give ``buf``'s memory back to the caching allocator (not to the driver: see
+        :meth:`empty_cache`). The caller must not use ``buf`` afterwards, and should drop its references."""
+        raise NotImplementedError
 
     def sync(self) -> None:
-        """Wait for all queued work on the device (``torch.cuda/npu.synchronize``; no-op on CPU)."""
+        """Wait for all queued work of this process on the device."""
+        raise NotImplementedError
+
+    def mem_info(self) -> tuple[int, int] | None:
+        """``(free_bytes, total_bytes)`` as the driver reports them (under xpushare with a memory limit
+        the hooked cuMemGetInfo reports ``total = limit``, spec §7 item 4); None when unknown."""
+        raise NotImplementedError
+
+    def empty_cache(self) -> None:
+        """Return the caching allocator's free blocks to the driver (PyTorch's ``empty_cache()``)."""
+        raise NotImplementedError
+
+
+class TorchDevice(Device):
+    """A PyTorch device: ``cuda`` (``cuda:0``), ``npu`` (``npu:0`` through ``torch_npu``) or ``cpu``."""
+
+    def full(self, shape: tuple[int, ...], value: float) -> Any:
+        """``torch.full(shape, value, dtype=float32)`` on the device (one fill kernel)."""
+        return self.torch.full(shape, value, dtype=self.torch.float32, device=self.device)
+
+    def empty(self, shape: tuple[int, ...]) -> Any:
+        """``torch.empty(shape, dtype=float32)`` on the device."""
+        return self.torch.empty(shape, dtype=self.torch.float32, device=self.device)
+
+    def add(self, x: Any, y: Any, out: Any = None) -> Any:
+        """``x + y`` (new tensor), ``x.add_(y)`` when ``out is x``, else ``torch.add(x, y, out=out)``."""
+        if y.numel() != x.numel():
+            y = y.reshape(-1)[: x.numel()].view(x.shape)
+        if out is None:
+            return x + y
+        if out is x:
+            return x.add_(y)
+        return self.torch.add(x, y, out=out)
+
+    def matmul(self, x: Any, y: Any, out: Any) -> Any:
+        """``torch.matmul(x, y, out=out)``."""
+        return self.torch.matmul(x, y, out=out)
+
+    def item(self, buf: Any, index: int) -> float:
+        """``buf.reshape(-1)[index].item()`` (``.item()`` synchronises)."""
+        return float(buf.reshape(-1)[index].item())
+
+    def free(self, buf: Any) -> None:
+        """Nothing to do: the block returns to PyTorch's cache when the last reference is dropped."""
+
+    def sync(self) -> None:
+        """``torch.cuda/npu.synchronize()``; no-op on CPU."""
         if self.kind == "cuda":
             self.torch.cuda.synchronize()
         elif self.kind == "npu":
             self.torch.npu.synchronize()
 
     def mem_info(self) -> tuple[int, int] | None:
-        """``(free_bytes, total_bytes)`` as the runtime reports them (under xpushare with a memory limit
-        the hooked cuMemGetInfo reports ``total = limit``, spec §7 item 4); None on CPU and on PyTorch
-        builds without ``torch.cuda.mem_get_info`` (older than 1.10)."""
+        """``torch.cuda/npu.mem_get_info()`` in bytes; None on CPU and on PyTorch builds without
+        ``torch.cuda.mem_get_info`` (older than 1.10)."""
         if self.kind == "cuda":
             if not hasattr(self.torch.cuda, "mem_get_info"):
                 return None
@@ -313,27 +408,516 @@ class Device:
         return None
 
     def empty_cache(self) -> None:
-        """Return cached allocator blocks to the driver (``torch.cuda/npu.empty_cache``; no-op on CPU)."""
+        """``torch.cuda/npu.empty_cache()``; no-op on CPU."""
         if self.kind == "cuda":
             self.torch.cuda.empty_cache()
         elif self.kind == "npu":
             self.torch.npu.empty_cache()
 
 
-def select_device(requested: str) -> Device:
-    """Import torch (and torch_npu when asked) and pick the device.
+# ---------------------------------------------------------------------------------------------------------
+# cudadrv: the CUDA driver API through ctypes, on the lab's simulated GPU
+#
+# The lab's CPU-only nodes have a simulated GPU as libcuda.so.1 (tests/lab/simgpu/, marker export
+# ``simgpuVersion``); xpushare's client library is LD_PRELOADed in front of it and hooks dlsym, so this
+# path looks symbols up by name (ctypes attribute lookup = dlsym, with the ``_v2`` names a CUDA program's
+# look-ups use) and calls them like a CUDA program does. The simulator's one kernel, ``simgpu_work``, takes
+# two ``unsigned long long`` parameters (FLOPs and bytes moved) and occupies the device for
+# max(flops / flops_per_s, bytes / bytes_per_s) seconds of its configuration; it computes nothing.
+# ---------------------------------------------------------------------------------------------------------
+
+CUDA_LIBRARY = "libcuda.so.1"
+SIMGPU_MARKER = "simgpuVersion"
+"""Export of the simulated GPU's libcuda.so.1 (``int simgpuVersion(void)``) that tells it from a real driver."""
+SIMGPU_MODULE_IMAGE = b"simgpu\0"
+SIMGPU_KERNEL = b"simgpu_work"
+CUDA_SUCCESS = 0
+CUDA_ERROR_OUT_OF_MEMORY = 2
+
+_CU_DEVICEPTR = ctypes.c_uint64
+# Driver functions used here and their argument types (CUresult = int return; CUdevice = int; contexts,
+# modules, functions and streams are pointers; CUdeviceptr is a 64-bit integer).
+_CU_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    "cuInit": (ctypes.c_uint,),
+    "cuDeviceGet": (ctypes.POINTER(ctypes.c_int), ctypes.c_int),
+    "cuDeviceGetName": (ctypes.c_char_p, ctypes.c_int, ctypes.c_int),
+    "cuDeviceTotalMem_v2": (ctypes.POINTER(ctypes.c_size_t), ctypes.c_int),
+    "cuDevicePrimaryCtxRetain": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int),
+    "cuCtxSetCurrent": (ctypes.c_void_p,),
+    "cuCtxCreate_v2": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int),
+    "cuModuleLoadData": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p),
+    "cuModuleGetFunction": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p),
+    "cuMemAlloc_v2": (ctypes.POINTER(_CU_DEVICEPTR), ctypes.c_size_t),
+    "cuMemFree_v2": (_CU_DEVICEPTR,),
+    "cuMemGetInfo_v2": (ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)),
+    "cuLaunchKernel": (
+        ctypes.c_void_p,  # CUfunction
+        *(ctypes.c_uint,) * 7,  # grid x/y/z, block x/y/z, shared memory bytes
+        ctypes.c_void_p,  # CUstream (None: the legacy default stream)
+        ctypes.POINTER(ctypes.c_void_p),  # kernelParams
+        ctypes.POINTER(ctypes.c_void_p),  # extra
+    ),
+    "cuCtxSynchronize": (),
+    "cuMemcpyHtoD_v2": (_CU_DEVICEPTR, ctypes.c_void_p, ctypes.c_size_t),
+    "cuMemcpyDtoH_v2": (ctypes.c_void_p, _CU_DEVICEPTR, ctypes.c_size_t),
+    "cuGetErrorName": (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
+}
+
+_STAGING_ELEMENTS = 1 << 20
+"""fp32 elements (4 MiB) of the host buffer that :meth:`CudaDrvDevice.full` copies from, repeatedly."""
+
+
+class CudaDriverError(RuntimeError):
+    """A driver call failed: ``<function> returned <CUDA_ERROR_NAME> (<code>)``.
+
+    Attributes:
+        function: the driver function's symbol name; code: its CUresult; error_name: cuGetErrorName's text.
+    """
+
+    def __init__(self, function: str, code: int, error_name: str) -> None:
+        super().__init__(f"{function} returned {error_name} ({code})")
+        self.function = function
+        self.code = code
+        self.error_name = error_name
+
+
+class OutOfMemoryError(RuntimeError):
+    """``CUDA out of memory. Tried to allocate ...``: cuMemAlloc_v2 refused a block on cudadrv (the device
+    is full, or the xpushare memory quota). The message starts like ``torch.OutOfMemoryError``'s, so logs
+    are recognised the same way (``xpushare.collect.pod_log.oom_markers``)."""
+
+
+def format_bytes(nbytes: int) -> str:
+    """PyTorch's size style in OOM messages: ``"2.92 GiB"`` from 1 GiB up, else ``"748.00 MiB"``."""
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / MIB:.2f} MiB"
+
+
+def load_cuda_library(require_simulator: bool = True) -> ctypes.CDLL:
+    """Load ``libcuda.so.1`` through the dynamic loader (``LD_LIBRARY_PATH``, ld.so.cache).
 
     Args:
-        requested: one of :data:`DEVICE_CHOICES`. ``auto`` = CUDA when ``torch.cuda.is_available()``,
-            else CPU (NPU only when asked explicitly; spec §8.3 NPU variants use ``npu:0``).
-
-    Returns:
-        A :class:`Device`.
+        require_simulator: also require the simulated GPU's marker export ``simgpuVersion``.
 
     Raises:
-        RuntimeError: ``"NPU not available: ..."`` (no torch_npu or no NPU), ``"CUDA not available"``.
+        RuntimeError: ``"CUDA driver not available: ..."`` when the library does not load or (with
+            ``require_simulator``) is not the simulated GPU: on a real driver the ``simgpu_work`` kernel
+            that cudadrv launches does not exist.
+    """
+    try:
+        lib = ctypes.CDLL(CUDA_LIBRARY)
+    except OSError as exc:
+        raise RuntimeError(f"CUDA driver not available: cannot load {CUDA_LIBRARY} ({exc})") from exc
+    if require_simulator and not hasattr(lib, SIMGPU_MARKER):
+        raise RuntimeError(
+            f"CUDA driver not available for cudadrv: {CUDA_LIBRARY} is not the simulated GPU (no "
+            f"{SIMGPU_MARKER} export); its kernel simgpu_work exists only there (use --device cuda on a GPU)"
+        )
+    return lib
+
+
+def simulator_library() -> ctypes.CDLL | None:
+    """``libcuda.so.1`` when it loads and is the simulated GPU, else None (cheap: no torch). Never raises."""
+    try:
+        return load_cuda_library(require_simulator=True)
+    except RuntimeError:
+        return None
+
+
+class CudaDriver:
+    """Symbols of ``libcuda.so.1`` looked up by name (dlsym, as xpushare expects) and called checked.
+
+    Args:
+        lib: the loaded library (:func:`load_cuda_library`).
+    """
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        self._fns: dict[str, Any] = {}
+
+    def fn(self, name: str) -> Any:
+        """The ctypes function ``name`` with its argument types and an ``int`` (CUresult) return.
+
+        Raises:
+            AttributeError: the library does not export ``name``.
+        """
+        func = self._fns.get(name)
+        if func is None:
+            func = getattr(self.lib, name)
+            func.restype = ctypes.c_int
+            func.argtypes = list(_CU_SIGNATURES[name])
+            self._fns[name] = func
+        return func
+
+    def error_name(self, code: int) -> str:
+        """``cuGetErrorName(code)`` (e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``), or ``"CUresult <code>"``."""
+        text = ctypes.c_char_p()
+        try:
+            rc = self.fn("cuGetErrorName")(code, ctypes.byref(text))
+        except AttributeError:
+            rc = -1
+        if rc == CUDA_SUCCESS and text.value:
+            return text.value.decode(errors="replace")
+        return "CUDA_ERROR_OUT_OF_MEMORY" if code == CUDA_ERROR_OUT_OF_MEMORY else f"CUresult {code}"
+
+    def check(self, name: str, code: int) -> None:
+        """Raise :class:`CudaDriverError` when the CUresult ``code`` of ``name`` is not CUDA_SUCCESS."""
+        if code != CUDA_SUCCESS:
+            raise CudaDriverError(name, code, self.error_name(code))
+
+    def call(self, name: str, *args: Any) -> None:
+        """Call driver function ``name`` with ``args``. Raises :class:`CudaDriverError` on failure."""
+        self.check(name, self.fn(name)(*args))
+
+
+class DrvBuffer:
+    """An fp32 buffer in the device memory of a :class:`CudaDrvDevice`, shaped like a tensor.
+
+    Attributes:
+        ptr: CUdeviceptr (0 once freed); shape: elements per dimension; nbytes: size in bytes (4 per element).
+
+    Like a PyTorch tensor, dropping the last reference gives the block back to the device's caching
+    allocator (CPython frees it at once), so ``z = dev.add(x, y)`` in a loop reuses two alternating blocks.
+    """
+
+    __slots__ = ("_owner", "nbytes", "ptr", "shape")
+
+    def __init__(self, owner: CudaDrvDevice, ptr: int, shape: tuple[int, ...]) -> None:
+        self._owner = owner
+        self.ptr = ptr
+        self.shape = shape
+        self.nbytes = math.prod(shape) * FP32_BYTES
+
+    def numel(self) -> int:
+        """Number of fp32 elements."""
+        return self.nbytes // FP32_BYTES
+
+    def release(self) -> None:
+        """Give the block back to the owner's cache (idempotent)."""
+        if self.ptr:
+            self._owner._cache_block(self.ptr, self.nbytes)
+            self.ptr = 0
+
+    def __del__(self) -> None:
+        self.release()  # list operations only: safe at any time, even at interpreter shutdown
+
+    def __repr__(self) -> str:
+        return f"DrvBuffer(ptr={self.ptr:#x}, shape={self.shape})"
+
+
+# A replayed operation: (kind, output pointer, output elements, input pointers, matrix side n or 0).
+_Op = tuple[str, int, int, tuple[int, ...], int]
+
+
+class CudaDrvDevice(Device):
+    """Device ``cudadrv``: the CUDA driver API through ctypes, on the lab's simulated GPU (no torch).
+
+    Each operation is what a CUDA program (or PyTorch) would do, through the driver's own entry points:
+
+    * memory: ``cuMemAlloc_v2`` / ``cuMemFree_v2`` behind a caching allocator like PyTorch's (a dropped
+      buffer's block is kept for the next buffer of the same size; :meth:`empty_cache` frees the cached
+      blocks after a sync; an allocation the driver refuses frees the cache and retries once, then raises
+      :class:`OutOfMemoryError`);
+    * work: one ``cuLaunchKernel`` of ``simgpu_work`` per operation, asynchronous, with the FLOPs and bytes
+      of the real operation on fp32: fill of k elements 0 FLOPs / 4k bytes; add of k elements k FLOPs /
+      3·4·k bytes (two reads, one write); n×n matmul 2n³ FLOPs / 3·4·n² bytes;
+    * data: :meth:`full` writes the fill value into every element with ``cuMemcpyHtoD_v2`` (the simulator's
+      fill kernel stores nothing) and :meth:`item` reads with ``cuMemcpyDtoH_v2``: real copies into the
+      simulated GPU's memory;
+    * ``sync`` = ``cuCtxSynchronize``; ``mem_info`` = ``cuMemGetInfo_v2``.
+
+    Simulator limit and how results stay honest: the simulated kernels take time but compute nothing, so
+    this device computes the elements that are read on the host, from the data in device memory:
+
+    * after each synchronise it replays the operations launched since the last one, in launch order, for
+      the first and the last element of each output: it reads the inputs' elements from device memory
+      (``cuMemcpyDtoH_v2``; a matmul element reads a row of x and a column of y), computes the element and
+      writes it into the output (``cuMemcpyHtoD_v2``). A replay is skipped when the same operation was
+      replayed last into the same output and neither its inputs nor the output were written since (so
+      repeating ``z = x + y`` costs no copies); in-place operations are always replayed;
+    * :meth:`item` on an operation's output whose inputs were not written since recomputes the requested
+      element (any element) from the inputs' current device memory before reading it.
+
+    So the checked values come from what the fills put into device memory and what survived there until
+    the check: a lost, freed-and-reused or corrupted input shows. Not covered: elements other than the
+    first and last of an output whose inputs were overwritten later (or of an in-place output) hold no
+    result, and memory written behind the device's back after the last replay of a chain of operations is
+    seen only where an input is recomputed.
+
+    Args:
+        lib: ``libcuda.so.1`` (:func:`load_cuda_library`).
+
+    Raises:
+        CudaDriverError: cuInit, device, context or module set-up failed.
+    """
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        drv = CudaDriver(lib)
+        drv.call("cuInit", 0)
+        cu_dev = ctypes.c_int()
+        drv.call("cuDeviceGet", ctypes.byref(cu_dev), 0)
+        name = ctypes.create_string_buffer(256)
+        drv.call("cuDeviceGetName", name, len(name), cu_dev)
+        total = ctypes.c_size_t()
+        drv.call("cuDeviceTotalMem_v2", ctypes.byref(total), cu_dev)
+        super().__init__(
+            kind="cudadrv",
+            device="cudadrv:0",
+            name=name.value.decode(errors="replace"),
+            total_bytes=int(total.value),
+        )
+        self._drv = drv
+        self._ctx = self._make_context(cu_dev)
+        module = ctypes.c_void_p()
+        drv.call("cuModuleLoadData", ctypes.byref(module), SIMGPU_MODULE_IMAGE)
+        func = ctypes.c_void_p()
+        drv.call("cuModuleGetFunction", ctypes.byref(func), module, SIMGPU_KERNEL)
+        self._module = module
+        self._func = func
+        self._launch_fn = drv.fn("cuLaunchKernel")
+        self._flops = ctypes.c_ulonglong()
+        self._bytes = ctypes.c_ulonglong()
+        self._params = (ctypes.c_void_p * 2)(ctypes.addressof(self._flops), ctypes.addressof(self._bytes))
+        self._cache: dict[int, list[int]] = {}  # bytes -> cached CUdeviceptrs of that size
+        self._allocated = 0  # bytes held from the driver (live buffers + cache)
+        self._pending: list[_Op] = []  # launched since the last sync, replayed by sync()
+        self._generation: dict[int, int] = {}  # CUdeviceptr -> count of host-visible writes into it
+        # output pointer -> (last operation replayed into it, its inputs' generations, its own generation)
+        self._replayed: dict[int, tuple[Any, ...]] = {}
+
+    def _make_context(self, cu_dev: ctypes.c_int) -> ctypes.c_void_p:
+        """The device's primary context made current (as the CUDA runtime does), else ``cuCtxCreate_v2``."""
+        ctx = ctypes.c_void_p()
+        try:
+            primary_rc = self._drv.fn("cuDevicePrimaryCtxRetain")(ctypes.byref(ctx), cu_dev)
+        except AttributeError:
+            primary_rc = -1
+        if primary_rc == CUDA_SUCCESS and ctx.value:
+            self._drv.call("cuCtxSetCurrent", ctx)
+            return ctx
+        self._drv.call("cuCtxCreate_v2", ctypes.byref(ctx), 0, cu_dev)
+        return ctx
+
+    # -- memory ------------------------------------------------------------------------------------------
+
+    def _cache_block(self, ptr: int, nbytes: int) -> None:
+        self._cache.setdefault(nbytes, []).append(ptr)
+
+    def _alloc(self, shape: tuple[int, ...]) -> DrvBuffer:
+        nbytes = math.prod(shape) * FP32_BYTES
+        if nbytes <= 0:
+            raise ValueError(f"empty buffer shape {shape}")
+        cached = self._cache.get(nbytes)
+        if cached:
+            return DrvBuffer(self, cached.pop(), shape)
+        ptr = _CU_DEVICEPTR()
+        alloc = self._drv.fn("cuMemAlloc_v2")
+        rc = alloc(ctypes.byref(ptr), nbytes)
+        if rc == CUDA_ERROR_OUT_OF_MEMORY and any(self._cache.values()):
+            self.empty_cache()  # as PyTorch's allocator: free the cached blocks and retry once
+            rc = alloc(ctypes.byref(ptr), nbytes)
+        if rc == CUDA_ERROR_OUT_OF_MEMORY:
+            raise self._out_of_memory(nbytes)  # (a traceback line naming the error would be one more OOM marker)
+        self._drv.check("cuMemAlloc_v2", rc)
+        self._allocated += nbytes
+        self._generation.pop(ptr.value, None)
+        self._replayed.pop(ptr.value, None)
+        return DrvBuffer(self, int(ptr.value), shape)
+
+    def _out_of_memory(self, nbytes: int) -> OutOfMemoryError:
+        """The error for a refused allocation of ``nbytes`` bytes, worded like PyTorch's."""
+        try:
+            mem = self.mem_info()
+        except CudaDriverError:
+            mem = None
+        capacity = (
+            f"GPU 0 has a total capacity of {format_bytes(mem[1])} of which {format_bytes(mem[0])} is free. "
+            if mem is not None
+            else ""
+        )
+        return OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate {format_bytes(nbytes)}. {capacity}Of the allocated memory "
+            f"{format_bytes(self._allocated)} is allocated by this process "
+            f"(cudadrv: cuMemAlloc_v2 returned CUDA_ERROR_OUT_OF_MEMORY)"
+        )
+
+    def empty(self, shape: tuple[int, ...]) -> DrvBuffer:
+        """A buffer from the cache or ``cuMemAlloc_v2``; nothing written. Raises :class:`OutOfMemoryError`."""
+        return self._alloc(shape)
+
+    def full(self, shape: tuple[int, ...], value: float) -> DrvBuffer:
+        """Allocate, launch a fill kernel (0 FLOPs, 4 bytes per element), and write ``value`` into every
+        element with ``cuMemcpyHtoD_v2`` (4 MiB host copies). Raises :class:`OutOfMemoryError`."""
+        buf = self._alloc(shape)
+        count = buf.numel()
+        self._launch(0, buf.nbytes)
+        self._replay_pending()  # the copies below come after every launched operation, as on a GPU
+        staging = array.array("f", [value]) * min(count, _STAGING_ELEMENTS)
+        src, _ = staging.buffer_info()
+        htod = self._drv.fn("cuMemcpyHtoD_v2")
+        for first in range(0, count, len(staging)):
+            chunk = min(len(staging), count - first) * FP32_BYTES
+            self._drv.check("cuMemcpyHtoD_v2", htod(buf.ptr + first * FP32_BYTES, src, chunk))
+        self._generation[buf.ptr] = self._generation.get(buf.ptr, 0) + 1
+        self._replayed.pop(buf.ptr, None)
+        return buf
+
+    def free(self, buf: Any) -> None:
+        """Give ``buf``'s block to the cache now (what dropping its last reference does)."""
+        buf.release()
+
+    def empty_cache(self) -> None:
+        """Synchronise, then ``cuMemFree_v2`` every cached block."""
+        self.sync()
+        free = self._drv.fn("cuMemFree_v2")
+        for nbytes, ptrs in self._cache.items():
+            while ptrs:
+                ptr = ptrs.pop()
+                self._drv.check("cuMemFree_v2", free(ptr))
+                self._allocated -= nbytes
+                self._generation.pop(ptr, None)
+                self._replayed.pop(ptr, None)
+
+    def mem_info(self) -> tuple[int, int]:
+        """``cuMemGetInfo_v2``: ``(free_bytes, total_bytes)``."""
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self._drv.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return int(free.value), int(total.value)
+
+    # -- work --------------------------------------------------------------------------------------------
+
+    def _launch(self, flops: int, nbytes: int) -> None:
+        """One asynchronous ``simgpu_work`` launch (grid 1x1x1, block 1x1x1) of ``flops`` FLOPs and
+        ``nbytes`` bytes moved."""
+        self._flops.value = flops
+        self._bytes.value = nbytes
+        rc = self._launch_fn(self._func, 1, 1, 1, 1, 1, 1, 0, None, self._params, None)
+        self._drv.check("cuLaunchKernel", rc)
+
+    def add(self, x: Any, y: Any, out: Any = None) -> DrvBuffer:
+        """Launch an add of ``numel(x)`` elements: ``numel`` FLOPs, 3·4·``numel`` bytes."""
+        count = x.numel()
+        if y.numel() < count:
+            raise ValueError(f"add: y has {y.numel()} elements, x {count}")
+        if out is None:
+            out = self._alloc(x.shape)
+        self._launch(count, 3 * count * FP32_BYTES)
+        self._pending.append(("add", out.ptr, count, (x.ptr, y.ptr), 0))
+        return out
+
+    def matmul(self, x: Any, y: Any, out: Any) -> DrvBuffer:
+        """Launch an (n, n) x (n, n) matmul into ``out``: 2n³ FLOPs, 3·4·n² bytes."""
+        n = x.shape[0]
+        if not (x.shape == y.shape == out.shape == (n, n)):
+            raise ValueError(f"matmul needs three (n, n) buffers, got {x.shape}, {y.shape}, {out.shape}")
+        self._launch(2 * n**3, 3 * n * n * FP32_BYTES)
+        self._pending.append(("matmul", out.ptr, n * n, (x.ptr, y.ptr), n))
+        return out
+
+    def sync(self) -> None:
+        """``cuCtxSynchronize``, then replay the first/last output elements of the operations launched since
+        the last synchronise (see the class docstring)."""
+        self._drv.call("cuCtxSynchronize")
+        self._replay_pending()
+
+    def item(self, buf: Any, index: int) -> float:
+        """Synchronise, then ``cuMemcpyDtoH_v2`` element ``index`` (flat; negative from the end).
+
+        When ``buf`` was last written by an operation whose inputs have not been written since, the element
+        is first recomputed from the inputs' current device memory (any element, not only the first and
+        last), so a corrupted input shows in the value read.
+        """
+        count = buf.numel()
+        if not -count <= index < count:
+            raise IndexError(f"index {index} out of range for {count} elements")
+        index %= count
+        self.sync()
+        writer = self._replayed.get(buf.ptr)
+        if writer is not None and writer[1:] == self._generations(writer[0]):
+            self._write(buf.ptr, index, self._compute(writer[0], index))
+        return self._read(buf.ptr, index, 1)[0]
+
+    # -- host-side replay of the operations' results -------------------------------------------------------
+
+    def _read(self, ptr: int, first: int, count: int) -> list[float]:
+        """``count`` fp32 elements from element ``first`` of ``ptr`` (cuMemcpyDtoH_v2)."""
+        host = (ctypes.c_float * count)()
+        rc = self._drv.fn("cuMemcpyDtoH_v2")(ctypes.addressof(host), ptr + first * FP32_BYTES, count * FP32_BYTES)
+        self._drv.check("cuMemcpyDtoH_v2", rc)
+        return list(host)
+
+    def _write(self, ptr: int, index: int, value: float) -> None:
+        """Element ``index`` of ``ptr`` = ``value`` rounded to fp32 (cuMemcpyHtoD_v2)."""
+        host = ctypes.c_float(value)  # rounds to fp32 like the device's store
+        rc = self._drv.fn("cuMemcpyHtoD_v2")(ptr + index * FP32_BYTES, ctypes.addressof(host), FP32_BYTES)
+        self._drv.check("cuMemcpyHtoD_v2", rc)
+
+    def _replay_pending(self) -> None:
+        """Replay the operations launched since the last replay, in launch order. Their reads and writes are
+        synchronous copies, which wait for the launched kernels (as ``cuMemcpy*`` does on a GPU)."""
+        pending, self._pending = self._pending, []
+        for op in pending:
+            self._replay(op)
+
+    def _generations(self, op: _Op) -> tuple[tuple[int, ...], int]:
+        """(write counts of the op's inputs, write count of its output): equal values = unchanged memory."""
+        gen = self._generation
+        return tuple(gen.get(p, 0) for p in op[3]), gen.get(op[1], 0)
+
+    def _compute(self, op: _Op, index: int) -> float:
+        """Element ``index`` of ``op``'s output from its inputs' device memory (add: 2 reads; matmul: row i of
+        x in one read, column j of y in n reads)."""
+        kind, _out, _count, inputs, n = op
+        if kind == "add":
+            return math.fsum(self._read(p, index, 1)[0] for p in inputs)
+        i, j = divmod(index, n)
+        row = self._read(inputs[0], i * n, n)
+        col = [self._read(inputs[1], k * n + j, 1)[0] for k in range(n)]
+        return math.fsum(a * b for a, b in zip(row, col, strict=True))
+
+    def _replay(self, op: _Op) -> None:
+        """Write ``op``'s first and last output elements, unless the same operation was replayed last into
+        this output and no input or the output was written since (its elements are still there)."""
+        out, count, inputs = op[1], op[2], op[3]
+        if out not in inputs and self._replayed.get(out) == (op, *self._generations(op)):
+            return
+        values = [(index, self._compute(op, index)) for index in sorted({0, count - 1})]
+        for index, value in values:
+            self._write(out, index, value)
+        self._generation[out] = self._generation.get(out, 0) + 1
+        if out in inputs:  # in place: the inputs it read are gone, nothing to recompute from later
+            self._replayed.pop(out, None)
+        else:
+            self._replayed[out] = (op, *self._generations(op))
+
+
+def select_device(requested: str) -> Device:
+    """Pick the device; import torch (and torch_npu when asked) only for the PyTorch devices.
+
+    Args:
+        requested: one of :data:`DEVICE_CHOICES`. ``auto`` = CUDA when torch imports and
+            ``torch.cuda.is_available()``, else cudadrv when ``libcuda.so.1`` is the simulated GPU, else
+            CPU. The simulator's marker is checked first, before importing torch (~2 s): a process whose
+            ``libcuda.so.1`` is the simulator has no real CUDA driver for torch, so the order is the same
+            without paying the import on the lab's pods. NPU only when asked explicitly (spec §8.3 NPU
+            variants use ``npu:0``).
+
+    Returns:
+        A :class:`TorchDevice` or a :class:`CudaDrvDevice`.
+
+    Raises:
+        RuntimeError: ``"NPU not available: ..."`` (no torch_npu or no NPU), ``"CUDA not available"``,
+            ``"CUDA driver not available..."`` (cudadrv without the simulated GPU's libcuda.so.1).
+        CudaDriverError: the simulated GPU's set-up failed (cudadrv).
         ValueError: an unknown ``requested`` value.
     """
+    if requested not in DEVICE_CHOICES:
+        raise ValueError(f"unknown device {requested!r}; expected one of {DEVICE_CHOICES}")
+    if requested == "cudadrv":
+        return CudaDrvDevice(load_cuda_library())
+    if requested == "auto":
+        lib = simulator_library()
+        if lib is not None:
+            return CudaDrvDevice(lib)
     if requested == "npu":
         try:
             import torch_npu  # noqa: F401  (registers the torch.npu backend)
@@ -346,7 +930,7 @@ def select_device(requested: str) -> Device:
             raise RuntimeError("NPU not available: torch.npu.is_available() is False")
         npu.set_device("npu:0")
         _, total = npu.mem_get_info()
-        return Device(torch, "npu", "npu:0", str(npu.get_device_name(0)), int(total))
+        return TorchDevice("npu", "npu:0", str(npu.get_device_name(0)), int(total), torch)
 
     import torch
 
@@ -354,10 +938,8 @@ def select_device(requested: str) -> Device:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA not available: torch.cuda.is_available() is False")
         props = torch.cuda.get_device_properties(0)
-        return Device(torch, "cuda", "cuda:0", str(torch.cuda.get_device_name(0)), int(props.total_memory))
-    if requested in ("auto", "cpu"):
-        return Device(torch, "cpu", "cpu", "cpu", None)
-    raise ValueError(f"unknown device {requested!r}; expected one of {DEVICE_CHOICES}")
+        return TorchDevice("cuda", "cuda:0", str(torch.cuda.get_device_name(0)), int(props.total_memory), torch)
+    return TorchDevice("cpu", "cpu", "cpu", None, torch)
 
 
 def resolve_model(gpu_model: str | None, dev: Device) -> str:
@@ -584,3 +1166,93 @@ def check_value(what: str, actual: float, expected: float) -> None:
 def tensor_bytes(n: int, count: int = 1) -> int:
     """Bytes of ``count`` fp32 tensors of shape (n, n): ``count * n * n * 4``."""
     return count * n * n * FP32_BYTES
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loops shared by the workloads
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_steps(
+    dev: Device,
+    steps: int,
+    step: Callable[[], None],
+    *,
+    sync_every: int = 0,
+    sleep_s: float = 0.0,
+    progress: bool = True,
+) -> None:
+    """Call ``step()`` ``steps`` times with a progress line, then synchronise once more.
+
+    Args:
+        dev: the device (for :meth:`Device.sync`).
+        steps: iterations (> 0).
+        step: one iteration (e.g. one launch).
+        sync_every: synchronise after every this many iterations (0: only at the end).
+        sleep_s: seconds to sleep after each iteration (after its progress update; 0: none).
+        progress: show the progress line on stderr.
+    """
+    bar = Progress(steps, enabled=progress)
+    for i in range(1, steps + 1):
+        step()
+        if sync_every and i % sync_every == 0:
+            dev.sync()
+        bar.update()
+        if sleep_s > 0:
+            time.sleep(sleep_s)
+    dev.sync()
+    bar.close()
+
+
+def add_inputs(dev: Device, n: int) -> tuple[Any, Any]:
+    """The add workloads' inputs: fp32 (n, n) buffers x = 1.0 and y = 2.0 (so ``x + y`` = 3.0 exactly)."""
+    return dev.full((n, n), 1.0), dev.full((n, n), 2.0)
+
+
+def add_loop(
+    dev: Device, n: int, steps: int, *, sync_every: int = 0, sleep_s: float = 0.0, progress: bool = True
+) -> None:
+    """W1/W2/W3/W6: ``steps`` x ``z = x + y`` on fp32 (n, n) buffers, then check z's first and last element.
+
+    Each ``z = x + y`` allocates its result while the previous z is still referenced, so 4 buffers are live
+    (x, y, two alternating z): 4·4·n² bytes. On cudadrv each add launches n² FLOPs and 3·4·n² bytes.
+
+    Args:
+        dev: the device; n: matrix side (elements); steps: iterations.
+        sync_every, sleep_s, progress: as :func:`run_steps` (W3: ``sync_every=1`` and a sleep in seconds).
+
+    Raises:
+        OutOfMemoryError / torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        RuntimeError: the result check (z = 3.0) fails.
+    """
+    x, y = add_inputs(dev, n)
+    z: Any = None
+
+    def step() -> None:
+        nonlocal z
+        z = dev.add(x, y)
+
+    run_steps(dev, steps, step, sync_every=sync_every, sleep_s=sleep_s, progress=progress)
+    check_value("z[0, 0]", dev.item(z, 0), 3.0)
+    check_value("z[-1, -1]", dev.item(z, -1), 3.0)
+
+
+def matmul_loop(dev: Device, n: int, steps: int, *, sync_every: int = 0, progress: bool = True) -> None:
+    """W7: ``steps`` x ``matmul(x, y, out=z)`` on fp32 (n, n) buffers x = y = 1.0, so every z element = n.
+
+    3 buffers live: 3·4·n² bytes. On cudadrv each matmul launches 2n³ FLOPs and 3·4·n² bytes.
+
+    Args:
+        dev: the device; n: matrix side (elements); steps: iterations; sync_every, progress: as
+            :func:`run_steps`.
+
+    Raises:
+        OutOfMemoryError / torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        RuntimeError: the result check (z = n) fails.
+    """
+    x = dev.full((n, n), 1.0)
+    y = dev.full((n, n), 1.0)
+    z = dev.empty((n, n))
+    run_steps(dev, steps, lambda: dev.matmul(x, y, out=z), sync_every=sync_every, progress=progress)
+    check_value("z[0, 0]", dev.item(z, 0), float(n))
+    check_value("z[-1, -1]", dev.item(z, -1), float(n))

@@ -9,7 +9,8 @@ xpushare with XPUSHARE_ENABLE_SINGLE_OVERSUB set; otherwise the expected result 
 
 Total memory: --total-bytes when given; else torch.cuda.get_device_properties(0).total_memory
 (--total-from properties, physical) or torch.cuda.mem_get_info()[1] (--total-from mem_get_info: the limit
-under an xpushare memory limit); NPU uses torch.npu.mem_get_info(); CPU uses 64 MiB.
+under an xpushare memory limit); cudadrv uses cuDeviceTotalMem_v2 or cuMemGetInfo_v2 the same way;
+NPU uses torch.npu.mem_get_info(); CPU uses 64 MiB.
 
 Output (stdout):
     [XPUSHARE][OVERSUB] total_bytes=<int> factor=<float> target_bytes=<int> chunk_bytes=<int> chunks=<int>
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--total-from",
         choices=("properties", "mem_get_info"),
         default="properties",
-        help="CUDA source of the total when --total-bytes is not given (default: properties)",
+        help="CUDA/cudadrv source of the total when --total-bytes is not given: properties = the device's "
+        "total memory, mem_get_info = cuMemGetInfo's total (default: properties)",
     )
     return parser
 
@@ -90,15 +92,19 @@ def plan_chunks(target_bytes: int, chunk_bytes: int) -> list[int]:
 def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     """Allocate ``factor`` x total bytes in chunks on ``dev``, touch them, one add pass, sync, check.
 
+    On cudadrv: one cuMemAlloc_v2, one fill kernel (0 FLOPs, the chunk's bytes) and cuMemcpyHtoD_v2 of
+    the fill values per chunk, then one in-place add kernel per chunk i >= 1 (k FLOPs, 3·4·k bytes for a
+    chunk of k elements).
+
     Raises:
-        torch.OutOfMemoryError / RuntimeError: ``CUDA out of memory`` when oversubscription is refused.
+        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: ``CUDA out of memory`` when
+            oversubscription is refused.
         ValueError: no total memory known (CPU with a GPU model row and no --total-bytes).
         RuntimeError: --total-from mem_get_info on a PyTorch without torch.cuda.mem_get_info.
         RuntimeError: the value check fails.
     """
-    torch = dev.torch
     total = args.total_bytes
-    if total is None and dev.kind == "cuda" and args.total_from == "mem_get_info":
+    if total is None and dev.kind in ("cuda", "cudadrv") and args.total_from == "mem_get_info":
         mem = dev.mem_info()
         if mem is None:
             raise RuntimeError("torch.cuda.mem_get_info is not available (PyTorch < 1.10): use --total-bytes")
@@ -119,20 +125,18 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     progress = c.Progress(2 * len(sizes), enabled=args.progress)
     chunks = []
     for size in sizes:
-        chunk = torch.empty(size // c.FP32_BYTES, dtype=torch.float32, device=dev.device)
-        chunk.fill_(1.0)
-        chunks.append(chunk)
+        chunks.append(dev.full((size // c.FP32_BYTES,), 1.0))
         progress.update()
     progress.update()
     for chunk in chunks[1:]:
-        chunk.add_(chunks[0][: chunk.numel()])  # the last chunk may be shorter than the first
+        dev.add(chunk, chunks[0], out=chunk)  # in place; the last chunk may be shorter than the first
         progress.update()
     dev.sync()
     progress.close()
-    c.check_value("chunk[0][0]", float(chunks[0][0].item()), 1.0)
-    c.check_value("chunk[1][-1]", float(chunks[1][-1].item()), 2.0)
-    c.check_value("chunk[-1][0]", float(chunks[-1][0].item()), 2.0)
-    allocated = sum(int(t.numel()) * c.FP32_BYTES for t in chunks)
+    c.check_value("chunk[0][0]", dev.item(chunks[0], 0), 1.0)
+    c.check_value("chunk[1][-1]", dev.item(chunks[1], -1), 2.0)
+    c.check_value("chunk[-1][0]", dev.item(chunks[-1], 0), 2.0)
+    allocated = sum(dev.numel(t) * c.FP32_BYTES for t in chunks)
     print(f"{c.OVERSUB_PREFIX} allocated_bytes={allocated:d}", flush=True)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
@@ -51,24 +50,11 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     """Run W3 on ``dev``: ``args.steps`` x (``z = x + y``, synchronize, ``sleep(args.sleep_s)`` seconds).
 
     Raises:
-        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
+            (``CUDA out of memory``).
         RuntimeError: the result check (z must be 3.0) fails.
     """
-    torch = dev.torch
-    n = args.n
-    x = torch.full((n, n), 1.0, dtype=torch.float32, device=dev.device)
-    y = torch.full((n, n), 2.0, dtype=torch.float32, device=dev.device)
-    z = None
-    progress = c.Progress(args.steps, enabled=args.progress)
-    for _ in range(args.steps):
-        z = x + y
-        dev.sync()
-        progress.update()
-        if args.sleep_s > 0:
-            time.sleep(args.sleep_s)
-    progress.close()
-    assert z is not None
-    c.check_value("z[0, 0]", float(z[0, 0].item()), 3.0)
+    c.add_loop(dev, args.n, args.steps, sync_every=1, sleep_s=args.sleep_s, progress=args.progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

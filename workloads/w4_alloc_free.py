@@ -8,9 +8,9 @@ cuMemAlloc/cuMemFree; --no-empty-cache keeps PyTorch's cache) and synchronises a
 
 Every --report-every rounds (and before round 1 and after the last round) it prints to stdout, flushed:
     [XPUSHARE][ALLOC_FREE] round=<int> free_bytes=<int> total_bytes=<int>
-from torch.cuda.mem_get_info() (under an xpushare memory limit: free = limit - allocated, total = limit;
-spec sut-interfaces.md §7 item 4), -1 on CPU. A free_bytes that keeps shrinking between reports points at
-a leak in the accounting. Round 0 is the baseline before any allocation.
+from torch.cuda.mem_get_info() (cuMemGetInfo_v2 on cudadrv; under an xpushare memory limit: free = limit -
+allocated, total = limit; spec sut-interfaces.md §7 item 4), -1 on CPU. A free_bytes that keeps shrinking
+between reports points at a leak in the accounting. Round 0 is the baseline before any allocation.
 
 Output (stdout): the report lines, PASS, then `--- <seconds> seconds ---`.
 Exit 0 on success, 1 on any error (the traceback, e.g. `CUDA out of memory`, goes to stderr).
@@ -74,21 +74,25 @@ def format_report(round_no: int, mem: tuple[int, int] | None) -> str:
 def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     """Run W4 on ``dev``: ``args.rounds`` x (allocate ``args.mib`` MiB, fill, sync, check, free, sync).
 
+    On cudadrv each round is cuMemAlloc_v2 (unless the block is cached), a fill kernel (0 FLOPs, the
+    block's bytes) plus the fill values written with cuMemcpyHtoD_v2, two cuMemcpyDtoH_v2 reads, and
+    cuMemFree_v2 through ``empty_cache()``.
+
     Raises:
-        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
+            (``CUDA out of memory``).
         RuntimeError: a filled block does not read back its fill value.
     """
-    torch = dev.torch
     elements = max(1, args.mib * c.MIB // c.FP32_BYTES)
     print(format_report(0, dev.mem_info()), flush=True)
     progress = c.Progress(args.rounds, enabled=args.progress)
     for round_no in range(1, args.rounds + 1):
         value = float(round_no % 251)
-        block = torch.empty(elements, dtype=torch.float32, device=dev.device)
-        block.fill_(value)
+        block = dev.full((elements,), value)
         dev.sync()
-        c.check_value(f"round {round_no} block[0]", float(block[0].item()), value)
-        c.check_value(f"round {round_no} block[-1]", float(block[-1].item()), value)
+        c.check_value(f"round {round_no} block[0]", dev.item(block, 0), value)
+        c.check_value(f"round {round_no} block[-1]", dev.item(block, -1), value)
+        dev.free(block)
         del block
         if args.empty_cache:
             dev.empty_cache()

@@ -63,17 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
 def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
     """Run the W5 loop on ``dev`` for ``args.duration_s`` seconds, printing probe lines.
 
+    On cudadrv each ``z = x + y`` launches n² FLOPs and 3·4·n² bytes, so ``it_per_sec`` follows the
+    simulated GPU's bandwidth (and the xpushare compute quota in front of it).
+
     Returns:
         Seconds from the loop start to the end (after the final synchronise): the runtime line's value.
 
     Raises:
-        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
+            (``CUDA out of memory``).
         RuntimeError: the result check (z must be 3.0) fails.
     """
-    torch = dev.torch
-    n = args.n
-    x = torch.full((n, n), 1.0, dtype=torch.float32, device=dev.device)
-    y = torch.full((n, n), 2.0, dtype=torch.float32, device=dev.device)
+    x, y = c.add_inputs(dev, args.n)
     z = None
     sync_every = args.sync_every
     interval = args.interval_s
@@ -82,7 +83,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
     loop_start = time.perf_counter()
     next_probe = loop_start + interval
     while True:
-        z = x + y
+        z = dev.add(x, y)
         iterations += 1
         if sync_every and iterations % sync_every == 0:
             dev.sync()
@@ -100,8 +101,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
     elapsed = time.perf_counter() - loop_start
     if printed_at != iterations:
         print(c.format_quota_probe(elapsed, iterations), flush=True)
-    assert z is not None
-    c.check_value("z[0, 0]", float(z[0, 0].item()), 3.0)
+    c.check_value("z[0, 0]", dev.item(z, 0), 3.0)
     return elapsed
 
 

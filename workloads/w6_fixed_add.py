@@ -49,25 +49,11 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     """Run W6 on ``dev``: ``args.iters`` x ``z = x + y``, sync every ``args.sync_every`` and at the end.
 
     Raises:
-        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
+            (``CUDA out of memory``).
         RuntimeError: the result check (z must be 3.0) fails.
     """
-    torch = dev.torch
-    n = args.n
-    x = torch.full((n, n), 1.0, dtype=torch.float32, device=dev.device)
-    y = torch.full((n, n), 2.0, dtype=torch.float32, device=dev.device)
-    z = None
-    progress = c.Progress(args.iters, enabled=args.progress)
-    for i in range(1, args.iters + 1):
-        z = x + y
-        if i % args.sync_every == 0:
-            dev.sync()
-        progress.update()
-    dev.sync()
-    progress.close()
-    assert z is not None
-    c.check_value("z[0, 0]", float(z[0, 0].item()), 3.0)
-    c.check_value("z[-1, -1]", float(z[-1, -1].item()), 3.0)
+    c.add_loop(dev, args.n, args.iters, sync_every=args.sync_every, progress=args.progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

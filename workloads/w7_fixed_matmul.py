@@ -49,24 +49,11 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     """Run W7 on ``dev``: ``args.iters`` x ``matmul(x, y, out=z)`` with x = 1, y = 1 (so z = n exactly).
 
     Raises:
-        torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
+        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
+            (``CUDA out of memory``).
         RuntimeError: the result check (z must be n) fails.
     """
-    torch = dev.torch
-    n = args.n
-    x = torch.full((n, n), 1.0, dtype=torch.float32, device=dev.device)
-    y = torch.full((n, n), 1.0, dtype=torch.float32, device=dev.device)
-    z = torch.empty((n, n), dtype=torch.float32, device=dev.device)
-    progress = c.Progress(args.iters, enabled=args.progress)
-    for i in range(1, args.iters + 1):
-        torch.matmul(x, y, out=z)
-        if i % args.sync_every == 0:
-            dev.sync()
-        progress.update()
-    dev.sync()
-    progress.close()
-    c.check_value("z[0, 0]", float(z[0, 0].item()), float(n))
-    c.check_value("z[-1, -1]", float(z[-1, -1].item()), float(n))
+    c.matmul_loop(dev, args.n, args.iters, sync_every=args.sync_every, progress=args.progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
