@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tests.test_metrics_check import IDLE, UUID, with_rows
 from xpushare import judge_metrics as jm
+from xpushare.client_match import client_match
 from xpushare.evidence import Evidence
 from xpushare.model import Status, Verdict
 
@@ -28,6 +29,7 @@ PID = 2057141
 TRAILER = "\nHTTP_CODE=200\nCONTENT_TYPE=text/plain; version=0.0.4; charset=utf-8\n"
 HEALTH_OK = "OK\n\nHTTP_CODE=200\nCONTENT_TYPE=text/plain\n"
 UUID2 = "GPU-11111111-2222-3333-4444-555555555555"
+K8S = client_match("k8s", POD)  # Kubernetes mode: the probe's clients carry its pod name
 
 
 def ev(**files: str) -> Evidence:
@@ -116,28 +118,28 @@ def test_met002_required_table_is_data() -> None:
 
 
 def test_met002_healthy() -> None:
-    v = jm.judge_met002(ev(**{"metrics_mid.txt": page()}), {}, pod=POD)
+    v = jm.judge_met002(ev(**{"metrics_mid.txt": page()}), {}, client=K8S)
     assert v.status is Status.PASS, v.summary
     assert v.metrics["missing_metric_count"] == 0
     # idle page, no probe: client families need only their HELP/TYPE
     assert jm.judge_met002(ev(**{"metrics.txt": IDLE}), {}).status is Status.PASS
     nv = page().replace("xpushare_", "nvshare_")
-    assert jm.judge_met002(ev(**{"metrics_mid.txt": nv}), {}, pod=POD, prefix="nvshare").status is Status.PASS
+    assert jm.judge_met002(ev(**{"metrics_mid.txt": nv}), {}, client=K8S, prefix="nvshare").status is Status.PASS
 
 
 def test_met002_broken() -> None:
     v = jm.judge_met002(ev(**{"metrics_mid.txt": page(drop=["client_throttled", "gpu_utilization_ratio"])}), {},
-                        pod=POD)
+                        client=K8S)
     assert v.status is Status.FAIL
     assert v.metrics["missing_metrics"] == ["xpushare_client_throttled", "xpushare_gpu_utilization_ratio"]
-    v = jm.judge_met002(ev(**{"metrics_mid.txt": page()}), {}, pod="another-pod")
+    v = jm.judge_met002(ev(**{"metrics_mid.txt": page()}), {}, client=client_match("k8s", "another-pod"))
     assert v.status is Status.FAIL and "probe_client_seen" in names(v, False)
     # the probe runs but the page has no client rows: required samples are missing
-    v = jm.judge_met002(ev(**{"metrics_mid.txt": IDLE}), {}, pod=POD)
+    v = jm.judge_met002(ev(**{"metrics_mid.txt": IDLE}), {}, client=K8S)
     assert "required_metrics_present" in names(v, False)
-    assert jm.judge_met002(ev(**{"metrics_mid.txt": IDLE}), {"met002_require_samples": False}, pod=POD).checks[2].ok
+    assert jm.judge_met002(ev(**{"metrics_mid.txt": IDLE}), {"met002_require_samples": False}, client=K8S).checks[2].ok
     no_help = page().replace("# HELP xpushare_client_throttled Whether client is throttled (0/1)\n", "")
-    v = jm.judge_met002(ev(**{"metrics_mid.txt": no_help}), {}, pod=POD)
+    v = jm.judge_met002(ev(**{"metrics_mid.txt": no_help}), {}, client=K8S)
     assert names(v, False) == ["required_metrics_declared"]
     assert jm.judge_met002(ev(), {}).status is Status.ERROR
 
@@ -155,15 +157,15 @@ def sampler(pid: int = PID, used: float = 3.2 * GIB, gpu_used: float = 3.5 * GIB
 
 def test_met003_healthy() -> None:
     files = {"metrics_mid.txt": page(), **sampler()}
-    v = jm.judge_met003(ev(**files), {}, pod=POD, node="c1-gpu1", mid_at=1002.0)
+    v = jm.judge_met003(ev(**files), {}, client=K8S, node="c1-gpu1", mid_at=1002.0)
     assert v.status is Status.PASS, v.summary
     assert v.metrics["client_nvml_used_bytes"] == {CID: pytest.approx(3.2 * GIB)}
-    assert jm.judge_met003(ev(**files), {}, pod=POD).status is Status.PASS  # sampler files found by name
+    assert jm.judge_met003(ev(**files), {}, client=K8S).status is Status.PASS  # sampler files found by name
 
 
 def test_met003_broken() -> None:
     def judge(files: dict[str, str], th: Mapping[str, Any] | None = None) -> Verdict:
-        return jm.judge_met003(ev(**files), th or {}, pod=POD, node="c1-gpu1")
+        return jm.judge_met003(ev(**files), th or {}, client=K8S, node="c1-gpu1")
 
     v = judge({"metrics_mid.txt": page(nvml=0), **sampler()})
     assert v.status is Status.FAIL and "nvml_used_positive" in names(v, False)
@@ -181,7 +183,7 @@ def test_met003_broken() -> None:
     assert v.status is Status.PASS and "NVML cross-check not possible" in v.summary
     v = judge({"metrics_mid.txt": page(pod="other"), **sampler()})
     assert v.status is Status.FAIL and names(v, False) == ["probe_client_seen"]
-    v = jm.judge_met003(ev(**{"metrics_mid.txt": page(), **sampler(t0=5000.0)}), {}, pod=POD, node="c1-gpu1",
+    v = jm.judge_met003(ev(**{"metrics_mid.txt": page(), **sampler(t0=5000.0)}), {}, client=K8S, node="c1-gpu1",
                         mid_at=1002.0)  # sampler rows far from the snapshot are not used
     assert v.status is Status.ERROR
 
@@ -212,26 +214,26 @@ def test_core_limit_value(text: str | int | None, expected: int) -> None:
 
 def test_met004_healthy() -> None:
     files = {"metrics_mid.txt": page(core=35, mem_quota=4 * GIB)}
-    v = jm.judge_met004(ev(**files), {}, pod=POD, core_limit="35", memory_limit="4Gi")
+    v = jm.judge_met004(ev(**files), {}, client=K8S, core_limit="35", memory_limit="4Gi")
     assert v.status is Status.PASS, v.summary
     assert v.metrics["metric_core_quota_percent"] == 35 and v.metrics["metric_memory_quota_bytes"] == 4 * GIB
     # only an env limit: the exporter shows annotation quotas only (0)
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100)}), {}, pod=POD, memory_limit_env="4Gi")
+    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100)}), {}, client=K8S, memory_limit_env="4Gi")
     assert v.status is Status.PASS
 
 
 def test_met004_broken() -> None:
     # the annotation was ignored: core shows the default 100 (the legacy "core >= 35" check passed this)
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100, mem_quota=4 * GIB)}), {}, pod=POD, core_limit=35,
+    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100, mem_quota=4 * GIB)}), {}, client=K8S, core_limit=35,
                         memory_limit="4Gi")
     assert v.status is Status.FAIL and names(v, False) == ["core_quota_matches"]
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=35, mem_quota=2 * GIB)}), {}, pod=POD, core_limit=35,
+    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=35, mem_quota=2 * GIB)}), {}, client=K8S, core_limit=35,
                         memory_limit="4Gi")
     assert names(v, False) == ["memory_quota_matches"]
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100)}), {"met004_env_in_metrics": True}, pod=POD,
+    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100)}), {"met004_env_in_metrics": True}, client=K8S,
                         memory_limit_env="4Gi")
     assert names(v, False) == ["memory_quota_matches"]
-    assert jm.judge_met004(ev(), {}, pod=POD).status is Status.ERROR
+    assert jm.judge_met004(ev(), {}, client=K8S).status is Status.ERROR
 
 
 # ---------------------------------------------------------------------------------------- MET-005
@@ -255,7 +257,7 @@ NEW = (80.0, 4.0 * GIB)
 
 
 def met005(states: Sequence[tuple[float, float | None, float | None]], **files: str) -> Verdict:
-    return jm.judge_met005(ev(**{"metrics_series.jsonl": series(states), **files}), {}, pod=POD, changed_at=105.0,
+    return jm.judge_met005(ev(**{"metrics_series.jsonl": series(states), **files}), {}, client=K8S, changed_at=105.0,
                            core_limit="80", memory_limit="4Gi")
 
 
@@ -280,9 +282,9 @@ def test_met005_broken() -> None:
     assert v.status is Status.ERROR and "before the change" in v.summary
     v = met005([(100, *NEW), (110, *NEW)])
     assert names(v, False) == ["state_before_differs"]
-    assert jm.judge_met005(ev(), {}, pod=POD, changed_at=1.0, core_limit=80).status is Status.ERROR
+    assert jm.judge_met005(ev(), {}, client=K8S, changed_at=1.0, core_limit=80).status is Status.ERROR
     with pytest.raises(ValueError):
-        jm.judge_met005(ev(), {}, pod=POD, changed_at=1.0)
+        jm.judge_met005(ev(), {}, client=K8S, changed_at=1.0)
 
 
 # ---------------------------------------------------------------------------------------- MET-006
@@ -462,8 +464,8 @@ def test_fuzz_evidence_parsers_never_raise(text: str) -> None:
 def test_fuzz_judgments_never_raise(text: str) -> None:
     e = ev(**{"metrics_mid.txt": text, "metrics.txt": text, "metrics_health.txt": text,
               "metrics_series.jsonl": jm.ScrapeRecord(1.0, 0.1, 200, None, text).to_json_line()})
-    for v in (jm.judge_met001(e, {}), jm.judge_met002(e, {}, pod=POD), jm.judge_met003(e, {}, pod=POD),
-              jm.judge_met004(e, {}, pod=POD, core_limit=50), jm.judge_met005(e, {}, pod=POD, changed_at=0.0,
+    for v in (jm.judge_met001(e, {}), jm.judge_met002(e, {}, client=K8S), jm.judge_met003(e, {}, client=K8S),
+              jm.judge_met004(e, {}, client=K8S, core_limit=50), jm.judge_met005(e, {}, client=K8S, changed_at=0.0,
                                                                             core_limit=80),
               jm.judge_met006(e, {}), jm.judge_met007(e, {}), jm.judge_met008(e, {})):
         assert v.status in (Status.PASS, Status.FAIL, Status.ERROR)

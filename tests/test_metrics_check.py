@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xpushare import metrics_check as mc
+from xpushare.client_match import ClientMatch, client_match
 from xpushare.collect.metrics import parse_exposition
 from xpushare.errors import UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec
@@ -272,8 +273,9 @@ def test_exit_status_and_table() -> None:
 
 def load(text: str, n: int = 2, pods: Sequence[str] | None = ("probe-1", "probe-2"),
          **kw: object) -> list[mc.CheckLine]:
-    return mc.load_checks(parse_exposition(text), expected_clients=n, pod_names=None if pods is None else list(pods),
-                          **kw)  # type: ignore[arg-type]
+    """Kubernetes-mode load checks: the probes matched by pod name (``pods``; None: every client counts)."""
+    matches = None if pods is None else [client_match("k8s", p) for p in pods]
+    return mc.load_checks(parse_exposition(text), expected_clients=n, matches=matches, **kw)  # type: ignore[arg-type]
 
 
 def test_load_healthy_two_clients() -> None:
@@ -324,6 +326,9 @@ class FakeLoad:
             raise XpushareError("pods will not become running: metrics-check-2: ErrImagePull")
         self.started = index
         return f"probe-{index}"
+
+    def match(self, name: str) -> ClientMatch:
+        return client_match("k8s", name)
 
     def stop(self) -> None:
         self.stopped += 1
@@ -391,6 +396,8 @@ def test_backend_probe_load_drives_a_backend(tmp_path: Path) -> None:
     from xpushare.backends.base import PodRecord, PodSpec
 
     class Backend:
+        mode = "k8s"
+
         def __init__(self) -> None:
             self.calls: list[str] = []
             self.specs: list[PodSpec] = []
@@ -411,8 +418,9 @@ def test_backend_probe_load_drives_a_backend(tmp_path: Path) -> None:
             self.calls.append("cleanup")
 
     backend = Backend()
-    load = mc.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")
+    load = mc.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")  # type: ignore[arg-type]
     assert [load.start(1), load.start(2)] == ["metrics-check-1", "metrics-check-2"]
+    assert load.match("metrics-check-1") == client_match("k8s", "metrics-check-1")  # k8s backend: by pod name
     load.stop()
     assert backend.calls == ["prepare", "begin metrics-check", "cleanup"]
     assert backend.specs[0].workload == "w5_quota_probe" and backend.specs[0].core_limit == 50

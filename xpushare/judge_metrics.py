@@ -20,7 +20,12 @@ Evidence files (written by the case's actions; names relative to the case direct
 ============================  ===================================================================
 
 Every capture must come from the scheduler that serves the probe pod's node (a scheduler per node,
-sut-interfaces.md §4.8); the judgments prove it by finding the probe pod's own series.
+sut-interfaces.md §4.8); the judgments prove it by finding the probe's own series. The probe's
+clients are found with a :class:`~xpushare.client_match.ClientMatch` (``client``), whose key depends
+on the mode (:func:`~xpushare.client_match.client_match`): the ``pod``/``namespace`` labels in
+Kubernetes, ``host_pid`` (and ``client_id``) in host mode, where every client's pod and namespace are
+``none``. The ``probe_client_seen`` check and the PASS summary say which key matched
+(``matched by host_pid 12345``); the other client families are read by the matched ``client_id``.
 Metric names are prefix-agnostic (``xpushare_`` / ``nvshare_``, sut-interfaces.md §0): lookups go
 through :class:`~xpushare.collect.metrics.Exposition`.
 """
@@ -42,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from xpushare.client_match import ClientMatch, client_values, matched_clients
 from xpushare.collect import dmon as dmon_parser
 from xpushare.collect.metrics import CurlResponse, Exposition, Sample, parse_curl_output, parse_exposition
 from xpushare.evidence import Evidence
@@ -65,6 +71,7 @@ __all__ = [
     "judge_met008",
     "load_required_metrics",
     "parse_series",
+    "quota_state",
     "read_capture",
 ]
 
@@ -284,15 +291,6 @@ def core_limit_value(text: str | int | None) -> int:
 # -------------------------------------------------------------------------------------- helpers
 
 
-def _pod_filter(pod: str | None, namespace: str | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if pod is not None:
-        out["pod"] = pod
-    if namespace is not None:
-        out["namespace"] = namespace
-    return out
-
-
 def _capture(ev: Evidence, names: Sequence[str]) -> tuple[str | None, CurlResponse | None]:
     """The first of ``names`` that was collected, read as a curl capture."""
     for name in names:
@@ -315,16 +313,43 @@ def _parse_check(exp: Exposition, source: str) -> Check:
                  exp.ok, detail)
 
 
-def _client_samples(exp: Exposition, pod: str | None, namespace: str | None) -> list[Sample]:
-    return exp.values("client_info", **_pod_filter(pod, namespace))
+def _client_samples(exp: Exposition, client: ClientMatch) -> list[Sample]:
+    """The probe's ``client_info`` samples (found by the match's key)."""
+    return [s for s, _ in matched_clients(exp, client)]
 
 
-def _client_seen(exp: Exposition, pod: str, namespace: str | None) -> Check:
-    found = _client_samples(exp, pod, namespace)
-    ids = [s.label("client_id") for s in found]
-    return Check("probe_client_seen", f"client_info{{pod={pod!r}}} present (the scraped scheduler serves the pod)",
-                 {"pod": pod, "namespace": namespace, "client_ids": ids}, bool(found),
-                 "" if found else f"no client_info series for pod {pod}: wrong node's scheduler, or not registered")
+def _client_seen(exp: Exposition, client: ClientMatch) -> Check:
+    """``probe_client_seen``: the probe has a ``client_info`` series on the page, matched by its key.
+
+    ``values``: the match, ``matched_by`` (``client_id -> key``, e.g. ``host_pid 478``); on a miss the
+    detail lists what is registered instead (client id, pod, host_pid).
+    """
+    hits = matched_clients(exp, client)
+    by = {s.label("client_id") or "?": key for s, key in hits}
+    values: dict[str, Any] = {"workload": client.workload, "match": client.to_dict(), "matched_by": by}
+    expr = (f"client_info of {client.workload} present, matched by {client.describe()} "
+            "(the scraped scheduler serves it)")
+    if not client.usable:  # host mode: no pid recorded and no Client ID line: the evidence to match is missing
+        return Check("probe_client_seen", expr, values, None,
+                     f"nothing identifies {client.workload}'s clients: {client.describe()} (pods.json host_pid, "
+                     "pods/<probe>.log)")
+    if hits:
+        return Check("probe_client_seen", expr, values, True,
+                     "; ".join(f"{cid} matched by {key}" for cid, key in by.items()))
+    others = [f"{s.label('client_id')} (pod {s.label('pod')}, host_pid {s.label('host_pid')})"
+              for s in exp.values("client_info")]
+    values["registered"] = others
+    return Check("probe_client_seen", expr, values, False,
+                 f"no client_info series matched by {client.describe()}: wrong node's scheduler, or not registered"
+                 f" (registered: {', '.join(others) or 'none'})")
+
+
+def _matched_note(exp: Exposition, client: ClientMatch | None) -> str:
+    """`` (<workload> matched by <key>)`` for a PASS summary; empty without a match."""
+    if client is None:
+        return ""
+    keys = sorted({key for _, key in matched_clients(exp, client)})
+    return f" ({client.workload} matched by {', '.join(keys)})" if keys else ""
 
 
 def _per_client(exp: Exposition, metric: str, clients: Iterable[Sample]) -> dict[str, float | None]:
@@ -447,12 +472,13 @@ def judge_met001(ev: Evidence, th: Mapping[str, Any], *, prefix: str | None = No
 # ---------------------------------------------------------------------------------------- MET-002
 
 
-def judge_met002(ev: Evidence, th: Mapping[str, Any], *, pod: str | None = None, namespace: str | None = None,
+def judge_met002(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch | None = None,
                  prefix: str | None = None, source: str | None = None) -> Verdict:
     """MET-002: every required family exists (``xpushare/data/required_metrics.yaml``).
 
-    Evidence: ``source``, else ``metrics_mid.txt``, else ``metrics.txt``. With a probe ``pod`` its
-    client must be in the page (so the scraped scheduler is the pod's node's) and, with
+    Evidence: ``source``, else ``metrics_mid.txt``, else ``metrics.txt``. With a probe (``client``,
+    its :class:`~xpushare.client_match.ClientMatch`) its client must be in the page (so the scraped
+    scheduler is the probe's node's) and, with
     ``met002_require_samples``, every required family needs sample lines; without a probe, families
     that need a client only need their HELP/TYPE. GPU families are required when
     ``gpu_sampler_up`` >= 1. Every required family must have ``# HELP`` and ``# TYPE``.
@@ -466,10 +492,10 @@ def judge_met002(ev: Evidence, th: Mapping[str, Any], *, pod: str | None = None,
     exp = parse_exposition(text, prefix)
     table = load_required_metrics()
     checks = [_parse_check(exp, name)]
-    if pod is not None:
-        checks.append(_client_seen(exp, pod, namespace))
+    if client is not None:
+        checks.append(_client_seen(exp, client))
     sampler_up = (exp.sum("gpu_sampler_up") or 0.0) >= 1
-    need_samples = bool(_th(th, "met002_require_samples")) and pod is not None
+    need_samples = bool(_th(th, "met002_require_samples")) and client is not None
     pfx = (exp.prefix or "") + "_" if exp.prefix else ""
     missing: list[str] = []
     undeclared: list[str] = []
@@ -493,7 +519,7 @@ def judge_met002(ev: Evidence, th: Mapping[str, Any], *, pod: str | None = None,
     metrics = {"missing_metrics": missing, "missing_metric_count": len(missing), "gpu_sampler_up": sampler_up,
                "optional_present": optional}
     return _verdict(checks, th, keys, metrics, [name],
-                    f"all {len(table.required(sampler_up))} required families present")
+                    f"all {len(table.required(sampler_up))} required families present{_matched_note(exp, client)}")
 
 
 # ---------------------------------------------------------------------------------------- MET-003
@@ -529,11 +555,12 @@ def _in_range(value: float, seen: Sequence[float], tol: float) -> bool:
     return min(seen) * (1 - tol) <= value <= max(seen) * (1 + tol)
 
 
-def judge_met003(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: str | None = None,
-                 node: str | None = None, mid_at: float | None = None, prefix: str | None = None) -> Verdict:
-    """MET-003: the pod's three memory views are > 0 and consistent with each other and with NVML.
+def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, node: str | None = None,
+                 mid_at: float | None = None, prefix: str | None = None) -> Verdict:
+    """MET-003: the probe's three memory views are > 0 and consistent with each other and with NVML.
 
-    Views in ``metrics_mid.txt`` (else ``metrics.txt``), for the probe pod's clients:
+    Views in ``metrics_mid.txt`` (else ``metrics.txt``), for the probe's clients (``client``, matched
+    by pod in Kubernetes, by host_pid / client_id in host mode):
     ``client_nvml_used_bytes`` (NVML per process), ``client_managed_allocated_bytes`` (the library's
     allocations; the seed's ``memory_need_estimated`` is not exported, sut-interfaces.md §6.3) and
     ``gpu_memory_used_bytes`` of the pod's GPU. Semantics: a process's NVML memory is part of its
@@ -550,8 +577,8 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: st
         return _verdict([_missing("memory_views", "metrics_mid.txt")], th, keys, {}, [], "")
     exp = parse_exposition(text, prefix)
     evidence = [name]
-    checks = [_parse_check(exp, name), _client_seen(exp, pod, namespace)]
-    clients = _client_samples(exp, pod, namespace)
+    checks = [_parse_check(exp, name), _client_seen(exp, client)]
+    clients = _client_samples(exp, client)
     metrics: dict[str, Any] = {}
     if not clients:
         return _verdict(checks, th, keys, metrics, evidence, "")
@@ -565,7 +592,7 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: st
                     "gpu_memory_used_bytes": gpu_used})
     for label, view in (("managed_allocated", managed), ("nvml_used", nvml), ("gpu_used", gpu_used)):
         bad = [cid for cid, v in view.items() if v is None or not v > 0]
-        checks.append(Check(f"{label}_positive", f"{label}(pod clients) > 0", {"values": view}, not bad,
+        checks.append(Check(f"{label}_positive", f"{label}(probe clients) > 0", {"values": view}, not bad,
                             f"not > 0 (or absent) for client(s) {', '.join(bad)}" if bad else ""))
     pairs = {cid: (nvml[cid], gpu_used[cid]) for cid in nvml}
     incons = [cid for cid, (n, g) in pairs.items() if n is not None and g is not None and n > g]
@@ -587,7 +614,8 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: st
             checks.append(Check("nvml_cross_check", "metrics within the node sampler's NVML values",
                                 {"files": procs_files + gpu_files}, None,
                                 "no NVML samples from the node sampler (sampler/<node>_procs.csv, _gpu.csv)"))
-        verdict = _verdict(checks, th, keys, metrics, evidence, "memory views > 0 and consistent")
+        verdict = _verdict(checks, th, keys, metrics, evidence,
+                           f"memory views > 0 and consistent{_matched_note(exp, client)}")
         if verdict.status is Status.PASS:
             verdict.summary += " (NVML cross-check not possible: no node sampler evidence)"
         return verdict
@@ -624,31 +652,33 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: st
                         "no device row to compare" if not per_gpu
                         else (f"differs from NVML on {', '.join(sorted(set(bad_gpu)))}" if bad_gpu else "")))
     metrics["nvml_by_host_pid"] = per_pid
-    return _verdict(checks, th, keys, metrics, evidence, "memory views > 0 and consistent with NVML")
+    return _verdict(checks, th, keys, metrics, evidence,
+                    f"memory views > 0 and consistent with NVML{_matched_note(exp, client)}")
 
 
 # ---------------------------------------------------------------------------------------- MET-004
 
 
-def judge_met004(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: str | None = None,
+def judge_met004(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch,
                  core_limit: str | int | None = None, memory_limit: str | None = None,
                  memory_limit_env: str | None = None, prefix: str | None = None) -> Verdict:
     """MET-004: the exported quotas equal the configured ones exactly.
 
     Configured (the case's plan): ``core_limit`` (annotation value), ``memory_limit`` (annotation,
-    e.g. ``"4Gi"``), ``memory_limit_env`` (``<PREFIX>GPU_MEMORY_LIMIT``). Expected exports, per pod
-    client in ``metrics_mid.txt``: ``client_core_quota_config_percent`` = :func:`core_limit_value`
-    (100 without an annotation), ``client_memory_quota_bytes`` = :func:`annotation_bytes` of the
-    annotation; with only an env limit, 0 (the exporter does not show env limits, sut-interfaces.md
-    §6.3) unless ``met004_env_in_metrics`` (then the library's parse, :func:`env_bytes`).
+    e.g. ``"4Gi"``), ``memory_limit_env`` (``<PREFIX>GPU_MEMORY_LIMIT``). Expected exports, per
+    client of the probe (``client``: its match, by pod in Kubernetes) in ``metrics_mid.txt``:
+    ``client_core_quota_config_percent`` = :func:`core_limit_value` (100 without an annotation),
+    ``client_memory_quota_bytes`` = :func:`annotation_bytes` of the annotation; with only an env
+    limit, 0 (the exporter does not show env limits, sut-interfaces.md §6.3) unless
+    ``met004_env_in_metrics`` (then the library's parse, :func:`env_bytes`).
     """
     keys = ["met004_env_in_metrics"]
     name, text = _metrics_source(ev, None, ["metrics_mid.txt", "metrics.txt"])
     if text is None or name is None:
         return _verdict([_missing("quota_metrics", "metrics_mid.txt")], th, keys, {}, [], "")
     exp = parse_exposition(text, prefix)
-    checks = [_parse_check(exp, name), _client_seen(exp, pod, namespace)]
-    clients = _client_samples(exp, pod, namespace)
+    checks = [_parse_check(exp, name), _client_seen(exp, client)]
+    clients = _client_samples(exp, client)
     if not clients:
         return _verdict(checks, th, keys, {}, [name], "")
     want_core = core_limit_value(core_limit)
@@ -679,27 +709,30 @@ def judge_met004(ev: Evidence, th: Mapping[str, Any], *, pod: str, namespace: st
     metrics = {"metric_core_quota_percent": core.get(first), "metric_memory_quota_bytes": mem.get(first),
                "expected_core_quota_percent": want_core, "expected_memory_quota_bytes": want_mem}
     return _verdict(checks, th, keys, metrics, [name], f"exported quotas equal the configuration "
-                    f"(core {want_core}%, memory {want_mem} bytes)")
+                    f"(core {want_core}%, memory {want_mem} bytes){_matched_note(exp, client)}")
 
 
 # ---------------------------------------------------------------------------------------- MET-005
 
 
-def _quota_state(exp: Exposition, pod: str, namespace: str | None) -> tuple[float | None, float | None]:
-    f = _pod_filter(pod, namespace)
-    core = [s.value for s in exp.values("client_core_quota_config_percent", **f)]
-    mem = [s.value for s in exp.values("client_memory_quota_bytes", **f)]
+def quota_state(exp: Exposition, client: ClientMatch) -> tuple[float | None, float | None]:
+    """``(core percent, memory bytes)`` the page exports for the workload's clients (the last series of
+    ``client_core_quota_config_percent`` / ``client_memory_quota_bytes``; None: no series)."""
+    core = [s.value for s in client_values(exp, "client_core_quota_config_percent", client)]
+    mem = [s.value for s in client_values(exp, "client_memory_quota_bytes", client)]
     return (core[-1] if core else None), (mem[-1] if mem else None)
 
 
-def judge_met005(ev: Evidence, th: Mapping[str, Any], *, pod: str, changed_at: float, namespace: str | None = None,
+def judge_met005(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, changed_at: float,
                  core_limit: str | int | None = None, memory_limit: str | None = None,
                  prefix: str | None = None) -> Verdict:
-    """MET-005: after an annotation change the pod's quota series show the new values within 15 s.
+    """MET-005: after an annotation change the probe's quota series show the new values within 15 s.
 
-    ``changed_at``: Unix time (s) of the annotate call; ``core_limit``/``memory_limit``: the new
-    annotation values (at least one). Evidence: ``metrics_series.jsonl`` polled across the change;
-    the state before comes from records that ended before ``changed_at``, else from
+    ``client``: the probe's match (its series are read by the ``client_id`` of its matched
+    ``client_info``, :func:`quota_state`); ``changed_at``: Unix time (s) of the annotate call;
+    ``core_limit``/``memory_limit``: the new annotation values (at least one). Evidence:
+    ``metrics_series.jsonl`` polled across the change; the state before comes from records that
+    ended before ``changed_at``, else from
     ``metrics_before.txt``, and must differ from the target (otherwise nothing was measured). The
     latency is the end of the first scrape that shows every target value minus ``changed_at`` (an
     upper bound, resolution = the poll interval). Threshold ``met005_max_latency_s``.
@@ -721,11 +754,11 @@ def judge_met005(ev: Evidence, th: Mapping[str, Any], *, pod: str, changed_at: f
     before: tuple[float | None, float | None] | None = None
     for r in records:
         if r.t_end < changed_at and r.responded and r.body is not None:
-            st = _quota_state(parse_exposition(r.body, prefix), pod, namespace)
+            st = quota_state(parse_exposition(r.body, prefix), client)
             if st != (None, None):
                 before = st
     if before is None and (text := ev.text("metrics_before.txt")) is not None:
-        st = _quota_state(parse_exposition(read_capture(text).body, prefix), pod, namespace)
+        st = quota_state(parse_exposition(read_capture(text).body, prefix), client)
         before = st if st != (None, None) else None
         evidence.append("metrics_before.txt")
     checks: list[Check] = []
@@ -744,7 +777,7 @@ def judge_met005(ev: Evidence, th: Mapping[str, Any], *, pod: str, changed_at: f
     for r in after:
         if not (r.responded and r.body is not None):
             continue
-        seen = _quota_state(parse_exposition(r.body, prefix), pod, namespace)
+        seen = quota_state(parse_exposition(r.body, prefix), client)
         if matches(seen):
             latency = r.t_end - changed_at
             break
@@ -762,7 +795,8 @@ def judge_met005(ev: Evidence, th: Mapping[str, Any], *, pod: str, changed_at: f
                             latency <= limit, "" if latency <= limit else f"{latency:.1f} s > {limit:g} s"))
     metrics = {"dynamic_quota_metric_latency_sec": None if latency is None else round(latency, 3),
                "scrapes": len(records), "unreadable_lines": bad_lines}
-    summary_ok = f"new quota visible in the metrics after {latency:.1f} s" if latency is not None else ""
+    summary_ok = (f"new quota visible in the metrics after {latency:.1f} s (series of {client.workload}, "
+                  f"by {client.describe()})" if latency is not None else "")
     return _verdict(checks, th, keys, metrics, evidence, summary_ok)
 
 

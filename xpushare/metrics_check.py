@@ -13,7 +13,10 @@ Three layers, kept apart:
 3. **Under load** (:func:`run_load_checks`): start probe workloads through a :class:`ProbeLoad` (one, then
    two), poll ``/metrics`` until the load lines pass or the settle time runs out, stop the probes.
    :class:`KubeProbeLoad` runs probe pods with kubectl; :class:`BackendProbeLoad` runs them through any
-   :class:`~xpushare.backends.base.Backend` (host mode).
+   :class:`~xpushare.backends.base.Backend` (host mode). The probes' clients are found by the key
+   :func:`xpushare.client_match.client_match` picks for the mode: the ``pod`` label in Kubernetes, the
+   ``host_pid`` (and ``client_id``) of the probe process in host mode, where every client's pod and
+   namespace are ``none``; the ``client_info per client`` line says which key matched.
 
 :func:`run_metrics_check` prints the table and returns the exit status (0 all PASS, 1 any FAIL, 3 the
 endpoint did not answer at all); :func:`metrics_check_task` is the task body behind
@@ -41,6 +44,8 @@ from typing import Any, NamedTuple, Protocol, TextIO
 
 from tabulate import tabulate
 
+from xpushare.backends.base import Backend
+from xpushare.client_match import KEY_POD, ClientMatch, client_match, matched_clients
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
 from xpushare.errors import HostUnreachable, TransportError, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
@@ -377,33 +382,80 @@ def exposition_checks(exp: Exposition, *, min_families: int = 25, expect_idle: b
     return lines
 
 
-def load_checks(exposition: Exposition, *, expected_clients: int, pod_names: Sequence[str] | None = None,
-                core_limits: Mapping[str, int] | None = None, namespace: str | None = None) -> list[CheckLine]:
+def _client_line(exp: Exposition, expected_clients: int,
+                 matches: Sequence[ClientMatch] | None) -> tuple[CheckLine, list[Sample], dict[str, str]]:
+    """The ``client_info per client`` line, the selected ``client_info`` samples and ``client_id -> workload``.
+
+    With ``matches`` each probe needs at least one client found by its key and the total must be
+    ``expected_clients``; the observed text names the key that matched each client (``matched by
+    host_pid 478``), and on a miss what is registered instead (id, pod, host_pid).
+    """
+    info = exp.values("client_info")
+    if matches is None:
+        ok = len(info) == expected_clients
+        seen = (f"{len(info)}: " + ", ".join(f"{s.label('pod')}/{s.label('client_id')}" for s in info)) if info else "0"
+        return _line("client_info per client", str(expected_clients), _short(seen), ok), info, {}
+    chosen: dict[int, Sample] = {}
+    owner: dict[str, str] = {}
+    found: list[str] = []
+    missing: list[ClientMatch] = []
+    for m in matches:
+        hits = matched_clients(exp, m)
+        if not hits:
+            missing.append(m)
+        for s, key in hits:
+            if id(s) not in chosen:
+                chosen[id(s)] = s
+                owner[s.label("client_id") or "?"] = m.workload
+                found.append(f"{m.workload} = {s.label('client_id')} (matched by {key})")
+    clients = [s for s in info if id(s) in chosen]
+    keys = sorted({m.key for m in matches})
+    expected = (f"{expected_clients} (one per probe, by {'/'.join(keys)}"
+                + (" + client_id" if "host_pid" in keys else "") + ")")
+    observed = f"{len(clients)}" + (": " + ", ".join(found) if found else "")
+    if missing:
+        observed += "; not found: " + ", ".join(f"{m.workload} [{m.describe()}]" for m in missing)
+        others = [s for s in info if id(s) not in chosen]
+        observed += "; registered: " + (", ".join(
+            f"{s.label('client_id')} (pod {s.label('pod')}, host_pid {s.label('host_pid')})" for s in others)
+            if others else "none")
+    ok = len(clients) == expected_clients and not missing
+    return _line("client_info per client", expected, _short(observed, 240), ok), clients, owner
+
+
+def _nvml_hint(exp: Exposition, clients: Sequence[Sample]) -> str:
+    """Why ``client_nvml_used_bytes`` can be 0: a client GPU key that is no NVML UUID (host mode: an index).
+
+    The exporter looks a client's process up on the GPUs whose UUID prefix-matches the client's GPU key
+    (metrics_exporter.c); outside Kubernetes the key is the first token of ``CUDA_VISIBLE_DEVICES``
+    (sut-on-cpu.md), e.g. ``0``, which matches no ``GPU-...`` UUID.
+    """
+    uuids = [u for s in exp.values("gpu_info") if (u := s.label("gpu_uuid"))]
+    odd = sorted({k for c in clients if (k := c.label("gpu_uuid") or "")
+                  and not any(u.startswith(k) or k.startswith(u) for u in uuids)})
+    return (f" (GPU key {', '.join(repr(k) for k in odd)} matches no gpu_info UUID: the exporter finds NVML "
+            "processes by UUID prefix)") if odd and uuids else ""
+
+
+def load_checks(exposition: Exposition, *, expected_clients: int, matches: Sequence[ClientMatch] | None = None,
+                core_limits: Mapping[str, int] | None = None) -> list[CheckLine]:
     """The under-load checklist of seed 002 §3-§4 on one page, for the probe clients.
 
-    ``pod_names``: the probe pods (their clients are selected by the ``pod`` label, and each must have
-    one); without it every client counts and exactly ``expected_clients`` must be registered.
-    ``core_limits``: ``pod -> configured core limit`` (each client's
+    ``matches``: one :class:`~xpushare.client_match.ClientMatch` per probe (from
+    :func:`~xpushare.client_match.client_match`: by ``pod`` in Kubernetes, by ``host_pid``/``client_id``
+    in host mode); each probe must have a client and exactly ``expected_clients`` must be selected.
+    Without it every client counts and exactly ``expected_clients`` must be registered.
+    ``core_limits``: ``probe workload name -> configured core limit`` (each client's
     ``client_core_quota_config_percent`` must equal it; without it, 1..100 is accepted).
+    The other client families are read by the selected clients' ``client_id``.
     """
     exp = exposition
     lines: list[CheckLine] = []
     if not exp.ok:
         lines.append(_line("exposition parses", "Prometheus text 0.0.4",
                            f"line {exp.offending_lineno}: {_short(exp.offending_line or '', 60)!r}", False))
-    info = exp.values("client_info", **({"namespace": namespace} if namespace else {}))
-    if pod_names is not None:
-        clients = [s for s in info if s.label("pod") in pod_names]
-        pods_seen = {s.label("pod") for s in clients}
-        ok = len(clients) == expected_clients and all(p in pods_seen for p in pod_names)
-        expected = f"{expected_clients} (one per probe pod: {', '.join(pod_names)})"
-    else:
-        clients = info
-        ok = len(clients) == expected_clients
-        expected = str(expected_clients)
-    lines.append(_line("client_info per client", expected,
-                       _short(f"{len(clients)}: " + ", ".join(f"{s.label('pod')}/{s.label('client_id')}"
-                                                              for s in clients)) if clients else "0", ok))
+    line, clients, owner = _client_line(exp, expected_clients, matches)
+    lines.append(line)
     if not clients:
         return lines
 
@@ -428,8 +480,9 @@ def load_checks(exposition: Exposition, *, expected_clients: int, pod_names: Seq
     lines.append(_line("managed allocation", "client_managed_allocated_bytes > 0", show(managed, _mib),
                        all(v is not None and v > 0 for v in managed.values())))
     nvml = per_client("client_nvml_used_bytes")
-    lines.append(_line("NVML per-process memory", "client_nvml_used_bytes > 0", show(nvml, _mib),
-                       all(v is not None and v > 0 for v in nvml.values())))
+    nvml_ok = all(v is not None and v > 0 for v in nvml.values())
+    lines.append(_line("NVML per-process memory", "client_nvml_used_bytes > 0",
+                       show(nvml, _mib) + ("" if nvml_ok else _nvml_hint(exp, clients)), nvml_ok))
     gpu_rows: dict[str, Sample] = {}
     for c in clients:
         for r in gpu_rows_for_key(exp, "gpu_utilization_ratio", c.label("gpu_uuid")):
@@ -444,7 +497,7 @@ def load_checks(exposition: Exposition, *, expected_clients: int, pod_names: Seq
     lines.append(_line("REGISTER messages counted", f"messages_total{{type=REGISTER}} >= {expected_clients}",
                        "absent" if reg is None else f"{reg:g}", reg is not None and reg >= expected_clients))
     core = per_client("client_core_quota_config_percent")
-    want = {cid(c): (core_limits or {}).get(c.label("pod") or "") for c in clients}
+    want = {cid(c): (core_limits or {}).get(owner.get(cid(c), "")) for c in clients}
     core_ok = all(v is not None and (v == want[k] if want[k] is not None else 1 <= v <= 100) for k, v in core.items())
     lines.append(_line("core quota per client", "core_quota_config_percent = " + (
         ", ".join(sorted({str(v) for v in want.values() if v is not None})) if any(
@@ -481,13 +534,17 @@ class ProbeLoad(Protocol):
 
     ``start(index)`` starts probe number ``index`` (1, 2 ...) and returns its pod name once it runs
     (raises :class:`~xpushare.errors.XpushareError` when it cannot); ``stop()`` removes every probe
-    (idempotent, called in a ``finally``); ``core_limit`` is the core limit each probe is configured
-    with (``None``: none, so the exporter shows 100).
+    (idempotent, called in a ``finally``); ``match(name)`` says how probe ``name``'s clients are
+    recognised on the page (:func:`xpushare.client_match.client_match` for the load's mode; called on
+    every poll, since a host-mode probe's pid and client id appear after its start); ``core_limit`` is
+    the core limit each probe is configured with (``None``: none, so the exporter shows 100).
     """
 
     core_limit: int | None
 
     def start(self, index: int) -> str: ...
+
+    def match(self, name: str) -> ClientMatch: ...
 
     def stop(self) -> None: ...
 
@@ -547,6 +604,11 @@ class KubeProbeLoad:
             raise XpushareError(f"probe pod {pod.name} ended ({pod.phase}, exit {pod.exit_code}) before the scrape")
         return pod.name
 
+    def match(self, name: str) -> ClientMatch:
+        """Kubernetes: the probe's clients carry its pod name (``pod`` label; the name holds a random run id,
+        so any namespace label is accepted, as before)."""
+        return client_match("k8s", name)
+
     def stop(self) -> None:
         self.kubectl.delete(f"{RUN_LABEL}={self.run_id}", wait=False, grace_period_s=0, namespace=self.namespace)
 
@@ -555,16 +617,22 @@ class KubeProbeLoad:
 class BackendProbeLoad:
     """Probe "pods" through any :class:`~xpushare.backends.base.Backend`: host mode (processes on the
     GPU hosts with the client library preloaded; no annotations, so ``core_limit`` must stay ``None``)
-    or a Kubernetes backend (``core_limit`` becomes the annotation, ``node`` pins the pod)."""
+    or a Kubernetes backend (``core_limit`` becomes the annotation, ``node`` pins the pod).
 
-    backend: Any
+    :meth:`match` follows the backend's ``mode``: host mode matches by the pid the backend recorded for
+    the probe process (``PodRecord.host_pid``) and the ``Client ID`` lines of its output; Kubernetes by
+    the pod name (in ``namespace``, None: any)."""
+
+    backend: Backend
     case_dir: Path
     args: tuple[str, ...] = PROBE_COMMAND[2:]
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
     timeout_s: float = 120.0
     core_limit: int | None = None
     node: str | None = None
+    namespace: str | None = None
     _started: bool = False
+    _known: dict[str, ClientMatch] = field(default_factory=dict)
 
     def start(self, index: int) -> str:
         from xpushare.backends.base import PodSpec
@@ -582,6 +650,18 @@ class BackendProbeLoad:
             raise XpushareError(f"probe {name} is {rec[0].phase if rec else 'missing'}, not Running")
         return rec[0].name
 
+    def match(self, name: str) -> ClientMatch:
+        """The probe's match from its current record and output (kept once nothing more can appear)."""
+        if name in self._known:
+            return self._known[name]
+        records = self.backend.wait_running(self.case_dir, [name], 0.0)
+        record = next((r for r in records if r.name == name), None)
+        log = self.backend.read_log(self.case_dir, name) if self.backend.mode != "k8s" else None
+        found = client_match(self.backend.mode, name, namespace=self.namespace, record=record, log=log)
+        if found.key == KEY_POD or (found.host_pids and found.client_ids):
+            self._known[name] = found
+        return found
+
     def stop(self) -> None:
         if self._started:
             self.backend.cleanup(self.case_dir)
@@ -596,8 +676,10 @@ def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, pref
     After each start ``scrape()`` (a GET of ``/metrics``) is polled every ``poll_s`` until
     :func:`load_checks` passes or ``settle_s`` runs out (a new client needs a moment: registration,
     first allocation, a utilisation sample); the last page's lines are kept, items prefixed
-    ``load <n>:``. A probe that cannot start is a FAIL line and ends the load part. The probes are
-    stopped in a ``finally`` (a failed removal is a FAIL line ``probe pods removed``).
+    ``load <n>:``. The probes' clients are selected with ``load.match(name)`` on every poll (pod name
+    in Kubernetes, host pid / client id in host mode). A probe that cannot start is a FAIL line and
+    ends the load part. The probes are stopped in a ``finally`` (a failed removal is a FAIL line
+    ``probe pods removed``).
     """
     lines: list[CheckLine] = []
     pods: list[str] = []
@@ -616,8 +698,8 @@ def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, pref
                     last = [_line("/metrics answers 200", "200", _answer(resp), False)]
                 else:
                     limits = {p: load.core_limit for p in pods} if load.core_limit is not None else None
-                    last = load_checks(parse_exposition(resp.body, prefix), expected_clients=n, pod_names=pods,
-                                       core_limits=limits)
+                    last = load_checks(parse_exposition(resp.body, prefix), expected_clients=n,
+                                       matches=[load.match(p) for p in pods], core_limits=limits)
                 if all(ln.ok for ln in last) or clock() >= deadline:
                     break
                 sleep(poll_s)
@@ -722,7 +804,8 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
       (:class:`KubeProbeLoad`, image from the cluster parameter ``probe_image``);
     * ``mode: host``: the inventory's ``scheduler.metrics_url``, curled on the first GPU host (this
       machine for a local host). ``load`` runs the probes through the host backend, only when the
-      cluster names ``sut_lib`` (without the preloaded library no process registers).
+      cluster names ``sut_lib`` (without the preloaded library no process registers); the probes'
+      clients are matched by ``host_pid`` (and ``client_id``), not by pod name (``none`` there).
 
     The metric prefix is the cluster's generation (``sut``). Raises :class:`UsageError` for bad
     flag combinations; returns the :class:`ExitStatus` of :func:`run_metrics_check`.
@@ -759,6 +842,8 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
             from xpushare.backends.host import HostBackend
 
             probe = BackendProbeLoad(HostBackend(cluster), Path(tempfile.mkdtemp(prefix="xpushare-metrics-check-")))
+            print("note: host mode: probe clients are matched by host_pid / client_id (pod and namespace are "
+                  "'none' outside Kubernetes)", file=out)
     print(f"fetching from {where}", file=out)
     return run_metrics_check(base, fetch=fetch, prefix=prefix, min_families=min_families, load=probe,
                              settle_s=settle_s, out=out)

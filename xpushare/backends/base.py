@@ -46,7 +46,12 @@ class PodSpec:
 
 @dataclass
 class PodRecord:
-    """What became of a pod: phase, exit code, where it ran, and its run interval (unix seconds)."""
+    """What became of a pod: phase, exit code, where it ran, and its run interval (unix seconds).
+
+    ``host_pid``: host mode only, the pid of the workload process on its host (the process that loads
+    the client library, so the pid the scheduler exports as ``client_info{host_pid}``); None in
+    Kubernetes (a container's host pid is not known to the tool) and until the process started.
+    """
 
     name: str
     phase: str
@@ -58,6 +63,7 @@ class PodRecord:
     spec: dict[str, Any] = field(default_factory=dict)
     log: str | None = None
     """Log path relative to the case directory."""
+    host_pid: int | None = None
 
     @property
     def terminal(self) -> bool:

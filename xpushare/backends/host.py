@@ -7,6 +7,11 @@ The process gets the SUT's environment for its naming generation, ``LD_PRELOAD``
 when the inventory names one (``sut_lib``), and ``CUDA_VISIBLE_DEVICES`` from the host's GPU list.
 When the inventory names a scheduler on the host (``scheduler.metrics_url/log_file/process_name``),
 its metrics, log and ``/proc`` figures are harvested as evidence too.
+
+Each record carries the workload process's pid (``host_pid``): outside Kubernetes the scheduler knows
+every client as pod ``none`` in namespace ``none``, so the pid (and the ``Client ID`` line of the
+process's output) is how its clients are told apart (:mod:`xpushare.client_match`). With a scheduler
+log, ``gpu_mapping.txt`` lists the GPU key each pod registered with, matched that way.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from xpushare.backends.base import (
     Backend,
     PodRecord,
     PodSpec,
+    read_pod_records,
     write_pod_records,
 )
+from xpushare.client_match import client_match, registrations_of
+from xpushare.collect.scheduler_log import parse_text
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
 from xpushare.sut import sut_names
@@ -33,11 +41,18 @@ from xpushare.transport import Host, LocalHost, connect
 
 WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
 
-_WRAPPER = 'n=$1; shift; date +%s.%N > "$n.start"; "$@"; rc=$?; date +%s.%N > "$n.end"; echo $rc > "$n.rc"'
+# The workload runs in the foreground of the wrapper, through an inner ``sh`` that writes its own pid to
+# ``<name>.hostpid`` and then execs the workload: that pid is the workload process's, the one whose
+# socket the scheduler sees (SO_PEERCRED) and exports as ``client_info{host_pid}`` (sut-interfaces.md §6.3).
+_WRAPPER = (
+    'n=$1; shift; date +%s.%N > "$n.start"; sh -c \'echo $$ > "$0.hostpid"; exec "$@"\' "$n" "$@"; rc=$?; '
+    'date +%s.%N > "$n.end"; echo $rc > "$n.rc"'
+)
 _POLL = (
     'cd "$1" || exit 97; shift; for n in "$@"; do '
-    'printf "%s|%s|%s|%s\\n" "$n" "$(cat "$n.rc" 2>/dev/null || echo -)" '
-    '"$(cat "$n.start" 2>/dev/null || echo -)" "$(cat "$n.end" 2>/dev/null || echo -)"; done'
+    'printf "%s|%s|%s|%s|%s\\n" "$n" "$(cat "$n.rc" 2>/dev/null || echo -)" '
+    '"$(cat "$n.start" 2>/dev/null || echo -)" "$(cat "$n.end" 2>/dev/null || echo -)" '
+    '"$(cat "$n.hostpid" 2>/dev/null || echo -)"; done'
 )
 _GPU_QUERY = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
 
@@ -208,10 +223,10 @@ class HostBackend(Backend):
             rows = {}
             for line in res.stdout.splitlines():
                 fields = [f.strip() or "-" for f in line.split("|")]
-                if len(fields) == 4:
+                if len(fields) == 5:
                     rows[fields[0]] = fields[1:]
             for p in placed:
-                rc, start, end = rows.get(p.spawn_name, ["-", "-", "-"])
+                rc, start, end, pid = rows.get(p.spawn_name, ["-", "-", "-", "-"])
                 if rc != "-":
                     phase = "Succeeded" if rc == "0" else "Failed"
                 else:
@@ -227,6 +242,7 @@ class HostBackend(Backend):
                         finished=_float(end),
                         spec=asdict(p.spec),
                         log=f"pods/{p.spec.name}.log",
+                        host_pid=int(pid) if pid.isdigit() else None,
                     )
                 )
         return records
@@ -286,7 +302,29 @@ class HostBackend(Backend):
         for name, host in self.hosts.items():
             files += self._harvest_node(case_dir, name, host)
         files += self._harvest_scheduler(case_dir)
+        files += self._gpu_mapping(case_dir)
         return files
+
+    def _gpu_mapping(self, case_dir: Path) -> list[str]:
+        """``gpu_mapping.txt``: per pod, the GPU key of its last ``Registered client`` line in the harvested
+        ``scheduler.log`` and the key that matched it (``host_pid <pid>`` / ``client_id <id16>``; the pod
+        name is ``none`` outside Kubernetes), ``-`` when it never registered. Columns ``pod node gpu_key
+        matched_by`` (tab-separated). Nothing without a scheduler log or pods."""
+        log = case_dir / "scheduler.log"
+        records = read_pod_records(case_dir) if log.exists() else []  # written by harvest just before
+        if not records:
+            return []
+        summary = parse_text(log.read_text(encoding="utf-8", errors="replace"))
+        rows = []
+        for r in records:
+            out = case_dir / "pods" / f"{r.name}.log"
+            text = out.read_text(encoding="utf-8", errors="replace") if out.exists() else None
+            found = registrations_of(summary, client_match(self.mode, r.name, record=r, log=text))
+            reg, key = found[-1] if found else (None, "-")
+            rows.append(f"{r.name}\t{r.node or '-'}\t{(reg.gpu if reg else None) or '-'}\t{key}")
+        (case_dir / "gpu_mapping.txt").write_text("pod\tnode\tgpu_key\tmatched_by\n" + "\n".join(rows) + "\n",
+                                                  encoding="utf-8")
+        return ["gpu_mapping.txt"]
 
     def _harvest_node(self, case_dir: Path, name: str, host: Host) -> list[str]:
         files: list[str] = []

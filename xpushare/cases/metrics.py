@@ -22,10 +22,17 @@ MET-008  W5 probe filling 85 % of the GPU (oversub on); scrape 2 s for 40 s   me
 
 (``metrics_series`` is ``metrics_series.jsonl``, ``remote_<node>_dmon`` is ``remote_<node>_dmon.txt``.)
 
-Host mode: MET-001, MET-002 (no probe: families that need a client only need HELP/TYPE) and MET-007
-run against the inventory's ``scheduler.metrics_url`` and SKIP without it; the others need pods and
-annotations (Kubernetes). MET-006 SKIPs where the probe's node has no ``nvidia-smi`` and no
-``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge_metrics.DEFAULTS``.
+Host mode: MET-001, MET-002 and MET-007 run against the inventory's ``scheduler.metrics_url`` and SKIP
+without it; the others need pods and annotations (Kubernetes). MET-002 starts its W5 probe as a host
+process when the backend has the client library (``sut_lib``), else it runs without a probe (families
+that need a client only need HELP/TYPE). MET-006 SKIPs where the probe's node has no ``nvidia-smi`` and
+no ``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge_metrics.DEFAULTS``.
+
+The probe's clients on a page are found by :func:`xpushare.client_match.client_match` for the cluster's
+mode: by pod name and namespace in Kubernetes; in host mode, where the scheduler exports every client
+with ``pod="none"``/``namespace="none"``, by the probe process's ``host_pid`` (``pods.json``, recorded by
+the host backend) and the ``Client ID`` lines of its log. The acts match with the live record and log,
+the judgments rebuild the same match from the stored ``pods.json`` and ``pods/<probe>.log``.
 """
 
 from __future__ import annotations
@@ -35,9 +42,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_KUBERNETES, PodRecord
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodRecord
 from xpushare.backends.k8s import dns1123
 from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.client_match import ClientMatch, client_match, matched_clients
 from xpushare.collect.metrics import parse_exposition
 from xpushare.errors import TransportError, XpushareError
 from xpushare.evidence import Evidence
@@ -56,6 +64,7 @@ from xpushare.judge_metrics import (
     judge_met007,
     judge_met008,
     parse_series,
+    quota_state,
 )
 from xpushare.metrics_target import (
     NodeCapture,
@@ -202,12 +211,25 @@ def _settle(run: CaseRun, target: ScrapeTarget, name: str, accept: Callable[[Evi
     return record
 
 
-def _client_seen(run: CaseRun, pod: str) -> Callable[[Evidence], bool]:
-    prefix, ns = run.plan.get("prefix"), run.cluster.namespace
+def _live_match(run: CaseRun, name: str) -> ClientMatch:
+    """The probe's :class:`ClientMatch` from its current record and output (act side; host mode needs
+    the recorded pid and the ``Client ID`` line, both there once the probe printed its first probe line).
+    The match goes to ``plan["client"]`` (for the reader; the judgment rebuilds it from the evidence)."""
+    if run.cluster.mode == "k8s":  # the pod name is all it takes (no kubectl call)
+        match = client_match("k8s", name, namespace=run.cluster.namespace)
+    else:
+        record = _record(run.backend.wait_running(run.case_dir, [name], 0.0), name)
+        match = client_match(run.cluster.mode, name, record=record, log=run.backend.read_log(run.case_dir, name))
+    run.plan["client"] = match.to_dict()
+    run.save_plan()
+    return match
+
+
+def _client_seen(run: CaseRun, client: ClientMatch) -> Callable[[Evidence], bool]:
+    prefix = run.plan.get("prefix")
 
     def accept(ev: Evidence) -> bool:
-        return bool(parse_exposition(ev.text("metrics_mid.txt") or "", prefix).values("client_info", pod=pod,
-                                                                                      namespace=ns))
+        return bool(matched_clients(parse_exposition(ev.text("metrics_mid.txt") or "", prefix), client))
     return accept
 
 
@@ -242,8 +264,15 @@ def _met002(run: CaseRun) -> None:
         if target is None:
             return
         try:
-            run.plan["probe"] = None
-            record = target.capture(run.case_dir, "/metrics", "metrics_mid.txt")
+            if CAP_CLIENT_LIBRARY not in run.backend.capabilities:  # no process would register: no probe
+                run.plan["probe"] = None
+                record = target.capture(run.case_dir, "/metrics", "metrics_mid.txt")
+            else:
+                pod, _node = _start_probe(run)
+                client = _live_match(run, pod)
+                prefix = run.plan["prefix"]
+                record = _settle(run, target, "metrics_mid.txt",
+                                 lambda ev: _passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
             run.plan["mid_at"] = record.t
             run.save_plan()
         finally:
@@ -252,9 +281,9 @@ def _met002(run: CaseRun) -> None:
     pod, node = _start_probe(run)
     target = _probe_target(run, node)
     try:
-        prefix, ns = run.plan["prefix"], run.cluster.namespace
+        prefix, client = run.plan["prefix"], _live_match(run, pod)
         record = _settle(run, target, "metrics_mid.txt",
-                         lambda ev: _passes(judge_met002(ev, run.params, pod=pod, namespace=ns, prefix=prefix)))
+                         lambda ev: _passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
         run.plan["mid_at"] = record.t
         run.save_plan()
     finally:
@@ -276,9 +305,9 @@ def _met003(run: CaseRun) -> None:
             sampler = None
             run.plan["sampler"] = {"node": node, "error": str(exc)}
         th = {**run.params, "met003_require_nvml": False}  # settle on the page alone; NVML is judged after
-        prefix, ns = run.plan["prefix"], run.cluster.namespace
+        prefix, client = run.plan["prefix"], _live_match(run, pod)
         record = _settle(run, target, "metrics_mid.txt",
-                         lambda ev: _passes(judge_met003(ev, th, pod=pod, namespace=ns, prefix=prefix)))
+                         lambda ev: _passes(judge_met003(ev, th, client=client, prefix=prefix)))
         run.plan["mid_at"] = record.t
         run.save_plan()
         run.sleep(float(run.params["met003_sampler_tail_s"]))
@@ -299,9 +328,9 @@ def _met004(run: CaseRun) -> None:
                              memory_limit_env=env)
     target = _probe_target(run, node)
     try:
-        prefix, ns = run.plan["prefix"], run.cluster.namespace
+        prefix, client = run.plan["prefix"], _live_match(run, pod)
         record = _settle(run, target, "metrics_mid.txt", lambda ev: _passes(judge_met004(
-            ev, run.params, pod=pod, namespace=ns, core_limit=core, memory_limit=memory, memory_limit_env=env,
+            ev, run.params, client=client, core_limit=core, memory_limit=memory, memory_limit_env=env,
             prefix=prefix)))
         run.plan["mid_at"] = record.t
         run.save_plan()
@@ -309,12 +338,9 @@ def _met004(run: CaseRun) -> None:
         target.close()
 
 
-def _quota_now(body: str | None, pod: str, namespace: str, prefix: str | None) -> tuple[float | None, float | None]:
-    """``(core percent, memory bytes)`` the page exports for the pod's clients (None: no series)."""
-    exp = parse_exposition(body or "", prefix)
-    core = [s.value for s in exp.values("client_core_quota_config_percent", pod=pod, namespace=namespace)]
-    mem = [s.value for s in exp.values("client_memory_quota_bytes", pod=pod, namespace=namespace)]
-    return (core[-1] if core else None), (mem[-1] if mem else None)
+def _quota_now(body: str | None, client: ClientMatch, prefix: str | None) -> tuple[float | None, float | None]:
+    """``(core percent, memory bytes)`` the page exports for the probe's clients (None: no series)."""
+    return quota_state(parse_exposition(body or "", prefix), client)
 
 
 def _met005(run: CaseRun) -> None:
@@ -325,7 +351,7 @@ def _met005(run: CaseRun) -> None:
     run.plan.update(core_from=core_from, memory_from=mem_from, core_to=core_to, memory_to=mem_to)
     pod, node = _start_probe(run, core_limit=core_from, memory_limit=mem_from)
     target = _probe_target(run, node)
-    prefix, ns = run.plan["prefix"], run.cluster.namespace
+    prefix, client = run.plan["prefix"], _live_match(run, pod)
     interval = float(p["met005_interval_s"])
     before = max(1, math.ceil(float(p["met005_before_s"]) / interval))
     timeout = float(p["met005_timeout_s"])
@@ -339,13 +365,13 @@ def _met005(run: CaseRun) -> None:
                 run.plan["changed_at"] = changed[0]
                 run.save_plan()
             return True
-        if record.t >= changed[0] and record.responded and _quota_now(record.body, pod, ns, prefix) == want:
+        if record.t >= changed[0] and record.responded and _quota_now(record.body, client, prefix) == want:
             return False
         return record.t - changed[0] <= timeout
 
     try:
         _settle(run, target, "metrics_before.txt", lambda ev: _passes(judge_met004(
-            ev, p, pod=pod, namespace=ns, core_limit=core_from, memory_limit=mem_from, prefix=prefix)))
+            ev, p, client=client, core_limit=core_from, memory_limit=mem_from, prefix=prefix)))
         scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=interval,
                     duration_s=(before + 1) * interval + timeout, on_record=on_record, sleep=run.sleep)
     finally:
@@ -377,7 +403,7 @@ def _met006(run: CaseRun) -> None:
             return
         run.save_plan()
         target = _probe_target(run, node)
-        _settle(run, target, "metrics_mid.txt", _client_seen(run, pod))
+        _settle(run, target, "metrics_mid.txt", _client_seen(run, _live_match(run, pod)))
         scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met006_interval_s"]),
                     duration_s=float(run.params["met006_duration_s"]), sleep=run.sleep)
     finally:
@@ -440,7 +466,7 @@ def _met008(run: CaseRun) -> None:
     pod, node = _start_probe(run, oversub=True, args=("--n", str(int(n))))
     target = _probe_target(run, node)
     try:
-        _settle(run, target, "metrics_mid.txt", _client_seen(run, pod))
+        _settle(run, target, "metrics_mid.txt", _client_seen(run, _live_match(run, pod)))
         scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met008_interval_s"]),
                     duration_s=float(run.params["met008_duration_s"]), sleep=run.sleep)
     finally:
@@ -454,8 +480,27 @@ def _skipped(plan: Mapping[str, Any]) -> Verdict | None:
     return Verdict(Status.SKIP, str(plan["skip"])) if plan.get("skip") else None
 
 
-def _ns(plan: Mapping[str, Any]) -> str | None:
-    return plan.get("namespace") if plan.get("probe") else None
+def _client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch | None:
+    """The probe's match, rebuilt from the evidence for the plan's ``mode`` (None without a probe).
+
+    Kubernetes: the probe pod's name in the plan's ``namespace``; host mode: the probe's ``host_pid``
+    from ``pods.json`` and the ``Client ID`` lines of ``pods/<probe>.log``
+    (:func:`xpushare.client_match.client_match`). Plans written before the mode was recorded are k8s.
+    """
+    probe = plan.get("probe")
+    if not probe:
+        return None
+    mode = str(plan.get("mode") or "k8s")
+    return client_match(mode, str(probe), namespace=plan.get("namespace") if mode == "k8s" else None,
+                        record=ev.pod(str(probe)), log=ev.logs.get(str(probe)))
+
+
+def _probe_client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch:
+    """:func:`_client` for the cases that always have a probe (``plan["probe"]``; KeyError without one)."""
+    found = _client(ev, plan)
+    if found is None:
+        raise KeyError("plan.json names no probe")
+    return found
 
 
 def _judge001(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -463,17 +508,16 @@ def _judge001(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 
 def _judge002(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met002(ev, th, pod=plan.get("probe"), namespace=_ns(plan),
-                                          prefix=plan.get("prefix"))
+    return _skipped(plan) or judge_met002(ev, th, client=_client(ev, plan), prefix=plan.get("prefix"))
 
 
 def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met003(ev, th, pod=plan["probe"], namespace=_ns(plan), node=plan.get("node"),
+    return _skipped(plan) or judge_met003(ev, th, client=_probe_client(ev, plan), node=plan.get("node"),
                                           mid_at=plan.get("mid_at"), prefix=plan.get("prefix"))
 
 
 def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met004(ev, th, pod=plan["probe"], namespace=_ns(plan),
+    return _skipped(plan) or judge_met004(ev, th, client=_probe_client(ev, plan),
                                           core_limit=plan.get("core_limit"), memory_limit=plan.get("memory_limit"),
                                           memory_limit_env=plan.get("memory_limit_env"), prefix=plan.get("prefix"))
 
@@ -484,11 +528,11 @@ def _judge005(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
         return skipped
     if plan.get("changed_at") is None:
         return Verdict(Status.ERROR, "no annotation change was made (plan.json has no changed_at)")
-    return judge_met005(ev, th, pod=plan["probe"], changed_at=float(plan["changed_at"]), namespace=_ns(plan),
+    return judge_met005(ev, th, client=_probe_client(ev, plan), changed_at=float(plan["changed_at"]),
                         core_limit=plan.get("core_to"), memory_limit=plan.get("memory_to"), prefix=plan.get("prefix"))
 
 
-def probe_gpu_index(ev: Evidence, pod: str, namespace: str | None, prefix: str | None) -> str | None:
+def probe_gpu_index(ev: Evidence, match: ClientMatch, prefix: str | None) -> str | None:
     """The ``gpu_index`` of the probe's GPU: its ``client_info`` GPU key mapped onto the
     ``gpu_utilization_ratio`` rows (first scrape of ``metrics_series.jsonl`` that has both); None if unknown."""
     records, _ = parse_series(ev.text("metrics_series.jsonl") or "")
@@ -496,8 +540,7 @@ def probe_gpu_index(ev: Evidence, pod: str, namespace: str | None, prefix: str |
         if not (r.responded and r.body):
             continue
         exp = parse_exposition(r.body, prefix)
-        labels = {"pod": pod, **({"namespace": namespace} if namespace else {})}
-        for client in exp.values("client_info", **labels):
+        for client, _key in matched_clients(exp, match):
             rows = gpu_rows_for_key(exp, "gpu_utilization_ratio", client.label("gpu_uuid"))
             if rows and rows[0].label("gpu_index") is not None:
                 return rows[0].label("gpu_index")
@@ -508,7 +551,7 @@ def _judge006(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     skipped = _skipped(plan)
     if skipped is not None:
         return skipped
-    gpu = probe_gpu_index(ev, plan["probe"], _ns(plan), plan.get("prefix"))
+    gpu = probe_gpu_index(ev, _probe_client(ev, plan), plan.get("prefix"))
     return judge_met006(ev, th, node=plan.get("node"), gpu_index=gpu, dmon_interval_s=DMON_INTERVAL_S,
                         prefix=plan.get("prefix"))
 
@@ -534,7 +577,8 @@ register(CaseDef(
 ))
 register(CaseDef(
     "MET-002", SUITE, "Required metrics present", "W5",
-    "W5 probe; poll its node's /metrics until the probe's client shows (host mode: no probe)",
+    "W5 probe; poll its node's /metrics until the probe's client shows (host mode: probe only with sut_lib, "
+    "matched by host_pid)",
     "metrics_mid.txt against xpushare/data/required_metrics.yaml (missing_metrics, missing_metric_count)",
     params=_params("002"), act=_met002, judge=_judge002,
 ))

@@ -17,13 +17,19 @@ What is counted and how (all per §4):
   generic one during overload preemption, §4.4) is counted separately as ``fallback_drops`` and
   never twice;
 * receipts: ``Received <TYPE>[ from <id>...]``;
-* disconnects: ``Removing client <id16>|<UNREGISTERED>`` exactly (not ``... from wait queue``).
+* disconnects: ``Removing client <id16>|<UNREGISTERED>`` exactly (not ``... from wait queue``);
+* client identity: a registration carries the id, the GPU key, pod and namespace (``none``/``none``
+  outside Kubernetes, sut-on-cpu.md "Identity of a client") and, in debug mode only, the host pid of
+  the DEBUG line ``SO_PEERCRED: client fd=<fd> pid=<pid> (client reported pid=<pid>)`` (or
+  ``SO_PEERCRED failed, using client-reported pid=<pid>``) that ``register_client`` logs before the
+  ``Registered client`` line (scheduler.c; one client is registered at a time, so the last such line
+  before a registration is its own). Removal lines carry the id only.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from os import PathLike
@@ -76,6 +82,11 @@ _INITIAL_RE = re.compile(
 _SEND_LIMIT_RE = re.compile(r"Sending UPDATE_LIMIT to client (?P<cid>[0-9a-f]{16}): (?P<val>\d+) bytes")
 _SEND_CORE_RE = re.compile(r"Sending UPDATE_CORE_LIMIT to client (?P<cid>[0-9a-f]{16}): (?P<val>\d+)%")
 _MODE_RE = re.compile(r"Scheduling mode: (?P<mode>AUTO|SERIAL|CONCURRENT)\b")
+# scheduler.c register_client (DEBUG): the peer pid (SO_PEERCRED) or the pid the client reported.
+_PEERCRED_RE = re.compile(
+    r"SO_PEERCRED(?:: client fd=-?\d+ pid=(?P<pid>-?\d+) \(client reported pid=-?\d+\)"
+    r"|(?: failed, using client-reported pid=(?P<reported>-?\d+)))"
+)
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,9 @@ class Registration:
     ``gpu`` is ``None`` for the nvshare generation (no `` on GPU`` part, §0); it is the GPU key the
     client sent (a ``GPU-...`` UUID, ``default``, or an index such as ``0``, §4.2). Outside
     Kubernetes ``pod``/``namespace`` are ``none``. ``ts``: kubectl timestamp or ``None``;
-    ``lineno``: 1-based line number in the stream. Source: sut-interfaces.md §4.2, §12.
+    ``lineno``: 1-based line number in the stream. ``host_pid``: the pid of the preceding DEBUG
+    ``SO_PEERCRED`` line of this registration (the SO_PEERCRED pid, or the client-reported pid when
+    that failed); ``None`` without debug logging. Source: sut-interfaces.md §4.2, §4.4, §12; scheduler.c.
     """
 
     cid: str
@@ -94,6 +107,7 @@ class Registration:
     namespace: str
     ts: datetime | None
     lineno: int
+    host_pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -278,20 +292,25 @@ class SchedulerLogSummary:
         }
         return {k: counts[k] / d for k in RATE_KEYS}
 
-    def distribution_table(self, *, title: bool = True) -> str:
+    def distribution_table(self, *, title: bool = True, workloads: Mapping[str, str] | None = None) -> str:
         """The legacy ``Scheduler Log Analysis (GPU Distribution)`` table, rendered with ``tabulate``.
 
         One row per distinct client id in registration order: ``Pod Name | Client ID | GPU UUID``
         (``-`` when the log has no GPU, nvshare generation). With ``title`` the heading line
-        :data:`DISTRIBUTION_TITLE` comes first. Source: sut-interfaces.md §10.3 step 7; seed 004.
+        :data:`DISTRIBUTION_TITLE` comes first. ``workloads``: ``client id -> text`` naming our
+        workload of a client (:func:`xpushare.client_match.workload_labels`); given, a ``Workload``
+        column follows (``-`` for other clients): outside Kubernetes every ``Pod Name`` is ``none``.
+        Source: sut-interfaces.md §10.3 step 7; seed 004.
         """
         rows: dict[str, list[str]] = {}
         for r in self.registrations:
             if r.cid not in rows:
                 rows[r.cid] = [r.pod, r.cid, r.gpu if r.gpu is not None else "-"]
+                if workloads is not None:
+                    rows[r.cid].append(workloads.get(r.cid, "-"))
         table = tabulate(
             list(rows.values()),
-            headers=["Pod Name", "Client ID", "GPU UUID"],
+            headers=["Pod Name", "Client ID", "GPU UUID", *(["Workload"] if workloads is not None else [])],
             tablefmt="presto",
             disable_numparse=True,  # ids and GPU keys such as "0" are text, not numbers
             stralign="left",
@@ -313,7 +332,8 @@ class SchedulerLogSummary:
             "scheduling_mode": self.scheduling_mode,
             "metrics_enabled": self.metrics_enabled,
             "registrations": [
-                {"cid": r.cid, "gpu": r.gpu, "pod": r.pod, "namespace": r.namespace, "ts": ts(r.ts)}
+                {"cid": r.cid, "gpu": r.gpu, "pod": r.pod, "namespace": r.namespace, "host_pid": r.host_pid,
+                 "ts": ts(r.ts)}
                 for r in self.registrations
             ],
             "registrations_total": self.registrations_total,
@@ -412,6 +432,8 @@ class SchedulerLogParser:
         self._heads: dict[str, list[Any]] = {}
         self._overflow: dict[tuple[str, Any], list[Any]] = {}
         self._other = 0
+        # host pid of the SO_PEERCRED line of the registration under way (consumed by the next one)
+        self._pending_pid: int | None = None
 
     def feed(self, line: str) -> None:
         """Consume one log line (trailing ``\\r``/``\\n`` ignored). Never raises."""
@@ -518,8 +540,9 @@ class SchedulerLogParser:
             return
         cid, gpu, pod, ns = m.group("cid"), m.group("gpu"), m.group("pod"), m.group("ns")
         self.registrations_total += 1
+        pid, self._pending_pid = self._pending_pid, None
         if len(self.registrations) < MAX_EVENTS:
-            self.registrations.append(Registration(cid, gpu, pod, ns, _ts(ts_text), lineno))
+            self.registrations.append(Registration(cid, gpu, pod, ns, _ts(ts_text), lineno, pid))
         self.pod_gpu[(ns, pod)] = gpu
         clients = self.gpu_clients.get(gpu)
         if clients is None:
@@ -610,9 +633,15 @@ class SchedulerLogParser:
         if msg.startswith("Scheduled client "):
             self.admissions += 1
 
+    def _on_peercred(self, msg: str, ts_text: str | None, lineno: int) -> None:
+        m = _PEERCRED_RE.match(msg)
+        if m is not None:
+            self._pending_pid = int(m.group("pid") or m.group("reported"))
+
     def _on_removing(self, msg: str, ts_text: str | None, lineno: int) -> None:
         parts = msg.split(" ")
         if len(parts) == 3 and parts[1] == "client" and parts[2]:
+            self._pending_pid = None  # a registration that failed after SO_PEERCRED (delete_client)
             self.disconnects += 1
             if parts[2] == "<UNREGISTERED>":
                 self.unregistered_disconnects += 1
@@ -717,6 +746,8 @@ _HANDLERS: dict[str, Callable[[SchedulerLogParser, str, str | None, int], None]]
     "nvshare-scheduler": SchedulerLogParser._on_scheduler_name,
     "Metrics": SchedulerLogParser._on_metrics,
     "Failed": SchedulerLogParser._on_failed,
+    "SO_PEERCRED:": SchedulerLogParser._on_peercred,
+    "SO_PEERCRED": SchedulerLogParser._on_peercred,
 }
 
 
