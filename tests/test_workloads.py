@@ -283,8 +283,9 @@ SIM_TIMED: dict[str, tuple[SimRun, float]] = {
     "w7_1s": (SimRun("w7", ("--n", str(W7_N), "--iters", str(W7_ITERS), "--sync-every", "5"),
                      flops_per_s=2 * W7_N**3 * W7_ITERS / 1.0), 1.0),
 }
-W5_RUN = SimRun("w5", ("--n", str(W5_N), "--duration-s", "2", "--interval-s", "0.5", "--sync-every", "10"),
-                bytes_per_s=3 * 4 * W5_N * W5_N * 100.0)  # 100 adds per second
+# 100 adds per second; a sync every 25 adds (0.25 s) keeps the host's wake-ups after each sync a small part
+W5_RUN = SimRun("w5", ("--n", str(W5_N), "--duration-s", "2", "--interval-s", "0.5", "--sync-every", "25"),
+                bytes_per_s=3 * 4 * W5_N * W5_N * 100.0)
 
 
 def _sim_tolerance(expected_s: float) -> tuple[float, float]:
@@ -407,8 +408,9 @@ def test_w5_on_cudadrv_probes_the_simulated_rate(simgpu_env: dict[str, str], tmp
     values = [(float(p[1]), int(p[2]), float(p[3])) for p in probes if p is not None]
     assert [v[1] for v in values] == sorted(v[1] for v in values)
     assert 0.5 <= values[0][0] <= 1.0
-    # the device does 100 adds per second (the two fills before the loop take 1/150 s)
-    assert values[-1][2] == pytest.approx(100.0, rel=0.05)
+    # the device does 100 adds per second (the two fills before the loop take 1/150 s); the host alone would
+    # launch thousands per second
+    assert values[-1][2] == pytest.approx(100.0, rel=0.08)
     assert 2.0 <= seconds < 2.5
 
 
