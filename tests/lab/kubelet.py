@@ -119,9 +119,10 @@ class LabSettings:
     def faults_file(self) -> Path:
         return self.workdir / "faults.json"
 
-    def sut_for(self, node: str) -> Path:
-        """The SUT build the node runs now: a ``sut`` fault (a mutant's build) or the lab's build."""
-        return Path(self.faults(node).get("sut") or self.sut_dir)
+    def sut_for(self, node: str, faults: dict[str, Any] | None = None) -> Path:
+        """The SUT build the node runs now: a ``sut`` fault (a mutant's build) or the lab's build.
+        ``faults``: the node's faults when the caller has read them already."""
+        return Path((self.faults(node) if faults is None else faults).get("sut") or self.sut_dir)
 
     def faults(self, node: str) -> dict[str, Any]:
         try:
@@ -300,7 +301,7 @@ class Kubelet:
         ``sut``: a scheduler started from another SUT build is killed, so it restarts on the new one.
         """
         faults = self.settings.faults(self.node.name)
-        sut = self.settings.sut_for(self.node.name)
+        sut = self.settings.sut_for(self.node.name, faults)
         for run in self.runs.values() if self.settings.real_sut else ():
             if run.ip != self.node.scheduler_address:
                 continue
@@ -495,45 +496,11 @@ class Kubelet:
                           f"{container.get('image')!r}")
             return
         devices = run.devices.get(cname)
-        sut = self.settings.sut_for(self.node.name)
         scheduler_pod = run.ip == self.node.scheduler_address
-        if not self.settings.real_sut:
-            self._start_standin(pod, run, cr, env, argv, devices)
-            return
-        if devices is not None:
-            self._gpu_client_env(env, devices, sut)
-        if scheduler_pod:
-            cr.sut_dir = sut
-            env.update(self._driver_env())
-            env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
-        sa = write_serviceaccount(self.settings.node_dir(self.node.name) / "pods" / run.uid / "serviceaccount",
-                                  self.settings.sa_token, self.settings.ca_cert, meta["namespace"])
-        try:
-            proc = subprocess.Popen(
-                self.ns.enter(argv, cwd=self.settings.repo_root, serviceaccount=sa),
-                cwd=self.settings.repo_root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        except OSError as exc:
-            cr.exit_code, cr.finished, cr.reason = 128, time.monotonic(), "StartError"
-            cr.message = f"failed to create containerd task: exec: {exc}"
-            return
-        cr.proc = proc
-        cr.reader = threading.Thread(target=_log_reader, args=(proc, log), daemon=True, name=f"log-{meta['name']}")
-        cr.reader.start()
-        if scheduler_pod:
-            self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
-
-    def _start_standin(self, pod: Obj, run: PodRun, cr: ContainerRun, env: dict[str, str], argv: list[str],
-                       devices: list[str] | None) -> None:
-        """Start a container of the stand-in SUT lab (no namespaces, the lab client hook)."""
-        if devices is not None and not self._standin_client_env(pod, cr, env, devices):
-            return  # the SUT client library could not reach the scheduler: the container fails
+        if self.settings.real_sut:
+            argv = self._real_sut_launch(pod, run, cr, env, argv, devices)
+        elif devices is not None and not self._standin_client_env(pod, cr, env, devices):
+            return  # the stand-in client library could not reach the scheduler: the container fails
         try:
             proc = subprocess.Popen(argv, cwd=self.settings.repo_root, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -545,30 +512,40 @@ class Kubelet:
                 cr.client_file.unlink(missing_ok=True)
             return
         cr.proc = proc
-        cr.reader = threading.Thread(target=_log_reader, args=(proc, cr.log_path), daemon=True,
-                                     name=f"log-{run.name}")
+        cr.reader = threading.Thread(target=_log_reader, args=(proc, log), daemon=True, name=f"log-{meta['name']}")
         cr.reader.start()
-        if cr.client_file is not None:
+        if cr.client_file is not None:  # stand-in: the registration learns the client's pid
             reg = json.loads(cr.client_file.read_text())
             reg["pid"] = proc.pid
             self._write_json(cr.client_file, reg)
+        if self.settings.real_sut and scheduler_pod:
+            self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
+
+    def _real_sut_launch(self, pod: Obj, run: PodRun, cr: ContainerRun, env: dict[str, str], argv: list[str],
+                         devices: list[str] | None) -> list[str]:
+        """Real SUT: add the GPU container's or scheduler's env; ``argv`` wrapped to run in the node's mount
+        namespace with the pod's service-account directory."""
+        sut = self.settings.sut_for(self.node.name)
+        if devices is not None:
+            self._gpu_client_env(env, devices, sut)
+        if run.ip == self.node.scheduler_address:
+            cr.sut_dir = sut
+            env.update(self._driver_env())
+            env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
+        sa = write_serviceaccount(self.settings.node_dir(self.node.name) / "pods" / run.uid / "serviceaccount",
+                                  self.settings.sa_token, self.settings.ca_cert, pod["metadata"]["namespace"])
+        return self.ns.enter(argv, cwd=self.settings.repo_root, serviceaccount=sa)
 
     def _image_command(self, image: str) -> list[str] | None:
         """Entrypoint for the SUT's own images, so a re-applied real DaemonSet manifest still runs here."""
         g = self.names.generation
+        lab = self.settings.repo_root / "tests" / "lab"
+        scheduler = ([str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")] if self.settings.real_sut
+                     else [self.names.scheduler_binary, str(lab / "labscheduler.py")])
         base = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
-        if not self.settings.real_sut:
-            script = str(self.settings.repo_root / "tests" / "lab" / "labscheduler.py")
-            return {f"{g}-scheduler": [self.names.scheduler_binary, script],
-                    f"{g}-device-plugin": ["python", script, "device-plugin"],
-                    f"{g}-lib": ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]}.get(base)
-        if base == f"{g}-scheduler":
-            return [str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")]
-        if base == f"{g}-device-plugin":
-            return ["python", str(self.settings.repo_root / "tests" / "lab" / "deviceplugin.py")]
-        if base == f"{g}-lib":
-            return ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]
-        return None
+        return {f"{g}-scheduler": scheduler,
+                f"{g}-device-plugin": ["python", str(lab / "deviceplugin.py")],
+                f"{g}-lib": ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]}.get(base)
 
     def _driver_env(self) -> dict[str, str]:
         """What the node's GPU driver installation gives a process: the simulated driver and its devices."""

@@ -1,4 +1,4 @@
-"""Lab stand-in for the SUT scheduler (one process per lab node), and for its device plugin.
+"""Lab stand-in for the SUT scheduler (one process per lab node).
 
 Started by the lab kubelet as the container of the ``<gen>-scheduler`` DaemonSet's pod on a node
 (``python tests/lab/labscheduler.py``; the interpreter is reached through a symlink named
@@ -757,36 +757,9 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(os.getpgid(pid), sig)
 
 
-def device_plugin(cfg: dict[str, Any], node: str) -> int:
-    """The device-plugin container: its greppable start-up lines (§1.4), then idle until SIGTERM."""
-    names = sut_names(cfg["generation"])
-    gpus = cfg["nodes"][node]["gpus"]
-
-    def log(msg: str) -> None:
-        sys.stderr.write(time.strftime("%Y/%m/%d %H:%M:%S ") + msg + "\n")
-        sys.stderr.flush()
-
-    log("Nvshare Device Plugin starting... (Build: DynamicLimit/v1)")
-    log(f"Runtime backend=cuda, Read UUIDs=[{' '.join(gpus)}]")
-    log("Reporting the following DeviceIDs to kubelet:")
-    k = 0
-    for uuid in gpus:
-        for i in range(1, 11):
-            k += 1
-            log(f"[{k}] Device ID:{uuid}__{i}")
-    log(f"Registered device plugin for '{names.resource}' with Kubelet")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    return 0
-
-
 def main(argv: list[str]) -> int:
     cfg = json.loads(Path(os.environ["XPUSHARE_LAB_CONFIG"]).read_text())
     node = os.environ.get("NODE_NAME") or os.environ["XPUSHARE_LAB_NODE"]
-    if argv[:1] == ["device-plugin"]:
-        return device_plugin(cfg, node)
     listen = os.environ.get("POD_IP") or cfg["nodes"][node]["scheduler_address"]
     return LabScheduler(cfg, node, listen).run()
 

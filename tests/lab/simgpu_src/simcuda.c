@@ -379,13 +379,7 @@ SIMGPU_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-SIMGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
-  REQUIRE_INIT();
-  if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  uuid_bytes(simgpu_device_at(dev)->uuid, (unsigned char*)uuid->bytes);
-  return CUDA_SUCCESS;
-}
+SIMGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
 
 SIMGPU_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   REQUIRE_INIT();
