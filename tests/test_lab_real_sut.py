@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.kubelab import started_kube_lab
+from tests.lab.mutants import build_mutant
 from xpushare.kube import Kubectl
 
 pytestmark = [pytest.mark.lab]
@@ -131,3 +132,17 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_sut_fault_runs_a_mutant_build_on_one_node(real_lab: LabCluster) -> None:
+    """The ``sut`` fault swaps a node's build: its scheduler restarts on the mutant, the other node keeps upstream."""
+    mutant = build_mutant("metrics-missing")
+    before = real_lab.scheduler_pid("lab-node2")
+    real_lab.set_faults("lab-node2", sut=str(mutant.directory))
+    try:
+        assert real_lab.scheduler_pid("lab-node2") not in (None, before)
+        assert "xpushare_client_info" not in metrics(real_lab, "lab-node2")
+        assert "xpushare_client_info" in metrics(real_lab, "lab-node1")
+    finally:
+        real_lab.set_faults("lab-node2", sut=None)
+    assert "xpushare_client_info" in metrics(real_lab, "lab-node2")

@@ -74,7 +74,7 @@ FAULT_DEFAULTS: dict[str, Any] = {
     # both:
     "scheduler_down": False,  # the real scheduler process is SIGKILLed whenever it runs: its pod crash-loops
     "annotations_denied": False,  # the API server answers the scheduler's pod reads with 403 Forbidden
-    "sut": "",  # a SUT build directory (tests.lab.sut.build_sut) the node runs instead of the lab's build
+    "sut": None,  # a SUT build directory (tests.lab.sut.build_sut) the node runs instead of the lab's build
 }
 
 
@@ -282,7 +282,7 @@ class LabCluster:
         current = self.faults()
         targets = [node] if node else list(current)
         for name in targets:
-            current[name].update({k: ("" if k == "sut" and v is None else v) for k, v in switches.items()})
+            current[name].update(switches)
         self._write_faults(current)
         written = self.faults_path.stat().st_mtime_ns
         deadline = time.monotonic() + wait_s
