@@ -59,7 +59,7 @@ SATURATED_IDLE = 0.10
 PERF_PARAMS: dict[str, Any] = {
     "workload_args": {
         "w2_medium_add": ["--n", "512", "--iters", "10000", "--no-progress"],
-        "w6_fixed_add": ["--n", "512", "--iters", "100000", "--no-progress"],
+        "w6_fixed_add": ["--n", "512", "--iters", "130000", "--no-progress"],
     },
     "perf_pod_env": {"OMP_NUM_THREADS": "1"},
     "perf_baseline_min_s": 5,
