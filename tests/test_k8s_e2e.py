@@ -17,6 +17,7 @@ import pytest
 from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
+from tests.lab.mutants import build_mutant
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -89,7 +90,6 @@ def test_healthy_lab_functional_cases(lab_inventory: Path, tmp_path: Path) -> No
     assert "GPU-lab-" in mapping
 
 
-@pytest.mark.cpu_exclusive  # runtimes of quota pods: another worker's pods would starve them (tests/conftest.py)
 def test_healthy_lab_timing_cases(lab_inventory: Path, tmp_path: Path) -> None:
     proc = run_func(lab_inventory, tmp_path, "timing", *TIMING_CASES, timeout=1800)
     got = results(tmp_path, "timing")
@@ -100,25 +100,26 @@ def test_healthy_lab_timing_cases(lab_inventory: Path, tmp_path: Path) -> None:
     assert all(abs(e) < 0.5 for e in got["FUNC-008"]["metrics"]["error_vs_ideal"].values())  # quotas, not noise
 
 
-def test_ignored_annotations_fail_the_dynamic_cases(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
-    kube_lab.set_faults(None, ignore_annotations=True)
+def test_annotations_never_reread_fail_the_dynamic_cases(lab_inventory: Path, kube_lab: LabCluster,
+                                                         tmp_path: Path) -> None:
+    """A scheduler that reads annotations at REGISTER only: the initial quotas hold, changes are lost."""
+    kube_lab.set_faults(None, sut=str(build_mutant("annotations-never-reread").directory))
     try:
         proc = run_func(lab_inventory, tmp_path, "noann", "FUNC-010", "FUNC-012")
     finally:
-        kube_lab.set_faults(None, ignore_annotations=False)
+        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "noann")
     assert got["FUNC-010"]["status"] == "FAIL" and "memory_change_logged" in got["FUNC-010"]["summary"]
     assert got["FUNC-012"]["status"] == "FAIL" and "compute_change_logged" in got["FUNC-012"]["summary"]
     assert proc.returncode == 1
 
 
-@pytest.mark.cpu_exclusive  # unenforced runtimes are equal only while no other worker's pods take the cores
 def test_quota_not_enforced_fails_static_compute(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
-    kube_lab.set_faults(None, no_enforcement=True)
+    kube_lab.set_faults(None, sut=str(build_mutant("no-core-enforcement").directory))
     try:
         run_func(lab_inventory, tmp_path, "noenf", "FUNC-008")
     finally:
-        kube_lab.set_faults(None, no_enforcement=False)
+        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "noenf")
     assert got["FUNC-008"]["status"] == "FAIL", got["FUNC-008"]["summary"]
 

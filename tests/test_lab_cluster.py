@@ -1,33 +1,29 @@
 """The lab Kubernetes cluster, driven by the real kubectl through :class:`xpushare.kube.Kubectl`.
 
 Covers what the lab must do for the tool's verbs (pods, logs, annotate, delete, waits, DaemonSet
-rollout, cordon/drain, eviction), the lab scheduler (log lines, metrics, duty-cycling, memory hook)
-and every broken-lab switch.
+rollout, cordon/drain, eviction), the real scheduler's wiring as the session lab runs it (registration
+through the pod's identity, annotations read over TLS, metrics, memory limits) and the cluster faults.
+Quota timing and the ``sut`` fault are in tests/test_lab_real_sut.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import os
 import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.lab.cluster import LabCluster, LocalHost
-from tests.lab.kubelab import require_kube_lab, started_kube_lab
+from tests.lab.cluster import LabCluster
+from tests.lab.mutants import build_mutant
 from xpushare.kube import Kubectl, KubeNotFound, Pod
-
-#: A lab cluster of a test's own (started, stopped, its address block held meanwhile): ``with lab_of_its_own(...)``.
-lab_of_its_own = contextlib.contextmanager(started_kube_lab)
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
 pytestmark = [pytest.mark.lab]
@@ -61,14 +57,11 @@ def manifest(name: str, code: str, *, labels: dict[str, str], annotations: dict[
 
 
 SLEEPER = "import os,time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(60)"
-#: The client's first MEM_UPDATE, as the lab memory hook writes it at a workload's first allocation: the lab
-#: scheduler throttles a client only from then on (tests/lab/memhook.py, labscheduler.py).
-FIRST_ALLOCATION = ("import os\n"
-                    "_p = os.path.join(os.environ['XPUSHARE_LAB_CLIENT_DIR'], os.environ['XPUSHARE_LAB_CLIENT_ID'])\n"
-                    "open(_p + '.mem', 'w').write('1048576\\n')\n")
-SPINNER = FIRST_ALLOCATION + "import os,time\nprint('pid', os.getpid(), flush=True)\nwhile True: pass"
-#: A spinner that never allocates: a process still starting up (importing its framework).
-STARTING = "import os,time\nprint('pid', os.getpid(), flush=True)\nwhile True: pass"
+#: A client of the simulated GPU: the real library registers it with the node's scheduler at ``cuInit`` (the
+#: workloads' ``cudadrv`` device), then it holds ``MIB`` MiB and sleeps.
+GPU_SLEEPER = ("import os,sys,time\nsys.path.insert(0, 'workloads')\nimport _common as c\n"
+               "d = c.select_device('cudadrv')\nbufs = [d.empty(({mib} * 2**18,))]\n"
+               "print('pid', os.getpid(), flush=True)\ntime.sleep(60)")
 
 
 def wait_for(what: str, pred: Callable[[], Any], timeout_s: float, interval_s: float = 0.25) -> Any:
@@ -123,45 +116,13 @@ def pod_pid(k: Kubectl, pod: str) -> int:
     return int(wait_for(f"pid line of {pod}", pid_line, 20))
 
 
-def start_spinner(k: Kubectl, name: str, code: str, *, core: int) -> int:
-    """Run ``code`` (which prints ``pid <n>``) as pod ``name`` (label ``test=<name>``) on lab-node1 with a core
-    limit; return its pid once it runs, 0.3 s later (the scheduler has registered it)."""
-    k.apply(manifest(name, code, labels={"test": name}, node="lab-node1", annotations={CORE: str(core)}))
-    k.wait_pods(f"test={name}", until="running", count=1, timeout_s=20, poll_s=0.2)
-    pid = pod_pid(k, name)
-    time.sleep(0.3)
-    return pid
-
-
 def proc_state(pid: int) -> str | None:
+    """The process's state letter (``/proc/<pid>/stat``), None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
-
-
-def run_fraction(pid: int, seconds: float) -> float:
-    """Share of samples in which the process was not stopped (SIGSTOP shows as state T)."""
-    states = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        states.append(proc_state(pid))
-        time.sleep(0.01)
-    states = [s for s in states if s]
-    return sum(1 for s in states if s != "T") / len(states)
-
-
-def on_cpu_ns(pid: int) -> int:
-    """Nanoseconds the process's main thread has run on a CPU (``/proc/<pid>/schedstat``)."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-
-
-def cpu_share(pid: int, seconds: float) -> float:
-    """On-CPU seconds of the process per wall second over ``seconds``."""
-    t0, c0 = time.monotonic(), on_cpu_ns(pid)
-    time.sleep(seconds)
-    return (on_cpu_ns(pid) - c0) / 1e9 / (time.monotonic() - t0)
 
 
 @pytest.fixture
@@ -197,7 +158,7 @@ def test_nodes_and_daemonsets(lab_cluster: LabCluster, lab_kubectl: Kubectl) -> 
 
 def test_apply_wait_terminal_one_list_per_poll(lab_kubectl: Kubectl, cleanup: list[str]) -> None:
     cleanup.append("test=lifecycle")
-    code_ok = ("import os\nfor k in ('HOSTNAME','NVIDIA_VISIBLE_DEVICES','CUDA_VISIBLE_DEVICES','GREETING'):"
+    code_ok = ("import os\nfor k in ('HOSTNAME','NVIDIA_VISIBLE_DEVICES','LD_PRELOAD','GREETING'):"
                " print(k, os.environ.get(k))")
     k = lab_kubectl
     k.apply(manifest("life-ok", code_ok, labels={"test": "lifecycle"}, env={"GREETING": "hi there"}))
@@ -221,7 +182,7 @@ def test_apply_wait_terminal_one_list_per_poll(lab_kubectl: Kubectl, cleanup: li
     out = k.logs("life-ok", timestamps=False)
     assert "HOSTNAME life-ok" in out
     assert re.search(rf"NVIDIA_VISIBLE_DEVICES GPU-lab-{ok.node}-[01]$", out, re.M)
-    assert "CUDA_VISIBLE_DEVICES 0" in out and "Client ID = " in out
+    assert re.search(r"^LD_PRELOAD \S+/libxpushare\.so$", out, re.M)  # the real client library (it registers at cuInit)
 
 
 def test_wait_running_then_delete_with_wait(lab_kubectl: Kubectl, lab_cluster: LabCluster) -> None:
@@ -283,15 +244,17 @@ def test_not_found_is_typed(lab_kubectl: Kubectl) -> None:
         lab_kubectl.get_daemonset("nope", "xpushare-system")
 
 
-# ------------------------------------------------------------------------------ lab scheduler
+# ------------------------------------------------------------------------------ the real scheduler
 
 
 def test_registration_annotations_and_metrics(lab_cluster: LabCluster, lab_kubectl: Kubectl,
                                               cleanup: list[str]) -> None:
+    """The real library registers the pod by the identity the kubelet gives it; the scheduler reads its
+    annotations over TLS at registration and again within its 5 s poll after a change."""
     cleanup.append("test=annot")
     k = lab_kubectl
     start = datetime.now(timezone.utc) - timedelta(seconds=1)
-    k.apply(manifest("annot", SLEEPER, labels={"test": "annot"}))
+    k.apply(manifest("annot", GPU_SLEEPER.format(mib=1), labels={"test": "annot"}, annotations={CORE: "60"}))
     pod: Pod = k.wait_pods("test=annot", until="running", count=1, timeout_s=20, poll_s=0.2)[0]
     pid = pod_pid(k, "annot")
     assert pod.node is not None
@@ -299,30 +262,30 @@ def test_registration_annotations_and_metrics(lab_cluster: LabCluster, lab_kubec
         r"Registered client ([0-9a-f]{16}) on GPU (GPU-lab-\S+) with Pod name = annot, Pod namespace = default",
         scheduler_log(k, lab_cluster, start)), 10)
     cid = reg.group(1)
-    fams = metrics(lab_cluster, pod.node)
-    info = samples(fams, "xpushare_client_info", pod="annot")
-    assert len(info) == 1 and info[0].labels["host_pid"] == str(pid) and info[0].labels["gpu_index"] == "-1"
+    assert "Applying initial compute limit for default/annot: 60%" in scheduler_log(k, lab_cluster, start)
+    assert "Core limit = 60%" in k.logs("annot", timestamps=False)
+    info = wait_for("client_info", lambda: samples(metrics(lab_cluster, pod.node), "xpushare_client_info",
+                                                   pod="annot"), 10)
+    assert len(info) == 1 and info[0].labels["host_pid"] == str(pid)
     assert info[0].labels["client_id"] == cid and info[0].labels["gpu_uuid"] == reg.group(2)
-    assert samples(fams, "xpushare_client_core_quota_config_percent", pod="annot")[0].value == 100
+    fams = metrics(lab_cluster, pod.node)
+    assert samples(fams, "xpushare_client_core_quota_config_percent", pod="annot")[0].value == 60
     assert samples(fams, "xpushare_scheduler_messages_total", type="REGISTER")[0].value >= 1
 
     k.annotate("annot", {CORE: "40", MEM: "1Gi"})
     t0 = time.monotonic()
-    log = wait_for("limit change lines", lambda: (lambda t: t if "Memory limit changed" in t else None)(
-        scheduler_log(k, lab_cluster, start)), 10)
-    assert time.monotonic() - t0 < 10
-    assert "Compute limit changed for pod default/annot: 100% -> 40%" in log
+    log = wait_for("limit change lines", lambda: (lambda t: t if f"Sending UPDATE_LIMIT to client {cid}" in t
+                                                  else None)(scheduler_log(k, lab_cluster, start)), 15)
+    assert time.monotonic() - t0 < 15  # the watcher polls every 5 s
+    log = wait_for("core change line", lambda: (lambda t: t if f"Sending UPDATE_CORE_LIMIT to client {cid}" in t
+                                                else None)(scheduler_log(k, lab_cluster, start)), 10)
     assert f"Sending UPDATE_CORE_LIMIT to client {cid}: 40%" in log
-    assert re.search(r"Memory limit changed for pod default/annot: 0 -> 1073741824 bytes", log)
     assert f"Sending UPDATE_LIMIT to client {cid}: 1073741824 bytes (1.00 GiB)" in log
     fams = metrics(lab_cluster, pod.node)
     assert samples(fams, "xpushare_client_core_quota_config_percent", pod="annot")[0].value == 40
     assert samples(fams, "xpushare_client_memory_quota_bytes", pod="annot")[0].value == 2**30
-
-    k.annotate("annot", {CORE: None})  # removal resets the core limit to 100
-    wait_for("reset to 100%", lambda: "default/annot: 40% -> 100%" in scheduler_log(k, lab_cluster, start), 10)
     k.delete("test=annot", timeout_s=20)
-    wait_for("Removing client", lambda: f"Removing client {cid}" in scheduler_log(k, lab_cluster, start), 5)
+    wait_for("Removing client", lambda: f"Removing client {cid}" in scheduler_log(k, lab_cluster, start), 10)
 
 
 def test_metrics_endpoint_exposition(lab_cluster: LabCluster) -> None:
@@ -330,104 +293,35 @@ def test_metrics_endpoint_exposition(lab_cluster: LabCluster) -> None:
     status, ctype, text = http_get(lab_cluster.scheduler_url(node))
     assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
     fams = list(text_string_to_metric_families(text))
-    assert len(fams) == 36 and text.count("# HELP ") == 36
+    assert len(fams) >= 30 and text.count("# HELP ") == len(fams)
     assert all(line.startswith("xpushare_") for line in text.splitlines() if line and not line.startswith("#"))
     by_name = {f.name: f for f in fams}
     messages = by_name["xpushare_scheduler_messages"]  # the parser drops a counter's _total
-    assert messages.type == "counter" and len(messages.samples) == 14
+    assert messages.type == "counter" and len(messages.samples) >= 10
     gpus = {s.labels["gpu_uuid"] for s in by_name["xpushare_gpu_info"].samples}
     assert gpus == set(lab_cluster.gpu_uuids(node))
-    assert http_get(lab_cluster.scheduler_url(node, "/healthz"))[::2] == (200, "OK\n")
+    assert http_get(lab_cluster.scheduler_url(node, "/healthz"))[0] == 200
     assert http_get(lab_cluster.scheduler_url(node, "/nope"))[0] == 404
-    assert http_get(lab_cluster.scheduler_url(node), method="HEAD")[0] == 404
-
-
-@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
-def test_core_limit_slows_cpu_loop(lab_kubectl: Kubectl, cleanup: list[str]) -> None:
-    cleanup.append("test=duty")
-    code = FIRST_ALLOCATION.replace("{", "{{").replace("}", "}}") + (
-        "import time\nt=time.time()\nn=0\nwhile n < {n}: n += 1\n"
-        "print(f'--- {{time.time()-t:.3f}} seconds ---', flush=True)")
-    k = lab_kubectl
-    # calibrate ~0.7 s of CPU work on this machine first (CPU time: load elsewhere does not change it)
-    t = time.process_time()
-    n = 0
-    while n < 500_000:
-        n += 1
-    per_iter = (time.process_time() - t) / 500_000
-    work_s = 0.7
-    work = int(work_s / per_iter)
-    k.apply(manifest("duty-free", code.format(n=work), labels={"test": "duty"}, node="lab-node1"))
-    k.apply(manifest("duty-25", code.format(n=work), labels={"test": "duty"}, node="lab-node2",
-                     annotations={CORE: "25"}))
-    k.wait_pods("test=duty", until="terminal", count=2, timeout_s=90, poll_s=0.3)
-    secs = {name: float(find(r"--- ([0-9.]+) seconds ---", text))
-            for name, text in k.logs_by_pod("test=duty", timestamps=False).items()}
-    # A 25 % pod is billed 250 ms of CPU per second: it cannot finish 0.7 CPU-s in much under 2.8 s, however
-    # idle the machine (load only slows it more). The free pod is not billed, so it is faster unless load
-    # starves it too; its ratio is only required to show the limit at all.
-    assert secs["duty-25"] >= 3.0 * work_s, secs
-    assert secs["duty-25"] / secs["duty-free"] >= 1.5, secs
-
-
-@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
-def test_core_limit_starts_at_the_first_allocation(lab_cluster: LabCluster, lab_kubectl: Kubectl,
-                                                   cleanup: list[str]) -> None:
-    """Start-up (``import torch``) is CPU work: the lab throttles a client from its first allocation on."""
-    cleanup.append("test=late")
-    pid = start_spinner(lab_kubectl, "late", STARTING, core=25)
-    time.sleep(0.2)
-    assert run_fraction(pid, 1.0) == 1.0  # registered with a 25 % limit, but not using the "GPU" yet
-    clients = lab_cluster.workdir / "nodes" / "lab-node1" / "clients"
-    client = next(p for p in clients.glob("*.json") if json.loads(p.read_text()).get("pod") == "late")
-    (clients / f"{client.stem}.mem").write_text("1048576\n")  # its first allocation, as the hook reports it
-    time.sleep(0.5)
-    assert run_fraction(pid, 2.0) <= 0.4
-
-
-@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
-def test_limited_clients_of_one_gpu_take_turns(lab_cluster: LabCluster, lab_kubectl: Kubectl,
-                                               cleanup: list[str]) -> None:
-    """Three 40 % spinners on a 2-GPU node: the two that share a GPU never run at the same time."""
-    cleanup.append("test=turns")
-    k = lab_kubectl
-    for i in range(3):
-        k.apply(manifest(f"turns-{i}", SPINNER, labels={"test": "turns"}, node="lab-node1",
-                         annotations={CORE: "40"}))
-    k.wait_pods("test=turns", until="running", count=3, timeout_s=30, poll_s=0.2)
-    pids = {f"turns-{i}": pod_pid(k, f"turns-{i}") for i in range(3)}
-    clients = lab_cluster.workdir / "nodes" / "lab-node1" / "clients"
-    gpu_of = {reg["pod"]: reg["gpu_uuid"] for reg in (json.loads(p.read_text()) for p in clients.glob("*.json"))}
-    a, b = (pod for pod in pids if list(gpu_of.values()).count(gpu_of[pod]) == 2)
-    time.sleep(1.0)
-    both = alone = 0
-    end = time.monotonic() + 3.0
-    while time.monotonic() < end:
-        sa, sb = proc_state(pids[a]), proc_state(pids[b])
-        if sa and sb and "T" not in (sa, sb):
-            both += 1
-        elif sa and sb and (sa, sb).count("T") == 1:
-            alone += 1
-        time.sleep(0.005)
-    assert alone > 50 and both <= 0.05 * (both + alone), (both, alone)
 
 
 def test_memory_annotation_rejects_allocation(lab_kubectl: Kubectl, cleanup: list[str]) -> None:
+    """The annotation's limit, sent after registration, replaces the env limit; the next allocation over it is
+    rejected with the library's line and the workload sees an out-of-memory error. The workload waits 3 s after
+    ``cuInit``: the scheduler reads the annotation after REGISTER, and allocations made before its UPDATE_LIMIT
+    arrives are held to the env limit only (docs/findings.md)."""
     cleanup.append("test=mem")
-    code = ("import torch\nx = torch.empty(16 * 2**20, dtype=torch.uint8)\nprint('small ok', flush=True)\n"
-            "y = torch.empty(64 * 2**20, dtype=torch.uint8)\nprint('big ok', flush=True)")
+    code = ("import sys,time\nsys.path.insert(0, 'workloads')\nimport _common as c\nd = c.select_device('cudadrv')\n"
+            "time.sleep(3)\nx = d.empty((4 * 2**20,))\nprint('small ok', flush=True)\n"
+            "y = d.empty((16 * 2**20,))\nprint('big ok', flush=True)")
     k = lab_kubectl
-    # the env limit applies at start, the annotation (delivered at registration) later: the last one wins
     k.apply(manifest("mem-limited", code, labels={"test": "mem"}, annotations={MEM: "32Mi"},
                      env={"XPUSHARE_GPU_MEMORY_LIMIT": "1Gi"}))
-    pod = k.wait_pods("test=mem", until="terminal", count=1, timeout_s=90, poll_s=0.5)[0]
-    assert (pod.phase, pod.exit_code) == ("Failed", 1)
+    pod = k.wait_pods("test=mem", until="terminal", count=1, timeout_s=60, poll_s=0.5)[0]
     out = k.logs("mem-limited", timestamps=False)
-    assert "GPU memory limit set to 1073741824 bytes (1.00 GiB)" in out
-    assert "Memory limit updated: 1073741824 -> 33554432 bytes (0.03 GiB)" in out
+    assert (pod.phase, pod.exit_code) == ("Failed", 1), out
     assert "small ok" in out and "big ok" not in out
     assert re.search(r"\[XPUSHARE\]\[WARN\]: cuMemAlloc rejected: 16777216 \+ 67108864 = 83886080 would exceed "
-                     r"limit 33554432 bytes \(32\.00 MiB\)", out)
+                     r"limit 33554432 bytes", out), out
     assert "CUDA out of memory" in out
 
 
@@ -473,69 +367,7 @@ def test_cordon_drain_uncordon(lab_cluster: LabCluster, lab_kubectl: Kubectl, cl
     assert not k.get_node("lab-node1").unschedulable
 
 
-# ---------------------------------------------------------------------------- broken-lab switches
-
-
-def test_fault_ignore_annotations(lab_faults: LabCluster, lab_kubectl: Kubectl, cleanup: list[str]) -> None:
-    cleanup.append("test=f-annot")
-    lab_faults.set_faults("lab-node1", ignore_annotations=True)
-    k = lab_kubectl
-    start = datetime.now(timezone.utc) - timedelta(seconds=1)
-    k.apply(manifest("f-annot", SLEEPER, labels={"test": "f-annot"}, node="lab-node1", annotations={CORE: "30"}))
-    k.wait_pods("test=f-annot", until="running", count=1, timeout_s=20, poll_s=0.2)
-    wait_for("registration", lambda: "Pod name = f-annot" in scheduler_log(k, lab_faults, start), 10)
-    assert "Applying initial compute limit for default/f-annot" not in scheduler_log(k, lab_faults, start)
-    fams = metrics(lab_faults, "lab-node1")
-    assert samples(fams, "xpushare_client_core_quota_config_percent", pod="f-annot")[0].value == 100
-
-
-@pytest.mark.cpu_exclusive  # duty-cycle fractions of a pod: other workers' pods would starve it
-def test_fault_no_enforcement_and_skew(lab_faults: LabCluster, lab_kubectl: Kubectl, cleanup: list[str]) -> None:
-    cleanup.append("test=f-enf")
-    pid = start_spinner(lab_kubectl, "f-enf", SPINNER, core=50)
-    healthy = run_fraction(pid, 2.0)
-    lab_faults.set_faults("lab-node1", skew=1.3)
-    time.sleep(0.5)  # let the current window end
-    skewed = run_fraction(pid, 2.0)
-    lab_faults.set_faults("lab-node1", skew=1.0, no_enforcement=True)
-    free = run_fraction(pid, 0.5)
-    assert 0.4 <= healthy <= 0.6, healthy
-    assert 0.58 <= skewed <= 0.75, skewed
-    assert free == 1.0
-
-
-@pytest.mark.cpu_exclusive  # CPU shares of two pods: other workers' pods would starve them
-def test_short_windows_shortchange_every_client_alike(lab_faults: LabCluster, lab_kubectl: Kubectl,
-                                                      cleanup: list[str]) -> None:
-    """30 % + 70 % on one GPU with skew 1.5: 450 + 1000 ms of budget do not fit a 1000 ms window. Each client
-    gets the same share of its budget (ratio 70/30 ~ 2.2), not the first in line all of its own (~1.2)."""
-    cleanup.append("test=fair")
-    k = lab_kubectl
-    # the device plugin gives each pod the GPU with the fewest allocations: sleepers steer both spinners to GPU 1
-    pods = (("fair-s1", SLEEPER, None), ("fair-30", SPINNER, 30), ("fair-s2", SLEEPER, None), ("fair-70", SPINNER, 70))
-    for count, (name, code, core) in enumerate(pods, start=1):
-        k.apply(manifest(name, code, labels={"test": "fair"}, node="lab-node1",
-                         annotations={CORE: str(core)} if core else None))
-        k.wait_pods("test=fair", until="running", count=count, timeout_s=20, poll_s=0.2)
-    clients = lab_faults.workdir / "nodes" / "lab-node1" / "clients"
-    gpu_of = {reg["pod"]: reg["gpu_uuid"] for reg in (json.loads(p.read_text()) for p in clients.glob("*.json"))}
-    assert gpu_of["fair-30"] == gpu_of["fair-70"], gpu_of
-    pids = {name: pod_pid(k, name) for name in ("fair-30", "fair-70")}
-    lab_faults.set_faults("lab-node1", skew=1.5)
-    time.sleep(1.5)
-    before = {name: on_cpu_ns(pid) for name, pid in pids.items()}
-    time.sleep(4.0)
-    used = {name: on_cpu_ns(pid) - before[name] for name, pid in pids.items()}
-    assert 1.8 <= used["fair-70"] / max(1, used["fair-30"]) <= 3.5, used  # measured 2.5-2.7 (first in line: ~1.2)
-
-
-def test_fault_metrics_missing(lab_faults: LabCluster) -> None:
-    lab_faults.set_faults("lab-node2", metrics_missing=True)
-    fams = metrics(lab_faults, "lab-node2")
-    assert "xpushare_client_info" not in fams and "xpushare_gpu_utilization_ratio" not in fams
-    assert "xpushare_nvml_up" in fams and len(fams) == 33
-    lab_faults.set_faults("lab-node2", metrics_missing=["nvml_up"])
-    assert "xpushare_nvml_up" not in metrics(lab_faults, "lab-node2")
+# ------------------------------------------------------------------------------------- faults
 
 
 def test_fault_scheduler_down(lab_faults: LabCluster, lab_kubectl: Kubectl, cleanup: list[str]) -> None:
@@ -544,10 +376,11 @@ def test_fault_scheduler_down(lab_faults: LabCluster, lab_kubectl: Kubectl, clea
     names = lab_faults.names
     lab_faults.set_faults("lab-node2", scheduler_down=True)
     lab_faults.wait_scheduler("lab-node2", up=False, timeout_s=5)
-    k.apply(manifest("f-down", SLEEPER, labels={"test": "f-down"}, node="lab-node2"))
-    pod = k.wait_pods("test=f-down", until="terminal", count=1, timeout_s=20, poll_s=0.2)[0]
-    assert (pod.phase, pod.exit_code) == ("Failed", 1)
-    assert "Failed to connect to UNIX socket at /var/run/xpushare/scheduler.sock" in k.logs("f-down")
+    k.apply(manifest("f-down", GPU_SLEEPER.format(mib=1), labels={"test": "f-down"}, node="lab-node2"))
+    pod = k.wait_pods("test=f-down", until="terminal", count=1, timeout_s=30, poll_s=0.2)[0]
+    out = k.logs("f-down", timestamps=False)
+    assert pod.phase == "Failed", out  # the real library cannot reach the socket at cuInit
+    assert "/var/run/xpushare/scheduler.sock" in out, out
     sched = next(p for p in k.list_pods(names.scheduler_label, namespace=names.namespace) if p.node == "lab-node2")
     assert sched.container is not None and not sched.container.ready  # crash-looping
     lab_faults.set_faults("lab-node2", scheduler_down=False)
@@ -555,7 +388,11 @@ def test_fault_scheduler_down(lab_faults: LabCluster, lab_kubectl: Kubectl, clea
     lab_faults.wait_scheduler("lab-node2", up=True, timeout_s=15)
 
 
-def test_fault_scheduler_leaks_memory(lab_faults: LabCluster) -> None:
+def test_mutant_scheduler_leaks_per_registration(lab_faults: LabCluster, lab_kubectl: Kubectl,
+                                                  cleanup: list[str]) -> None:
+    """The ``leak-per-registration`` build keeps 4 MiB and an fd per REGISTER: three clients, 12 MiB more."""
+    cleanup.append("test=leak")
+    lab_faults.set_faults("lab-node1", sut=str(build_mutant("leak-per-registration").directory))
     pid = lab_faults.scheduler_pid("lab-node1")
     assert pid is not None
 
@@ -563,60 +400,14 @@ def test_fault_scheduler_leaks_memory(lab_faults: LabCluster) -> None:
         with open(f"/proc/{pid}/status") as fh:
             return int(find(r"^VmRSS:\s+(\d+) kB", fh.read()))
 
-    before = rss_kib()
-    lab_faults.set_faults("lab-node1", leak_bytes_per_s=32 * 2**20)
-    time.sleep(1.6)
-    grown = rss_kib() - before
-    assert grown >= 24 * 1024, grown
-
-
-# ------------------------------------------------------------------------------- nvshare naming
-
-
-def test_nvshare_generation(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with lab_of_its_own(tmp_path_factory, "nv", generation="nvshare") as lab:
-        k = Kubectl(LocalHost(), kubectl=require_kube_lab(), kubeconfig=str(lab.kubeconfig_path))
-        sched = k.list_pods("name=nvshare-scheduler", namespace="nvshare-system")
-        assert len(sched) == 2 and k.get_daemonset("nvshare-device-plugin", "nvshare-system").desired == 2
-        assert k.get_node("lab-node1").allocatable_count("nvshare.com/gpu") == 20
-        k.apply(manifest("nv", SLEEPER, labels={"test": "nv"}, resource="nvshare.com/gpu",
-                         annotations={"nvshare.com/gpu-core-limit": "60"}))
-        node = k.wait_pods("test=nv", until="running", count=1, timeout_s=20, poll_s=0.2)[0].node
-        assert node is not None
-        log = wait_for("registration", lambda: (lambda t: t if "Registered client" in t else None)(
-            k.logs(selector="name=nvshare-scheduler", namespace="nvshare-system", timestamps=False)), 10)
-        assert re.search(r"\[NVSHARE\]\[INFO\]: Registered client [0-9a-f]{16} with Pod name = nv, "
-                         r"Pod namespace = default", log)
-        assert "[NVSHARE][INFO]: Applying initial compute limit for default/nv: 60%" in log
-        fams = metrics(lab, node)
-        assert "nvshare_client_info" in fams and not any(name.startswith("xpushare_") for name in fams)
-        assert samples(fams, "nvshare_client_core_quota_config_percent", pod="nv")[0].value == 60
-
-
-@pytest.mark.cpu_exclusive  # CPU shares of pods: other workers' pods would starve them
-def test_gpu_speed_paces_unlimited_clients_silently(tmp_path_factory: pytest.TempPathFactory, tmp_path: Any) -> None:
-    """A lab GPU at half a core: an unlimited client that uses it gets at most half a core and no quota line
-    is logged for it; one still starting up runs freely; a 50 % client gets at most a quarter of a core."""
-    with lab_of_its_own(tmp_path_factory, "slow", gpu_speed=0.5) as lab:
-        k = Kubectl(LocalHost(), kubectl=require_kube_lab(), kubeconfig=str(lab.kubeconfig_path))
-        starting = start_spinner(k, "pace-start", STARTING, core=100)
-        assert run_fraction(starting, 1.0) == 1.0
-        k.delete("test=pace-start", grace_period_s=0)
-        # Pacing caps a client's CPU at speed × wall time (plus a 5 ms tick per window); the lower bounds only
-        # need the machine to leave the pod that much of a core (the test runs cpu_exclusive).
-        free = start_spinner(k, "pace-free", SPINNER, core=100)
-        assert 0.3 <= cpu_share(free, 3.0) <= 0.55
-        assert run_fraction(free, 2.0) <= 0.8  # stopped for part of every window
-        k.delete("test=pace-free", grace_period_s=0)
-        half = start_spinner(k, "pace-half", SPINNER, core=50)
-        assert 0.12 <= cpu_share(half, 3.0) <= 0.28
-        log = scheduler_log(k, lab)
-        cids = {pod: find(rf"Registered client ([0-9a-f]{{16}}) .*with Pod name = {pod},", log)
-                for pod in ("pace-free", "pace-half")}
-        assert f"Throttling client {cids['pace-half']}" in log
-        assert f"Throttling client {cids['pace-free']}" not in log
-        with pytest.raises(ValueError):
-            LabCluster(tmp_path / "bad", gpu_speed=0)
+    before, fds = rss_kib(), len(os.listdir(f"/proc/{pid}/fd"))
+    k = lab_kubectl
+    for i in range(3):
+        k.apply(manifest(f"leak-{i}", GPU_SLEEPER.replace("time.sleep(60)", "time.sleep(0)").format(mib=1),
+                         labels={"test": "leak"}, node="lab-node1"))
+    k.wait_pods("test=leak", until="terminal", count=3, timeout_s=60, poll_s=0.5)
+    assert rss_kib() - before >= 3 * 4 * 1024 - 512
+    assert len(os.listdir(f"/proc/{pid}/fd")) >= fds + 3
 
 
 # ------------------------------------------------------------------------ API server pieces (no lab)

@@ -32,7 +32,7 @@ W2 = ["python", "workloads/w2_medium_add.py", "--n", "2048", "--iters", "4000", 
 
 @pytest.fixture(scope="module")
 def real_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "real-sut", real_sut=True, gpu_bandwidth=100e9)
+    yield from started_kube_lab(tmp_path_factory, "real-sut", gpu_bandwidth=100e9)
 
 
 @pytest.fixture

@@ -65,13 +65,6 @@ DEFAULT_NODES: dict[str, dict[str, Any]] = {
 #: Cluster faults and their "healthy" values (per node). Bugs of the SUT itself are not switches: they are
 #: builds of a patched tree (tests/lab/mutants), which ``sut`` selects per node at run time.
 FAULT_DEFAULTS: dict[str, Any] = {
-    # stand-in SUT only (the Python scheduler of suites not yet ported to the real SUT):
-    "ignore_annotations": False,  # the scheduler never reads annotations (initial or dynamic)
-    "no_enforcement": False,  # core limits are logged and exported but not enforced
-    "skew": 1.0,  # enforced run time per window = budget × skew (1.3: 30 % too generous, 0.7: too stingy)
-    "metrics_missing": [],  # family suffixes left out of /metrics; true = a default set
-    "leak_bytes_per_s": 0,  # the scheduler process holds this many more bytes every second
-    # both:
     "scheduler_down": False,  # the real scheduler process is SIGKILLed whenever it runs: its pod crash-loops
     "annotations_denied": False,  # the API server answers the scheduler's pod reads with 403 Forbidden
     "sut": None,  # a SUT build directory (tests.lab.sut.build_sut) the node runs instead of the lab's build
@@ -110,14 +103,12 @@ class LabCluster:
 
     Args:
         workdir: a directory of its own (created).
-        generation: SUT naming generation (``xpushare`` or ``nvshare``).
+        generation: SUT naming generation; the lab builds and runs the upstream ``xpushare`` tree only
+            (another generation raises ValueError at :meth:`prepare`).
         nodes: node name → ``{"address", "scheduler_address", "gpus"}`` (see :data:`DEFAULT_NODES`).
         api_address: address of the API server; ``api_port`` 0 picks a free port.
         faults: node name → switches of :data:`FAULT_DEFAULTS` (``"*"`` applies to all nodes).
         sut_src: the SUT source tree to build and run (default :func:`tests.lab.sut.default_source`).
-        real_sut: run the real SUT on simulated GPUs (default). False: the Python stand-in
-            (``labscheduler.py``, ``memhook.py``) that the suites not yet ported still use; then
-            ``annotation_poll_s`` and ``gpu_speed`` (share of one CPU core a lab GPU delivers) apply.
         window_ms: the schedulers' compute-quota window (``XPUSHARE_COMPUTE_WINDOW_MS``).
         gpu_memory_bytes: memory of each simulated GPU.
         gpu_flops: simulated compute rate of each GPU, FLOP/s (a kernel lasts its FLOPs / this).
@@ -136,10 +127,7 @@ class LabCluster:
         api_port: int = 0,
         faults: Mapping[str, Mapping[str, Any]] | None = None,
         sut_src: str | os.PathLike[str] | None = None,
-        real_sut: bool = True,
         window_ms: int = 1000,
-        annotation_poll_s: float = 2.0,
-        gpu_speed: float = 1.0,
         gpu_memory_bytes: int = 16 * GIB,
         gpu_flops: float = 1e12,
         gpu_bandwidth: float = 100e9,
@@ -153,11 +141,6 @@ class LabCluster:
         self.api_port = api_port
         self.window_ms = window_ms
         self.sut_src = sut_src
-        self.real_sut = real_sut
-        self.annotation_poll_s = annotation_poll_s
-        if not 0 < gpu_speed <= 1:
-            raise ValueError(f"gpu_speed must be in (0, 1], got {gpu_speed}")
-        self.gpu_speed = gpu_speed
         self.gpu_memory_bytes = gpu_memory_bytes
         self.gpu_flops = gpu_flops
         self.gpu_bandwidth = gpu_bandwidth
@@ -236,12 +219,9 @@ class LabCluster:
             "token": self.token,
             "python": sys.executable,
             "api": {"address": self.api_address, "port": self.api_port, "tls_port": self.tls_port},
-            "real_sut": self.real_sut,
-            "sut": ({"dir": str(self.sut.directory), "source": str(self.sut.source), "digest": self.sut.digest}
-                    if self.real_sut else {"dir": "", "source": "", "digest": ""}),
-            "simgpu_dir": str(self.simgpu_dir) if self.real_sut else "",
-            "scheduler": {"window_ms": self.window_ms, "metrics_port": 9402,
-                          "annotation_poll_s": self.annotation_poll_s, "gpu_speed": self.gpu_speed},
+            "sut": {"dir": str(self.sut.directory), "source": str(self.sut.source), "digest": self.sut.digest},
+            "simgpu_dir": str(self.simgpu_dir),
+            "scheduler": {"window_ms": self.window_ms, "metrics_port": 9402},
             "nodes": nodes,
         }
 
@@ -288,20 +268,15 @@ class LabCluster:
         deadline = time.monotonic() + wait_s
         for name in current:
             run_dir = self.workdir / "nodes" / name / "run"
-            acks = ["faults.kubelet.ack"]
-            pid = self.scheduler_pid(name)
-            if not self.real_sut and pid is not None:
-                acks.append("faults.ack")  # the stand-in scheduler applies its switches itself
-            for ack in acks:
-                while time.monotonic() < deadline:
-                    try:
-                        seen = int((run_dir / ack).read_text().strip())
-                    except (OSError, ValueError):
-                        seen = -1
-                    if seen >= written:
-                        break
-                    time.sleep(0.02)
-        if self.real_sut and ("sut" in switches or switches.get("scheduler_down") is False):
+            while time.monotonic() < deadline:
+                try:
+                    seen = int((run_dir / "faults.kubelet.ack").read_text().strip())
+                except (OSError, ValueError):
+                    seen = -1
+                if seen >= written:
+                    break
+                time.sleep(0.02)
+        if ("sut" in switches or switches.get("scheduler_down") is False):
             for name in targets:  # the scheduler restarts on the build now in force
                 if not current[name].get("scheduler_down"):
                     self.wait_scheduler(name, up=True, timeout_s=30.0)
@@ -319,8 +294,6 @@ class LabCluster:
         from tests.lab.simgpu import SimDevice, build_simgpu, write_config
         from tests.lab.sut import build_sut
 
-        if not self.real_sut:
-            return self._prepare_standin()
         if self.generation != "xpushare":
             raise ValueError(f"the lab runs the real xpushare SUT; generation {self.generation!r} is not built")
         self.sut = build_sut(self.sut_src)
@@ -340,26 +313,6 @@ class LabCluster:
             config = self.simgpu_config(node)
             config.parent.mkdir(parents=True, exist_ok=True)
             write_config(config, devices)
-        self.config_path.write_text(json.dumps(self._config(), indent=1))
-        self._write_faults(self._faults_init)
-        self.kubeconfig_path.write_text(self._kubeconfig())
-
-    def _prepare_standin(self) -> None:
-        """Stand-in SUT: write the work directory (configuration, kubeconfig, symlinks, memory hook)."""
-        from tests.lab.memhook import sitecustomize_source
-
-        if self.api_port == 0:
-            self.api_port = free_port(self.api_address)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        for sub in ("logs", "bin", "pysite"):
-            (self.workdir / sub).mkdir(exist_ok=True)
-        for node in self.node_specs:
-            (self.workdir / "nodes" / node / "clients").mkdir(parents=True, exist_ok=True)
-            (self.workdir / "nodes" / node / "run").mkdir(parents=True, exist_ok=True)
-        link = self.workdir / "bin" / self.names.scheduler_binary
-        link.unlink(missing_ok=True)
-        link.symlink_to(os.path.realpath(sys.executable))
-        (self.workdir / "pysite" / "sitecustomize.py").write_text(sitecustomize_source())
         self.config_path.write_text(json.dumps(self._config(), indent=1))
         self._write_faults(self._faults_init)
         self.kubeconfig_path.write_text(self._kubeconfig())
@@ -416,12 +369,15 @@ class LabCluster:
                 time.sleep(0.1)
 
     def wait_scheduler(self, node: str, *, up: bool = True, timeout_s: float = 20.0) -> None:
-        """Wait until the node's scheduler answers ``/healthz`` (``up``) or stops answering."""
+        """Wait until the node's scheduler answers ``/healthz`` (``up``; any HTTP status, so a build whose
+        ``/healthz`` answers 500 counts as up) or stops answering."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(self.scheduler_url(node, "/healthz"), timeout=1) as resp:
                     ok = resp.status == 200
+            except urllib.error.HTTPError:
+                ok = True  # an answer all the same (the healthz-500 mutant)
             except (urllib.error.URLError, OSError):
                 ok = False
             if ok == up:
@@ -481,7 +437,7 @@ class LabCluster:
                  for n, v in cfg["nodes"].items()}
         lab = cls(workdir, generation=cfg["generation"], nodes=nodes, api_address=cfg["api"]["address"],
                   api_port=cfg["api"]["port"], sut_src=cfg["sut"]["source"] or None,
-                  real_sut=bool(cfg.get("real_sut", True)))
+                  )
         lab.token = cfg["token"]
         lab.tls_port = int(cfg["api"]["tls_port"])
         return lab
@@ -567,8 +523,7 @@ def lab_plan(block: int) -> dict[str, Any]:
 
 
 def _daemonsets(names: SutNames, cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    """The SUT's DaemonSets as the lab deploys them: images only, so the kubelet runs the real builds
-    (or, for the stand-in lab, the lab scheduler and its ``QUOTA_CARRYOVER_PERCENT=0``)."""
+    """The SUT's DaemonSets as the lab deploys them: images only, so the kubelet runs the real builds."""
     g = names.generation
     downward = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -604,8 +559,6 @@ def _daemonsets(names: SutNames, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                             # the real scheduler listens on 0.0.0.0 by default; lab nodes share one machine
                             {"name": names.env("METRICS_ADDR"), "value": "$(POD_IP):9402"},
                             {"name": names.env("COMPUTE_WINDOW_MS"), "value": str(cfg["scheduler"]["window_ms"])},
-                            *([] if cfg.get("real_sut", True) else
-                              [{"name": names.env("QUOTA_CARRYOVER_PERCENT"), "value": "0"}]),
                         ],
                     }],
                 },
@@ -669,12 +622,10 @@ def serve(workdir: Path) -> int:
 
     cfg = json.loads((workdir / "lab.json").read_text())
     names = sut_names(cfg["generation"])
-    real = bool(cfg.get("real_sut", True))
-    pki = load_pki(workdir / "pki") if real else None
+    pki = load_pki(workdir / "pki")
     settings = LabSettings(names, workdir, Path(cfg["repo_root"]), cfg["token"], cfg["api"]["address"],
                            int(cfg["api"]["port"]), cfg["python"], Path(cfg["sut"]["dir"]), Path(cfg["simgpu_dir"]),
-                           int(cfg["api"]["tls_port"]), pki.token if pki else "",
-                           pki.cert if pki else Path(), real_sut=real)
+                           int(cfg["api"]["tls_port"]), pki.token, pki.cert)
     store = Store()
     api = ApiServer(store, settings.api_host, settings.api_port, logs_dir=settings.logs_dir,
                     delete_pod=lambda pod, grace: graceful_delete(store, pod, grace))
@@ -682,8 +633,7 @@ def serve(workdir: Path) -> int:
     def annotations_denied() -> bool:
         return any(settings.faults(n).get("annotations_denied") for n in cfg["nodes"])
 
-    if pki is not None:
-        api.serve_tls(settings.tls_port, pki.cert, pki.key, pki.token, annotations_denied)
+    api.serve_tls(settings.tls_port, pki.cert, pki.key, pki.token, annotations_denied)
     for ns in ("default", "kube-system", names.namespace):
         store.create("namespaces", "", {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]},
                                         "status": {"phase": "Active"}})
@@ -729,8 +679,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.lab.cluster", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["up", "down", "status", "serve"])
     parser.add_argument("--workdir", default=".lab/kube")
-    parser.add_argument("--generation", default="xpushare", choices=["xpushare", "nvshare"],
-                        help="SUT naming generation (nvshare: the stand-in SUT only)")
     parser.add_argument("--sut-src", default=None, help="SUT source tree to build and run (default: the upstream tree)")
     parser.add_argument("--block", type=int, default=0,
                         help="second octet of the addresses: 127.<block>.0.10 API, .12/.13 nodes, .22/.23 schedulers")
@@ -739,8 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return serve(workdir)
     if args.command == "up":
-        lab = LabCluster(workdir, generation=args.generation, sut_src=args.sut_src,
-                         real_sut=args.generation == "xpushare", die_with_parent=False, **lab_plan(args.block))
+        lab = LabCluster(workdir, sut_src=args.sut_src, die_with_parent=False, **lab_plan(args.block))
         lab.start()
         print(f"lab cluster up: API {lab.api_url}")
         print(f"  kubeconfig: {lab.kubeconfig_path}")

@@ -21,10 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 #: The lab's fake GPU memory: 1536 MiB (the library's reserve) + 64 MiB, so the oversubscription workload
 #: (1.5 x 64 MiB on a CPU) crosses the physical limit without using real memory.
 LAB_GPU_MEMORY_BYTES = (1536 + 64) * 2**20
-#: LabCluster options of the lab behind the ``lab`` cluster: the memory above, 250 ms quota windows so that
-#: second-long lab workloads see their compute quota, and (stand-in SUT only) an annotation watcher polling
-#: every second so that short dynamic steps (``dynamic_step_s``) still hold each change for several probe lines.
-LAB_OPTIONS = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 250, "annotation_poll_s": 1.0}
+#: LabCluster options of the lab behind the ``lab`` cluster: the memory above and 250 ms quota windows, so that
+#: second-long lab workloads see their compute quota.
+LAB_OPTIONS: dict[str, Any] = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 250}
 LAB_HOSTS = (
     ("lab-master", "127.0.0.11", "master"),
     ("lab-node1", "127.0.0.12", "gpu"),
@@ -60,10 +59,11 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
                 "params": {
                     # Lab-sized workloads: ~1 s of CPU per W2 at 100 % (4 windows; 16 at a 25 % quota), quotas
                     # scaled to the lab's memory model.
-                    "workload_args": {"w2_medium_add": ["--n", "512", "--iters", "20000", "--no-progress"]},
+                    "workload_args": {"w2_medium_add": ["--n", "2048", "--iters", "2000", "--no-progress"],
+                                      "w5_quota_probe": ["--n", "1024"]},
                     "func003_pods": 4,
                     "func006_memory_limit": "1Mi",
-                    "dynamic_step_s": 4,
+                    "dynamic_step_s": 8,
                     "probe_interval_s": 1,
                     "pod_python": sys.executable,
                     "pod_workload_dir": str(REPO / "workloads"),
@@ -93,7 +93,7 @@ def up(workdir: Path, *, sut_src: str | None = None) -> Path:
     ssh.write_ssh_config()
     (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
     block, _lock = reserve_address_block()
-    kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=sut_src, real_sut=True, **LAB_OPTIONS,
+    kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=sut_src, **LAB_OPTIONS,
                       **lab_plan(block))
     kube.start()
     return write_inventory(workdir / "inventory.yaml", ssh, kube)

@@ -48,6 +48,4 @@ def lab_faults(lab_cluster: LabCluster) -> Iterator[LabCluster]:
         yield lab_cluster
     finally:
         with contextlib.suppress(OSError):
-            lab_cluster.set_faults(None, ignore_annotations=False, no_enforcement=False, skew=1.0,
-                                   metrics_missing=[], scheduler_down=False, leak_bytes_per_s=0,
-                                   annotations_denied=False, sut=None)
+            lab_cluster.set_faults(None, scheduler_down=False, annotations_denied=False, sut=None)

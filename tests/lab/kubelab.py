@@ -43,9 +43,6 @@ def started_kube_lab(tmp_path_factory: pytest.TempPathFactory, name: str, **opti
             yield from started_kube_lab(tmp_path_factory, "combo-kube", **LAB_OPTIONS)
     """
     require_kube_lab()
-    # Suites not yet ported to the real SUT run the stand-in (tests/lab/README-kube.md lists them); a
-    # module on the real SUT asks for it with real_sut=True.
-    options.setdefault("real_sut", False)
     block, lock = reserve_address_block()
     lab = LabCluster(tmp_path_factory.mktemp(name), **options, **lab_plan(block))
     try:

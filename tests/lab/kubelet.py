@@ -35,7 +35,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,23 +86,10 @@ class LabSettings:
     tls_port: int  # the API server's HTTPS front (KUBERNETES_SERVICE_PORT of pods)
     sa_token: str  # the service-account token pods get (a secret: never logged)
     ca_cert: Path  # the API server's certificate, the pods' ca.crt
-    real_sut: bool = True  # False: the Python stand-in (labscheduler.py, memhook.py) for suites not yet ported
-
-    @property
-    def pysite_dir(self) -> Path:
-        return self.workdir / "pysite"
-
-    def clients_dir(self, node: str) -> Path:
-        """Stand-in SUT: where the kubelet registers GPU clients with that node's lab scheduler."""
-        return self.node_dir(node) / "clients"
 
     @property
     def logs_dir(self) -> Path:
         return self.workdir / "logs"
-
-    @property
-    def bin_dir(self) -> Path:
-        return self.workdir / "bin"
 
     def node_dir(self, node: str) -> Path:
         return self.workdir / "nodes" / node
@@ -179,7 +165,6 @@ class ContainerRun:
     reason: str | None = None
     message: str | None = None
     term_sent: float | None = None
-    client_file: Path | None = None  # stand-in SUT only
     sut_dir: Path | None = None  # the SUT build a scheduler container was started from
     ready: bool = False
 
@@ -228,13 +213,6 @@ def _expand(value: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
 
 
-def write_log_line(path: Path, text: str) -> None:
-    """Append one line to a container log file (the lab's stand-in for lines the client library prints)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(f"{rfc3339nano(time.time())} stdout F {text}\n")
-
-
 # ------------------------------------------------------------------------------------- kubelet
 
 _IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "CreateContainerError"}
@@ -254,10 +232,7 @@ class Kubelet:
         self._faults_seen = -1
         settings.scheduler_pid_file(node.name).parent.mkdir(parents=True, exist_ok=True)
         self.ns = NodeNamespace(node.name, settings.node_dir(node.name) / "run")
-        if settings.real_sut:
-            self.ns.start()
-        else:
-            settings.clients_dir(node.name).mkdir(parents=True, exist_ok=True)
+        self.ns.start()
 
     # -- the loop
 
@@ -302,7 +277,7 @@ class Kubelet:
         """
         faults = self.settings.faults(self.node.name)
         sut = self.settings.sut_for(self.node.name, faults)
-        for run in self.runs.values() if self.settings.real_sut else ():
+        for run in self.runs.values():
             if run.ip != self.node.scheduler_address:
                 continue
             for cr in run.runs.values():
@@ -434,9 +409,6 @@ class Kubelet:
                 self.gpu_alloc.get(dev.split("__")[0], set()).discard(dev)
         run.devices = {}
         shutil.rmtree(self.settings.node_dir(self.node.name) / "pods" / run.uid, ignore_errors=True)
-        for cr in run.runs.values():
-            if cr.client_file is not None:
-                cr.client_file.unlink(missing_ok=True)
 
     # -- processes
 
@@ -444,12 +416,12 @@ class Kubelet:
         meta, spec = pod["metadata"], pod["spec"]
         s = self.settings
         env = {
-            "PATH": os.pathsep.join([str(s.bin_dir), str(Path(s.python).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": os.pathsep.join([str(Path(s.python).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
             "HOSTNAME": meta["name"],
             "KUBERNETES_SERVICE_HOST": s.api_host,
-            "KUBERNETES_SERVICE_PORT": str(s.tls_port if s.real_sut else s.api_port),
+            "KUBERNETES_SERVICE_PORT": str(s.tls_port),
             "XPUSHARE_LAB_TOKEN": s.token,
             "XPUSHARE_LAB_NODE": self.node.name,
             "XPUSHARE_LAB_CONFIG": str(s.workdir / "lab.json"),
@@ -497,10 +469,7 @@ class Kubelet:
             return
         devices = run.devices.get(cname)
         scheduler_pod = run.ip == self.node.scheduler_address
-        if self.settings.real_sut:
-            argv = self._real_sut_launch(pod, run, cr, env, argv, devices)
-        elif devices is not None and not self._standin_client_env(pod, cr, env, devices):
-            return  # the stand-in client library could not reach the scheduler: the container fails
+        argv = self._real_sut_launch(pod, run, cr, env, argv, devices)
         try:
             proc = subprocess.Popen(argv, cwd=self.settings.repo_root, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -508,17 +477,11 @@ class Kubelet:
         except OSError as exc:
             cr.exit_code, cr.finished, cr.reason = 128, time.monotonic(), "StartError"
             cr.message = f"failed to create containerd task: exec: {exc}"
-            if cr.client_file is not None:
-                cr.client_file.unlink(missing_ok=True)
             return
         cr.proc = proc
         cr.reader = threading.Thread(target=_log_reader, args=(proc, log), daemon=True, name=f"log-{meta['name']}")
         cr.reader.start()
-        if cr.client_file is not None:  # stand-in: the registration learns the client's pid
-            reg = json.loads(cr.client_file.read_text())
-            reg["pid"] = proc.pid
-            self._write_json(cr.client_file, reg)
-        if self.settings.real_sut and scheduler_pod:
+        if scheduler_pod:
             self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
 
     def _real_sut_launch(self, pod: Obj, run: PodRun, cr: ContainerRun, env: dict[str, str], argv: list[str],
@@ -540,8 +503,7 @@ class Kubelet:
         """Entrypoint for the SUT's own images, so a re-applied real DaemonSet manifest still runs here."""
         g = self.names.generation
         lab = self.settings.repo_root / "tests" / "lab"
-        scheduler = ([str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")] if self.settings.real_sut
-                     else [self.names.scheduler_binary, str(lab / "labscheduler.py")])
+        scheduler = [str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")]
         base = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
         return {f"{g}-scheduler": scheduler,
                 f"{g}-device-plugin": ["python", str(lab / "deviceplugin.py")],
@@ -558,64 +520,6 @@ class Kubelet:
         env.update(self._driver_env())
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
         env["LD_PRELOAD"] = str(sut / "libxpushare.so")
-
-    def _standin_client_env(self, pod: Obj, cr: ContainerRun, env: dict[str, str], devices: list[str]) -> bool:
-        """Stand-in SUT: the device plugin's env and the lab client hook; register the client. False: no scheduler."""
-        names, s = self.names, self.settings
-        uuids = sorted({d.split("__")[0] for d in devices})
-        # One lab GPU is one CPU thread: torch's intra-op threads would otherwise take every core of a small
-        # machine, and a 100 % pod would slow the other lab pods (and tests) down. A pod's own value wins.
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(uuids)))
-        tag = names.log_tag
-        if not self._scheduler_up():
-            write_log_line(cr.log_path, f"{tag('INFO')}Failed to connect to UNIX socket at {names.socket_path}")
-            write_log_line(cr.log_path, "")
-            write_log_line(cr.log_path, f"{tag('FATAL')}Condition failed: xpushare_connect(&rsock, "
-                                        "nvscheduler_socket_path) == 0")
-            cr.exit_code, cr.finished, cr.reason = 1, time.monotonic(), "Error"
-            return False
-        cid = uuid.uuid4().hex[:16]
-        clients = s.clients_dir(self.node.name)
-        env.update({
-            "PYTHONPATH": os.pathsep.join(p for p in (str(s.pysite_dir), env.get("PYTHONPATH", "")) if p),
-            "XPUSHARE_LAB_CLIENT_ID": cid,
-            "XPUSHARE_LAB_CLIENT_DIR": str(clients),
-            "XPUSHARE_LAB_ENV_PREFIX": names.env_prefix,
-            "XPUSHARE_LAB_LOG_PREFIX": names.log_prefix,
-            "XPUSHARE_LAB_GPU_MEMORY_BYTES": str(self.node.gpu_memory_bytes),
-        })
-        annotations = pod["metadata"].get("annotations") or {}
-        core = 100
-        if not s.faults(self.node.name).get("ignore_annotations"):
-            value = atoi(annotations.get(names.annotation_core_limit))
-            core = value if 1 <= value <= 100 else 100
-        write_log_line(cr.log_path, f"{tag('INFO')}Successfully initialized {names.generation} GPU")
-        write_log_line(cr.log_path, f"{tag('INFO')}Client ID = {cid}")
-        write_log_line(cr.log_path, f"{tag('INFO')}Core limit = {core}%")
-        cr.client_file = clients / f"{cid}.json"
-        self._write_json(cr.client_file, {
-            "client_id": cid, "pid": 0, "pod": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"],
-            "gpu_uuid": uuids[0], "container": cr.name, "registered_at": time.time(),
-        })
-        return True
-
-    @staticmethod
-    def _write_json(path: Path, data: Obj) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
-
-    def _scheduler_pid(self) -> int | None:
-        try:
-            return int(self.settings.scheduler_pid_file(self.node.name).read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _scheduler_up(self) -> bool:
-        pid = self._scheduler_pid()
-        return pid is not None and pid_alive(pid)
 
     def _scheduler_ready(self, run: PodRun, cr: ContainerRun) -> bool:
         """The scheduler's readiness probe: its metrics port accepts connections (sticky per run)."""
@@ -639,8 +543,6 @@ class Kubelet:
             cr.exit_code = code if code >= 0 else 128 - code
             cr.finished = time.monotonic()
             cr.reason = "Completed" if cr.exit_code == 0 else "Error"
-            if cr.client_file is not None:
-                cr.client_file.unlink(missing_ok=True)
 
     def _alive(self, run: PodRun) -> bool:
         return any(cr.proc is not None and cr.exit_code is None for cr in run.runs.values())
@@ -696,8 +598,7 @@ class Kubelet:
                 st["state"] = {"running": {"startedAt": self._wall(cr.started)}}
                 st["containerID"] = f"lab://{cr.pid}"
                 st["started"] = True
-                st["ready"] = not scheduler_pod or (self._scheduler_ready(run, cr) if self.settings.real_sut
-                                                    else self._scheduler_pid() == cr.pid)
+                st["ready"] = not scheduler_pod or self._scheduler_ready(run, cr)
                 all_ready = all_ready and st["ready"]
             elif cname in run.next_start:
                 any_started = True
