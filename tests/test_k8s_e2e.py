@@ -1,7 +1,9 @@
 """Kubernetes mode end to end: real SSH to the lab hosts, real kubectl on the lab master, the lab cluster.
 
-`invoke func --cluster lab` reaches the expected verdicts on a healthy lab; a broken lab (annotations
-ignored, quota not enforced, scheduler down) turns exactly the right cases to FAIL.
+The lab runs the real scheduler and client library on simulated GPUs. `invoke func --cluster lab` reaches
+the expected verdicts on the healthy build; a broken one turns exactly the right cases to FAIL: the mutants
+`annotations-never-reread` (dynamic changes lost) and `no-core-enforcement` (core quota ignored), and the
+real scheduler killed (`scheduler_down`). About 3.5 minutes on 2 cores.
 """
 
 from __future__ import annotations
