@@ -119,6 +119,9 @@ def test_spread_over_gpus() -> None:
     assert v.status is Status.FAIL and "spread_over_gpus" in v.summary
     # One GPU only: spreading is not applicable, the pods must still all pass.
     assert judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=1).status is Status.PASS
+    # The backend could not tell how many GPUs exist: the spread is unjudged, never a silent PASS.
+    unknown = judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=None)
+    assert unknown.status is Status.ERROR and "spread_over_gpus" in unknown.summary
     one_failed = [*packed[:3], rec("p3", "Failed", 1, gpu="GPU-0")]
     assert (
         judge.judge_spread(Evidence.from_parts(one_failed, logs), TH, pods=names, gpus_available=1).status

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.cluster import LabCluster
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.mutants import build_mutant
 from tests.lab.sshd import SshLab
+from xpushare.kube import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
     yield from started_kube_lab(tmp_path_factory, "e2e-kube", **LAB_OPTIONS)
+
+
+@pytest.fixture
+def lab_kubectl_for(kube_lab: LabCluster) -> Kubectl:
+    return Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(kube_lab.kubeconfig_path),
+                   context="lab", namespace="default", request_timeout_s=30)
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +147,17 @@ def test_scheduler_down_fails_oversub_case(lab_inventory: Path, kube_lab: LabClu
     summary = got["FUNC-005"]["summary"]
     assert got["FUNC-005"]["status"] == "FAIL", summary
     assert "scheduler_alive" in summary or "pods_succeeded" in summary
+
+
+def test_packing_device_plugin_fails_the_spread_case(lab_inventory: Path, kube_lab: LabCluster,
+                                                     lab_kubectl_for: Kubectl, tmp_path: Path) -> None:
+    """One schedulable node with two GPUs and a device plugin that packs: FUNC-003 sees every pod on one GPU."""
+    lab_kubectl_for.cordon("lab-node2")
+    kube_lab.set_faults(None, pack_one_gpu=True)
+    try:
+        run_func(lab_inventory, tmp_path, "packed", "FUNC-003")
+    finally:
+        kube_lab.set_faults(None, pack_one_gpu=False)
+        lab_kubectl_for.uncordon("lab-node2")
+    got = results(tmp_path, "packed")["FUNC-003"]
+    assert got["status"] == "FAIL" and "spread_over_gpus" in got["summary"], got["summary"]

@@ -174,11 +174,19 @@ def judge_same_gpu_pair(
     return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
 
 
-def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gpus_available: int) -> Verdict:
-    """FUNC-003: every pod passes; with more than one GPU, the pods ran on more than one GPU."""
+def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gpus_available: int | None) -> Verdict:
+    """FUNC-003: every pod passes; with more than one GPU, the pods ran on more than one GPU.
+
+    ``gpus_available``: GPUs the pods could be placed on (the backend's ``gpu_count``); None (unknown) is an
+    unevaluable check, so the case is ERROR, never a PASS that skipped the spread.
+    """
     checks = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, pods)]
     used = sorted({f"{r.node}/{r.gpu}" for r in ev.pods if r.name in pods and r.gpu is not None})
-    if gpus_available > 1:
+    if gpus_available is None:
+        checks.append(Check("spread_over_gpus", "distinct_gpus > 1 when more than one GPU exists",
+                            {"distinct_gpus": len(used), "gpus": used}, None,
+                            "how many GPUs the cluster has is unknown"))
+    elif gpus_available > 1:
         checks.append(
             Check(
                 "spread_over_gpus",

@@ -67,6 +67,7 @@ DEFAULT_NODES: dict[str, dict[str, Any]] = {
 FAULT_DEFAULTS: dict[str, Any] = {
     "scheduler_down": False,  # the real scheduler process is SIGKILLed whenever it runs: its pod crash-loops
     "annotations_denied": False,  # the API server answers the scheduler's pod reads with 403 Forbidden
+    "pack_one_gpu": False,  # the device plugin puts every GPU pod of the node on its first GPU with room
     "sut": None,  # a SUT build directory (tests.lab.sut.build_sut) the node runs instead of the lab's build
 }
 

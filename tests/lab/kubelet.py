@@ -388,7 +388,9 @@ class Kubelet:
         raise RuntimeError(f"lab node {self.node.name}: pod IPs exhausted")
 
     def _allocate(self, want: int) -> list[str] | None:
-        """``want`` vGPU device ids, each from the GPU with the fewest allocations (ties: lowest index)."""
+        """``want`` vGPU device ids, each from the GPU with the fewest allocations (ties: lowest index); with
+        the ``pack_one_gpu`` fault, from the lowest-index GPU that has room (a device plugin that packs)."""
+        packed = bool(self.settings.faults(self.node.name).get("pack_one_gpu"))
         picked: list[str] = []
         for _ in range(want):
             free = [u for u in self.node.gpus if len(self.gpu_alloc[u]) < self.node.vgpus_per_gpu]
@@ -396,7 +398,7 @@ class Kubelet:
                 for dev in picked:
                     self.gpu_alloc[dev.split("__")[0]].discard(dev)
                 return None
-            gpu = min(free, key=lambda u: (len(self.gpu_alloc[u]), self.node.gpus.index(u)))
+            gpu = min(free, key=lambda u: ((0 if packed else len(self.gpu_alloc[u])), self.node.gpus.index(u)))
             k = min(set(range(1, self.node.vgpus_per_gpu + 1)) - {int(d.split("__")[1]) for d in self.gpu_alloc[gpu]})
             dev = f"{gpu}__{k}"
             self.gpu_alloc[gpu].add(dev)
@@ -495,6 +497,12 @@ class Kubelet:
             cr.sut_dir = sut
             env.update(self._driver_env())
             env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
+            # A pod has its own network namespace, where the exporter's default 0.0.0.0:9402 is the pod IP;
+            # lab pods share the host's, so a manifest without an address (the upstream ones) binds the pod IP.
+            key = self.names.env("METRICS_ADDR")
+            host, _, port = env.get(key, "").rpartition(":")
+            if host in ("", "0.0.0.0"):
+                env[key] = f"{run.ip}:{port or 9402}"
         sa = write_serviceaccount(self.settings.node_dir(self.node.name) / "pods" / run.uid / "serviceaccount",
                                   self.settings.sa_token, self.settings.ca_cert, pod["metadata"]["namespace"])
         return self.ns.enter(argv, cwd=self.settings.repo_root, serviceaccount=sa)

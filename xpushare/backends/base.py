@@ -119,6 +119,11 @@ class Backend(ABC):
         """The pod's output so far (for waits on a workload line; evidence is still taken by harvest)."""
         raise NotImplementedError
 
+    def gpu_count(self) -> int | None:
+        """Physical GPUs the case's workloads can be placed on (schedulable nodes or GPU hosts); None where
+        this backend cannot tell. FUNC-003 judges the spread only when it knows there is more than one."""
+        return None
+
     def colocation_target(self) -> tuple[str | None, int]:
         """Where to put pods that must share one GPU: ``(node, gpu_count)``.
 

@@ -264,6 +264,10 @@ class HostBackend(Backend):
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return self._wait(case_dir, names, timeout_s, {"Succeeded", "Failed"})
 
+    def gpu_count(self) -> int | None:
+        """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``)."""
+        return sum(len(v) for v in self.gpus.values())
+
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
 

@@ -267,6 +267,13 @@ class K8sBackend(Backend):
         except KubeError:
             return ""
 
+    def gpu_count(self) -> int | None:
+        """GPUs of the schedulable, ready nodes: their allocatable vGPUs / ``vgpus_per_gpu`` (at least 1 per
+        node that offers the resource)."""
+        per_gpu = int(self.params["vgpus_per_gpu"])
+        return sum(max(1, n.allocatable_count(self.names.resource) // per_gpu) for n in self.kubectl.list_nodes()
+                   if not n.unschedulable and n.ready and n.allocatable_count(self.names.resource) > 0)
+
     def colocation_target(self) -> tuple[str | None, int]:
         """The schedulable node with the fewest GPUs (vGPUs / ``vgpus_per_gpu``) and its GPU count.
 

@@ -61,17 +61,13 @@ def _judge_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) ->
 
 def _func003(run: CaseRun) -> None:
     count = int(run.params["func003_pods"])
-    run.plan["gpus_available"] = _gpu_count(run)
+    run.plan["gpus_available"] = run.backend.gpu_count()
     run.run_pods([run.pod(f"w2-{i}", W2) for i in range(1, count + 1)])
 
 
-def _gpu_count(run: CaseRun) -> int:
-    gpus = getattr(run.backend, "gpus", {})
-    return sum(len(v) for v in gpus.values())
-
-
 def _judge_spread(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge.judge_spread(ev, th, pods=plan["pods"], gpus_available=int(plan.get("gpus_available", 0)))
+    gpus = plan.get("gpus_available")
+    return judge.judge_spread(ev, th, pods=plan["pods"], gpus_available=None if gpus is None else int(gpus))
 
 
 def _oversub_args(run: CaseRun) -> tuple[str, ...]:
