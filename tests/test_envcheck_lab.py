@@ -1,11 +1,15 @@
 """envcheck against the labs: SSH fan-out to real sshd daemons, and in-cluster mode through the real kubectl.
 
-No GPU in the labs: the GPU steps run as the CPU smoke test (``envcheck_cpu_smoke``: gloo, tiny sizes),
-which drives the same paths as on GPUs (scripts copied over SFTP, torchrun over SSH, address and port
-discovery, cross-node rendezvous; DaemonSet, pinned pods, pod logs, cleanup). One process per node
-(``envcheck_smoke_procs=1``) and no cuBLAS step over SSH keep the labs fast; cuBLAS and the single-node
-all-reduce with two ranks run in ``test_envcheck_scripts.py`` (and cuBLAS in the k8s test here). The lab
-API server serves no Jobs, so in-cluster GPU steps are plain Pods.
+envcheck checks a node's GPU stack (PyTorch, cuBLAS, NCCL), not the SUT. The labs have no such stack: the session
+lab cluster runs the real SUT on simulated GPUs, which answer the CUDA driver API and NVML only (no CUDA runtime,
+cuBLAS or NCCL; tests/lab/README-simgpu.md). So the GPU steps run as the CPU smoke test
+(``envcheck_cpu_smoke``: gloo, tiny sizes), which drives the same paths as on GPUs (scripts copied over SFTP,
+torchrun over SSH, address and port discovery, cross-node rendezvous; DaemonSet, pinned pods, pod logs, cleanup);
+its pods ask for no GPU, so the SUT's scheduler and library stay out of them. One process per node
+(``envcheck_smoke_procs=1``) and no cuBLAS step over SSH keep the labs fast; cuBLAS and the single-node all-reduce
+with two ranks run in ``test_envcheck_scripts.py`` (and cuBLAS in the k8s test here). The lab API server serves
+no Jobs, so in-cluster GPU steps are plain Pods. Measured on a 2-core machine: the in-cluster run over both nodes
+takes about 16 s, the broken-interpreter run about 4 s.
 """
 
 from __future__ import annotations
@@ -137,6 +141,8 @@ def test_in_cluster_limit_and_a_broken_interpreter(lab_cluster: LabCluster, lab_
     node = report["nodes"][0]
     assert node["status"] == "ERROR" and node["steps"]["stack"]["status"] == "ERROR"
     summary = node["steps"]["stack"]["summary"]
-    assert "no 'stack' result" in summary and "StartError" in summary, summary
+    # the pod's last state says why: a kubelet that execs the command itself reports StartError; the lab's,
+    # which execs it from a shell in the node's mount namespace, reports the shell's exit code 127 (not found)
+    assert "no 'stack' result" in summary and ("StartError" in summary or "exit code 127" in summary), summary
     assert report["cross_node"] is None
     assert leftovers(lab_kubectl) == []

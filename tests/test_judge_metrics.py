@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,44 @@ def test_met003_broken() -> None:
     v = jm.judge_met003(ev(**{"metrics_mid.txt": page(), **sampler(t0=5000.0)}), {}, client=K8S, node="c1-gpu1",
                         mid_at=1002.0)  # sampler rows far from the snapshot are not used
     assert v.status is Status.ERROR
+
+
+def sched_log(*mib: int, cid: str = CID, t0: str = "2026-02-14T10:00:0") -> str:
+    """The scheduler pods' log (kubectl --prefix --timestamps) with one MEM_UPDATE line per value, a second apart."""
+    head = "[pod/xpushare-scheduler-x/xpushare-scheduler] "
+    return head + f"{t0}0.1Z [XPUSHARE][INFO]: Registered client {cid} on GPU {UUID}\n" + "".join(
+        f"{head}{t0}{i + 1}.5Z [XPUSHARE][DEBUG]: Received MEM_UPDATE from {cid}: {m} MB\n" for i, m in enumerate(mib))
+
+
+def test_logged_allocations() -> None:
+    text = sched_log(1024, 2048, 3072)
+    assert jm.logged_allocations(text) == {CID: 3072}
+    t = datetime(2026, 2, 14, 10, 0, 2, 600000, tzinfo=timezone.utc).timestamp()  # after the second line
+    assert jm.logged_allocations(text, t) == {CID: 2048}
+    bare = "[XPUSHARE][DEBUG]: Received MEM_UPDATE from ABCDEF0123456789: 16 MB\n"  # no timestamp: always counts
+    assert jm.logged_allocations(bare, 0.0) == {"abcdef0123456789": 16}
+    assert jm.logged_allocations("[XPUSHARE][INFO]: Received MEM_UPDATE from x: 1 MB\n") == {}
+
+
+def test_met003_against_the_scheduler_log() -> None:
+    def judge(log: str | None, managed: float = 3 * GIB) -> Verdict:
+        files = {"metrics_mid.txt": page(managed=managed), **sampler()}
+        if log is not None:
+            files["scheduler.log"] = log
+        return jm.judge_met003(ev(**files), {}, client=K8S, node="c1-gpu1")
+
+    v = judge(sched_log(1024, 3072))
+    assert v.status is Status.PASS and "scheduler.log" in v.evidence, v.summary
+    assert names(v, True)[-3:] == ["managed_matches_scheduler_log", "nvml_process_memory_matches",
+                                   "nvml_gpu_memory_matches"]
+    assert judge(sched_log(3072), managed=3 * GIB + 2**20 - 1).status is Status.PASS  # the log is in whole MiB
+    v = judge(sched_log(3072), managed=3.3 * GIB)  # exported 10 % high (the values-off-10 mutant)
+    assert v.status is Status.FAIL and names(v, False) == ["managed_matches_scheduler_log"]
+    assert "metric 3379 MiB, log 3072 MB" in v.summary
+    for log in (None, sched_log(3072, cid="0123456789abcdef"), "no debug lines\n"):  # nothing to compare with
+        v = judge(log, managed=3.3 * GIB)
+        assert v.status is Status.PASS and "managed allocation not compared" in v.summary, v.summary
+        assert "managed_matches_scheduler_log" not in names(v, True) + names(v, False) + names(v, None)
 
 
 # ---------------------------------------------------------------------------------------- MET-004

@@ -1,8 +1,19 @@
-"""``invoke metrics-check`` against the lab scheduler (tests/lab/labscheduler.py) over real HTTP.
+"""``invoke metrics-check`` against the lab's real schedulers over real HTTP.
 
-The lab scheduler serves the SUT's metric families on ``<scheduler pod IP>:9402``; its broken-lab
-switches make the exporter drop families (``metrics_missing``) or stop (``scheduler_down``). The
-under-load part starts real probe pods (workloads/w5_quota_probe.py) with the real kubectl.
+The session lab runs the upstream ``xpushare-scheduler`` on simulated GPUs (tests/lab/README-kube.md, "The real
+SUT"); each node's scheduler serves its 36 metric families on ``<scheduler pod IP>:9402``. The SUT's exporter bugs
+are mutant builds (tests/lab/mutants) that one node runs for a test (the ``sut`` fault; its scheduler restarts on
+the build in under a second, builds are cached): ``metrics-missing`` (three families gone), ``counter-as-gauge``,
+``healthz-500`` fail their idle lines, ``label-missing`` (no ``host_pid`` on ``client_info``) fails under load.
+The ``scheduler_down`` fault (the process SIGKILLed, its pod crash-looping) leaves the endpoint unreachable.
+``values-off-10`` (managed allocation exported 10 % high) is caught by no line: the checklist only asks for a
+managed allocation above 0.
+
+The under-load part starts real probe pods (workloads/w5_quota_probe.py at ``--n 1024``, 16 MiB of buffers, on the
+``cudadrv`` device) with the real kubectl, each with a 50 % core annotation that the scheduler reads at REGISTER.
+Measured on a 2-core machine shared with other lab runs: the cluster task with both load steps takes about 3 s (a
+probe registers within a second of its pod starting); a node's switch to a mutant build and back about 8 s; the
+module about 85 s.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ import urllib.request
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
+from tests.lab.mutants import build_mutant
 from xpushare import metrics_check as mc
 from xpushare.collect.metrics import parse_exposition
 from xpushare.inventory import ClusterSpec, HostSpec
@@ -71,15 +83,38 @@ def test_curl_fetcher_through_the_transport(lab_cluster: LabCluster) -> None:
     assert code is ExitStatus.OK, text
 
 
+def with_mutant(lab: LabCluster, node: str, name: str) -> None:
+    """``node`` runs the mutant build ``name`` (its scheduler restarted on it); ``lab_faults`` undoes it."""
+    lab.set_faults(node, sut=str(build_mutant(name).directory))
+
+
 def test_metrics_missing_fails_the_right_lines(lab_faults: LabCluster) -> None:
     wait_idle(lab_faults, NODE)
-    lab_faults.set_faults(NODE, metrics_missing=True)  # drops client_info, gpu_utilization_ratio, messages_total
+    with_mutant(lab_faults, NODE, "metrics-missing")  # no client_info, gpu_utilization_ratio, messages_total
     status, text = run(lab_faults.scheduler_url(NODE))
     assert status is ExitStatus.FAILED, text
     assert failed_items(text) == {"counters declared counter", "required families exported",
                                   "idle: no client_info series"}, text
     assert "33 HELP, 33 TYPE" in text
     assert "messages_total=absent" in text and "gpu_utilization_ratio" in text
+
+
+def test_counter_as_gauge_fails_the_counter_line(lab_faults: LabCluster) -> None:
+    wait_idle(lab_faults, NODE)
+    with_mutant(lab_faults, NODE, "counter-as-gauge")
+    status, text = run(lab_faults.scheduler_url(NODE))
+    assert status is ExitStatus.FAILED, text
+    assert failed_items(text) == {"counters declared counter"}, text
+    assert "messages_total=gauge, drop_lock_total=counter" in text
+
+
+def test_healthz_500_fails_the_healthz_line(lab_faults: LabCluster) -> None:
+    wait_idle(lab_faults, NODE)
+    with_mutant(lab_faults, NODE, "healthz-500")
+    status, text = run(lab_faults.scheduler_url(NODE))
+    assert status is ExitStatus.FAILED, text
+    assert failed_items(text) == {"/healthz answers 200 OK"}, text
+    assert "500, body 'OK'" in text
 
 
 def test_scheduler_down_is_unreachable(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
@@ -138,13 +173,29 @@ def test_cluster_task_refuses_bad_flags(lab_cluster: LabCluster) -> None:
         mc.metrics_check_task("http://127.0.0.1:1", None, load=True)
 
 
+def load_lines(lab: LabCluster, kubectl: Kubectl) -> list[mc.CheckLine]:
+    """One probe pod on ``NODE`` under the load checks (short settle: a broken page never settles)."""
+    probe = mc.KubeProbeLoad(kubectl, lab.names, node=NODE, timeout_s=60)
+    scrape = mc.metrics_scraper(lab.scheduler_url(NODE), mc.urllib_fetcher(5))
+    lines = mc.run_load_checks(scrape, probe, steps=(1,), settle_s=4, poll_s=0.5)
+    left = [p for p in kubectl.list_pods(f"{mc.RUN_LABEL}={probe.run_id}") if p.deletion_timestamp is None]
+    assert left == []  # the probes are removed whatever the verdict
+    return lines
+
+
 def test_load_lines_fail_when_client_families_vanish(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
-    """A broken exporter under load: without client_info the load lines FAIL (and the probes are removed)."""
+    """A broken exporter under load: without client_info the probe's client is not found (nothing else is judged)."""
     wait_idle(lab_faults, NODE)
-    lab_faults.set_faults(NODE, metrics_missing=["client_info"])
-    probe = mc.KubeProbeLoad(lab_kubectl, lab_faults.names, node=NODE, timeout_s=60)
-    scrape = mc.metrics_scraper(lab_faults.scheduler_url(NODE), mc.urllib_fetcher(5))
-    lines = mc.run_load_checks(scrape, probe, steps=(1,), settle_s=2, poll_s=0.5)
-    assert [ln.item for ln in lines if not ln.ok] == ["load 1: client_info per client"]
-    left = [p for p in lab_kubectl.list_pods(f"{mc.RUN_LABEL}={probe.run_id}") if p.deletion_timestamp is None]
-    assert left == []
+    with_mutant(lab_faults, NODE, "metrics-missing")
+    lines = load_lines(lab_faults, lab_kubectl)
+    assert [ln.item for ln in lines if not ln.ok] == ["load 1: client_info per client"], lines
+    assert "registered: none" in lines[0].observed
+
+
+def test_label_missing_fails_the_host_pid_line(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
+    """``client_info`` without its ``host_pid`` label: the client is still found by pod, its pid is not there."""
+    wait_idle(lab_faults, NODE)
+    with_mutant(lab_faults, NODE, "label-missing")
+    lines = load_lines(lab_faults, lab_kubectl)
+    assert [ln.item for ln in lines if not ln.ok] == ["load 1: client host_pid is a real host pid"], lines
+    assert next(ln for ln in lines if not ln.ok).observed.endswith(": absent")

@@ -17,6 +17,7 @@ Evidence files (written by the case's actions; names relative to the case direct
 ``remote_<node>_dmon.txt``    ``nvidia-smi dmon`` output of the probe pod's node (MET-006)
 ``sampler/<node>_procs.csv``  node sampler, NVML per-process memory (MET-003)
 ``sampler/<node>_gpu.csv``    node sampler, NVML per-GPU memory (MET-003)
+``scheduler.log``             the scheduler pods' log (MET-003: MEM_UPDATE lines, debug mode)
 ============================  ===================================================================
 
 Every capture must come from the scheduler that serves the probe pod's node (a scheduler per node,
@@ -50,6 +51,7 @@ import yaml
 from xpushare.client_match import ClientMatch, client_values, matched_clients
 from xpushare.collect import dmon as dmon_parser
 from xpushare.collect.metrics import CurlResponse, Exposition, Sample, parse_curl_output, parse_exposition
+from xpushare.collect.pod_log import parse_timestamp
 from xpushare.evidence import Evidence
 from xpushare.model import Check, Status, Verdict, combine
 
@@ -70,6 +72,7 @@ __all__ = [
     "judge_met007",
     "judge_met008",
     "load_required_metrics",
+    "logged_allocations",
     "parse_series",
     "quota_state",
     "read_capture",
@@ -555,6 +558,31 @@ def _in_range(value: float, seen: Sequence[float], tol: float) -> bool:
     return min(seen) * (1 - tol) <= value <= max(seen) * (1 + tol)
 
 
+_MEM_UPDATE_RE = re.compile(r"\[(?:XPUSHARE|NVSHARE)\]\[DEBUG\]: Received MEM_UPDATE from (?P<cid>[0-9a-fA-F]+): "
+                            r"(?P<mb>\d+) MB\s*$")
+_LOG_TS_RE = re.compile(r"(?:^|\s)(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
+
+
+def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
+    """``client_id -> MiB`` of the last ``Received MEM_UPDATE from <id>: <n> MB`` line of each client.
+
+    The scheduler logs each client's MEM_UPDATE (its managed allocation, integer MiB) in debug mode only
+    (scheduler.c, ``log_debug``). ``until`` (Unix s): lines whose kubectl ``--timestamps`` time is later
+    are ignored (lines without a timestamp always count). Never raises.
+    """
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _MEM_UPDATE_RE.search(line)
+        if m is None:
+            continue
+        if until is not None and (t := _LOG_TS_RE.search(line[: m.start()])) is not None:
+            when = parse_timestamp(t.group("ts"))
+            if when is not None and when.timestamp() > until:
+                continue
+        out[m.group("cid").lower()] = int(m.group("mb"))
+    return out
+
+
 def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, node: str | None = None,
                  mid_at: float | None = None, prefix: str | None = None) -> Verdict:
     """MET-003: the probe's three memory views are > 0 and consistent with each other and with NVML.
@@ -569,7 +597,11 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, no
     each metric lies within the range the sampler saw ± ``met003_nvml_tolerance_ratio``, over the
     samples within ``met003_window_s`` of ``mid_at`` (Unix s, when ``metrics_mid`` was taken; all
     samples when None). Without sampler evidence the cross-check is ERROR, unless
-    ``met003_require_nvml`` is false (then it is left out and the summary says so).
+    ``met003_require_nvml`` is false (then it is left out and the summary says so). Scheduler-log
+    cross-check (seed 000 MET-003 compares the scheduler log too): where ``scheduler.log`` holds the
+    debug-mode ``Received MEM_UPDATE from <id>: <n> MB`` lines of a probe client, its managed allocation
+    in whole MiB must equal the last one logged by ``mid_at`` (:func:`logged_allocations`); without such
+    lines it is left out and the summary says so.
     """
     keys = ["met003_nvml_tolerance_ratio", "met003_window_s", "met003_require_nvml"]
     name, text = _metrics_source(ev, None, ["metrics_mid.txt", "metrics.txt"])
@@ -599,6 +631,7 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, no
     checks.append(Check("nvml_within_gpu_used", "client_nvml_used_bytes <= gpu_memory_used_bytes(its GPU)",
                         {"pairs": pairs}, not incons,
                         f"process memory exceeds the device's used memory for {', '.join(incons)}" if incons else ""))
+    log_note = _log_check(ev, checks, managed, mid_at, evidence)
 
     tol = float(_th(th, "met003_nvml_tolerance_ratio"))
     window = float(_th(th, "met003_window_s"))
@@ -617,7 +650,7 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, no
         verdict = _verdict(checks, th, keys, metrics, evidence,
                            f"memory views > 0 and consistent{_matched_note(exp, client)}")
         if verdict.status is Status.PASS:
-            verdict.summary += " (NVML cross-check not possible: no node sampler evidence)"
+            verdict.summary += " (NVML cross-check not possible: no node sampler evidence)" + log_note
         return verdict
     evidence += [f for f in procs_files + gpu_files if ev.text(f) is not None]
     per_pid: dict[str, Any] = {}
@@ -653,7 +686,33 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, no
                         else (f"differs from NVML on {', '.join(sorted(set(bad_gpu)))}" if bad_gpu else "")))
     metrics["nvml_by_host_pid"] = per_pid
     return _verdict(checks, th, keys, metrics, evidence,
-                    f"memory views > 0 and consistent with NVML{_matched_note(exp, client)}")
+                    f"memory views > 0 and consistent with NVML{_matched_note(exp, client)}{log_note}")
+
+
+def _log_check(ev: Evidence, checks: list[Check], managed: Mapping[str, float | None], mid_at: float | None,
+               evidence: list[str]) -> str:
+    """``managed_matches_scheduler_log``: each probe client's ``client_managed_allocated_bytes``, in whole MiB,
+    equals the last MEM_UPDATE the scheduler logged for it by ``mid_at`` (``scheduler.log``).
+
+    Appended to ``checks`` only when the log holds a MEM_UPDATE line of a probe client (debug mode); else
+    nothing is judged and the returned note (for a PASS summary) says so.
+    """
+    text = ev.text("scheduler.log")
+    logged = logged_allocations(text, mid_at) if text is not None else {}
+    seen = {cid: logged[cid.lower()] for cid in managed if cid.lower() in logged}
+    if not seen:
+        return (" (no scheduler log" if text is None else " (no MEM_UPDATE line of the probe in the scheduler log,"
+                " debug mode off?") + ": managed allocation not compared with it)"
+    evidence.append("scheduler.log")
+    pairs = {cid: {"metric_mib": None if (v := managed[cid]) is None else math.floor(v / 2**20), "logged_mib": mb}
+             for cid, mb in seen.items()}
+    bad = [cid for cid, p in pairs.items() if p["metric_mib"] != p["logged_mib"]]
+    checks.append(Check("managed_matches_scheduler_log",
+                        "floor(client_managed_allocated_bytes / MiB) == last logged MEM_UPDATE (MB) of the client",
+                        {"by_client": pairs}, not bad,
+                        "; ".join(f"{cid}: metric {pairs[cid]['metric_mib']} MiB, log {pairs[cid]['logged_mib']} MB"
+                                  for cid in bad)))
+    return ""
 
 
 # ---------------------------------------------------------------------------------------- MET-004

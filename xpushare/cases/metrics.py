@@ -12,7 +12,8 @@ case     act (k8s mode)                                                       ev
 =======  ===================================================================  =================================
 MET-001  GET /healthz, GET /metrics                                           metrics_health.txt, metrics.txt
 MET-002  W5 probe; poll /metrics until the probe's client shows               metrics_mid.txt
-MET-003  W5 probe + node sampler; snapshot once the 3 memory views show       metrics_mid.txt, sampler/<node>_*
+MET-003  W5 probe + node sampler; snapshot once the 3 memory views show       metrics_mid.txt, sampler/<node>_*,
+                                                                             scheduler.log
 MET-004  W5 probe annotated 35 %, 4Gi (T4) / 8Gi; snapshot                    metrics_mid.txt
 MET-005  W5 probe (30 %, 2Gi); scrape every 1 s; annotate 80 % + 4Gi          metrics_before.txt, metrics_series
 MET-006  W5 probe; dmon on its node; scrape every 2 s for 30 s                metrics_series, remote_<node>_dmon
@@ -585,7 +586,8 @@ register(CaseDef(
 register(CaseDef(
     "MET-003", SUITE, "Memory metrics consistent", "W5",
     "W5 probe and the node sampler on its node; /metrics snapshot once the three memory views show",
-    "metrics_mid.txt (managed / NVML / GPU used > 0), sampler/<node>_procs.csv, _gpu.csv (NVML)",
+    "metrics_mid.txt (managed / NVML / GPU used > 0), sampler/<node>_procs.csv, _gpu.csv (NVML), "
+    "scheduler.log (MEM_UPDATE lines, debug mode)",
     requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0), act=_met003, judge=_judge003,
 ))
 register(CaseDef(
