@@ -2,7 +2,8 @@
 
 Evidence is built in memory in the SUT's formats (sut-interfaces.md §4 scheduler lines with kubectl
 timestamps, §6.3 metric names and label sets, §7 library lines, §8.3 W5 probe lines). Every broken case
-is one the bash harness passed (bash-harness-cases.md §3) or a fault of the lab's broken switches.
+is one the bash harness passed (bash-harness-cases.md §3), a lab fault or mutant, or a defect of the real
+SUT (docs/findings.md).
 """
 
 from __future__ import annotations
@@ -137,6 +138,17 @@ def test_combo001_broken(evidence: Evidence, status: Status, word: str) -> None:
     assert v.status is status and word in v.summary, v.summary
 
 
+def test_combo001_allocation_before_the_quota_arrived_fails() -> None:
+    """The real library takes the limit from an UPDATE_LIMIT that the scheduler sends after SCHED_ON: a first
+    1 GiB chunk went through unchecked, and the rejection of the next one shows it held (findings.md #13)."""
+    raced = OVERSUB_LOG.replace("cuMemAlloc rejected: 33554432 + 8388608 = 41943040",
+                                f"cuMemAlloc rejected: {GIB} + {GIB} = {2 * GIB}")
+    v = jc.judge_quota_over_oversub(ev1(raced), th("COMBO-001"), PLAN1)
+    assert v.status is Status.FAIL and "quota_held" in v.summary and f"already held {GIB} B" in v.summary, v.summary
+    assert [c.name for c in v.checks if c.ok is False] == ["quota_held"]
+    assert v.metrics["rejection_limit_bytes"] == QUOTA and v.metrics["held_bytes_at_rejection"] == GIB
+
+
 def test_combo001_workload_below_the_quota_proves_nothing_and_skip_is_kept() -> None:
     v = jc.judge_quota_over_oversub(ev1(OVERSUB_LOG), th("COMBO-001"), {**PLAN1, "memory_limit": "1Gi"})
     assert v.status is Status.ERROR and "nothing proven" in v.summary
@@ -208,10 +220,10 @@ def test_combo003_both_quotas_observable_per_pod_on_each_node() -> None:
 @pytest.mark.parametrize(
     ("evidence", "status", "word"),
     [
-        # The quota metrics are missing (bash: PASS with a note). The lab's metrics_missing switch.
+        # The quota metrics are missing (bash: PASS with a note). The lab's quota-metrics-missing mutant.
         (ev3(capture(CLIENTS3[:1], missing=["client_memory_quota_bytes", "client_core_quota_effective_percent"])),
          Status.FAIL, "no client_memory_quota_bytes series"),
-        # client_info dropped (metrics_missing: true).
+        # client_info dropped (the lab's metrics-missing mutant).
         (ev3(capture(CLIENTS3[:1], missing=["client_info"])), Status.FAIL, "no client_info series"),
         # The exporter shows another value than configured (annotation ignored: 0 / 100).
         (ev3(capture([{**CLIENTS3[0], "mem": 0, "core": 100}])), Status.FAIL, "!= 4294967296"),
@@ -596,4 +608,7 @@ def test_every_combo_case_is_registered_with_its_judgment_and_seed_defaults() ->
         assert "kubernetes" in case.requires
     assert REGISTRY["COMBO-001"].params["combo001_memory_limit"] == "10Gi"
     assert REGISTRY["COMBO-004"].params["dynamic_max_latency_s"] == 15
+    # The seed's memory values (initial, then one per change); a lab scales them to its GPU.
+    assert REGISTRY["COMBO-004"].params["combo004_memory_limits"] == ["2Gi", "4Gi", "3Gi"]
+    assert REGISTRY["COMBO-005"].params["combo005_memory_limits"] == ["4Gi", "8Gi", "2Gi", "6Gi"]
     assert REGISTRY["COMBO-007"].params["combo007_min_success"] == 3

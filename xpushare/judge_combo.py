@@ -8,8 +8,9 @@ values; a key missing from ``th`` falls back to its default and the verdict reco
 Each judgment is stricter than the bash harness (bash-harness-cases.md §3):
 
 * COMBO-001: the pod is refused **by the quota** (the library's ``would exceed limit <quota> bytes``,
-  not the physical limit and not "any failure"), the scheduler applied the annotation, and the
-  workload asked for more than the quota (otherwise nothing is proven: ERROR).
+  not the physical limit and not "any failure"), it never held more than the quota (the rejection
+  line's "already held" bytes), the scheduler applied the annotation, and the workload asked for more
+  than the quota (otherwise nothing is proven: ERROR).
 * COMBO-002: the two quota pods are confirmed on one GPU from the scheduler's registration lines (else
   SKIP, never PASS) and every pod passed, then ``runtime_low > runtime_high``.
 * COMBO-003 / 007 / 008: quota series are read from ``metrics_mid*.txt`` (one capture per node where
@@ -244,13 +245,26 @@ def _quota_bytes(text: Any) -> int | None:
 # ------------------------------------------------------------------------------------ COMBO-001
 
 
+def _check_quota_held(rej: Sequence[pod_log.Rejection], quota: int) -> Check:
+    """The quota was a hard limit from the first allocation on: every rejection line's "already held"
+    bytes (its first number) are within the quota. More than the quota held means allocations that were
+    never checked against it (e.g. made before the quota reached the client, findings.md #13)."""
+    held = [r.allocated_bytes for r in rej]
+    over = [h for h in held if h > quota]
+    detail = "" if not over else (f"the client already held {max(over)} B, over the {quota} B quota, when it was "
+                                  "refused: allocations before that were not checked against the quota")
+    return Check("quota_held", f"bytes held at every rejection <= {quota}", {"held_bytes": held[:5],
+                 "quota_bytes": quota}, not over, detail)
+
+
 def judge_quota_over_oversub(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """COMBO-001: with oversubscription on, the memory quota still refuses what exceeds it.
 
     ``plan``: ``pods`` (one oversub pod), ``namespace``, ``memory_limit`` (the annotation value, e.g.
     ``10Gi``), optional ``skip`` and ``seed_scope``. PASS needs: the pod ended, failed with a rejection
-    marker, the library's rejection names the quota (``would exceed limit <quota> bytes``), the scheduler
-    applied that quota to the pod, and the scheduler lives. ERROR when the workload never asked for more
+    marker, the library's rejection names the quota (``would exceed limit <quota> bytes``), no rejection
+    line shows more than the quota already held (the quota bound every allocation, :func:`_check_quota_held`),
+    the scheduler applied that quota to the pod, and the scheduler lives. ERROR when the workload never asked for more
     than the quota (nothing proven) or evidence is missing.
     """
     if (v := _skip(plan, th)) is not None:
@@ -282,6 +296,9 @@ def judge_quota_over_oversub(ev: Evidence, th: Mapping[str, Any], plan: Mapping[
         checks.append(Check("rejected_by_quota", f"a rejection line says 'would exceed limit {quota} bytes'",
                             {"rejections": facts, "quota_bytes": quota}, bool(by_quota), detail))
         metrics["rejection_limit_bytes"] = by_quota[0].limit_bytes if by_quota else None
+        if rej:
+            checks.append(_check_quota_held(rej, quota))
+            metrics["held_bytes_at_rejection"] = max(r.allocated_bytes for r in rej)
     sched = _scheduler(ev)
     if sched is None:
         checks.append(Check("quota_applied_by_scheduler", "scheduler.log collected", {}, None, "no scheduler.log"))

@@ -1015,7 +1015,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return ((parsed[1] + " " if stamps else "") + parsed[2] + "\n").encode()
 
         with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-            lines = [b for b in (render(raw) for raw in fh.readlines() if raw.endswith("\n")) if b is not None]
+            # Lines end at "\n" only (as the CRI log and the follow path): readlines() would also split at
+            # a "\r" inside a line (a progress bar's refreshes) and drop both halves.
+            *complete, _partial = fh.read().split("\n")
+            lines = [b for b in (render(raw) for raw in complete) if b is not None]
             pos = fh.tell()
         if tail is not None:
             lines = lines[-tail:] if tail > 0 else []

@@ -243,18 +243,29 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     run.backend.wait_terminal(run.case_dir, [spec.name], timeout)
 
 
+def _memory_steps(run: CaseRun, key: str, count: int) -> list[str]:
+    """The ``count`` memory values of parameter ``key`` (the initial quota, then one per change)."""
+    values = [str(v) for v in run.params[key]]
+    if len(values) != count:
+        raise XpushareError(f"{key} needs {count} memory values (initial, then one per change), got {values}")
+    return values
+
+
 def _combo004(run: CaseRun) -> None:
-    """W5 with core 30 % and memory 2Gi; alternate memory 4Gi, core 80, memory 3Gi, core 50 while it runs."""
-    changes = _changes([("memory", "4Gi"), ("core", "80"), ("memory", "3Gi"), ("core", "50")])
-    dynamic_schedule(run, {"core": 30, "memory": "2Gi"}, changes, snapshots=True)
+    """W5 with core 30 % and memory m0; alternate memory m1, core 80, memory m2, core 50 while it runs
+    (m0..m2: ``combo004_memory_limits``, the seed's 2Gi, 4Gi, 3Gi)."""
+    m0, m1, m2 = _memory_steps(run, "combo004_memory_limits", 3)
+    changes = _changes([("memory", m1), ("core", "80"), ("memory", m2), ("core", "50")])
+    dynamic_schedule(run, {"core": 30, "memory": m0}, changes, snapshots=True)
 
 
 def _combo005(run: CaseRun) -> None:
-    """W5 with oversubscription on and memory 4Gi; memory 8Gi, 2Gi, 6Gi while it runs."""
+    """W5 with oversubscription on and memory m0; memory m1, m2, m3 while it runs (``combo005_memory_limits``,
+    the seed's 4Gi, 8Gi, 2Gi, 6Gi)."""
     if not _c1_gate(run):
         return
-    dynamic_schedule(run, {"memory": "4Gi", "oversub": True},
-                     _changes([("memory", "8Gi"), ("memory", "2Gi"), ("memory", "6Gi")]))
+    m0, *rest = _memory_steps(run, "combo005_memory_limits", 4)
+    dynamic_schedule(run, {"memory": m0, "oversub": True}, _changes([("memory", m) for m in rest]))
 
 
 def _combo006(run: CaseRun) -> None:
@@ -363,11 +374,13 @@ register(
         "combination",
         "Dynamic memory + dynamic compute",
         "W5",
-        "W5 with core 30 % and memory 2Gi; annotate memory 4Gi, core 80, memory 3Gi, core 50 while it runs",
+        "W5 with core 30 % and memory 2Gi; annotate memory 4Gi, core 80, memory 3Gi, core 50 while it runs "
+        "(memory values: combo004_memory_limits)",
         "scheduler.log (Memory/Compute limit changed, in order), pods/*.log (update lines, QUOTA_PROBE), "
         "annotations.jsonl, metrics_start.txt, metrics_end.txt",
         requires=_K8S,
-        params={**_DYNAMIC, "max_probe_gap_s": _D["max_probe_gap_s"]},
+        params={**_DYNAMIC, "max_probe_gap_s": _D["max_probe_gap_s"],
+                "combo004_memory_limits": ["2Gi", "4Gi", "3Gi"]},
         act=_combo004,
         judge=_judge_dynamic("COMBO-004"),
     )
@@ -378,11 +391,13 @@ register(
         "combination",
         "Oversubscription + dynamic memory",
         "W5",
-        "W5 with oversubscription on and memory 4Gi; annotate 8Gi, 2Gi, 6Gi while it runs",
+        "W5 with oversubscription on and memory 4Gi; annotate 8Gi, 2Gi, 6Gi while it runs "
+        "(memory values: combo005_memory_limits)",
         "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated), scheduler_proc.txt, "
         "annotations.jsonl",
         requires=_K8S,
-        params={**_DYNAMIC, "combo005_min_changes": _D["combo005_min_changes"], "combo_c1_only": False},
+        params={**_DYNAMIC, "combo005_min_changes": _D["combo005_min_changes"], "combo_c1_only": False,
+                "combo005_memory_limits": ["4Gi", "8Gi", "2Gi", "6Gi"]},
         act=_combo005,
         judge=_judge_dynamic("COMBO-005"),
     )
