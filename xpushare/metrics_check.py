@@ -790,11 +790,12 @@ def _k8s_target(cluster: ClusterSpec, names: SutNames, out: TextIO) -> tuple[Kub
 
 def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, load: bool | None = None,
                        min_families: int = 25, out: TextIO | None = None, timeout_s: float = 10.0,
-                       settle_s: float = 60.0) -> ExitStatus:
+                       settle_s: float | None = None) -> ExitStatus:
     """Body of ``invoke metrics-check``: ``--url http://HOST:PORT`` or ``--cluster C``.
 
     ``load``: run the under-load part; ``None`` is the default of the target: off for ``--url``, on
-    for ``--cluster``.
+    for ``--cluster``. ``settle_s``: how long each load step polls for its lines to pass (None: the
+    cluster parameter ``metrics_check_settle_s``, default 60 s; a line that never passes costs that long).
 
     * ``--url``: fetched from this machine; ``load=True`` is refused (probes need a cluster);
     * ``mode: k8s``: kubectl on the master lists the scheduler pods (``-l name=<gen>-scheduler -n
@@ -804,8 +805,10 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
       (:class:`KubeProbeLoad`, image from the cluster parameter ``probe_image``);
     * ``mode: host``: the inventory's ``scheduler.metrics_url``, curled on the first GPU host (this
       machine for a local host). ``load`` runs the probes through the host backend, only when the
-      cluster names ``sut_lib`` (without the preloaded library no process registers); the probes'
-      clients are matched by ``host_pid`` (and ``client_id``), not by pod name (``none`` there).
+      cluster names ``sut_lib`` (without the preloaded library no process registers), all on that first
+      GPU host, whose scheduler ``metrics_url`` names (a probe on another host would register with that
+      host's scheduler and never show on the page); the probes' clients are matched by ``host_pid``
+      (and ``client_id``), not by pod name (``none`` there).
 
     The metric prefix is the cluster's generation (``sut``). Raises :class:`UsageError` for bad
     flag combinations; returns the :class:`ExitStatus` of :func:`run_metrics_check`.
@@ -820,6 +823,8 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
     assert cluster_spec is not None
     cluster = cluster_spec
     load = True if load is None else load
+    if settle_s is None:
+        settle_s = float(cluster.params.get("metrics_check_settle_s", 60.0))
     names = sut_names(cluster.sut)
     prefix = names.metric_prefix.rstrip("_")
     probe: ProbeLoad | None = None
@@ -841,7 +846,8 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
         elif load:
             from xpushare.backends.host import HostBackend
 
-            probe = BackendProbeLoad(HostBackend(cluster), Path(tempfile.mkdtemp(prefix="xpushare-metrics-check-")))
+            probe = BackendProbeLoad(HostBackend(cluster), Path(tempfile.mkdtemp(prefix="xpushare-metrics-check-")),
+                                     node=gpu[0].name if gpu else None)
             print("note: host mode: probe clients are matched by host_pid / client_id (pod and namespace are "
                   "'none' outside Kubernetes)", file=out)
     print(f"fetching from {where}", file=out)

@@ -447,6 +447,9 @@ class SshLab:
         self._refs: dict[str, _ProcRef] = {}
         self._popens: dict[str, subprocess.Popen[bytes]] = {}
         self._reserved: list[socket.socket] = []
+        # Per-host launch hooks (add_host's ``wrap`` and ``session_env``), kept for restarts.
+        self._wraps: dict[str, Callable[[list[str]], list[str]]] = {}
+        self._session_env: dict[str, dict[str, str]] = {}
         if os.geteuid() == 0 and not _PRIVSEP_DIR.is_dir():
             try:
                 _PRIVSEP_DIR.mkdir(mode=0o755, parents=True)
@@ -491,8 +494,14 @@ class SshLab:
         ref = self._refs.get(self.host(name).name)
         return ref is not None and _is_running(ref)
 
-    def add_host(self, name: str, address: str) -> LabHost:
+    def add_host(self, name: str, address: str, *, wrap: Callable[[list[str]], list[str]] | None = None,
+                 session_env: dict[str, str] | None = None) -> LabHost:
         """Start an sshd for a new host ``name`` on ``address`` (127.0.0.0/8) and an ephemeral port.
+
+        ``wrap``: turns the sshd argv into the argv actually started (e.g. ``NodeNamespace.enter``, so the
+        host's sessions run in a mount namespace of their own); it must exec sshd in the same process.
+        ``session_env``: variables every session of the host gets (sshd ``SetEnv``, after ``HOME``), e.g.
+        the ``PATH`` and driver variables of a GPU host. Both stay in force across restarts.
 
         Returns once the daemon answers with an SSH-2.0 banner. Raises ValueError for a bad name or
         address, LabError if the name is taken or sshd does not come up within START_TIMEOUT_S
@@ -503,6 +512,13 @@ class SshLab:
         if name in self._hosts:
             raise LabError(f"lab host {name!r} already exists")
         address = check_loopback(address)
+        for key, value in (session_env or {}).items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) or any(c in value for c in "\n\"\\"):
+                raise ValueError(f"bad session environment entry {key}={value!r}")
+        if wrap is not None:
+            self._wraps[name] = wrap
+        if session_env:
+            self._session_env[name] = dict(session_env)
         hostdir = self.workdir / "hosts" / name
         hostdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         (hostdir / "home").mkdir(mode=0o700, exist_ok=True)  # the HOME of its login shells (see _config_text)
@@ -703,7 +719,8 @@ class SshLab:
             # took 0.3 s more and concurrent sessions queued on pyenv's rehash lock (60 s when a killed session
             # left it behind). A HOME of the lab host's own (empty) makes every command a clean exec, as on a
             # server; the lab's programs are named by absolute path.
-            f"SetEnv HOME={_cfg_value(hostdir / 'home')} PYENV_REHASH_TIMEOUT=1",
+            f"SetEnv HOME={_cfg_value(hostdir / 'home')} PYENV_REHASH_TIMEOUT=1"
+            + "".join(f" {k}={_cfg_value(v)}" for k, v in self._session_env.get(host.name, {}).items()),
             f"LogLevel {loglevel}",
         ]
         if self._penalties_option:
@@ -763,6 +780,9 @@ class SshLab:
     def _spawn(self, host: LabHost) -> subprocess.Popen[bytes]:
         """Launch ``sshd -D -e -f <config> -E <log>`` for ``host`` in its own session."""
         argv = [str(self._sshd), "-D", "-e", "-f", str(host.config), "-E", str(host.log)]
+        wrap = self._wraps.get(host.name)
+        if wrap is not None:
+            argv = wrap(argv)
         with host.log.open("ab") as log:  # catches anything sshd prints before it opens -E
             return subprocess.Popen(
                 argv,

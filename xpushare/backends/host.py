@@ -55,6 +55,13 @@ _POLL = (
     '"$(cat "$n.hostpid" 2>/dev/null || echo -)"; done'
 )
 _GPU_QUERY = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
+# End of a case: whatever of the case still has a pid file is stopped (TERM to its process group) before the
+# case's files go. The node sampler and dmon of begin_case are stopped by harvest; a caller that skips the
+# harvest (metrics-check's probes) would otherwise leave them running with no pid file to find them by.
+_CLEANUP = (
+    'cd "$1" 2>/dev/null || exit 0; for f in "$2"-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
+    'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done; rm -rf -- "$2"-*'
+)
 
 
 @dataclass
@@ -395,7 +402,7 @@ class HostBackend(Backend):
             except TransportError:
                 continue
         for host in self.hosts.values():
-            host.run(["sh", "-c", 'cd "$1" && rm -rf -- "$2"-*', "sh", host.spawn_dir, self.case_prefix], timeout=60)
+            host.run(["sh", "-c", _CLEANUP, "sh", host.spawn_dir, self.case_prefix], timeout=60)
 
     def close(self) -> None:
         for host in self.hosts.values():
