@@ -83,6 +83,7 @@ class FakeOps:
         self.restarts = 0
         self.ghost: str | None = None
         self.rotations = 0
+        self.rotated_since: list[float | None] = []
         self.rng = random.Random(4)
 
     def _check(self) -> None:
@@ -137,8 +138,9 @@ class FakeOps:
     def pod_log(self, pod: str) -> str:
         return "log"
 
-    def rotate_logs(self, dest: Path, index: int) -> list[Path]:
+    def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
         self.rotations += 1
+        self.rotated_since.append(since)
         return []
 
     def harvest_previous(self, dest: Path) -> list[Path]:
@@ -305,6 +307,39 @@ def test_a_scheduler_restart_is_an_anomaly_and_fails_the_restart_check(tmp_path:
     data = js.load_soak(evidence(tmp_path))
     c = js.check_restarts(data.baseline, data.schedulers, data.final)
     assert c.ok is False and "restarts 1" in c.detail
+    # `kubectl logs -f` ends with the old container: the streams are restarted at once, once per restart
+    # (log_rotate_s is 10 000 s here), from the last tick that saw the old container (ticks every 5 s)
+    assert ops.rotations == 1
+    rotated = [e for e in data.events if e["kind"] == "logs_rotated"]
+    assert [e.get("reason") for e in rotated] == ["scheduler on n1 restarted"]
+    anomaly = next(e for e in data.events if e["kind"] == "anomaly" and "restarted" in e["what"])
+    since = ops.rotated_since[0]
+    assert since is not None and T0 + 35 - 5 <= since < anomaly["ts"] <= T0 + 35 + 5
+    assert rotated[0]["since"] == since
+
+
+def test_a_restart_seen_again_after_a_resume_restarts_the_stream_from_the_new_segment(tmp_path: Path) -> None:
+    vc = VClock()
+    ops = FakeOps(vc)
+    st = settings(max_rounds=None, duration_s=150.0)
+
+    def restart_then_ctrl_c(now: float) -> None:
+        if now >= 35:
+            ops.restarts = 1
+        if 60 <= now < 100:
+            raise KeyboardInterrupt
+
+    vc.hooks.append(restart_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        make_loop(tmp_path, ops, vc, st).run()
+    ck = Checkpoint.load(tmp_path / "case" / "soak")
+    assert ck is not None and ops.rotated_since and ops.rotated_since[0] is not None
+    ops.pods.clear()
+    vc.advance(3600.0)  # resumed an hour later: the restart is seen again at the first tick
+    resumed_at = vc.t
+    make_loop(tmp_path, ops, vc, st, ck=ck).run()
+    # the second stream starts with the new segment, not at the last tick an hour ago (no hour of duplicates)
+    assert len(ops.rotated_since) == 2 and (ops.rotated_since[1] or 0) >= resumed_at
 
 
 def test_ghost_client_after_cleanup_fails_leak_004(tmp_path: Path) -> None:

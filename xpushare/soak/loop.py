@@ -10,7 +10,8 @@ One thread, one event loop (no sampler thread, so the SSH connections are never 
                 keep failed pods' logs (bounded), delete the pods, take an idle tick
         every progress_s: one progress line (elapsed, remaining, rounds, last sample, anomalies) + status.json
         every interim_s: an interim report                       -> interim/interim-<k>.md
-        every log_rotate_s: fetch, compress and restart the case-long log streams -> logs/
+        every log_rotate_s, and at once after a scheduler restart: fetch, compress and restart the case-long
+            log streams -> logs/
         every checkpoint_s and at each round's end: checkpoint.json
     final: delete the pods, wait (settle_s) for GPU memory and client series to return -> final.json
 
@@ -207,10 +208,13 @@ class SoakLoop:
         self._last_procs: dict[str, tuple[Any, ...]] = {}
         self._last_scheds: list[SchedPod] = []
         self._restart_seen: set[tuple[str, str, int]] = set()
+        self._rotate_now: str | None = None  # why the log streams must be restarted before their time
+        self._rotate_since: float | None = None  # and from when (unix time)
         self._scrape_bad: set[str] = set()
         self._baseline: dict[str, Any] = {}
         self._active0 = checkpoint.active_s
         self._mono0 = monotonic()
+        self._wall0 = clock()
         self._round: _Round | None = None
         self._need_delete = True
         self._time_up_at: float | None = None
@@ -344,6 +348,14 @@ class SoakLoop:
                 self._restart_seen.add(key)
                 self.anomaly(f"scheduler on {sp.node} restarted (pod {sp.pod}, restarts {sp.restarts})",
                              node=sp.node, pod=sp.pod, uid=sp.uid, restarts=sp.restarts)
+                # `kubectl logs -f` stops following a container that ended: without a new stream the restarted
+                # scheduler's log would be missing until the next rotation (log_rotate_s, an hour by default).
+                # The new stream starts at the last tick that saw the old container, so that the new one's
+                # start-up lines are kept (the other containers' lines of that interval then appear twice), but
+                # not before this segment began (a resumed soak's last tick may be hours old).
+                if self._rotate_now is None:
+                    self._rotate_since = max(self._last_tick_wall or self._wall0, self._wall0)
+                self._rotate_now = f"scheduler on {sp.node} restarted"
 
     def _record_node(self, ns: NodeSample, now: float, el: float, phase: str, *, full: bool = False) -> None:
         if ns.error:
@@ -553,8 +565,9 @@ class SoakLoop:
             if now >= next_interim:
                 self.interim()
                 next_interim = now + s.interim_s
-            if now >= next_rotate:
-                self._rotate()
+            if now >= next_rotate or self._rotate_now:
+                self._rotate(self._rotate_now, self._rotate_since)
+                self._rotate_now = self._rotate_since = None
                 next_rotate = now + s.log_rotate_s
             if now >= next_checkpoint:
                 self.save()
@@ -736,11 +749,14 @@ class SoakLoop:
                     return False
         return bool(self._last_facts)
 
-    def _rotate(self) -> None:
+    def _rotate(self, reason: str | None = None, since: float | None = None) -> None:
         idx = int(self.clock())
-        ok, files = self._try("logs", lambda: self.ops.rotate_logs(self.dir / "logs", idx))
+        dest = self.dir / "logs"
+        ok, files = self._try("logs", lambda: self.ops.rotate_logs(dest, idx) if since is None
+                              else self.ops.rotate_logs(dest, idx, since=since))
         if ok:
-            self.event("logs_rotated", files=[str(Path(f).name) for f in files])
+            extra = {k: v for k, v in (("reason", reason), ("since", since)) if v is not None}
+            self.event("logs_rotated", files=[str(Path(f).name) for f in files], **extra)
 
     # ------------------------------------------------------------------------------------ progress
 

@@ -238,8 +238,10 @@ class SoakOps(Protocol):
     def pod_log(self, pod: str) -> str:
         """A pod's output so far ('' when unavailable)."""
 
-    def rotate_logs(self, dest: Path, index: int) -> list[Path]:
-        """Fetch, compress and restart the case-long log streams (scheduler log, dmon); return local files."""
+    def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
+        """Fetch, compress and restart the case-long log streams (scheduler log, dmon); return local files.
+
+        ``since``: where the new scheduler log stream starts (unix time; default now)."""
 
     def harvest_previous(self, dest: Path) -> list[Path]:
         """Previous-container logs of SUT pods that restarted (``kubectl logs --previous``)."""
@@ -306,19 +308,19 @@ class K8sSoakOps:
     def end_round(self) -> None:
         self.backend.pods.clear()
 
-    def rotate_logs(self, dest: Path, index: int) -> list[Path]:
+    def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
         dest.mkdir(parents=True, exist_ok=True)
         got: list[Path] = []
         master = self.backend.master
         if self.backend.stream_name:
-            since = datetime.now(timezone.utc)
+            start = datetime.now(timezone.utc) if since is None else datetime.fromtimestamp(since, timezone.utc)
             log = master.stop(self.backend.stream_name)
             local = dest / f"scheduler-{index:04d}.log"
             try:
                 master.get(log, local)
                 got.append(gzip_file(local))
             finally:
-                argv = self.kubectl.logs_follow_argv(self.names.scheduler_label, since, namespace=self.names.namespace)
+                argv = self.kubectl.logs_follow_argv(self.names.scheduler_label, start, namespace=self.names.namespace)
                 master.spawn(self.backend.stream_name, argv)
         for name in sorted(self.backend.smi_hosts):
             host = self.backend._gpu_host(name)
