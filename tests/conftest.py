@@ -111,11 +111,14 @@ def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
 #: first, so that pytest-xdist's ``--dist loadfile`` hands them out first and the short modules fill in
 #: around them instead of one long module running alone at the end.
 LONG_MODULES = (
+    "test_verdict_matrix.py",
+    "test_k8s_perf_e2e.py",
     "test_k8s_combo_e2e.py",
     "test_k8s_e2e.py",
     "test_k8s_stability_e2e.py",
-    "test_k8s_perf_e2e.py",
     "test_k8s_metrics_e2e.py",
+    "test_host_real_sut.py",
+    "test_metrics_check_lab.py",
     "test_envcheck_lab.py",
     "test_legacy_lab.py",
     "test_lab_cluster.py",

@@ -12,8 +12,8 @@ holds. A broken lab turns exactly the right cases to FAIL:
 * mutant ``quota-metrics-missing`` (the per-client quota families not written): COMBO-003 (the bash harness
   passed it).
 
-Lab-sized parameters (inventory ``params``, :data:`LAB_COMBO_PARAMS`), measured on the lab (1e12 FLOP/s,
-100e9 B/s per simulated GPU, 250 ms quota windows):
+Lab-sized parameters (the ``lab`` cluster's, :func:`tests.lab.env.lab_params`), measured on the lab
+(1e12 FLOP/s, 100e9 B/s per simulated GPU, 500 ms quota windows, the SUT's minimum):
 
 * dynamic changes: the real watcher polls every 5 s (two pod GETs per client, about 50 ms each on the lab),
   so a change reached the scheduler 0.3-4.9 s after its annotate call (three runs); 4 s steps lost changes
@@ -41,7 +41,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -55,28 +54,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [f"COMBO-00{i}" for i in range(1, 9)]
 MIB = 2**20
-LAB_COMBO_PARAMS: dict[str, Any] = {
-    "workload_args": {
-        "w2_medium_add": ["--n", "2048", "--iters", "4000", "--no-progress"],
-        "w3_idle_add": ["--n", "1024", "--steps", "50", "--sleep-s", "0.1", "--no-progress"],
-        "w5_quota_probe": ["--n", "1024"],
-    },
-    "dynamic_step_s": 8,
-    "probe_interval_s": 1,
-    "max_probe_gap_s": 3,
-    "combo001_memory_limit": "32Mi",
-    "combo003_quotas": [{"core": 40, "memory": "256Mi"}, {"core": 70, "memory": "512Mi"}],
-    "combo004_memory_limits": ["256Mi", "512Mi", "384Mi"],
-    "combo005_memory_limits": ["512Mi", "1Gi", "256Mi", "768Mi"],
-    "combo007_memory_limit": "256Mi",
-    "combo007_w5_duration_s": 8,
-    "combo008_memory_limits": ["256Mi", "320Mi"],
-    "combo008_w5_duration_s": 12,
-    "metrics_mid_timeout_s": 30,
-    "metrics_mid_poll_s": 1,
-}
-
-
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
     yield from started_kube_lab(tmp_path_factory, "combo-kube", **LAB_OPTIONS)
@@ -85,7 +62,7 @@ def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
 @pytest.fixture(scope="module")
 def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("combo-inv") / "inventory.yaml"
-    return write_inventory(path, ssh_lab, kube_lab, params=LAB_COMBO_PARAMS)
+    return write_inventory(path, ssh_lab, kube_lab)
 
 
 def run_combo(

@@ -10,15 +10,15 @@ MET-001 (FAIL or ERROR). ``counter-as-gauge`` and ``label-missing`` are caught b
 Kubernetes the probe is matched by pod, so ``host_pid`` is only read by MET-003's NVML cross-check, which the lab
 cannot make (below).
 
-Lab-sized parameters (the inventory's ``params``, :func:`lab_params`): short durations (MET-006 10 s, MET-007 10 s,
-MET-008 6 s); the W5 probe at ``--n 1024`` (16 MiB of buffers: it fits the 64 MiB the library leaves on the lab's
-1600 MiB GPU). ``met003_require_nvml: false``: the SSH sessions of the lab's node hosts have no NVML (the simulated
-driver is only in the pods' environment), so the node sampler records ``no_gpu.txt`` and MET-003 judges the page
-alone. ``met006_dmon_command``: the simulated GPU's ``nvidia-smi dmon -s u -d 1`` with the probe node's
-``SIMGPU_CONFIG``: it reads the same NVML (the busy share of the device's kernel timeline over the last second)
-that the real scheduler exports as ``gpu_utilization_ratio``, independently of the scheduler. MET-008: the seed's
-alert ratio 0.8; the probe (oversubscription on) is sized so that its buffers plus the 256 MiB the simulated driver
-counts for its context are 85 % of the GPU (``--n`` 8505, 1104 MiB of buffers, ratio 0.85).
+Lab-sized parameters (the ``lab`` cluster's, :func:`tests.lab.env.lab_params`): short durations (MET-006 10 s,
+MET-007 10 s, MET-008 6 s); the W5 probe at ``--n 1024`` (16 MiB of buffers: it fits the 64 MiB the library leaves
+on the lab's 1600 MiB GPU). ``met003_require_nvml: false``: the SSH sessions of the lab's node hosts have no NVML
+(the simulated driver is only in the pods' environment), so the node sampler records ``no_gpu.txt`` and MET-003
+judges the page alone. ``met006_dmon_command``: the simulated GPU's ``nvidia-smi dmon -s u -d 1`` with the probe
+node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of the device's kernel timeline over the last
+second) that the real scheduler exports as ``gpu_utilization_ratio``, independently of the scheduler. MET-008: the
+seed's alert ratio 0.8; the probe (oversubscription on) is sized so that its buffers plus the 256 MiB the simulated
+driver counts for its context are 85 % of the GPU (``--n`` 8505, 1104 MiB of buffers, ratio 0.85).
 
 Measured on a 2-core machine shared with other lab runs: the healthy suite takes about 63 s, the module about
 2.5 min; the W5 probe keeps its GPU 93-96 % busy and dmon's ``sm`` and the exporter agree within 1 point on
@@ -39,54 +39,26 @@ from pathlib import Path
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
-from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_OPTIONS, met008_n, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.mutants import build_mutant
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.lab.sshd import SshLab
-from xpushare.cases.metrics import met008_size
 from xpushare.collect.metrics import parse_exposition
 from xpushare.kube import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [f"MET-{i:03d}" for i in range(1, 9)]
-#: MET-008's fill: W5's buffers plus the simulated driver's context make this share of the GPU.
-MET008_FILL = 0.85
-
-
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "met-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES)
-
-
-def met008_n(total: int = LAB_GPU_MEMORY_BYTES) -> int:
-    """W5's ``--n`` whose buffers (16 n²) plus one context (256 MiB) fill ``MET008_FILL`` of the GPU."""
-    return met008_size((MET008_FILL * total - DEFAULT_CONTEXT_BYTES) / total, total)
-
-
-def lab_params(lab: LabCluster) -> dict:
-    return {
-        "met_settle_s": 20,
-        "met_poll_s": 0.5,
-        "met_probe_duration_s": 120,
-        "met003_require_nvml": False,
-        "met005_before_s": 2,
-        "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
-        "met006_duration_s": 10,
-        # the node's simulated GPUs (the path holds the "{node}" placeholder the case fills in)
-        "met006_dmon_command": ["env", f"SIMGPU_CONFIG={lab.simgpu_config('{node}')}",
-                                str(lab.simgpu_dir / "nvidia-smi"), "dmon", "-s", "u", "-d", "1"],
-        "met007_duration_s": 10,
-        "met008_n": met008_n(),
-        "met008_duration_s": 6,
-    }
+    yield from started_kube_lab(tmp_path_factory, "met-kube", **LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")
 def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("met-inv") / "inventory.yaml"
-    return write_inventory(path, ssh_lab, kube_lab, params=lab_params(kube_lab))
+    return write_inventory(path, ssh_lab, kube_lab)
 
 
 def kubectl_for(lab: LabCluster) -> Kubectl:
@@ -177,7 +149,7 @@ def test_healthy_lab_metrics_suite(lab_inventory: Path, kube_lab: LabCluster, tm
     assert m7["metrics_stress_sample_count"] >= 5 and m7["success_ratio"] == 1.0
     assert m7["scrape_latency_p50_s"] is not None and m7["scrape_latency_p99_s"] is not None
     assert json.loads((case / "MET-007/plan.json").read_text())["target"]["latency"].startswith("curl time_total")
-    assert json.loads((case / "MET-008/plan.json").read_text())["met008"]["n"] == met008_n()
+    assert json.loads((case / "MET-008/plan.json").read_text())["met008"]["n"] == met008_n(LAB_GPU_MEMORY_BYTES)
     assert got["MET-008"]["metrics"]["peak_gpu_memory_used_ratio"] > 0.8
 
 

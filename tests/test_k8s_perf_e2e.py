@@ -40,41 +40,23 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster
-from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
+from tests.lab.env import LAB_OPTIONS, LAB_WORKLOAD_ARGS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.mutants import build_mutant
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
-#: The schedulers' compute-quota window (XPUSHARE_COMPUTE_WINDOW_MS; the SUT's minimum is 500 ms).
-WINDOW_MS = 500
 
 #: Lab parameters of the performance suite (the seed's tolerances stay at their defaults).
-PERF_PARAMS: dict[str, Any] = {
-    "workload_args": {
-        # 2048 x 2048 fp32 adds: 50 MB moved, 0.5 ms of simulated GPU time each; 12 000 of them = 6.0 s
-        "w6_fixed_add": ["--n", "2048", "--iters", "12000", "--no-progress"],
-        "w5_quota_probe": ["--n", "2048"],
-    },
-    "perf_baseline_min_s": 5,
-    # fillers only hold the other GPU of the node while the pair is placed: an idle workload
-    "perf_filler_workload": "w3_idle_add",
-    "perf_filler_args": ["--n", "64", "--steps", "100", "--sleep-s", "0.1", "--no-progress"],
-    "perf_placement_timeout_s": 30,
-    # the scheduler re-reads annotations every 5 s: the change lands 0-5 s after the annotate call
-    "perf007_pre_s": 8,
-    "perf007_post_s": 15,
-    "perf007_settle_s": 7,
-    "perf007_poll_s": 0.5,
-    "perf007_metric_timeout_s": 20,
-}
+#: The ``lab`` cluster's parameters (tests/lab/env.py) but for PERF-007's W5: n 2048 (0.5 ms per add, a quarter
+#: of the launches of the lab's n 1024 per second of GPU time), so its throughput is the device's, not Python's.
+PERF_PARAMS: dict[str, Any] = {"workload_args": {**LAB_WORKLOAD_ARGS, "w5_quota_probe": ["--n", "2048"]}}
 
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "perf-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES,
-                                window_ms=WINDOW_MS)
+    yield from started_kube_lab(tmp_path_factory, "perf-kube", **LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_HOSTS, write_inventory
+from tests.lab.env import LAB_HOSTS, LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab, lab_unavailable_reason
 
@@ -64,43 +64,11 @@ W_ARGS = {
     # 126 us per add: the probe loop sleeps on the simulated GPU instead of spinning on launches
     "w5_quota_probe": ["--n", "1024", "--interval-s", "0.5", "--no-progress"],
 }
-#: The seed's hours and minutes compressed to seconds; rounds of one or two small pods.
+#: The ``lab`` cluster's parameters (tests/lab/env.py: the seed's hours and minutes compressed to seconds) with
+#: shorter pods: rounds of one or two small pods.
 LAB_PARAMS: dict[str, Any] = {
     "workload_args": W_ARGS,
     "pod_timeout_s": 240,
-    "sample_interval_s": 2,  # every SSH command also runs the login shell's rc files: keep the rate low
-    "soak_poll_s": 1.5,
-    "progress_s": 2,
-    "checkpoint_s": 3,
-    "interim_report_s": 15,
-    "log_rotate_s": 12,
-    "settle_s": 15,
-    "backoff_max_s": 3,
-    "round_timeout_s": 120,
-    "stop_grace_s": 20,
-    "soak_plots": False,  # matplotlib costs seconds per case on 2 cores: drawn only in the SSH-drop soak
-    "trend_min_samples": 4,
-    "stab_duration_s": 8,
-    "stab001_pods": 2,
-    "stab002_pods_small": 1,
-    "stab002_pods_large": 2,
-    "stab_quota_pods": 2,
-    "stab_quota_interval_s": 8,  # the real scheduler re-reads annotations every 5 s
-    "stab_pod_duration_s": 20,
-    "stab004_memory_base": "64Mi",  # a W5 holds 16 MiB: every step (2Gi, 6Gi, 64Mi) leaves it room
-    "leak_rounds": 2,
-    "leak003_pods": 2,
-    "leak_churn_rounds": 2,
-    "leak_pods": 1,
-    "fail_pods": 1,
-    "fail_load_s": 6,
-    "fail_pre_fault_s": 2,  # the load has registered with the scheduler before the fault
-    "fail_restart_timeout_s": 90,
-    "fail_recovery_max_s": 90,
-    "fail_pending_max_s": 90,
-    "fail_drain_timeout_s": 60,
-    "fail_drain_grace_s": 1,
-    "fail004_pods": 2,
 }
 
 
@@ -122,7 +90,7 @@ def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
 
 @pytest.fixture(scope="module")
 def stab_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "stab-kube", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES)
+    yield from started_kube_lab(tmp_path_factory, "stab-kube", **LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")

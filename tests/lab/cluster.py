@@ -436,11 +436,13 @@ class LabCluster:
         cfg = json.loads((Path(workdir) / "lab.json").read_text())
         nodes = {n: {"address": v["address"], "scheduler_address": v["scheduler_address"], "gpus": len(v["gpus"])}
                  for n, v in cfg["nodes"].items()}
+        memory = next(iter(cfg["nodes"].values()))["gpu_memory_bytes"]
         lab = cls(workdir, generation=cfg["generation"], nodes=nodes, api_address=cfg["api"]["address"],
                   api_port=cfg["api"]["port"], sut_src=cfg["sut"]["source"] or None,
-                  )
+                  window_ms=int(cfg["scheduler"]["window_ms"]), gpu_memory_bytes=int(memory))
         lab.token = cfg["token"]
         lab.tls_port = int(cfg["api"]["tls_port"])
+        lab.simgpu_dir = Path(cfg["simgpu_dir"])
         return lab
 
     def __enter__(self) -> LabCluster:

@@ -15,15 +15,25 @@ from typing import Any
 import yaml
 
 from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.lab.sshd import SshLab
+from xpushare.cases.metrics import met008_size
 
 REPO = Path(__file__).resolve().parents[2]
 #: The lab's fake GPU memory: 1536 MiB (the library's reserve) + 64 MiB, so the oversubscription workload
 #: (1.5 x 64 MiB on a CPU) crosses the physical limit without using real memory.
 LAB_GPU_MEMORY_BYTES = (1536 + 64) * 2**20
-#: LabCluster options of the lab behind the ``lab`` cluster: the memory above and 250 ms quota windows, so that
-#: second-long lab workloads see their compute quota.
-LAB_OPTIONS: dict[str, Any] = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 250}
+#: LabCluster options of the lab behind the ``lab`` cluster: the memory above and 500 ms quota windows (the SUT's
+#: minimum: it raises a smaller XPUSHARE_COMPUTE_WINDOW_MS to 500), so that second-long workloads see their quota.
+LAB_OPTIONS: dict[str, Any] = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 500}
+#: Workload sizes of the ``lab`` cluster, by simulated GPU time (W2/W6 at n 2048: 0.5 ms per add).
+LAB_WORKLOAD_ARGS: dict[str, list[str]] = {
+    "w2_medium_add": ["--n", "2048", "--iters", "4000", "--no-progress"],  # 2.0 s
+    "w3_idle_add": ["--n", "1024", "--steps", "50", "--sleep-s", "0.1", "--no-progress"],
+    "w5_quota_probe": ["--n", "1024"],  # 16 MiB of buffers: fits the 64 MiB allocatable without a limit
+    "w4_alloc_free": ["--rounds", "20", "--mib", "2", "--no-progress"],
+    "w6_fixed_add": ["--n", "2048", "--iters", "12000", "--no-progress"],  # 6.0 s: over perf_baseline_min_s
+}
 LAB_HOSTS = (
     ("lab-master", "127.0.0.11", "master"),
     ("lab-node1", "127.0.0.12", "gpu"),
@@ -31,8 +41,117 @@ LAB_HOSTS = (
 )
 
 
+def lab_params(kube: LabCluster) -> dict[str, Any]:
+    """The ``lab`` cluster's parameters: every suite's sizes for the simulated GPUs, kept in this one place so
+    that ``invoke lab.up`` followed by any suite task gives the verdicts the lab tests assert.
+
+    Measured on the lab (1e12 FLOP/s, 100e9 B/s per simulated GPU, 500 ms quota windows; the modules'
+    docstrings give the numbers): W2 at n 2048 is 0.5 ms of GPU time per add, 4000 adds 2.0 s (2.6 s at 80 %,
+    5.0 s at 40 %, 6.9-7.4 s at 30 %); the real watcher re-reads annotations every 5 s, so dynamic steps are
+    8 s and probe lines come every second (largest gap seen 1.0 s); memory quotas are fractions of the
+    1600 MiB card the workloads fit in (64 MiB allocatable without a limit).
+    """
+    return {
+        "workload_args": {k: list(v) for k, v in LAB_WORKLOAD_ARGS.items()},
+        "pod_python": sys.executable,
+        "pod_workload_dir": str(REPO / "workloads"),
+        "pod_workload_configmap": False,
+        "pod_image": "lab",
+        "poll_s": 0.5,
+        "pod_timeout_s": 300,
+        # functional
+        "func003_pods": 4,
+        "func006_memory_limit": "1Mi",
+        "dynamic_step_s": 8,
+        "probe_interval_s": 1,
+        # combination
+        "max_probe_gap_s": 3,
+        "combo001_memory_limit": "32Mi",
+        "combo003_quotas": [{"core": 40, "memory": "256Mi"}, {"core": 70, "memory": "512Mi"}],
+        "combo004_memory_limits": ["256Mi", "512Mi", "384Mi"],
+        "combo005_memory_limits": ["512Mi", "1Gi", "256Mi", "768Mi"],
+        "combo007_memory_limit": "256Mi",
+        "combo007_w5_duration_s": 8,
+        "combo008_memory_limits": ["256Mi", "320Mi"],
+        "combo008_w5_duration_s": 12,
+        "metrics_mid_timeout_s": 30,
+        "metrics_mid_poll_s": 1,
+        # metrics
+        "met_settle_s": 20,
+        "met_poll_s": 0.5,
+        "met_probe_duration_s": 120,
+        "met003_require_nvml": False,  # the SSH node hosts have no simulated driver in their sessions
+        "met005_before_s": 2,
+        "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
+        "met006_duration_s": 10,
+        # the node's simulated GPUs (the path holds the "{node}" placeholder the case fills in)
+        "met006_dmon_command": ["env", f"SIMGPU_CONFIG={kube.simgpu_config('{node}')}",
+                                str(kube.simgpu_dir / "nvidia-smi"), "dmon", "-s", "u", "-d", "1"],
+        "met007_duration_s": 10,
+        "met008_n": met008_n(kube.gpu_memory_bytes),
+        "met008_duration_s": 6,
+        # performance
+        "perf_baseline_min_s": 5,
+        # fillers only hold the other GPU of the node while the pair is placed: an idle workload
+        "perf_filler_workload": "w3_idle_add",
+        "perf_filler_args": ["--n", "64", "--steps", "100", "--sleep-s", "0.1", "--no-progress"],
+        "perf_placement_timeout_s": 30,
+        # the scheduler re-reads annotations every 5 s: the change lands 0-5 s after the annotate call
+        "perf007_pre_s": 8,
+        "perf007_post_s": 15,
+        "perf007_settle_s": 7,
+        "perf007_poll_s": 0.5,
+        "perf007_metric_timeout_s": 20,
+        # stability, leak, fault and soak: the seed's hours and minutes compressed to seconds, rounds of one or
+        # two small pods (tests/test_k8s_stability_e2e.py gives the measurements)
+        "sample_interval_s": 2,  # every SSH command also runs the login shell's rc files: keep the rate low
+        "soak_poll_s": 1.5,
+        "progress_s": 2,
+        "checkpoint_s": 3,
+        "interim_report_s": 15,
+        "log_rotate_s": 12,
+        "settle_s": 15,
+        "backoff_max_s": 3,
+        "round_timeout_s": 120,
+        "stop_grace_s": 20,
+        "soak_plots": False,  # matplotlib costs seconds per case on 2 cores
+        "trend_min_samples": 4,
+        "stab_duration_s": 8,
+        "stab001_pods": 2,
+        "stab002_pods_small": 1,
+        "stab002_pods_large": 2,
+        "stab_quota_pods": 2,
+        "stab_quota_interval_s": 8,  # the real scheduler re-reads annotations every 5 s
+        "stab_pod_duration_s": 20,
+        "stab004_memory_base": "64Mi",  # a W5 holds 16 MiB: every step (2Gi, 6Gi, 64Mi) leaves it room
+        "leak_rounds": 2,
+        "leak003_pods": 2,
+        "leak_churn_rounds": 2,
+        "leak_pods": 1,
+        "fail_pods": 1,
+        "fail_load_s": 6,
+        "fail_pre_fault_s": 2,  # the load has registered with the scheduler before the fault
+        "fail_restart_timeout_s": 90,
+        "fail_recovery_max_s": 90,
+        "fail_pending_max_s": 90,
+        "fail_drain_timeout_s": 60,
+        "fail_drain_grace_s": 1,
+        "fail004_pods": 2,
+    }
+
+
+#: MET-008's fill: W5's buffers plus the simulated driver's context make this share of the GPU.
+MET008_FILL = 0.85
+
+
+def met008_n(total: int) -> int:
+    """W5's ``--n`` whose buffers (16 n²) plus one context (256 MiB) fill ``MET008_FILL`` of a ``total``-byte GPU."""
+    return met008_size((MET008_FILL * total - DEFAULT_CONTEXT_BYTES) / total, total)
+
+
 def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Inventory data with one cluster ``lab`` (k8s mode, xpushare naming) over the running labs."""
+    """Inventory data with one cluster ``lab`` (k8s mode, xpushare naming) over the running labs; ``params``
+    override :func:`lab_params` (a test that sizes one case differently)."""
     first = next(iter(ssh.hosts.values()))
     hosts: dict[str, Any] = {}
     for name, _address, role in LAB_HOSTS:
@@ -56,23 +175,7 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
                     "connect_timeout": 10,
                 },
                 "hosts": hosts,
-                "params": {
-                    # Lab-sized workloads: ~1 s of CPU per W2 at 100 % (4 windows; 16 at a 25 % quota), quotas
-                    # scaled to the lab's memory model.
-                    "workload_args": {"w2_medium_add": ["--n", "2048", "--iters", "2000", "--no-progress"],
-                                      "w5_quota_probe": ["--n", "1024"]},
-                    "func003_pods": 4,
-                    "func006_memory_limit": "1Mi",
-                    "dynamic_step_s": 8,
-                    "probe_interval_s": 1,
-                    "pod_python": sys.executable,
-                    "pod_workload_dir": str(REPO / "workloads"),
-                    "pod_workload_configmap": False,
-                    "pod_image": "lab",
-                    "poll_s": 0.5,
-                    "pod_timeout_s": 300,
-                    **(params or {}),
-                },
+                "params": {**lab_params(kube), **(params or {})},
             }
         }
     }
