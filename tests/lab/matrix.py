@@ -1,0 +1,294 @@
+"""The broken-system matrix: each SUT mutant and cluster fault against the cases it is about.
+
+A row breaks the lab one way (a mutant build of the real SUT, :mod:`tests.lab.mutants`, or a cluster fault of
+:data:`tests.lab.cluster.FAULT_DEFAULTS`), runs the cases the breakage is about through
+``invoke matrix --cluster lab`` and records each case's verdict; the healthy row runs the same cases on the
+unmodified build. :mod:`tests.test_verdict_matrix` asserts the expected verdicts; this module's CLI runs the
+whole matrix on labs of its own and writes docs/verdicts.md (case x breakage -> verdict, the breakages that
+turn each case FAIL, the cases no breakage reaches and why, and the mutation score)::
+
+    python -m tests.lab.matrix --write docs/verdicts.md      # every row not yet in .tmplog/verdicts.json
+    python -m tests.lab.matrix --only memory-limit-ignored   # run (again) one row, printed
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
+from tests.lab.mutants import MUTANTS, build_mutant
+from xpushare.kube import Kubectl
+
+REPO = Path(__file__).resolve().parents[2]
+HEALTHY = "healthy"
+#: Not a case of the matrix: ``invoke metrics-check --cluster lab`` (its load part included), exit 0/1/3 as
+#: PASS/FAIL/ERROR.
+METRICS_CHECK = "metrics-check"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One breakage and the cases it must turn FAIL.
+
+    ``breakage``: a mutant name (tests/lab/mutants) or a fault name; ``faults``: the fault's switches
+    (empty for a mutant); ``cordon``: nodes made unschedulable for the row (a one-node cluster);
+    ``expect``: per case the verdicts that count as caught (default FAIL; ERROR where nothing can be judged
+    is listed explicitly); ``sets``: ``--set`` overrides of the row.
+    """
+
+    breakage: str
+    cases: tuple[str, ...]
+    faults: Mapping[str, Any] = field(default_factory=dict)
+    cordon: tuple[str, ...] = ()
+    expect: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sets: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "fault" if self.faults else "mutant"
+
+    def expected(self, case: str) -> tuple[str, ...]:
+        return tuple(self.expect.get(case, ("FAIL",)))
+
+
+#: Every mutant and every cluster fault, with the cases that are about what it breaks.
+ROWS: tuple[Row, ...] = (
+    Row("no-core-enforcement", ("FUNC-008", "FUNC-009", "COMBO-002", "COMBO-006", "COMBO-007", "PERF-003",
+                                "PERF-004", "PERF-007")),
+    Row("quota-generous-30", ("PERF-011",)),
+    Row("quota-stingy-30", ("PERF-011", "PERF-004")),
+    Row("memory-limit-ignored", ("FUNC-006", "COMBO-001")),
+    Row("oversub-always-on", ("FUNC-004",)),
+    Row("oversub-never", ("FUNC-005",)),
+    Row("annotations-never-reread", ("FUNC-010", "FUNC-011", "FUNC-012", "COMBO-004", "COMBO-005", "STAB-003",
+                                     "STAB-004")),
+    Row("annotations-reread-60s", ("FUNC-012", "MET-005")),
+    Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002",
+                                   "FAIL-004")),
+    Row("lock-never-dropped", ("FUNC-002",)),
+    # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
+    Row("ghost-clients", ("LEAK-004", "LEAK-005"), sets=("leak_churn_rounds=5", "leak_pods=4")),
+    Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
+    Row("metrics-missing", ("MET-002",)),
+    Row("counter-as-gauge", (METRICS_CHECK,)),  # no MET case judges a family's TYPE (docs/verdicts.md)
+    Row("label-missing", (METRICS_CHECK,)),  # in k8s the probe is matched by pod; host_pid is judged under load
+    Row("values-off-10", ("MET-003",)),
+    Row("healthz-500", ("MET-001", "MET-007")),
+    Row("quota-metrics-missing", ("COMBO-003", "MET-004")),
+    Row("utilization-smoothing-halved", ("MET-006",)),
+    Row("gpu-memory-sampled-once", ("MET-008",)),
+    Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
+        faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
+    Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
+        faults={"annotations_denied": True}),
+    Row("pack_one_gpu", ("FUNC-003",), faults={"pack_one_gpu": True}, cordon=("lab-node2",)),
+)
+
+#: Cases that no breakage of the lab can turn FAIL, and why.
+UNREACHABLE: dict[str, str] = {
+    "PERF-002": "the cost of scraping is the scheduler's CPU time; the simulated GPU's kernels do not slow down "
+                "with host CPU load, so no breakage of the lab can make scraping cost GPU time",
+    "PERF-005": "runs on T4 only (perf005_gpu_models): the lab's simulated GPUs are no T4, so it SKIPs there",
+    "PERF-006": "runs on A800 only (perf006_gpu_models): the lab's simulated GPUs are no A800, so it SKIPs there",
+    "FAIL-003": "drain and re-scheduling are Kubernetes' own (the lab's controllers); no SUT mutant changes where "
+                "evicted pods go, and a node that never comes back is a test-environment fault, not the SUT's",
+    "LEAK-003": "GPU memory goes back to the driver when a process exits, whatever the scheduler or library does; "
+                "a library that leaks inside a running client is not visible once the case's pods have ended",
+}
+
+
+def cases_of(rows: Iterable[Row]) -> list[str]:
+    """Every case the rows name, sorted by suite and number."""
+    def order(case: str) -> tuple[bool, str, int]:
+        if case == METRICS_CHECK:
+            return True, case, 0
+        suite, number = case.split("-")
+        return False, suite, int(number)
+
+    return sorted({c for r in rows for c in r.cases}, key=order)
+
+
+@dataclass
+class Outcome:
+    """What one row gave: case -> (status, summary)."""
+
+    breakage: str
+    verdicts: dict[str, tuple[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"breakage": self.breakage, "verdicts": {k: list(v) for k, v in self.verdicts.items()}}
+
+
+class MatrixLab:
+    """A running lab (the Kubernetes lab plus its ``lab`` inventory) that rows are run on, one at a time."""
+
+    def __init__(self, kube: LabCluster, inventory: Path, root: Path) -> None:
+        self.kube = kube
+        self.inventory = inventory
+        self.root = root
+        self.kubectl = Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(kube.kubeconfig_path),
+                               context="lab", namespace="default", request_timeout_s=30)
+
+    @contextlib.contextmanager
+    def broken(self, row: Row) -> Iterator[None]:
+        """The lab broken as the row says, restored (healthy build, no faults, nodes uncordoned) afterwards."""
+        try:
+            for node in row.cordon:
+                self.kubectl.cordon(node)
+            if row.faults:
+                self.kube.set_faults(None, **row.faults)
+            elif row.breakage != HEALTHY:
+                self.kube.set_faults(None, sut=str(build_mutant(row.breakage).directory))
+            yield
+        finally:
+            self.kube.set_faults(None, scheduler_down=False, annotations_denied=False, pack_one_gpu=False, sut=None)
+            for node in row.cordon:
+                self.kubectl.uncordon(node)
+
+    def run(self, row: Row, *, timeout_s: float = 1800) -> Outcome:
+        """Run the row's cases through ``invoke matrix --cluster lab``; read back every case's verdict."""
+        run_id = f"matrix-{row.breakage}"
+        invoke = [sys.executable, "-m", "invoke"]
+        cases = [c for c in row.cases if c != METRICS_CHECK]
+        argv = [*invoke, "matrix", "--cluster", "lab", "--inventory", str(self.inventory), "--run-id", run_id,
+                "--root", str(self.root)]
+        for case in cases:
+            argv += ["--case", case]
+        for item in row.sets:
+            argv += ["--set", item]
+        verdicts: dict[str, tuple[str, str]] = {}
+        output = ""
+        with self.broken(row):
+            if cases:
+                proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+                output = proc.stdout + proc.stderr
+            if METRICS_CHECK in row.cases:
+                check = subprocess.run([*invoke, "metrics-check", "--cluster", "lab", "--inventory",
+                                        str(self.inventory)], cwd=REPO, capture_output=True, text=True,
+                                       timeout=timeout_s)
+                failed = [line for line in check.stdout.splitlines() if "FAIL" in line]
+                status = {0: "PASS", 1: "FAIL", 3: "ERROR"}.get(check.returncode, "ERROR")
+                verdicts[METRICS_CHECK] = (status, "; ".join(failed)[:300] or (check.stderr.strip()[-300:]))
+        for path in (self.root / ".tmplog" / run_id).glob("*/lab/*/*/result.json"):
+            result = json.loads(path.read_text(encoding="utf-8"))
+            verdicts[path.parent.name] = (str(result["status"]), str(result.get("summary", "")))
+        for case in row.cases:
+            verdicts.setdefault(case, ("MISSING", output[-500:]))
+        return Outcome(row.breakage, verdicts)
+
+
+def caught(row: Row, outcome: Outcome) -> bool:
+    """Whether any of the row's cases gave a verdict the row expects (the breakage was caught)."""
+    return any(outcome.verdicts[c][0] in row.expected(c) and outcome.verdicts[c][0] != "PASS" for c in row.cases)
+
+
+def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Sequence[str] | None = None) -> str:
+    """docs/verdicts.md: the matrix, per case the breakages that turn it FAIL, the unreachable cases, the score."""
+    cases = list(cases or cases_of(rows))
+    healthy = outcomes.get(HEALTHY)
+    lines = ["# Verdicts under breakage", "",
+             "Generated by `python -m tests.lab.matrix --write docs/verdicts.md` from runs of the lab on the real SUT",
+             "(tests/lab/matrix.py; asserted by tests/test_verdict_matrix.py). Each row breaks the lab one way: a",
+             "mutant build of the SUT (tests/lab/mutants/README.md) or a cluster fault (tests/lab/README-kube.md);",
+             "`healthy` is the unmodified build. A cell is the case's verdict in that row; `·` = not run.", ""]
+    header = ["breakage", "kind", *cases]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    all_rows = ([Row(HEALTHY, tuple(cases))] if healthy else []) + list(rows)
+    for row in all_rows:
+        got = outcomes.get(row.breakage)
+        cells = [(got.verdicts.get(c, ("·", ""))[0] if got and c in row.cases else "·") for c in cases]
+        kind = "-" if row.breakage == HEALTHY else row.kind
+        lines.append("| " + " | ".join([f"`{row.breakage}`", kind, *cells]) + " |")
+    lines += ["", "## Per case: what turns it FAIL", ""]
+    for case in cases:
+        hits = [r.breakage for r in rows if case in r.cases and r.breakage in outcomes
+                and outcomes[r.breakage].verdicts[case][0] == "FAIL"]
+        base = healthy.verdicts.get(case, ("·", ""))[0] if healthy else "·"
+        lines.append(f"- **{case}** (healthy: {base}): " + (", ".join(f"`{h}`" for h in hits) or "nothing yet"))
+    if UNREACHABLE:
+        lines += ["", "## Cases no breakage of the lab reaches", ""]
+        lines += [f"- **{case}**: {why}" for case, why in sorted(UNREACHABLE.items())]
+    mutants = [r for r in rows if r.kind == "mutant"]
+    caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
+    missed = sorted({r.breakage for r in mutants} - set(caught_mutants))
+    uncovered = sorted(set(MUTANTS) - {r.breakage for r in mutants})
+    lines += ["", "## Mutation score", "",
+              f"{len(caught_mutants)} of {len(mutants)} mutants caught by at least one case "
+              f"({100 * len(caught_mutants) / max(1, len(mutants)):.0f} %)."]
+    if missed:
+        lines.append("Not caught: " + ", ".join(f"`{m}`" for m in missed) + ".")
+    if uncovered:
+        lines.append("Mutants without a row: " + ", ".join(f"`{m}`" for m in uncovered) + ".")
+    faults = [r for r in rows if r.kind == "fault"]
+    caught_faults = [r.breakage for r in faults if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
+    lines.append(f"{len(caught_faults)} of {len(faults)} cluster faults caught.")
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def started_lab(workdir: Path) -> Iterator[MatrixLab]:
+    """The SSH lab and the Kubernetes lab under ``workdir`` with the ``lab`` inventory, stopped afterwards."""
+    from tests.lab.env import down, up
+
+    inventory = up(workdir)
+    try:
+        kube = LabCluster.attach(workdir / "kube")
+        yield MatrixLab(kube, inventory, workdir / "runs")
+    finally:
+        down(workdir)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def load_outcomes(path: Path) -> dict[str, Outcome]:
+    """Outcomes saved by :func:`main` (``--json``); an absent file is none."""
+    if not path.exists():
+        return {}
+    return {o["breakage"]: Outcome(o["breakage"], {k: (v[0], v[1]) for k, v in o["verdicts"].items()})
+            for o in json.loads(path.read_text(encoding="utf-8"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.lab.matrix", description=__doc__.split("\n")[0])
+    parser.add_argument("--write", type=Path, help="write the Markdown matrix here (e.g. docs/verdicts.md)")
+    parser.add_argument("--only", action="append", default=[],
+                        help=f"run only this breakage (repeatable; '{HEALTHY}' for the unmodified build)")
+    parser.add_argument("--json", type=Path, default=Path(".tmplog/verdicts.json"),
+                        help="outcomes file, written after every row; rows already in it are not run again "
+                             "unless named with --only (default: .tmplog/verdicts.json)")
+    args = parser.parse_args(argv)
+    known = {r.breakage for r in ROWS} | {HEALTHY}
+    unknown = sorted(set(args.only) - known)
+    if unknown:
+        parser.error(f"unknown breakage(s): {', '.join(unknown)}")
+    outcomes = load_outcomes(args.json)
+    todo = [Row(HEALTHY, tuple(cases_of(ROWS))), *ROWS]
+    wanted = set(args.only) if args.only else {r.breakage for r in todo} - set(outcomes)
+    todo = [r for r in todo if r.breakage in wanted]
+    if todo:
+        signal.signal(signal.SIGTERM, _interrupt)  # stop the detached labs on SIGTERM too (started_lab's finally)
+        with tempfile.TemporaryDirectory(prefix="xpushare-matrix-") as tmp, started_lab(Path(tmp)) as lab:
+            for row in todo:
+                outcomes[row.breakage] = lab.run(row)
+                print(row.breakage, {k: v[0] for k, v in outcomes[row.breakage].verdicts.items()}, flush=True)
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps([o.to_json() for o in outcomes.values()], indent=1) + "\n")
+    if args.write:
+        args.write.write_text(render(ROWS, outcomes), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
