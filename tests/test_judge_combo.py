@@ -181,6 +181,9 @@ def test_combo002_broken_and_not_applicable() -> None:
     # Quota not enforced: both as fast.
     v = jc.judge_compute_pair(ev2(15.0, 15.0), th("COMBO-002"), PLAN2)
     assert v.status is Status.FAIL and "higher_quota_faster" in v.summary
+    # Not enforced, pods started apart (lab mutant no-core-enforcement: 4.28 s vs 3.28 s): not clearly faster.
+    v = jc.judge_compute_pair(ev2(4.28, 3.28), th("COMBO-002"), PLAN2)
+    assert v.status is Status.FAIL and "< 1.5" in v.summary, v.summary
     # Not on one GPU (bash: always SKIP reported as PASS): SKIP, never PASS.
     assert jc.judge_compute_pair(ev2(gpu_high="GPU-1"), th("COMBO-002"), PLAN2).status is Status.SKIP
     # No registration GPU at all: placement unconfirmed, SKIP.

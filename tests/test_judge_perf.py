@@ -378,6 +378,28 @@ def test_single_card_linearity_healthy_and_broken() -> None:
     assert v.status is Status.FAIL and "GPU-a" in v.summary
 
 
+def test_single_card_linearity_is_judged_on_the_span_of_staggered_pods() -> None:
+    """Four pods of 100 s of work each on one shared GPU that is never idle, started 40 s apart: the span is 400 s
+    (ratio 4, PASS) while the mean runtime is 315 s (3.15, -21 %: the lab's healthy PERF-009 measured -16/-20 %)."""
+    def stamped(end: float, runtime: float) -> str:
+        ts = datetime.fromtimestamp(1_800_000_000 + end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return f"{ts} PASS\n{ts} --- {runtime} seconds ---\n"
+
+    runs = {"c-0": (0, 340), "c-1": (40, 370), "c-2": (80, 390), "c-3": (120, 400)}
+    pods, logs = [rec("base")], {"base": log(100.0)}
+    for name, (start, end) in runs.items():
+        pods.append(rec(name, gpu="GPU-a"))
+        logs[name] = stamped(end, end - start)
+    ev, plan = Evidence.from_parts(pods, logs), {"baseline_pods": ["base"], "load_pods": list(runs)}
+    v = judge_perf.judge_linearity(ev, TH, plan, multi_card=False)
+    row = next(iter(v.metrics["gpus"].values()))
+    assert v.status is Status.PASS and row["ratio_of"] == "span" and row["span_s"] == 400.0, row
+    assert row["mean_runtime_s"] == 315.0  # the mean alone (-21 %) would have failed a healthy GPU
+    logs["c-3"] = stamped(600, 570)  # one pod slowed: the span grows past the tolerance
+    assert judge_perf.judge_linearity(Evidence.from_parts(pods, logs), TH, plan, multi_card=False).status \
+        is Status.FAIL
+
+
 def test_linearity_skips_when_placement_does_not_apply() -> None:
     ev, plan = linear({"GPU-a": [100], "GPU-b": [100]})
     assert judge_perf.judge_linearity(ev, TH, plan, multi_card=False).status is Status.SKIP

@@ -404,15 +404,17 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     if r_low is None or r_high is None:
         checks.append(Check("higher_quota_faster", "runtime_30 > runtime_60", values, None, "runtime missing"))
     else:
-        ok = r_low > r_high
-        values["ratio_30_over_60"] = round(r_low / r_high, 4) if r_high else None
+        min_ratio = float(th.get("func009_min_ratio", 1.0))
+        ratio = r_low / r_high if r_high else None
+        ok = ratio is not None and r_low > r_high and ratio >= min_ratio
+        values["ratio_30_over_60"] = round(ratio, 4) if ratio is not None else None
         checks.append(
             Check(
                 "higher_quota_faster",
-                "runtime_30 > runtime_60",
+                f"runtime_30 > runtime_60 and runtime_30 / runtime_60 >= func009_min_ratio ({min_ratio:g})",
                 values,
                 ok,
-                "" if ok else f"{r_low:.1f} s <= {r_high:.1f} s",
+                "" if ok else f"{r_low:.1f} s vs {r_high:.1f} s: ratio {values['ratio_30_over_60']} < {min_ratio:g}",
             )
         )
     status, summary = combine(checks, pass_summary="the 60 % pod finished faster than the 30 % pod on one GPU")

@@ -92,6 +92,7 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "met008_duration_s": 6,
         # performance
         "perf_baseline_min_s": 5,
+        "perf003_workload": "w6_fixed_add",  # W2's 2.0 s is under perf_baseline_min_s; W6 is 6.0 s
         # fillers only hold the other GPU of the node while the pair is placed: an idle workload
         "perf_filler_workload": "w3_idle_add",
         "perf_filler_args": ["--n", "64", "--steps", "100", "--sleep-s", "0.1", "--no-progress"],
@@ -122,7 +123,9 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "stab002_pods_large": 2,
         "stab_quota_pods": 2,
         "stab_quota_interval_s": 8,  # the real scheduler re-reads annotations every 5 s
-        "stab_pod_duration_s": 20,
+        # a change is only counted on a pod still running dynamic_max_latency_s (15) after it: pods of 30 s see
+        # the change at 8 s counted (the one at 16 s is not), so a scheduler that never applies one is FAIL
+        "stab_pod_duration_s": 30,
         "stab004_memory_base": "64Mi",  # a W5 holds 16 MiB: every step (2Gi, 6Gi, 64Mi) leaves it room
         "leak_rounds": 2,
         "leak003_pods": 2,

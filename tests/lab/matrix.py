@@ -63,8 +63,8 @@ class Row:
 
 #: Every mutant and every cluster fault, with the cases that are about what it breaks.
 ROWS: tuple[Row, ...] = (
-    Row("no-core-enforcement", ("FUNC-008", "FUNC-009", "COMBO-002", "COMBO-006", "COMBO-007", "PERF-003",
-                                "PERF-004", "PERF-007")),
+    Row("no-core-enforcement", ("FUNC-008", "FUNC-009", "COMBO-002", "COMBO-006", "PERF-003", "PERF-004",
+                                "PERF-007")),
     Row("quota-generous-30", ("PERF-011",)),
     Row("quota-stingy-30", ("PERF-011", "PERF-004")),
     Row("memory-limit-ignored", ("FUNC-006", "COMBO-001")),
@@ -73,9 +73,9 @@ ROWS: tuple[Row, ...] = (
     Row("annotations-never-reread", ("FUNC-010", "FUNC-011", "FUNC-012", "COMBO-004", "COMBO-005", "STAB-003",
                                      "STAB-004")),
     Row("annotations-reread-60s", ("FUNC-012", "MET-005")),
-    Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002",
-                                   "FAIL-004")),
-    Row("lock-never-dropped", ("FUNC-002",)),
+    # STAB-002 with more pods than nodes: the lab's default rounds put one pod on each node's scheduler
+    Row("crash-on-second-client", ("FUNC-002", "PERF-008", "STAB-001", "STAB-002", "FAIL-004"),
+        sets=("stab002_pods_small=2", "stab002_pods_large=4")),
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
     Row("ghost-clients", ("LEAK-004", "LEAK-005"), sets=("leak_churn_rounds=5", "leak_pods=4")),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
@@ -84,7 +84,7 @@ ROWS: tuple[Row, ...] = (
     Row("label-missing", (METRICS_CHECK,)),  # in k8s the probe is matched by pod; host_pid is judged under load
     Row("values-off-10", ("MET-003",)),
     Row("healthz-500", ("MET-001", "MET-007")),
-    Row("quota-metrics-missing", ("COMBO-003", "MET-004")),
+    Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004")),
     Row("utilization-smoothing-halved", ("MET-006",)),
     Row("gpu-memory-sampled-once", ("MET-008",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
@@ -93,6 +93,14 @@ ROWS: tuple[Row, ...] = (
         faults={"annotations_denied": True}),
     Row("pack_one_gpu", ("FUNC-003",), faults={"pack_one_gpu": True}, cordon=("lab-node2",)),
 )
+
+#: Mutants no case catches, and why (they stay in the score's denominator).
+UNCAUGHT: dict[str, str] = {
+    "lock-never-dropped": "the time-slice rotation it removes never happens at the SUT's default settings either: "
+                          "in the automatic switch-time mode the slice is at least 10 s while the timer sleeps at "
+                          "most one compute window (finding 7), and clients under a quota still get DROP_LOCK from "
+                          "throttling; only a fixed short switch time (XPUSHARE_SWITCH_TIME_MODE) would show it",
+}
 
 #: Cases that no breakage of the lab can turn FAIL, and why.
 UNREACHABLE: dict[str, str] = {
@@ -164,7 +172,7 @@ class MatrixLab:
                 "--root", str(self.root)]
         for case in cases:
             argv += ["--case", case]
-        for item in row.sets:
+        for item in ("allow_disruptive=true", *row.sets):  # the lab is ours to break: FAIL-00x run, not SKIP
             argv += ["--set", item]
         verdicts: dict[str, tuple[str, str]] = {}
         output = ""
@@ -220,15 +228,14 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
         lines += [f"- **{case}**: {why}" for case, why in sorted(UNREACHABLE.items())]
     mutants = [r for r in rows if r.kind == "mutant"]
     caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
-    missed = sorted({r.breakage for r in mutants} - set(caught_mutants))
-    uncovered = sorted(set(MUTANTS) - {r.breakage for r in mutants})
+    missed = sorted(set(MUTANTS) - set(caught_mutants))
     lines += ["", "## Mutation score", "",
-              f"{len(caught_mutants)} of {len(mutants)} mutants caught by at least one case "
-              f"({100 * len(caught_mutants) / max(1, len(mutants)):.0f} %)."]
-    if missed:
-        lines.append("Not caught: " + ", ".join(f"`{m}`" for m in missed) + ".")
-    if uncovered:
-        lines.append("Mutants without a row: " + ", ".join(f"`{m}`" for m in uncovered) + ".")
+              f"{len(caught_mutants)} of {len(MUTANTS)} mutants caught by at least one case "
+              f"({100 * len(caught_mutants) / max(1, len(MUTANTS)):.0f} %)."]
+    for name in missed:
+        why = UNCAUGHT.get(name, "its row did not run or no case caught it" if name in {r.breakage for r in mutants}
+                           else "no row yet")
+        lines.append(f"- not caught: `{name}`: {why}")
     faults = [r for r in rows if r.kind == "fault"]
     caught_faults = [r.breakage for r in faults if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
     lines.append(f"{len(caught_faults)} of {len(faults)} cluster faults caught.")

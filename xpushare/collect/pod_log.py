@@ -143,6 +143,21 @@ def runtime_seconds(text: str) -> float | None:
     return value
 
 
+def run_interval(text: str) -> tuple[float, float] | None:
+    """The workload's run as ``(start, end)`` in unix seconds, from a log with timestamps: ``end`` is the time of
+    the last ``--- <float> seconds ---`` line, ``start`` is ``end`` minus that runtime. None when the line, its
+    timestamp or the runtime is missing (a log fetched without ``--timestamps``). Source: sut-interfaces.md §8.1.
+    """
+    runtime = runtime_seconds(text)
+    end: datetime | None = None
+    for ts, line in _lines(text):
+        if _RUNTIME_RE.search(line):
+            end = ts
+    if runtime is None or end is None:
+        return None
+    return end.timestamp() - runtime, end.timestamp()
+
+
 def has_pass_marker(text: str) -> bool:
     """True if some line (timestamp stripped, surrounding whitespace ignored) is exactly ``PASS``.
 
