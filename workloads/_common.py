@@ -1,11 +1,21 @@
-"""Shared helpers for the xpushare test workloads.
+"""What the workload scripts and the node sampler share: defaults table, argument types, devices, output.
 
-The workload scripts in this folder are copied to GPU nodes (or baked into pods) as one folder and run as
-``python <script>.py ...``; they must not import the ``xpushare`` package.  They import this module from
-their own directory.  ``torch`` is imported lazily (inside :func:`select_device`) so that argument errors
-and a missing ``torch_npu`` fail fast, before the ~2 s torch import; the ``cudadrv`` device (the CUDA driver
-API through ctypes, for the lab's simulated GPU, :class:`CudaDrvDevice`) never imports it. Workload bodies
-use only the operations of :class:`Device`, so each runs on every device.
+The scripts in this folder are copied to GPU nodes (or baked into pods) as one folder and run as
+``python <script>.py ...``; they must not import the ``xpushare`` package. The folder's layout:
+
+* ``_common.py`` (this module): the defaults per GPU model (:data:`MODEL_DEFAULTS`), the argument types,
+  the devices (:func:`select_device`: PyTorch, or ``cudadrv``) and the output formats (progress, INFO,
+  runtime and probe lines).
+* ``_driver.py``: how a workload script runs - the common flags, the size flags several scripts share, the
+  add and matmul loops, and ``main`` (INFO line, ``PASS``, runtime line, exit status).
+* ``w1_large_add.py`` ... ``w7_fixed_matmul.py``, ``oversub.py``: one workload each - its docstring (its
+  ``--help``), its size flags and, where its loop is its own (W3, W4, W5, W7, oversub), its body.
+* ``node_sampler.py``: the node sampler (uses only this module's argument types).
+
+``torch`` is imported lazily (inside :func:`select_device`) so that argument errors and a missing
+``torch_npu`` fail fast, before the ~2 s torch import; the ``cudadrv`` device (the CUDA driver API through
+ctypes, for the lab's simulated GPU, :class:`CudaDrvDevice`) never imports it. Workload bodies use only the
+operations of :class:`Device`, so each runs on every device.
 
 Specs implemented here (paths relative to the shared reference folder):
 
@@ -27,10 +37,8 @@ import datetime
 import math
 import sys
 import time
-import traceback
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -173,104 +181,48 @@ def _fmt_num(value: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Argument parsing
+# Argument types (also used by node_sampler.py)
 # ---------------------------------------------------------------------------------------------------------
-
-
-class WorkloadArgumentParser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors exit with status 1 (the workloads' failure code, spec §8.1)."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print usage and ``<prog>: error: <message>`` to stderr, then exit 1 (argparse would use 2)."""
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(1)
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer > 0 (``"1_000"`` accepted). Raises argparse.ArgumentTypeError otherwise."""
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+    return _int_at_least(text, 1, "> 0")
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0. Raises argparse.ArgumentTypeError otherwise."""
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _int_at_least(text, 0, ">= 0")
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite float > 0. Raises argparse.ArgumentTypeError otherwise."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+    return _finite_float(text, zero_ok=False)
 
 
 def non_negative_float(text: str) -> float:
     """argparse type: a finite float >= 0. Raises argparse.ArgumentTypeError otherwise."""
+    return _finite_float(text, zero_ok=True)
+
+
+def _int_at_least(text: str, minimum: int, bound: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+    return value
+
+
+def _finite_float(text: str, zero_ok: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise argparse.ArgumentTypeError(f"must be a finite number {'>=' if zero_ok else '>'} 0, got {text}")
     return value
-
-
-def make_parser(prog_doc: str, workload: str) -> WorkloadArgumentParser:
-    """Parser with the flags every workload shares: ``--device``, ``--gpu-model``, ``--progress``.
-
-    Args:
-        prog_doc: description shown by ``--help`` (the script's docstring).
-        workload: its key in :data:`MODEL_DEFAULTS` rows, stored as the parser default ``_workload``.
-
-    Returns:
-        A :class:`WorkloadArgumentParser`; the caller adds its size flags with ``default=None`` so that
-        :func:`apply_model_defaults` can fill them from the table.
-    """
-    parser = WorkloadArgumentParser(description=prog_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.set_defaults(_workload=workload)
-    parser.add_argument(
-        "--device",
-        choices=DEVICE_CHOICES,
-        default="auto",
-        help="where to run: auto = CUDA when torch.cuda.is_available(), else cudadrv when libcuda.so.1 is "
-        "the lab's simulated GPU, else CPU; npu needs torch_npu and uses npu:0; cudadrv drives the CUDA "
-        "driver API through ctypes (no torch) and needs the simulated GPU; cuda/npu/cudadrv fail (exit 1) "
-        "when unavailable (default: auto)",
-    )
-    parser.add_argument(
-        "--gpu-model",
-        default=None,
-        help="row of the defaults table: " + ", ".join(repr(k) for k in MODEL_DEFAULTS) + " (case-"
-        "insensitive substring). Default: detected from the device name; unknown GPUs use the largest "
-        "model whose memory fits; CPU uses 'cpu'",
-    )
-    # two plain flags rather than argparse.BooleanOptionalAction (Python >= 3.9): the scripts also run on
-    # the legacy images' Python 3.7
-    parser.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=True,
-        help="tqdm-like progress line on stderr, refreshes separated by \\r (default: on)",
-    )
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress line")
-    return parser
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1095,6 +1047,13 @@ def format_runtime(seconds: float) -> str:
     return f"--- {float(seconds)!r} seconds ---"
 
 
+def format_info(workload: str, dev: Device, model: str, effective: dict[str, float]) -> str:
+    """The INFO line written once to stderr before the work: ``[XPUSHARE][INFO] workload=<key>
+    device=<device> name=<repr> model=<repr> <flag>=<value> ...`` (``effective``: the sizes in use)."""
+    sizes = " ".join(f"{k}={_fmt_num(v)}" for k, v in effective.items())
+    return f"{PROGRESS_PREFIX} workload={workload} device={dev.device} name={dev.name!r} model={model!r} {sizes}"
+
+
 def format_quota_probe(elapsed_s: float, iterations: int) -> str:
     """W5 probe line (spec §8.3): ``[XPUSHARE][QUOTA_PROBE] elapsed=<f1>s it=<int> it_per_sec=<f2>``.
 
@@ -1107,50 +1066,6 @@ def format_quota_probe(elapsed_s: float, iterations: int) -> str:
     """
     rate = iterations / elapsed_s if elapsed_s > 0 else 0.0
     return f"{QUOTA_PROBE_PREFIX} elapsed={elapsed_s:.1f}s it={iterations:d} it_per_sec={rate:.2f}"
-
-
-def run_workload(
-    parser: argparse.ArgumentParser,
-    body: Callable[[argparse.Namespace, Device, float], float | None],
-    argv: Sequence[str] | None = None,
-) -> int:
-    """Parse flags, pick the device and the defaults row, run ``body``, and honour the output contract.
-
-    Args:
-        parser: from :func:`make_parser` plus the workload's size flags (default None).
-        body: ``body(args, device, start)`` does the work; ``start`` is the ``time.perf_counter()`` value
-            taken after the imports and device selection. It returns the runtime to print in seconds, or
-            None for ``perf_counter() - start`` (whole script after imports, including allocation).
-        argv: command line without the program name (None: ``sys.argv[1:]``).
-
-    Returns:
-        The exit status: 0 after printing ``PASS`` and ``--- <s> seconds ---`` to stdout (flushed); 1 when
-        anything raised (the traceback, with the original message such as ``CUDA out of memory``, goes to
-        stderr and ``PASS`` is not printed). Usage errors exit 1 through :class:`WorkloadArgumentParser`.
-    """
-    args = parser.parse_args(argv)
-    try:
-        dev = select_device(args.device)
-        model = resolve_model(args.gpu_model, dev)
-        args._model = model
-        effective = apply_model_defaults(args, model, args._workload)
-        sys.stderr.write(
-            f"[XPUSHARE][INFO] workload={args._workload} device={dev.device} name={dev.name!r} "
-            f"model={model!r} " + " ".join(f"{k}={_fmt_num(v)}" for k, v in effective.items()) + "\n"
-        )
-        sys.stderr.flush()
-        start = time.perf_counter()
-        runtime = body(args, dev, start)
-        if runtime is None:
-            runtime = time.perf_counter() - start
-    except BaseException:
-        sys.stdout.flush()
-        traceback.print_exc(file=sys.stderr)
-        sys.stderr.flush()
-        return 1
-    sys.stdout.write(PASS_MARKER + "\n" + format_runtime(runtime) + "\n")
-    sys.stdout.flush()
-    return 0
 
 
 def check_value(what: str, actual: float, expected: float) -> None:
@@ -1166,93 +1081,3 @@ def check_value(what: str, actual: float, expected: float) -> None:
 def tensor_bytes(n: int, count: int = 1) -> int:
     """Bytes of ``count`` fp32 tensors of shape (n, n): ``count * n * n * 4``."""
     return count * n * n * FP32_BYTES
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Loops shared by the workloads
-# ---------------------------------------------------------------------------------------------------------
-
-
-def run_steps(
-    dev: Device,
-    steps: int,
-    step: Callable[[], None],
-    *,
-    sync_every: int = 0,
-    sleep_s: float = 0.0,
-    progress: bool = True,
-) -> None:
-    """Call ``step()`` ``steps`` times with a progress line, then synchronise once more.
-
-    Args:
-        dev: the device (for :meth:`Device.sync`).
-        steps: iterations (> 0).
-        step: one iteration (e.g. one launch).
-        sync_every: synchronise after every this many iterations (0: only at the end).
-        sleep_s: seconds to sleep after each iteration (after its progress update; 0: none).
-        progress: show the progress line on stderr.
-    """
-    bar = Progress(steps, enabled=progress)
-    for i in range(1, steps + 1):
-        step()
-        if sync_every and i % sync_every == 0:
-            dev.sync()
-        bar.update()
-        if sleep_s > 0:
-            time.sleep(sleep_s)
-    dev.sync()
-    bar.close()
-
-
-def add_inputs(dev: Device, n: int) -> tuple[Any, Any]:
-    """The add workloads' inputs: fp32 (n, n) buffers x = 1.0 and y = 2.0 (so ``x + y`` = 3.0 exactly)."""
-    return dev.full((n, n), 1.0), dev.full((n, n), 2.0)
-
-
-def add_loop(
-    dev: Device, n: int, steps: int, *, sync_every: int = 0, sleep_s: float = 0.0, progress: bool = True
-) -> None:
-    """W1/W2/W3/W6: ``steps`` x ``z = x + y`` on fp32 (n, n) buffers, then check z's first and last element.
-
-    Each ``z = x + y`` allocates its result while the previous z is still referenced, so 4 buffers are live
-    (x, y, two alternating z): 4·4·n² bytes. On cudadrv each add launches n² FLOPs and 3·4·n² bytes.
-
-    Args:
-        dev: the device; n: matrix side (elements); steps: iterations.
-        sync_every, sleep_s, progress: as :func:`run_steps` (W3: ``sync_every=1`` and a sleep in seconds).
-
-    Raises:
-        OutOfMemoryError / torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
-        RuntimeError: the result check (z = 3.0) fails.
-    """
-    x, y = add_inputs(dev, n)
-    z: Any = None
-
-    def step() -> None:
-        nonlocal z
-        z = dev.add(x, y)
-
-    run_steps(dev, steps, step, sync_every=sync_every, sleep_s=sleep_s, progress=progress)
-    check_value("z[0, 0]", dev.item(z, 0), 3.0)
-    check_value("z[-1, -1]", dev.item(z, -1), 3.0)
-
-
-def matmul_loop(dev: Device, n: int, steps: int, *, sync_every: int = 0, progress: bool = True) -> None:
-    """W7: ``steps`` x ``matmul(x, y, out=z)`` on fp32 (n, n) buffers x = y = 1.0, so every z element = n.
-
-    3 buffers live: 3·4·n² bytes. On cudadrv each matmul launches 2n³ FLOPs and 3·4·n² bytes.
-
-    Args:
-        dev: the device; n: matrix side (elements); steps: iterations; sync_every, progress: as
-            :func:`run_steps`.
-
-    Raises:
-        OutOfMemoryError / torch.OutOfMemoryError / RuntimeError: allocation failure (``CUDA out of memory``).
-        RuntimeError: the result check (z = n) fails.
-    """
-    x = dev.full((n, n), 1.0)
-    y = dev.full((n, n), 1.0)
-    z = dev.empty((n, n))
-    run_steps(dev, steps, lambda: dev.matmul(x, y, out=z), sync_every=sync_every, progress=progress)
-    check_value("z[0, 0]", dev.item(z, 0), float(n))
-    check_value("z[-1, -1]", dev.item(z, -1), float(n))

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Node sampler: per-GPU utilisation/memory and per-process GPU memory into CSV files.
 
-Runs on a GPU node next to the workloads (standalone: standard library, plus the `pynvml` module from
-NVIDIA's `nvidia-ml-py` when installed). Every --interval-s seconds it appends one row per GPU and one row
-per compute process, flushing after every sample, to:
+Runs on a GPU node next to the workloads (standard library, the argument types of `_common.py` next to
+it, plus the `pynvml` module from NVIDIA's `nvidia-ml-py` when installed). Every --interval-s seconds it
+appends one row per GPU and one row per compute process, flushing after every sample, to:
 
     <out-dir>/gpu.csv    timestamp,gpu_index,uuid,sm_util_pct,mem_used_bytes,mem_total_bytes
     <out-dir>/procs.csv  timestamp,gpu_index,pid,used_bytes
@@ -52,6 +52,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TextIO
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+import _common as c
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -604,43 +607,23 @@ def build_parser() -> argparse.ArgumentParser:
     """Flags: --out-dir, --interval-s, --duration-s, --count, --nvidia-smi, --smi-timeout-s."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", default=".", help="directory for the CSV/txt files (created; default .)")
-    parser.add_argument("--interval-s", type=_positive_float, default=1.0, help="seconds between samples (default 1)")
+    parser.add_argument("--interval-s", type=c.positive_float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument(
         "--duration-s",
-        type=_positive_float,
+        type=c.positive_float,
         default=None,
         help="stop once this many seconds have passed since the first sample (default: no limit)",
     )
     parser.add_argument(
-        "--count", type=_positive_int, default=None, help="stop after this many samples (default: no limit)"
+        "--count", type=c.positive_int, default=None, help="stop after this many samples (default: no limit)"
     )
     parser.add_argument(
         "--nvidia-smi", default="nvidia-smi", help="nvidia-smi command name or path (default nvidia-smi)"
     )
     parser.add_argument(
-        "--smi-timeout-s", type=_positive_float, default=10.0, help="timeout of one nvidia-smi call (default 10)"
+        "--smi-timeout-s", type=c.positive_float, default=10.0, help="timeout of one nvidia-smi call (default 10)"
     )
     return parser
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
 
 
 def run(

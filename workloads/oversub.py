@@ -26,44 +26,27 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
+import _driver as d
 
-WORKLOAD = "oversub"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Flags: common flags plus --factor, --chunk-mib, --total-bytes, --total-from."""
-    parser = c.make_parser(__doc__ or "", WORKLOAD)
-    parser.add_argument(
-        "--factor",
-        type=c.positive_float,
-        default=None,
-        help="multiple of the total memory to allocate. " + c.defaults_help(WORKLOAD, "factor"),
-    )
-    parser.add_argument(
-        "--chunk-mib",
-        type=c.positive_int,
-        default=None,
-        help="size of one chunk in MiB. " + c.defaults_help(WORKLOAD, "chunk_mib", " MiB"),
-    )
-    parser.add_argument(
-        "--total-bytes",
-        type=c.positive_int,
-        default=None,
-        help="total memory in bytes to multiply (default: the device's total memory; on CPU "
-        + f"{int(c.MODEL_DEFAULTS['cpu'][WORKLOAD]['total_bytes'])} bytes)",
-    )
-    parser.add_argument(
-        "--total-from",
-        choices=("properties", "mem_get_info"),
-        default="properties",
-        help="CUDA/cudadrv source of the total when --total-bytes is not given: properties = the device's "
-        "total memory, mem_get_info = cuMemGetInfo's total (default: properties)",
-    )
-    return parser
+FACTOR = d.SizeFlag("--factor", c.positive_float, "multiple of the total memory to allocate.")
+CHUNK_MIB = d.SizeFlag("--chunk-mib", c.positive_int, "size of one chunk in MiB.", " MiB")
+TOTAL_BYTES = d.Option(
+    "--total-bytes",
+    type=c.positive_int,
+    default=None,
+    help="total memory in bytes to multiply (default: the device's total memory; on CPU "
+    + f"{int(c.MODEL_DEFAULTS['cpu']['oversub']['total_bytes'])} bytes)",
+)
+TOTAL_FROM = d.Option(
+    "--total-from",
+    choices=("properties", "mem_get_info"),
+    default="properties",
+    help="CUDA/cudadrv source of the total when --total-bytes is not given: properties = the device's "
+    "total memory, mem_get_info = cuMemGetInfo's total (default: properties)",
+)
 
 
 def plan_chunks(target_bytes: int, chunk_bytes: int) -> list[int]:
@@ -140,10 +123,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     print(f"{c.OVERSUB_PREFIX} allocated_bytes={allocated:d}", flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
-    return c.run_workload(build_parser(), body, argv)
-
+build_parser, main = d.script(__doc__, "oversub", FACTOR, CHUNK_MIB, TOTAL_BYTES, TOTAL_FROM, body=body)
 
 if __name__ == "__main__":
     sys.exit(main())

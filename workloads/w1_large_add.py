@@ -10,52 +10,13 @@ Output (stdout): PASS, then `--- <seconds> seconds ---` (whole run after imports
 Exit 0 on success, 1 on any error (the traceback, e.g. `CUDA out of memory`, goes to stderr).
 """
 
-from __future__ import annotations
-
-import argparse
 import os
 import sys
-from collections.abc import Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
-import _common as c
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
+import _driver as d
 
-WORKLOAD = "w1"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Flags of W1: common flags plus --n (matrix side) and --iters; sizes default to the model table."""
-    parser = c.make_parser(__doc__ or "", WORKLOAD)
-    parser.add_argument(
-        "--n",
-        type=c.positive_int,
-        default=None,
-        help="matrix side length; 4 fp32 n x n tensors are live. " + c.defaults_help(WORKLOAD, "n"),
-    )
-    parser.add_argument(
-        "--iters",
-        type=c.positive_int,
-        default=None,
-        help="number of `z = x + y`. " + c.defaults_help(WORKLOAD, "iters"),
-    )
-    return parser
-
-
-def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
-    """Run W1 on ``dev``: ``args.iters`` x ``z = x + y`` on (n, n) fp32 buffers, one sync at the end.
-
-    Raises:
-        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
-            (``CUDA out of memory``).
-        RuntimeError: the result check (z[0, 0] and z[-1, -1] must be 3.0) fails.
-    """
-    c.add_loop(dev, args.n, args.iters, progress=args.progress)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
-    return c.run_workload(build_parser(), body, argv)
-
+build_parser, main = d.script(__doc__, "w1", d.N_ADD, d.ITERS_ADD)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,53 +14,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
+import _driver as d
 
-WORKLOAD = "w3"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Flags of W3: common flags plus --n, --steps and --sleep-s; sizes default to the model table."""
-    parser = c.make_parser(__doc__ or "", WORKLOAD)
-    parser.add_argument(
-        "--n",
-        type=c.positive_int,
-        default=None,
-        help="matrix side length; 4 fp32 n x n tensors are live. " + c.defaults_help(WORKLOAD, "n"),
-    )
-    parser.add_argument(
-        "--steps",
-        type=c.positive_int,
-        default=None,
-        help="number of (add, synchronize, sleep) steps. " + c.defaults_help(WORKLOAD, "steps"),
-    )
-    parser.add_argument(
-        "--sleep-s",
-        type=c.non_negative_float,
-        default=None,
-        help="seconds slept after each step. " + c.defaults_help(WORKLOAD, "sleep_s", " s"),
-    )
-    return parser
+STEPS = d.SizeFlag("--steps", c.positive_int, "number of (add, synchronize, sleep) steps.")
+SLEEP_S = d.SizeFlag("--sleep-s", c.non_negative_float, "seconds slept after each step.", " s")
 
 
 def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
-    """Run W3 on ``dev``: ``args.steps`` x (``z = x + y``, synchronize, ``sleep(args.sleep_s)`` seconds).
-
-    Raises:
-        OutOfMemoryError (torch's, or ``_common``'s on cudadrv) / RuntimeError: allocation failure
-            (``CUDA out of memory``).
-        RuntimeError: the result check (z must be 3.0) fails.
-    """
-    c.add_loop(dev, args.n, args.steps, sync_every=1, sleep_s=args.sleep_s, progress=args.progress)
+    """W3: ``args.steps`` x (``z = x + y``, synchronize, ``sleep(args.sleep_s)`` seconds)."""
+    d.add_loop(dev, args.n, args.steps, sync_every=1, sleep_s=args.sleep_s, progress=args.progress)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
-    return c.run_workload(build_parser(), body, argv)
-
+build_parser, main = d.script(__doc__, "w3", d.N_ADD, STEPS, SLEEP_S, body=body)
 
 if __name__ == "__main__":
     sys.exit(main())

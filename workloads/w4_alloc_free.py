@@ -21,43 +21,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
+import _driver as d
 
-WORKLOAD = "w4"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Flags of W4: common flags plus --rounds, --mib, --report-every, --empty-cache."""
-    parser = c.make_parser(__doc__ or "", WORKLOAD)
-    parser.add_argument(
-        "--rounds",
-        type=c.positive_int,
-        default=None,
-        help="allocate/free rounds. " + c.defaults_help(WORKLOAD, "rounds"),
-    )
-    parser.add_argument(
-        "--mib",
-        type=c.positive_int,
-        default=None,
-        help="MiB allocated per round (one fp32 block). " + c.defaults_help(WORKLOAD, "mib", " MiB"),
-    )
-    parser.add_argument(
-        "--report-every",
-        type=c.non_negative_int,
-        default=None,
-        help="print an ALLOC_FREE line every this many rounds (0: only baseline and last). "
-        + c.defaults_help(WORKLOAD, "report_every"),
-    )
-    parser.add_argument(
-        "--empty-cache",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="call empty_cache() after each free so the driver sees every free (default: on)",
-    )
-    return parser
+ROUNDS = d.SizeFlag("--rounds", c.positive_int, "allocate/free rounds.")
+MIB = d.SizeFlag("--mib", c.positive_int, "MiB allocated per round (one fp32 block).", " MiB")
+REPORT_EVERY = d.SizeFlag(
+    "--report-every",
+    c.non_negative_int,
+    "print an ALLOC_FREE line every this many rounds (0: only baseline and last).",
+)
+EMPTY_CACHE = d.Option(
+    "--empty-cache",
+    action=argparse.BooleanOptionalAction,
+    default=True,
+    help="call empty_cache() after each free so the driver sees every free (default: on)",
+)
 
 
 def format_report(round_no: int, mem: tuple[int, int] | None) -> str:
@@ -103,10 +84,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     progress.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
-    return c.run_workload(build_parser(), body, argv)
-
+build_parser, main = d.script(__doc__, "w4", ROUNDS, MIB, REPORT_EVERY, EMPTY_CACHE, body=body)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,43 +21,18 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to this script
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
+import _driver as d
 
-WORKLOAD = "w5"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Flags of W5: common flags plus --n, --duration-s, --interval-s, --sync-every."""
-    parser = c.make_parser(__doc__ or "", WORKLOAD)
-    parser.add_argument(
-        "--n",
-        type=c.positive_int,
-        default=None,
-        help="matrix side length; 4 fp32 n x n tensors are live. " + c.defaults_help(WORKLOAD, "n"),
-    )
-    parser.add_argument(
-        "--duration-s",
-        type=c.positive_float,
-        default=None,
-        help="seconds to run the add loop. " + c.defaults_help(WORKLOAD, "duration_s", " s"),
-    )
-    parser.add_argument(
-        "--interval-s",
-        type=c.positive_float,
-        default=None,
-        help="maximum seconds between two probe lines. " + c.defaults_help(WORKLOAD, "interval_s", " s"),
-    )
-    parser.add_argument(
-        "--sync-every",
-        type=c.non_negative_int,
-        default=None,
-        help="synchronise every this many iterations (0: only at probe lines and at the end). "
-        + c.defaults_help(WORKLOAD, "sync_every"),
-    )
-    return parser
+DURATION_S = d.SizeFlag("--duration-s", c.positive_float, "seconds to run the add loop.", " s")
+INTERVAL_S = d.SizeFlag("--interval-s", c.positive_float, "maximum seconds between two probe lines.", " s")
+SYNC_EVERY = d.SizeFlag(
+    "--sync-every",
+    c.non_negative_int,
+    "synchronise every this many iterations (0: only at probe lines and at the end).",
+)
 
 
 def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
@@ -74,7 +49,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
             (``CUDA out of memory``).
         RuntimeError: the result check (z must be 3.0) fails.
     """
-    x, y = c.add_inputs(dev, args.n)
+    x, y = d.add_inputs(dev, args.n)
     z = None
     sync_every = args.sync_every
     interval = args.interval_s
@@ -105,10 +80,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
     return elapsed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 PASS, 1 failure). ``argv`` excludes the program name."""
-    return c.run_workload(build_parser(), body, argv)
-
+build_parser, main = d.script(__doc__, "w5", d.N_ADD, DURATION_S, INTERVAL_S, SYNC_EVERY, body=body)
 
 if __name__ == "__main__":
     sys.exit(main())

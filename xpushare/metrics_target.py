@@ -368,7 +368,8 @@ class NodeCapture:
 def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s: float = 1.0) -> NodeCapture:
     """The node sampler (``workloads/node_sampler.py``, NVML per GPU and per process) as a :class:`NodeCapture`.
 
-    Copies the script next to the host's spawn directory first; outputs land in the case dir as
+    Copies the script with the ``_common.py`` it imports into a folder of its own in the host's spawn
+    directory first (removed after); outputs land in the case dir as
     ``sampler/<node>_gpu.csv``, ``_procs.csv``, ``_no_gpu.txt``, ``_sampler_source.txt`` (the names
     MET-003's judgment reads). Raises :class:`~xpushare.errors.TransportError` when the copy fails.
     """
@@ -376,13 +377,14 @@ def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s
     if not spawn_dir.startswith("/"):
         home = host.run(["sh", "-c", "pwd"], timeout=30, check=True).stdout.strip()
         spawn_dir = f"{home}/{spawn_dir}"
-    script = f"{spawn_dir}/{name}-node_sampler.py"
-    host.put(WORKLOADS / "node_sampler.py", script)
+    script_dir = f"{spawn_dir}/{name}-script"
+    for file in ("node_sampler.py", "_common.py"):
+        host.put(WORKLOADS / file, f"{script_dir}/{file}")
     out_dir = f"{name}-out"
     outputs = {f"{out_dir}/{f}": f"sampler/{node}_{f}"
                for f in ("gpu.csv", "procs.csv", "no_gpu.txt", "sampler_source.txt")}
-    argv = [python, script, "--out-dir", out_dir, "--interval-s", f"{interval_s:g}"]
-    return NodeCapture(host, name, argv, outputs=outputs, remove=[script, out_dir])
+    argv = [python, f"{script_dir}/node_sampler.py", "--out-dir", out_dir, "--interval-s", f"{interval_s:g}"]
+    return NodeCapture(host, name, argv, outputs=outputs, remove=[script_dir, out_dir])
 
 
 def _note(case_dir: Path, message: str) -> None:
