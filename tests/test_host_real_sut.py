@@ -61,6 +61,7 @@ from xpushare.backends.host import HostBackend
 from xpushare.client_match import client_match, matched_clients, registrations_of
 from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
+from xpushare.evidence import Evidence, write_gpu_mapping
 from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
 from xpushare.status import ExitStatus
 
@@ -272,7 +273,9 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
     finally:
         backend.cleanup(tmp_path)
         backend.close()
-    # The scheduler-log analysis: each probe's registration found by its own pid.
+    # The scheduler-log analysis at judgment time: each probe's registration found by its own pid.
+    assert not (tmp_path / "gpu_mapping.txt").exists()  # the harvest stores evidence only
+    assert write_gpu_mapping(Evidence.load(tmp_path, "host")) == ["gpu_mapping.txt"]
     rows = [ln.split("\t") for ln in (tmp_path / "gpu_mapping.txt").read_text().splitlines()[1:]]
     assert {r[0]: (r[2], r[3].split(" and ")[0]) for r in rows} == {
         n: ("0", f"host_pid {records[n].host_pid}") for n in ("probe-a", "probe-b")}, rows
