@@ -47,7 +47,7 @@ from xpushare.client_match import (
 )
 from xpushare.collect import scheduler_log
 from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence import Evidence
+from xpushare.evidence import SOURCE_RECORDED, SOURCE_REGISTRATION, Evidence, write_gpu_mapping
 from xpushare.model import Status
 from xpushare.transport import LocalHost
 
@@ -414,23 +414,33 @@ def test_host_wrapper_records_the_workload_pid(tmp_path: Path) -> None:
     assert row[0] == "xp-w" and row[1] == "0" and row[4] == str(printed)
 
 
-def test_host_backend_gpu_mapping_matches_registrations_by_pid(tmp_path: Path) -> None:
-    from xpushare.backends.host import HostBackend
-    from xpushare.inventory import ClusterSpec, HostSpec
-
-    backend = HostBackend(ClusterSpec("local", "host", "xpushare", "cuda", None, None,
-                                      (HostSpec("localhost", ("gpu",), local=True),)))
-    write_pod_records(tmp_path, [PodRecord("func-002-w2-a", "Succeeded", 0, "localhost", UUID, host_pid=PID_A),
-                                 PodRecord("func-002-w2-b", "Succeeded", 0, "localhost", UUID, host_pid=4242)])
+def test_gpu_mapping_is_derived_at_judgment_from_registrations_by_pid(tmp_path: Path) -> None:
+    """Harvest stores pods.json and scheduler.log; the mapping is derived (and written) when judging."""
+    write_pod_records(tmp_path, [PodRecord("func-002-w2-a", "Succeeded", 0, "localhost", UUID, host_pid=PID_A,
+                                           gpu_key="1"),
+                                 PodRecord("func-002-w2-b", "Succeeded", 0, "localhost", UUID, host_pid=4242,
+                                           gpu_key="1")])
     (tmp_path / "pods").mkdir()
     (tmp_path / "pods" / "func-002-w2-a.log").write_text(POD_A_LOG, encoding="utf-8")
-    assert backend._gpu_mapping(tmp_path) == []  # no scheduler log: nothing to map
+    ev = Evidence.load(tmp_path, "host")
+    assert write_gpu_mapping(ev) == [] and not ev.assignments  # no scheduler log: nothing to map
+    assert [r.gpu for r in ev.pods] == [UUID, UUID]  # the backend's placement, as recorded
     (tmp_path / "scheduler.log").write_text(SCHED_LOG, encoding="utf-8")
-    assert backend._gpu_mapping(tmp_path) == ["gpu_mapping.txt"]
+    ev = Evidence.load(tmp_path, "host")
+    assert write_gpu_mapping(ev) == ["gpu_mapping.txt"]
     rows = [ln.split("\t") for ln in (tmp_path / "gpu_mapping.txt").read_text().splitlines()]
     assert rows == [["pod", "node", "gpu_key", "matched_by"],
                     ["func-002-w2-a", "localhost", KEY, f"host_pid {PID_A} and client_id {CID_A}"],
                     ["func-002-w2-b", "localhost", "-", "-"]]  # pid 4242 never registered
+    # The judgments see the registration's GPU; the unregistered pod keeps the key of the tool's placement.
+    a, b = ev.assignment("func-002-w2-a"), ev.assignment("func-002-w2-b")
+    assert a is not None and (a.gpu, a.source, a.recorded) == (KEY, SOURCE_REGISTRATION, UUID)
+    assert b is not None and (b.gpu, b.source) == ("1", SOURCE_RECORDED)
+    assert [r.gpu for r in ev.pods] == [KEY, "1"]
+    # The log is one host's: a pod of another host is never matched by its pid.
+    (tmp_path / "scheduler_node.txt").write_text("other-host\n", encoding="utf-8")
+    other = Evidence.load(tmp_path, "host").assignment("func-002-w2-a")
+    assert other is not None and other.source == SOURCE_RECORDED
 
 
 def test_met002_without_anything_to_match_is_an_error() -> None:

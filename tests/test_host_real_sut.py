@@ -15,6 +15,9 @@ library registers every client as pod ``none`` in namespace ``none``, which is w
 * ``invoke metrics --cluster hostlab``: MET-001, MET-002 (probe matched by host_pid) and MET-007 PASS, the
   Kubernetes-only cases SKIP; the harvested scheduler log maps the probe to its registration by host pid
   (``gpu_mapping.txt``).
+* ``invoke func --case FUNC-003`` on a lab of one host with two simulated GPUs: every process is counted
+  on the GPU key the real scheduler registered it on (``0`` / ``1``), found by its pid, not on the tool's
+  own placement; the judgment writes ``gpu_mapping.txt``.
 * Broken system: the host's scheduler from the ``metrics-missing`` mutant still registers the probe (the
   log shows its pid) but exports no ``client_info``: ``load 1: client_info per client`` FAILs, and so does
   MET-002.
@@ -30,7 +33,7 @@ finding 9, waits that long), ``met_settle_s`` 15, ``met007_duration_s`` 10, W5 `
 simulated GPU (12.6 ms per kernel, so a probe costs little CPU). Measured on a 2-core machine shared with
 other lab runs: the lab starts in 0.4 s, a healthy metrics-check takes 34 s (two 15 s load steps, each held
 to its end by finding 9), the metrics suite 19 s, the two-probe test 4 s, the mutant test 56 s (its
-metrics-check and MET-002 wait out their settle times); the module 114 s.
+metrics-check and MET-002 wait out their settle times), the FUNC-003 test 8 s; the module 114 s.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from xpushare.backends.host import HostBackend
 from xpushare.client_match import client_match, matched_clients, registrations_of
 from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
+from xpushare.evidence import Evidence, write_gpu_mapping
 from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
 from xpushare.status import ExitStatus
 
@@ -269,7 +273,9 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
     finally:
         backend.cleanup(tmp_path)
         backend.close()
-    # The scheduler-log analysis: each probe's registration found by its own pid.
+    # The scheduler-log analysis at judgment time: each probe's registration found by its own pid.
+    assert not (tmp_path / "gpu_mapping.txt").exists()  # the harvest stores evidence only
+    assert write_gpu_mapping(Evidence.load(tmp_path, "host")) == ["gpu_mapping.txt"]
     rows = [ln.split("\t") for ln in (tmp_path / "gpu_mapping.txt").read_text().splitlines()[1:]]
     assert {r[0]: (r[2], r[3].split(" and ")[0]) for r in rows} == {
         n: ("0", f"host_pid {records[n].host_pid}") for n in ("probe-a", "probe-b")}, rows
@@ -319,3 +325,29 @@ def test_metrics_missing_mutant_fails_the_load_part(host_lab: HostLab, inventory
         assert got["MET-002"]["status"] == "FAIL", got["MET-002"]["summary"]
     finally:
         host_lab.set_sut(NODE, None)
+
+
+@LAB
+def test_spread_case_in_host_mode_judges_the_registrations(tmp_path: Path) -> None:
+    """FUNC-003 on one host with two simulated GPUs: each workload's GPU is the one the real scheduler
+    registered it on (matched by the pid the backend recorded), not the tool's own placement."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"host-mode lab unavailable: {reason}")
+    w2 = ["--n", "512", "--iters", "300", "--no-progress"]  # 3.1 ms per kernel on a 1e9 B/s GPU: about 1 s
+    with HostLab(tmp_path / "lab", nodes=("hl-solo",), gpus=2, base_address="127.0.74.1") as lab:
+        inv = lab.write_inventory(tmp_path / "inventory.yaml", params={
+            "func003_pods": 4, "workload_args": {"w2_medium_add": w2}})
+        proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
+                      str(tmp_path), "--case", "FUNC-003")
+    case = tmp_path / ".tmplog" / "spread" / "xpushare" / CLUSTER / "functional" / "FUNC-003"
+    got = json.loads((case / "result.json").read_text())
+    assert got["status"] == "PASS", proc.stdout[-3000:] + proc.stderr[-2000:]
+    spread = next(c for c in got["checks"] if c["name"] == "spread_over_gpus")["values"]
+    pids = {p["name"]: p["host_pid"] for p in json.loads((case / "pods.json").read_text())}
+    assert spread["distinct_gpus"] == 2 and "not_registered" not in spread, spread
+    assert {p: s.split(" and ")[0] for p, s in spread["gpu_source"].items()} == {
+        p: f"registration (host_pid {pid}" for p, pid in pids.items()}, spread
+    rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
+    assert sorted(r[2] for r in rows) == ["0", "0", "1", "1"], rows
+    assert (case / "scheduler_node.txt").read_text().strip() == "hl-solo"

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from xpushare import judge
+from xpushare import engine, judge
 from xpushare.backends.base import PodRecord
+from xpushare.cases import REGISTRY
 from xpushare.evidence import Evidence
-from xpushare.model import Status
+from xpushare.model import Status, Verdict
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 HEALTHY_LOG = (SAMPLES / "pod_a.log").read_text()
@@ -150,3 +156,107 @@ def test_oversub_on_with_and_without_scheduler_evidence() -> None:
     assert judge.judge_oversub_on(dead, TH, pod="o").status is Status.FAIL
     oom = Evidence.from_parts([rec("o", "Failed", 1)], {"o": REJECTED_LOG})
     assert judge.judge_oversub_on(oom, TH, pod="o").status is Status.FAIL
+
+
+# ------------------------------------------------------------------- FUNC-003 on real evidence, both modes
+# tests/fixtures/evidence/: FUNC-003 case directories of lab runs on the real SUT (README.md there).
+
+EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"
+
+
+def spread_case(tmp_path: Path, name: str) -> Path:
+    """A stored run ``<tmp>/.tmplog/<name>/...`` holding one fixture's FUNC-003 case dir; returns the case dir."""
+    src = EVIDENCE / name
+    result = json.loads((src / "result.json").read_text())
+    case = tmp_path / ".tmplog" / name / "xpushare" / result["cluster"] / "functional" / "FUNC-003"
+    shutil.copytree(src, case)
+    return case
+
+
+def judge_stored_spread(case: Path, mode: str) -> Verdict:
+    th = json.loads((case / "result.json").read_text())["thresholds"]
+    return engine.judge_case(REGISTRY["FUNC-003"], case, th, mode)
+
+
+def spread_values(v: Verdict) -> dict[str, Any]:
+    return next(c for c in v.checks if c.name == "spread_over_gpus").values
+
+
+def test_k8s_spread_from_registrations_passes(tmp_path: Path) -> None:
+    """Four pods over two nodes x two GPUs; pods.json holds no GPU (the harvest never maps)."""
+    case = spread_case(tmp_path, "k8s-func003-spread")
+    assert all(r["gpu"] is None for r in json_of(case / "pods.json"))
+    v = judge_stored_spread(case, "k8s")
+    assert v.status is Status.PASS, v.summary
+    values = spread_values(v)
+    assert values["gpus"] == ["lab-node1/GPU-lab-lab-node1-0", "lab-node1/GPU-lab-lab-node1-1",
+                              "lab-node2/GPU-lab-lab-node2-0", "lab-node2/GPU-lab-lab-node2-1"]
+    assert set(values["gpu_source"].values()) == {f"registration (pod default/func-003-w2-{i})" for i in range(1, 5)}
+    assert "gpu_mapping.txt" in v.evidence
+    assert (case / "gpu_mapping.txt").read_text().splitlines()[1] == "func-003-w2-1\tlab-node1\tGPU-lab-lab-node1-0"
+
+
+def test_k8s_packing_device_plugin_fails_the_spread(tmp_path: Path) -> None:
+    """A device plugin that packs: the real scheduler registered all four pods on GPU 0 of lab-node1."""
+    v = judge_stored_spread(spread_case(tmp_path, "k8s-func003-packed"), "k8s")
+    assert v.status is Status.FAIL and "all pods on one GPU" in v.summary, v.summary
+    assert spread_values(v)["gpus"] == ["lab-node1/GPU-lab-lab-node1-0"]
+
+
+def test_host_spread_judges_the_registrations_by_host_pid(tmp_path: Path) -> None:
+    """One host, two GPUs: each process is found by its pid on the GPU key the scheduler registered."""
+    case = spread_case(tmp_path, "host-func003-spread")
+    v = judge_stored_spread(case, "host")
+    assert v.status is Status.PASS, v.summary
+    values = spread_values(v)
+    pids = {r["name"]: r["host_pid"] for r in json_of(case / "pods.json")}
+    assert values["gpus"] == ["hl-solo/0", "hl-solo/1"] and "not_registered" not in values
+    assert all(values["gpu_source"][p].startswith(f"registration (host_pid {pid} and client_id ")
+               for p, pid in pids.items())
+
+
+def test_host_spread_fails_when_the_scheduler_put_every_client_on_one_gpu(tmp_path: Path) -> None:
+    """The real H200 capture: two processes (pids 478, 479) both registered on GPU 0. The tool had placed
+    them on GPUs 0 and 1: that placement is not what is judged, so the case FAILs."""
+    (tmp_path / "pods").mkdir()
+    records = []
+    for i, (name, pid) in enumerate((("func-003-w2-1", 478), ("func-003-w2-2", 479))):
+        records.append(PodRecord(name, "Succeeded", 0, "localhost", f"GPU-placed-{i}", 100.0, 110.0,
+                                 log=f"pods/{name}.log", host_pid=pid, gpu_key=str(i)))
+        (tmp_path / "pods" / f"{name}.log").write_text(HEALTHY_LOG)
+    (tmp_path / "pods.json").write_text(json.dumps([r.__dict__ for r in records]))
+    (tmp_path / "scheduler.log").write_text((SAMPLES / "scheduler.log").read_text())
+    ev = Evidence.load(tmp_path, "host")
+    v = judge.judge_spread(ev, TH, pods=[r.name for r in records], gpus_available=2)
+    assert v.status is Status.FAIL and "all pods on one GPU" in v.summary, v.summary
+    assert spread_values(v)["gpus"] == ["localhost/0"]
+    # Without the registrations only the tool's placement is left: counted, and the values say so.
+    (tmp_path / "scheduler.log").unlink()
+    v = judge.judge_spread(Evidence.load(tmp_path, "host"), TH, pods=[r.name for r in records], gpus_available=2)
+    values = spread_values(v)
+    assert v.status is Status.PASS and values["not_registered"] == ["func-003-w2-1", "func-003-w2-2"]
+    assert "tool's placement" in values["fallback"] and "not registered" in v.summary
+
+
+@pytest.mark.parametrize("name", ["k8s-func003-spread", "host-func003-spread"])
+def test_invoke_judge_rederives_the_mapping_of_a_stored_run(tmp_path: Path, name: str) -> None:
+    """``invoke judge --run-id`` after pods.json lost every GPU and gpu_mapping.txt is stale: the mapping is
+    derived again from scheduler.log and written anew."""
+    case = spread_case(tmp_path, name)
+    recs = json_of(case / "pods.json")
+    for r in recs:
+        r["gpu"] = r["gpu_key"] = None
+    (case / "pods.json").write_text(json.dumps(recs))
+    (case / "gpu_mapping.txt").write_text("pod\tnode\tgpu_uuid\nstale\t-\t-\n")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "judge", "--run-id", name, "--root", str(tmp_path)],
+                          cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json_of(case / "result.json")
+    assert result["status"] == "PASS" and "gpu_mapping.txt" in result["evidence"], result["summary"]
+    rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
+    assert [r[0] for r in rows] == [r["name"] for r in recs] and all(r[2] != "-" for r in rows), rows
+    assert len({(r[1], r[2]) for r in rows}) > 1
+
+
+def json_of(path: Path) -> Any:
+    return json.loads(path.read_text())

@@ -26,7 +26,7 @@ from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS, CaseRun, load_plan
 from xpushare.errors import UsageError, XpushareError
-from xpushare.evidence import Evidence
+from xpushare.evidence import Evidence, write_gpu_mapping
 from xpushare.inventory import ClusterSpec
 from xpushare.model import Status, Verdict
 from xpushare.status import ExitStatus
@@ -266,7 +266,7 @@ def run_case(
     elif error is not None:
         verdict = Verdict(Status.ERROR, f"harness/infrastructure error: {error}")
     else:
-        verdict = judge_case(case, case_dir, params)
+        verdict = judge_case(case, case_dir, params, cluster.mode)
         phases["judge"] = time.monotonic()
     ended = _now()
     calls1 = backend.kubectl_calls()
@@ -320,13 +320,21 @@ def _guarded_step(case_dir: Path, name: str, step: Any) -> Any:
         return None
 
 
-def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any]) -> Verdict:
-    """Apply the case's judgment to its stored evidence; a judgment that crashes is ERROR."""
+def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: str | None = None) -> Verdict:
+    """Apply the case's judgment to its stored evidence; a judgment that crashes is ERROR.
+
+    The pod -> GPU mapping is derived from the stored evidence here (:meth:`Evidence.load`, ``mode`` the
+    cluster's) and written to ``gpu_mapping.txt``, which then joins the verdict's evidence.
+    """
     assert case.judge is not None
     try:
-        return case.judge(Evidence.load(case_dir), params, load_plan(case_dir))
+        ev = Evidence.load(case_dir, mode)
+        mapping = write_gpu_mapping(ev)
+        verdict = case.judge(ev, params, load_plan(case_dir))
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
+    verdict.evidence = sorted(set(verdict.evidence) | set(mapping))
+    return verdict
 
 
 def _jsonable(value: Any) -> Any:
@@ -496,7 +504,7 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
         params = dict(record.get("thresholds") or {})
         params.update({k: v for k, v in values.items() if k in params})
         case_dir = artifacts.case_dir(run_dir, record["cluster"], record["suite"], record["case_id"])
-        verdict = judge_case(case, case_dir, params)
+        verdict = judge_case(case, case_dir, params, record.get("mode"))
         old = record["status"]
         record.update(
             status=verdict.status.value,
@@ -504,6 +512,7 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
             thresholds=_jsonable(params),
             metrics=_jsonable(verdict.metrics),
             checks=_jsonable(verdict.to_dict()["checks"]),
+            evidence=sorted(set(record.get("evidence") or []) | set(verdict.evidence)),
             rejudged=_now().isoformat(),
         )
         artifacts.write_result(case_dir, record)

@@ -2,42 +2,125 @@
 
 Pod records come from ``pods.json``; pod outputs from ``pods/<name>.log``; everything else by file name.
 An :class:`Evidence` can also be built in memory (``Evidence.from_parts``) for judgment tests.
+
+The GPU of each pod is derived here, when the evidence is loaded, never at harvest: harvest stores what
+the backend observed (``pods.json``), the scheduler's log (``scheduler.log``) and, in host mode, the pid
+of each workload process; :func:`gpu_assignments` matches every pod to its ``Registered client ... on GPU
+<key>`` line (:mod:`xpushare.client_match`: by pod name and namespace in Kubernetes, by ``host_pid`` /
+``client_id`` in host mode) and the loaded records carry that GPU in ``PodRecord.gpu``. A pod with no
+registration keeps the GPU ``pods.json`` recorded (in host mode the backend's own placement), and its
+:class:`GpuAssignment` says so. So ``invoke judge`` on a stored run re-derives the mapping with the
+current parser, and :func:`write_gpu_mapping` writes ``gpu_mapping.txt`` from it at judgment time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from xpushare.backends.base import PodRecord, read_pod_records
+from xpushare.client_match import client_match, registrations_of
+from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary, parse_text
+
+__all__ = [
+    "SCHEDULER_NODE_FILE",
+    "SOURCE_NONE",
+    "SOURCE_RECORDED",
+    "SOURCE_REGISTRATION",
+    "Evidence",
+    "GpuAssignment",
+    "gpu_assignments",
+    "write_gpu_mapping",
+]
+
+SOURCE_REGISTRATION = "registration"
+"""The GPU key of the pod's last ``Registered client`` line (where the scheduler put the client)."""
+SOURCE_RECORDED = "pods.json"
+"""No registration: the GPU ``pods.json`` recorded (host mode: the backend's own placement)."""
+SOURCE_NONE = "none"
+"""Neither a registration nor a recorded GPU."""
+
+SCHEDULER_NODE_FILE = "scheduler_node.txt"
+"""Host mode: the host whose scheduler wrote ``scheduler.log`` (only its pods' pids are matched there)."""
+
+
+@dataclass(frozen=True)
+class GpuAssignment:
+    """Where one pod ran, as the judgments see it.
+
+    ``gpu``: the registration's GPU key (``source`` :data:`SOURCE_REGISTRATION`), else the recorded GPU
+    (:data:`SOURCE_RECORDED`), else None (:data:`SOURCE_NONE`); ``matched_by``: the key that found the
+    registration (``pod default/x``, ``host_pid 478 and client_id ...``); ``recorded``: ``pods.json``'s
+    ``gpu`` (host mode: the backend's placement).
+    """
+
+    pod: str
+    node: str | None
+    gpu: str | None
+    source: str
+    matched_by: str | None = None
+    recorded: str | None = None
+
+    def describe(self) -> str:
+        """``registration (host_pid 478)``, ``pods.json: tool placement, no registration`` ..."""
+        if self.source == SOURCE_REGISTRATION:
+            return f"registration ({self.matched_by})"
+        if self.source == SOURCE_RECORDED:
+            return f"pods.json {self.gpu} (no registration in the evidence)"
+        return "unknown (no registration, no GPU in pods.json)"
 
 
 @dataclass
 class Evidence:
-    """Evidence of one case: pod records, pod logs by pod name, other files by relative path."""
+    """Evidence of one case: pod records, pod logs by pod name, other files by relative path.
+
+    ``mode``: ``"k8s"`` or ``"host"`` (how pods are matched to registrations); ``assignments``: pod name ->
+    :class:`GpuAssignment` (empty for evidence built in memory without a scheduler log).
+    """
 
     pods: list[PodRecord]
     logs: dict[str, str]
     files: dict[str, str] = field(default_factory=dict)
     case_dir: Path | None = None
+    mode: str | None = None
+    assignments: dict[str, GpuAssignment] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, case_dir: Path) -> Evidence:
-        """Read ``pods.json`` and ``pods/*.log`` of a case dir; other files are read on demand."""
+    def load(cls, case_dir: Path, mode: str | None = None) -> Evidence:
+        """Read ``pods.json`` and ``pods/*.log`` of a case dir and derive each pod's GPU from
+        ``scheduler.log``; other files are read on demand. ``mode``: the cluster's mode (None: host when
+        a record carries a host pid, else k8s)."""
         pods = read_pod_records(case_dir)
         logs = {}
         for rec in pods:
             path = case_dir / "pods" / f"{rec.name}.log"
             if path.exists():
                 logs[rec.name] = path.read_text(encoding="utf-8", errors="replace")
-        return cls(pods=pods, logs=logs, case_dir=case_dir)
+        return cls.from_parts(pods, logs, case_dir=case_dir, mode=mode)
 
     @classmethod
     def from_parts(
-        cls, pods: list[PodRecord], logs: Mapping[str, str], files: Mapping[str, str] | None = None
+        cls,
+        pods: list[PodRecord],
+        logs: Mapping[str, str],
+        files: Mapping[str, str] | None = None,
+        *,
+        case_dir: Path | None = None,
+        mode: str | None = None,
     ) -> Evidence:
-        return cls(pods=list(pods), logs=dict(logs), files=dict(files or {}))
+        """Evidence from records, logs and files (``files`` wins over ``case_dir``). With a
+        ``scheduler.log`` among them, each record's ``gpu`` becomes its derived GPU (:func:`gpu_assignments`)."""
+        ev = cls(pods=list(pods), logs=dict(logs), files=dict(files or {}), case_dir=case_dir)
+        ev.mode = mode or ("host" if any(p.host_pid is not None for p in ev.pods) else "k8s")
+        log = ev.text("scheduler.log")
+        if log is not None:
+            ev.assignments = gpu_assignments(ev.pods, parse_text(log), ev.mode, ev.logs,
+                                             scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None)
+            ev.pods = [dataclasses.replace(p, gpu=ev.assignments[p.name].gpu) if p.name in ev.assignments else p
+                       for p in ev.pods]
+        return ev
 
     def text(self, name: str) -> str | None:
         """Content of a case file (relative path), or None when it was not collected."""
@@ -50,6 +133,69 @@ class Evidence:
     def pod(self, name: str) -> PodRecord | None:
         return next((p for p in self.pods if p.name == name), None)
 
+    def assignment(self, name: str) -> GpuAssignment | None:
+        """The pod's :class:`GpuAssignment`; without a scheduler log, the recorded GPU (None: no record)."""
+        if name in self.assignments:
+            return self.assignments[name]
+        rec = self.pod(name)
+        if rec is None:
+            return None
+        return GpuAssignment(name, rec.node, rec.gpu, SOURCE_RECORDED if rec.gpu is not None else SOURCE_NONE,
+                             recorded=rec.gpu)
+
     def pod_files(self) -> list[str]:
         """Relative paths of the pod logs that exist (for the verdict's evidence list)."""
         return [f"pods/{n}.log" for n in sorted(self.logs)]
+
+
+def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, mode: str,
+                    logs: Mapping[str, str] | None = None, *,
+                    scheduler_node: str | None = None) -> dict[str, GpuAssignment]:
+    """Each pod's GPU from the scheduler's registration lines (the last one matched wins).
+
+    * ``k8s``: matched by pod name and, when the record has one, namespace;
+    * host: by ``host_pid`` and by the ``Client ID`` lines of the pod's own log (``logs``); pods are
+      matched only when they ran on ``scheduler_node`` (the host whose scheduler wrote the log; None:
+      any), since pids of other hosts say nothing about this log. The fallback is the recorded
+      ``gpu_key`` (the key the client reports for the backend's placement, so it compares with the
+      registrations' keys) when the log registered anyone, else the recorded ``gpu``.
+    """
+    logs = logs or {}
+    any_registration = bool(summary.registrations)
+    out: dict[str, GpuAssignment] = {}
+    for r in records:
+        found: list[tuple[Registration, str]] = []
+        if mode != "host" or scheduler_node is None or r.node == scheduler_node:
+            match = client_match(mode, r.name, namespace=r.namespace, record=r, log=logs.get(r.name))
+            found = registrations_of(summary, match) if match.usable else []
+        if found:
+            reg, key = found[-1]
+            out[r.name] = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu)
+            continue
+        recorded = (r.gpu_key or r.gpu) if mode == "host" and any_registration else r.gpu
+        out[r.name] = GpuAssignment(r.name, r.node, recorded, SOURCE_RECORDED if recorded is not None else SOURCE_NONE,
+                                    None, r.gpu)
+    return out
+
+
+def write_gpu_mapping(ev: Evidence) -> list[str]:
+    """``gpu_mapping.txt`` of the case dir from the derived registrations, for people and reports; nothing
+    without a case dir, a scheduler log or pods. Tab-separated, ``-`` where a pod never registered:
+
+    * k8s: ``pod node gpu_uuid``;
+    * host: ``pod node gpu_key matched_by`` (``host_pid <pid>`` / ``client_id <id16>``).
+    """
+    if ev.case_dir is None or not ev.pods or ev.text("scheduler.log") is None:
+        return []
+    rows = []
+    for r in ev.pods:
+        a = ev.assignments.get(r.name)
+        reg = a if a is not None and a.source == SOURCE_REGISTRATION else None
+        gpu = (reg.gpu if reg else None) or "-"
+        if ev.mode == "host":
+            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{(reg.matched_by if reg else None) or '-'}")
+        else:
+            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}")
+    header = "pod\tnode\tgpu_key\tmatched_by" if ev.mode == "host" else "pod\tnode\tgpu_uuid"
+    (ev.case_dir / "gpu_mapping.txt").write_text(header + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return ["gpu_mapping.txt"]

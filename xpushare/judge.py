@@ -14,7 +14,7 @@ from typing import Any
 
 from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
-from xpushare.evidence import Evidence
+from xpushare.evidence import SOURCE_REGISTRATION, Evidence
 from xpushare.model import Check, Status, Verdict, combine
 
 
@@ -179,19 +179,32 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
 
     ``gpus_available``: GPUs the pods could be placed on (the backend's ``gpu_count``); None (unknown) is an
     unevaluable check, so the case is ERROR, never a PASS that skipped the spread.
+
+    A pod's GPU is the one the scheduler registered its client on (:class:`~xpushare.evidence.GpuAssignment`,
+    matched by pod name in Kubernetes and by ``host_pid`` in host mode); only a pod with no registration in
+    the evidence counts with the GPU ``pods.json`` recorded (host mode: the tool's own placement), and the
+    check's values name those pods (``not_registered``) and where each GPU came from (``gpu_source``).
     """
     checks = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, pods)]
-    used = sorted({f"{r.node}/{r.gpu}" for r in ev.pods if r.name in pods and r.gpu is not None})
+    found = [a for p in pods if (a := ev.assignment(p)) is not None]
+    used = sorted({f"{a.node}/{a.gpu}" for a in found if a.gpu is not None})
+    values: dict[str, Any] = {"distinct_gpus": len(used), "gpus": used,
+                              "gpu_source": {a.pod: a.describe() for a in found}}
+    fallback = [a.pod for a in found if a.source != SOURCE_REGISTRATION]
+    if fallback:
+        values["not_registered"] = fallback
+        values["fallback"] = ("no registration of these pods in the evidence: counted on the GPU pods.json "
+                              "recorded (host mode: the tool's placement, not where the scheduler put them)")
     if gpus_available is None:
         checks.append(Check("spread_over_gpus", "distinct_gpus > 1 when more than one GPU exists",
-                            {"distinct_gpus": len(used), "gpus": used}, None,
-                            "how many GPUs the cluster has is unknown"))
+                            values, None, "how many GPUs the cluster has is unknown"))
     elif gpus_available > 1:
+        values["gpus_available"] = gpus_available
         checks.append(
             Check(
                 "spread_over_gpus",
                 "distinct_gpus > 1 (more than one GPU exists)",
-                {"distinct_gpus": len(used), "gpus": used, "gpus_available": gpus_available},
+                values,
                 len(used) > 1,
                 "" if len(used) > 1 else "all pods on one GPU",
             )
@@ -199,6 +212,8 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
     status, summary = combine(checks, pass_summary=f"{len(pods)}/{len(pods)} pods passed")
     if status is Status.PASS:
         summary += f" on {len(used)} GPU(s)" if used else " (no GPU: spread not applicable)"
+        if fallback and used:
+            summary += f" ({len(fallback)} pod(s) not registered: GPU from pods.json)"
     return Verdict(status, summary, checks, dict(th), {"distinct_gpus": len(used), "pods": len(pods)}, ev.pod_files())
 
 

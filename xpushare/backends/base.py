@@ -48,9 +48,18 @@ class PodSpec:
 class PodRecord:
     """What became of a pod: phase, exit code, where it ran, and its run interval (unix seconds).
 
+    ``gpu``: the GPU the backend itself knows of: host mode, the one it placed the process on (UUID, else
+    index); None in Kubernetes, where only the scheduler's registration lines tell (the GPU the judgments
+    use is derived from the evidence when it is loaded, :mod:`xpushare.evidence`).
+
     ``host_pid``: host mode only, the pid of the workload process on its host (the process that loads
     the client library, so the pid the scheduler exports as ``client_info{host_pid}``); None in
     Kubernetes (a container's host pid is not known to the tool) and until the process started.
+
+    ``gpu_key``: host mode only, the GPU key the client library reports for the environment the backend
+    gave the process (first token of ``NVIDIA_VISIBLE_DEVICES``, else of ``CUDA_VISIBLE_DEVICES``), the
+    same key space as the scheduler's registrations; None when the backend set no device.
+    ``namespace``: Kubernetes only, the pod's namespace.
     """
 
     name: str
@@ -64,6 +73,8 @@ class PodRecord:
     log: str | None = None
     """Log path relative to the case directory."""
     host_pid: int | None = None
+    gpu_key: str | None = None
+    namespace: str | None = None
 
     @property
     def terminal(self) -> bool:

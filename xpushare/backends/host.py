@@ -10,8 +10,11 @@ its metrics, log and ``/proc`` figures are harvested as evidence too.
 
 Each record carries the workload process's pid (``host_pid``): outside Kubernetes the scheduler knows
 every client as pod ``none`` in namespace ``none``, so the pid (and the ``Client ID`` line of the
-process's output) is how its clients are told apart (:mod:`xpushare.client_match`). With a scheduler
-log, ``gpu_mapping.txt`` lists the GPU key each pod registered with, matched that way.
+process's output) is how its clients are told apart (:mod:`xpushare.client_match`). A record's ``gpu`` is
+the backend's own placement and ``gpu_key`` the GPU key the client library reports for it (the
+``CUDA_VISIBLE_DEVICES`` the backend set); where the scheduler actually registered each client is derived
+from the harvested ``scheduler.log`` when the evidence is loaded for judging (:mod:`xpushare.evidence`),
+and ``scheduler_node.txt`` names the host whose scheduler wrote that log.
 """
 
 from __future__ import annotations
@@ -29,12 +32,10 @@ from xpushare.backends.base import (
     Backend,
     PodRecord,
     PodSpec,
-    read_pod_records,
     write_pod_records,
 )
-from xpushare.client_match import client_match, registrations_of
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.errors import TransportError, XpushareError
+from xpushare.evidence import SCHEDULER_NODE_FILE
 from xpushare.inventory import ClusterSpec
 from xpushare.sut import sut_names
 from xpushare.transport import Host, LocalHost, connect
@@ -71,6 +72,7 @@ class _Placed:
     gpu_index: int | None
     gpu_uuid: str | None
     spawn_name: str
+    gpu_key: str | None = None
 
 
 def _safe(text: str) -> str:
@@ -202,7 +204,8 @@ class HostBackend(Backend):
         for spec in pods:
             host_name, idx, uuid = self._choose(spec)
             spawn_name = f"{self.case_prefix}-{_safe(spec.name)}"
-            self.placed[spec.name] = _Placed(spec, host_name, idx, uuid, spawn_name)
+            env = self.pod_env(spec, idx)
+            self.placed[spec.name] = _Placed(spec, host_name, idx, uuid, spawn_name, _gpu_key(env))
             host = self.hosts[host_name]
             argv = [
                 "sh",
@@ -214,7 +217,7 @@ class HostBackend(Backend):
                 f"{self.workload_dir[host_name]}/{spec.workload}.py",
                 *spec.args,
             ]
-            host.spawn(spawn_name, argv, env=self.pod_env(spec, idx))
+            host.spawn(spawn_name, argv, env=env)
         self._write_records(case_dir, self._poll())
 
     def _poll(self) -> list[PodRecord]:
@@ -250,6 +253,7 @@ class HostBackend(Backend):
                         spec=asdict(p.spec),
                         log=f"pods/{p.spec.name}.log",
                         host_pid=int(pid) if pid.isdigit() else None,
+                        gpu_key=p.gpu_key,
                     )
                 )
         return records
@@ -287,8 +291,12 @@ class HostBackend(Backend):
         return res.stdout if res.ok else ""
 
     # -- evidence --------------------------------------------------------------------------------
+    def _scheduler_host_name(self) -> str:
+        """The host whose scheduler the inventory's ``scheduler`` settings describe: the first GPU host."""
+        return next(iter(self.hosts))
+
     def _scheduler_host(self) -> Host:
-        return next(iter(self.hosts.values()))
+        return self.hosts[self._scheduler_host_name()]
 
     def _scheduler_log_size(self) -> int | None:
         log = self.cluster.scheduler.log_file
@@ -313,29 +321,7 @@ class HostBackend(Backend):
         for name, host in self.hosts.items():
             files += self._harvest_node(case_dir, name, host)
         files += self._harvest_scheduler(case_dir)
-        files += self._gpu_mapping(case_dir)
         return files
-
-    def _gpu_mapping(self, case_dir: Path) -> list[str]:
-        """``gpu_mapping.txt``: per pod, the GPU key of its last ``Registered client`` line in the harvested
-        ``scheduler.log`` and the key that matched it (``host_pid <pid>`` / ``client_id <id16>``; the pod
-        name is ``none`` outside Kubernetes), ``-`` when it never registered. Columns ``pod node gpu_key
-        matched_by`` (tab-separated). Nothing without a scheduler log or pods."""
-        log = case_dir / "scheduler.log"
-        records = read_pod_records(case_dir) if log.exists() else []  # written by harvest just before
-        if not records:
-            return []
-        summary = parse_text(log.read_text(encoding="utf-8", errors="replace"))
-        rows = []
-        for r in records:
-            out = case_dir / "pods" / f"{r.name}.log"
-            text = out.read_text(encoding="utf-8", errors="replace") if out.exists() else None
-            found = registrations_of(summary, client_match(self.mode, r.name, record=r, log=text))
-            reg, key = found[-1] if found else (None, "-")
-            rows.append(f"{r.name}\t{r.node or '-'}\t{(reg.gpu if reg else None) or '-'}\t{key}")
-        (case_dir / "gpu_mapping.txt").write_text("pod\tnode\tgpu_key\tmatched_by\n" + "\n".join(rows) + "\n",
-                                                  encoding="utf-8")
-        return ["gpu_mapping.txt"]
 
     def _harvest_node(self, case_dir: Path, name: str, host: Host) -> list[str]:
         files: list[str] = []
@@ -383,7 +369,9 @@ class HostBackend(Backend):
             offset = (self.log_offset or 0) + 1
             res = host.run(["tail", "-c", f"+{offset}", sched.log_file], timeout=120)
             (case_dir / "scheduler.log").write_text(res.stdout, encoding="utf-8")
-            files.append("scheduler.log")
+            # Pids are per host: only the pods of this host can be matched to this log's registrations.
+            (case_dir / SCHEDULER_NODE_FILE).write_text(self._scheduler_host_name() + "\n", encoding="utf-8")
+            files += ["scheduler.log", SCHEDULER_NODE_FILE]
         if sched.process_name:
             script = (
                 'p=$(pgrep -o -f "^(\\S*/)?$1( |\\$)") || { echo "SCHEDULER_ALIVE=0"; exit 0; }; '
@@ -407,6 +395,16 @@ class HostBackend(Backend):
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()
+
+
+def _gpu_key(env: dict[str, str]) -> str | None:
+    """The GPU key the client library reports for this environment (sut-interfaces.md §4.2: the first
+    comma/semicolon token of ``NVIDIA_VISIBLE_DEVICES``, else of ``CUDA_VISIBLE_DEVICES``); None when
+    neither is set (the library would report ``default``, but the backend placed no GPU)."""
+    for name in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        if env.get(name):
+            return re.split(r"[,;]", env[name])[0].strip()
+    return None
 
 
 def _float(text: str) -> float | None:

@@ -10,8 +10,11 @@ Evidence of a case (seed 000 sections 13 and 17.1; issue "Evidence in k8s mode")
   where the case's pods ran** (``<pod IP>:9402``);
 * ``scheduler_proc.txt``: the scheduler's ``/proc/<pid>/status`` and FD count, read on that node;
 * ``remote_<node>_nvidia_smi.txt`` and ``remote_<node>_dmon.txt`` (dmon for the case's whole duration);
-* ``cluster_snapshot.txt``; ``gpu_mapping.txt``: pod -> GPU UUID from the scheduler's
-  ``Registered client ... on GPU <uuid> with Pod name = ...`` lines.
+* ``cluster_snapshot.txt``.
+
+``pods.json`` records no GPU: only the scheduler's ``Registered client ... on GPU <uuid> with Pod name =
+...`` lines tell which GPU a pod got, and the pod -> GPU mapping is derived from them when the evidence is
+loaded for judging (:mod:`xpushare.evidence`, which also writes ``gpu_mapping.txt``).
 """
 
 from __future__ import annotations
@@ -38,11 +41,9 @@ from xpushare.backends.base import (
     Backend,
     PodRecord,
     PodSpec,
-    read_pod_records,
     write_pod_records,
 )
 from xpushare.collect import procstat
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
 from xpushare.kube import Kubectl, KubeError, KubePodStuck, KubeTimeout, Pod
@@ -231,6 +232,7 @@ class K8sBackend(Backend):
         spec = next((p for p in self.pods if dns1123(p.name) == pod.name), None)
         return PodRecord(
             name=pod.name,
+            namespace=pod.namespace,
             phase=pod.phase,
             exit_code=pod.exit_code,
             node=pod.node,
@@ -367,7 +369,6 @@ class K8sBackend(Backend):
         files += self._harvest_scheduler_logs(case_dir)
         nodes = sorted({r.node for r in records if r.node})
         files += self._harvest_nodes(case_dir, nodes)
-        files += self._gpu_mapping(case_dir, records)
         try:
             snap = self.kubectl.run(["get", "nodes", "-o", "wide"], namespace=None).stdout
             snap += "\n" + self.kubectl.run(["get", "pods", "-A", "-o", "wide"], namespace=None).stdout
@@ -450,20 +451,6 @@ class K8sBackend(Backend):
         except TransportError as exc:
             _note(case_dir, f"scheduler /proc: {exc}")
             return []
-
-    def _gpu_mapping(self, case_dir: Path, records: list[PodRecord]) -> list[str]:
-        log = case_dir / "scheduler.log"
-        if not log.exists() or not records:
-            return []
-        summary = parse_text(log.read_text(encoding="utf-8", errors="replace"))
-        mapping = {pod: gpu for (ns, pod), gpu in summary.pod_gpu.items() if ns == self.cluster.namespace}
-        lines = [f"{r.name}\t{r.node or '-'}\t{mapping.get(r.name) or '-'}" for r in records]
-        (case_dir / "gpu_mapping.txt").write_text("pod\tnode\tgpu_uuid\n" + "\n".join(lines) + "\n", encoding="utf-8")
-        stored = read_pod_records(case_dir)
-        for r in stored:
-            r.gpu = mapping.get(r.name)
-        write_pod_records(case_dir, stored)
-        return ["gpu_mapping.txt"]
 
     def cleanup(self, case_dir: Path) -> None:
         try:
