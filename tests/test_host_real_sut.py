@@ -17,7 +17,10 @@ library registers every client as pod ``none`` in namespace ``none``, which is w
   (``gpu_mapping.txt``).
 * ``invoke func --case FUNC-003`` on a lab of one host with two simulated GPUs: every process is counted
   on the GPU key the real scheduler registered it on (``0`` / ``1``), found by its pid, not on the tool's
-  own placement; the judgment writes ``gpu_mapping.txt``.
+  own placement; the judgment writes ``gpu_mapping.txt``. With the host's scheduler and library from the
+  ``gpu-key-ignores-cuda-visible-devices`` mutant (the library ignores ``CUDA_VISIBLE_DEVICES``), the tool
+  still places the workloads on GPUs ``0``, ``0``, ``1``, ``1``, but every client registers under the key
+  ``default``: FUNC-003 FAILs (``spread_over_gpus: all pods on one GPU``).
 * Broken system: the host's scheduler from the ``metrics-missing`` mutant still registers the probe (the
   log shows its pid) but exports no ``client_info``: ``load 1: client_info per client`` FAILs, and so does
   MET-002.
@@ -32,8 +35,9 @@ Lab-sized parameters: ``metrics_check_settle_s`` 15 (a load step whose lines nev
 finding 9, waits that long), ``met_settle_s`` 15, ``met007_duration_s`` 10, W5 ``--n 1024`` on a 1e9 B/s
 simulated GPU (12.6 ms per kernel, so a probe costs little CPU). Measured on a 2-core machine shared with
 other lab runs: the lab starts in 0.4 s, a healthy metrics-check takes 34 s (two 15 s load steps, each held
-to its end by finding 9), the metrics suite 19 s, the two-probe test 4 s, the mutant test 56 s (its
-metrics-check and MET-002 wait out their settle times), the FUNC-003 test 8 s; the module 114 s.
+to its end by finding 9), the metrics suite 19 s, the two-probe test 4 s, the ``metrics-missing`` test 56 s
+(its metrics-check and MET-002 wait out their settle times), each FUNC-003 test (healthy, mutant) 6 s; the
+module 130 s.
 """
 
 from __future__ import annotations
@@ -327,22 +331,35 @@ def test_metrics_missing_mutant_fails_the_load_part(host_lab: HostLab, inventory
         host_lab.set_sut(NODE, None)
 
 
-@LAB
-def test_spread_case_in_host_mode_judges_the_registrations(tmp_path: Path) -> None:
-    """FUNC-003 on one host with two simulated GPUs: each workload's GPU is the one the real scheduler
-    registered it on (matched by the pid the backend recorded), not the tool's own placement."""
+def spread_case(tmp_path: Path, mutant: str | None = None) -> tuple[dict[str, Any], Path, str]:
+    """FUNC-003 on a lab of one host with two simulated GPUs (its scheduler and library from ``mutant``'s
+    build, if given): ``(result.json, case directory, output tail)``."""
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(f"host-mode lab unavailable: {reason}")
+    build = build_mutant(mutant) if mutant is not None else None
     w2 = ["--n", "512", "--iters", "300", "--no-progress"]  # 3.1 ms per kernel on a 1e9 B/s GPU: about 1 s
     with HostLab(tmp_path / "lab", nodes=("hl-solo",), gpus=2, base_address="127.0.74.1") as lab:
         inv = lab.write_inventory(tmp_path / "inventory.yaml", params={
             "func003_pods": 4, "workload_args": {"w2_medium_add": w2}})
-        proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
-                      str(tmp_path), "--case", "FUNC-003")
+        if build is not None:  # the inventory's sut_lib is a link to the host's build: both switch
+            lab.set_sut("hl-solo", build.directory)
+        try:
+            proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
+                          str(tmp_path), "--case", "FUNC-003")
+        finally:
+            if build is not None:
+                lab.set_sut("hl-solo", None)
     case = tmp_path / ".tmplog" / "spread" / "xpushare" / CLUSTER / "functional" / "FUNC-003"
-    got = json.loads((case / "result.json").read_text())
-    assert got["status"] == "PASS", proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads((case / "result.json").read_text()), case, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+@LAB
+def test_spread_case_in_host_mode_judges_the_registrations(tmp_path: Path) -> None:
+    """FUNC-003 on one host with two simulated GPUs: each workload's GPU is the one the real scheduler
+    registered it on (matched by the pid the backend recorded), not the tool's own placement."""
+    got, case, detail = spread_case(tmp_path)
+    assert got["status"] == "PASS", detail
     spread = next(c for c in got["checks"] if c["name"] == "spread_over_gpus")["values"]
     pids = {p["name"]: p["host_pid"] for p in json.loads((case / "pods.json").read_text())}
     assert spread["distinct_gpus"] == 2 and "not_registered" not in spread, spread
@@ -351,3 +368,20 @@ def test_spread_case_in_host_mode_judges_the_registrations(tmp_path: Path) -> No
     rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
     assert sorted(r[2] for r in rows) == ["0", "0", "1", "1"], rows
     assert (case / "scheduler_node.txt").read_text().strip() == "hl-solo"
+
+
+@LAB
+def test_spread_case_fails_when_every_client_registers_on_one_gpu(tmp_path: Path) -> None:
+    """The library of the ``gpu-key-ignores-cuda-visible-devices`` mutant ignores the CUDA_VISIBLE_DEVICES
+    the tool placed each workload with: the tool still spreads them over both GPUs, but the scheduler
+    registers all of them under one key (``default``), so FUNC-003 FAILs on the registrations."""
+    got, case, detail = spread_case(tmp_path, "gpu-key-ignores-cuda-visible-devices")
+    assert got["status"] == "FAIL" and "spread_over_gpus" in got["summary"], detail
+    spread = next(c for c in got["checks"] if c["name"] == "spread_over_gpus")
+    assert spread["ok"] is False and spread["values"]["distinct_gpus"] == 1, spread
+    pods = json.loads((case / "pods.json").read_text())
+    assert sorted(p["gpu_key"] for p in pods) == ["0", "0", "1", "1"], pods  # the tool's placement spread
+    assert {p: s.split(" and ")[0] for p, s in spread["values"]["gpu_source"].items()} == {
+        p["name"]: f"registration (host_pid {p['host_pid']}" for p in pods}, spread
+    rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
+    assert [r[2] for r in rows] == ["default"] * 4, rows

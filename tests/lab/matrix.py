@@ -94,6 +94,13 @@ ROWS: tuple[Row, ...] = (
     Row("pack_one_gpu", ("FUNC-003",), faults={"pack_one_gpu": True}, cordon=("lab-node2",)),
 )
 
+#: Mutants only a host-mode cluster can show (the Kubernetes lab's device plugin sets what they get wrong), and the
+#: test that catches them on the host-mode lab (tests/lab/hostlab.py).
+HOST_MODE: dict[str, str] = {
+    "gpu-key-ignores-cuda-visible-devices": "host-mode FUNC-003 FAIL (`spread_over_gpus`): every client registers on "
+                                            "the first GPU; tests/test_host_real_sut.py",
+}
+
 #: Mutants no case catches, and why (they stay in the score's denominator).
 UNCAUGHT: dict[str, str] = {
     "lock-never-dropped": "the time-slice rotation it removes never happens at the SUT's default settings either: "
@@ -228,10 +235,13 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
         lines += [f"- **{case}**: {why}" for case, why in sorted(UNREACHABLE.items())]
     mutants = [r for r in rows if r.kind == "mutant"]
     caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
+    caught_mutants += [m for m in HOST_MODE if m in MUTANTS]
     missed = sorted(set(MUTANTS) - set(caught_mutants))
     lines += ["", "## Mutation score", "",
               f"{len(caught_mutants)} of {len(MUTANTS)} mutants caught by at least one case "
               f"({100 * len(caught_mutants) / max(1, len(MUTANTS)):.0f} %)."]
+    for name, how in sorted(HOST_MODE.items()):
+        lines.append(f"- caught in host mode: `{name}`: {how}")
     for name in missed:
         why = UNCAUGHT.get(name, "its row did not run or no case caught it" if name in {r.breakage for r in mutants}
                            else "no row yet")
