@@ -250,8 +250,8 @@ def test_run_load_checks_through_a_host_backend(tmp_path: Path, page: str, ok: b
     assert info.ok is ok, info.observed
     if ok:
         assert f"matched by host_pid {PID_A} and client_id {CID_A}" in info.observed
-        assert load.match(PROBE) == client_match("host", PROBE, record=PodRecord(PROBE, "Running", host_pid=PID_A),
-                                                 log=POD_A_LOG)
+        assert load.matches([PROBE]) == [client_match("host", PROBE, record=PodRecord(PROBE, "Running",
+                                                                                      host_pid=PID_A), log=POD_A_LOG)]
     else:
         assert f"not found: {PROBE} [host_pid {PID_A} or client_id {CID_A}]" in info.observed
         assert now[0] >= 10  # polled until the settle time ran out

@@ -327,8 +327,8 @@ class FakeLoad:
         self.started = index
         return f"probe-{index}"
 
-    def match(self, name: str) -> ClientMatch:
-        return client_match("k8s", name)
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]:
+        return [client_match("k8s", name) for name in names]
 
     def stop(self) -> None:
         self.stopped += 1
@@ -420,7 +420,7 @@ def test_backend_probe_load_drives_a_backend(tmp_path: Path) -> None:
     backend = Backend()
     load = mc.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")  # type: ignore[arg-type]
     assert [load.start(1), load.start(2)] == ["metrics-check-1", "metrics-check-2"]
-    assert load.match("metrics-check-1") == client_match("k8s", "metrics-check-1")  # k8s backend: by pod name
+    assert load.matches(["metrics-check-1"]) == [client_match("k8s", "metrics-check-1")]  # k8s: by pod name
     load.stop()
     assert backend.calls == ["prepare", "begin metrics-check", "cleanup"]
     assert backend.specs[0].workload == "w5_quota_probe" and backend.specs[0].core_limit == 50

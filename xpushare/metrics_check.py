@@ -45,7 +45,7 @@ from typing import Any, NamedTuple, Protocol, TextIO
 from tabulate import tabulate
 
 from xpushare.backends.base import Backend
-from xpushare.client_match import KEY_POD, ClientMatch, client_match, matched_clients
+from xpushare.client_match import KEY_HOST_PID, KEY_POD, ClientMatch, client_match, matched_clients
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
 from xpushare.errors import HostUnreachable, TransportError, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
@@ -411,7 +411,7 @@ def _client_line(exp: Exposition, expected_clients: int,
     clients = [s for s in info if id(s) in chosen]
     keys = sorted({m.key for m in matches})
     expected = (f"{expected_clients} (one per probe, by {'/'.join(keys)}"
-                + (" + client_id" if "host_pid" in keys else "") + ")")
+                + (" + client_id" if KEY_HOST_PID in keys else "") + ")")
     observed = f"{len(clients)}" + (": " + ", ".join(found) if found else "")
     if missing:
         observed += "; not found: " + ", ".join(f"{m.workload} [{m.describe()}]" for m in missing)
@@ -534,7 +534,7 @@ class ProbeLoad(Protocol):
 
     ``start(index)`` starts probe number ``index`` (1, 2 ...) and returns its pod name once it runs
     (raises :class:`~xpushare.errors.XpushareError` when it cannot); ``stop()`` removes every probe
-    (idempotent, called in a ``finally``); ``match(name)`` says how probe ``name``'s clients are
+    (idempotent, called in a ``finally``); ``matches(names)`` says how each probe's clients are
     recognised on the page (:func:`xpushare.client_match.client_match` for the load's mode; called on
     every poll, since a host-mode probe's pid and client id appear after its start); ``core_limit`` is
     the core limit each probe is configured with (``None``: none, so the exporter shows 100).
@@ -544,7 +544,7 @@ class ProbeLoad(Protocol):
 
     def start(self, index: int) -> str: ...
 
-    def match(self, name: str) -> ClientMatch: ...
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]: ...
 
     def stop(self) -> None: ...
 
@@ -604,10 +604,10 @@ class KubeProbeLoad:
             raise XpushareError(f"probe pod {pod.name} ended ({pod.phase}, exit {pod.exit_code}) before the scrape")
         return pod.name
 
-    def match(self, name: str) -> ClientMatch:
-        """Kubernetes: the probe's clients carry its pod name (``pod`` label; the name holds a random run id,
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]:
+        """Kubernetes: the probes' clients carry their pod names (``pod`` label; a name holds a random run id,
         so any namespace label is accepted, as before)."""
-        return client_match("k8s", name)
+        return [client_match("k8s", name) for name in names]
 
     def stop(self) -> None:
         self.kubectl.delete(f"{RUN_LABEL}={self.run_id}", wait=False, grace_period_s=0, namespace=self.namespace)
@@ -619,7 +619,7 @@ class BackendProbeLoad:
     GPU hosts with the client library preloaded; no annotations, so ``core_limit`` must stay ``None``)
     or a Kubernetes backend (``core_limit`` becomes the annotation, ``node`` pins the pod).
 
-    :meth:`match` follows the backend's ``mode``: host mode matches by the pid the backend recorded for
+    :meth:`matches` follows the backend's ``mode``: host mode matches by the pid the backend recorded for
     the probe process (``PodRecord.host_pid``) and the ``Client ID`` lines of its output; Kubernetes by
     the pod name (in ``namespace``, None: any)."""
 
@@ -650,17 +650,21 @@ class BackendProbeLoad:
             raise XpushareError(f"probe {name} is {rec[0].phase if rec else 'missing'}, not Running")
         return rec[0].name
 
-    def match(self, name: str) -> ClientMatch:
-        """The probe's match from its current record and output (kept once nothing more can appear)."""
-        if name in self._known:
-            return self._known[name]
-        records = self.backend.wait_running(self.case_dir, [name], 0.0)
-        record = next((r for r in records if r.name == name), None)
-        log = self.backend.read_log(self.case_dir, name) if self.backend.mode != "k8s" else None
-        found = client_match(self.backend.mode, name, namespace=self.namespace, record=record, log=log)
-        if found.key == KEY_POD or (found.host_pids and found.client_ids):
-            self._known[name] = found
-        return found
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]:
+        """The probes' matches from their current records and output (each kept once nothing more can appear):
+        one record poll for every probe not known yet, and only in host mode (a pod name needs none)."""
+        unknown = [n for n in names if n not in self._known]
+        host = self.backend.mode != "k8s"
+        records = {r.name: r for r in self.backend.wait_running(self.case_dir, unknown, 0.0)} if host and unknown \
+            else {}
+        current: dict[str, ClientMatch] = {}
+        for name in unknown:
+            log = self.backend.read_log(self.case_dir, name) if host else None
+            found = client_match(self.backend.mode, name, namespace=self.namespace, record=records.get(name), log=log)
+            current[name] = found
+            if found.key == KEY_POD or (found.host_pids and found.client_ids):
+                self._known[name] = found
+        return [self._known.get(name) or current[name] for name in names]
 
     def stop(self) -> None:
         if self._started:
@@ -676,7 +680,7 @@ def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, pref
     After each start ``scrape()`` (a GET of ``/metrics``) is polled every ``poll_s`` until
     :func:`load_checks` passes or ``settle_s`` runs out (a new client needs a moment: registration,
     first allocation, a utilisation sample); the last page's lines are kept, items prefixed
-    ``load <n>:``. The probes' clients are selected with ``load.match(name)`` on every poll (pod name
+    ``load <n>:``. The probes' clients are selected with ``load.matches(names)`` on every poll (pod name
     in Kubernetes, host pid / client id in host mode). A probe that cannot start is a FAIL line and
     ends the load part. The probes are stopped in a ``finally`` (a failed removal is a FAIL line
     ``probe pods removed``).
@@ -699,7 +703,7 @@ def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, pref
                 else:
                     limits = {p: load.core_limit for p in pods} if load.core_limit is not None else None
                     last = load_checks(parse_exposition(resp.body, prefix), expected_clients=n,
-                                       matches=[load.match(p) for p in pods], core_limits=limits)
+                                       matches=load.matches(pods), core_limits=limits)
                 if all(ln.ok for ln in last) or clock() >= deadline:
                     break
                 sleep(poll_s)
