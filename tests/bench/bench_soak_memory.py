@@ -119,7 +119,7 @@ class FakeCluster:
     def pod_log(self, pod: str) -> str:
         return ""
 
-    def rotate_logs(self, dest: Path, index: int) -> list[Path]:
+    def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
         return []
 
     def harvest_previous(self, dest: Path) -> list[Path]:

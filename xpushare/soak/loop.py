@@ -752,8 +752,7 @@ class SoakLoop:
     def _rotate(self, reason: str | None = None, since: float | None = None) -> None:
         idx = int(self.clock())
         dest = self.dir / "logs"
-        ok, files = self._try("logs", lambda: self.ops.rotate_logs(dest, idx) if since is None
-                              else self.ops.rotate_logs(dest, idx, since=since))
+        ok, files = self._try("logs", lambda: self.ops.rotate_logs(dest, idx, since=since))
         if ok:
             extra = {k: v for k, v in (("reason", reason), ("since", since)) if v is not None}
             self.event("logs_rotated", files=[str(Path(f).name) for f in files], **extra)
