@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.test_metrics_check import IDLE, UUID, with_rows
 from xpushare import judge_metrics as jm
 from xpushare.client_match import client_match
+from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence import Evidence
 from xpushare.model import Status, Verdict
 
@@ -198,12 +199,12 @@ def sched_log(*mib: int, cid: str = CID, t0: str = "2026-02-14T10:00:0") -> str:
 
 def test_logged_allocations() -> None:
     text = sched_log(1024, 2048, 3072)
-    assert jm.logged_allocations(text) == {CID: 3072}
+    assert logged_allocations(text) == {CID: 3072}
     t = datetime(2026, 2, 14, 10, 0, 2, 600000, tzinfo=timezone.utc).timestamp()  # after the second line
-    assert jm.logged_allocations(text, t) == {CID: 2048}
+    assert logged_allocations(text, t) == {CID: 2048}
     bare = "[XPUSHARE][DEBUG]: Received MEM_UPDATE from ABCDEF0123456789: 16 MB\n"  # no timestamp: always counts
-    assert jm.logged_allocations(bare, 0.0) == {"abcdef0123456789": 16}
-    assert jm.logged_allocations("[XPUSHARE][INFO]: Received MEM_UPDATE from x: 1 MB\n") == {}
+    assert logged_allocations(bare, 0.0) == {"abcdef0123456789": 16}
+    assert logged_allocations("[XPUSHARE][INFO]: Received MEM_UPDATE from x: 1 MB\n") == {}
 
 
 def test_met003_against_the_scheduler_log() -> None:

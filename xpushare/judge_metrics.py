@@ -51,7 +51,7 @@ import yaml
 from xpushare.client_match import ClientMatch, client_values, matched_clients
 from xpushare.collect import dmon as dmon_parser
 from xpushare.collect.metrics import CurlResponse, Exposition, Sample, parse_curl_output, parse_exposition
-from xpushare.collect.pod_log import parse_timestamp
+from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence import Evidence
 from xpushare.model import Check, Status, Verdict, combine
 
@@ -72,7 +72,6 @@ __all__ = [
     "judge_met007",
     "judge_met008",
     "load_required_metrics",
-    "logged_allocations",
     "parse_series",
     "quota_state",
     "read_capture",
@@ -558,31 +557,6 @@ def _in_range(value: float, seen: Sequence[float], tol: float) -> bool:
     return min(seen) * (1 - tol) <= value <= max(seen) * (1 + tol)
 
 
-_MEM_UPDATE_RE = re.compile(r"\[(?:XPUSHARE|NVSHARE)\]\[DEBUG\]: Received MEM_UPDATE from (?P<cid>[0-9a-fA-F]+): "
-                            r"(?P<mb>\d+) MB\s*$")
-_LOG_TS_RE = re.compile(r"(?:^|\s)(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
-
-
-def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
-    """``client_id -> MiB`` of the last ``Received MEM_UPDATE from <id>: <n> MB`` line of each client.
-
-    The scheduler logs each client's MEM_UPDATE (its managed allocation, integer MiB) in debug mode only
-    (scheduler.c, ``log_debug``). ``until`` (Unix s): lines whose kubectl ``--timestamps`` time is later
-    are ignored (lines without a timestamp always count). Never raises.
-    """
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        m = _MEM_UPDATE_RE.search(line)
-        if m is None:
-            continue
-        if until is not None and (t := _LOG_TS_RE.search(line[: m.start()])) is not None:
-            when = parse_timestamp(t.group("ts"))
-            if when is not None and when.timestamp() > until:
-                continue
-        out[m.group("cid").lower()] = int(m.group("mb"))
-    return out
-
-
 def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, node: str | None = None,
                  mid_at: float | None = None, prefix: str | None = None) -> Verdict:
     """MET-003: the probe's three memory views are > 0 and consistent with each other and with NVML.
@@ -600,8 +574,9 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, no
     ``met003_require_nvml`` is false (then it is left out and the summary says so). Scheduler-log
     cross-check (seed 000 MET-003 compares the scheduler log too): where ``scheduler.log`` holds the
     debug-mode ``Received MEM_UPDATE from <id>: <n> MB`` lines of a probe client, its managed allocation
-    in whole MiB must equal the last one logged by ``mid_at`` (:func:`logged_allocations`); without such
-    lines it is left out and the summary says so.
+    in whole MiB must equal the last one logged by ``mid_at``
+    (:func:`~xpushare.collect.scheduler_log.logged_allocations`); without such lines it is left out and
+    the summary says so.
     """
     keys = ["met003_nvml_tolerance_ratio", "met003_window_s", "met003_require_nvml"]
     name, text = _metrics_source(ev, None, ["metrics_mid.txt", "metrics.txt"])

@@ -48,6 +48,7 @@ __all__ = [
     "SchedulerLogParser",
     "SchedulerLogSummary",
     "command",
+    "logged_allocations",
     "parse_file",
     "parse_lines",
     "parse_text",
@@ -749,6 +750,32 @@ _HANDLERS: dict[str, Callable[[SchedulerLogParser, str, str | None, int], None]]
     "SO_PEERCRED:": SchedulerLogParser._on_peercred,
     "SO_PEERCRED": SchedulerLogParser._on_peercred,
 }
+
+
+_MEM_UPDATE_RE = re.compile(r"\[(?:XPUSHARE|NVSHARE)\]\[DEBUG\]: Received MEM_UPDATE from (?P<cid>[0-9a-fA-F]+): "
+                            r"(?P<mb>\d+) MB\s*$")
+_LOG_TS_RE = re.compile(r"(?:^|\s)(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ")
+
+
+def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
+    """``client_id -> MiB`` of the last ``Received MEM_UPDATE from <id>: <n> MB`` line of each client.
+
+    The scheduler logs each client's MEM_UPDATE (its managed allocation, integer MiB) in debug mode only
+    (scheduler.c, ``log_debug``); :class:`SchedulerLogParser` only counts them (``received``), without
+    values: this reads the values, for MET-003. ``until`` (Unix s): lines whose kubectl ``--timestamps`` time is later
+    are ignored (lines without a timestamp always count). Never raises.
+    """
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _MEM_UPDATE_RE.search(line)
+        if m is None:
+            continue
+        if until is not None and (t := _LOG_TS_RE.search(line[: m.start()])) is not None:
+            when = parse_timestamp(t.group("ts"))
+            if when is not None and when.timestamp() > until:
+                continue
+        out[m.group("cid").lower()] = int(m.group("mb"))
+    return out
 
 
 def parse_lines(lines: Iterable[str]) -> SchedulerLogSummary:
