@@ -14,13 +14,23 @@ import fcntl
 import hashlib
 import os
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
 class BuildError(RuntimeError):
     """A lab build could not run or failed; the message is one line naming what is missing or failed."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """One cached build: the directory holding its outputs and the content hash of its inputs."""
+
+    directory: Path
+    digest: str
 
 
 def cache_root() -> Path:
@@ -91,6 +101,20 @@ def cached_build(kind: str, digest: str, build: Callable[[Path], None], outputs:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def run_step(argv: Sequence[str], failure: str, *, timeout: float, cwd: Path | None = None) -> str:
+    """Run one build command and return its output (stdout then stderr, stripped).
+
+    Raises:
+        BuildError: it exited non-zero: ``"<failure> (exit N): <its last 4 output lines>"``.
+    """
+    proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    text = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        tail = " | ".join(text.splitlines()[-4:])
+        raise BuildError(f"{failure} (exit {proc.returncode}): {tail}")
+    return text
 
 
 def require_tools(what: str, tools: Iterable[str], headers: Iterable[str] = ()) -> None:

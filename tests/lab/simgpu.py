@@ -20,12 +20,11 @@ import hashlib
 import os
 import shutil
 import stat
-import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.lab.build import BuildError, cached_build, content_hash, require_tools, tree_files
+from tests.lab.build import Build, BuildError, cached_build, content_hash, require_tools, run_step, tree_files
 
 #: The C sources (and the ``nvidia-smi`` script) of the simulated GPU.
 SOURCE_DIR = Path(__file__).resolve().parent / "simgpu_src"
@@ -52,11 +51,8 @@ _RECIPE = "gcc " + " ".join(_CFLAGS) + " -lpthread; simgpu 1"
 
 
 @dataclass(frozen=True)
-class SimGpuBuild:
+class SimGpuBuild(Build):
     """One build of the simulated GPU: a directory holding the stub driver, NVML and nvidia-smi."""
-
-    directory: Path
-    digest: str
 
     @property
     def libcuda(self) -> Path:
@@ -183,11 +179,7 @@ def build_simgpu() -> SimGpuBuild:
         for output, link, sources in _LIBRARIES:
             argv = ["gcc", *_CFLAGS, f"-Wl,-soname,{output}", "-o", str(dest / output),
                     *(str(SOURCE_DIR / s) for s in sources), "-lpthread"]
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-            text = (proc.stdout + proc.stderr).strip()
-            if proc.returncode != 0:
-                tail = " | ".join(text.splitlines()[-4:])
-                raise BuildError(f"gcc failed building {output} (exit {proc.returncode}): {tail}")
+            text = run_step(argv, f"gcc failed building {output}", timeout=120)
             if text:
                 log.append(text)
             (dest / link).symlink_to(output)

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.lab.build import BuildError, cached_build, content_hash, require_tools, tree_files
+from tests.lab.build import Build, BuildError, cached_build, content_hash, require_tools, run_step, tree_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Where the upstream source sits beside the repository (the project's shared material).
@@ -28,11 +27,9 @@ _RECIPE = "make " + " ".join(OUTPUTS) + " v1"
 
 
 @dataclass(frozen=True)
-class SutBuild:
-    """Paths of one built SUT (all in one cache directory) and the source tree's content hash."""
+class SutBuild(Build):
+    """Paths of one built SUT (all in one cache directory), the source tree's content hash and the tree."""
 
-    directory: Path
-    digest: str
     source: Path
 
     @property
@@ -75,11 +72,7 @@ def build_sut(source: str | os.PathLike[str] | None = None) -> SutBuild:
         with tempfile.TemporaryDirectory(prefix="xpushare-sut-") as work:
             tree = Path(work) / "src"
             shutil.copytree(src, tree, ignore=shutil.ignore_patterns("*.o", "*.so", ".git"))
-            proc = subprocess.run(["make", "-j2", *OUTPUTS], cwd=tree, capture_output=True, text=True,
-                                  timeout=300, check=False)
-            if proc.returncode != 0:
-                tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-4:])
-                raise BuildError(f"make failed in {src} (exit {proc.returncode}): {tail}")
+            run_step(["make", "-j2", *OUTPUTS], f"make failed in {src}", timeout=300, cwd=tree)
             for name in OUTPUTS:
                 shutil.copy2(tree / name, dest / name)
 
