@@ -69,7 +69,7 @@ def cached_build(kind: str, digest: str, build: Callable[[Path], None], outputs:
     """The directory holding ``outputs`` of build ``kind``/``digest``, building it when absent.
 
     Args:
-        kind: cache namespace (``sut``, ``simgpu``).
+        kind: cache namespace (``sut``, ``simgpu``, ``mutant-src``).
         digest: the inputs' content hash (:func:`content_hash`).
         build: ``build(dest)`` writes the outputs into the empty directory ``dest``; raises
             :class:`BuildError` on failure.

@@ -8,8 +8,8 @@ report FAIL.
 
 * :data:`MUTANTS` maps each name to its description.
 * :func:`mutant_tree` copies the base tree (default :func:`tests.lab.sut.default_source`) and applies the
-  patch; the copy sits in the lab's build cache under ``mutant-src/<name>-<hash>`` (hash of the patch and
-  of the base tree), so repeated calls reuse it.
+  patch; the copy sits in the lab's build cache (:func:`tests.lab.build.cached_build`) under
+  ``mutant-src/<name>-<hash>`` (hash of the patch and of the base tree), so repeated calls reuse it.
 * :func:`build_mutant` builds that tree with :func:`tests.lab.sut.build_sut` (content-hash cached).
 
 ``python -m tests.lab.mutants [NAME...]`` builds the named mutants (default: all) and prints each build
@@ -22,10 +22,9 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from tests.lab.build import BuildError, cache_root, content_hash, tree_files
+from tests.lab.build import BuildError, cached_build, content_hash, tree_files
 from tests.lab.sut import OUTPUTS, SutBuild, build_sut, default_source
 
 #: The directory holding the ``<name>.patch`` files.
@@ -85,15 +84,10 @@ def mutant_tree(name: str, base: str | os.PathLike[str] | None = None) -> Path:
         raise BuildError(f"mutant {name}: base source tree not found: {src}")
     if shutil.which("patch") is None:
         raise BuildError("cannot apply mutant patches: missing patch (the GNU patch program)")
-    root = cache_root() / "mutant-src"
-    final = root / f"{name}-{_tree_digest(patch, src)}"
-    if (final / _MARKER).is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
-        tree = staging / "src"
-        shutil.copytree(src, tree, ignore=shutil.ignore_patterns("*.o", "*.so", "*.tar.gz", ".git", *OUTPUTS))
+
+    def apply(tree: Path) -> None:
+        shutil.copytree(src, tree, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*.o", "*.so", "*.tar.gz", ".git", *OUTPUTS))
         proc = subprocess.run(
             ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-",
              "-i", str(patch)],
@@ -103,14 +97,8 @@ def mutant_tree(name: str, base: str | os.PathLike[str] | None = None) -> Path:
             complaint = next((ln for ln in lines if not ln.startswith("patching file")), "no output")
             raise BuildError(f"mutant {name} does not apply to {src} (patch exit {proc.returncode}): {complaint}")
         (tree / _MARKER).write_text(f"{name}\n")
-        try:
-            tree.rename(final)
-        except OSError:
-            if not (final / _MARKER).is_file():  # not a concurrent worker's finished copy: a real failure
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
+
+    return cached_build("mutant-src", f"{name}-{_tree_digest(patch, src)}", apply, (_MARKER,))
 
 
 def build_mutant(name: str, base: str | os.PathLike[str] | None = None) -> SutBuild:
