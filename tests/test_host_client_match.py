@@ -423,7 +423,9 @@ def test_gpu_mapping_is_derived_at_judgment_from_registrations_by_pid(tmp_path: 
     (tmp_path / "pods").mkdir()
     (tmp_path / "pods" / "func-002-w2-a.log").write_text(POD_A_LOG, encoding="utf-8")
     ev = Evidence.load(tmp_path, "host")
-    assert write_gpu_mapping(ev) == [] and not ev.assignments  # no scheduler log: nothing to map
+    # no scheduler log: nothing to map, every pod keeps the GPU pods.json recorded
+    assert write_gpu_mapping(ev) == []
+    assert all(a.source == SOURCE_RECORDED and a.gpu == a.recorded for a in ev.assignments.values())
     assert [r.gpu for r in ev.pods] == [UUID, UUID]  # the backend's placement, as recorded
     (tmp_path / "scheduler.log").write_text(SCHED_LOG, encoding="utf-8")
     ev = Evidence.load(tmp_path, "host")

@@ -77,7 +77,7 @@ class Evidence:
     """Evidence of one case: pod records, pod logs by pod name, other files by relative path.
 
     ``mode``: ``"k8s"`` or ``"host"`` (how pods are matched to registrations); ``assignments``: pod name ->
-    :class:`GpuAssignment` (empty for evidence built in memory without a scheduler log).
+    :class:`GpuAssignment` of every record (without a scheduler log: the GPU ``pods.json`` recorded).
     """
 
     pods: list[PodRecord]
@@ -110,16 +110,14 @@ class Evidence:
         case_dir: Path | None = None,
         mode: str | None = None,
     ) -> Evidence:
-        """Evidence from records, logs and files (``files`` wins over ``case_dir``). With a
-        ``scheduler.log`` among them, each record's ``gpu`` becomes its derived GPU (:func:`gpu_assignments`)."""
+        """Evidence from records, logs and files (``files`` wins over ``case_dir``). Each record's ``gpu``
+        becomes its derived GPU (:func:`gpu_assignments`: the registration's, with a ``scheduler.log``)."""
         ev = cls(pods=list(pods), logs=dict(logs), files=dict(files or {}), case_dir=case_dir)
         ev.mode = mode or ("host" if any(p.host_pid is not None for p in ev.pods) else "k8s")
-        log = ev.text("scheduler.log")
-        if log is not None:
-            ev.assignments = gpu_assignments(ev.pods, parse_text(log), ev.mode, ev.logs,
-                                             scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None)
-            ev.pods = [dataclasses.replace(p, gpu=ev.assignments[p.name].gpu) if p.name in ev.assignments else p
-                       for p in ev.pods]
+        # without a scheduler log nothing registered: every pod keeps the GPU pods.json recorded
+        ev.assignments = gpu_assignments(ev.pods, parse_text(ev.text("scheduler.log") or ""), ev.mode, ev.logs,
+                                         scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None)
+        ev.pods = [dataclasses.replace(p, gpu=ev.assignments[p.name].gpu) for p in ev.pods]
         return ev
 
     def text(self, name: str) -> str | None:
@@ -134,14 +132,8 @@ class Evidence:
         return next((p for p in self.pods if p.name == name), None)
 
     def assignment(self, name: str) -> GpuAssignment | None:
-        """The pod's :class:`GpuAssignment`; without a scheduler log, the recorded GPU (None: no record)."""
-        if name in self.assignments:
-            return self.assignments[name]
-        rec = self.pod(name)
-        if rec is None:
-            return None
-        return GpuAssignment(name, rec.node, rec.gpu, SOURCE_RECORDED if rec.gpu is not None else SOURCE_NONE,
-                             recorded=rec.gpu)
+        """The pod's :class:`GpuAssignment` (None: no record of that pod)."""
+        return self.assignments.get(name)
 
     def pod_files(self) -> list[str]:
         """Relative paths of the pod logs that exist (for the verdict's evidence list)."""
