@@ -44,7 +44,7 @@ from xpushare.collect.scheduler_log import LimitChange, SchedulerLogSummary, par
 from xpushare.evidence import Evidence
 from xpushare.judge import check_pods_succeeded, check_rejected, check_scheduler_alive, check_terminal, pod_progress
 from xpushare.judge_metrics import annotation_bytes, read_capture
-from xpushare.judge_quota import annotation_calls, change_applied_at, phase_throughput
+from xpushare.judge_quota import annotation_calls, change_applied_at, check_higher_quota_faster, phase_throughput
 from xpushare.model import Check, Status, Verdict, combine
 
 __all__ = [
@@ -349,13 +349,10 @@ def judge_compute_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
     q_low, q_high = cores.get(low, "low"), cores.get(high, "high")
     values = {f"runtime_{q_low}": r_low, f"runtime_{q_high}": r_high}
-    min_ratio = float(th.get("combo002_min_ratio", 1.0))
-    ratio = r_low / r_high if r_high else None
-    ok = ratio is not None and r_low > r_high and ratio >= min_ratio
+    check, ratio = check_higher_quota_faster(r_low, r_high, q_low=q_low, q_high=q_high, th=th,
+                                             ratio_param="combo002_min_ratio")
     values["ratio"] = round(ratio, 4) if ratio is not None else None
-    checks.append(Check("higher_quota_faster", f"runtime_{q_low} > runtime_{q_high} and runtime_{q_low} / "
-                        f"runtime_{q_high} >= combo002_min_ratio ({min_ratio:g})", values, ok,
-                        "" if ok else f"{r_low:.2f} s vs {r_high:.2f} s: ratio {values['ratio']} < {min_ratio:g}"))
+    checks.append(check)
     metrics.update(values)
     status, summary = combine(checks, pass_summary=f"the {q_high} % pod finished faster than the {q_low} % pod "
                               f"on one GPU with oversubscription on")

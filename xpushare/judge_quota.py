@@ -363,6 +363,22 @@ def judge_static_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str,
     return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
 
 
+def check_higher_quota_faster(r_low: float, r_high: float, *, q_low: object, q_high: object,
+                              th: Mapping[str, Any], ratio_param: str) -> tuple[Check, float | None]:
+    """``higher_quota_faster`` of a low/high core-quota pair on one GPU (FUNC-009, COMBO-002): the low-quota
+    pod took longer, and ``runtime_low / runtime_high >= th[ratio_param]`` ("clearly faster", seed 000 §7/§8;
+    a run stored before the threshold existed is judged at 1.0, the bash rule). Runtimes in seconds; returns
+    the check and the ratio (None when ``r_high`` is 0)."""
+    min_ratio = float(th.get(ratio_param, 1.0))
+    ratio = r_low / r_high if r_high else None
+    ok = ratio is not None and r_low > r_high and ratio >= min_ratio
+    shown = round(ratio, 4) if ratio is not None else None
+    return Check("higher_quota_faster", f"runtime_{q_low} > runtime_{q_high} and runtime_{q_low} / runtime_{q_high} "
+                 f">= {ratio_param} ({min_ratio:g})", {f"runtime_{q_low}": r_low, f"runtime_{q_high}": r_high,
+                                                       "ratio": shown}, ok,
+                 "" if ok else f"{r_low:.2f} s vs {r_high:.2f} s: ratio {shown} < {min_ratio:g}"), ratio
+
+
 def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """FUNC-009: 30 % and 60 % pods on one GPU; the 60 % pod is faster (runtime_30 > runtime_60).
 
@@ -404,18 +420,9 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     if r_low is None or r_high is None:
         checks.append(Check("higher_quota_faster", "runtime_30 > runtime_60", values, None, "runtime missing"))
     else:
-        min_ratio = float(th.get("func009_min_ratio", 1.0))
-        ratio = r_low / r_high if r_high else None
-        ok = ratio is not None and r_low > r_high and ratio >= min_ratio
+        check, ratio = check_higher_quota_faster(r_low, r_high, q_low=30, q_high=60, th=th,
+                                                 ratio_param="func009_min_ratio")
         values["ratio_30_over_60"] = round(ratio, 4) if ratio is not None else None
-        checks.append(
-            Check(
-                "higher_quota_faster",
-                f"runtime_30 > runtime_60 and runtime_30 / runtime_60 >= func009_min_ratio ({min_ratio:g})",
-                values,
-                ok,
-                "" if ok else f"{r_low:.1f} s vs {r_high:.1f} s: ratio {values['ratio_30_over_60']} < {min_ratio:g}",
-            )
-        )
+        checks.append(check)
     status, summary = combine(checks, pass_summary="the 60 % pod finished faster than the 30 % pod on one GPU")
     return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
