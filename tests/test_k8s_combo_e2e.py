@@ -47,7 +47,6 @@ import pytest
 from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.mutants import build_mutant
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -143,11 +142,8 @@ def test_denied_annotations_fail_the_initial_quota_cases(lab_inventory: Path, ku
 def test_annotations_never_reread_fail_the_dynamic_case(lab_inventory: Path, kube_lab: LabCluster,
                                                         tmp_path: Path) -> None:
     """Mutant: the watcher skips registered clients, so only the quotas read at REGISTER ever apply."""
-    kube_lab.set_faults(None, sut=str(build_mutant("annotations-never-reread").directory))
-    try:
+    with kube_lab.running_mutant("annotations-never-reread"):
         proc = run_combo(lab_inventory, tmp_path, "noreread", "COMBO-004")
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "noreread")
     status, summary = verdict(got, "COMBO-004", proc)
     assert status == "FAIL" and "memory_change_logged[512Mi]" in summary, summary
@@ -159,11 +155,8 @@ def test_annotations_never_reread_fail_the_dynamic_case(lab_inventory: Path, kub
 
 def test_missing_quota_metrics_fail_combo003(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     """Mutant: the exporter drops the per-client quota families (quotas still apply)."""
-    kube_lab.set_faults(None, sut=str(build_mutant("quota-metrics-missing").directory))
-    try:
+    with kube_lab.running_mutant("quota-metrics-missing"):
         proc = run_combo(lab_inventory, tmp_path, "nomet", "COMBO-003")
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "nomet")
     status, summary = verdict(got, "COMBO-003", proc)
     assert status == "FAIL" and "no client_memory_quota_bytes series" in summary, summary

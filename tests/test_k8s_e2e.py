@@ -19,7 +19,6 @@ import pytest
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.mutants import build_mutant
 from tests.lab.sshd import SshLab
 from xpushare.kube import Kubectl
 
@@ -112,11 +111,8 @@ def test_healthy_lab_timing_cases(lab_inventory: Path, tmp_path: Path) -> None:
 def test_annotations_never_reread_fail_the_dynamic_cases(lab_inventory: Path, kube_lab: LabCluster,
                                                          tmp_path: Path) -> None:
     """A scheduler that reads annotations at REGISTER only: the initial quotas hold, changes are lost."""
-    kube_lab.set_faults(None, sut=str(build_mutant("annotations-never-reread").directory))
-    try:
+    with kube_lab.running_mutant("annotations-never-reread"):
         proc = run_func(lab_inventory, tmp_path, "noann", "FUNC-010", "FUNC-012")
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "noann")
     assert got["FUNC-010"]["status"] == "FAIL" and "memory_change_logged" in got["FUNC-010"]["summary"]
     assert got["FUNC-012"]["status"] == "FAIL" and "compute_change_logged" in got["FUNC-012"]["summary"]
@@ -124,11 +120,8 @@ def test_annotations_never_reread_fail_the_dynamic_cases(lab_inventory: Path, ku
 
 
 def test_quota_not_enforced_fails_static_compute(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
-    kube_lab.set_faults(None, sut=str(build_mutant("no-core-enforcement").directory))
-    try:
+    with kube_lab.running_mutant("no-core-enforcement"):
         run_func(lab_inventory, tmp_path, "noenf", "FUNC-008")
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "noenf")
     assert got["FUNC-008"]["status"] == "FAIL", got["FUNC-008"]["summary"]
 

@@ -41,7 +41,6 @@ import pytest
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_OPTIONS, met008_n, write_inventory
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.mutants import build_mutant
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.lab.sshd import SshLab
 from xpushare.collect.metrics import parse_exposition
@@ -99,11 +98,6 @@ def wait_idle(lab: LabCluster, timeout_s: float = 30.0) -> None:
             time.sleep(0.2)
 
 
-def with_mutant(lab: LabCluster, name: str) -> None:
-    """Every node runs the mutant build ``name`` (its scheduler restarted on it); undo with ``sut=None``."""
-    lab.set_faults(None, sut=str(build_mutant(name).directory))
-
-
 def test_metrics_check_url_on_the_idle_lab(kube_lab: LabCluster) -> None:
     wait_idle(kube_lab)
     proc = invoke("metrics-check", "--url", kube_lab.scheduler_url("lab-node1", ""), timeout=60)
@@ -156,11 +150,8 @@ def test_healthy_lab_metrics_suite(lab_inventory: Path, kube_lab: LabCluster, tm
 def test_metrics_missing_fails_met002(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     """The ``metrics-missing`` build drops client_info, gpu_utilization_ratio and scheduler_messages_total."""
     wait_idle(kube_lab)
-    with_mutant(kube_lab, "metrics-missing")
-    try:
+    with kube_lab.running_mutant("metrics-missing"):
         proc = run_metrics(lab_inventory, tmp_path, "missing", "MET-002", sets=("met_settle_s=4",))
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "missing")["MET-002"]
     assert got["status"] == "FAIL", got["summary"]
     assert set(got["metrics"]["missing_metrics"]) == {
@@ -174,11 +165,8 @@ def test_metrics_missing_fails_met002(lab_inventory: Path, kube_lab: LabCluster,
 def test_values_off_10_fails_met003(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     """The ``values-off-10`` build exports each managed allocation × 1.1: 16 MiB reads 17.6 MiB, the log says 16."""
     wait_idle(kube_lab)
-    with_mutant(kube_lab, "values-off-10")
-    try:
+    with kube_lab.running_mutant("values-off-10"):
         proc = run_metrics(lab_inventory, tmp_path, "off10", "MET-003")
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "off10")["MET-003"]
     assert got["status"] == "FAIL", got["summary"]
     failed = [c for c in got["checks"] if c["ok"] is False]
@@ -189,11 +177,8 @@ def test_values_off_10_fails_met003(lab_inventory: Path, kube_lab: LabCluster, t
 
 def test_healthz_500_fails_met001_and_met007(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     """The ``healthz-500`` build answers /healthz with 500 (while /metrics still serves its page)."""
-    with_mutant(kube_lab, "healthz-500")
-    try:
+    with kube_lab.running_mutant("healthz-500"):
         proc = run_metrics(lab_inventory, tmp_path, "h500", "MET-001", "MET-007", sets=("met007_duration_s=4",))
-    finally:
-        kube_lab.set_faults(None, sut=None)
     got = results(tmp_path, "h500")
     failed = {cid: {c["name"] for c in v["checks"] if c["ok"] is False} for cid, v in got.items()}
     assert {cid: v["status"] for cid, v in got.items()} == {"MET-001": "FAIL", "MET-007": "FAIL"}, failed

@@ -42,7 +42,6 @@ import pytest
 from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS, LAB_WORKLOAD_ARGS, write_inventory
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.mutants import build_mutant
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -142,12 +141,8 @@ def test_rejudge_with_another_tolerance_flips_the_stored_verdict(runs: Path) -> 
 def perf_on_mutant(kube_lab: LabCluster, mutant: str, inventory: Path, runs: Path, run_id: str, *cases: str,
                    sets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``cases`` with every node on the ``mutant`` build of the SUT (the schedulers restart on it)."""
-    build = build_mutant(mutant)
-    kube_lab.set_faults(None, sut=str(build.directory))
-    try:
+    with kube_lab.running_mutant(mutant):
         return perf(inventory, runs, run_id, *cases, sets=sets)
-    finally:
-        kube_lab.set_faults(None, sut=None)
 
 
 def test_enforcement_off_fails_the_precision_cases(inventory: Path, kube_lab: LabCluster, runs: Path) -> None:

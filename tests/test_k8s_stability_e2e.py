@@ -242,18 +242,6 @@ def test_fail_skips_without_the_flag_and_passes_with_it(inv: Path, stab_kube: La
         kubectl(stab_kube, "-n", "xpushare-system", "rollout", "status", f"daemonset/{ds}", "--timeout=60s")
 
 
-@contextlib.contextmanager
-def mutant(kube: LabCluster, name: str) -> Iterator[None]:
-    """Every node runs the mutant build of the SUT (the schedulers restart on it) until the block ends."""
-    from tests.lab.mutants import build_mutant
-
-    kube.set_faults(None, sut=str(build_mutant(name).directory))
-    try:
-        yield
-    finally:
-        kube.set_faults(None, sut=None)
-
-
 def statuses(got: dict[str, dict[str, Any]]) -> dict[str, str]:
     return {k: v["status"] for k, v in got.items()}
 
@@ -265,7 +253,7 @@ def check_values(got: dict[str, dict[str, Any]], case: str, name: str) -> dict[s
 def test_a_scheduler_leaking_per_registration_fails_leak_001_and_002(inv: Path, stab_kube: LabCluster,
                                                                      tmp_path: Path) -> None:
     # 16 pods over 4 rounds: at least 8 REGISTERs on one node, 32 MiB and 8 FDs, clear of the noise floors
-    with mutant(stab_kube, "leak-per-registration"):
+    with stab_kube.running_mutant("leak-per-registration"):
         proc = run_task(inv, tmp_path, "leak", "--case", "LEAK-001", "--case", "LEAK-002", "--run-id", "leaky",
                         "--set", "leak_rounds=4", "--set", "leak_pods=4")
     got = results(tmp_path, "leaky")
@@ -280,7 +268,7 @@ def test_a_scheduler_leaking_per_registration_fails_leak_001_and_002(inv: Path, 
 
 def test_ghost_clients_fail_leak_004_and_leak_005(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:
     # 5 churn rounds of 4 pods leave 20 ghosts of 14 series each: past the seed's 200-series growth limit
-    with mutant(stab_kube, "ghost-clients"):
+    with stab_kube.running_mutant("ghost-clients"):
         proc = run_task(inv, tmp_path, "leak", "--case", "LEAK-004", "--case", "LEAK-005", "--run-id", "ghosts",
                         "--set", "leak_churn_rounds=5", "--set", "leak_pods=4")
     got = results(tmp_path, "ghosts")

@@ -22,7 +22,6 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.cluster import LabCluster
-from tests.lab.mutants import build_mutant
 from xpushare.kube import Kubectl, KubeNotFound, Pod
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
@@ -392,22 +391,22 @@ def test_mutant_scheduler_leaks_per_registration(lab_faults: LabCluster, lab_kub
                                                   cleanup: list[str]) -> None:
     """The ``leak-per-registration`` build keeps 4 MiB and an fd per REGISTER: three clients, 12 MiB more."""
     cleanup.append("test=leak")
-    lab_faults.set_faults("lab-node1", sut=str(build_mutant("leak-per-registration").directory))
-    pid = lab_faults.scheduler_pid("lab-node1")
-    assert pid is not None
+    with lab_faults.running_mutant("leak-per-registration", "lab-node1"):
+        pid = lab_faults.scheduler_pid("lab-node1")
+        assert pid is not None
 
-    def rss_kib() -> int:
-        with open(f"/proc/{pid}/status") as fh:
-            return int(find(r"^VmRSS:\s+(\d+) kB", fh.read()))
+        def rss_kib() -> int:
+            with open(f"/proc/{pid}/status") as fh:
+                return int(find(r"^VmRSS:\s+(\d+) kB", fh.read()))
 
-    before, fds = rss_kib(), len(os.listdir(f"/proc/{pid}/fd"))
-    k = lab_kubectl
-    for i in range(3):
-        k.apply(manifest(f"leak-{i}", GPU_SLEEPER.replace("time.sleep(60)", "time.sleep(0)").format(mib=1),
-                         labels={"test": "leak"}, node="lab-node1"))
-    k.wait_pods("test=leak", until="terminal", count=3, timeout_s=60, poll_s=0.5)
-    assert rss_kib() - before >= 3 * 4 * 1024 - 512
-    assert len(os.listdir(f"/proc/{pid}/fd")) >= fds + 3
+        before, fds = rss_kib(), len(os.listdir(f"/proc/{pid}/fd"))
+        k = lab_kubectl
+        for i in range(3):
+            k.apply(manifest(f"leak-{i}", GPU_SLEEPER.replace("time.sleep(60)", "time.sleep(0)").format(mib=1),
+                             labels={"test": "leak"}, node="lab-node1"))
+        k.wait_pods("test=leak", until="terminal", count=3, timeout_s=60, poll_s=0.5)
+        assert rss_kib() - before >= 3 * 4 * 1024 - 512
+        assert len(os.listdir(f"/proc/{pid}/fd")) >= fds + 3
 
 
 # ------------------------------------------------------------------------ API server pieces (no lab)

@@ -25,7 +25,6 @@ import urllib.request
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from tests.lab.mutants import build_mutant
 from xpushare import metrics_check as mc
 from xpushare.collect.metrics import parse_exposition
 from xpushare.inventory import ClusterSpec, HostSpec
@@ -83,38 +82,22 @@ def test_curl_fetcher_through_the_transport(lab_cluster: LabCluster) -> None:
     assert code is ExitStatus.OK, text
 
 
-def with_mutant(lab: LabCluster, node: str, name: str) -> None:
-    """``node`` runs the mutant build ``name`` (its scheduler restarted on it); ``lab_faults`` undoes it."""
-    lab.set_faults(node, sut=str(build_mutant(name).directory))
-
-
-def test_metrics_missing_fails_the_right_lines(lab_faults: LabCluster) -> None:
+@pytest.mark.parametrize(("mutant", "failed", "shown"), [
+    # no client_info, gpu_utilization_ratio, messages_total
+    ("metrics-missing", {"counters declared counter", "required families exported", "idle: no client_info series"},
+     ("33 HELP, 33 TYPE", "messages_total=absent", "gpu_utilization_ratio")),
+    ("counter-as-gauge", {"counters declared counter"}, ("messages_total=gauge, drop_lock_total=counter",)),
+    ("healthz-500", {"/healthz answers 200 OK"}, ("500, body 'OK'",)),
+])
+def test_mutant_fails_its_idle_lines(lab_faults: LabCluster, mutant: str, failed: set[str],
+                                     shown: tuple[str, ...]) -> None:
     wait_idle(lab_faults, NODE)
-    with_mutant(lab_faults, NODE, "metrics-missing")  # no client_info, gpu_utilization_ratio, messages_total
-    status, text = run(lab_faults.scheduler_url(NODE))
+    with lab_faults.running_mutant(mutant, NODE):
+        status, text = run(lab_faults.scheduler_url(NODE))
     assert status is ExitStatus.FAILED, text
-    assert failed_items(text) == {"counters declared counter", "required families exported",
-                                  "idle: no client_info series"}, text
-    assert "33 HELP, 33 TYPE" in text
-    assert "messages_total=absent" in text and "gpu_utilization_ratio" in text
-
-
-def test_counter_as_gauge_fails_the_counter_line(lab_faults: LabCluster) -> None:
-    wait_idle(lab_faults, NODE)
-    with_mutant(lab_faults, NODE, "counter-as-gauge")
-    status, text = run(lab_faults.scheduler_url(NODE))
-    assert status is ExitStatus.FAILED, text
-    assert failed_items(text) == {"counters declared counter"}, text
-    assert "messages_total=gauge, drop_lock_total=counter" in text
-
-
-def test_healthz_500_fails_the_healthz_line(lab_faults: LabCluster) -> None:
-    wait_idle(lab_faults, NODE)
-    with_mutant(lab_faults, NODE, "healthz-500")
-    status, text = run(lab_faults.scheduler_url(NODE))
-    assert status is ExitStatus.FAILED, text
-    assert failed_items(text) == {"/healthz answers 200 OK"}, text
-    assert "500, body 'OK'" in text
+    assert failed_items(text) == failed, text
+    for fragment in shown:
+        assert fragment in text, text
 
 
 def test_scheduler_down_is_unreachable(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
@@ -186,8 +169,8 @@ def load_lines(lab: LabCluster, kubectl: Kubectl) -> list[mc.CheckLine]:
 def test_load_lines_fail_when_client_families_vanish(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
     """A broken exporter under load: without client_info the probe's client is not found (nothing else is judged)."""
     wait_idle(lab_faults, NODE)
-    with_mutant(lab_faults, NODE, "metrics-missing")
-    lines = load_lines(lab_faults, lab_kubectl)
+    with lab_faults.running_mutant("metrics-missing", NODE):
+        lines = load_lines(lab_faults, lab_kubectl)
     assert [ln.item for ln in lines if not ln.ok] == ["load 1: client_info per client"], lines
     assert "registered: none" in lines[0].observed
 
@@ -195,7 +178,7 @@ def test_load_lines_fail_when_client_families_vanish(lab_faults: LabCluster, lab
 def test_label_missing_fails_the_host_pid_line(lab_faults: LabCluster, lab_kubectl: Kubectl) -> None:
     """``client_info`` without its ``host_pid`` label: the client is still found by pod, its pid is not there."""
     wait_idle(lab_faults, NODE)
-    with_mutant(lab_faults, NODE, "label-missing")
-    lines = load_lines(lab_faults, lab_kubectl)
+    with lab_faults.running_mutant("label-missing", NODE):
+        lines = load_lines(lab_faults, lab_kubectl)
     assert [ln.item for ln in lines if not ln.ok] == ["load 1: client host_pid is a real host pid"], lines
     assert next(ln for ln in lines if not ln.ok).observed.endswith(": absent")

@@ -47,7 +47,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -254,11 +254,12 @@ class LabCluster:
         return json.loads(self.faults_path.read_text())
 
     def set_faults(self, node: str | None = None, *, wait_s: float = 3.0, **switches: Any) -> None:
-        """Change broken-lab switches live (``node`` None: every node).
+        """Change cluster faults live (``node`` None: every node).
 
-        Returns once every running scheduler has acknowledged the change (they check every 0.1 s), or
-        after ``wait_s``. ``scheduler_down=True`` makes the scheduler exit and crash-loop; ``False`` lets
-        the next restart (≤ 8 s back-off; deleting its pod skips that) come up.
+        Returns once every node's kubelet has acknowledged the change (it looks every 0.05 s; at most
+        ``wait_s``) and, where ``sut`` changed or ``scheduler_down`` was lifted, once the scheduler answers
+        again on the build now in force (the crash-loop back-off of a lifted ``scheduler_down`` included,
+        ≤ 8 s; raises LabError after 30 s). ``scheduler_down=True`` kills the scheduler whenever it runs.
         """
         current = self.faults()
         targets = [node] if node else list(current)
@@ -281,6 +282,24 @@ class LabCluster:
             for name in targets:  # the scheduler restarts on the build now in force
                 if not current[name].get("scheduler_down"):
                     self.wait_scheduler(name, up=True, timeout_s=30.0)
+
+    def clear_faults(self) -> None:
+        """Every node healthy again: the defaults of :data:`FAULT_DEFAULTS`, the lab's own SUT build."""
+        self.set_faults(None, **FAULT_DEFAULTS)
+
+    @contextlib.contextmanager
+    def running_mutant(self, name: str, node: str | None = None) -> Iterator[Path]:
+        """``node`` (None: every node) runs the mutant build ``name`` of the SUT (:mod:`tests.lab.mutants`,
+        built once and cached) until the block ends, then the lab's build again; the scheduler restarts on
+        each. Yields the mutant's build directory."""
+        from tests.lab.mutants import build_mutant
+
+        build = build_mutant(name)
+        self.set_faults(node, sut=str(build.directory))
+        try:
+            yield build.directory
+        finally:
+            self.set_faults(node, sut=None)
 
     # -- life cycle
 

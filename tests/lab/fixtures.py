@@ -48,5 +48,4 @@ def lab_faults(lab_cluster: LabCluster) -> Iterator[LabCluster]:
         yield lab_cluster
     finally:
         with contextlib.suppress(OSError):
-            lab_cluster.set_faults(None, scheduler_down=False, annotations_denied=False, pack_one_gpu=False,
-                                   sut=None)
+            lab_cluster.clear_faults()

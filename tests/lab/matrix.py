@@ -169,7 +169,7 @@ class MatrixLab:
                 self.kube.set_faults(None, sut=str(build_mutant(row.breakage).directory))
             yield
         finally:
-            self.kube.set_faults(None, scheduler_down=False, annotations_denied=False, pack_one_gpu=False, sut=None)
+            self.kube.clear_faults()
             for node in row.cordon:
                 self.kubectl.uncordon(node)
 
