@@ -30,9 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import PodRecord
+from xpushare.backends.base import Backend, PodRecord
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import Exposition, Sample
 from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary
@@ -43,6 +44,7 @@ __all__ = [
     "ClientMatch",
     "client_match",
     "client_values",
+    "live_matches",
     "matched_clients",
     "registration_labels",
     "registrations_of",
@@ -151,6 +153,21 @@ def client_match(mode: str, workload: str, *, namespace: str | None = None, reco
     pids = (record.host_pid,) if record is not None and record.host_pid is not None and record.host_pid > 0 else ()
     cids = tuple(dict.fromkeys(pod_log.client_ids(log))) if log else ()
     return ClientMatch(workload, KEY_HOST_PID, host_pids=pids, client_ids=cids)
+
+
+def live_matches(backend: Backend, case_dir: Path, names: Sequence[str], *,
+                 namespace: str | None = None) -> list[ClientMatch]:
+    """The matches of running workloads, for the acts (the judgments rebuild them from the stored evidence).
+
+    Kubernetes: by pod name (in ``namespace``), no call; host mode: from one poll of the backend's records
+    (``wait_running`` with a 0 s timeout: the recorded ``host_pid``) and each workload's output so far (its
+    ``Client ID`` lines). A host-mode match may still lack the pid or id of a process that just started.
+    """
+    if backend.mode == "k8s":
+        return [client_match("k8s", name, namespace=namespace) for name in names]
+    records = {r.name: r for r in backend.wait_running(case_dir, names, 0.0)} if names else {}
+    return [client_match(backend.mode, name, record=records.get(name), log=backend.read_log(case_dir, name))
+            for name in names]
 
 
 def matched_clients(exp: Exposition, match: ClientMatch) -> list[tuple[Sample, str]]:

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple, Protocol, TextIO
 from tabulate import tabulate
 
 from xpushare.backends.base import Backend
-from xpushare.client_match import KEY_HOST_PID, KEY_POD, ClientMatch, client_match, matched_clients
+from xpushare.client_match import KEY_HOST_PID, KEY_POD, ClientMatch, client_match, live_matches, matched_clients
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
 from xpushare.errors import HostUnreachable, TransportError, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
@@ -654,14 +654,9 @@ class BackendProbeLoad:
         """The probes' matches from their current records and output (each kept once nothing more can appear):
         one record poll for every probe not known yet, and only in host mode (a pod name needs none)."""
         unknown = [n for n in names if n not in self._known]
-        host = self.backend.mode != "k8s"
-        records = {r.name: r for r in self.backend.wait_running(self.case_dir, unknown, 0.0)} if host and unknown \
-            else {}
-        current: dict[str, ClientMatch] = {}
-        for name in unknown:
-            log = self.backend.read_log(self.case_dir, name) if host else None
-            found = client_match(self.backend.mode, name, namespace=self.namespace, record=records.get(name), log=log)
-            current[name] = found
+        current = dict(zip(unknown, live_matches(self.backend, self.case_dir, unknown, namespace=self.namespace),
+                           strict=True))
+        for name, found in current.items():
             if found.key == KEY_POD or (found.host_pids and found.client_ids):
                 self._known[name] = found
         return [self._known.get(name) or current[name] for name in names]

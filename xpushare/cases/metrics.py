@@ -46,7 +46,7 @@ from typing import Any
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodRecord
 from xpushare.backends.k8s import dns1123
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.client_match import ClientMatch, client_match, matched_clients
+from xpushare.client_match import ClientMatch, client_match, live_matches, matched_clients
 from xpushare.collect.metrics import parse_exposition
 from xpushare.errors import TransportError, XpushareError
 from xpushare.evidence import Evidence
@@ -216,11 +216,7 @@ def _live_match(run: CaseRun, name: str) -> ClientMatch:
     """The probe's :class:`ClientMatch` from its current record and output (act side; host mode needs
     the recorded pid and the ``Client ID`` line, both there once the probe printed its first probe line).
     The match goes to ``plan["client"]`` (for the reader; the judgment rebuilds it from the evidence)."""
-    if run.cluster.mode == "k8s":  # the pod name is all it takes (no kubectl call)
-        match = client_match("k8s", name, namespace=run.cluster.namespace)
-    else:
-        record = _record(run.backend.wait_running(run.case_dir, [name], 0.0), name)
-        match = client_match(run.cluster.mode, name, record=record, log=run.backend.read_log(run.case_dir, name))
+    match = live_matches(run.backend, run.case_dir, [name], namespace=run.cluster.namespace)[0]
     run.plan["client"] = match.to_dict()
     run.save_plan()
     return match
