@@ -151,7 +151,27 @@ static __thread int t_depth = 0;
     if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED; \
   } while (0)
 
+/* Return from the calling entry point unless expr is CUDA_SUCCESS. */
+#define TRY(expr)                          \
+  do {                                     \
+    CUresult err_ = (expr);                \
+    if (err_ != CUDA_SUCCESS) return err_; \
+  } while (0)
+
 static int valid_dev(CUdevice dev) { return dev >= 0 && dev < simgpu_count(); }
+
+/* Every handle struct but CUfunc_st starts with its uint32_t magic. */
+static int live(const void* handle, uint32_t magic) {
+  return handle != NULL && *(const uint32_t*)handle == magic;
+}
+
+/* Destroy a handle: it stays readable (structs are never freed) and detectably dead. */
+static CUresult retire(void* handle, uint32_t magic) {
+  REQUIRE_INIT();
+  if (!live(handle, magic)) return CUDA_ERROR_INVALID_HANDLE;
+  *(uint32_t*)handle = DEAD_MAGIC;
+  return CUDA_SUCCESS;
+}
 
 static struct CUctx_st* current_ctx(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
 
@@ -162,6 +182,21 @@ static int ctx_usable(const struct CUctx_st* c) {
 static struct CUctx_st* usable_current(void) {
   struct CUctx_st* c = current_ctx();
   return ctx_usable(c) ? c : NULL;
+}
+
+/* The checks of a call on device dev, in the driver's order: initialised, arguments, ordinal. */
+static CUresult check_device(int args_ok, CUdevice dev) {
+  REQUIRE_INIT();
+  if (!args_ok) return CUDA_ERROR_INVALID_VALUE;
+  return valid_dev(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* The checks of a call on the current context: initialised, arguments, a usable context (*c). */
+static CUresult check_current(int args_ok, struct CUctx_st** c) {
+  REQUIRE_INIT();
+  if (!args_ok) return CUDA_ERROR_INVALID_VALUE;
+  *c = usable_current();
+  return *c != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -234,13 +269,19 @@ static void forget_in_stack(struct CUctx_st* c) {
   t_depth = keep;
 }
 
-/* Stream's context (NULL stream, legacy and per-thread handles: the current context). */
-static struct CUctx_st* stream_ctx(CUstream s, struct CUstream_st** real) {
+/* Where work on stream s goes: its context (NULL stream, legacy and per-thread handles: the current
+ * context) and, for a created stream, the stream itself (*real; else NULL). */
+static CUresult stream_target(CUstream s, struct CUctx_st** ctx, struct CUstream_st** real) {
   *real = NULL;
-  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return usable_current();
-  if (s->magic != STREAM_MAGIC) return NULL;
-  *real = s;
-  return ctx_usable(s->ctx) ? s->ctx : NULL;
+  *ctx = NULL;
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+    *ctx = usable_current();
+  } else {
+    if (!live(s, STREAM_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+    *real = s;
+    if (ctx_usable(s->ctx)) *ctx = s->ctx;
+  }
+  return *ctx != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
@@ -249,10 +290,7 @@ static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
   void* p;
   int rc;
 
-  REQUIRE_INIT();
-  if (dptr == NULL || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
-  c = usable_current();
-  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(dptr != NULL && bytesize != 0, &c));
   rc = simgpu_mem_add(c->dev, bytesize, check_total);
   if (rc == 1) return CUDA_ERROR_OUT_OF_MEMORY;
   if (rc != 0) return CUDA_ERROR_UNKNOWN;
@@ -356,35 +394,28 @@ SIMGPU_API CUresult cuDeviceGetCount(int* count) {
 }
 
 SIMGPU_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
-  REQUIRE_INIT();
-  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(device != NULL, ordinal));
   *device = ordinal;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
-  REQUIRE_INIT();
-  if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(name != NULL && len > 0, dev));
   snprintf(name, (size_t)len, "%s", simgpu_device_at(dev)->name);
   return CUDA_SUCCESS;
 }
 
-SIMGPU_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
-  REQUIRE_INIT();
-  if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+static CUresult device_uuid(CUuuid* uuid, CUdevice dev) {
+  TRY(check_device(uuid != NULL, dev));
   uuid_bytes(simgpu_device_at(dev)->uuid, (unsigned char*)uuid->bytes);
   return CUDA_SUCCESS;
 }
 
-SIMGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
+SIMGPU_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return device_uuid(uuid, dev); }
+SIMGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return device_uuid(uuid, dev); }
 
 SIMGPU_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  REQUIRE_INIT();
-  if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(bytes != NULL, dev));
   *bytes = (size_t)simgpu_device_at(dev)->total_bytes;
   return CUDA_SUCCESS;
 }
@@ -411,26 +442,20 @@ static int attribute_value(int attrib) {
 }
 
 SIMGPU_API CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice dev) {
-  REQUIRE_INIT();
-  if (pi == NULL || attrib <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(pi != NULL && attrib > 0, dev));
   *pi = attribute_value(attrib);
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
-  REQUIRE_INIT();
-  if (major == NULL || minor == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(major != NULL && minor != NULL, dev));
   *major = 8;
   *minor = 0;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuDeviceGetPCIBusId(char* busid, int len, CUdevice dev) {
-  REQUIRE_INIT();
-  if (busid == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(busid != NULL && len > 0, dev));
   snprintf(busid, (size_t)len, "00000000:%02X:00.0", simgpu_device_at(dev)->config_index + 1);
   return CUDA_SUCCESS;
 }
@@ -440,9 +465,7 @@ SIMGPU_API CUresult cuDeviceGetPCIBusId(char* busid, int len, CUdevice dev) {
 static CUresult primary_retain(CUcontext* pctx, CUdevice dev) {
   struct CUctx_st* c;
   int first;
-  REQUIRE_INIT();
-  if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(pctx != NULL, dev));
   c = &g_primary[dev];
   pthread_mutex_lock(&g_mutex);
   c->magic = CTX_MAGIC;
@@ -467,8 +490,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 
 static CUresult primary_release(CUdevice dev, int reset) {
   int last = 0;
-  REQUIRE_INIT();
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(1, dev));
   pthread_mutex_lock(&g_mutex);
   if (g_primary_refs[dev] <= 0) {
     pthread_mutex_unlock(&g_mutex);
@@ -490,9 +512,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_relea
 SIMGPU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_release(dev, 1); }
 
 SIMGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
-  REQUIRE_INIT();
-  if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(flags != NULL && active != NULL, dev));
   pthread_mutex_lock(&g_mutex);
   *flags = g_primary[dev].flags;
   *active = g_primary_refs[dev] > 0;
@@ -501,8 +521,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags
 }
 
 static CUresult primary_set_flags(CUdevice dev, unsigned int flags) {
-  REQUIRE_INIT();
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(1, dev));
   pthread_mutex_lock(&g_mutex);
   g_primary[dev].flags = flags;
   pthread_mutex_unlock(&g_mutex);
@@ -518,9 +537,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fla
 
 SIMGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   struct CUctx_st* c;
-  REQUIRE_INIT();
-  if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  TRY(check_device(pctx != NULL, dev));
   if (t_depth >= MAX_CTX_STACK) return CUDA_ERROR_UNKNOWN;
   c = calloc(1, sizeof(*c)); /* never freed: stale handles stay readable and detectably dead */
   if (c == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -538,7 +555,7 @@ SIMGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice
 
 SIMGPU_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
   REQUIRE_INIT();
-  if (ctx == NULL || ctx->magic != CTX_MAGIC || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!live(ctx, CTX_MAGIC) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
   ctx_teardown(ctx);
   ctx->magic = DEAD_MAGIC;
   forget_in_stack(ctx);
@@ -566,7 +583,7 @@ SIMGPU_API CUresult cuCtxGetCurrent(CUcontext* pctx) {
 
 SIMGPU_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   REQUIRE_INIT();
-  if (ctx == NULL || ctx->magic != CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!live(ctx, CTX_MAGIC)) return CUDA_ERROR_INVALID_CONTEXT;
   if (t_depth >= MAX_CTX_STACK) return CUDA_ERROR_UNKNOWN;
   t_stack[t_depth++] = ctx;
   return CUDA_SUCCESS;
@@ -582,19 +599,14 @@ SIMGPU_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
 
 SIMGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
   struct CUctx_st* c;
-  REQUIRE_INIT();
-  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
-  c = usable_current();
-  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(device != NULL, &c));
   *device = c->dev;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuCtxSynchronize(void) {
   struct CUctx_st* c;
-  REQUIRE_INIT();
-  c = usable_current();
-  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(1, &c));
   wait_for(c, ctx_latest(c));
   return CUDA_SUCCESS;
 }
@@ -604,10 +616,7 @@ SIMGPU_API CUresult cuCtxSynchronize(void) {
 static CUresult stream_create(CUstream* ph) {
   struct CUctx_st* c;
   struct CUstream_st* s;
-  REQUIRE_INIT();
-  if (ph == NULL) return CUDA_ERROR_INVALID_VALUE;
-  c = usable_current();
-  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(ph != NULL, &c));
   s = calloc(1, sizeof(*s));
   if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   s->magic = STREAM_MAGIC;
@@ -627,54 +636,33 @@ SIMGPU_API CUresult cuStreamCreateWithPriority(CUstream* ph, unsigned int flags,
   return stream_create(ph);
 }
 
-static CUresult stream_destroy(CUstream s) {
-  REQUIRE_INIT();
-  if (s == NULL || s->magic != STREAM_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
-  s->magic = DEAD_MAGIC; /* not freed: a late use sees a dead handle */
-  return CUDA_SUCCESS;
-}
+SIMGPU_API CUresult cuStreamDestroy(CUstream s) { return retire(s, STREAM_MAGIC); }
+SIMGPU_API CUresult cuStreamDestroy_v2(CUstream s) { return retire(s, STREAM_MAGIC); }
 
-SIMGPU_API CUresult cuStreamDestroy(CUstream s) { return stream_destroy(s); }
-SIMGPU_API CUresult cuStreamDestroy_v2(CUstream s) { return stream_destroy(s); }
-
-/* Completion time (ns) of the work queued so far on stream s; 0 with *err set on a bad handle. */
-static uint64_t stream_done_at(CUstream s, struct CUctx_st** ctx, CUresult* err) {
-  struct CUstream_st* real = NULL;
-  struct CUctx_st* c = stream_ctx(s, &real);
-  uint64_t t;
-  *err = CUDA_SUCCESS;
-  *ctx = c;
-  if (c == NULL) {
-    *err = (s != NULL && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD &&
-            s->magic != STREAM_MAGIC)
-               ? CUDA_ERROR_INVALID_HANDLE
-               : CUDA_ERROR_INVALID_CONTEXT;
-    return 0;
-  }
+/* Completion time (ns, *t) of the work queued so far on stream s, and the stream's context (*c). */
+static CUresult stream_done_at(CUstream s, struct CUctx_st** c, uint64_t* t) {
+  struct CUstream_st* real;
+  TRY(stream_target(s, c, &real));
   pthread_mutex_lock(&g_mutex);
-  t = (real != NULL) ? real->latest_end : c->latest_end;
+  *t = (real != NULL) ? real->latest_end : (*c)->latest_end;
   pthread_mutex_unlock(&g_mutex);
-  return t;
+  return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuStreamSynchronize(CUstream s) {
   struct CUctx_st* c;
-  CUresult err;
   uint64_t t;
   REQUIRE_INIT();
-  t = stream_done_at(s, &c, &err);
-  if (err != CUDA_SUCCESS) return err;
+  TRY(stream_done_at(s, &c, &t));
   wait_for(c, t);
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuStreamQuery(CUstream s) {
   struct CUctx_st* c;
-  CUresult err;
   uint64_t t;
   REQUIRE_INIT();
-  t = stream_done_at(s, &c, &err);
-  if (err != CUDA_SUCCESS) return err;
+  TRY(stream_done_at(s, &c, &t));
   return simgpu_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -682,16 +670,15 @@ SIMGPU_API CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned int flags
   (void)s;
   (void)flags;
   REQUIRE_INIT();
-  if (ev == NULL || ev->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  if (!live(ev, EVENT_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS; /* one timeline per device: work is already ordered */
 }
 
 SIMGPU_API CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
+  struct CUctx_st* c;
   struct CUevent_st* e;
   (void)flags;
-  REQUIRE_INIT();
-  if (ph == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (usable_current() == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(ph != NULL, &c));
   e = calloc(1, sizeof(*e));
   if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   e->magic = EVENT_MAGIC;
@@ -699,24 +686,15 @@ SIMGPU_API CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-static CUresult event_destroy(CUevent e) {
-  REQUIRE_INIT();
-  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
-  e->magic = DEAD_MAGIC;
-  return CUDA_SUCCESS;
-}
-
-SIMGPU_API CUresult cuEventDestroy(CUevent e) { return event_destroy(e); }
-SIMGPU_API CUresult cuEventDestroy_v2(CUevent e) { return event_destroy(e); }
+SIMGPU_API CUresult cuEventDestroy(CUevent e) { return retire(e, EVENT_MAGIC); }
+SIMGPU_API CUresult cuEventDestroy_v2(CUevent e) { return retire(e, EVENT_MAGIC); }
 
 SIMGPU_API CUresult cuEventRecord(CUevent e, CUstream s) {
   struct CUctx_st* c;
-  CUresult err;
   uint64_t t;
   REQUIRE_INIT();
-  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
-  t = stream_done_at(s, &c, &err);
-  if (err != CUDA_SUCCESS) return err;
+  if (!live(e, EVENT_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+  TRY(stream_done_at(s, &c, &t));
   e->when = max_u64(t, simgpu_now_ns());
   e->recorded = 1;
   return CUDA_SUCCESS;
@@ -724,13 +702,13 @@ SIMGPU_API CUresult cuEventRecord(CUevent e, CUstream s) {
 
 SIMGPU_API CUresult cuEventQuery(CUevent e) {
   REQUIRE_INIT();
-  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  if (!live(e, EVENT_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
   return (!e->recorded || simgpu_now_ns() >= e->when) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 SIMGPU_API CUresult cuEventSynchronize(CUevent e) {
   REQUIRE_INIT();
-  if (e == NULL || e->magic != EVENT_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  if (!live(e, EVENT_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
   if (e->recorded) wait_for(usable_current(), e->when);
   return CUDA_SUCCESS;
 }
@@ -738,9 +716,8 @@ SIMGPU_API CUresult cuEventSynchronize(CUevent e) {
 SIMGPU_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   REQUIRE_INIT();
   if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (start == NULL || end == NULL || start->magic != EVENT_MAGIC || end->magic != EVENT_MAGIC)
+  if (!live(start, EVENT_MAGIC) || !live(end, EVENT_MAGIC) || !start->recorded || !end->recorded)
     return CUDA_ERROR_INVALID_HANDLE;
-  if (!start->recorded || !end->recorded) return CUDA_ERROR_INVALID_HANDLE;
   if (simgpu_now_ns() < end->when || simgpu_now_ns() < start->when) return CUDA_ERROR_NOT_READY;
   *ms = (float)(((double)end->when - (double)start->when) / 1e6);
   return CUDA_SUCCESS;
@@ -749,10 +726,9 @@ SIMGPU_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
 /* -- modules and kernels -- */
 
 static CUresult module_new(CUmodule* mod) {
+  struct CUctx_st* c;
   struct CUmod_st* m;
-  REQUIRE_INIT();
-  if (mod == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (usable_current() == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(mod != NULL, &c));
   m = calloc(1, sizeof(*m));
   if (m == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   m->magic = MODULE_MAGIC;
@@ -784,17 +760,12 @@ SIMGPU_API CUresult cuModuleLoadFatBinary(CUmodule* mod, const void* fatbin) {
   return module_new(mod);
 }
 
-SIMGPU_API CUresult cuModuleUnload(CUmodule mod) {
-  REQUIRE_INIT();
-  if (mod == NULL || mod->magic != MODULE_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
-  mod->magic = DEAD_MAGIC;
-  return CUDA_SUCCESS;
-}
+SIMGPU_API CUresult cuModuleUnload(CUmodule mod) { return retire(mod, MODULE_MAGIC); }
 
 SIMGPU_API CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule mod, const char* name) {
   REQUIRE_INIT();
   if (hfunc == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (mod == NULL || mod->magic != MODULE_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+  if (!live(mod, MODULE_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
   for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++) {
     if (strcmp(g_kernels[i].name, name) == 0) {
       *hfunc = &g_kernels[i];
@@ -851,11 +822,7 @@ SIMGPU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int g
 
   REQUIRE_INIT();
   if (f == NULL || !known_kernel(f)) return CUDA_ERROR_INVALID_HANDLE;
-  if (hStream != NULL && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD &&
-      hStream->magic != STREAM_MAGIC)
-    return CUDA_ERROR_INVALID_HANDLE;
-  c = stream_ctx(hStream, &stream);
-  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(stream_target(hStream, &c, &stream));
   d = simgpu_device_at(c->dev);
   if (kernel_arg(kernelParams, extra, 0, &a0) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (f->kind == KERNEL_WORK) {
@@ -920,10 +887,7 @@ SIMGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
 SIMGPU_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   struct CUctx_st* c;
   uint64_t used = 0, total;
-  REQUIRE_INIT();
-  if (free_bytes == NULL || total_bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
-  c = usable_current();
-  if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  TRY(check_current(free_bytes != NULL && total_bytes != NULL, &c));
   total = simgpu_device_at(c->dev)->total_bytes;
   if (simgpu_mem_used(c->dev, &used) != 0) return CUDA_ERROR_UNKNOWN;
   *total_bytes = (size_t)total;
@@ -980,11 +944,15 @@ SIMGPU_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_
   return do_copy(PTR(dst), PTR(src), n, 0);
 }
 
-SIMGPU_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
+static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n) {
   REQUIRE_INIT();
   if (dst == 0 && n > 0) return CUDA_ERROR_INVALID_VALUE;
   memset(PTR(dst), value, n);
   return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
+  return memset_d8(dst, value, n);
 }
 
 SIMGPU_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n) {
@@ -997,10 +965,7 @@ SIMGPU_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n
 
 SIMGPU_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
   (void)s;
-  REQUIRE_INIT();
-  if (dst == 0 && n > 0) return CUDA_ERROR_INVALID_VALUE;
-  memset(PTR(dst), value, n);
-  return CUDA_SUCCESS;
+  return memset_d8(dst, value, n);
 }
 
 /* -- errors -- */
@@ -1033,24 +998,22 @@ static const struct error_text g_errors[] = {
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
-static const struct error_text* find_error(CUresult e) {
-  for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++)
-    if (g_errors[i].code == e) return &g_errors[i];
-  return NULL;
+/* *pStr = the name (want_name) or the description of error; NULL for an unknown code. */
+static CUresult describe_error(CUresult error, const char** pStr, int want_name) {
+  const struct error_text* t = NULL;
+  if (pStr == NULL) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]) && t == NULL; i++)
+    if (g_errors[i].code == error) t = &g_errors[i];
+  *pStr = t == NULL ? NULL : want_name ? t->name : t->text;
+  return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 SIMGPU_API CUresult cuGetErrorString(CUresult error, const char** pStr) {
-  const struct error_text* t = find_error(error);
-  if (pStr == NULL) return CUDA_ERROR_INVALID_VALUE;
-  *pStr = t ? t->text : NULL;
-  return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return describe_error(error, pStr, 0);
 }
 
 SIMGPU_API CUresult cuGetErrorName(CUresult error, const char** pStr) {
-  const struct error_text* t = find_error(error);
-  if (pStr == NULL) return CUDA_ERROR_INVALID_VALUE;
-  *pStr = t ? t->name : NULL;
-  return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return describe_error(error, pStr, 1);
 }
 
 /* -- entry points -- */
@@ -1103,21 +1066,25 @@ static void* lookup_entry(const char* symbol) {
   return NULL;
 }
 
-SIMGPU_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
-                                     cuuint64_t flags) {
-  (void)cudaVersion;
-  (void)flags;
+static CUresult proc_address(const char* symbol, void** pfn) {
   if (symbol == NULL || pfn == NULL) return CUDA_ERROR_INVALID_VALUE;
   *pfn = lookup_entry(symbol);
   return *pfn != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-SIMGPU_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
-                                        cuuint64_t flags, int* symbolStatus) {
+SIMGPU_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                     cuuint64_t flags) {
   (void)cudaVersion;
   (void)flags;
-  if (symbol == NULL || pfn == NULL) return CUDA_ERROR_INVALID_VALUE;
-  *pfn = lookup_entry(symbol);
-  if (symbolStatus != NULL) *symbolStatus = (*pfn != NULL) ? 0 : 1;
-  return *pfn != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  return proc_address(symbol, pfn);
+}
+
+SIMGPU_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                        cuuint64_t flags, int* symbolStatus) {
+  CUresult err = proc_address(symbol, pfn);
+  (void)cudaVersion;
+  (void)flags;
+  if (symbolStatus != NULL && err != CUDA_ERROR_INVALID_VALUE)
+    *symbolStatus = (err == CUDA_SUCCESS) ? 0 : 1;
+  return err;
 }
