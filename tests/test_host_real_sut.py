@@ -57,6 +57,7 @@ from typing import Any
 import pytest
 
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
+from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from xpushare import inventory
 from xpushare import metrics_check as mc
@@ -137,11 +138,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def host_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostLab]:
-    reason = unavailable_reason()
-    if reason is not None:
-        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
-            pytest.fail(f"host-mode lab required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
-        pytest.skip(f"host-mode lab unavailable: {reason}")
+    require_lab("host-mode lab", unavailable_reason())
     with HostLab(tmp_path_factory.mktemp("hostlab")) as lab:
         yield lab
 
@@ -334,9 +331,7 @@ def test_metrics_missing_mutant_fails_the_load_part(host_lab: HostLab, inventory
 def spread_case(tmp_path: Path, mutant: str | None = None) -> tuple[dict[str, Any], Path, str]:
     """FUNC-003 on a lab of one host with two simulated GPUs (its scheduler and library from ``mutant``'s
     build, if given): ``(result.json, case directory, output tail)``."""
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"host-mode lab unavailable: {reason}")
+    require_lab("host-mode lab", unavailable_reason())
     build = build_mutant(mutant) if mutant is not None else None
     w2 = ["--n", "512", "--iters", "300", "--no-progress"]  # 3.1 ms per kernel on a 1e9 B/s GPU: about 1 s
     with HostLab(tmp_path / "lab", nodes=("hl-solo",), gpus=2, base_address="127.0.74.1") as lab:
@@ -344,12 +339,8 @@ def spread_case(tmp_path: Path, mutant: str | None = None) -> tuple[dict[str, An
             "func003_pods": 4, "workload_args": {"w2_medium_add": w2}})
         if build is not None:  # the inventory's sut_lib is a link to the host's build: both switch
             lab.set_sut("hl-solo", build.directory)
-        try:
-            proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
-                          str(tmp_path), "--case", "FUNC-003")
-        finally:
-            if build is not None:
-                lab.set_sut("hl-solo", None)
+        proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
+                      str(tmp_path), "--case", "FUNC-003")
     case = tmp_path / ".tmplog" / "spread" / "xpushare" / CLUSTER / "functional" / "FUNC-003"
     return json.loads((case / "result.json").read_text()), case, proc.stdout[-3000:] + proc.stderr[-2000:]
 

@@ -50,7 +50,7 @@ import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
 from tests.lab.env import LAB_HOSTS, LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
+from tests.lab.kubelab import require_lab, started_kube_lab
 from tests.lab.sshd import SshLab, lab_unavailable_reason
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -75,11 +75,7 @@ LAB_PARAMS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     """A private SSH lab: these tests kill its sessions and stop its hosts."""
-    reason = lab_unavailable_reason()
-    if reason is not None:
-        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
-            pytest.fail(f"SSH lab required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
-        pytest.skip(f"SSH lab unavailable: {reason}")
+    require_lab("SSH lab", lab_unavailable_reason())
     with SshLab(tmp_path_factory.mktemp("stab-ssh")) as lab:
         for name, address, _role in LAB_HOSTS:
             lab.add_host(name, address)

