@@ -151,13 +151,6 @@ static __thread int t_depth = 0;
     if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED; \
   } while (0)
 
-/* Return from the calling entry point unless expr is CUDA_SUCCESS. */
-#define TRY(expr)                          \
-  do {                                     \
-    CUresult err_ = (expr);                \
-    if (err_ != CUDA_SUCCESS) return err_; \
-  } while (0)
-
 static int valid_dev(CUdevice dev) { return dev >= 0 && dev < simgpu_count(); }
 
 /* Every handle struct but CUfunc_st starts with its uint32_t magic. */
@@ -290,7 +283,7 @@ static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
   void* p;
   int rc;
 
-  TRY(check_current(dptr != NULL && bytesize != 0, &c));
+  SIMGPU_TRY(check_current(dptr != NULL && bytesize != 0, &c));
   rc = simgpu_mem_add(c->dev, bytesize, check_total);
   if (rc == 1) return CUDA_ERROR_OUT_OF_MEMORY;
   if (rc != 0) return CUDA_ERROR_UNKNOWN;
@@ -394,19 +387,19 @@ SIMGPU_API CUresult cuDeviceGetCount(int* count) {
 }
 
 SIMGPU_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
-  TRY(check_device(device != NULL, ordinal));
+  SIMGPU_TRY(check_device(device != NULL, ordinal));
   *device = ordinal;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
-  TRY(check_device(name != NULL && len > 0, dev));
+  SIMGPU_TRY(check_device(name != NULL && len > 0, dev));
   snprintf(name, (size_t)len, "%s", simgpu_device_at(dev)->name);
   return CUDA_SUCCESS;
 }
 
 static CUresult device_uuid(CUuuid* uuid, CUdevice dev) {
-  TRY(check_device(uuid != NULL, dev));
+  SIMGPU_TRY(check_device(uuid != NULL, dev));
   uuid_bytes(simgpu_device_at(dev)->uuid, (unsigned char*)uuid->bytes);
   return CUDA_SUCCESS;
 }
@@ -415,7 +408,7 @@ SIMGPU_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return device_
 SIMGPU_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return device_uuid(uuid, dev); }
 
 SIMGPU_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  TRY(check_device(bytes != NULL, dev));
+  SIMGPU_TRY(check_device(bytes != NULL, dev));
   *bytes = (size_t)simgpu_device_at(dev)->total_bytes;
   return CUDA_SUCCESS;
 }
@@ -442,20 +435,20 @@ static int attribute_value(int attrib) {
 }
 
 SIMGPU_API CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice dev) {
-  TRY(check_device(pi != NULL && attrib > 0, dev));
+  SIMGPU_TRY(check_device(pi != NULL && attrib > 0, dev));
   *pi = attribute_value(attrib);
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
-  TRY(check_device(major != NULL && minor != NULL, dev));
+  SIMGPU_TRY(check_device(major != NULL && minor != NULL, dev));
   *major = 8;
   *minor = 0;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuDeviceGetPCIBusId(char* busid, int len, CUdevice dev) {
-  TRY(check_device(busid != NULL && len > 0, dev));
+  SIMGPU_TRY(check_device(busid != NULL && len > 0, dev));
   snprintf(busid, (size_t)len, "00000000:%02X:00.0", simgpu_device_at(dev)->config_index + 1);
   return CUDA_SUCCESS;
 }
@@ -465,7 +458,7 @@ SIMGPU_API CUresult cuDeviceGetPCIBusId(char* busid, int len, CUdevice dev) {
 static CUresult primary_retain(CUcontext* pctx, CUdevice dev) {
   struct CUctx_st* c;
   int first;
-  TRY(check_device(pctx != NULL, dev));
+  SIMGPU_TRY(check_device(pctx != NULL, dev));
   c = &g_primary[dev];
   pthread_mutex_lock(&g_mutex);
   c->magic = CTX_MAGIC;
@@ -490,7 +483,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 
 static CUresult primary_release(CUdevice dev, int reset) {
   int last = 0;
-  TRY(check_device(1, dev));
+  SIMGPU_TRY(check_device(1, dev));
   pthread_mutex_lock(&g_mutex);
   if (g_primary_refs[dev] <= 0) {
     pthread_mutex_unlock(&g_mutex);
@@ -512,7 +505,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_relea
 SIMGPU_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_release(dev, 1); }
 
 SIMGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
-  TRY(check_device(flags != NULL && active != NULL, dev));
+  SIMGPU_TRY(check_device(flags != NULL && active != NULL, dev));
   pthread_mutex_lock(&g_mutex);
   *flags = g_primary[dev].flags;
   *active = g_primary_refs[dev] > 0;
@@ -521,7 +514,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags
 }
 
 static CUresult primary_set_flags(CUdevice dev, unsigned int flags) {
-  TRY(check_device(1, dev));
+  SIMGPU_TRY(check_device(1, dev));
   pthread_mutex_lock(&g_mutex);
   g_primary[dev].flags = flags;
   pthread_mutex_unlock(&g_mutex);
@@ -537,7 +530,7 @@ SIMGPU_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fla
 
 SIMGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   struct CUctx_st* c;
-  TRY(check_device(pctx != NULL, dev));
+  SIMGPU_TRY(check_device(pctx != NULL, dev));
   if (t_depth >= MAX_CTX_STACK) return CUDA_ERROR_UNKNOWN;
   c = calloc(1, sizeof(*c)); /* never freed: stale handles stay readable and detectably dead */
   if (c == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -599,14 +592,14 @@ SIMGPU_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
 
 SIMGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
   struct CUctx_st* c;
-  TRY(check_current(device != NULL, &c));
+  SIMGPU_TRY(check_current(device != NULL, &c));
   *device = c->dev;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_API CUresult cuCtxSynchronize(void) {
   struct CUctx_st* c;
-  TRY(check_current(1, &c));
+  SIMGPU_TRY(check_current(1, &c));
   wait_for(c, ctx_latest(c));
   return CUDA_SUCCESS;
 }
@@ -616,7 +609,7 @@ SIMGPU_API CUresult cuCtxSynchronize(void) {
 static CUresult stream_create(CUstream* ph) {
   struct CUctx_st* c;
   struct CUstream_st* s;
-  TRY(check_current(ph != NULL, &c));
+  SIMGPU_TRY(check_current(ph != NULL, &c));
   s = calloc(1, sizeof(*s));
   if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   s->magic = STREAM_MAGIC;
@@ -642,7 +635,7 @@ SIMGPU_API CUresult cuStreamDestroy_v2(CUstream s) { return retire(s, STREAM_MAG
 /* Completion time (ns, *t) of the work queued so far on stream s, and the stream's context (*c). */
 static CUresult stream_done_at(CUstream s, struct CUctx_st** c, uint64_t* t) {
   struct CUstream_st* real;
-  TRY(stream_target(s, c, &real));
+  SIMGPU_TRY(stream_target(s, c, &real));
   pthread_mutex_lock(&g_mutex);
   *t = (real != NULL) ? real->latest_end : (*c)->latest_end;
   pthread_mutex_unlock(&g_mutex);
@@ -653,7 +646,7 @@ SIMGPU_API CUresult cuStreamSynchronize(CUstream s) {
   struct CUctx_st* c;
   uint64_t t;
   REQUIRE_INIT();
-  TRY(stream_done_at(s, &c, &t));
+  SIMGPU_TRY(stream_done_at(s, &c, &t));
   wait_for(c, t);
   return CUDA_SUCCESS;
 }
@@ -662,7 +655,7 @@ SIMGPU_API CUresult cuStreamQuery(CUstream s) {
   struct CUctx_st* c;
   uint64_t t;
   REQUIRE_INIT();
-  TRY(stream_done_at(s, &c, &t));
+  SIMGPU_TRY(stream_done_at(s, &c, &t));
   return simgpu_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -678,7 +671,7 @@ SIMGPU_API CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
   struct CUctx_st* c;
   struct CUevent_st* e;
   (void)flags;
-  TRY(check_current(ph != NULL, &c));
+  SIMGPU_TRY(check_current(ph != NULL, &c));
   e = calloc(1, sizeof(*e));
   if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   e->magic = EVENT_MAGIC;
@@ -694,7 +687,7 @@ SIMGPU_API CUresult cuEventRecord(CUevent e, CUstream s) {
   uint64_t t;
   REQUIRE_INIT();
   if (!live(e, EVENT_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
-  TRY(stream_done_at(s, &c, &t));
+  SIMGPU_TRY(stream_done_at(s, &c, &t));
   e->when = max_u64(t, simgpu_now_ns());
   e->recorded = 1;
   return CUDA_SUCCESS;
@@ -728,7 +721,7 @@ SIMGPU_API CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
 static CUresult module_new(CUmodule* mod) {
   struct CUctx_st* c;
   struct CUmod_st* m;
-  TRY(check_current(mod != NULL, &c));
+  SIMGPU_TRY(check_current(mod != NULL, &c));
   m = calloc(1, sizeof(*m));
   if (m == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   m->magic = MODULE_MAGIC;
@@ -822,7 +815,7 @@ SIMGPU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int g
 
   REQUIRE_INIT();
   if (f == NULL || !known_kernel(f)) return CUDA_ERROR_INVALID_HANDLE;
-  TRY(stream_target(hStream, &c, &stream));
+  SIMGPU_TRY(stream_target(hStream, &c, &stream));
   d = simgpu_device_at(c->dev);
   if (kernel_arg(kernelParams, extra, 0, &a0) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (f->kind == KERNEL_WORK) {
@@ -887,7 +880,7 @@ SIMGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
 SIMGPU_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   struct CUctx_st* c;
   uint64_t used = 0, total;
-  TRY(check_current(free_bytes != NULL && total_bytes != NULL, &c));
+  SIMGPU_TRY(check_current(free_bytes != NULL && total_bytes != NULL, &c));
   total = simgpu_device_at(c->dev)->total_bytes;
   if (simgpu_mem_used(c->dev, &used) != 0) return CUDA_ERROR_UNKNOWN;
   *total_bytes = (size_t)total;
@@ -1023,34 +1016,34 @@ SIMGPU_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVer
 SIMGPU_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
                                         cuuint64_t flags, int* symbolStatus);
 
-#define ENTRY(fn) {#fn, (void*)&fn}
+#define ENSIMGPU_TRY(fn) {#fn, (void*)&fn}
 static const struct {
   const char* name;
   void* fn;
 } g_entries[] = {
-    ENTRY(cuInit), ENTRY(cuDriverGetVersion), ENTRY(cuDeviceGetCount), ENTRY(cuDeviceGet),
-    ENTRY(cuDeviceGetName), ENTRY(cuDeviceGetUuid), ENTRY(cuDeviceGetUuid_v2),
-    ENTRY(cuDeviceTotalMem_v2), ENTRY(cuDeviceGetAttribute), ENTRY(cuDeviceComputeCapability),
-    ENTRY(cuDeviceGetPCIBusId), ENTRY(cuDevicePrimaryCtxRetain),
-    ENTRY(cuDevicePrimaryCtxRelease), ENTRY(cuDevicePrimaryCtxRelease_v2),
-    ENTRY(cuDevicePrimaryCtxReset), ENTRY(cuDevicePrimaryCtxReset_v2),
-    ENTRY(cuDevicePrimaryCtxGetState), ENTRY(cuDevicePrimaryCtxSetFlags),
-    ENTRY(cuDevicePrimaryCtxSetFlags_v2), ENTRY(cuCtxCreate_v2), ENTRY(cuCtxDestroy_v2),
-    ENTRY(cuCtxSetCurrent), ENTRY(cuCtxGetCurrent), ENTRY(cuCtxPushCurrent_v2),
-    ENTRY(cuCtxPopCurrent_v2), ENTRY(cuCtxGetDevice), ENTRY(cuCtxSynchronize),
-    ENTRY(cuStreamCreate), ENTRY(cuStreamCreateWithPriority), ENTRY(cuStreamDestroy),
-    ENTRY(cuStreamDestroy_v2), ENTRY(cuStreamSynchronize), ENTRY(cuStreamQuery),
-    ENTRY(cuStreamWaitEvent), ENTRY(cuEventCreate), ENTRY(cuEventDestroy),
-    ENTRY(cuEventDestroy_v2), ENTRY(cuEventRecord), ENTRY(cuEventQuery),
-    ENTRY(cuEventSynchronize), ENTRY(cuEventElapsedTime), ENTRY(cuModuleLoad),
-    ENTRY(cuModuleLoadData), ENTRY(cuModuleLoadDataEx), ENTRY(cuModuleLoadFatBinary),
-    ENTRY(cuModuleUnload), ENTRY(cuModuleGetFunction), ENTRY(cuLaunchKernel),
-    ENTRY(cuMemAlloc_v2), ENTRY(cuMemAllocManaged), ENTRY(cuMemFree_v2), ENTRY(cuMemGetInfo_v2),
-    ENTRY(cuMemAdvise), ENTRY(cuMemPrefetchAsync), ENTRY(cuMemcpy), ENTRY(cuMemcpyAsync),
-    ENTRY(cuMemcpyHtoD_v2), ENTRY(cuMemcpyDtoH_v2), ENTRY(cuMemcpyDtoD_v2),
-    ENTRY(cuMemcpyHtoDAsync_v2), ENTRY(cuMemcpyDtoHAsync_v2), ENTRY(cuMemcpyDtoDAsync_v2),
-    ENTRY(cuMemsetD8_v2), ENTRY(cuMemsetD32_v2), ENTRY(cuMemsetD8Async), ENTRY(cuGetErrorString),
-    ENTRY(cuGetErrorName), ENTRY(cuGetProcAddress), ENTRY(cuGetProcAddress_v2),
+    ENSIMGPU_TRY(cuInit), ENSIMGPU_TRY(cuDriverGetVersion), ENSIMGPU_TRY(cuDeviceGetCount), ENSIMGPU_TRY(cuDeviceGet),
+    ENSIMGPU_TRY(cuDeviceGetName), ENSIMGPU_TRY(cuDeviceGetUuid), ENSIMGPU_TRY(cuDeviceGetUuid_v2),
+    ENSIMGPU_TRY(cuDeviceTotalMem_v2), ENSIMGPU_TRY(cuDeviceGetAttribute), ENSIMGPU_TRY(cuDeviceComputeCapability),
+    ENSIMGPU_TRY(cuDeviceGetPCIBusId), ENSIMGPU_TRY(cuDevicePrimaryCtxRetain),
+    ENSIMGPU_TRY(cuDevicePrimaryCtxRelease), ENSIMGPU_TRY(cuDevicePrimaryCtxRelease_v2),
+    ENSIMGPU_TRY(cuDevicePrimaryCtxReset), ENSIMGPU_TRY(cuDevicePrimaryCtxReset_v2),
+    ENSIMGPU_TRY(cuDevicePrimaryCtxGetState), ENSIMGPU_TRY(cuDevicePrimaryCtxSetFlags),
+    ENSIMGPU_TRY(cuDevicePrimaryCtxSetFlags_v2), ENSIMGPU_TRY(cuCtxCreate_v2), ENSIMGPU_TRY(cuCtxDestroy_v2),
+    ENSIMGPU_TRY(cuCtxSetCurrent), ENSIMGPU_TRY(cuCtxGetCurrent), ENSIMGPU_TRY(cuCtxPushCurrent_v2),
+    ENSIMGPU_TRY(cuCtxPopCurrent_v2), ENSIMGPU_TRY(cuCtxGetDevice), ENSIMGPU_TRY(cuCtxSynchronize),
+    ENSIMGPU_TRY(cuStreamCreate), ENSIMGPU_TRY(cuStreamCreateWithPriority), ENSIMGPU_TRY(cuStreamDestroy),
+    ENSIMGPU_TRY(cuStreamDestroy_v2), ENSIMGPU_TRY(cuStreamSynchronize), ENSIMGPU_TRY(cuStreamQuery),
+    ENSIMGPU_TRY(cuStreamWaitEvent), ENSIMGPU_TRY(cuEventCreate), ENSIMGPU_TRY(cuEventDestroy),
+    ENSIMGPU_TRY(cuEventDestroy_v2), ENSIMGPU_TRY(cuEventRecord), ENSIMGPU_TRY(cuEventQuery),
+    ENSIMGPU_TRY(cuEventSynchronize), ENSIMGPU_TRY(cuEventElapsedTime), ENSIMGPU_TRY(cuModuleLoad),
+    ENSIMGPU_TRY(cuModuleLoadData), ENSIMGPU_TRY(cuModuleLoadDataEx), ENSIMGPU_TRY(cuModuleLoadFatBinary),
+    ENSIMGPU_TRY(cuModuleUnload), ENSIMGPU_TRY(cuModuleGetFunction), ENSIMGPU_TRY(cuLaunchKernel),
+    ENSIMGPU_TRY(cuMemAlloc_v2), ENSIMGPU_TRY(cuMemAllocManaged), ENSIMGPU_TRY(cuMemFree_v2), ENSIMGPU_TRY(cuMemGetInfo_v2),
+    ENSIMGPU_TRY(cuMemAdvise), ENSIMGPU_TRY(cuMemPrefetchAsync), ENSIMGPU_TRY(cuMemcpy), ENSIMGPU_TRY(cuMemcpyAsync),
+    ENSIMGPU_TRY(cuMemcpyHtoD_v2), ENSIMGPU_TRY(cuMemcpyDtoH_v2), ENSIMGPU_TRY(cuMemcpyDtoD_v2),
+    ENSIMGPU_TRY(cuMemcpyHtoDAsync_v2), ENSIMGPU_TRY(cuMemcpyDtoHAsync_v2), ENSIMGPU_TRY(cuMemcpyDtoDAsync_v2),
+    ENSIMGPU_TRY(cuMemsetD8_v2), ENSIMGPU_TRY(cuMemsetD32_v2), ENSIMGPU_TRY(cuMemsetD8Async), ENSIMGPU_TRY(cuGetErrorString),
+    ENSIMGPU_TRY(cuGetErrorName), ENSIMGPU_TRY(cuGetProcAddress), ENSIMGPU_TRY(cuGetProcAddress_v2),
 };
 
 /* This library's own function for symbol: the exact name, else its _v2 form (as the real

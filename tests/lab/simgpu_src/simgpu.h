@@ -25,6 +25,14 @@
 #define SIMGPU_HIDDEN __attribute__((visibility("hidden")))
 #define SIMGPU_API __attribute__((visibility("default")))
 
+/* Return from the calling entry point with expr's error code unless it is 0 (CUDA_SUCCESS and
+ * NVML_SUCCESS alike). */
+#define SIMGPU_TRY(expr)           \
+  do {                             \
+    int err_ = (expr);             \
+    if (err_ != 0) return err_;    \
+  } while (0)
+
 #define SIMGPU_DEFAULT_CONFIG "/run/simgpu/devices"
 #define SIMGPU_MAX_DEVICES 64
 #define SIMGPU_UUID_LEN 96

@@ -100,6 +100,13 @@ static int dev_index(nvmlDevice_t d) {
   return d->index;
 }
 
+/* The checks of a call on a device handle: initialised, a valid handle (*i: its index), arguments. */
+static nvmlReturn_t check_device(nvmlDevice_t device, int args_ok, int* i) {
+  REQUIRE_INIT();
+  *i = dev_index(device);
+  return (*i < 0 || !args_ok) ? NVML_ERROR_INVALID_ARGUMENT : NVML_SUCCESS;
+}
+
 static nvmlReturn_t copy_string(char* out, unsigned int length, const char* s) {
   if (out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
   if (strlen(s) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -163,16 +170,17 @@ SIMGPU_API nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int len
   return copy_string(version, length, SIMGPU_NVML_VERSION);
 }
 
-SIMGPU_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+static nvmlReturn_t cuda_driver_version(int* version) {
   if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
   *version = SIMGPU_CUDA_VERSION;
   return NVML_SUCCESS;
 }
 
+SIMGPU_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  return cuda_driver_version(version);
+}
 SIMGPU_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
-  if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-  *version = SIMGPU_CUDA_VERSION;
-  return NVML_SUCCESS;
+  return cuda_driver_version(version);
 }
 
 static nvmlReturn_t get_count(unsigned int* count) {
@@ -213,30 +221,26 @@ SIMGPU_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t
 
 SIMGPU_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
   int i;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, 1, &i));
   return copy_string(name, length, simgpu_device_at(i)->name);
 }
 
 SIMGPU_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
   int i;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, 1, &i));
   return copy_string(uuid, length, simgpu_device_at(i)->uuid);
 }
 
 SIMGPU_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
   int i;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0 || index == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, index != NULL, &i));
   *index = (unsigned int)i;
   return NVML_SUCCESS;
 }
 
 SIMGPU_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
   int i;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0 || minor == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, minor != NULL, &i));
   *minor = (unsigned int)simgpu_device_at(i)->config_index;
   return NVML_SUCCESS;
 }
@@ -245,8 +249,7 @@ static nvmlReturn_t memory(nvmlDevice_t device, unsigned long long* total,
                            unsigned long long* free_bytes, unsigned long long* used) {
   int i;
   uint64_t u = 0, t;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, 1, &i));
   if (simgpu_mem_used(i, &u) != 0) return NVML_ERROR_UNKNOWN;
   t = simgpu_device_at(i)->total_bytes;
   *total = t;
@@ -270,21 +273,20 @@ SIMGPU_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                       nvmlUtilization_t* util) {
   int i;
   unsigned int pct = 0;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0 || util == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, util != NULL, &i));
   if (simgpu_utilization(i, UTIL_WINDOW_NS, &pct) != 0) return NVML_ERROR_UNKNOWN;
   util->gpu = pct;
   util->memory = pct;
   return NVML_SUCCESS;
 }
 
-/* Running processes in v1 (16-byte) or v2/v3 (24-byte) records, with NVML's size protocol. */
+/* Running processes in v1 (16-byte) or v2/v3 (24-byte) records, with NVML's size protocol; no
+ * graphics processes exist here. */
 static nvmlReturn_t running(nvmlDevice_t device, unsigned int* count, void* infos, int v1,
                             int graphics) {
   struct simgpu_proc_usage procs[SIMGPU_MAX_PROCS];
   int i, n = 0;
-  REQUIRE_INIT();
-  if ((i = dev_index(device)) < 0 || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+  SIMGPU_TRY(check_device(device, count != NULL, &i));
   if (!graphics) {
     n = simgpu_processes(i, procs, SIMGPU_MAX_PROCS);
     if (n < 0) return NVML_ERROR_UNKNOWN;
@@ -311,32 +313,14 @@ static nvmlReturn_t running(nvmlDevice_t device, unsigned int* count, void* info
   return NVML_SUCCESS;
 }
 
-SIMGPU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
-                                                             unsigned int* count,
-                                                             nvmlProcessInfo_v1_t* infos) {
-  return running(device, count, infos, 1, 0);
-}
+/* One exported running-processes entry point: fn takes info_t records (v1: the 16-byte ones). */
+#define RUNNING_PROCESSES(fn, info_t, v1, graphics)                                     \
+  SIMGPU_API nvmlReturn_t fn(nvmlDevice_t device, unsigned int* count, info_t* infos) { \
+    return running(device, count, infos, v1, graphics);                                 \
+  }
 
-SIMGPU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
-                                                                unsigned int* count,
-                                                                nvmlProcessInfo_v2_t* infos) {
-  return running(device, count, infos, 0, 0);
-}
-
-SIMGPU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                                unsigned int* count,
-                                                                nvmlProcessInfo_v2_t* infos) {
-  return running(device, count, infos, 0, 0);
-}
-
-SIMGPU_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device,
-                                                              unsigned int* count,
-                                                              nvmlProcessInfo_v1_t* infos) {
-  return running(device, count, infos, 1, 1);
-}
-
-SIMGPU_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
-                                                                 unsigned int* count,
-                                                                 nvmlProcessInfo_v2_t* infos) {
-  return running(device, count, infos, 0, 1);
-}
+RUNNING_PROCESSES(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 1, 0)
+RUNNING_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 0, 0)
+RUNNING_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 0, 0)
+RUNNING_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 1, 1)
+RUNNING_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 0, 1)
