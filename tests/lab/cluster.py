@@ -51,6 +51,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from tests.lab.nodens import die_with_parent
 from xpushare.sut import SutNames, sut_names
 from xpushare.transport import CommandResult
 
@@ -355,7 +356,7 @@ class LabCluster:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-                preexec_fn=_pdeathsig if self.die_with_parent else None,
+                preexec_fn=die_with_parent if self.die_with_parent else None,
             )
         (self.workdir / "controlplane.pid").write_text(f"{self._proc.pid}\n")
         try:
@@ -469,12 +470,6 @@ class LabCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    import ctypes
-
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
 # ------------------------------------------------------------------------ helpers for tests

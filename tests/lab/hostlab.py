@@ -217,7 +217,7 @@ class HostLab:
         with node.log_file.open("ab") as log:
             node.scheduler = subprocess.Popen(
                 node.ns.enter([str(node.scheduler_path)], cwd=node.directory), env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=nodens._pdeathsig)
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=nodens.die_with_parent)
         deadline = time.monotonic() + SCHEDULER_START_S
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:

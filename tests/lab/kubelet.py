@@ -24,7 +24,6 @@ Pure test infrastructure: nothing here judges a cluster.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -50,7 +49,7 @@ from tests.lab.kubeapi import (
     rfc3339nano,
     template_hash,
 )
-from tests.lab.nodens import NodeNamespace
+from tests.lab.nodens import NodeNamespace, die_with_parent
 from tests.lab.pki import write_serviceaccount
 from xpushare.sut import SutNames
 
@@ -118,14 +117,6 @@ class LabSettings:
 
 
 # ---------------------------------------------------------------------------------- processes
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
 
 def signal_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to a process group, ignoring one that is already gone."""
@@ -475,7 +466,7 @@ class Kubelet:
         try:
             proc = subprocess.Popen(argv, cwd=self.settings.repo_root, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
         except OSError as exc:
             cr.exit_code, cr.finished, cr.reason = 128, time.monotonic(), "StartError"
             cr.message = f"failed to create containerd task: exec: {exc}"

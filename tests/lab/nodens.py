@@ -30,6 +30,7 @@ _HOLD = (
     'echo "$$" > "$0" && exec sleep 2147483647'
 )
 _libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 
 
 class NamespaceError(RuntimeError):
@@ -48,8 +49,9 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    _libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A Popen ``preexec_fn``: the child gets SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG)."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class NodeNamespace:
@@ -93,7 +95,7 @@ class NodeNamespace:
         self._proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _HOLD, str(self.pid_file)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-            start_new_session=True, preexec_fn=_pdeathsig if self.die_with_parent else None,
+            start_new_session=True, preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         deadline = time.monotonic() + timeout_s
         while not self.pid_file.exists():
