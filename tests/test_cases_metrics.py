@@ -403,6 +403,24 @@ def test_probe_without_a_probe_line_is_an_error(k8s: tuple[FakeExporter, FakeK8s
         act_and_judge("MET-002", backend, k8s_cluster(), tmp_path, pod_timeout_s=1.5)
 
 
+def test_probe_that_ends_before_its_first_line_is_an_error_at_once(k8s: tuple[FakeExporter, FakeK8sBackend],
+                                                                   tmp_path: Path) -> None:
+    """Running at first, then Failed (an import error): reported as ended, without waiting out pod_timeout_s."""
+    _, backend = k8s
+    backend.log = "Traceback: import torch failed\n"
+    phases = iter(["Running"])
+
+    def wait_running(case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        backend.phase = next(phases, "Failed")
+        return FakeK8sBackend.wait_running(backend, case_dir, names, timeout_s)
+
+    backend.wait_running = wait_running  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match=r"ended \(Failed, exit 1\) before its first"):
+        act_and_judge("MET-002", backend, k8s_cluster(), tmp_path, pod_timeout_s=60)
+    assert time.monotonic() - t0 < 30
+
+
 def test_met003_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, case_dir = act_and_judge("MET-003", backend, k8s_cluster(), tmp_path)

@@ -170,17 +170,12 @@ def _start_probe(run: CaseRun, *, args: tuple[str, ...] = (), **kw: Any) -> tupl
     if rec is None or rec.phase != "Running" or not rec.node:
         what = "missing" if rec is None else f"{rec.phase} (exit {rec.exit_code}, node {rec.node})"
         raise XpushareError(f"probe pod {spec.name} is {what}, not Running")
-    deadline = time.monotonic() + timeout
-    polls = 0
-    while PROBE_MARKER not in run.backend.read_log(run.case_dir, rec.name):
-        polls += 1
-        now = _record(run.backend.wait_running(run.case_dir, [spec.name], 0.0), spec.name) if polls % 5 == 0 else None
-        if now is not None and now.terminal:  # phase every 5th poll: one kubectl call a second otherwise
+    if not run.wait_for_line(rec.name, PROBE_MARKER, timeout):
+        now = _record(run.backend.wait_running(run.case_dir, [spec.name], 0.0), spec.name)
+        if now is not None and now.terminal:
             raise XpushareError(f"probe pod {rec.name} ended ({now.phase}, exit {now.exit_code}) before its first "
                                 f"{PROBE_MARKER} line")
-        if time.monotonic() > deadline:
-            raise XpushareError(f"probe pod {rec.name} printed no {PROBE_MARKER} line in {timeout:g} s")
-        run.sleep(1.0)
+        raise XpushareError(f"probe pod {rec.name} printed no {PROBE_MARKER} line in {timeout:g} s")
     run.plan.update(probe=rec.name, node=rec.node)
     run.save_plan()
     return rec.name, rec.node
