@@ -125,6 +125,10 @@ def test_spread_over_gpus() -> None:
     assert v.status is Status.FAIL and "spread_over_gpus" in v.summary
     # One GPU only: spreading is not applicable, the pods must still all pass.
     assert judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=1).status is Status.PASS
+    # Where the pods ran is not in the evidence (no registration, no recorded GPU): ERROR, not "all on one GPU".
+    unplaced = [rec(n, gpu=None) for n in names]
+    v = judge.judge_spread(Evidence.from_parts(unplaced, logs), TH, pods=names, gpus_available=2)
+    assert v.status is Status.ERROR and "no GPU known" in v.summary, v.summary
     # The backend could not tell how many GPUs exist: the spread is unjudged, never a silent PASS.
     unknown = judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=None)
     assert unknown.status is Status.ERROR and "spread_over_gpus" in unknown.summary

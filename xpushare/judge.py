@@ -200,13 +200,18 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
                             values, None, "how many GPUs the cluster has is unknown"))
     elif gpus_available > 1:
         values["gpus_available"] = gpus_available
+        # pods whose GPU nothing tells (no registration, none recorded): fewer than 2 GPUs seen is then no proof
+        unplaced = [p for p in pods if (a := ev.assignment(p)) is None or a.gpu is None]
+        if unplaced:
+            values["gpu_unknown"] = unplaced
+        spread = len(used) > 1
         checks.append(
             Check(
                 "spread_over_gpus",
                 "distinct_gpus > 1 (more than one GPU exists)",
                 values,
-                len(used) > 1,
-                "" if len(used) > 1 else "all pods on one GPU",
+                True if spread else (None if unplaced else False),
+                "" if spread else (f"no GPU known for {', '.join(unplaced)}" if unplaced else "all pods on one GPU"),
             )
         )
     status, summary = combine(checks, pass_summary=f"{len(pods)}/{len(pods)} pods passed")
