@@ -101,12 +101,11 @@ def _pids_with_token(token: str) -> list[int]:
 
 
 class LabCluster:
-    """A lab Kubernetes cluster in ``workdir``; :meth:`start` / :meth:`stop` (also a context manager).
+    """A lab Kubernetes cluster in ``workdir``; :meth:`start` / :meth:`stop` (also a context manager). It builds
+    and runs the upstream ``xpushare`` tree (naming generation :attr:`generation`).
 
     Args:
         workdir: a directory of its own (created).
-        generation: SUT naming generation; the lab builds and runs the upstream ``xpushare`` tree only
-            (another generation raises ValueError at :meth:`prepare`).
         nodes: node name → ``{"address", "scheduler_address", "gpus"}`` (see :data:`DEFAULT_NODES`).
         api_address: address of the API server; ``api_port`` 0 picks a free port.
         faults: node name → switches of :data:`FAULT_DEFAULTS` (``"*"`` applies to all nodes).
@@ -119,11 +118,12 @@ class LabCluster:
             ``up`` turns it off.
     """
 
+    generation = "xpushare"
+
     def __init__(
         self,
         workdir: str | os.PathLike[str],
         *,
-        generation: str = "xpushare",
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
         api_address: str = "127.0.0.10",
         api_port: int = 0,
@@ -136,8 +136,7 @@ class LabCluster:
         die_with_parent: bool = True,
     ) -> None:
         self.workdir = Path(workdir).resolve()
-        self.generation = generation
-        self.names: SutNames = sut_names(generation)
+        self.names: SutNames = sut_names(self.generation)
         self.node_specs = {k: dict(v) for k, v in (nodes or DEFAULT_NODES).items()}
         self.api_address = api_address
         self.api_port = api_port
@@ -315,8 +314,6 @@ class LabCluster:
         from tests.lab.simgpu import SimDevice, build_simgpu, write_config
         from tests.lab.sut import build_sut
 
-        if self.generation != "xpushare":
-            raise ValueError(f"the lab runs the real xpushare SUT; generation {self.generation!r} is not built")
         self.sut = build_sut(self.sut_src)
         self.simgpu_dir = build_simgpu().directory
         if self.api_port == 0:
@@ -457,7 +454,7 @@ class LabCluster:
         nodes = {n: {"address": v["address"], "scheduler_address": v["scheduler_address"], "gpus": len(v["gpus"])}
                  for n, v in cfg["nodes"].items()}
         memory = next(iter(cfg["nodes"].values()))["gpu_memory_bytes"]
-        lab = cls(workdir, generation=cfg["generation"], nodes=nodes, api_address=cfg["api"]["address"],
+        lab = cls(workdir, nodes=nodes, api_address=cfg["api"]["address"],
                   api_port=cfg["api"]["port"], sut_src=cfg["sut"]["source"] or None,
                   window_ms=int(cfg["scheduler"]["window_ms"]), gpu_memory_bytes=int(memory))
         lab.token = cfg["token"]
@@ -661,7 +658,7 @@ def serve(workdir: Path) -> int:
             cond["lastHeartbeatTime"] = cond["lastTransitionTime"] = now_rfc3339()
         store.create("nodes", "", node)
         kubelets.append(Kubelet(store, LabNode(name, int(spec["index"]), spec["address"], spec["scheduler_address"],
-                                               tuple(spec["gpus"]), int(spec["gpu_memory_bytes"])), settings))
+                                               tuple(spec["gpus"])), settings))
     for ds in _daemonsets(names, cfg):
         store.create("daemonsets", names.namespace, default_daemonset(ds))
     controllers = Controllers(store, names)

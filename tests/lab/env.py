@@ -20,8 +20,8 @@ from tests.lab.sshd import SshLab
 from xpushare.cases.metrics import met008_size
 
 REPO = Path(__file__).resolve().parents[2]
-#: The lab's fake GPU memory: 1536 MiB (the library's reserve) + 64 MiB, so the oversubscription workload
-#: (1.5 x 64 MiB on a CPU) crosses the physical limit without using real memory.
+#: The lab's simulated GPU memory: 1536 MiB (the library's reserve) + 64 MiB, so the oversubscription workload
+#: (1.5 x 64 MiB) crosses the physical limit; untouched simulated allocations cost no host memory.
 LAB_GPU_MEMORY_BYTES = (1536 + 64) * 2**20
 #: LabCluster options of the lab behind the ``lab`` cluster: the memory above and 500 ms quota windows (the SUT's
 #: minimum: it raises a smaller XPUSHARE_COMPUTE_WINDOW_MS to 500), so that second-long workloads see their quota.

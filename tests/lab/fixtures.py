@@ -28,7 +28,7 @@ from xpushare.kube import Kubectl
 
 @pytest.fixture(scope="session")
 def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    """A started lab cluster (2 nodes × 2 fake GPUs, generation ``xpushare``) for the session."""
+    """A started lab cluster (2 nodes × 2 simulated GPUs, the real SUT) for the session."""
     yield from started_kube_lab(tmp_path_factory, "kube-lab")
 
 

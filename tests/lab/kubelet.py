@@ -58,14 +58,13 @@ from xpushare.sut import SutNames
 
 @dataclass(frozen=True)
 class LabNode:
-    """One lab node: its name, addresses and fake GPUs."""
+    """One lab node: its name, addresses and simulated GPUs (their memory and speed: the node's SIMGPU_CONFIG)."""
 
     name: str
     index: int  # 1-based; pod IPs are 127.0.<index>.<n>
     address: str  # the node's InternalIP (and its SSH address in the lab)
     scheduler_address: str  # pod IP of the SUT scheduler pod on this node (metrics on :9402)
-    gpus: tuple[str, ...]  # fake GPU UUIDs, e.g. GPU-lab-lab-node1-0
-    gpu_memory_bytes: int
+    gpus: tuple[str, ...]  # simulated GPU UUIDs, e.g. GPU-lab-lab-node1-0
     vgpus_per_gpu: int = 10
 
 
