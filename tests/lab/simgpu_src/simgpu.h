@@ -41,7 +41,7 @@
 
 /* State file layout (fixed size, little-endian host order). */
 #define SIMGPU_STATE_MAGIC 0x3130555047304953ULL /* "SI0GPU01" */
-#define SIMGPU_STATE_VERSION 1u
+#define SIMGPU_STATE_VERSION 2u
 #define SIMGPU_MAX_PROCS 256
 #define SIMGPU_MAX_INTERVALS 4096
 
@@ -63,8 +63,6 @@ struct simgpu_state {
   uint32_t version;
   uint32_t reserved0;
   uint64_t busy_until_ns;  /* end of the last kernel queued on the device's one timeline */
-  uint64_t kernels;        /* kernels launched, all processes */
-  uint64_t busy_ns_total;  /* sum of kernel durations, ns */
   uint32_t interval_head;  /* ring index of the next interval to write */
   uint32_t interval_count; /* valid intervals in the ring (<= SIMGPU_MAX_INTERVALS) */
   struct simgpu_interval intervals[SIMGPU_MAX_INTERVALS]; /* busy intervals, contiguous ones merged */
@@ -93,7 +91,6 @@ struct simgpu_proc_usage {
 SIMGPU_HIDDEN int simgpu_load(int for_cuda);
 SIMGPU_HIDDEN int simgpu_count(void);
 SIMGPU_HIDDEN const struct simgpu_device* simgpu_device_at(int visible_index);
-SIMGPU_HIDDEN const char* simgpu_config_path(void);
 
 SIMGPU_HIDDEN uint64_t simgpu_now_ns(void);
 SIMGPU_HIDDEN void simgpu_sleep_until(uint64_t deadline_ns);

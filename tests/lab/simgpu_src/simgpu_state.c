@@ -163,29 +163,46 @@ static int already_listed(const int* list, int n, int idx) {
   return 0;
 }
 
+/* The config index that a visible-devices token names among list[0..n) (config indices): a decimal
+ * position in the list, else a UUID (by_prefix: a prefix matching exactly one); -1 for none. */
+static int resolve_token(const char* tok, const int* list, int n, int by_prefix) {
+  int idx = -1;
+  int matches = 0;
+  if (is_decimal(tok)) {
+    long v = strtol(tok, NULL, 10);
+    return (v >= 0 && v < n) ? list[v] : -1;
+  }
+  if (tok[0] == '\0') return -1;
+  for (int i = 0; i < n; i++) {
+    const char* uuid = g_all[list[i]].uuid;
+    if (by_prefix ? strncmp(uuid, tok, strlen(tok)) == 0 : strcmp(uuid, tok) == 0) {
+      idx = list[i];
+      matches++;
+    }
+  }
+  return (by_prefix && matches != 1) ? -1 : idx;
+}
+
 /* NVIDIA_VISIBLE_DEVICES: unset/empty/all -> all; none/void -> none; else UUIDs or indices. */
 static void apply_nvidia_visible(void) {
   const char* env = getenv("NVIDIA_VISIBLE_DEVICES");
+  int all[SIMGPU_MAX_DEVICES];
   char buf[4096];
   char* save = NULL;
 
+  for (int i = 0; i < g_all_count; i++) all[i] = i;
   g_visible_count = 0;
   if (env == NULL || env[0] == '\0' || strcmp(env, "all") == 0) {
-    for (int i = 0; i < g_all_count; i++) g_visible[g_visible_count++] = i;
+    memcpy(g_visible, all, sizeof(int) * (size_t)g_all_count);
+    g_visible_count = g_all_count;
     return;
   }
   if (strcmp(env, "none") == 0 || strcmp(env, "void") == 0) return;
   snprintf(buf, sizeof(buf), "%s", env);
   for (char* tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-    int idx = -1;
+    int idx;
     trim(tok);
-    if (is_decimal(tok)) {
-      long v = strtol(tok, NULL, 10);
-      if (v >= 0 && v < g_all_count) idx = (int)v;
-    } else {
-      for (int i = 0; i < g_all_count; i++)
-        if (strcmp(g_all[i].uuid, tok) == 0) idx = i;
-    }
+    idx = resolve_token(tok, all, g_all_count, 0);
     if (idx >= 0 && !already_listed(g_visible, g_visible_count, idx))
       g_visible[g_visible_count++] = idx;
   }
@@ -203,21 +220,9 @@ static void apply_cuda_visible(void) {
   if (env == NULL) return;
   snprintf(buf, sizeof(buf), "%s", env);
   for (char* tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-    int idx = -1;
+    int idx;
     trim(tok);
-    if (is_decimal(tok)) {
-      long v = strtol(tok, NULL, 10);
-      if (v >= 0 && v < g_visible_count) idx = g_visible[v];
-    } else if (tok[0] != '\0') {
-      int matches = 0;
-      for (int i = 0; i < g_visible_count; i++) {
-        if (strncmp(g_all[g_visible[i]].uuid, tok, strlen(tok)) == 0) {
-          idx = g_visible[i];
-          matches++;
-        }
-      }
-      if (matches != 1) idx = -1;
-    }
+    idx = resolve_token(tok, g_visible, g_visible_count, 1);
     if (idx < 0) break;
     if (!already_listed(out, n, idx)) out[n++] = idx;
   }
@@ -255,8 +260,6 @@ const struct simgpu_device* simgpu_device_at(int visible_index) {
   if (visible_index < 0 || visible_index >= g_visible_count) return NULL;
   return &g_all[g_visible[visible_index]];
 }
-
-const char* simgpu_config_path(void) { return g_config_path; }
 
 /* ---- time ---- */
 
@@ -567,8 +570,6 @@ int simgpu_timeline_append(int dev, uint64_t duration_ns, uint64_t* start, uint6
   b = (s->busy_until_ns > now) ? s->busy_until_ns : now;
   e = b + duration_ns;
   s->busy_until_ns = e;
-  s->kernels++;
-  s->busy_ns_total += duration_ns;
   if (duration_ns > 0) {
     uint32_t last = (s->interval_head + SIMGPU_MAX_INTERVALS - 1) % SIMGPU_MAX_INTERVALS;
     if (s->interval_count > 0 && s->intervals[last].end_ns == b) {
