@@ -158,6 +158,13 @@ static int live(const void* handle, uint32_t magic) {
   return handle != NULL && *(const uint32_t*)handle == magic;
 }
 
+/* A zeroed handle of size bytes with its magic set; NULL when out of memory. */
+static void* new_handle(size_t size, uint32_t magic) {
+  uint32_t* h = calloc(1, size);
+  if (h != NULL) *h = magic;
+  return h;
+}
+
 /* Destroy a handle: it stays readable (structs are never freed) and detectably dead. */
 static CUresult retire(void* handle, uint32_t magic) {
   REQUIRE_INIT();
@@ -610,9 +617,8 @@ static CUresult stream_create(CUstream* ph) {
   struct CUctx_st* c;
   struct CUstream_st* s;
   SIMGPU_TRY(check_current(ph != NULL, &c));
-  s = calloc(1, sizeof(*s));
+  s = new_handle(sizeof(*s), STREAM_MAGIC);
   if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  s->magic = STREAM_MAGIC;
   s->ctx = c;
   *ph = s;
   return CUDA_SUCCESS;
@@ -672,9 +678,8 @@ SIMGPU_API CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
   struct CUevent_st* e;
   (void)flags;
   SIMGPU_TRY(check_current(ph != NULL, &c));
-  e = calloc(1, sizeof(*e));
+  e = new_handle(sizeof(*e), EVENT_MAGIC);
   if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  e->magic = EVENT_MAGIC;
   *ph = e;
   return CUDA_SUCCESS;
 }
@@ -722,9 +727,8 @@ static CUresult module_new(CUmodule* mod) {
   struct CUctx_st* c;
   struct CUmod_st* m;
   SIMGPU_TRY(check_current(mod != NULL, &c));
-  m = calloc(1, sizeof(*m));
+  m = new_handle(sizeof(*m), MODULE_MAGIC);
   if (m == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  m->magic = MODULE_MAGIC;
   *mod = m;
   return CUDA_SUCCESS;
 }
