@@ -263,7 +263,8 @@ def test_registration_annotations_and_metrics(lab_cluster: LabCluster, lab_kubec
     cid = reg.group(1)
     assert "Applying initial compute limit for default/annot: 60%" in scheduler_log(k, lab_cluster, start)
     assert "Core limit = 60%" in k.logs("annot", timestamps=False)
-    info = wait_for("client_info", lambda: samples(metrics(lab_cluster, pod.node), "xpushare_client_info",
+    node = pod.node  # a str (asserted above), also inside the lambda
+    info = wait_for("client_info", lambda: samples(metrics(lab_cluster, node), "xpushare_client_info",
                                                    pod="annot"), 10)
     assert len(info) == 1 and info[0].labels["host_pid"] == str(pid)
     assert info[0].labels["client_id"] == cid and info[0].labels["gpu_uuid"] == reg.group(2)
