@@ -19,7 +19,7 @@ import pytest
 
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.matrix import HOST_MODE, ROWS, UNCAUGHT, MatrixLab, Outcome, Row
+from tests.lab.matrix import HOST_MODE, ROWS, UNCAUGHT, MatrixLab, Outcome, Row, healthy_rows
 from tests.lab.mutants import MUTANTS
 from tests.lab.sshd import SshLab
 
@@ -27,6 +27,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 DOC = Path(__file__).resolve().parent.parent / "docs" / "verdicts.md"
 #: Labs the rows are spread over.
 LABS = 3
+#: The unmodified build under each scheduler setting a row needs (the default-settings baseline is what the
+#: suites' own lab tests judge).
+SETTING_BASELINES = [r for r in healthy_rows(ROWS) if r.setting is not None]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def outcomes(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Itera
             inventory = write_inventory(tmp_path_factory.mktemp("matrix-inv") / "inventory.yaml", ssh_lab, kube)
             labs.append(MatrixLab(kube, inventory, tmp_path_factory.mktemp("matrix-runs")))
         todo: queue.Queue[Row] = queue.Queue()
-        for row in sorted(ROWS, key=lambda r: -len(r.cases)):  # the longest rows first
+        for row in sorted([*ROWS, *SETTING_BASELINES], key=lambda r: -len(r.cases)):  # the longest rows first
             todo.put(row)
         results: dict[str, Outcome | BaseException] = {}
 
@@ -69,6 +72,16 @@ def test_breakage_is_caught(outcomes: dict[str, Outcome | BaseException], row: R
     if isinstance(outcome, BaseException):
         raise outcome
     wrong = {case: outcome.verdicts[case] for case in row.cases if outcome.verdicts[case][0] not in row.expected(case)}
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("row", SETTING_BASELINES, ids=[r.breakage for r in SETTING_BASELINES])
+def test_unmodified_build_passes_under_the_rows_settings(outcomes: dict[str, Outcome | BaseException],
+                                                         row: Row) -> None:
+    outcome = outcomes[row.breakage]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    wrong = {case: outcome.verdicts[case] for case in row.cases if outcome.verdicts[case][0] != "PASS"}
     assert not wrong, wrong
 
 

@@ -53,7 +53,8 @@ class GpuAssignment:
     ``gpu``: the registration's GPU key (``source`` :data:`SOURCE_REGISTRATION`), else the recorded GPU
     (:data:`SOURCE_RECORDED`), else None (:data:`SOURCE_NONE`); ``matched_by``: the key that found the
     registration (``pod default/x``, ``host_pid 478 and client_id ...``); ``recorded``: ``pods.json``'s
-    ``gpu`` (host mode: the backend's placement).
+    ``gpu`` (host mode: the backend's placement); ``client_ids``: the scheduler client ids of every matched
+    registration, in log order (a pod whose process registered again has several).
     """
 
     pod: str
@@ -62,6 +63,7 @@ class GpuAssignment:
     source: str
     matched_by: str | None = None
     recorded: str | None = None
+    client_ids: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """``registration (host_pid 478)``, ``pods.json: tool placement, no registration`` ..."""
@@ -162,7 +164,8 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
             found = registrations_of(summary, match) if match.usable else []
         if found:
             reg, key = found[-1]
-            out[r.name] = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu)
+            out[r.name] = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu,
+                                        tuple(dict.fromkeys(f.cid for f, _ in found)))
             continue
         recorded = (r.gpu_key or r.gpu) if mode == "host" and any_registration else r.gpu
         out[r.name] = GpuAssignment(r.name, r.node, recorded, SOURCE_RECORDED if recorded is not None else SOURCE_NONE,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xpushare.backends.base import PodRecord
-from xpushare.collect import pod_log
+from xpushare.collect import pod_log, scheduler_log
 from xpushare.evidence import SOURCE_REGISTRATION, Evidence
 from xpushare.model import Check, Status, Verdict, combine
 
@@ -107,6 +107,37 @@ def overlap_ratio(a: PodRecord, b: PodRecord) -> float | None:
     return max(0.0, overlap / shorter)
 
 
+def check_lock_shared(ev: Evidence, pair: Sequence[str], minimum: float) -> Check | None:
+    """``lock_shared``: both clients of the pair held the GPU lock in turns, not one after the other.
+
+    Each pod's span under the lock runs from its client's first ``Sent LOCK_OK`` to its last ``released from
+    running_list`` in ``scheduler.log`` (:func:`~xpushare.collect.scheduler_log.lock_spans`); the check passes
+    when the spans overlap by at least ``minimum`` of the shorter one. A lock holder that is never made to
+    drop the lock while the other waits (no time-slicing) gives disjoint spans: the other pod starved until
+    it ended. None when neither pod's client took the lock: unlimited clients never ask for it
+    (sut-interfaces.md §3.2), so the scheduler's log says nothing about their turns.
+    """
+    spans = scheduler_log.lock_spans(ev.text("scheduler.log") or "")
+    held: dict[str, tuple[float, float] | None] = {}
+    for pod in pair:
+        assignment = ev.assignment(pod)
+        own = [spans[c] for c in (assignment.client_ids if assignment else ()) if c in spans]
+        ends = [x.last_release for x in own if x.last_release is not None]
+        held[pod] = (min(x.first_grant for x in own), max(ends)) if own and ends else None
+    if all(v is None for v in held.values()):
+        return None
+    values: dict[str, Any] = {"lock_spans": {p: list(v) if v else None for p, v in held.items()}}
+    if any(v is None for v in held.values()):
+        return Check("lock_shared", f"lock-span overlap / shorter span >= {minimum}", values, False,
+                     "a pod of the pair never held and released the lock")
+    (a0, a1), (b0, b1) = (v for v in held.values() if v is not None)
+    shorter = min(a1 - a0, b1 - b0)
+    ratio = max(0.0, min(a1, b1) - max(a0, b0)) / shorter if shorter > 0 else 0.0
+    values["lock_overlap_ratio"] = round(ratio, 3)
+    return Check("lock_shared", f"lock-span overlap / shorter span >= {minimum}", values, ratio >= minimum,
+                 "" if ratio >= minimum else f"lock spans overlap {ratio:.2f}: one pod waited for the other's end")
+
+
 def judge_single_pass(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
     """FUNC-001 / FUNC-007: one pod succeeds with PASS and a runtime (recorded as the baseline)."""
     checks = [check_terminal(ev.pods, [pod]), check_pods_succeeded(ev, [pod])]
@@ -167,6 +198,9 @@ def judge_same_gpu_pair(
             "run intervals unknown" if ratio is None else ("" if ratio >= minimum else f"overlap {ratio:.2f}"),
         )
     )
+    lock = check_lock_shared(ev, pair, minimum)
+    if lock is not None:
+        checks.append(lock)
     status, summary = combine(checks, pass_summary=f"{pair[0]} and {pair[1]} progressed concurrently on one GPU")
     if status is Status.PASS and not gpu_known:
         summary += " (no GPU on the host: same-GPU placement not applicable)"

@@ -70,6 +70,9 @@ FAULT_DEFAULTS: dict[str, Any] = {
     "annotations_denied": False,  # the API server answers the scheduler's pod reads with 403 Forbidden
     "pack_one_gpu": False,  # the device plugin puts every GPU pod of the node on its first GPU with room
     "sut": None,  # a SUT build directory (tests.lab.sut.build_sut) the node runs instead of the lab's build
+    # extra scheduler environment (a documented setting of the real SUT, e.g. a fixed switch time), over the
+    # DaemonSet's; None: the manifest's environment only
+    "scheduler_env": None,
 }
 
 
@@ -257,9 +260,10 @@ class LabCluster:
         """Change cluster faults live (``node`` None: every node).
 
         Returns once every node's kubelet has acknowledged the change (it looks every 0.05 s; at most
-        ``wait_s``) and, where ``sut`` changed or ``scheduler_down`` was lifted, once the scheduler answers
-        again on the build now in force (the crash-loop back-off of a lifted ``scheduler_down`` included,
-        ≤ 8 s; raises LabError after 30 s). ``scheduler_down=True`` kills the scheduler whenever it runs.
+        ``wait_s``) and, where ``sut`` or ``scheduler_env`` changed or ``scheduler_down`` was lifted, once the
+        scheduler answers again on the build and settings now in force (the crash-loop back-off of a lifted
+        ``scheduler_down`` included, ≤ 8 s; raises LabError after 30 s). ``scheduler_down=True`` kills the
+        scheduler whenever it runs.
         """
         current = self.faults()
         targets = [node] if node else list(current)
@@ -278,8 +282,8 @@ class LabCluster:
                 if seen >= written:
                     break
                 time.sleep(0.02)
-        if ("sut" in switches or switches.get("scheduler_down") is False):
-            for name in targets:  # the scheduler restarts on the build now in force
+        if ("sut" in switches or "scheduler_env" in switches or switches.get("scheduler_down") is False):
+            for name in targets:  # the scheduler restarts on the build and settings now in force
                 if not current[name].get("scheduler_down"):
                     self.wait_scheduler(name, up=True, timeout_s=30.0)
 

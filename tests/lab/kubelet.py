@@ -156,6 +156,7 @@ class ContainerRun:
     message: str | None = None
     term_sent: float | None = None
     sut_dir: Path | None = None  # the SUT build a scheduler container was started from
+    scheduler_env: dict[str, str] | None = None  # the ``scheduler_env`` switch it was started with
     ready: bool = False
 
     @property
@@ -263,15 +264,18 @@ class Kubelet:
         """Act on the node's faults on the real scheduler process, then acknowledge the faults file.
 
         ``scheduler_down``: the scheduler container is SIGKILLed whenever it runs (its pod crash-loops);
-        ``sut``: a scheduler started from another SUT build is killed, so it restarts on the new one.
+        ``sut``, ``scheduler_env``: a scheduler started from another SUT build or with other settings is
+        killed, so it restarts on the new ones.
         """
         faults = self.settings.faults(self.node.name)
         sut = self.settings.sut_for(self.node.name, faults)
+        extra_env = faults.get("scheduler_env") or None
         for run in self.runs.values():
             if run.ip != self.node.scheduler_address:
                 continue
             for cr in run.runs.values():
-                if cr.proc is not None and cr.running and (faults.get("scheduler_down") or cr.sut_dir != sut):
+                if cr.proc is not None and cr.running and (faults.get("scheduler_down") or cr.sut_dir != sut
+                                                             or cr.scheduler_env != extra_env):
                     signal_group(cr.proc.pid, signal.SIGKILL)
         try:
             written = self.settings.faults_file.stat().st_mtime_ns
@@ -480,12 +484,15 @@ class Kubelet:
                          devices: list[str] | None) -> list[str]:
         """Real SUT: add the GPU container's or scheduler's env; ``argv`` wrapped to run in the node's mount
         namespace with the pod's service-account directory."""
-        sut = self.settings.sut_for(self.node.name)
+        faults = self.settings.faults(self.node.name)
+        sut = self.settings.sut_for(self.node.name, faults)
         if devices is not None:
             self._gpu_client_env(env, devices, sut)
         if run.ip == self.node.scheduler_address:
             cr.sut_dir = sut
+            cr.scheduler_env = faults.get("scheduler_env") or None
             env.update(self._driver_env())
+            env.update(cr.scheduler_env or {})
             env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
             # A pod has its own network namespace, where the exporter's default 0.0.0.0:9402 is the pod IP;
             # lab pods share the host's, so a manifest without an address (the upstream ones) binds the pod IP.

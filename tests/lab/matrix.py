@@ -43,7 +43,9 @@ class Row:
     ``breakage``: a mutant name (tests/lab/mutants) or a fault name; ``faults``: the fault's switches
     (empty for a mutant); ``cordon``: nodes made unschedulable for the row (a one-node cluster);
     ``expect``: per case the verdicts that count as caught (default FAIL; ERROR where nothing can be judged
-    is listed explicitly); ``sets``: ``--set`` overrides of the row.
+    is listed explicitly); ``sets``: ``--set`` overrides of the row; ``setting``: a name of :data:`SETTINGS`,
+    a documented configuration of the real scheduler the row runs under (the unmodified build is judged
+    under it too, in the row ``healthy@<setting>``).
     """
 
     breakage: str
@@ -52,6 +54,7 @@ class Row:
     cordon: tuple[str, ...] = ()
     expect: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     sets: tuple[str, ...] = ()
+    setting: str | None = None
 
     @property
     def kind(self) -> str:
@@ -60,6 +63,14 @@ class Row:
     def expected(self, case: str) -> tuple[str, ...]:
         return tuple(self.expect.get(case, ("FAIL",)))
 
+
+#: Scheduler configurations some rows need (environment of the real scheduler, sut-interfaces.md §3): a fixed
+#: 1 s switch time with a 2 s compute window in serial mode makes the timer rotate the lock between the clients
+#: of one GPU (at the defaults it never does: finding 7 of docs/findings.md).
+SETTINGS: dict[str, dict[str, str]] = {
+    "fixed-switch-1s": {"XPUSHARE_SCHEDULING_MODE": "serial", "XPUSHARE_SWITCH_TIME_MODE": "fixed",
+                        "XPUSHARE_SWITCH_TIME_FIXED": "1", "XPUSHARE_COMPUTE_WINDOW_MS": "2000"},
+}
 
 #: Every mutant and every cluster fault, with the cases that are about what it breaks.
 ROWS: tuple[Row, ...] = (
@@ -92,6 +103,8 @@ ROWS: tuple[Row, ...] = (
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
         faults={"annotations_denied": True}),
     Row("pack_one_gpu", ("FUNC-003",), faults={"pack_one_gpu": True}, cordon=("lab-node2",)),
+    # the pair under lock control (a memory quota) in serial mode: without rotation one waits for the other's end
+    Row("lock-never-dropped", ("FUNC-002",), sets=("func002_memory_limit=512Mi",), setting="fixed-switch-1s"),
 )
 
 #: Mutants only a host-mode cluster can show (the Kubernetes lab's device plugin sets what they get wrong), and the
@@ -102,12 +115,7 @@ HOST_MODE: dict[str, str] = {
 }
 
 #: Mutants no case catches, and why (they stay in the score's denominator).
-UNCAUGHT: dict[str, str] = {
-    "lock-never-dropped": "the time-slice rotation it removes never happens at the SUT's default settings either: "
-                          "in the automatic switch-time mode the slice is at least 10 s while the timer sleeps at "
-                          "most one compute window (finding 7), and clients under a quota still get DROP_LOCK from "
-                          "throttling; only a fixed short switch time (XPUSHARE_SWITCH_TIME_MODE) would show it",
-}
+UNCAUGHT: dict[str, str] = {}
 
 #: Cases the unmodified SUT fails, and the defect of docs/findings.md behind it (a finding, never tuned away).
 HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "PERF-004": 15}
@@ -123,6 +131,22 @@ UNREACHABLE: dict[str, str] = {
     "LEAK-003": "GPU memory goes back to the driver when a process exits, whatever the scheduler or library does; "
                 "a library that leaks inside a running client is not visible once the case's pods have ended",
 }
+
+
+def is_healthy(breakage: str) -> bool:
+    """The unmodified build: ``healthy`` (default settings) or ``healthy@<setting>``."""
+    return breakage == HEALTHY or breakage.startswith(HEALTHY + "@")
+
+
+def healthy_rows(rows: Sequence[Row]) -> list[Row]:
+    """The unmodified build on every case of ``rows``: one row at the default settings, and one per setting of
+    :data:`SETTINGS` the rows use (its rows' cases and ``--set`` overrides, under that setting)."""
+    out = [Row(HEALTHY, tuple(cases_of(r for r in rows if r.setting is None)))]
+    for name in sorted({r.setting for r in rows if r.setting is not None}):
+        mine = [r for r in rows if r.setting == name]
+        out.append(Row(f"{HEALTHY}@{name}", tuple(cases_of(mine)),
+                       sets=tuple(dict.fromkeys(x for r in mine for x in r.sets)), setting=name))
+    return out
 
 
 def cases_of(rows: Iterable[Row]) -> list[str]:
@@ -163,10 +187,13 @@ class MatrixLab:
         try:
             for node in row.cordon:
                 self.kubectl.cordon(node)
-            if row.faults:
-                self.kube.set_faults(None, **row.faults)
-            elif row.breakage != HEALTHY:
-                self.kube.set_faults(None, sut=str(build_mutant(row.breakage).directory))
+            switches = dict(row.faults)
+            if row.setting is not None:
+                switches["scheduler_env"] = SETTINGS[row.setting]
+            if row.kind == "mutant" and not is_healthy(row.breakage):
+                switches["sut"] = str(build_mutant(row.breakage).directory)
+            if switches:
+                self.kube.set_faults(None, **switches)
             yield
         finally:
             self.kube.clear_faults()
@@ -175,7 +202,7 @@ class MatrixLab:
 
     def run(self, row: Row, *, timeout_s: float = 1800) -> Outcome:
         """Run the row's cases through ``invoke matrix --cluster lab``; read back every case's verdict."""
-        run_id = f"matrix-{row.breakage}"
+        run_id = "matrix-" + row.breakage.replace("@", "-at-")
         invoke = [sys.executable, "-m", "invoke"]
         cases = [c for c in row.cases if c != METRICS_CHECK]
         argv = [*invoke, "matrix", "--cluster", "lab", "--inventory", str(self.inventory), "--run-id", run_id,
@@ -216,6 +243,7 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     """docs/verdicts.md: the matrix, per case the breakages that turn it FAIL, the unreachable cases, the score."""
     cases = list(cases or cases_of(rows))
     healthy = outcomes.get(HEALTHY)
+    baselines = [r for r in healthy_rows(rows) if r.breakage in outcomes]
     lines = ["# Verdicts under breakage", "",
              "Generated by `python -m tests.lab.matrix --write docs/verdicts.md` from runs of the lab on the real SUT",
              "(tests/lab/matrix.py; asserted by tests/test_verdict_matrix.py). Each row breaks the lab one way: a",
@@ -223,11 +251,10 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
              "`healthy` is the unmodified build. A cell is the case's verdict in that row; `·` = not run.", ""]
     header = ["breakage", "kind", *cases]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    all_rows = ([Row(HEALTHY, tuple(cases))] if healthy else []) + list(rows)
-    for row in all_rows:
+    for row in [*baselines, *rows]:
         got = outcomes.get(row.breakage)
         cells = [(got.verdicts.get(c, ("·", ""))[0] if got and c in row.cases else "·") for c in cases]
-        kind = "-" if row.breakage == HEALTHY else row.kind
+        kind = "-" if is_healthy(row.breakage) else row.kind
         lines.append("| " + " | ".join([f"`{row.breakage}`", kind, *cells]) + " |")
     lines += ["", "## Per case: what turns it FAIL", ""]
     for case in cases:
@@ -236,7 +263,17 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
         base = healthy.verdicts.get(case, ("·", ""))[0] if healthy else "·"
         if case in HEALTHY_FINDINGS and base != "PASS":
             base += f", finding {HEALTHY_FINDINGS[case]} of docs/findings.md"
+        for other in baselines:
+            if other.setting is not None and case in other.cases:
+                base += f"; under `{other.setting}`: {outcomes[other.breakage].verdicts[case][0]}"
         lines.append(f"- **{case}** (healthy: {base}): " + (", ".join(f"`{h}`" for h in hits) or "nothing yet"))
+    used = sorted({r.setting for r in rows if r.setting is not None})
+    if used:
+        lines += ["", "## Scheduler settings", "",
+                  "Rows with a setting run every scheduler of the lab with this extra environment (documented settings "
+                  "of the real SUT); the row `healthy@<setting>` is the unmodified build under it.", ""]
+        lines += [f"- `{name}`: " + ", ".join(f"`{k}={v}`" for k, v in SETTINGS[name].items()) + "; rows: "
+                  + ", ".join(f"`{r.breakage}`" for r in rows if r.setting == name) for name in used]
     if UNREACHABLE:
         lines += ["", "## Cases no breakage of the lab reaches", ""]
         lines += [f"- **{case}**: {why}" for case, why in sorted(UNREACHABLE.items())]
@@ -260,14 +297,15 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
 
 
 @contextlib.contextmanager
-def started_lab(workdir: Path) -> Iterator[MatrixLab]:
-    """The SSH lab and the Kubernetes lab under ``workdir`` with the ``lab`` inventory, stopped afterwards."""
+def started_lab(workdir: Path, runs: Path | None = None) -> Iterator[MatrixLab]:
+    """The SSH lab and the Kubernetes lab under ``workdir`` with the ``lab`` inventory, stopped afterwards;
+    the runs' evidence goes under ``runs`` (default ``workdir/runs``)."""
     from tests.lab.env import down, up
 
     inventory = up(workdir)
     try:
         kube = LabCluster.attach(workdir / "kube")
-        yield MatrixLab(kube, inventory, workdir / "runs")
+        yield MatrixLab(kube, inventory, runs or workdir / "runs")
     finally:
         down(workdir)
 
@@ -288,22 +326,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.lab.matrix", description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="write the Markdown matrix here (e.g. docs/verdicts.md)")
     parser.add_argument("--only", action="append", default=[],
-                        help=f"run only this breakage (repeatable; '{HEALTHY}' for the unmodified build)")
+                        help=f"run only this breakage (repeatable; '{HEALTHY}' or '{HEALTHY}@<setting>' for the "
+                             "unmodified build)")
     parser.add_argument("--json", type=Path, default=Path(".tmplog/verdicts.json"),
                         help="outcomes file, written after every row; rows already in it are not run again "
                              "unless named with --only (default: .tmplog/verdicts.json)")
+    parser.add_argument("--keep-runs", type=Path, default=None,
+                        help="keep every row's run directory (evidence, verdicts) under this directory "
+                             "(default: removed with the labs)")
     args = parser.parse_args(argv)
-    known = {r.breakage for r in ROWS} | {HEALTHY}
+    known = {r.breakage for r in [*healthy_rows(ROWS), *ROWS]}
     unknown = sorted(set(args.only) - known)
     if unknown:
         parser.error(f"unknown breakage(s): {', '.join(unknown)}")
     outcomes = load_outcomes(args.json)
-    todo = [Row(HEALTHY, tuple(cases_of(ROWS))), *ROWS]
+    todo = [*healthy_rows(ROWS), *ROWS]
     wanted = set(args.only) if args.only else {r.breakage for r in todo} - set(outcomes)
     todo = [r for r in todo if r.breakage in wanted]
     if todo:
         signal.signal(signal.SIGTERM, _interrupt)  # stop the detached labs on SIGTERM too (started_lab's finally)
-        with tempfile.TemporaryDirectory(prefix="xpushare-matrix-") as tmp, started_lab(Path(tmp)) as lab:
+        with (tempfile.TemporaryDirectory(prefix="xpushare-matrix-") as tmp,
+              started_lab(Path(tmp), args.keep_runs) as lab):
             for row in todo:
                 outcomes[row.breakage] = lab.run(row)
                 print(row.breakage, {k: v[0] for k, v in outcomes[row.breakage].verdicts.items()}, flush=True)

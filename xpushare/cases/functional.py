@@ -52,7 +52,10 @@ def colocated_pair(
 
 
 def _func002(run: CaseRun) -> None:
-    run.run_pods(colocated_pair(run, "w2", W2, {}, {}))
+    # a memory quota puts both clients under the scheduler's lock control, where its time-slicing shows
+    quota = run.params["func002_memory_limit"]
+    limits = {"memory_limit": str(quota)} if quota else {}
+    run.run_pods(colocated_pair(run, "w2", W2, limits, dict(limits)))
 
 
 def _judge_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -127,9 +130,10 @@ register(
         "functional",
         "Two tasks on one GPU",
         "W2",
-        "2 pods pinned to the same GPU; wait until both end",
-        "pods/*.log, pods.json (GPU, run intervals)",
-        params={"func002_min_overlap_ratio": 0.5},
+        "2 pods pinned to the same GPU; wait until both end (func002_memory_limit: both get that memory "
+        "quota annotation, which puts them under the scheduler's lock control: its time-slicing is judged)",
+        "pods/*.log, pods.json (GPU, run intervals), scheduler.log (lock turns)",
+        params={"func002_min_overlap_ratio": 0.5, "func002_memory_limit": None},
         act=_func002,
         judge=_judge_pair,
     )

@@ -778,6 +778,51 @@ def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
     return out
 
 
+_LOCK_OK_RE = re.compile(r"Sent LOCK_OK to client (?P<cid>[0-9a-f]{16})\b")
+_RELEASED_RE = re.compile(r"Client (?P<cid>[0-9a-f]{16}) released from running_list\b")
+
+
+@dataclass(frozen=True)
+class LockSpan:
+    """One client's time under the GPU lock: ``first_grant`` (first ``Sent LOCK_OK``), ``last_release`` (last
+    ``released from running_list``; None when it never released in the log), ``grants`` (LOCK_OKs).
+
+    Times are kubectl ``--timestamps`` times (Unix s). Source: sut-interfaces.md §4.4 (lock traffic exists only
+    for clients with a limit, §3.2).
+    """
+
+    cid: str
+    first_grant: float
+    last_release: float | None
+    grants: int
+
+
+def lock_spans(text: str) -> dict[str, LockSpan]:
+    """``client_id -> LockSpan`` from a scheduler log with timestamps (lines without one are ignored).
+
+    Clients that never got LOCK_OK are absent (an unlimited client never asks for the lock, §3.2). Never
+    raises.
+    """
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    grants: dict[str, int] = {}
+    for line in text.splitlines():
+        ok, released = _LOCK_OK_RE.search(line), _RELEASED_RE.search(line)
+        m = ok or released
+        if m is None or (t := _LOG_TS_RE.search(line[: m.start()])) is None:
+            continue
+        when = parse_timestamp(t.group("ts"))
+        if when is None:
+            continue
+        cid = m.group("cid")
+        if ok is not None:
+            first.setdefault(cid, when.timestamp())
+            grants[cid] = grants.get(cid, 0) + 1
+        else:
+            last[cid] = when.timestamp()
+    return {cid: LockSpan(cid, t0, last.get(cid), grants[cid]) for cid, t0 in first.items()}
+
+
 def parse_lines(lines: Iterable[str]) -> SchedulerLogSummary:
     """Parse an iterable of lines (e.g. an open text file) in one pass, constant memory.
 

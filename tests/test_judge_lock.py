@@ -1,0 +1,63 @@
+"""FUNC-002's lock turns: judged on real evidence of the scheduler time-slicing two clients, and of the
+``lock-never-dropped`` mutant starving one of them (tests/fixtures/evidence/README.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from xpushare import engine
+from xpushare.cases import REGISTRY
+from xpushare.collect.scheduler_log import lock_spans
+from xpushare.model import Status, Verdict
+
+EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"
+
+
+def judge_stored(tmp_path: Path, name: str) -> Verdict:
+    """Judge a fixture's FUNC-002 case dir as ``invoke judge`` does (a copy: judging writes gpu_mapping.txt)."""
+    case = tmp_path / name
+    shutil.copytree(EVIDENCE / name, case)
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    return engine.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+
+
+def check(v: Verdict, name: str) -> dict:
+    return next(c for c in v.checks if c.name == name).values
+
+
+def test_time_sliced_pair_passes_on_its_lock_turns(tmp_path: Path) -> None:
+    v = judge_stored(tmp_path, "k8s-func002-time-sliced")
+    assert v.status is Status.PASS, v.summary
+    assert check(v, "lock_shared")["lock_overlap_ratio"] >= 0.9
+
+
+def test_lock_never_dropped_fails_though_the_run_intervals_overlap(tmp_path: Path) -> None:
+    v = judge_stored(tmp_path, "k8s-func002-lock-never-dropped")
+    assert v.status is Status.FAIL and "lock_shared" in v.summary, v.summary
+    assert check(v, "lock_shared")["lock_overlap_ratio"] == 0.0
+    # the pods' own run intervals cannot tell: the waiting pod's runtime includes its wait
+    assert check(v, "intervals_overlap")["overlap_ratio"] >= 0.5
+
+
+def test_lock_spans_read_grants_and_releases_with_timestamps() -> None:
+    log = (EVIDENCE / "k8s-func002-time-sliced" / "scheduler.log").read_text()
+    spans = lock_spans(log)
+    assert sorted(s.grants for s in spans.values()) == [2, 2]
+    assert all(s.last_release is not None and s.last_release > s.first_grant for s in spans.values())
+    # without kubectl timestamps nothing can be placed in time: no spans, never invented ones
+    assert lock_spans("[XPUSHARE][INFO]: Sent LOCK_OK to client 0123456789abcdef") == {}
+
+
+def test_a_pair_member_that_never_released_the_lock_fails(tmp_path: Path) -> None:
+    name = "k8s-func002-time-sliced"
+    case = tmp_path / "edited"
+    shutil.copytree(EVIDENCE / name, case)
+    second = sorted(lock_spans((case / "scheduler.log").read_text()))[0]
+    kept = [line for line in (case / "scheduler.log").read_text().splitlines()
+            if not (second in line and "released from running_list" in line)]
+    (case / "scheduler.log").write_text("\n".join(kept) + "\n")
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    v = engine.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    assert v.status is Status.FAIL and "never held and released" in v.summary, v.summary
