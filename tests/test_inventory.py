@@ -81,6 +81,23 @@ def test_env_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
     assert inventory.parse(text).cluster("c1").hosts[0].ssh.user == "ops"
 
 
+LOCAL_BOX = """
+clusters:
+  bm1:
+    mode: host
+    sut: xpushare
+    hosts:
+      box: {connection: local, roles: [master, gpu], gpus: 2}
+"""
+
+
+def test_a_host_of_any_inventory_can_be_this_machine() -> None:
+    inv = inventory.parse(LOCAL_BOX + "      far: {address: 10.0.0.9, roles: [gpu]}\n")
+    box, far = inv.cluster("bm1").hosts
+    assert box.local and box.gpus == (0, 1) and box.address is None
+    assert not far.local and far.target == "10.0.0.9"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -96,6 +113,10 @@ def test_env_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
         (GOOD.replace("user: root", 'user: "${XP_SURELY_UNSET_VAR}"'), "${XP_SURELY_UNSET_VAR} is not set"),
         (GOOD.replace("c1-master: {address: 10.0.0.10, roles: [master]}", ""), "needs a host with role 'master'"),
         ("clusters: [1, 2]", "expected a mapping"),
+        (LOCAL_BOX.replace("connection: local", "connection: winrm"), "'winrm' is not one of ssh, local"),
+        (LOCAL_BOX.replace("connection: local,", "connection: local, address: 10.0.0.9,"),
+         "'connection: local' is this machine; it takes no address"),
+        (LOCAL_BOX.replace("box:", "box[1:2]:"), "one host name, not a range"),
         ("nonsense: 1", "unknown key 'nonsense'"),
     ],
 )

@@ -14,6 +14,10 @@ Schema (``inventory/inventory.yaml``; README "Inventory" documents every key)::
         hosts:
           c1-master: {address: 10.0.0.10, roles: [master]}
           c1-gpu[1:2]: {roles: [gpu]}      # ranges expand to c1-gpu1, c1-gpu2
+      bm1:
+        mode: host
+        hosts:
+          gpu-box: {connection: local, roles: [master, gpu]}   # this machine: no SSH
 
 The built-in cluster ``local`` (this machine, no SSH, ``mode: host``) exists without any file.
 Every problem is an :class:`~xpushare.errors.InventoryError` whose message is one line naming the file
@@ -56,7 +60,10 @@ _SSH_KEYS = {
     "keepalive_s",
     "connect_retries",
 }
-_HOST_KEYS = {"address", "port", "user", "identity", "roles", "ssh", "gpus"}
+_HOST_KEYS = {"address", "port", "user", "identity", "roles", "ssh", "gpus", "connection"}
+#: How a host is reached (Ansible's ``ansible_connection``): over SSH, or it is this machine (no SSH).
+CONNECTIONS = ("ssh", "local")
+_SSH_ONLY_KEYS = ("address", "port", "user", "identity", "ssh")
 _CLUSTER_KEYS = {
     "mode",
     "sut",
@@ -394,6 +401,13 @@ class _Parser:
             except ValueError as exc:
                 raise self.fail(hp, str(exc)) from None
             raw = self.mapping(body, hp, _HOST_KEYS)
+            local = self.choice(raw.get("connection"), f"{hp}.connection", CONNECTIONS, "ssh") == "local"
+            if local:
+                given = [k for k in _SSH_ONLY_KEYS if k in raw]
+                if given:
+                    raise self.fail(hp, f"'connection: local' is this machine; it takes no {', '.join(given)}")
+                if len(names) > 1:
+                    raise self.fail(hp, "'connection: local' is this machine: one host name, not a range")
             roles = raw.get("roles")
             if not roles or not isinstance(roles, list):
                 raise self.fail(hp, "missing 'roles' (a list of: master, gpu)")
@@ -425,6 +439,7 @@ class _Parser:
                         address=_opt_str(raw.get("address")),
                         ssh=ssh,
                         gpus=tuple(gpus) if gpus is not None else None,
+                        local=local,
                     )
                 )
         return out
