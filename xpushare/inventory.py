@@ -81,7 +81,7 @@ _CLUSTER_KEYS = {
     "python",
     "workdir",
 }
-_SCHEDULER_KEYS = {"metrics_url", "log_file", "process_name"}
+_SCHEDULER_KEYS = {"metrics_url", "log_file", "process_name", "binary", "state_dir", "env"}
 _GPU_KEYS = {"model", "memory_gib", "count"}
 _TOP_KEYS = {"defaults", "clusters"}
 _DEFAULT_KEYS = {"ssh", "params"}
@@ -131,6 +131,12 @@ class SchedulerSpec:
     metrics_url: str | None = None
     log_file: str | None = None
     process_name: str | None = None
+    binary: str | None = None
+    """Where ``invoke deploy`` installs the scheduler (host mode)."""
+    state_dir: str | None = None
+    """Where deploy keeps the source copy, the build and the scheduler's pid files."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra scheduler environment deploy starts it with (``XPUSHARE_COMPUTE_WINDOW_MS`` ...)."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +330,14 @@ class _Parser:
                 raw[key] = str(raw[key])
         return replace(base, **raw)
 
+    def env_map(self, value: Any, key_path: str) -> dict[str, str]:
+        """An environment mapping (NAME: value, values as strings); None is empty."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(k)) for k in value):
+            raise self.fail(key_path, "expected a mapping of environment variable names to values")
+        return {str(k): str(v) for k, v in value.items()}
+
     def port(self, value: Any, key_path: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
             raise self.fail(key_path, f"port must be an integer 1..65535, got {value!r}")
@@ -381,7 +395,8 @@ class _Parser:
             namespace=str(raw.get("namespace") or "default"),
             kubectl=str(raw.get("kubectl") or "kubectl"),
             sut_lib=_opt_str(raw.get("sut_lib")),
-            scheduler=SchedulerSpec(**{k: _opt_str(v) for k, v in sched.items()}),
+            scheduler=SchedulerSpec(**{k: _opt_str(v) for k, v in sched.items() if k != "env"},
+                                    env=self.env_map(sched.get("env"), f"{kp}.scheduler.env")),
             params=params,
             python=str(raw.get("python") or "python3"),
             workdir=_opt_str(raw.get("workdir")),

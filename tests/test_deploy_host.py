@@ -1,0 +1,128 @@
+"""The SUT on a host-mode cluster: layout validation, and deploy / status / restart / stop / undeploy of the real
+SUT (built from its source) on a ``connection: local`` host, its scheduler supervised as a background process."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lab.build import BuildError, require_tools
+from tests.lab.sshd import free_port
+from tests.lab.sut import default_source
+from xpushare import inventory
+from xpushare.deploy import host as host_sut
+from xpushare.deploy import run_on_cluster
+from xpushare.errors import UsageError
+from xpushare.transport import CommandResult, LocalHost
+
+
+def cluster_text(root: Path, port: int, extra: str = "") -> str:
+    return f"""
+clusters:
+  bm1:
+    mode: host
+    sut: xpushare
+    sut_lib: {root}/lib/libxpushare.so
+    scheduler:
+      binary: {root}/bin/xpushare-scheduler
+      log_file: {root}/log/scheduler.log
+      metrics_url: http://127.0.0.1:{port}
+      state_dir: {root}/state
+      env: {{XPUSHARE_DEBUG: "1"}}
+{extra}    hosts:
+      box: {{connection: local, roles: [master, gpu]}}
+"""
+
+
+def test_layout_names_every_missing_setting_with_an_example() -> None:
+    bare = inventory.parse("clusters:\n  bm1:\n    mode: host\n    hosts:\n"
+                           "      box: {connection: local, roles: [gpu]}\n")
+    with pytest.raises(UsageError) as exc:
+        host_sut.HostSutLayout.of(bare.cluster("bm1"))
+    message = str(exc.value)
+    assert "\n" not in message
+    for key in ("sut_lib", "scheduler.binary", "scheduler.log_file", "scheduler.metrics_url", "scheduler.state_dir"):
+        assert key in message
+    relative = inventory.parse(cluster_text(Path("/x"), 9402).replace("/x/state", "state"))
+    with pytest.raises(UsageError, match=r"scheduler\.state_dir must be absolute"):
+        host_sut.HostSutLayout.of(relative.cluster("bm1"))
+    no_port = inventory.parse(cluster_text(Path("/x"), 9402).replace("http://127.0.0.1:9402", "http://127.0.0.1"))
+    with pytest.raises(UsageError, match="HOST:PORT"):
+        host_sut.HostSutLayout.of(no_port.cluster("bm1"))
+
+
+def test_layout_starts_the_scheduler_with_metrics_on_and_the_inventory_env() -> None:
+    layout = host_sut.HostSutLayout.of(inventory.parse(cluster_text(Path("/opt/x"), 9500)).cluster("bm1"))
+    env = layout.scheduler_env()
+    assert env["XPUSHARE_METRICS_ENABLE"] == "1" and env["XPUSHARE_METRICS_ADDR"] == "127.0.0.1:9500"
+    assert env["XPUSHARE_DEBUG"] == "1" and layout.ctl == "/opt/x/bin/xpusharectl"
+    unit = host_sut.unit_text(layout)
+    assert "ExecStart=/opt/x/bin/xpushare-scheduler\n" in unit and "Restart=always" in unit
+    assert 'Environment="XPUSHARE_METRICS_ENABLE=1"' in unit
+
+
+def test_a_tree_that_is_not_the_sut_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not an xpushare source tree"):
+        host_sut.source_tarball(tmp_path, tmp_path)
+
+
+def test_missing_build_tools_are_named_in_one_line(tmp_path: Path) -> None:
+    """A host whose PATH has no compiler: deploy stops before copying anything, naming what is missing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "tar", "echo"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+
+    class BareHost(LocalHost):
+        def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:
+            return super().run(["env", f"PATH={bin_dir}", *argv], **kw)
+
+    layout = host_sut.HostSutLayout.of(inventory.parse(cluster_text(tmp_path, 9402)).cluster("bm1"))
+    with pytest.raises(host_sut.DeployError) as exc:
+        host_sut.build_and_install(BareHost("bare"), layout, tmp_path / "unused.tar.gz")
+    assert str(exc.value).startswith("bare: cannot build the SUT: missing gcc, make")
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_deploy_runs_the_real_scheduler_and_undeploy_removes_it(tmp_path: Path) -> None:
+    try:
+        require_tools("the xpushare SUT", ("gcc", "make"), ("curl/curl.h",))
+    except BuildError as exc:
+        pytest.skip(str(exc))
+    if os.geteuid() != 0:
+        pytest.skip("the real scheduler's socket directory /var/run/xpushare needs root")
+    root = tmp_path / "inst"
+    port = free_port("127.0.0.1")
+    cluster = inventory.parse(cluster_text(root, port)).cluster("bm1")
+    layout = host_sut.HostSutLayout.of(cluster)
+    out = io.StringIO()
+    try:
+        assert run_on_cluster(cluster, "deploy", src=default_source(), out=out) == 0, out.getvalue()
+        assert "started (process)" in out.getvalue()
+        for installed in (layout.library, layout.scheduler, layout.ctl):
+            assert os.access(installed, os.X_OK), installed
+        first = host_sut.status(LocalHost("box"), layout)
+        assert first.healthy and first.manager == "process"
+        # the supervisor restarts a scheduler that dies, as a DaemonSet would
+        os.kill(first.pid or 0, 9)
+        again = host_sut.wait_healthy(LocalHost("box"), layout, timeout_s=15)
+        assert again.pid != first.pid
+        assert run_on_cluster(cluster, "restart", out=out) == 0
+        assert run_on_cluster(cluster, "stop", out=out) == 0
+        assert not host_sut.status(LocalHost("box"), layout).healthy
+        assert run_on_cluster(cluster, "status", out=out) == 1  # a stopped scheduler is not a healthy SUT
+        assert run_on_cluster(cluster, "undeploy", out=out) == 0
+        assert not Path(layout.library).exists() and not Path(layout.state_dir).exists()
+        assert "Metrics server listening on 127.0.0.1" in Path(layout.log_file).read_text()  # the log stays
+    finally:
+        host_sut.stop(LocalHost("box"), layout)

@@ -1,0 +1,78 @@
+"""Operating the SUT itself: install it on host-mode GPU hosts and start, stop, restart or inspect its scheduler
+(:mod:`xpushare.deploy.host`). The task layer calls
+:func:`run_on_cluster`, which reports per host and never stops at the first failed one."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from tabulate import tabulate
+
+from xpushare.deploy import host as host_sut
+from xpushare.errors import UsageError
+from xpushare.fanout import fan_out
+from xpushare.inventory import ClusterSpec
+from xpushare.status import ExitStatus
+from xpushare.transport import Host, connect
+
+ACTIONS = ("deploy", "undeploy", "status", "start", "stop", "restart")
+
+
+def _operation(action: str, layout: host_sut.HostSutLayout, src: Path | None, tmp: Path) -> Callable[[Host], str]:
+    tarball = host_sut.source_tarball(src, tmp) if action == "deploy" and src is not None else None
+
+    def describe(st: host_sut.SchedulerStatus) -> str:
+        health = f"/healthz {st.healthz}" if st.healthz else "/healthz no answer"
+        return f"{'running' if st.pid else 'not running'} (pid {st.pid or '-'}, {st.manager}, {health})"
+
+    def op(host: Host) -> str:
+        if action == "deploy":
+            assert tarball is not None
+            host_sut.stop(host, layout)  # a scheduler of an earlier deploy holds the socket
+            host_sut.build_and_install(host, layout, tarball)
+            return f"built and installed; started ({host_sut.start(host, layout)})"
+        if action == "undeploy":
+            return "removed " + ", ".join(host_sut.undeploy(host, layout))
+        if action in ("stop", "restart"):
+            host_sut.stop(host, layout)
+            if action == "stop":
+                return "stopped"
+        if action in ("start", "restart"):
+            host_sut.start(host, layout)
+        return describe(host_sut.status(host, layout))
+
+    return op
+
+
+def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None, out: TextIO) -> int:
+    """``action`` of :data:`ACTIONS` on every GPU host of a host-mode cluster, in parallel; one table row per
+    host. Returns the exit status: 0 when every host succeeded (``status``: every scheduler healthy), else
+    :attr:`ExitStatus.FAILED` (a host failed; the others still ran), or :attr:`ExitStatus.UNREACHABLE` when
+    every failure was an unreachable host.
+
+    Raises:
+        UsageError: not a host-mode cluster, a setting missing from the inventory, ``deploy`` without a source
+            tree or with one that is not the SUT's.
+    """
+    layout = host_sut.HostSutLayout.of(cluster)
+    if action == "deploy" and src is None:
+        raise UsageError("deploy needs the SUT's source tree: --sut-src DIR (or $XPUSHARE_SUT_SRC)")
+    specs = [cluster.host(name) for name in host_sut.gpu_hosts(cluster)]
+    hosts = [connect(spec) for spec in specs]
+    try:
+        with tempfile.TemporaryDirectory(prefix="xpushare-deploy-") as tmp:
+            outcomes = fan_out(hosts, _operation(action, layout, src, Path(tmp)))
+    finally:
+        for h in hosts:
+            h.close()
+    rows = [(o.host, "ok" if o.error is None else ("unreachable" if o.unreachable else "failed"),
+             o.value if o.error is None else str(o.error)) for o in outcomes]
+    unhealthy = action == "status" and any(o.value is not None and not o.value.startswith("running") for o in outcomes)
+    print(tabulate(rows, headers=["host", action, "detail"]), file=out)
+    failed = [o for o in outcomes if o.error is not None]
+    if failed and all(o.unreachable for o in failed):
+        return int(ExitStatus.UNREACHABLE)
+    return int(ExitStatus.FAILED) if failed or unhealthy else 0
