@@ -1,8 +1,12 @@
-"""Ctrl-C that cannot be swallowed.
+"""Ctrl-C, SIGTERM and SIGHUP that cannot be swallowed.
 
 invoke's command runner catches ``KeyboardInterrupt`` while a command runs (it forwards the interrupt to
 the child and keeps waiting), so a SIGINT that lands there would be lost. The engine installs this
 handler: the request is remembered, and waits call :func:`check` to raise it at a safe point.
+
+SIGTERM (what CI systems, ``timeout``, systemd and Kubernetes send) and SIGHUP (a closed terminal) are handled
+the same way: the case ends INTERRUPTED, evidence is harvested, pods and processes are cleaned up, the reports
+are written, and the task exits 128 + the signal's number (:func:`exit_status`: 130, 143, 129).
 """
 
 from __future__ import annotations
@@ -13,31 +17,53 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+#: The signals handled as Ctrl-C.
+HANDLED: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 _requested = threading.Event()
+_received: list[int] = []  # the first handled signal of the block
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
+    if not _received:
+        _received.append(signum)
     _requested.set()
     raise KeyboardInterrupt
 
 
 @contextmanager
 def installed() -> Iterator[None]:
-    """Install the SIGINT handler for the block (main thread only; a no-op elsewhere)."""
-    _requested.clear()
+    """Install the handler of :data:`HANDLED` for the block (main thread only; a no-op elsewhere). Nested
+    blocks keep the outer block's signal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, _handler)
+    outer = signal.getsignal(signal.SIGINT) is _handler
+    if not outer:
+        _requested.clear()
+        _received.clear()
+    previous = {s: signal.signal(s, _handler) for s in HANDLED}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def requested() -> bool:
-    """True once Ctrl-C was pressed inside :func:`installed`."""
+    """True once a handled signal arrived inside :func:`installed`."""
     return _requested.is_set()
+
+
+def received() -> int | None:
+    """The number of the first handled signal, or None (none, or a plain ``KeyboardInterrupt``)."""
+    return _received[0] if _received else None
+
+
+def exit_status() -> int:
+    """The exit status of an interrupted task: 128 + the signal's number (SIGINT 130, SIGTERM 143, SIGHUP
+    129); 130 when no signal was recorded (``KeyboardInterrupt`` raised otherwise)."""
+    return 128 + (received() or int(signal.SIGINT))
 
 
 def check() -> None:
