@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_metrics_check import IDLE, UUID, with_rows
-from xpushare import judge_metrics as jm
 from xpushare.client_match import client_match
 from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence import Evidence
+from xpushare.judge import metrics as jm
+from xpushare.judge import quantity
 from xpushare.model import Status, Verdict
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
@@ -236,20 +237,20 @@ def test_met003_against_the_scheduler_log() -> None:
     ("4096", 4096), ("4096Mi", 4294967296), ("4G", 0), ("4GB", 0), ("4096MB", 0), ("2 Gi", 2147483648), ("2Ti", 0),
     (None, 0), ("", 0), ("-1Gi", 0), ("abc", 0)])
 def test_annotation_bytes_matches_the_scheduler(text: str | None, expected: int) -> None:
-    assert jm.annotation_bytes(text) == expected  # sut-interfaces.md §5.1 probe table
+    assert quantity.annotation_bytes(text) == expected  # sut-interfaces.md §5.1 probe table
 
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("4Gi", 4294967296), ("4G", 4000000000), ("4GB", 4000000000), ("4096MB", 4096000000), ("2Ti", 2),
     ("1.5Gi", 1610612736), (None, None), ("x", None)])
 def test_env_bytes_matches_the_library(text: str | None, expected: int | None) -> None:
-    assert jm.env_bytes(text) == expected
+    assert quantity.env_bytes(text) == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("50", 50), ("50%", 50), ("0.5", 100), ("0", 100), ("101", 100), (None, 100), (35, 35), ("abc", 100)])
 def test_core_limit_value(text: str | int | None, expected: int) -> None:
-    assert jm.core_limit_value(text) == expected
+    assert quantity.core_limit_value(text) == expected
 
 
 def test_met004_healthy() -> None:
@@ -494,9 +495,9 @@ def test_fuzz_evidence_parsers_never_raise(text: str) -> None:
     assert all(isinstance(r, jm.ScrapeRecord) for r in records)
     _body, code, _ = jm.read_capture(text)
     assert code is None or code >= 0
-    assert jm.annotation_bytes(text) >= 0
-    assert 1 <= jm.core_limit_value(text) <= 100
-    jm.env_bytes(text)
+    assert quantity.annotation_bytes(text) >= 0
+    assert 1 <= quantity.core_limit_value(text) <= 100
+    quantity.env_bytes(text)
 
 
 @settings(max_examples=60, deadline=None)

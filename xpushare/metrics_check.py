@@ -49,7 +49,8 @@ from xpushare.client_match import KEY_HOST_PID, KEY_POD, ClientMatch, client_mat
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
 from xpushare.errors import HostUnreachable, TransportError, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.judge_metrics import ScrapeRecord, gpu_rows_for_key, load_required_metrics
+from xpushare.judge.metrics_checks import gpu_rows_for_key
+from xpushare.judge.metrics_evidence import ScrapeRecord, load_required_metrics
 from xpushare.kube import Kubectl, Pod
 from xpushare.manifest_yaml import dump_manifests
 from xpushare.model import Status

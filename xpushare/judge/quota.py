@@ -18,22 +18,8 @@ from typing import Any
 from xpushare.collect import pod_log
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence import Evidence
-from xpushare.judge import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
+from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
 from xpushare.model import Check, Status, Verdict, combine
-
-GIB = 2**30
-
-
-def parse_quantity(text: str) -> int:
-    """Bytes of a memory annotation value: ``Gi``/``Mi``/``Ki`` suffixes or bare bytes (sut-interfaces §11.3).
-
-    Raises ValueError for anything else (the SUT ignores ``G``/``M``/``GB``).
-    """
-    units = {"Gi": GIB, "Mi": 2**20, "Ki": 2**10, "B": 1, "": 1}
-    for suffix in ("Gi", "Mi", "Ki", "B", ""):
-        if text.endswith(suffix) and text[: len(text) - len(suffix)].isdigit():
-            return int(text[: len(text) - len(suffix)]) * units[suffix]
-    raise ValueError(f"not a memory quantity the SUT accepts: {text!r}")
 
 
 def annotation_calls(ev: Evidence) -> list[dict[str, Any]]:
