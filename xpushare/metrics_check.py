@@ -227,7 +227,7 @@ def scrape_series(url: str, fetch: Fetch | None = None, *, interval_s: float = 2
                   sleep: Callable[[float], None] = time.sleep) -> list[ScrapeRecord]:
     """Scrape ``url`` every ``interval_s`` seconds (fixed rate from the first start) for ``duration_s``.
 
-    Returns :class:`~xpushare.judge_metrics.ScrapeRecord` rows (Unix start time, latency, status,
+    Returns :class:`~xpushare.judge.metrics_evidence.ScrapeRecord` rows (Unix start time, latency, status,
     error, body) for ``metrics_series.jsonl`` (``record.to_json_line()``), the evidence of
     MET-005..008. A scrape that overruns its slot delays the next one (it is not skipped).
     """

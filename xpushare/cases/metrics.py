@@ -4,7 +4,7 @@ Every capture comes from the scheduler that serves the probe pod's node (one sch
 sut-interfaces.md §4.8), scraped on that node (:mod:`xpushare.metrics_target`); cases without a probe
 (MET-001, MET-007, MET-002 in host mode) use the node named by ``met_node``, else the first GPU host
 of the inventory that runs a scheduler pod. The acts only act and collect; the judgments are the pure
-functions of :mod:`xpushare.judge_metrics`, fed with the plan (``plan.json``), so ``invoke judge``
+functions of :mod:`xpushare.judge.metrics`, fed with the plan (``plan.json``), so ``invoke judge``
 re-judges a stored run offline.
 
 =======  ===================================================================  =================================

@@ -191,9 +191,9 @@ def _check_throughput_steps(
     """Throughput (probe it/s) moves with each compute step: up by ``min_ratio`` when the quota rises,
     down by it when it falls.
 
-    Phases as for FUNC-012 (:func:`~xpushare.judge_quota.judge_dynamic_compute`, read by
-    :func:`~xpushare.judge_quota.phase_throughput`): the one before change ``i`` ends when the change
-    reached the pod (:func:`~xpushare.judge_quota.change_applied_at`: the pod's update line, else the
+    Phases as for FUNC-012 (:func:`~xpushare.judge.quota.judge_dynamic_compute`, read by
+    :func:`~xpushare.judge.quota.phase_throughput`): the one before change ``i`` ends when the change
+    reached the pod (:func:`~xpushare.judge.quota.change_applied_at`: the pod's update line, else the
     scheduler's ``Compute limit changed`` line for the pod; else the annotate call); the one after it
     starts ``interval`` s later (one probe interval, the W5 ``--interval-s``), or ``max_latency`` +
     ``interval`` s after the annotate call when the change was not seen arriving, so no probe delta that

@@ -93,7 +93,7 @@ def judge_dynamic_latency(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
       probe lines' kubectl timestamps) minus the annotate call; the rate must rise by
       ``perf007_min_gain`` (after / before).
     The scheduler's ``Compute limit changed`` line and the pod's update line are checked too
-    (:func:`~xpushare.judge_quota.check_dynamic_change`). Clocks: annotate times are taken on the
+    (:func:`~xpushare.judge.quota.check_dynamic_change`). Clocks: annotate times are taken on the
     machine running the tool, kubectl timestamps by the node: they must be NTP-synchronised.
     """
     pod = plan["pods"][0]

@@ -369,7 +369,7 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     """FUNC-009: 30 % and 60 % pods on one GPU; the 60 % pod is faster (runtime_30 > runtime_60).
 
     ``plan``: ``pods`` (all, fillers included), ``pair`` ([30 % pod, 60 % pod]). As COMBO-002
-    (:func:`~xpushare.judge_combo.judge_compute_pair`): every pod must pass first (a failed or unfinished pod
+    (:func:`~xpushare.judge.combination.judge_compute_pair`): every pod must pass first (a failed or unfinished pod
     is FAIL, missing pod evidence ERROR, whatever the placement); then only when the registration lines put
     both quota pods on one (node, GPU) (pods.json ``node``/``gpu``) is ``runtime_30 > runtime_60`` judged.
     Not co-located, or no registration GPU for either pod: SKIP (never PASS). Metrics: ``placement``
