@@ -26,13 +26,14 @@ import pytest
 from tests.test_judge_metrics import GIB, page
 from tests.test_metrics_check import IDLE, UUID
 from xpushare import engine
-from xpushare import judge_metrics as jm
 from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
 from xpushare.evidence import Evidence
 from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec
+from xpushare.judge import metrics as jm
+from xpushare.judge import quantity, thresholds
 from xpushare.metrics_check import FetchError
 from xpushare.metrics_target import ScrapeTarget, capture_text, scrape_loop, spawn_name, timed, timed_curl_fetcher
 from xpushare.model import Status, Verdict
@@ -79,9 +80,9 @@ class FakeExporter:
         now = time.monotonic()
         for when, values in list(self.pending):
             if when <= now and self.probe is not None:
-                self.probe.core = jm.core_limit_value(values.get("core", str(self.probe.core)))
+                self.probe.core = quantity.core_limit_value(values.get("core", str(self.probe.core)))
                 if "memory" in values:
-                    self.probe.mem_quota = jm.annotation_bytes(values["memory"])
+                    self.probe.mem_quota = quantity.annotation_bytes(values["memory"])
                 self.pending.remove((when, values))
         if self.probe is None:
             return IDLE
@@ -162,9 +163,9 @@ class FakeK8sBackend:
     def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
         for spec in pods:
             self.specs.append(spec)
-            mem = jm.annotation_bytes(spec.memory_limit) if spec.memory_limit else 0
+            mem = quantity.annotation_bytes(spec.memory_limit) if spec.memory_limit else 0
             mem = mem if self.state.memory_from_annotation else 0
-            self.state.probe = Probe(spec.name, core=jm.core_limit_value(spec.core_limit), mem_quota=mem)
+            self.state.probe = Probe(spec.name, core=quantity.core_limit_value(spec.core_limit), mem_quota=mem)
 
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return [PodRecord(name=n, phase=self.phase, node=NODE, exit_code=None if self.phase == "Running" else 1)
@@ -252,7 +253,7 @@ def test_every_met_case_is_registered_with_its_thresholds() -> None:
         case = REGISTRY[cid]
         assert case.suite == "metrics" and case.act is not None and case.judge is not None, cid
         no = cid[-3:]
-        own = {k: v for k, v in jm.DEFAULTS.items() if k.startswith(f"met{no}_")}
+        own = {k: v for k, v in thresholds.METRICS.items() if k.startswith(f"met{no}_")}
         assert own.items() <= dict(case.params).items(), cid
         assert set(met.COMMON) <= set(case.params), cid
         assert ("kubernetes" in case.requires) is (cid not in ("MET-001", "MET-002", "MET-007")), cid

@@ -30,7 +30,6 @@ import pytest
 
 from tests.test_cases_metrics import FakeExporter, act_and_judge, exporter, host_cluster  # noqa: F401 (fixture)
 from tests.test_metrics_check import IDLE, METRICS_CT, UUID, with_rows
-from xpushare import judge_metrics as jm
 from xpushare import metrics_check as mc
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord, PodSpec, write_pod_records
 from xpushare.backends.host import _POLL, _WRAPPER
@@ -48,6 +47,7 @@ from xpushare.client_match import (
 from xpushare.collect import scheduler_log
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence import SOURCE_RECORDED, SOURCE_REGISTRATION, Evidence, write_gpu_mapping
+from xpushare.judge import metrics as jm
 from xpushare.model import Status
 from xpushare.transport import LocalHost
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from xpushare import engine, judge
+from xpushare import engine
 from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.evidence import Evidence
+from xpushare.judge import functional as judge
 from xpushare.model import Status, Verdict
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"

@@ -1,4 +1,4 @@
-"""COMBO-001..008 judgments on evidence from a healthy and from a broken system (xpushare/judge_combo.py).
+"""COMBO-001..008 judgments on evidence from a healthy and from a broken system (xpushare/judge/combination.py).
 
 Evidence is built in memory in the SUT's formats (sut-interfaces.md §4 scheduler lines with kubectl
 timestamps, §6.3 metric names and label sets, §7 library lines, §8.3 W5 probe lines). Every broken case
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from xpushare import judge_combo as jc
 from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.evidence import Evidence
+from xpushare.judge import combination as jc
 from xpushare.model import Status
 
 GIB = 2**30

@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_metrics_check import IDLE, UUID, with_rows
-from xpushare import judge_metrics as jm
 from xpushare.client_match import client_match
 from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence import Evidence
+from xpushare.judge import metrics as jm
+from xpushare.judge import quantity
 from xpushare.model import Status, Verdict
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
@@ -231,256 +232,6 @@ def test_met003_against_the_scheduler_log() -> None:
 # ---------------------------------------------------------------------------------------- MET-004
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("4Gi", 4294967296), ("4GiB", 4294967296), ("4gi", 4294967296), ("1.5Gi", 1610612736), ("512Mi", 536870912),
-    ("4096", 4096), ("4096Mi", 4294967296), ("4G", 0), ("4GB", 0), ("4096MB", 0), ("2 Gi", 2147483648), ("2Ti", 0),
-    (None, 0), ("", 0), ("-1Gi", 0), ("abc", 0)])
-def test_annotation_bytes_matches_the_scheduler(text: str | None, expected: int) -> None:
-    assert jm.annotation_bytes(text) == expected  # sut-interfaces.md §5.1 probe table
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("4Gi", 4294967296), ("4G", 4000000000), ("4GB", 4000000000), ("4096MB", 4096000000), ("2Ti", 2),
-    ("1.5Gi", 1610612736), (None, None), ("x", None)])
-def test_env_bytes_matches_the_library(text: str | None, expected: int | None) -> None:
-    assert jm.env_bytes(text) == expected
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("50", 50), ("50%", 50), ("0.5", 100), ("0", 100), ("101", 100), (None, 100), (35, 35), ("abc", 100)])
-def test_core_limit_value(text: str | int | None, expected: int) -> None:
-    assert jm.core_limit_value(text) == expected
-
-
-def test_met004_healthy() -> None:
-    files = {"metrics_mid.txt": page(core=35, mem_quota=4 * GIB)}
-    v = jm.judge_met004(ev(**files), {}, client=K8S, core_limit="35", memory_limit="4Gi")
-    assert v.status is Status.PASS, v.summary
-    assert v.metrics["metric_core_quota_percent"] == 35 and v.metrics["metric_memory_quota_bytes"] == 4 * GIB
-    # only an env limit: the exporter shows annotation quotas only (0)
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100)}), {}, client=K8S, memory_limit_env="4Gi")
-    assert v.status is Status.PASS
-
-
-def test_met004_broken() -> None:
-    # the annotation was ignored: core shows the default 100 (the legacy "core >= 35" check passed this)
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100, mem_quota=4 * GIB)}), {}, client=K8S, core_limit=35,
-                        memory_limit="4Gi")
-    assert v.status is Status.FAIL and names(v, False) == ["core_quota_matches"]
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=35, mem_quota=2 * GIB)}), {}, client=K8S, core_limit=35,
-                        memory_limit="4Gi")
-    assert names(v, False) == ["memory_quota_matches"]
-    v = jm.judge_met004(ev(**{"metrics_mid.txt": page(core=100)}), {"met004_env_in_metrics": True}, client=K8S,
-                        memory_limit_env="4Gi")
-    assert names(v, False) == ["memory_quota_matches"]
-    assert jm.judge_met004(ev(), {}, client=K8S).status is Status.ERROR
-
-
-# ---------------------------------------------------------------------------------------- MET-005
-
-
-def series(states: Sequence[tuple[float, float | None, float | None]], *, pod: str = POD,
-           latency: float = 0.05) -> str:
-    """metrics_series.jsonl: (t, core, mem_quota) per scrape; ``core=None`` gives a failed scrape."""
-    out = []
-    for t, core, mem in states:
-        if core is None:
-            out.append(jm.ScrapeRecord(t, 10.0, None, "timed out").to_json_line())
-        else:
-            out.append(jm.ScrapeRecord(t, latency, 200, None,
-                                       page(pod=pod, core=core, mem_quota=mem or 0)).to_json_line())
-    return "".join(out)
-
-
-OLD = (30.0, 2.0 * GIB)
-NEW = (80.0, 4.0 * GIB)
-
-
-def met005(states: Sequence[tuple[float, float | None, float | None]], **files: str) -> Verdict:
-    return jm.judge_met005(ev(**{"metrics_series.jsonl": series(states), **files}), {}, client=K8S, changed_at=105.0,
-                           core_limit="80", memory_limit="4Gi")
-
-
-def test_met005_healthy() -> None:
-    v = met005([(100, *OLD), (102, *OLD), (104, *OLD), (106, *OLD), (108, None, None), (110, *NEW), (112, *NEW)])
-    assert v.status is Status.PASS, v.summary
-    assert v.metrics["dynamic_quota_metric_latency_sec"] == pytest.approx(5.05)
-    # the before state from metrics_before.txt when the series starts after the change
-    v = met005([(106, *OLD), (108, *NEW)], **{"metrics_before.txt": page(core=30, mem_quota=2 * GIB)})
-    assert v.status is Status.PASS and v.metrics["dynamic_quota_metric_latency_sec"] == pytest.approx(3.05)
-
-
-def test_met005_broken() -> None:
-    v = met005([(100, *OLD), (110, *OLD), (120, *OLD), (125, *NEW)])
-    assert v.status is Status.FAIL and names(v, False) == ["change_latency"]
-    assert v.metrics["dynamic_quota_metric_latency_sec"] == pytest.approx(20.05)
-    v = met005([(100, *OLD), (110, *OLD), (130, *OLD)])
-    assert v.status is Status.FAIL and "not seen in 25.1 s" in v.summary
-    v = met005([(100, *OLD), (110, 80.0, 2.0 * GIB), (120, 80.0, 2.0 * GIB)])  # core changed, memory did not
-    assert names(v, False) == ["change_observed"]
-    v = met005([(110, *NEW)])
-    assert v.status is Status.ERROR and "before the change" in v.summary
-    v = met005([(100, *NEW), (110, *NEW)])
-    assert names(v, False) == ["state_before_differs"]
-    assert jm.judge_met005(ev(), {}, client=K8S, changed_at=1.0, core_limit=80).status is Status.ERROR
-    with pytest.raises(ValueError):
-        jm.judge_met005(ev(), {}, client=K8S, changed_at=1.0)
-
-
-# ---------------------------------------------------------------------------------------- MET-006
-
-
-def util_series(utils: Sequence[float], t0: float = 1000.0, step: float = 2.0) -> str:
-    return "".join(jm.ScrapeRecord(t0 + i * step, 0.02, 200, None, page(util=u)).to_json_line()
-                   for i, u in enumerate(utils))
-
-
-def dmon_u(sm: Sequence[float]) -> str:
-    head = "# gpu     sm    mem    enc    dec    jpg    ofa \n# Idx      %      %      %      %      %      % \n"
-    return head + "".join(f"    0    {v:3.0f}     40      0      0      0      0 \n" for v in sm)
-
-
-def dmon_default(sm: Sequence[float]) -> str:
-    head = ("# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk \n"
-            "# Idx      W      C      C      %      %      %      %      %      %    MHz    MHz \n")
-    return head + "".join(f"    0    70     41     47    {v:3.0f}     40      0      0      0      0   3201   1980 \n"
-                          for v in sm)
-
-
-# dmon at 1 s from t=1000: idle 4 s, busy ~80 % for 16 s, idle again; the scrapes every 2 s from t=1004
-SM = [0, 0, 0, 0, 80, 82, 78, 80, 81, 79, 80, 80, 82, 78, 80, 81, 79, 80, 80, 80, 0, 0, 0, 0]
-UTIL = [0.80, 0.81, 0.79, 0.80, 0.80, 0.81, 0.79, 0.80]
-
-
-def test_met006_healthy_exact_and_best_lag() -> None:
-    files = {"metrics_series.jsonl": util_series(UTIL, t0=1004.0), "remote_c1-gpu1_dmon.txt": dmon_u(SM)}
-    v = jm.judge_met006(ev(**files), {}, node="c1-gpu1", dmon_started_at=1000.0)
-    assert v.status is Status.PASS, v.summary
-    assert v.metrics["mean_abs_diff_pct"] < 2 and v.metrics["aligned_pairs"] == 8
-    v = jm.judge_met006(ev(**files), {})  # the only dmon capture, aligned by the best lag
-    assert v.status is Status.PASS and v.metrics["alignment"].startswith("best lag")
-    # the default dmon layout: sm is column 4, not column 1 (pwr 70 would differ by 10 points; mem 40 by 40)
-    files["remote_c1-gpu1_dmon.txt"] = dmon_default(SM)
-    assert jm.judge_met006(ev(**files), {}, node="c1-gpu1", dmon_started_at=1000.0).status is Status.PASS
-    real = {"metrics_series.jsonl": util_series([1.0] * 3), "remote_n_dmon.txt": (SAMPLES / "dmon_u.txt").read_text()}
-    assert jm.judge_met006(ev(**real), {}, node="n").status is Status.PASS
-
-
-def test_met006_broken() -> None:
-    flat = {"metrics_series.jsonl": util_series([0.0] * 8, t0=1004.0), "remote_g_dmon.txt": dmon_u(SM)}
-    v = jm.judge_met006(ev(**flat), {}, node="g", dmon_started_at=1000.0)
-    assert v.status is Status.FAIL and set(names(v, False)) == {"metric_util_rises", "dmon_follows"}
-    idle_dmon = {"metrics_series.jsonl": util_series(UTIL, t0=1004.0), "remote_g_dmon.txt": dmon_u([0] * 24)}
-    v = jm.judge_met006(ev(**idle_dmon), {}, node="g", dmon_started_at=1000.0)
-    assert set(names(v, False)) == {"dmon_sm_rises", "dmon_follows"}
-    off = {"metrics_series.jsonl": util_series([0.35] * 8, t0=1004.0), "remote_g_dmon.txt": dmon_u(SM)}
-    v = jm.judge_met006(ev(**off), {}, node="g", dmon_started_at=1000.0)
-    assert names(v, False) == ["dmon_follows"] and v.metrics["mean_abs_diff_pct"] > 40
-    power = {"metrics_series.jsonl": util_series(UTIL), "remote_g_dmon.txt": dmon_u(SM).replace("sm ", "pwr")}
-    v = jm.judge_met006(ev(**power), {}, node="g")
-    assert v.status is Status.ERROR and "no sm column" in v.summary
-    v = jm.judge_met006(ev(**{"metrics_series.jsonl": util_series(UTIL)}), {})
-    assert v.status is Status.ERROR and "no dmon capture" in v.summary
-    no_gpu = "".join(jm.ScrapeRecord(1000.0 + i, 0.01, 200, None,
-                                     page().replace("xpushare_gpu_utilization_ratio{", "x{")).to_json_line()
-                     for i in range(3))
-    assert jm.judge_met006(ev(**{"metrics_series.jsonl": no_gpu}), {}).status is Status.ERROR
-
-
-# ---------------------------------------------------------------------------------------- MET-007
-
-
-def stress(n: int = 61, step: float = 2.0, latency: float = 0.02, fail: Sequence[int] = (),
-           body: str | None = IDLE) -> str:
-    return "".join(
-        jm.ScrapeRecord(5000.0 + i * step, 10.0 if i in fail else latency * (1 + i % 3), None if i in fail else 200,
-                        "timed out" if i in fail else None, None if i in fail else body).to_json_line()
-        for i in range(n))
-
-
-def test_met007_healthy() -> None:
-    v = jm.judge_met007(ev(**{"metrics_series.jsonl": stress(), "metrics_health.txt": HEALTH_OK}), {})
-    assert v.status is Status.PASS, v.summary
-    assert v.metrics["metrics_stress_sample_count"] == 61
-    assert v.metrics["scrape_latency_p50_s"] == pytest.approx(0.04)
-    assert v.metrics["scrape_latency_p99_s"] == pytest.approx(0.06)
-    short = {"metrics_series.jsonl": stress(n=16, body=None), "metrics_health.txt": HEALTH_OK}
-    assert jm.judge_met007(ev(**short), {"met007_duration_s": 30}).status is Status.PASS
-
-
-def test_met007_broken() -> None:
-    def judge(series_text: str, health: str | None = HEALTH_OK, **th: Any) -> Verdict:
-        files = {"metrics_series.jsonl": series_text}
-        if health is not None:
-            files["metrics_health.txt"] = health
-        return jm.judge_met007(ev(**files), th)
-
-    v = judge(stress(fail=[30]))
-    assert names(v, False) == ["scrape_success"]  # latency percentiles are over the successful scrapes
-    assert "1/61 scrapes failed (first: timed out)" in v.summary
-    assert names(judge(stress(n=31)), False) == ["scrape_count"]
-    assert "scrape_cadence" in names(judge(stress(step=4.0)), False)
-    assert names(judge(stress(latency=1.5)), False) == ["scrape_latency_p99"]
-    assert names(judge(stress(), "\nHTTP_CODE=000\n"), False) == ["healthz_after"]
-    assert judge(stress(), None).status is Status.ERROR
-    bad_body = stress(body="garbage {\n")
-    assert "scrape_success" in names(judge(bad_body), False)
-
-
-# ---------------------------------------------------------------------------------------- MET-008
-
-
-def mem_series(used: Sequence[float], *, extra_gpu: bool = True) -> str:
-    return "".join(jm.ScrapeRecord(100.0 + 2 * i, 0.02, 200, None,
-                                   page(gpu_used=u * GIB, total=16 * GIB, extra_gpu=extra_gpu)).to_json_line()
-                   for i, u in enumerate(used))
-
-
-def test_met008_healthy_per_gpu() -> None:
-    # GPU 0 reaches 85 % while GPU 1 is idle: the legacy sum over GPUs reads 42 % and FAILed
-    v = jm.judge_met008(ev(**{"metrics_series.jsonl": mem_series([4, 8, 12, 13.6, 13.6, 9])}), {})
-    assert v.status is Status.PASS, v.summary
-    assert v.metrics["peak_gpu_memory_used_ratio"] == pytest.approx(0.85)
-    assert v.metrics["first_trip"]["t"] == 106.0
-    v = jm.judge_met008(ev(**{"metrics_series.jsonl": mem_series([13.6, 13.6, 13.6])}), {"met008_for_s": 4})
-    assert v.status is Status.PASS
-
-
-def test_met008_broken() -> None:
-    v = jm.judge_met008(ev(**{"metrics_series.jsonl": mem_series([4, 8, 11.2, 9])}), {})
-    assert v.status is Status.FAIL and "peak ratio 0.700 never above 0.8" in v.summary
-    v = jm.judge_met008(ev(**{"metrics_series.jsonl": mem_series([4, 13.6, 8, 13.6])}), {"met008_for_s": 4})
-    assert v.status is Status.FAIL  # never above for 4 s in a row
-    assert jm.judge_met008(ev(**{"metrics_series.jsonl": series([(1, 30.0, 0.0)]).replace(
-        "xpushare_gpu_memory", "x").replace("xpushare_scheduler_memory", "y")}), {}).status is Status.ERROR
-    assert jm.judge_met008(ev(), {}).status is Status.ERROR
-
-
-def test_met008_without_sampler_uses_scheduler_memory() -> None:
-    def no_gpu(running: float, overloaded: int = 0) -> str:  # no GPU rows: no sampler backend
-        return page(managed=running * GIB, overloaded=overloaded, drop=["gpu_memory_used_bytes"])
-
-    def run(*pages: str) -> Verdict:
-        text = "".join(jm.ScrapeRecord(10.0 * i, 0.01, 200, None, p).to_json_line() for i, p in enumerate(pages))
-        return jm.judge_met008(ev(**{"metrics_series.jsonl": text}), {})
-
-    assert run(no_gpu(5), no_gpu(13)).status is Status.PASS  # 13 / 14.4 GiB = 0.90
-    assert run(no_gpu(5), no_gpu(5, overloaded=1)).status is Status.PASS
-    assert run(no_gpu(5), no_gpu(6)).status is Status.FAIL
-
-
-# ---------------------------------------------------------------------------------- evidence formats
-
-
-def test_series_round_trip_and_bad_lines() -> None:
-    recs = [jm.ScrapeRecord(1.5, 0.25, 200, None, "a"), jm.ScrapeRecord(0.5, 3.0, None, "refused", None)]
-    text = "".join(r.to_json_line() for r in recs) + "not json\n{}\n\n" + json.dumps({"t": "x"}) + "\n"
-    parsed, bad = jm.parse_series(text)
-    assert parsed == sorted(recs, key=lambda r: r.t)
-    assert bad == [3, 4, 6]
-    assert parsed[1].t_end == 1.75 and parsed[1].responded and not parsed[0].responded
-
-
 def test_read_capture_variants() -> None:
     assert jm.read_capture("OK\n\nHTTP_CODE=200\nCONTENT_TYPE=text/plain\n") == ("OK\n", 200, "text/plain")
     assert jm.read_capture("OK\n\nHTTP_CODE=200\n") == ("OK\n", 200, None)
@@ -494,9 +245,9 @@ def test_fuzz_evidence_parsers_never_raise(text: str) -> None:
     assert all(isinstance(r, jm.ScrapeRecord) for r in records)
     _body, code, _ = jm.read_capture(text)
     assert code is None or code >= 0
-    assert jm.annotation_bytes(text) >= 0
-    assert 1 <= jm.core_limit_value(text) <= 100
-    jm.env_bytes(text)
+    assert quantity.annotation_bytes(text) >= 0
+    assert 1 <= quantity.core_limit_value(text) <= 100
+    quantity.env_bytes(text)
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,4 +1,4 @@
-"""PERF judgments (xpushare/judge_perf.py) on evidence of a healthy and of a broken system, and ``invoke judge``
+"""PERF judgments (xpushare/judge/performance.py) on evidence of a healthy and of a broken system, and ``invoke judge``
 re-judging a stored PERF run with other tolerances (offline, no cluster)."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from xpushare import artifacts, engine, judge_perf
+from xpushare import artifacts, engine
 from xpushare.backends.base import PodRecord, write_pod_records
 from xpushare.cases import REGISTRY
 from xpushare.evidence import Evidence
+from xpushare.judge import performance as judge_perf
 from xpushare.model import Status
 
 TH: dict[str, Any] = {k: v for c in REGISTRY.values() if c.suite == "performance" for k, v in c.params.items()}

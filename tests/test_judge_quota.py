@@ -1,4 +1,4 @@
-"""FUNC-008..012 judgments (xpushare/judge_quota.py) on case directories from a healthy and from a broken system.
+"""FUNC-008..012 judgments (xpushare/judge/quota.py) on case directories from a healthy and from a broken system.
 
 Each case directory is made the way a Kubernetes run leaves it: the case's real ``act``
 (xpushare/cases/functional.py) runs against a stand-in backend and writes ``plan.json`` (and, for the dynamic

@@ -1,4 +1,4 @@
-"""Judgments of the stability, leak and fault cases on healthy and broken evidence (xpushare/judge_stability.py)."""
+"""Judgments of the stability, leak and fault cases on healthy and broken evidence (xpushare/judge/stability.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from xpushare import judge_stability as js
 from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.collect.scheduler_log import parse_lines
 from xpushare.evidence import Evidence
+from xpushare.judge import stability as js
 from xpushare.model import Status
 
 T0 = 1_795_000_000.0

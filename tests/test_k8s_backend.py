@@ -8,7 +8,7 @@ import yaml
 from xpushare import inventory
 from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend, dns1123, label_value
-from xpushare.judge_combo import split_capture
+from xpushare.judge.combination import split_capture
 from xpushare.kube import Pod
 from xpushare.transport import CommandResult
 

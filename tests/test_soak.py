@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from xpushare import judge_stability as js
 from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
 from xpushare.errors import ConnectionLost
 from xpushare.evidence import Evidence
+from xpushare.judge import stability as js
 from xpushare.kube import KubeError, KubeUnavailable
 from xpushare.model import Status
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
 from xpushare.soak.runner import _carry_soak_forward
-from xpushare.soak.series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
+from xpushare.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
 
 T0 = 1_795_000_000.0
 MIB = 2**20

@@ -1,4 +1,4 @@
-"""Least-squares trend and its one-sided t-test (xpushare/trend.py)."""
+"""Least-squares trend and its one-sided t-test (xpushare/judge/trend.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from xpushare.trend import OnlineRegression, betainc, fit, student_t_sf
+from xpushare.judge.trend import OnlineRegression, betainc, fit, student_t_sf
 
 # Reference values: one-sided upper-tail probabilities of Student's t (standard tables / scipy.stats.t.sf).
 T_TABLE = [

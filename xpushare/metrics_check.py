@@ -49,7 +49,8 @@ from xpushare.client_match import KEY_HOST_PID, KEY_POD, ClientMatch, client_mat
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
 from xpushare.errors import HostUnreachable, TransportError, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.judge_metrics import ScrapeRecord, gpu_rows_for_key, load_required_metrics
+from xpushare.judge.metrics_checks import gpu_rows_for_key
+from xpushare.judge.metrics_evidence import ScrapeRecord, load_required_metrics
 from xpushare.kube import Kubectl, Pod
 from xpushare.manifest_yaml import dump_manifests
 from xpushare.model import Status
@@ -226,7 +227,7 @@ def scrape_series(url: str, fetch: Fetch | None = None, *, interval_s: float = 2
                   sleep: Callable[[float], None] = time.sleep) -> list[ScrapeRecord]:
     """Scrape ``url`` every ``interval_s`` seconds (fixed rate from the first start) for ``duration_s``.
 
-    Returns :class:`~xpushare.judge_metrics.ScrapeRecord` rows (Unix start time, latency, status,
+    Returns :class:`~xpushare.judge.metrics_evidence.ScrapeRecord` rows (Unix start time, latency, status,
     error, body) for ``metrics_series.jsonl`` (``record.to_json_line()``), the evidence of
     MET-005..008. A scrape that overruns its slot delays the next one (it is not skipped).
     """

@@ -36,7 +36,7 @@ from xpushare.backends.base import Backend
 from xpushare.collect.metrics import parse_curl_output
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
-from xpushare.judge_metrics import ScrapeRecord
+from xpushare.judge.metrics_evidence import ScrapeRecord
 from xpushare.kube import KubeError
 from xpushare.metrics_check import Fetch, FetchError, urllib_fetcher
 from xpushare.sut import sut_names

@@ -24,7 +24,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare import judge_combo
 from xpushare.backends.base import CAP_KUBERNETES, PodRecord, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
 from xpushare.cases.functional import OVERSUB, W2, W5, _ample_quota, colocated_pair
@@ -32,7 +31,9 @@ from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
 from xpushare.errors import XpushareError
 from xpushare.evidence import Evidence
-from xpushare.judge_metrics import annotation_bytes, read_capture
+from xpushare.judge import combination as judge_combo
+from xpushare.judge.metrics import read_capture
+from xpushare.judge.quantity import annotation_bytes
 from xpushare.model import Verdict
 
 W3 = "w3_idle_add"

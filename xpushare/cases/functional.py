@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare import judge, judge_quota
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.evidence import Evidence
+from xpushare.judge import functional, quota
 from xpushare.model import Verdict
 
 W2 = "w2_medium_add"
@@ -25,7 +25,7 @@ def _func001(run: CaseRun) -> None:
 
 
 def _judge_single(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge.judge_single_pass(ev, th, pod=plan["pods"][0])
+    return functional.judge_single_pass(ev, th, pod=plan["pods"][0])
 
 
 def colocated_pair(
@@ -59,7 +59,7 @@ def _func002(run: CaseRun) -> None:
 
 
 def _judge_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge.judge_same_gpu_pair(ev, th, pods=plan["pods"], pair=plan.get("pair"))
+    return functional.judge_same_gpu_pair(ev, th, pods=plan["pods"], pair=plan.get("pair"))
 
 
 def _func003(run: CaseRun) -> None:
@@ -70,7 +70,7 @@ def _func003(run: CaseRun) -> None:
 
 def _judge_spread(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     gpus = plan.get("gpus_available")
-    return judge.judge_spread(ev, th, pods=plan["pods"], gpus_available=None if gpus is None else int(gpus))
+    return functional.judge_spread(ev, th, pods=plan["pods"], gpus_available=None if gpus is None else int(gpus))
 
 
 def _oversub_args(run: CaseRun) -> tuple[str, ...]:
@@ -86,11 +86,11 @@ def _func005(run: CaseRun) -> None:
 
 
 def _judge_rejected(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge.judge_rejected(ev, th, pod=plan["pods"][0])
+    return functional.judge_rejected(ev, th, pod=plan["pods"][0])
 
 
 def _judge_oversub_on(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge.judge_oversub_on(ev, th, pod=plan["pods"][0])
+    return functional.judge_oversub_on(ev, th, pod=plan["pods"][0])
 
 
 def _func006(run: CaseRun) -> None:
@@ -266,11 +266,11 @@ def _func012(run: CaseRun) -> None:
 
 
 def _judge_mem_up(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge_quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=True)
+    return quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=True)
 
 
 def _judge_mem_down(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return judge_quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=False)
+    return quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=False)
 
 
 register(
@@ -285,7 +285,7 @@ register(
         # each lower quota at least 10 % slower: equal runtimes give a strict order by noise alone
         params={"func008_quotas": [25, 50, 75], "func008_min_step_ratio": 1.1},
         act=_func008,
-        judge=judge_quota.judge_static_compute,
+        judge=quota.judge_static_compute,
     )
 )
 register(
@@ -301,7 +301,7 @@ register(
         # that merely start a little apart on an unenforced GPU finish in start order (1.33 seen on the lab)
         params={"func009_min_ratio": 1.5},
         act=_func009,
-        judge=judge_quota.judge_mixed_compute,
+        judge=quota.judge_mixed_compute,
     )
 )
 register(
@@ -343,6 +343,6 @@ register(
         requires=_K8S,
         params={**_DYNAMIC, "func012_min_gain": 1.3, "func012_max_drop": 0.1},
         act=_func012,
-        judge=judge_quota.judge_dynamic_compute,
+        judge=quota.judge_dynamic_compute,
     )
 )

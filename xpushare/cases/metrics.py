@@ -4,7 +4,7 @@ Every capture comes from the scheduler that serves the probe pod's node (one sch
 sut-interfaces.md §4.8), scraped on that node (:mod:`xpushare.metrics_target`); cases without a probe
 (MET-001, MET-007, MET-002 in host mode) use the node named by ``met_node``, else the first GPU host
 of the inventory that runs a scheduler pod. The acts only act and collect; the judgments are the pure
-functions of :mod:`xpushare.judge_metrics`, fed with the plan (``plan.json``), so ``invoke judge``
+functions of :mod:`xpushare.judge.metrics`, fed with the plan (``plan.json``), so ``invoke judge``
 re-judges a stored run offline.
 
 =======  ===================================================================  =================================
@@ -27,7 +27,7 @@ Host mode: MET-001, MET-002 and MET-007 run against the inventory's ``scheduler.
 without it; the others need pods and annotations (Kubernetes). MET-002 starts its W5 probe as a host
 process when the backend has the client library (``sut_lib``), else it runs without a probe (families
 that need a client only need HELP/TYPE). MET-006 SKIPs where the probe's node has no ``nvidia-smi`` and
-no ``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge_metrics.DEFAULTS``.
+no ``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge.thresholds.METRICS``.
 
 The probe's clients on a page are found by :func:`xpushare.client_match.client_match` for the cluster's
 mode: by pod name and namespace in Kubernetes; in host mode, where the scheduler exports every client
@@ -50,11 +50,9 @@ from xpushare.client_match import ClientMatch, client_match, live_matches, match
 from xpushare.collect.metrics import parse_exposition
 from xpushare.errors import TransportError, XpushareError
 from xpushare.evidence import Evidence
-from xpushare.judge_metrics import (
-    DEFAULTS,
+from xpushare.judge import thresholds
+from xpushare.judge.metrics import (
     ScrapeRecord,
-    annotation_bytes,
-    core_limit_value,
     gpu_rows_for_key,
     judge_met001,
     judge_met002,
@@ -67,6 +65,7 @@ from xpushare.judge_metrics import (
     parse_series,
     quota_state,
 )
+from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.metrics_target import (
     NodeCapture,
     ScrapeTarget,
@@ -104,8 +103,8 @@ COMMON: dict[str, Any] = {
 
 
 def _params(no: str, **extra: Any) -> dict[str, Any]:
-    """COMMON + this case's thresholds from ``judge_metrics.DEFAULTS`` (``met<no>_*``) + its act parameters."""
-    return {**COMMON, **{k: v for k, v in DEFAULTS.items() if k.startswith(f"met{no}_")}, **extra}
+    """COMMON + this case's thresholds from ``judge.thresholds.METRICS`` (``met<no>_*``) + its act parameters."""
+    return {**COMMON, **{k: v for k, v in thresholds.METRICS.items() if k.startswith(f"met{no}_")}, **extra}
 
 
 # ------------------------------------------------------------------------------------ act helpers

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xpushare import judge_perf, plots
+from xpushare import plots
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import colocated_pair
@@ -33,6 +33,7 @@ from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.errors import XpushareError
 from xpushare.evidence import Evidence
+from xpushare.judge import performance as judge_perf
 from xpushare.model import Verdict
 
 W1 = "w1_large_add"

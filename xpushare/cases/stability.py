@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from xpushare import judge_stability
 from xpushare.backends.base import CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.evidence import Evidence
+from xpushare.judge import stability as judge_stability
 from xpushare.model import Verdict
 from xpushare.soak import faults
 from xpushare.soak.act import run_soak, settings_from_params

@@ -1,6 +1,6 @@
 """Verdicts of the legacy scenarios: pure functions of a case's stored evidence and its ``plan.json``.
 
-The same honesty rules as the matrix (:mod:`xpushare.judge`, :func:`xpushare.model.combine`): a pod
+The same honesty rules as the matrix (:mod:`xpushare.judge.checks`, :func:`xpushare.model.combine`): a pod
 passes only with phase Succeeded, exit 0, the ``PASS`` line and a runtime; a check whose evidence is
 missing (no pod record, no log, no scheduler log, no dmon capture) is unevaluable, which makes the case
 ERROR, never PASS. Where a legacy script's rule was weaker, the stricter rule is used and named:
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare import judge
 from xpushare.collect import dmon, nvidia_smi, scheduler_log
 from xpushare.evidence import Evidence
+from xpushare.judge.checks import check_pods_succeeded, check_rejected
 from xpushare.legacy import tables
 from xpushare.model import Check, Status, Verdict, combine
 
@@ -90,7 +90,7 @@ def check_registered(ev: Evidence, pods: Sequence[str], namespace: str) -> tuple
 def judge_all_pass(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """cross-gpu / small / idle-small: every pod passed and registered with the scheduler."""
     pods = list(plan["pods"])
-    checks = [judge.check_pods_succeeded(ev, pods)]
+    checks = [check_pods_succeeded(ev, pods)]
     metrics = pod_metrics(ev, pods)
     reg, placement = check_registered(ev, pods, str(plan.get("namespace", "default")))
     checks.append(reg)
@@ -104,13 +104,13 @@ def judge_baseline(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any])
     pods = list(plan["pods"])
     metrics = pod_metrics(ev, pods)
     metrics["workloads"] = dict(plan.get("workloads") or {})
-    return _verdict([judge.check_pods_succeeded(ev, pods)], f"{len(pods)} native baseline pods passed", metrics, ev)
+    return _verdict([check_pods_succeeded(ev, pods)], f"{len(pods)} native baseline pods passed", metrics, ev)
 
 
 def judge_complex2(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """complex2: every pod passed and the scheduler applied its initial core limit."""
     pods, ns, limit = list(plan["pods"]), str(plan.get("namespace", "default")), int(plan["core_limit"])
-    checks = [judge.check_pods_succeeded(ev, pods)]
+    checks = [check_pods_succeeded(ev, pods)]
     summary = _scheduler(ev)
     if summary is None:
         checks.append(Check("initial_core_limit", f"Applying initial compute limit ...: {limit}% per pod", {}, None,
@@ -137,7 +137,7 @@ def judge_memlimit(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any])
     for test in plan["tests"]:
         pod = str(test["pod"])
         rejected = test["expect"] == "rejected"
-        check = judge.check_rejected(ev, pod) if rejected else judge.check_pods_succeeded(ev, [pod])
+        check = check_rejected(ev, pod) if rejected else check_pods_succeeded(ev, [pod])
         check.name = f"test{test['n']}_{test['label'].replace(' ', '_')}"
         checks.append(check)
         results[f"Test {test['n']} ({test['label']})"] = {True: "PASS", False: "FAIL", None: "ERROR"}[check.ok]
@@ -186,7 +186,7 @@ def judge_dynamic_limit(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
         checks.append(Check("late_client_limit", f"Applying initial memory limit for <late pod>: {low} bytes",
                             {"logged": initial}, low in initial,
                             "" if low in initial else f"{late} did not get the {low}-byte limit"))
-    rejected = judge.check_rejected(ev, late)
+    rejected = check_rejected(ev, late)
     rejected.name = "late_client_refused"
     checks.append(rejected)
     metrics = {"steps": [s.get("value") for s in plan["steps"]], "late_limit": plan.get("late_value")}
@@ -306,7 +306,7 @@ def judge_smoke(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) ->
     """smoke (``remote-test-smoke.sh``): the probe pod passed; ``/healthz`` answered 200; ``/metrics``
     has ``<prefix>scheduler_messages_total``. A missing NVML sampler row is a warning in the metrics."""
     pod, prefix = str(plan["pods"][0]), str(plan.get("metric_prefix", "xpushare_"))
-    checks = [judge.check_pods_succeeded(ev, [pod])]
+    checks = [check_pods_succeeded(ev, [pod])]
     health = ev.text("metrics_health.txt")
     checks.append(Check("healthz", "/healthz HTTP 200 (curl from the node to the scheduler pod)",
                         {"collected": health is not None}, None if health is None else "HTTP_CODE=200" in health,

@@ -42,7 +42,7 @@ from xpushare.collect import nvidia_smi
 from xpushare.errors import TransportError, UsageError, XpushareError
 from xpushare.evidence import Evidence
 from xpushare.inventory import ClusterSpec
-from xpushare.judge_quota import parse_quantity
+from xpushare.judge.quantity import parse_quantity
 from xpushare.kube import STUCK_REASONS, Kubectl, KubeError
 from xpushare.legacy import deploy, judgments, tables
 from xpushare.legacy.compare import BOUND

@@ -42,10 +42,11 @@ from xpushare import interrupt
 from xpushare.artifacts import atomic_write_text
 from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.errors import HostKeyMismatch, TransportError
+from xpushare.judge.trend import OnlineRegression
 from xpushare.kube import KubeError, KubeTimeout, KubeUnavailable
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
-from xpushare.soak.series import (
+from xpushare.soak_series import (
     METRICS_FIELDS,
     SAMPLE_FIELDS,
     SCHEDULER_FIELDS,
@@ -53,7 +54,6 @@ from xpushare.soak.series import (
     JsonlAppender,
     iter_csv,
 )
-from xpushare.trend import OnlineRegression
 
 __all__ = ["SoakLoop", "SoakSettings", "interruptible_sleep"]
 

@@ -27,7 +27,7 @@ from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
 from xpushare.errors import TransportError
 from xpushare.kube import KubeError
-from xpushare.soak.series import gzip_file
+from xpushare.soak_series import gzip_file
 
 __all__ = [
     "K8sSoakOps",

@@ -21,7 +21,7 @@ from typing import Any
 
 from xpushare.artifacts import atomic_write_text
 from xpushare.evidence import Evidence
-from xpushare.judge_stability import check_trend, load_soak, process_series
+from xpushare.judge.stability import check_trend, load_soak, process_series
 
 __all__ = ["write_report"]
 

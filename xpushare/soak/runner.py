@@ -28,7 +28,7 @@ from xpushare import __version__, artifacts, engine, interrupt, inventory, repor
 from xpushare.cases import REGISTRY
 from xpushare.errors import UsageError
 from xpushare.soak.checkpoint import Checkpoint
-from xpushare.soak.series import gzip_file
+from xpushare.soak_series import gzip_file
 from xpushare.status import ExitStatus
 
 __all__ = ["SoakRequest", "soak"]

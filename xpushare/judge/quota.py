@@ -18,22 +18,8 @@ from typing import Any
 from xpushare.collect import pod_log
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence import Evidence
-from xpushare.judge import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
+from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
 from xpushare.model import Check, Status, Verdict, combine
-
-GIB = 2**30
-
-
-def parse_quantity(text: str) -> int:
-    """Bytes of a memory annotation value: ``Gi``/``Mi``/``Ki`` suffixes or bare bytes (sut-interfaces §11.3).
-
-    Raises ValueError for anything else (the SUT ignores ``G``/``M``/``GB``).
-    """
-    units = {"Gi": GIB, "Mi": 2**20, "Ki": 2**10, "B": 1, "": 1}
-    for suffix in ("Gi", "Mi", "Ki", "B", ""):
-        if text.endswith(suffix) and text[: len(text) - len(suffix)].isdigit():
-            return int(text[: len(text) - len(suffix)]) * units[suffix]
-    raise ValueError(f"not a memory quantity the SUT accepts: {text!r}")
 
 
 def annotation_calls(ev: Evidence) -> list[dict[str, Any]]:
@@ -383,7 +369,7 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     """FUNC-009: 30 % and 60 % pods on one GPU; the 60 % pod is faster (runtime_30 > runtime_60).
 
     ``plan``: ``pods`` (all, fillers included), ``pair`` ([30 % pod, 60 % pod]). As COMBO-002
-    (:func:`~xpushare.judge_combo.judge_compute_pair`): every pod must pass first (a failed or unfinished pod
+    (:func:`~xpushare.judge.combination.judge_compute_pair`): every pod must pass first (a failed or unfinished pod
     is FAIL, missing pod evidence ERROR, whatever the placement); then only when the registration lines put
     both quota pods on one (node, GPU) (pods.json ``node``/``gpu``) is ``runtime_30 > runtime_60`` judged.
     Not co-located, or no registration GPU for either pod: SKIP (never PASS). Metrics: ``placement``

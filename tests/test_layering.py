@@ -1,0 +1,211 @@
+"""The layout of ``xpushare/``: every module imports, no import cycles between xpushare modules, and no
+module of the judge layer over 600 lines.
+
+The import graph is built from the AST of every module (no import-time tricks can hide an edge):
+``import a.b`` and ``from a.b import c`` are edges to ``a.b`` (to ``a.b.c`` when that is a module), plus
+the packages on the way (``a``'s ``__init__`` runs first) unless the importer lives inside them. Imports
+under ``if TYPE_CHECKING:`` never run and are left out; imports inside functions run later but still
+tie the layers together, so they count. A cycle is reported as the path that closes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import xpushare
+
+PACKAGE = Path(xpushare.__file__).resolve().parent
+JUDGE_MAX_LINES = 600  # hard limit of a module under xpushare/judge/
+JUDGE_WARN_LINES = 500  # the issue's "about 500": reported, not failed
+
+
+def module_name(path: Path) -> str:
+    """``xpushare/judge/metrics.py`` -> ``xpushare.judge.metrics``; a package's ``__init__.py`` -> the package."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    """Every module of the package (name -> file), ``data`` and other non-Python files aside."""
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements of a module, including those inside functions, without ``if TYPE_CHECKING:`` bodies."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for sub in child.orelse:
+                yield from _imports_of(sub)
+            continue
+        yield from _imports_of(child)
+
+
+def _imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    else:
+        yield from _imports(node)
+
+
+def _targets(name: str, is_package: bool, node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
+    """The xpushare modules one import statement loads (before the ancestor packages are added)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if node.level:
+        base = name.split(".") if is_package else name.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    out = {source}
+    out.update(f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in modules)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the xpushare modules it imports (see the module doc for what counts)."""
+    files = all_modules()
+    modules = set(files)
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        edges: set[str] = set()
+        for node in _imports(tree):
+            for target in _targets(name, is_package, node, modules):
+                parts = target.split(".")
+                for i in range(1, len(parts) + 1):
+                    dep = ".".join(parts[:i])
+                    # a package the importer lives in is already being initialised: no edge
+                    if dep in modules and dep != name and not name.startswith(dep + "."):
+                        edges.add(dep)
+        graph[name] = edges
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One closing path (``[a, b, ..., a]``) per strongly connected component with a cycle (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        # iterative would be longer; the package is a few hundred modules deep at most
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_closing_path(graph, comp) for comp in components]
+
+
+def _closing_path(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself, inside the component."""
+    start, members = comp[0], set(comp)
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt: list[str] = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
+                if w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return comp  # unreachable for a real component
+
+
+@pytest.mark.parametrize("name", sorted(all_modules()))
+def test_every_module_imports(name: str) -> None:
+    importlib.import_module(name)
+
+
+def test_no_import_cycles() -> None:
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles between xpushare modules:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_find_cycles_reports_the_closing_path() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert find_cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: What the judge layer may import: itself and the layers below it (evidence and its formats, parsers,
+#: the model, the pod record). Never a case, the engine, a feature (soak, metrics_check ...) or a backend.
+JUDGE_MAY_IMPORT = ("xpushare.judge", "xpushare.evidence", "xpushare.model", "xpushare.collect",
+                    "xpushare.client_match", "xpushare.backends.base", "xpushare.soak_series")
+
+
+def test_judge_imports_only_lower_layers() -> None:
+    graph = import_graph()
+    wrong = {name: sorted(d for d in deps if d != "xpushare.backends"
+                          and not any(d == a or d.startswith(a + ".") for a in JUDGE_MAY_IMPORT))
+             for name, deps in graph.items() if name == "xpushare.judge" or name.startswith("xpushare.judge.")}
+    wrong = {n: d for n, d in wrong.items() if d}
+    assert not wrong, f"judge modules importing above their layer: {wrong}"
+
+
+def test_package_cycles_are_reported() -> None:
+    """Cycles between the packages of ``xpushare/`` (``xpushare.<unit>``): a warning until the layout is done."""
+    graph = import_graph()
+    units: dict[str, set[str]] = {}
+    for a, deps in graph.items():
+        ua = ".".join(a.split(".")[:2])
+        units.setdefault(ua, set()).update(ub for b in deps if (ub := ".".join(b.split(".")[:2])) != ua)
+    for deps in list(units.values()):
+        for d in deps:
+            units.setdefault(d, set())
+    cycles = find_cycles(units)
+    assert not any(c[0] == "xpushare.judge" or "xpushare.judge" in c for c in cycles), cycles
+    if cycles:
+        warnings.warn("package cycles: " + "; ".join(" -> ".join(c) for c in cycles), stacklevel=1)
+
+
+def test_judge_modules_are_small() -> None:
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines())
+             for name, path in all_modules().items() if name.startswith("xpushare.judge.")}
+    assert sizes, "no modules under xpushare/judge/"
+    over = {n: s for n, s in sizes.items() if s > JUDGE_MAX_LINES}
+    assert not over, f"judge modules over {JUDGE_MAX_LINES} lines (split them by concern): {over}"
+    large = {n: s for n, s in sizes.items() if s > JUDGE_WARN_LINES}
+    if large:
+        warnings.warn(f"judge modules over {JUDGE_WARN_LINES} lines: {large}", stacklevel=1)

@@ -1,0 +1,68 @@
+"""The seed's default thresholds of the judgments, one table per suite (seed 000 §6, §17).
+
+Judgments and cases read their defaults here, never a copy: a case's parameters (``CaseDef.params``,
+overridden by a playbook or ``--set``) win over these, and a verdict records the values it used.
+Suites whose defaults are case parameters only (functional, performance, stability) have no table here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["COMBINATION", "METRICS", "threshold"]
+
+#: Thresholds of COMBO-001..008 with the seed's values (seed 000 §6, §17.3).
+COMBINATION: dict[str, Any] = {
+    # Seed §6 P1 item 2: a dynamic change takes effect within 15 s of the annotate call.
+    "dynamic_max_latency_s": 15.0,
+    # COMBO-005/006: changes (scheduler line + pod line, in order) that must be applied. The seed's
+    # bar is ">= 2" of the 3 it makes; every planned change must arrive by default (seed §6 P0 item 2).
+    "combo005_min_changes": 3,
+    "combo006_min_changes": 3,
+    # COMBO-004/006 "no stall": the largest gap between consecutive QUOTA_PROBE lines (W5 elapsed clock, s).
+    "max_probe_gap_s": 30.0,
+    # COMBO-006: throughput must move with each quota step by at least this factor (up: x, down: 1/x).
+    "combo006_min_step_ratio": 1.2,
+    # COMBO-006: the W5 probe interval (its --interval-s, s); each throughput phase skips one after its change.
+    "probe_interval_s": 10.0,
+    # COMBO-007: pods of 4 that must pass (seed §17.3: >= 3), and be seen in the metrics.
+    "combo007_min_success": 3,
+    # COMBO-008: distinct GPUs the pods must spread over, and the tolerance (percentage points) of the
+    # effective compute quota against config x min(1, 100 / sum of limits on the same GPU).
+    "combo008_min_gpus": 2,
+    "combo008_effective_tolerance_pct": 2.0,
+}
+
+#: Thresholds and parameters of MET-001..008 with the seed's values (seed 000 §6, §11, §17.5;
+#: bash-harness-cases.md §5 for ``XP_METRIC_*``).
+METRICS: dict[str, Any] = {
+    # MET-002: every required family must have samples while the probe client runs (else: declared).
+    "met002_require_samples": True,
+    # MET-003: NVML cross-check tolerance (relative) and the sampler window around metrics_mid (s);
+    # without NVML evidence the case is ERROR unless met003_require_nvml is false (CPU lab, no GPU).
+    "met003_nvml_tolerance_ratio": 0.10,
+    "met003_window_s": 10.0,
+    "met003_require_nvml": True,
+    # MET-004: the exporter shows annotation quotas only (sut-interfaces.md §6.3); set true when a
+    # release exports env limits too.
+    "met004_env_in_metrics": False,
+    # MET-005: dynamic change visible in the metrics within 15 s (seed 000 §6 item 2, §11.1).
+    "met005_max_latency_s": 15.0,
+    # MET-006: XP_METRIC_UTIL_MIN_RATIO (0.10); agreement with dmon's sm column in percentage points.
+    "met006_min_util": 0.10,
+    "met006_max_mean_abs_diff_pct": 20.0,
+    # MET-007: 2 s scrapes for XP_METRICS_STRESS_DURATION_SEC (120 s), 100 % success.
+    "met007_duration_s": 120.0,
+    "met007_interval_s": 2.0,
+    "met007_min_success_ratio": 1.0,
+    "met007_max_p99_latency_s": 2.0,
+    # MET-008: XP_METRIC_HIGH_MEM_ALERT_RATIO (0.80); the alert's `for:` duration (0: one sample).
+    "met008_alert_ratio": 0.80,
+    "met008_for_s": 0.0,
+}
+
+
+def threshold(th: Mapping[str, Any], key: str, table: Mapping[str, Any]) -> Any:
+    """``th[key]`` when the case set it, else the default of ``table`` (KeyError when neither has it)."""
+    return th[key] if key in th else table[key]
