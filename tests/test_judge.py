@@ -265,3 +265,16 @@ def test_invoke_judge_rederives_the_mapping_of_a_stored_run(tmp_path: Path, name
 
 def json_of(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize(("params", "gpus", "count"), [
+    ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, 8, 12),  # the seed's 12 pods for 8 cards
+    ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, 1, 2),  # one GPU: two pods share it
+    ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, 2, 3),  # two GPUs: spread, and one is shared
+    ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, None, 12),  # unknown: the seed's count
+    ({"func003_pods": 4, "func003_pods_per_gpu": 1.5}, 8, 4),  # an explicit count wins
+])
+def test_func003_pod_count_follows_the_gpus(params: dict[str, Any], gpus: int | None, count: int) -> None:
+    from xpushare.cases.functional import func003_pod_count
+
+    assert func003_pod_count(params, gpus)[0] == count

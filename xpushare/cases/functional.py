@@ -7,6 +7,7 @@ annotations, i.e. Kubernetes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,9 +63,24 @@ def _judge_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) ->
     return functional.judge_same_gpu_pair(ev, th, pods=plan["pods"], pair=plan.get("pair"))
 
 
+def func003_pod_count(params: Mapping[str, Any], gpus: int | None) -> tuple[int, str]:
+    """FUNC-003's pod count and the rule that gave it: ``func003_pods`` when set; else
+    ``func003_pods_per_gpu`` (the seed's 12 pods for 8 cards: 1.5) x the GPUs the pods can land on, rounded up
+    and at least 2 (so that on one GPU the pods share it, and on more some GPU is shared by the pigeonhole);
+    the seed's 12 when the GPU count is unknown."""
+    if params.get("func003_pods") is not None:
+        return int(params["func003_pods"]), "func003_pods"
+    if not gpus:
+        return 12, "the seed's 12 (GPU count unknown)"
+    per_gpu = float(params["func003_pods_per_gpu"])
+    return max(2, math.ceil(per_gpu * gpus)), f"ceil({per_gpu:g} x {gpus} GPUs), at least 2"
+
+
 def _func003(run: CaseRun) -> None:
-    count = int(run.params["func003_pods"])
-    run.plan["gpus_available"] = run.backend.gpu_count()
+    gpus = run.backend.gpu_count()
+    count, rule = func003_pod_count(run.params, gpus)
+    run.plan["gpus_available"] = gpus
+    run.plan["pod_count_rule"] = rule
     run.run_pods([run.pod(f"w2-{i}", W2) for i in range(1, count + 1)])
 
 
@@ -144,9 +160,10 @@ register(
         "functional",
         "Spread across GPUs",
         "W2",
-        "N pods (more than one GPU holds); wait until all end",
+        "ceil(1.5 x GPUs) pods, at least 2 (the seed's 12 for 8 cards; func003_pods fixes the count); wait "
+        "until all end",
         "pods/*.log, pods.json (GPU per pod)",
-        params={"func003_pods": 12},
+        params={"func003_pods": None, "func003_pods_per_gpu": 1.5},
         act=_func003,
         judge=_judge_spread,
     )
