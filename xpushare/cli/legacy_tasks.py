@@ -1,8 +1,8 @@
 """Invoke tasks that mirror the legacy ``tests/remote-test-*.sh`` scripts (``docs/legacy.md``).
 
-``tasks.py`` adds :data:`TASKS` (``deploy``, ``baseline-compare``) to the root namespace and
-:data:`COLLECTIONS` (the ``legacy`` namespace: ``legacy.cross-gpu N``, ``legacy.small N``, ...). Task
-bodies only parse flags and call :mod:`xpushare.legacy`; exit statuses are the README's.
+Root tasks ``deploy`` and ``baseline-compare``, and the ``legacy`` namespace (``legacy.cross-gpu N``,
+``legacy.small N``, ...). Task bodies only parse flags and call :mod:`xpushare.legacy`; exit statuses are
+the README's.
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ from typing import Any
 
 from invoke import Collection, task
 
-from xpushare.cli import guarded
+from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.guard import guarded
 from xpushare.errors import UsageError
 
-INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
+__all__ = ["baseline_compare", "deploy", "legacy"]
+
 COMMON_HELP = {
     "cluster": "cluster name from the inventory (required; k8s mode), e.g. c1",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); several scenarios can share one run",
     "set": "parameter override name=value (repeatable): legacy_* scenario parameters, deploy_* setup parameters",
-    "root": "directory that holds .tmplog/ (default: the current one)",
+    "root": ROOT_HELP,
     "inventory": INVENTORY_HELP,
 }
 SETUP_HELP = {
@@ -102,7 +104,7 @@ def deploy(c, cluster=None, mode="auto", skip_setup=False, autocommit=False, sou
         "run_id": "the stored run with legacy cross-gpu / small / idle-small scenarios (required)",
         "baseline": "baseline YAML (default: baselines/t4-seed004.yaml; legacy.baseline writes one per run)",
         "cluster": "only this cluster of the run (default: all)",
-        "root": "directory that holds .tmplog/ (default: the current one)",
+        "root": ROOT_HELP,
     },
 )
 def baseline_compare(c, run_id=None, baseline=None, cluster=None, root="."):
@@ -207,6 +209,5 @@ def smoke(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, sour
               run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
-TASKS = [deploy, baseline_compare]
-COLLECTIONS = [Collection("legacy", cross_gpu, small, idle_small, baseline, memlimit, dynamic_limit, compute_limit,
-                          complex_, complex2, smoke)]
+legacy = Collection("legacy", cross_gpu, small, idle_small, baseline, memlimit, dynamic_limit, compute_limit,
+                    complex_, complex2, smoke)
