@@ -1,7 +1,7 @@
 """The ``lab`` namespace: ``lab.up`` / ``lab.down`` start and stop the test lab of ``tests/lab/``.
 
 The lab is test infrastructure that lives in the repository, not in the installed package: these tasks
-work from a checkout (``invoke lab.up`` in its root) and say so elsewhere (exit status 2).
+work with ``invoke`` in a checkout's root (where ``tests`` is importable) and say so elsewhere (exit status 2).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def _lab_env() -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name not in ("tests", "tests.lab", "tests.lab.env"):
             raise
-        raise UsageError("the test lab runs from a checkout of the xpushare repository (its tests/lab/)") from None
+        raise UsageError("the test lab is in a checkout of the xpushare repository (tests/lab/): "
+                         "run 'invoke lab.up' in its root") from None
     return env
 
 
