@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from invoke import Context, Task
+from invoke import Task
 
 from xpushare.cli.flags import RUN_HELP
 from xpushare.cli.guard import guarded
@@ -122,17 +122,22 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
 
-    def body(c: Context, **kwargs: Any) -> None:
+    signature = inspect.Signature(params)
+
+    def body(*args: Any, **kwargs: Any) -> None:
+        given = signature.bind(*args, **kwargs)  # a call from Python, positional or not, as from the CLI
+        given.apply_defaults()
+        values = given.arguments
         parsed = SuiteFlags(
-            cluster=kwargs["cluster"], cases=_listed(kwargs["case"]), playbook=kwargs["playbook"],
-            run_id=kwargs["run_id"], resume=bool(kwargs["resume"]), overrides=_listed(kwargs["set_"]),
-            root=Path(kwargs["root"]), inventory=kwargs["inventory_"],
-            extra={f.name: kwargs[f.name] for f in flags},
+            cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
+            run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
+            root=Path(values["root"]), inventory=values["inventory_"],
+            extra={f.name: values[f.name] for f in flags},
         )
         guarded(lambda: _run(parsed, scope))
 
     # Invoke reads a task's flags from its signature: give the generic body the suite's own.
-    body.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    body.__signature__ = signature  # type: ignore[attr-defined]
     body.__doc__ = doc
     body.__name__ = body.__qualname__ = name.replace("-", "_")
     helps = {**RUN_HELP, **(help or {}), **{f.name: f.help for f in flags}}
