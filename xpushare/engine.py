@@ -25,13 +25,14 @@ from xpushare import __version__, artifacts, interrupt, inventory, report
 from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS, CaseRun, load_plan
+from xpushare.data import playbooks_dir
 from xpushare.errors import UsageError, XpushareError
 from xpushare.evidence import Evidence, write_gpu_mapping
 from xpushare.inventory import ClusterSpec
 from xpushare.model import Status, Verdict
 from xpushare.status import ExitStatus
 
-PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+PLAYBOOK_DIR = playbooks_dir()
 
 
 @dataclass

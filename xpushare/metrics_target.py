@@ -34,6 +34,7 @@ from typing import Any
 
 from xpushare.backends.base import Backend
 from xpushare.collect.metrics import parse_curl_output
+from xpushare.data import workloads_dir
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
 from xpushare.judge.metrics_evidence import ScrapeRecord
@@ -59,7 +60,7 @@ __all__ = [
     "timed_curl_fetcher",
 ]
 
-WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+WORKLOADS = workloads_dir()
 
 
 TimedResult = tuple[int, str | None, str, float | None]

@@ -34,13 +34,14 @@ from xpushare.backends.base import (
     PodSpec,
     write_pod_records,
 )
+from xpushare.data import workloads_dir
 from xpushare.errors import TransportError, XpushareError
 from xpushare.evidence import SCHEDULER_NODE_FILE
 from xpushare.inventory import ClusterSpec
 from xpushare.sut import sut_names
 from xpushare.transport import Host, LocalHost, connect
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
+WORKLOADS_DIR = workloads_dir()
 
 # The workload runs in the foreground of the wrapper, through an inner ``sh`` that writes its own pid to
 # ``<name>.hostpid`` and then execs the workload: that pid is the workload process's, the one whose

@@ -44,6 +44,7 @@ from xpushare.backends.base import (
     write_pod_records,
 )
 from xpushare.collect import procstat
+from xpushare.data import manifests_dir, workloads_dir
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
 from xpushare.kube import Kubectl, KubeError, KubePodStuck, KubeTimeout, Pod
@@ -51,8 +52,8 @@ from xpushare.manifest_yaml import dump_manifests
 from xpushare.sut import sut_names
 from xpushare.transport import Host, connect
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
-WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+MANIFESTS = manifests_dir()
+WORKLOADS = workloads_dir()
 MANAGED_BY = "app.kubernetes.io/managed-by=xpushare"
 
 #: Defaults of the k8s parameters (a cluster's inventory ``params`` override them).

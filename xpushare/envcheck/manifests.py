@@ -31,11 +31,11 @@ from typing import Any
 
 import yaml
 
+from xpushare.data import manifests_dir, workloads_dir
 from xpushare.manifest_yaml import dump_manifests
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS_DIR = REPO_ROOT / "manifests" / "envcheck"
-SCRIPTS_DIR = REPO_ROOT / "workloads" / "envcheck"
+MANIFESTS_DIR = manifests_dir() / "envcheck"
+SCRIPTS_DIR = workloads_dir() / "envcheck"
 SCRIPT_NAMES: tuple[str, ...] = ("stack_probe.py", "cublas_bf16.py", "nccl_allreduce.py", "node_steps.py")
 SCRIPTS_REL = "workloads/envcheck"
 

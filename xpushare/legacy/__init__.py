@@ -11,5 +11,5 @@
   render, redeploy, verify the scheduling mode);
 * :mod:`xpushare.legacy.compare` -- a run against stored baselines, the way seed 004's analysis does.
 
-The Invoke tasks are in :mod:`xpushare.tasks_legacy`; ``docs/legacy.md`` has the script -> task table.
+The Invoke tasks are in :mod:`xpushare.cli.legacy_tasks`; ``docs/legacy.md`` has the script -> task table.
 """

@@ -40,6 +40,7 @@ from tabulate import tabulate
 
 from xpushare import artifacts
 from xpushare.cases.base import load_plan
+from xpushare.data import baselines_dir
 from xpushare.errors import UsageError
 from xpushare.evidence import Evidence
 from xpushare.legacy import judgments, tables
@@ -48,7 +49,7 @@ from xpushare.status import ExitStatus
 #: Workload kind of each pods-run scenario, and whether the kind saturates the GPU.
 SCENARIO_KIND = {"cross-gpu": "standard", "small": "small", "idle-small": "idle-small"}
 BOUND = {"standard": "compute", "small": "compute", "idle-small": "idle"}
-DEFAULT_BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "t4-seed004.yaml"
+DEFAULT_BASELINE = baselines_dir() / "t4-seed004.yaml"
 
 
 @dataclass(frozen=True)

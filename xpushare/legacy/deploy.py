@@ -51,6 +51,7 @@ import yaml
 
 from xpushare import artifacts, engine, inventory
 from xpushare.collect.scheduler_log import parse_text
+from xpushare.data import manifests_dir
 from xpushare.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.inventory import ClusterSpec, HostSpec
 from xpushare.kube import Kubectl, KubeError
@@ -59,7 +60,7 @@ from xpushare.status import ExitStatus
 from xpushare.sut import SutNames, sut_names
 from xpushare.transport import Host, connect
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "manifests" / "legacy"
+TEMPLATES = manifests_dir() / "legacy"
 MODES = ("auto", "serial", "concurrent")
 
 #: Deploy parameters and their defaults (a cluster's inventory ``params`` and ``--set`` override them).

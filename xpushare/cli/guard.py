@@ -1,4 +1,4 @@
-"""Glue between Invoke tasks and the library: error mapping, remainder argv, exit statuses.
+"""Glue between Invoke tasks and the library: error mapping to exit statuses, remainder argv.
 
 Every task body runs inside :func:`guarded`, so a user mistake or an unreachable host is one line on
 stderr and a documented exit status (:class:`~xpushare.status.ExitStatus`), never a traceback.
@@ -7,16 +7,12 @@ stderr and a documented exit status (:class:`~xpushare.status.ExitStatus`), neve
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Callable
 
 from invoke.exceptions import Exit
 
 from xpushare.errors import XpushareError
 from xpushare.status import ExitStatus
-
-T = TypeVar("T")
 
 
 def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
@@ -47,35 +43,3 @@ def remainder_argv(argv: list[str] | None = None) -> list[str]:
     if "--" not in words:
         return []
     return words[words.index("--") + 1 :]
-
-
-def run_suite(
-    suite: str,
-    cluster: str,
-    case: Sequence[str] | None,
-    playbook: str | None,
-    run_id: str | None,
-    resume: bool,
-    set_: Sequence[str] | None,
-    root: str,
-    inventory_: str | None,
-) -> None:
-    """Body of a suite task (``invoke func``, ``combo``, ``perf``, ``metrics``): run ``suite`` on ``cluster``,
-    or only the ``--case``/``--playbook`` selection when one is given, and exit with the run's status."""
-    from xpushare import engine  # the engine pulls in every case module: only when a suite runs
-
-    def body() -> ExitStatus | int | None:
-        request = engine.RunRequest(
-            cluster=cluster,
-            suites=() if (case or playbook) else (suite,),
-            case_ids=tuple(case or ()),
-            playbook=playbook,
-            run_id=run_id,
-            resume=resume,
-            overrides=tuple(set_ or ()),
-            inventory_path=inventory_,
-            root=Path(root),
-        )
-        return engine.run(request)
-
-    guarded(body)

@@ -1,8 +1,8 @@
 """Invoke tasks that mirror the legacy ``tests/remote-test-*.sh`` scripts (``docs/legacy.md``).
 
-``tasks.py`` adds :data:`TASKS` (``deploy``, ``baseline-compare``) to the root namespace and
-:data:`COLLECTIONS` (the ``legacy`` namespace: ``legacy.cross-gpu N``, ``legacy.small N``, ...). Task
-bodies only parse flags and call :mod:`xpushare.legacy`; exit statuses are the README's.
+Root tasks ``deploy`` and ``baseline-compare``, and the ``legacy`` namespace (``legacy.cross-gpu N``,
+``legacy.small N``, ...). Task bodies only parse flags and call :mod:`xpushare.legacy`; exit statuses are
+the README's.
 """
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from invoke import Collection, task
+from invoke import Collection, Context, task
 
-from xpushare.cli import guarded
+from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.guard import guarded
 from xpushare.errors import UsageError
 
-INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
+__all__ = ["baseline_compare", "deploy", "legacy"]
+
 COMMON_HELP = {
     "cluster": "cluster name from the inventory (required; k8s mode), e.g. c1",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); several scenarios can share one run",
     "set": "parameter override name=value (repeatable): legacy_* scenario parameters, deploy_* setup parameters",
-    "root": "directory that holds .tmplog/ (default: the current one)",
+    "root": ROOT_HELP,
     "inventory": INVENTORY_HELP,
 }
 SETUP_HELP = {
@@ -81,8 +83,9 @@ def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str 
     },
     iterable=["set_"],
 )
-def deploy(c, cluster=None, mode="auto", skip_setup=False, autocommit=False, source=None, run_id=None, set_=None,
-           root=".", inventory_=None):
+def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setup: bool = False,
+           autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+           set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """Setup pipeline of remote-test.sh: commit, sync, remote make, render, redeploy the DaemonSets, verify the mode."""
 
     def body() -> Any:
@@ -102,10 +105,11 @@ def deploy(c, cluster=None, mode="auto", skip_setup=False, autocommit=False, sou
         "run_id": "the stored run with legacy cross-gpu / small / idle-small scenarios (required)",
         "baseline": "baseline YAML (default: baselines/t4-seed004.yaml; legacy.baseline writes one per run)",
         "cluster": "only this cluster of the run (default: all)",
-        "root": "directory that holds .tmplog/ (default: the current one)",
+        "root": ROOT_HELP,
     },
 )
-def baseline_compare(c, run_id=None, baseline=None, cluster=None, root="."):
+def baseline_compare(c: Context, run_id: str | None = None, baseline: str | None = None,
+                     cluster: str | None = None, root: str = ".") -> None:
     """Contrast a run with stored baselines: virtualization overhead, concurrency efficiency, idle density."""
 
     def body() -> Any:
@@ -124,24 +128,28 @@ _POD_HELP = {**COMMON_HELP, **SETUP_HELP, "count": "N: number of pods (positiona
 
 
 @task(name="cross-gpu", positional=["count"], help=_POD_HELP, iterable=["set_"])
-def cross_gpu(c, count, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
-              set_=None, root=".", inventory_=None):
+def cross_gpu(c: Context, count: str, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+              autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+              set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test.sh N: N pytorch-add pods (oversub on) across the GPUs; tables and statistics (script default 3)."""
     _scenario("cross-gpu", cluster, count=count, skip_setup=skip_setup, mode=mode, autocommit=autocommit,
               source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
 @task(name="small", positional=["count"], help=_POD_HELP, iterable=["set_"])
-def small(c, count, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
-          set_=None, root=".", inventory_=None):
+def small(c: Context, count: str, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+          autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+          set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-small.sh N: N pytorch-add-small pods at once (script default 10)."""
     _scenario("small", cluster, count=count, skip_setup=skip_setup, mode=mode, autocommit=autocommit,
               source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
 @task(name="idle-small", positional=["count"], help=_POD_HELP, iterable=["set_"])
-def idle_small(c, count, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
-               set_=None, root=".", inventory_=None):
+def idle_small(c: Context, count: str, cluster: str | None = None, skip_setup: bool = False,
+               mode: str = "auto", autocommit: bool = False, source: str | None = None,
+               run_id: str | None = None, set_: list[str] | None = None, root: str = ".",
+               inventory_: str | None = None) -> None:
     """remote-test-idle-small.sh N: N pytorch-add-idle-small pods at once (script default 10)."""
     _scenario("idle-small", cluster, count=count, skip_setup=skip_setup, mode=mode, autocommit=autocommit,
               source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
@@ -149,7 +157,8 @@ def idle_small(c, count, cluster=None, skip_setup=False, mode="auto", autocommit
 
 @task(help={**COMMON_HELP, "keep_sut": "do not delete the SUT DaemonSets first (the script always does)"},
       iterable=["set_"])
-def baseline(c, cluster=None, keep_sut=False, run_id=None, set_=None, root=".", inventory_=None):
+def baseline(c: Context, cluster: str | None = None, keep_sut: bool = False, run_id: str | None = None,
+             set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-base-test.sh: native nvidia.com/gpu pods (pytorch-add, -small, -idle-small) one by one; baseline.yaml."""
     _scenario("baseline", cluster, keep_sut=keep_sut, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
@@ -158,32 +167,36 @@ _SETUP_ONLY = {**COMMON_HELP, **SETUP_HELP}
 
 
 @task(help=_SETUP_ONLY, iterable=["set_"])
-def memlimit(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None, set_=None,
-             root=".", inventory_=None):
+def memlimit(c: Context, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+             autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+             set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-memlimit.sh: 1Gi limit must be refused, 4Gi and no limit must pass."""
     _scenario("memlimit", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
               run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
 @task(name="dynamic-limit", help=_SETUP_ONLY, iterable=["set_"])
-def dynamic_limit(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
-                  set_=None, root=".", inventory_=None):
+def dynamic_limit(c: Context, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+                  autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+                  set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-dynamic-limit.sh: memory annotations 2Gi, 4Gi, removed, 1Gi on a running pod."""
     _scenario("dynamic-limit", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
               run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
 @task(name="compute-limit", help=_SETUP_ONLY, iterable=["set_"])
-def compute_limit(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
-                  set_=None, root=".", inventory_=None):
+def compute_limit(c: Context, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+                  autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+                  set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-compute-limit.sh: core limit 30, 80, removed on a running pod; dmon sm per phase."""
     _scenario("compute-limit", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
               run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
 @task(name="complex", help=_SETUP_ONLY, iterable=["set_"])
-def complex_(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None, set_=None,
-             root=".", inventory_=None):
+def complex_(c: Context, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+             autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+             set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-complex.sh: two pods, core limits 30/60 then 70/20 then removed; dmon per GPU."""
     _scenario("complex", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
               run_id=run_id, set_=set_, root=root, inventory_=inventory_)
@@ -192,21 +205,22 @@ def complex_(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, s
 @task(positional=["suffix"], help={**_SETUP_ONLY, "suffix": "log suffix: the scheduler log is also kept as "
                                    "scheduler<suffix>.log (positional; the script's first argument)"},
       iterable=["set_"])
-def complex2(c, suffix, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None,
-             set_=None, root=".", inventory_=None):
+def complex2(c: Context, suffix: str, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+             autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+             set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-complex2.sh SUFFIX: four pods at a 50% core limit (two, settle, two more)."""
     _scenario("complex2", cluster, suffix=str(suffix), skip_setup=skip_setup, mode=mode, autocommit=autocommit,
               source=source, run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
 @task(help=_SETUP_ONLY, iterable=["set_"])
-def smoke(c, cluster=None, skip_setup=False, mode="auto", autocommit=False, source=None, run_id=None, set_=None,
-          root=".", inventory_=None):
+def smoke(c: Context, cluster: str | None = None, skip_setup: bool = False, mode: str = "auto",
+          autocommit: bool = False, source: str | None = None, run_id: str | None = None,
+          set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
     """remote-test-smoke.sh: one probe pod, then /healthz and /metrics of its node's scheduler."""
     _scenario("smoke", cluster, skip_setup=skip_setup, mode=mode, autocommit=autocommit, source=source,
               run_id=run_id, set_=set_, root=root, inventory_=inventory_)
 
 
-TASKS = [deploy, baseline_compare]
-COLLECTIONS = [Collection("legacy", cross_gpu, small, idle_small, baseline, memlimit, dynamic_limit, compute_limit,
-                          complex_, complex2, smoke)]
+legacy = Collection("legacy", cross_gpu, small, idle_small, baseline, memlimit, dynamic_limit, compute_limit,
+                    complex_, complex2, smoke)

@@ -1,0 +1,132 @@
+"""Tasks on the hosts of an inventory, outside the case matrix: ``hosts``, ``run``, ``ping``,
+``metrics-check`` and ``envcheck``. Each parses its flags and calls the library; exit statuses are the README's."""
+
+from __future__ import annotations
+
+import sys
+
+from invoke import Context, task
+
+from xpushare import adhoc, inventory
+from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.guard import guarded, remainder_argv
+from xpushare.errors import UsageError
+from xpushare.fanout import DEFAULT_FORKS
+from xpushare.selection import select_hosts
+from xpushare.status import ExitStatus
+
+__all__ = ["envcheck", "hosts", "metrics_check", "ping", "run_"]
+
+
+@task(help={"cluster": "show one cluster only (default: all)", "inventory": INVENTORY_HELP})
+def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+    """Print the resolved inventory: clusters, hosts, roles, addresses and SSH settings."""
+
+    def body() -> None:
+        inv = inventory.load(inventory_)
+        clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
+        print(adhoc.hosts_table(clusters))
+
+    guarded(body)
+
+
+@task(
+    name="run",
+    help={
+        "cluster": "cluster name from the inventory (required)",
+        "role": "master | gpu | all (default: all)",
+        "limit": "comma-separated host globs; '!' excludes, e.g. 'c1-gpu*,!c1-gpu3'",
+        "forks": f"hosts at once (default {DEFAULT_FORKS})",
+        "timeout": "seconds per command (default 60)",
+        "inventory": INVENTORY_HELP,
+    },
+)
+def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: int = DEFAULT_FORKS,
+         timeout: int = 60, inventory_: str | None = None) -> None:
+    """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
+
+    def body() -> ExitStatus | int | None:
+        argv = remainder_argv()
+        if not argv:
+            raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
+        spec = inventory.load(inventory_).cluster(cluster)
+        selected = select_hosts(spec, role=role, limit=limit)
+        return adhoc.run_adhoc(selected, argv, forks=int(forks), timeout=float(timeout), out=sys.stdout)
+
+    guarded(body)
+
+
+@task(
+    help={
+        "cluster": "cluster name from the inventory (required)",
+        "role": "master | gpu | all (default: all)",
+        "limit": "comma-separated host globs; '!' excludes",
+        "forks": f"hosts at once (default {DEFAULT_FORKS})",
+        "inventory": INVENTORY_HELP,
+    }
+)
+def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: int = DEFAULT_FORKS,
+         inventory_: str | None = None) -> None:
+    """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
+
+    def body() -> ExitStatus | int | None:
+        spec = inventory.load(inventory_).cluster(cluster)
+        selected = select_hosts(spec, role=role, limit=limit)
+        return adhoc.ping(spec, selected, forks=int(forks), out=sys.stdout)
+
+    guarded(body)
+
+
+@task(
+    name="metrics-check",
+    help={
+        "url": "exporter base URL, e.g. http://HOST:9402 (fetched from this machine; no probe pods)",
+        "cluster": "cluster from the inventory (k8s: scheduler pod via kubectl, curl from its node)",
+        "load": "run the under-load part (default: on for --cluster; refused with --url)",
+        "no_load": "idle part only (--cluster)",
+        "min_families": "minimum number of families with # HELP and # TYPE (default 25)",
+        "inventory": INVENTORY_HELP,
+    },
+)
+def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
+                  no_load: bool = False, min_families: int = 25, inventory_: str | None = None) -> None:
+    """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
+
+    def body() -> ExitStatus | int | None:
+        from xpushare import metrics_check as checklist
+
+        if not url and not cluster:
+            raise UsageError("give --url http://HOST:PORT or --cluster NAME")
+        spec = inventory.load(inventory_).cluster(cluster) if cluster else None
+        want = True if load else (False if no_load else None)
+        return checklist.metrics_check_task(url, spec, load=want, min_families=int(min_families), out=sys.stdout)
+
+    guarded(body)
+
+
+@task(
+    help={
+        "cluster": "cluster name from the inventory (required), e.g. local, c2",
+        "limit": "comma-separated node globs; '!' excludes, e.g. 'c2-gpu*,!c2-gpu3'",
+        "forks": f"nodes at once over SSH (default {DEFAULT_FORKS})",
+        "mode": "ssh (fan-out over SSH, default) | k8s (DaemonSet + pods through kubectl on the master)",
+        "run_id": "run id (default: YYYYmmdd-HHMMSS now)",
+        "skip_gpu": "stack check only: cuBLAS and the all-reduce are SKIP",
+        "set": "envcheck parameter: --set envcheck_<name>=value (repeatable), see docs/envcheck.md",
+        "root": ROOT_HELP,
+        "inventory": INVENTORY_HELP,
+    },
+    iterable=["set_"],
+)
+def envcheck(c: Context, cluster: str, limit: str | None = None, forks: int = DEFAULT_FORKS, mode: str = "ssh",
+             run_id: str | None = None, skip_gpu: bool = False, set_: list[str] | None = None, root: str = ".",
+             inventory_: str | None = None) -> None:
+    """Node acceptance at scale: stack alignment, cuBLAS bf16, NCCL all-reduce, fleet report (docs/envcheck.md)."""
+
+    def body() -> ExitStatus | int | None:
+        from xpushare.envcheck import envcheck_task
+
+        return envcheck_task(cluster, limit=limit, forks=int(forks), mode=mode, inventory_path=inventory_,
+                             run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout, overrides=set_ or (), root=root)
+
+    guarded(body)

@@ -1,0 +1,66 @@
+"""The ``lab`` namespace: ``lab.up`` / ``lab.down`` start and stop the test lab of ``tests/lab/``.
+
+The lab is test infrastructure that lives in the repository, not in the installed package: these tasks
+work with ``invoke`` in a checkout's root (where ``tests`` is importable) and say so elsewhere (exit status 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+from invoke import Collection, Context, task
+
+from xpushare.cli.guard import guarded
+from xpushare.errors import UsageError, XpushareError
+
+__all__ = ["lab"]
+
+LAB_DIR = Path(".lab")
+
+
+def _lab_env() -> ModuleType:
+    try:
+        from tests.lab import env
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("tests", "tests.lab", "tests.lab.env"):
+            raise
+        raise UsageError("the test lab is in a checkout of the xpushare repository (tests/lab/): "
+                         "run 'invoke lab.up' in its root") from None
+    return env
+
+
+@task(name="up", help={"sut-src": "xpushare source tree to build and run (default: the upstream tree; "
+                                   "any patched copy works)"})
+def lab_up(c: Context, sut_src: str | None = None) -> None:
+    """Start the test lab (3 sshd hosts, the lab Kubernetes cluster running the real SUT built from source)
+    and write .lab/inventory.yaml (cluster 'lab')."""
+
+    def body() -> None:
+        env = _lab_env()
+        from tests.lab.build import BuildError
+        from tests.lab.cluster import LabError
+        from tests.lab.nodens import NamespaceError
+
+        try:
+            inventory = env.up(LAB_DIR.absolute(), sut_src=sut_src)
+        except (BuildError, LabError, NamespaceError) as exc:
+            raise XpushareError(str(exc).splitlines()[0]) from None
+        print(f"lab up; inventory: {inventory}")
+        print("try: invoke ping --cluster lab; invoke func --cluster lab; stop with: invoke lab.down")
+
+    guarded(body)
+
+
+@task(name="down")
+def lab_down(c: Context) -> None:
+    """Stop exactly the lab processes that 'invoke lab.up' started."""
+
+    def body() -> None:
+        _lab_env().down(LAB_DIR.absolute())
+        print("lab down")
+
+    guarded(body)
+
+
+lab = Collection("lab", lab_up, lab_down)

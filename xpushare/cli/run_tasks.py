@@ -1,0 +1,110 @@
+"""Tasks about runs beyond the suite tasks: ``soak`` (one long STAB case, resumable), ``judge`` and ``report``
+(a stored run, offline) and ``cases`` (the case matrix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import Context, task
+
+from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.guard import guarded
+from xpushare.errors import UsageError
+from xpushare.status import ExitStatus
+
+__all__ = ["cases_", "judge", "report", "soak"]
+
+
+@task(
+    help={
+        "cluster": "cluster name from the inventory (required), e.g. c2",
+        "case": "STAB-001..004 (default STAB-002: 16-32 mixed W2/W3 pods)",
+        "hours": "soak duration in hours (default: the case's, 24 h for STAB-002)",
+        "minutes": "soak duration in minutes (short runs; added to --hours)",
+        "run_id": "run id (default: now); with --resume, the soak to continue",
+        "resume": "continue an interrupted soak in the same run dir and time series",
+        "set": "override a parameter: --set sample_interval_s=10 (repeatable)",
+        "root": ROOT_HELP,
+        "inventory": INVENTORY_HELP,
+    },
+    iterable=["set_"],
+    auto_shortflags=False,
+)
+def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = None, minutes: str | None = None,
+         run_id: str | None = None, resume: bool = False, set_: list[str] | None = None, root: str = ".",
+         inventory_: str | None = None) -> None:
+    """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
+    from xpushare.soak.runner import SoakRequest
+    from xpushare.soak.runner import soak as run_soak
+
+    def body() -> ExitStatus | int | None:
+        duration = None
+        if hours is not None or minutes is not None:
+            try:
+                duration = float(hours or 0) * 3600 + float(minutes or 0) * 60
+            except ValueError:
+                raise UsageError("--hours/--minutes take a number") from None
+        request = SoakRequest(cluster=cluster, case=case, duration_s=duration, run_id=run_id, resume=resume,
+                              overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root))
+        return run_soak(request)
+
+    guarded(body)
+
+
+@task(
+    help={
+        "run_id": "the stored run to re-judge (required)",
+        "set": "threshold override name=value (repeatable), e.g. --set func002_min_overlap_ratio=0.8",
+        "root": ROOT_HELP,
+    },
+    iterable=["set_"],
+)
+def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".") -> None:
+    """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports."""
+    from xpushare import engine
+
+    guarded(lambda: engine.rejudge(run_id, set_ or (), root=Path(root)))
+
+
+@task(help={"run_id": "the stored run (required)", "root": ROOT_HELP})
+def report(c: Context, run_id: str, root: str = ".") -> None:
+    """Rebuild case-summary.tsv, run-summary.tsv, run.json, junit.xml and run-report.md of a stored run."""
+
+    def body() -> None:
+        from xpushare import artifacts
+        from xpushare import report as report_mod
+
+        try:
+            artifacts.validate_run_id(run_id)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        run_dir = artifacts.run_dir(Path(root), run_id)
+        if not run_dir.exists():
+            raise UsageError(f"no run {run_id!r} under {root}")
+        meta = artifacts.read_run_meta(run_dir) or {}
+        paths = report_mod.build(run_dir, required=set(meta.get("required") or []) or None)
+        print(paths.markdown)
+
+    guarded(body)
+
+
+@task(name="cases", help={"suite": "only this suite"})
+def cases_(c: Context, suite: str | None = None) -> None:
+    """List every case id of the matrix with its suite, title and where it applies."""
+
+    def body() -> None:
+        from tabulate import tabulate
+
+        from xpushare import engine
+        from xpushare.cases import REGISTRY
+
+        wanted = engine.normalise_suite(suite) if suite else None
+        rows = [
+            [cd.case_id, cd.suite, cd.title, ",".join(sorted(cd.requires)) or "-",
+             "yes" if cd.act else f"no ({cd.implemented_by})"]
+            for cd in REGISTRY.values()
+            if wanted in (None, cd.suite)
+        ]
+        print(tabulate(rows, headers=["case", "suite", "title", "requires", "implemented"]))
+
+    guarded(body)

@@ -1,0 +1,205 @@
+"""The suite tasks (``func``, ``combo``, ``perf``, ``metrics``, ``stab``, ``leak``, ``fail``, ``matrix``), built by
+one factory, :func:`suite_task`.
+
+Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
+``--set``, ``--root``, ``--inventory``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
+case matrix through :func:`xpushare.engine.run` and exits with the run's status (README "Exit statuses").
+A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
+in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from invoke import Task
+
+from xpushare.cli.flags import RUN_HELP
+from xpushare.cli.guard import guarded
+from xpushare.status import ExitStatus
+
+__all__ = ["SUITE_TASKS", "Flag", "Scope", "SuiteFlags", "by_prefix", "by_suite", "suite_task"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A flag of one suite task beyond the shared ones: the Python parameter ``name`` (``allow_disruptive``
+    is ``--allow-disruptive``), its ``default`` (its type is the flag's kind), its help, and whether it is
+    repeatable (then its value is a list)."""
+
+    name: str
+    default: Any
+    help: str
+    repeatable: bool = False
+
+
+@dataclass(frozen=True)
+class SuiteFlags:
+    """The parsed flags of one suite task run: ``cases``/``overrides`` are the repeated ``--case``/``--set``
+    values in order, ``extra`` maps each :class:`Flag` name to its value."""
+
+    cluster: str
+    cases: tuple[str, ...] = ()
+    playbook: str | None = None
+    run_id: str | None = None
+    resume: bool = False
+    overrides: tuple[str, ...] = ()
+    root: Path = Path(".")
+    inventory: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Scope(NamedTuple):
+    """What a suite task hands the engine beyond the shared flags: suites, case ids, and overrides it adds
+    after the user's ``--set`` ones."""
+
+    suites: tuple[str, ...] = ()
+    case_ids: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+
+
+ScopeOf = Callable[[SuiteFlags], Scope]
+"""A suite task's selection: its flags in, its :class:`Scope` out (may raise ``UsageError``)."""
+
+
+def by_suite(suite: str) -> ScopeOf:
+    """The whole ``suite`` (an engine suite name, e.g. ``functional``), or only the ``--case``/``--playbook``
+    selection when one is given."""
+
+    def scope(flags: SuiteFlags) -> Scope:
+        return Scope(suites=() if (flags.cases or flags.playbook) else (suite,), case_ids=flags.cases)
+
+    return scope
+
+
+def by_prefix(prefix: str, extra: Callable[[SuiteFlags], tuple[str, ...]] = lambda _: ()) -> ScopeOf:
+    """Every registered case whose id starts with ``<prefix>-`` (``STAB`` -> STAB-001..), or only the
+    ``--case``/``--playbook`` selection when one is given; ``extra`` adds overrides from the task's own flags."""
+
+    def scope(flags: SuiteFlags) -> Scope:
+        if flags.cases or flags.playbook:
+            return Scope(case_ids=flags.cases, overrides=extra(flags))
+        from xpushare.cases import REGISTRY  # every case module: only when a suite runs
+
+        ids = tuple(sorted(c for c in REGISTRY if c.startswith(prefix + "-")))
+        return Scope(case_ids=ids, overrides=extra(flags))
+
+    return scope
+
+
+def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
+    from xpushare import engine  # the engine pulls in every case module: only when a suite runs
+
+    chosen = scope(flags)
+    request = engine.RunRequest(
+        cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
+        run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
+        inventory_path=flags.inventory, root=flags.root,
+    )
+    return engine.run(request)
+
+
+def _listed(values: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple(values or ())
+
+
+def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] | None = None,
+               flags: Sequence[Flag] = ()) -> Task:
+    """An Invoke task ``name`` that runs ``scope``'s cases on ``--cluster`` and exits with the run's status.
+
+    ``doc`` is its docstring (the ``invoke --list`` line and ``--help`` text); ``help`` replaces entries of
+    :data:`RUN_HELP` (keys are flag names without dashes: ``set``, ``run_id``); ``flags`` come right after
+    ``--cluster`` in that order (the order gives Invoke's short flags, e.g. ``fail -a`` = ``--allow-disruptive``).
+    """
+    P = inspect.Parameter
+    shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
+              ("root", "."), ("inventory_", None)]
+    params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
+    params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
+    params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
+
+    signature = inspect.Signature(params)
+
+    def body(*args: Any, **kwargs: Any) -> None:
+        given = signature.bind(*args, **kwargs)  # a call from Python, positional or not, as from the CLI
+        given.apply_defaults()
+        values = given.arguments
+        parsed = SuiteFlags(
+            cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
+            run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
+            root=Path(values["root"]), inventory=values["inventory_"],
+            extra={f.name: values[f.name] for f in flags},
+        )
+        guarded(lambda: _run(parsed, scope))
+
+    # Invoke reads a task's flags from its signature: give the generic body the suite's own.
+    body.__signature__ = signature  # type: ignore[attr-defined]
+    body.__doc__ = doc
+    body.__name__ = body.__qualname__ = name.replace("-", "_")
+    helps = {**RUN_HELP, **(help or {}), **{f.name: f.help for f in flags}}
+    repeatable = ["case", "set_", *(f.name for f in flags if f.repeatable)]
+    return Task(body, name=name, help=helps, iterable=repeatable)
+
+
+def _allow_disruptive(flags: SuiteFlags) -> tuple[str, ...]:
+    return ("allow_disruptive=true",) if flags.extra["allow_disruptive"] else ()
+
+
+def _matrix(flags: SuiteFlags) -> Scope:
+    return Scope(suites=_listed(flags.extra["suite"]), case_ids=flags.cases)
+
+
+_STABILITY_HELP = {
+    "cluster": "cluster name from the inventory (required), e.g. c1, c2, lab",
+    "case": "run only this case id (repeatable)",
+    "playbook": "preset from playbooks/ or a YAML path",
+    "set": "override a parameter/threshold: --set name=value (repeatable), e.g. --set stab_duration_s=3600",
+}
+
+func = suite_task(
+    "func", "Run the functional suite FUNC-001..012 (seed 000 section 7) and judge each case.", by_suite("functional"))
+combo = suite_task("combo", "Run the combination suite COMBO-001..008 (seed 000 section 8).", by_suite("combination"))
+perf = suite_task(
+    "perf",
+    "Run the performance suite PERF-001..011 (baseline, quota precision, overhead, latency, scale) and judge it.",
+    by_suite("performance"),
+    help={
+        "cluster": "cluster name from the inventory (required), e.g. c1, lab",
+        "case": "run only this case id (repeatable), e.g. --case PERF-011 --case PERF-004",
+        "set": "override a parameter/threshold (repeatable), e.g. --set perf_quota_tolerance=0.1 "
+        "--set perf_baseline_min_s=120 (see docs/performance.md)",
+    },
+)
+metrics = suite_task(
+    "metrics",
+    "Run the metrics suite MET-001..008 (seed 000 section 11) on the scheduler serving each probe's node.",
+    by_suite("metrics"),
+    help={
+        "case": "run only this case id (repeatable), e.g. --case MET-001 --case MET-007",
+        "set": "override a parameter/threshold: --set name=value (repeatable), e.g. --set met007_duration_s=30",
+    },
+)
+stab = suite_task(
+    "stab", "Run STAB-001..004 (seed 000 §10.1): soaks of 6 h / 24 h by default (--set stab_duration_s=S).",
+    by_prefix("STAB"), help=_STABILITY_HELP)
+leak = suite_task(
+    "leak", "Run LEAK-001..005 (seed 000 §10.2): RSS/FD trends, GPU memory recovery, ghost clients, series growth.",
+    by_prefix("LEAK"), help=_STABILITY_HELP)
+fail = suite_task(
+    "fail", "Run FAIL-001..004 (seed 000 §10.3): fault injection, only with --allow-disruptive; restores in finally.",
+    by_prefix("FAIL", _allow_disruptive), help=_STABILITY_HELP,
+    flags=[Flag("allow_disruptive", False, "really inject the faults (restart DaemonSets, drain a node); "
+                "without it every FAIL case is SKIP")],
+)
+matrix = suite_task(
+    "matrix", "Run any selection of the case matrix: --suite, --case and --playbook combined.", _matrix,
+    flags=[Flag("suite", None, "suite to run (repeatable): functional|func, combination|combo, performance|perf, "
+                "metrics|met, stability|stab", repeatable=True)],
+)
+
+SUITE_TASKS: tuple[Task, ...] = (func, combo, perf, metrics, stab, leak, fail, matrix)
+"""Every suite task, for the collection (:mod:`xpushare.cli.collection`)."""
