@@ -108,7 +108,10 @@ def _spawned_pids(prefix: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_harvests_cleans_up_exits_130_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_harvests_cleans_up_exits_128_plus_it_and_resumes(tmp_path: Path, sig: signal.Signals,
+                                                                   status: int) -> None:
+    """Ctrl-C, and SIGTERM / SIGHUP handled the same way (what ``timeout``, CI and systemd send)."""
     slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']
     proc = subprocess.Popen(
         [sys.executable, "-m", "invoke", "func", "--cluster", "local", "--run-id", RUN4, "--case", "FUNC-001",
@@ -121,11 +124,14 @@ def test_ctrl_c_harvests_cleans_up_exits_130_and_resumes(tmp_path: Path) -> None
         if pods.exists() and '"Running"' in pods.read_text():
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=90)
-    assert proc.returncode == 130, out
+    assert proc.returncode == status, out
     r = result(tmp_path, RUN4, "FUNC-001")
     assert r["status"] == "INTERRUPTED"
+    assert ("Ctrl-C" if sig == signal.SIGINT else sig.name) in r["summary"]
+    for name in ("run-summary.tsv", "junit.xml", "run-report.md"):  # the reports are written
+        assert (run_dir(tmp_path, RUN4) / name).exists(), name
     assert (run_dir(tmp_path, RUN4) / "local/functional/FUNC-001/pods/func-001-w2.log").exists()  # harvested
     assert not (run_dir(tmp_path, RUN4) / "local/functional/FUNC-002").exists()  # the run stopped
     assert _spawned_pids(f"xp-{RUN4}-") == []  # cleaned up

@@ -263,7 +263,7 @@ def run_case(
     if reason is not None:
         verdict = Verdict(Status.SKIP, reason)
     elif interrupted:
-        verdict = Verdict(Status.INTERRUPTED, "interrupted by the user (Ctrl-C); resume with --resume")
+        verdict = Verdict(Status.INTERRUPTED, f"interrupted ({interrupt.describe()}); resume with --resume")
     elif error is not None:
         verdict = Verdict(Status.ERROR, f"harness/infrastructure error: {error}")
     else:
@@ -364,9 +364,10 @@ class RunRequest:
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
-    """130 when interrupted; 1 when any case is FAIL or ERROR; else 0 (SKIP is not a failure)."""
+    """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 1 when any case is FAIL or ERROR;
+    else 0 (SKIP is not a failure)."""
     if interrupted:
-        return ExitStatus.INTERRUPTED
+        return interrupt.exit_status()
     if any(r["status"] in ("FAIL", "ERROR", "INTERRUPTED") for r in results):
         return ExitStatus.FAILED
     return ExitStatus.OK

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from xpushare.status import ExitStatus
+
 #: The signals handled as Ctrl-C.
 HANDLED: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,10 +62,16 @@ def received() -> int | None:
     return _received[0] if _received else None
 
 
-def exit_status() -> int:
+def describe() -> str:
+    """What interrupted: ``Ctrl-C``, ``SIGTERM`` or ``SIGHUP``."""
+    signum = received()
+    return "Ctrl-C" if signum in (None, signal.SIGINT) else signal.Signals(signum).name
+
+
+def exit_status() -> ExitStatus:
     """The exit status of an interrupted task: 128 + the signal's number (SIGINT 130, SIGTERM 143, SIGHUP
     129); 130 when no signal was recorded (``KeyboardInterrupt`` raised otherwise)."""
-    return 128 + (received() or int(signal.SIGINT))
+    return ExitStatus(128 + (received() or int(signal.SIGINT)))
 
 
 def check() -> None:

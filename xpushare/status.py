@@ -21,3 +21,7 @@ class ExitStatus(IntEnum):
     """Some host could not be reached (connect or authentication failed)."""
     INTERRUPTED = 130
     """Interrupted with Ctrl-C (SIGINT); a run can be resumed with ``--resume``."""
+    HUNG_UP = 129
+    """Interrupted by SIGHUP (the terminal closed), handled as Ctrl-C."""
+    TERMINATED = 143
+    """Interrupted by SIGTERM (``timeout``, CI, systemd, Kubernetes), handled as Ctrl-C."""

@@ -6,11 +6,13 @@ stderr and a documented exit status (:class:`~xpushare.status.ExitStatus`), neve
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 
 from invoke.exceptions import Exit
 
+from xpushare import interrupt
 from xpushare.errors import XpushareError
 from xpushare.status import ExitStatus
 
@@ -19,10 +21,12 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     """Run a task body and turn its outcome into the process exit status.
 
     Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
-    :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``), 130 for Ctrl-C.
+    :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``), 128 + the signal for
+    Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.interrupt`, handled for the whole body).
     """
     try:
-        status = body()
+        with interrupt.installed():
+            status = body()
     except XpushareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise Exit(code=int(exc.exit_status)) from None
@@ -31,8 +35,9 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         raise Exit(code=int(ExitStatus.USAGE)) from None
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise Exit(code=int(ExitStatus.INTERRUPTED)) from None
+        signum = interrupt.received()
+        print("interrupted" + (f" ({signal.Signals(signum).name})" if signum else ""), file=sys.stderr)
+        raise Exit(code=interrupt.exit_status()) from None
     if status:
         raise Exit(code=int(status))
 
