@@ -13,8 +13,9 @@ from xpushare.cli.lab_tasks import lab
 from xpushare.cli.legacy_tasks import baseline_compare, deploy, legacy
 from xpushare.cli.run_tasks import cases_, judge, report, soak
 from xpushare.cli.suites import SUITE_TASKS
+from xpushare.cli.sut_tasks import sut, undeploy
 
 __all__ = ["namespace"]
 
 namespace = Collection(hosts, run_, ping, metrics_check, envcheck, *SUITE_TASKS, soak, judge, report, cases_,
-                       deploy, baseline_compare, lab, legacy)
+                       deploy, undeploy, sut, baseline_compare, lab, legacy)

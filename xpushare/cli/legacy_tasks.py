@@ -80,16 +80,26 @@ def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str 
         "autocommit": "step 0: git add -A + commit in the source tree when it has changes",
         "source": "the SUT checkout to sync and build (default: the deploy_source parameter)",
         "set": "deploy parameter name=value (repeatable), e.g. --set deploy_make='make build-base all'",
+        "sut_src": "host mode: the SUT source tree to build on each GPU host (default: $XPUSHARE_SUT_SRC)",
     },
     iterable=["set_"],
 )
 def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setup: bool = False,
            autocommit: bool = False, source: str | None = None, run_id: str | None = None,
-           set_: list[str] | None = None, root: str = ".", inventory_: str | None = None) -> None:
-    """Setup pipeline of remote-test.sh: commit, sync, remote make, render, redeploy the DaemonSets, verify the mode."""
+           set_: list[str] | None = None, root: str = ".", inventory_: str | None = None,
+           sut_src: str | None = None) -> None:
+    """Deploy the SUT. Kubernetes: the setup pipeline of remote-test.sh (commit, sync, remote make, render,
+    redeploy the DaemonSets, verify the mode). Host mode: build the SUT from --sut-src on each GPU host, install
+    it where the inventory says (sut_lib, scheduler.binary) and start the scheduler with its metrics on."""
 
     def body() -> Any:
+        from xpushare import inventory
+        from xpushare.cli.sut_tasks import deploy_host_mode
         from xpushare.legacy.deploy import DeployRequest, run_deploy
+
+        spec = inventory.load(inventory_).cluster(_cluster(cluster))
+        if spec.mode == "host":
+            return deploy_host_mode(spec, sut_src or source)
 
         request = DeployRequest(cluster=_cluster(cluster), mode=mode, skip_setup=skip_setup, autocommit=autocommit,
                                 source=source, run_id=run_id, overrides=set_ or (), inventory_path=inventory_,
