@@ -160,6 +160,19 @@ class FakeK8sBackend:
         self.specs: list[PodSpec] = []
         self.annotations: list[dict[str, str]] = []
 
+    def kubernetes(self) -> FakeK8sBackend:
+        return self
+
+    def scheduler_host(self) -> None:
+        return None
+
+    @property
+    def metrics_port(self) -> int:
+        return int(self.params["metrics_port"])
+
+    def node_hosts(self) -> dict[str, str]:
+        return dict(self.node_host)
+
     def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
         for spec in pods:
             self.specs.append(spec)
@@ -190,6 +203,12 @@ class FakeHostBackend:
     def __init__(self) -> None:
         self.hosts = {"localhost": LocalHost()}
         self.run_id = "unit"
+
+    def kubernetes(self) -> None:
+        return None
+
+    def scheduler_host(self) -> LocalHost:
+        return self.hosts["localhost"]
 
 
 def k8s_cluster() -> ClusterSpec:

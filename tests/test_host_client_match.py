@@ -363,6 +363,12 @@ class FakeHostLibBackend:
         self.pid = pid
         self.log = POD_A_LOG + "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
 
+    def kubernetes(self) -> None:
+        return None
+
+    def scheduler_host(self) -> LocalHost:
+        return self.hosts["localhost"]
+
     def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
         self.names = [p.name for p in pods]
 

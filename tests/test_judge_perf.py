@@ -546,7 +546,15 @@ class FakeBackend:
         self.deleted: list[str] = []
         self.names = sut_names("xpushare")
         self.kubectl = FakeKubectl(self)
-        self.case_start = None
+
+    def kubernetes(self) -> FakeBackend:
+        return self
+
+    def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
+        return self.kubectl.logs(prefix=prefix, timestamps=timestamps)
+
+    def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
+        self.kubectl.delete(name=name)
 
     def colocation_target(self) -> tuple[str, int]:
         return "n1", 2

@@ -119,7 +119,7 @@ def test_scheduler_scrape_notes_only_a_failed_curl(stderr: str, exit_code: int, 
     b.node_host = {"g": "g"}
     host = _CannedHost(PAGE, stderr, exit_code)
     b.gpu_hosts["g"] = host  # type: ignore[assignment]
-    text = b._curl_scheduler("g", "/metrics", {"g": _scheduler_pod("127.0.0.22")})
+    text = b.curl_scheduler("g", "/metrics", {"g": _scheduler_pod("127.0.0.22")})
     assert text is not None and host.argv[-1] == "http://127.0.0.22:9402/metrics"
     body, note = split_capture(text)
     if want is None:

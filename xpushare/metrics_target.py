@@ -19,8 +19,9 @@ Capture format (read by :func:`xpushare.judge_metrics.read_capture`): the body a
 scrape_command`); without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000`` (what curl
 itself prints then). Series lines: :class:`xpushare.judge_metrics.ScrapeRecord` as JSON.
 
-Only public attributes of the backends are used (``K8sBackend.kubectl``, ``.names``, ``.node_host``,
-``.params``; ``HostBackend.hosts``); errors are :class:`~xpushare.errors.XpushareError` with one line.
+Only the backend interface is used (:class:`~xpushare.backends.base.Backend`: ``run_id``, ``names``,
+``scheduler_host()``; :class:`~xpushare.backends.base.KubeAccess` from ``kubernetes()``: ``kubectl``,
+``node_hosts()``, ``metrics_port``); errors are :class:`~xpushare.errors.XpushareError` with one line.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import Backend
+from xpushare.backends.base import Backend, KubeAccess
 from xpushare.collect.metrics import parse_curl_output
 from xpushare.data import workloads_dir
 from xpushare.errors import TransportError, XpushareError
 from xpushare.inventory import ClusterSpec
 from xpushare.judge.metrics_evidence import ScrapeRecord
-from xpushare.kube import KubeError
+from xpushare.kube import KubeError, Pod
 from xpushare.metrics_check import Fetch, FetchError, urllib_fetcher
 from xpushare.sut import sut_names
 from xpushare.transport import Host, LocalHost, connect
@@ -207,7 +208,7 @@ def scrape_loop(target: ScrapeTarget, out: Path, *, interval_s: float, duration_
 
 def spawn_name(backend: Backend, case_id: str, what: str) -> str:
     """A spawn name unique to the run and case, e.g. ``xp-20260301-120000-met-006-dmon`` (``[A-Za-z0-9_.-]``)."""
-    run_id = str(getattr(backend, "run_id", "") or "run")
+    run_id = backend.run_id or "run"
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"xp-{run_id}-{case_id.lower()}-{what}").strip("-.")
 
 
@@ -217,35 +218,39 @@ def node_host(backend: Backend, cluster: ClusterSpec, node: str) -> Host:
     The node -> host map is the one the k8s backend built in ``prepare_run`` (same name, else same
     address as the node's InternalIP). Raises :class:`XpushareError` when no GPU host maps to ``node``.
     """
-    mapping: dict[str, str] = dict(getattr(backend, "node_host", {}) or {})
+    kube = backend.kubernetes()
+    mapping = kube.node_hosts() if kube is not None else {}
     name = mapping.get(node) or next((h.name for h in cluster.by_role("gpu") if h.name == node), None)
     if name is None:
         raise XpushareError(f"node {node}: no GPU host of the inventory maps to it (name or InternalIP)")
     return connect(cluster.host(name))
 
 
-def _scheduler_pods(backend: Backend) -> list[Any]:
-    kubectl = getattr(backend, "kubectl", None)
-    names = getattr(backend, "names", None)
-    if kubectl is None or names is None:
+def _kube(backend: Backend) -> KubeAccess:
+    kube = backend.kubernetes()
+    if kube is None:
         raise XpushareError(f"{backend.mode} backend has no kubectl: a scheduler pod needs Kubernetes mode")
+    return kube
+
+
+def _scheduler_pods(backend: Backend) -> list[Pod]:
+    """Every scheduler pod (all of a rollout's, unlike :meth:`KubeAccess.scheduler_pods`)."""
+    names = backend.names
     try:
-        return list(kubectl.list_pods(names.scheduler_label, namespace=names.namespace))
+        return list(_kube(backend).kubectl.list_pods(names.scheduler_label, namespace=names.namespace))
     except KubeError as exc:
         raise XpushareError(f"listing scheduler pods: {exc}") from None
 
 
-def _default_node(backend: Backend, cluster: ClusterSpec, sched_pods: list[Any]) -> str:
+def _default_node(backend: Backend, cluster: ClusterSpec, sched_pods: list[Pod]) -> str:
     sched_nodes = {p.node for p in sched_pods if p.node}
-    mapping: dict[str, str] = dict(getattr(backend, "node_host", {}) or {})
+    mapping = _kube(backend).node_hosts()
     for spec in cluster.by_role("gpu"):
         nodes = sorted(n for n, h in mapping.items() if h == spec.name) or [spec.name]
         for node in nodes:
             if node in sched_nodes:
                 return node
-    names = getattr(backend, "names", None)
-    label = names.scheduler_label if names else "name=<gen>-scheduler"
-    raise XpushareError(f"no scheduler pod ({label}) on a node of the inventory's GPU hosts")
+    raise XpushareError(f"no scheduler pod ({backend.names.scheduler_label}) on a node of the inventory's GPU hosts")
 
 
 def default_node(backend: Backend, cluster: ClusterSpec) -> str:
@@ -272,7 +277,7 @@ def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, time
     pod = pods[0]
     if not pod.pod_ip:
         raise XpushareError(f"node {node}: scheduler pod {pod.name} has no pod IP ({pod.phase})")
-    port = int((getattr(backend, "params", {}) or {}).get("metrics_port", 9402))
+    port = _kube(backend).metrics_port
     host = node_host(backend, cluster, node)
     if isinstance(host, LocalHost):
         fetch, latency = timed(urllib_fetcher(timeout_s)), "wall clock of the request on this machine"
@@ -284,15 +289,15 @@ def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, time
 
 def host_target(backend: Backend, cluster: ClusterSpec, *, timeout_s: float = 10.0) -> ScrapeTarget | None:
     """Host mode: the inventory's ``scheduler.metrics_url`` (None when it names none), fetched on the
-    backend's first host (urllib on this machine, curl over SSH elsewhere)."""
+    backend's :meth:`~xpushare.backends.base.Backend.scheduler_host` (urllib on this machine or without
+    one, curl over SSH elsewhere)."""
     url = cluster.scheduler.metrics_url
     if not url:
         return None
     base = url.rstrip("/")
     for suffix in ("/metrics", "/healthz"):
         base = base.removesuffix(suffix)
-    hosts: dict[str, Host] = dict(getattr(backend, "hosts", {}) or {})
-    host = next(iter(hosts.values()), None)
+    host = backend.scheduler_host()
     if host is None or isinstance(host, LocalHost):
         return ScrapeTarget(base, timed(urllib_fetcher(timeout_s)))
     return ScrapeTarget(base, timed_curl_fetcher(host, timeout_s=timeout_s), fetched_from=host.name,

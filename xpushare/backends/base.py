@@ -11,8 +11,14 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
+    from xpushare.kube import Kubectl, Pod
+    from xpushare.sut import SutNames
+    from xpushare.transport import Host
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -97,13 +103,31 @@ def read_pod_records(case_dir: Path) -> list[PodRecord]:
 
 
 class Backend(ABC):
-    """How a case's workloads run and how evidence is gathered on one cluster."""
+    """How a case's workloads run and how evidence is gathered on one cluster.
+
+    Optional parts are declared, not probed: :meth:`kubernetes` gives the Kubernetes-only operations
+    (None elsewhere), :meth:`scheduler_host` the host of a host-mode scheduler (None elsewhere).
+    """
 
     mode: str
     capabilities: frozenset[str] = frozenset()
+    names: SutNames
+    """Names of the SUT generation under test (labels, annotations, environment variables, resource)."""
+    run_id: str = ""
+    """The run this backend serves: set by :meth:`prepare_run`, ``""`` before."""
 
     def kubectl_calls(self) -> int | None:
         """kubectl invocations so far (None where there is no kubectl)."""
+        return None
+
+    def kubernetes(self) -> KubeAccess | None:
+        """The Kubernetes-only operations of this backend, or None where workloads are not pods."""
+        return None
+
+    def scheduler_host(self) -> Host | None:
+        """Host mode: the backend's connection to the host whose scheduler the inventory's ``scheduler``
+        settings describe (``metrics_url``, ``log_file``); owned by the backend (do not close it). None
+        where there is no such host (Kubernetes: a scheduler pod per node, see :meth:`KubeAccess.scheduler_pods`)."""
         return None
 
     @abstractmethod
@@ -157,3 +181,100 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections at the end of a run."""
+
+
+class KubeAccess(ABC):
+    """The Kubernetes-only operations of a backend (:meth:`Backend.kubernetes`), for cases that act on the
+    cluster itself (scheduler pods and their ``/metrics``, DaemonSets, nodes) rather than on their pods.
+
+    Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts.
+    Errors: :class:`~xpushare.kube.KubeError` from kubectl, :class:`~xpushare.errors.TransportError` from
+    SSH, unless a method says otherwise.
+    """
+
+    kubectl: Kubectl
+    """kubectl on the cluster's master (the inventory's namespace by default); for cluster-level actions
+    (DaemonSet rollouts, drain/uncordon, node and pod listings)."""
+
+    @property
+    @abstractmethod
+    def case_start(self) -> datetime:
+        """When the current case began (:meth:`Backend.begin_case`), timezone-aware UTC."""
+
+    @property
+    @abstractmethod
+    def metrics_port(self) -> int:
+        """TCP port of the scheduler pods' metrics endpoint (parameter ``metrics_port``, default 9402)."""
+
+    @property
+    @abstractmethod
+    def vgpus_per_gpu(self) -> int:
+        """Extended-resource units the device plugin offers per physical GPU (parameter ``vgpus_per_gpu``)."""
+
+    @abstractmethod
+    def node_hosts(self) -> dict[str, str]:
+        """``node -> GPU host`` for every node :meth:`Backend.prepare_run` mapped (same name, else the host
+        whose address is the node's InternalIP); a copy. Empty before ``prepare_run``."""
+
+    @abstractmethod
+    def host_for_node(self, node: str | None) -> str | None:
+        """The GPU host of ``node`` (see :meth:`node_hosts`); None for None or an unmapped node."""
+
+    @abstractmethod
+    def gpu_host(self, name: str) -> Host:
+        """The backend's connection to GPU host ``name`` (opened on first use, kept until
+        :meth:`Backend.close`: do not close it). ``KeyError`` for a name that is not an inventory GPU host."""
+
+    @abstractmethod
+    def scheduler_pods(self) -> dict[str, Pod]:
+        """``node -> scheduler pod`` (the SUT's scheduler DaemonSet, one pod per node; the last listed where
+        a rollout shows two). Empty when kubectl fails (never raises)."""
+
+    @abstractmethod
+    def curl_scheduler(self, node: str, path: str, sched: dict[str, Pod] | None = None) -> str | None:
+        """GET ``http://<scheduler pod IP>:<metrics_port><path>`` with curl on ``node``'s GPU host.
+
+        Returns curl's output: the body then ``\nHTTP_CODE=<ddd>\n``, with a ``# curl: exit ...`` line
+        appended when curl failed, or ``# scrape of ... failed: ...`` and ``HTTP_CODE=000`` when the host
+        could not be reached. None when ``node`` runs no scheduler pod, the pod has no IP, or no GPU host
+        maps to the node. ``sched``: a :meth:`scheduler_pods` answer to reuse (saves a kubectl call).
+        """
+
+    @abstractmethod
+    def scrape_metrics(self, case_dir: Path, name: str, node: str | None = None) -> str | None:
+        """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first node, by name, that runs
+        a pod of the current case) into ``case_dir/name`` in :meth:`curl_scheduler`'s format; return
+        ``name``, or None when nothing could be scraped (no node, no scheduler pod there)."""
+
+    @abstractmethod
+    def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
+        """The scheduler pods' log since :attr:`case_start` (``kubectl logs -l <scheduler> --since-time``),
+        each line prefixed with ``[pod/<name>/<container>]`` when ``prefix``, with kubectl's RFC 3339
+        timestamp when ``timestamps``. Raises :class:`~xpushare.kube.KubeError`."""
+
+    @abstractmethod
+    def case_pods(self) -> list[PodRecord]:
+        """Records of the current case's pods that exist now (one kubectl call; ``pods.json`` untouched)."""
+
+    @abstractmethod
+    def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
+        """Delete one pod of the case (its :class:`PodSpec` name) and wait up to ``timeout_s`` s until it is
+        gone; the case's log streams and samplers keep running."""
+
+    @abstractmethod
+    def delete_case_pods(self, timeout_s: float) -> None:
+        """Delete every pod of the current case and wait up to ``timeout_s`` s until they are gone."""
+
+    @abstractmethod
+    def forget_pod_specs(self) -> None:
+        """Drop the specs of the case's pods started so far (a long case bounds its memory; a pod started
+        later with ``same_gpu_as`` an earlier one then is placed freely)."""
+
+    @abstractmethod
+    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
+        """Rotate the case-long streams: copy the scheduler log stream to ``dest/scheduler-<tag>.log`` and
+        each GPU host's ``nvidia-smi dmon`` to ``dest/dmon-<host>-<tag>.txt``, restarting each stream (the
+        scheduler's from ``since``, default now); return the local files (uncompressed).
+
+        A scheduler stream that cannot be copied is restarted anyway, then the error is raised; a dmon
+        that cannot be stopped or copied is skipped (restarting it may raise)."""

@@ -299,6 +299,11 @@ class HostBackend(Backend):
     def _scheduler_host(self) -> Host:
         return self.hosts[self._scheduler_host_name()]
 
+    def scheduler_host(self) -> Host | None:
+        """The first GPU host's connection (where the inventory's ``scheduler`` settings apply); None when
+        the cluster has no host."""
+        return next(iter(self.hosts.values()), None)
+
     def _scheduler_log_size(self) -> int | None:
         log = self.cluster.scheduler.log_file
         if not log:

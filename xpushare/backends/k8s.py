@@ -39,6 +39,7 @@ from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     CAP_KUBERNETES,
     Backend,
+    KubeAccess,
     PodRecord,
     PodSpec,
     write_pod_records,
@@ -80,8 +81,8 @@ def label_value(text: str) -> str:
     return value.strip("-_.") or "x"
 
 
-class K8sBackend(Backend):
-    """Pods on a Kubernetes cluster running nvshare / xpushare."""
+class K8sBackend(Backend, KubeAccess):
+    """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`."""
 
     mode = "k8s"
     capabilities = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY})
@@ -106,7 +107,7 @@ class K8sBackend(Backend):
         self.smi_hosts: set[str] = set()
         self.run_id = ""
         self.case_id = ""
-        self.case_start = datetime.now(timezone.utc)
+        self._case_start = datetime.now(timezone.utc)
         self.prefix = ""
         self.stream_name = ""
         self.pods: list[PodSpec] = []
@@ -114,17 +115,77 @@ class K8sBackend(Backend):
     def kubectl_calls(self) -> int | None:
         return self.kubectl.calls
 
-    # -- helpers -----------------------------------------------------------------------------------
-    def _gpu_host(self, name: str) -> Host:
+    def kubernetes(self) -> KubeAccess:
+        return self
+
+    # -- KubeAccess --------------------------------------------------------------------------------
+    @property
+    def case_start(self) -> datetime:
+        return self._case_start
+
+    @property
+    def metrics_port(self) -> int:
+        return int(self.params["metrics_port"])
+
+    @property
+    def vgpus_per_gpu(self) -> int:
+        return int(self.params["vgpus_per_gpu"])
+
+    def node_hosts(self) -> dict[str, str]:
+        return dict(self.node_host)
+
+    def gpu_host(self, name: str) -> Host:
         if name not in self.gpu_hosts:
             self.gpu_hosts[name] = connect(self.gpu_specs[name])
         return self.gpu_hosts[name]
 
-    def _host_for_node(self, node: str | None) -> str | None:
+    def host_for_node(self, node: str | None) -> str | None:
         """The inventory GPU host of a Kubernetes node: same name, else same address as its InternalIP."""
         if node is None:
             return None
         return self.node_host.get(node)
+
+    def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
+        return self.kubectl.logs(selector=self.names.scheduler_label, since_time=self.case_start,
+                                 timestamps=timestamps, prefix=prefix, namespace=self.names.namespace)
+
+    def case_pods(self) -> list[PodRecord]:
+        return [self._record(p) for p in self.kubectl.list_pods(self.selector())]
+
+    def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
+        self.kubectl.delete(name=dns1123(name), wait=True, timeout_s=timeout_s)
+
+    def delete_case_pods(self, timeout_s: float) -> None:
+        self.kubectl.delete(self.selector(), wait=True, timeout_s=timeout_s)
+
+    def forget_pod_specs(self) -> None:
+        self.pods.clear()
+
+    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
+        dest.mkdir(parents=True, exist_ok=True)
+        got: list[Path] = []
+        if self.stream_name:
+            start = datetime.now(timezone.utc) if since is None else since
+            log = self.master.stop(self.stream_name)
+            local = dest / f"scheduler-{tag}.log"
+            try:
+                self.master.get(log, local)
+                got.append(local)
+            finally:
+                argv = self.kubectl.logs_follow_argv(self.names.scheduler_label, start, namespace=self.names.namespace)
+                self.master.spawn(self.stream_name, argv)
+        for name in sorted(self.smi_hosts):
+            host = self.gpu_host(name)
+            spawn = f"{self.prefix}-dmon"
+            with contextlib.suppress(TransportError):
+                log = host.stop(spawn)
+                local = dest / f"dmon-{name}-{tag}.txt"
+                host.get(log, local)
+                got.append(local)
+            host.spawn(spawn, ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+        return got
+
+    # -- helpers -----------------------------------------------------------------------------------
 
     def selector(self, case_id: str | None = None) -> str:
         sel = f"{MANAGED_BY},xpushare/run-id={label_value(self.run_id)}"
@@ -144,7 +205,7 @@ class K8sBackend(Backend):
                 self.node_host[node.name] = by_address[node.internal_ip]
         for name in self.gpu_specs:
             try:
-                res = self._gpu_host(name).run(["sh", "-c", "command -v nvidia-smi"], timeout=30)
+                res = self.gpu_host(name).run(["sh", "-c", "command -v nvidia-smi"], timeout=30)
             except TransportError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
                 continue
@@ -166,7 +227,7 @@ class K8sBackend(Backend):
     # -- case level --------------------------------------------------------------------------------
     def begin_case(self, case_dir: Path, case_id: str) -> None:
         self.case_id = case_id
-        self.case_start = datetime.now(timezone.utc)
+        self._case_start = datetime.now(timezone.utc)
         self.pods = []
         self.prefix = dns1123(f"xp-{self.run_id}-{case_id}", 200)
         self.stream_name = f"{self.prefix}-schedlog"
@@ -180,7 +241,7 @@ class K8sBackend(Backend):
             self.stream_name = ""
         for name in sorted(self.smi_hosts):
             try:
-                self._gpu_host(name).spawn(f"{self.prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+                self.gpu_host(name).spawn(f"{self.prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
             except TransportError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
 
@@ -312,7 +373,7 @@ class K8sBackend(Backend):
             if not nodes:
                 return None
             node = nodes[0]
-        body = self._curl_scheduler(node, "/metrics")
+        body = self.curl_scheduler(node, "/metrics")
         if body is None:
             return None
         (case_dir / name).write_text(body, encoding="utf-8")
@@ -325,23 +386,23 @@ class K8sBackend(Backend):
             return []
         return sorted({p.node for p in pods if p.node})
 
-    def _scheduler_pods(self) -> dict[str, Pod]:
+    def scheduler_pods(self) -> dict[str, Pod]:
         try:
             pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
         except KubeError:
             return {}
         return {p.node: p for p in pods if p.node}
 
-    def _curl_scheduler(self, node: str, path: str, sched: dict[str, Pod] | None = None) -> str | None:
-        sched = sched if sched is not None else self._scheduler_pods()
+    def curl_scheduler(self, node: str, path: str, sched: dict[str, Pod] | None = None) -> str | None:
+        sched = sched if sched is not None else self.scheduler_pods()
         pod = sched.get(node)
-        host_name = self._host_for_node(node)
+        host_name = self.host_for_node(node)
         if pod is None or not pod.pod_ip or host_name is None:
             return None
         url = f"http://{pod.pod_ip}:{self.params['metrics_port']}{path}"
         argv = ["curl", "-sS", "-m", "10", "-o", "-", "-w", "\nHTTP_CODE=%{http_code}\n", url]
         try:
-            res = self._gpu_host(host_name).run(argv, timeout=30)
+            res = self.gpu_host(host_name).run(argv, timeout=30)
         except TransportError as exc:
             return f"# scrape of {url} from {host_name} failed: {exc}\nHTTP_CODE=000\n"
         if res.ok:  # stderr of a successful curl is login-shell noise, not a failed scrape
@@ -409,19 +470,19 @@ class K8sBackend(Backend):
 
     def _harvest_nodes(self, case_dir: Path, nodes: list[str]) -> list[str]:
         files: list[str] = []
-        sched = self._scheduler_pods()
+        sched = self.scheduler_pods()
         for i, node in enumerate(nodes):
             suffix = "" if i == 0 else f"_{node}"
             for path, name in (("/metrics", f"metrics{suffix}.txt"), ("/healthz", f"metrics_health{suffix}.txt")):
-                body = self._curl_scheduler(node, path, sched)
+                body = self.curl_scheduler(node, path, sched)
                 if body is not None:
                     (case_dir / name).write_text(body, encoding="utf-8")
                     files.append(name)
-            host_name = self._host_for_node(node)
+            host_name = self.host_for_node(node)
             if host_name is None:
                 _note(case_dir, f"node {node}: no inventory GPU host maps to it (no node evidence)")
                 continue
-            host = self._gpu_host(host_name)
+            host = self.gpu_host(host_name)
             files += self._scheduler_proc(case_dir, host, suffix)
             if host_name in self.smi_hosts:
                 try:
@@ -462,11 +523,11 @@ class K8sBackend(Backend):
             _note(case_dir, f"cleanup: {exc}")
         for name in sorted(self.smi_hosts):
             try:
-                self._gpu_host(name).stop(f"{self.prefix}-dmon")
+                self.gpu_host(name).stop(f"{self.prefix}-dmon")
             except TransportError:
                 continue
         # The stream and dmon outputs were pulled into the case dir: remove them from the hosts.
-        for host in [self.master, *(self._gpu_host(n) for n in sorted(self.smi_hosts))]:
+        for host in [self.master, *(self.gpu_host(n) for n in sorted(self.smi_hosts))]:
             try:
                 host.run(["sh", "-c", 'cd "$1" 2>/dev/null && rm -f -- "$2"-*', "sh", host.spawn_dir, self.prefix],
                          timeout=60)

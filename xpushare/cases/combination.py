@@ -26,7 +26,7 @@ from typing import Any
 
 from xpushare.backends.base import CAP_KUBERNETES, PodRecord, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
-from xpushare.cases.functional import OVERSUB, W2, W5, _ample_quota, colocated_pair
+from xpushare.cases.functional import OVERSUB, W2, W5, ample_quota, colocated_pair
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
 from xpushare.errors import XpushareError
@@ -72,9 +72,9 @@ def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRe
     ``metrics_mid_timeout_s`` passes; returns the capture file names (empty when nothing could be scraped:
     the judgment then says ERROR).
     """
-    scrape = getattr(run.backend, "scrape_metrics", None)
+    kube = run.backend.kubernetes()
     nodes = sorted({r.node for r in records if r.node})
-    if scrape is None or not nodes:
+    if kube is None or not nodes:
         return []
     ns = run.cluster.namespace
     deadline = time.monotonic() + float(run.params["metrics_mid_timeout_s"])
@@ -82,7 +82,7 @@ def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRe
         files: list[str] = []
         seen: set[str] = set()
         for i, node in enumerate(nodes):
-            name = scrape(run.case_dir, f"{base}.txt" if i == 0 else f"{base}_{node}.txt", node=node)
+            name = kube.scrape_metrics(run.case_dir, f"{base}.txt" if i == 0 else f"{base}_{node}.txt", node=node)
             if name:
                 files.append(name)
                 seen |= _pods_seen((run.case_dir / name).read_text(encoding="utf-8", errors="replace"), ns)
@@ -108,12 +108,12 @@ def run_with_mid(run: CaseRun, specs: Sequence[PodSpec]) -> None:
 
 def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) -> str | None:
     """Scrape the scheduler of ``node`` into ``name``; a failed scrape (curl error, no 200) is retried."""
-    scrape = getattr(run.backend, "scrape_metrics", None)
-    if scrape is None or not node:
+    kube = run.backend.kubernetes()
+    if kube is None or not node:
         return None
     got = None
     for attempt in range(attempts):
-        got = scrape(run.case_dir, name, node=node)
+        got = kube.scrape_metrics(run.case_dir, name, node=node)
         if got is not None:
             text, note = judge_combo.split_capture((run.case_dir / got).read_text(encoding="utf-8", errors="replace"))
             if note is None and read_capture(text).http_code in (200, None):
@@ -125,16 +125,12 @@ def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) ->
 
 def _gpus_available(run: CaseRun) -> int | None:
     """GPUs the cluster offers (schedulable nodes' ``<gen>.com/gpu`` / ``vgpus_per_gpu``); None if unknown."""
-    kubectl, names = getattr(run.backend, "kubectl", None), getattr(run.backend, "names", None)
-    per_gpu = int((getattr(run.backend, "params", None) or {}).get("vgpus_per_gpu", 10))
-    if kubectl is None or names is None:
+    if run.backend.kubernetes() is None:
         return None
     try:
-        nodes = kubectl.list_nodes()
+        return run.backend.gpu_count()
     except XpushareError:
         return None
-    counts = [n.allocatable_count(names.resource) for n in nodes if n.ready and not n.unschedulable]
-    return sum(max(1, c // per_gpu) for c in counts if c > 0)
 
 
 def _quota(core: Any, memory: Any) -> dict[str, Any]:
@@ -291,7 +287,7 @@ def _w5_args(run: CaseRun, key: str) -> tuple[str, ...]:
 
 def _combo007(run: CaseRun) -> None:
     """w2 30 % / w3 60 % / w2 80 % / w5 50 %, the same memory quota on all, oversubscription on all but #3."""
-    memory = str(run.params["combo007_memory_limit"] or _ample_quota(run))
+    memory = str(run.params["combo007_memory_limit"] or ample_quota(run))
     layout = [("w2-c30", W2, 30, True, ()), ("w3-c60", W3, 60, True, ()), ("w2-c80", W2, 80, False, ()),
               ("w5-c50", W5, 50, True, _w5_args(run, "combo007_w5_duration_s"))]
     specs, quotas = [], {}

@@ -114,13 +114,13 @@ def _func006(run: CaseRun) -> None:
 
 
 def _func007(run: CaseRun) -> None:
-    limit = run.params.get("func007_memory_limit") or _ample_quota(run)
+    limit = run.params.get("func007_memory_limit") or ample_quota(run)
     run.plan["memory_limit"] = limit
     run.run_pods([run.pod("w2-quota-ok", W2, memory_limit_env=str(limit))])
 
 
-def _ample_quota(run: CaseRun) -> str:
-    # Seed FUNC-007: 4Gi on a T4, 8Gi on an A800 (and larger cards).
+def ample_quota(run: CaseRun) -> str:
+    """A memory quota the W2 workload fits in (seed FUNC-007): ``4Gi`` on a T4, ``8Gi`` on larger cards."""
     model = (run.cluster.gpu_model or "").upper()
     return "4Gi" if "T4" in model else "8Gi"
 

@@ -105,17 +105,7 @@ def run_baseline(run: CaseRun, workload: str, node: str | None, name: str = "bas
 def total_gpus(run: CaseRun) -> int:
     """GPUs of the cluster: Kubernetes: allocatable vGPUs / ``vgpus_per_gpu`` per schedulable node;
     host mode: the detected GPUs of the GPU hosts. 0 when unknown."""
-    backend: Any = run.backend
-    kubectl = getattr(backend, "kubectl", None)
-    if kubectl is not None and hasattr(backend, "names"):
-        per = int(backend.params.get("vgpus_per_gpu", 10))
-        total = 0
-        for node in kubectl.list_nodes():
-            vgpus = node.allocatable_count(backend.names.resource)
-            if vgpus > 0 and node.ready and not node.unschedulable:
-                total += max(1, vgpus // per)
-        return total
-    return sum(len(v) for v in (getattr(backend, "gpus", {}) or {}).values())
+    return run.backend.gpu_count() or 0
 
 
 def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, str] | None:
@@ -125,9 +115,8 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
     or ``timeout_s`` passed; returns what was seen. None where the backend has no kubectl (host mode
     places pods on a GPU itself).
     """
-    backend: Any = run.backend
-    kubectl, names = getattr(backend, "kubectl", None), getattr(backend, "names", None)
-    if kubectl is None or names is None:
+    kube = run.backend.kubernetes()
+    if kube is None:
         return None
     from xpushare.backends.k8s import dns1123
     from xpushare.kube import KubeError
@@ -137,8 +126,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            text = kubectl.logs(selector=names.scheduler_label, since_time=getattr(backend, "case_start", None),
-                                prefix=True, namespace=names.namespace)
+            text = kube.scheduler_log()
             mapping = parse_text(text).pod_gpu
             seen = {wanted[pod]: gpu for (ns, pod), gpu in mapping.items()
                     if ns == run.cluster.namespace and pod in wanted and gpu}
@@ -197,14 +185,12 @@ def start_colocated(
 def _delete_attempt(run: CaseRun, names: Sequence[str]) -> None:
     """Delete one placement attempt's pods by name (Kubernetes), leaving the case's log streams and samplers
     running; without kubectl, the backend's cleanup of the whole case."""
-    kubectl = getattr(run.backend, "kubectl", None)
-    if kubectl is None:
+    kube = run.backend.kubernetes()
+    if kube is None:
         run.backend.cleanup(run.case_dir)
         return
-    from xpushare.backends.k8s import dns1123
-
     for name in names:
-        kubectl.delete(name=dns1123(name), wait=True, timeout_s=60)
+        kube.delete_pod(name, timeout_s=60)
 
 
 def _attach(ev: Evidence, verdict: Verdict, made: plots.PlotResult) -> Verdict:
@@ -309,8 +295,8 @@ def _scrape(run: CaseRun, name: str, index: str) -> dict[str, Any]:
     """One scrape of the scheduler's /metrics into ``name``; appends ``{t0, t1, file}`` to ``index``."""
     (run.case_dir / name).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    scrape = getattr(run.backend, "scrape_metrics", None)
-    got = scrape(run.case_dir, name) if scrape else None
+    kube = run.backend.kubernetes()
+    got = kube.scrape_metrics(run.case_dir, name) if kube is not None else None
     rec = {"t0": t0, "t1": time.time(), "file": got}
     with (run.case_dir / index).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(rec) + "\n")
@@ -339,10 +325,10 @@ def _run_scraped(run: CaseRun, spec: PodSpec, interval_s: float) -> None:
 def _exporter_disabled(run: CaseRun) -> Any:
     """Kubernetes: set ``<PREFIX>_METRICS_ENABLE=0`` on the scheduler DaemonSet and wait for the rollout;
     restore the original value (or remove the variable) in ``finally``. Records both in the plan."""
-    backend: Any = run.backend
-    kubectl, names = getattr(backend, "kubectl", None), getattr(backend, "names", None)
-    if kubectl is None or names is None:
+    kube, names = run.backend.kubernetes(), run.backend.names
+    if kube is None:
         raise XpushareError("perf002_mode=exporter needs Kubernetes (the scheduler DaemonSet is redeployed)")
+    kubectl = kube.kubectl
     ds, ns, var = names.scheduler_daemonset, names.namespace, names.env_metrics_enable
     doc = kubectl.get_json(["get", "daemonset", ds], namespace=ns)
     original = None

@@ -148,7 +148,7 @@ def _pairs(workload: str, key: str) -> Callable[[CaseRun], Callable[[int], list[
 
 
 def _run_id(run: CaseRun) -> str:
-    return str(getattr(run.backend, "run_id", "") or run.case_dir.parents[3].name)
+    return run.backend.run_id or run.case_dir.parents[3].name
 
 
 def soak_act(

@@ -241,8 +241,7 @@ def _finish(run: CaseRun, names: Sequence[str], timeout_s: float) -> None:
 def _scheduler_text(run: CaseRun) -> str:
     backend = _backend(run)
     try:
-        return backend.kubectl.logs(selector=backend.names.scheduler_label, since_time=backend.case_start,
-                                    timestamps=False, namespace=backend.names.namespace)
+        return backend.scheduler_log(prefix=False, timestamps=False)
     except KubeError:
         return ""
 
@@ -277,11 +276,11 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
     except KubeError:
         return
     for node in nodes:
-        host = backend._host_for_node(node)
+        host = backend.host_for_node(node)
         if host is None or host not in backend.smi_hosts:
             continue
         try:
-            res = backend._gpu_host(host).run(nvidia_smi.list_command(), timeout=60)
+            res = backend.gpu_host(host).run(nvidia_smi.list_command(), timeout=60)
         except TransportError as exc:
             _say(f"warning: nvidia-smi -L on {host}: {exc}")
             continue

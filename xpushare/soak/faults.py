@@ -23,9 +23,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from xpushare.backends.base import PodRecord, PodSpec
-from xpushare.kube import KubeError
-from xpushare.soak.ops import K8sSoakOps, scrape_facts
+from xpushare.backends.base import KubeAccess, PodRecord, PodSpec
+from xpushare.errors import XpushareError
+from xpushare.kube import KubeError, Pod
+from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
     from xpushare.cases.base import CaseRun
@@ -45,27 +46,31 @@ def _disallowed(run: CaseRun) -> bool:
     return False
 
 
-def _k8s(run: CaseRun) -> Any:
-    return run.backend
+def _k8s(run: CaseRun) -> KubeAccess:
+    """The run's Kubernetes operations; the FAIL cases require Kubernetes, so none is a usage error."""
+    kube = run.backend.kubernetes()
+    if kube is None:
+        raise XpushareError(f"fault injection needs Kubernetes, not a {run.backend.mode} backend")
+    return kube
 
 
 def _healthy_nodes(run: CaseRun) -> dict[str, bool]:
     """``node -> /healthz answered 200`` for every node that runs a scheduler pod (ready or not)."""
     b = _k8s(run)
-    sched = b._scheduler_pods()
+    sched = b.scheduler_pods()
     out = {}
     for node in sched:
-        body = b._curl_scheduler(node, "/healthz", sched)
+        body = b.curl_scheduler(node, "/healthz", sched)
         ready = all(c.ready for c in sched[node].containers) if sched[node].containers else False
         out[node] = bool(body and "HTTP_CODE=200" in body) and ready
     return out
 
 
 def _snapshot_logs(run: CaseRun, name: str) -> None:
-    b = _k8s(run)
-    for label, stem in ((b.names.scheduler_label, "scheduler"), (b.names.device_plugin_label, "device-plugin")):
+    b, names = _k8s(run), run.backend.names
+    for label, stem in ((names.scheduler_label, "scheduler"), (names.device_plugin_label, "device-plugin")):
         try:
-            text = b.kubectl.logs(selector=label, prefix=True, namespace=b.names.namespace)
+            text = b.kubectl.logs(selector=label, prefix=True, namespace=names.namespace)
         except KubeError as exc:
             text = f"# kubectl logs -l {label}: {exc}\n"
         (run.case_dir / f"{stem}_{name}.log").write_text(text, encoding="utf-8")
@@ -128,13 +133,13 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     """FAIL-001 (``which="scheduler"``) / FAIL-002 (``"device-plugin"``): ``rollout restart`` under load."""
     if _disallowed(run):
         return
-    b = _k8s(run)
-    ds = b.names.scheduler_daemonset if which == "scheduler" else b.names.device_plugin_daemonset
-    ns = b.names.namespace
+    b, names = _k8s(run), run.backend.names
+    ds = names.scheduler_daemonset if which == "scheduler" else names.device_plugin_daemonset
+    ns = names.namespace
     run.plan.update(namespace=run.cluster.namespace, daemonset=ds, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     _start(run, specs, "load_pods")
-    b.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    run.backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _snapshot_logs(run, "before_fault")
     fault: dict[str, Any] = {"kind": f"rollout restart daemonset/{ds}", "applied": False}
@@ -202,7 +207,7 @@ def fail_drain(run: CaseRun) -> None:
     run.plan.update(namespace=run.cluster.namespace, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     _start(run, specs, "load_pods")
-    records = b.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    records = run.backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
     node = run.params.get("fail003_node") or _busiest_node(records)
     if not node:
         run.plan["fault"] = {"kind": "drain", "applied": None, "error": "no node runs the load"}
@@ -229,7 +234,8 @@ def fail_drain(run: CaseRun) -> None:
         replacements = [dataclasses.replace(by_name[n], name=f"{n}-re", node=None) for n in evicted if n in by_name]
         if replacements:
             _start(run, replacements, "replacement_pods")
-            recs = b.wait_running(run.case_dir, [s.name for s in replacements], float(run.params["fail_pending_max_s"]))
+            recs = run.backend.wait_running(run.case_dir, [s.name for s in replacements],
+                                            float(run.params["fail_pending_max_s"]))
             running = [r for r in recs if r.phase != "Pending"]
             if len(running) == len(replacements):
                 run.plan["recovery_s"] = round(time.time() - t0, 3)
@@ -272,11 +278,11 @@ def _uncordon(run: CaseRun, node: str) -> None:
         print(f"warning: node {node} may still be cordoned: kubectl uncordon {node}")
 
 
-def _node_facts(run: CaseRun, node: str) -> tuple[Any, Any]:
+def _node_facts(run: CaseRun, node: str) -> tuple[Pod | None, ScrapeFacts]:
     b = _k8s(run)
-    sched = b._scheduler_pods()
+    sched = b.scheduler_pods()
     pod = sched.get(node)
-    return pod, scrape_facts(b._curl_scheduler(node, "/metrics", sched)) if pod else scrape_facts(None)
+    return pod, scrape_facts(b.curl_scheduler(node, "/metrics", sched)) if pod else scrape_facts(None)
 
 
 def fail_heavy_node(run: CaseRun) -> None:
@@ -285,7 +291,6 @@ def fail_heavy_node(run: CaseRun) -> None:
     on that node must succeed."""
     if _disallowed(run):
         return
-    b = _k8s(run)
     node = run.params.get("fail004_node") or _largest_node(run)
     run.plan.update(namespace=run.cluster.namespace, node=node, min_succeeded=int(run.params["fail004_min_succeeded"]))
     base_pod, base = _node_facts(run, node)
@@ -300,7 +305,7 @@ def fail_heavy_node(run: CaseRun) -> None:
     fault["applied"] = True
     t_end = time.time()
     try:
-        b.wait_terminal(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+        run.backend.wait_terminal(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
         t_end = time.time()
         tol = float(run.params["leak_gpu_tolerance_bytes"])
         limit = time.monotonic() + float(run.params["fail_recovery_max_s"])
@@ -340,14 +345,14 @@ def fail_heavy_node(run: CaseRun) -> None:
 
 
 def _largest_node(run: CaseRun) -> str:
-    b = _k8s(run)
+    b, resource = _k8s(run), run.backend.names.resource
     best: tuple[int, str] | None = None
     for n in b.kubectl.list_nodes():
-        v = n.allocatable_count(b.names.resource)
+        v = n.allocatable_count(resource)
         if n.unschedulable or not n.ready or v <= 0:
             continue
         if best is None or v > best[0]:
             best = (v, n.name)
     if best is None:
-        raise KubeError([], "", 0, f"no schedulable node offers {b.names.resource}")
+        raise KubeError([], "", 0, f"no schedulable node offers {resource}")
     return best[1]

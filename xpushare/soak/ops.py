@@ -1,7 +1,8 @@
 """What a soak does to a cluster, behind one small interface (:class:`SoakOps`), and its Kubernetes form.
 
 The soak loop (:mod:`xpushare.soak.loop`) only talks to :class:`SoakOps`; unit tests give it a fake,
-the cases give it :class:`K8sSoakOps` over the run's :class:`~xpushare.backends.k8s.K8sBackend`.
+the cases give it :class:`K8sSoakOps` over the run's backend and its
+:class:`~xpushare.backends.base.KubeAccess`.
 
 One sampling tick on Kubernetes costs ``1 + nodes`` remote commands: ``kubectl get pods`` of the
 scheduler DaemonSet (node, pod uid, restart count, pod IP), then one SSH command per GPU node that
@@ -14,18 +15,17 @@ Errors: every method may raise :class:`~xpushare.errors.TransportError` (SSH) or
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.backends.base import Backend, PodRecord, PodSpec
 from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
-from xpushare.errors import TransportError
+from xpushare.errors import TransportError, XpushareError
 from xpushare.kube import KubeError
 from xpushare.soak_series import gzip_file
 
@@ -251,16 +251,21 @@ class SoakOps(Protocol):
 
 
 class K8sSoakOps:
-    """:class:`SoakOps` over a :class:`~xpushare.backends.k8s.K8sBackend` inside a case (``begin_case`` ran).
+    """:class:`SoakOps` over a Kubernetes backend inside a case (``begin_case`` ran).
 
-    Uses the backend's kubectl, master and node connections (one thread, so no concurrent use).
+    Uses the backend's kubectl, master and node connections (one thread, so no concurrent use). Raises
+    :class:`~xpushare.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
     """
 
-    def __init__(self, backend: Any, case_dir: Path) -> None:
+    def __init__(self, backend: Backend, case_dir: Path) -> None:
+        kube = backend.kubernetes()
+        if kube is None:
+            raise XpushareError(f"a soak needs Kubernetes, not a {backend.mode} backend")
         self.backend = backend
+        self.kube = kube
         self.case_dir = Path(case_dir)
         self.names = backend.names
-        self.kubectl = backend.kubectl
+        self.kubectl = kube.kubectl
 
     def scheduler_pods(self) -> list[SchedPod]:
         pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
@@ -274,16 +279,16 @@ class K8sSoakOps:
 
     def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
         out: list[NodeSample] = []
-        port = self.backend.params["metrics_port"]
+        port = self.kube.metrics_port
         for sp in pods:
-            host_name = self.backend._host_for_node(sp.node)
+            host_name = self.kube.host_for_node(sp.node)
             if host_name is None:
                 out.append(NodeSample(sp.node, error="no inventory GPU host maps to this node"))
                 continue
             url = f"http://{sp.ip}:{port}/metrics" if sp.ip else None
             argv = node_script(self.names.scheduler_binary, url, sp.pod)
             try:
-                res = self.backend._gpu_host(host_name).run(argv, timeout=60)
+                res = self.kube.gpu_host(host_name).run(argv, timeout=60)
             except TransportError as exc:
                 out.append(NodeSample(sp.node, error=exc.message))
                 continue
@@ -294,10 +299,10 @@ class K8sSoakOps:
         self.backend.start_pods(self.case_dir, specs)
 
     def poll_pods(self) -> list[PodRecord]:
-        return [self.backend._record(p) for p in self.kubectl.list_pods(self.backend.selector())]
+        return self.kube.case_pods()
 
     def delete_pods(self, timeout_s: float) -> None:
-        self.kubectl.delete(self.backend.selector(), wait=True, timeout_s=timeout_s)
+        self.kube.delete_case_pods(timeout_s)
 
     def annotate(self, pod: str, annotations: dict[str, str]) -> float:
         return float(self.backend.annotate(self.case_dir, pod, annotations))
@@ -306,32 +311,11 @@ class K8sSoakOps:
         return str(self.backend.read_log(self.case_dir, pod))
 
     def end_round(self) -> None:
-        self.backend.pods.clear()
+        self.kube.forget_pod_specs()
 
     def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
-        dest.mkdir(parents=True, exist_ok=True)
-        got: list[Path] = []
-        master = self.backend.master
-        if self.backend.stream_name:
-            start = datetime.now(timezone.utc) if since is None else datetime.fromtimestamp(since, timezone.utc)
-            log = master.stop(self.backend.stream_name)
-            local = dest / f"scheduler-{index:04d}.log"
-            try:
-                master.get(log, local)
-                got.append(gzip_file(local))
-            finally:
-                argv = self.kubectl.logs_follow_argv(self.names.scheduler_label, start, namespace=self.names.namespace)
-                master.spawn(self.backend.stream_name, argv)
-        for name in sorted(self.backend.smi_hosts):
-            host = self.backend._gpu_host(name)
-            spawn = f"{self.backend.prefix}-dmon"
-            with contextlib.suppress(TransportError):
-                log = host.stop(spawn)
-                local = dest / f"dmon-{name}-{index:04d}.txt"
-                host.get(log, local)
-                got.append(gzip_file(local))
-            host.spawn(spawn, ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
-        return got
+        start = None if since is None else datetime.fromtimestamp(since, timezone.utc)
+        return [gzip_file(p) for p in self.kube.restart_log_streams(dest, f"{index:04d}", since=start)]
 
     def harvest_previous(self, dest: Path) -> list[Path]:
         got: list[Path] = []
