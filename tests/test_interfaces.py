@@ -28,7 +28,7 @@ def _private(name: str) -> bool:
 
 def _modules(root: Path) -> dict[str, ast.Module]:
     return {p.relative_to(root.parent).as_posix(): ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
-            for p in sorted(root.rglob("*.py"))}
+            for p in sorted(root.rglob("*.py")) if p.relative_to(root).parts[0] != "data"}  # shipped scripts
 
 
 def _defined_private(tree: ast.Module) -> set[str]:

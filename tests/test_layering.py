@@ -35,7 +35,9 @@ def module_name(path: Path) -> str:
 
 def all_modules() -> dict[str, Path]:
     """Every module of the package (name -> file), ``data`` and other non-Python files aside."""
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
+    # data/ holds the scripts the tool ships to nodes (workloads), not modules of the package; __main__ runs the CLI
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))
+            if "__pycache__" not in p.parts and p.relative_to(PACKAGE).parts[0] != "data" and p.name != "__main__.py"}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
