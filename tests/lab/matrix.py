@@ -85,7 +85,7 @@ ROWS: tuple[Row, ...] = (
                                      "STAB-004")),
     Row("annotations-reread-60s", ("FUNC-012", "MET-005")),
     # STAB-002 with more pods than nodes: the lab's default rounds put one pod on each node's scheduler
-    Row("crash-on-second-client", ("FUNC-002", "PERF-008", "STAB-001", "STAB-002", "FAIL-004"),
+    Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002", "FAIL-004"),
         sets=("stab002_pods_small=2", "stab002_pods_large=4")),
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
     Row("ghost-clients", ("LEAK-004", "LEAK-005"), sets=("leak_churn_rounds=5", "leak_pods=4")),

@@ -25,7 +25,7 @@ from xpushare.judge.performance_checks import (
 )
 from xpushare.judge.quota import annotation_calls, check_dynamic_change
 from xpushare.judge.stats import rounded
-from xpushare.model import Check, Status, Verdict
+from xpushare.model import Check, Status, Verdict, combine
 
 
 def probe_points(ev: Evidence, pod: str) -> list[tuple[float, int]]:
@@ -233,11 +233,17 @@ def judge_linearity(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
     timestamps, the mean runtime. ``|ratio / c - 1| <= perf_linearity_tolerance`` (default 0.10; the bash band
     was [0.6c, 1.9c]); PERF-010's pods on separate GPUs are each their own span.
     A missing runtime fails the case (the bash divided by the pod count anyway). PERF-009 judges the
-    GPUs with >= 2 pods and is SKIP without one; PERF-010 judges every GPU and is SKIP on fewer than 2.
+    GPUs with >= 2 pods and is SKIP without one; PERF-010 judges every GPU and is SKIP on fewer than 2; but a
+    load pod that failed is FAIL before any placement is looked at (a scheduler that crashed registers too few
+    pods to show the placement, and that must not hide as SKIP).
     """
     pods = list(plan["load_pods"])
     groups = gpu_groups(ev, pods)
     placement = {g: len(ps) for g, ps in groups.items()}
+    succeeded = check_succeeded(ev, pods, "load_pods_succeeded")
+    if succeeded.ok is False:
+        status, summary = combine([succeeded], pass_summary="")
+        return Verdict(status, summary, [succeeded], dict(th), {"placement": placement}, ev.pod_files())
     if multi_card and len(groups) < 2:
         return perf_skip(ev, th, f"fewer than 2 distinct GPUs used ({placement})", metrics={"placement": placement})
     judged = groups if multi_card else {g: ps for g, ps in groups.items() if len(ps) >= 2}
@@ -245,7 +251,7 @@ def judge_linearity(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         return perf_skip(ev, th, f"no GPU shared by 2 or more pods ({placement or 'no GPU identity'})",
                      metrics={"placement": placement})
     checks, base = check_baseline(ev, th, plan["baseline_pods"])
-    checks.append(check_succeeded(ev, pods, "load_pods_succeeded"))
+    checks.append(succeeded)
     tol = float(th["perf_linearity_tolerance"])
     rows = {}
     for g, ps in judged.items():

@@ -1,5 +1,6 @@
-"""FUNC-002's lock turns: judged on real evidence of the scheduler time-slicing two clients, and of the
-``lock-never-dropped`` mutant starving one of them (tests/fixtures/evidence/README.md)."""
+"""Verdicts the broken-system matrix showed to be blind, judged on the real evidence of those runs
+(tests/fixtures/evidence/README.md): FUNC-002's lock turns (the scheduler time-slicing two clients, and the
+``lock-never-dropped`` mutant starving one of them), and PERF-009 under a crashing scheduler."""
 
 from __future__ import annotations
 
@@ -61,3 +62,13 @@ def test_a_pair_member_that_never_released_the_lock_fails(tmp_path: Path) -> Non
     thresholds = json.loads((case / "result.json").read_text())["thresholds"]
     v = engine.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
     assert v.status is Status.FAIL and "never held and released" in v.summary, v.summary
+
+
+def test_perf009_with_a_crashing_scheduler_is_fail_not_skip(tmp_path: Path) -> None:
+    """Mutant ``crash-on-second-client``: the scheduler died before most load pods registered, so no GPU is known
+    to hold two of them; the load pods failed, and that is FAIL (it used to hide as SKIP: "no GPU shared")."""
+    case = tmp_path / "perf009"
+    shutil.copytree(EVIDENCE / "k8s-perf009-crash", case)
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    v = engine.judge_case(REGISTRY["PERF-009"], case, thresholds, "k8s")
+    assert v.status is Status.FAIL and "load_pods_succeeded" in v.summary, v.summary
