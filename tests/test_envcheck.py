@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,38 @@ def test_judge_cublas_pass_and_percentages() -> None:
 def test_judge_cublas_broken(doc: dict[str, Any] | None, exit_code: int | None, status: Status, words: str) -> None:
     v = judge_cublas(doc, exit_code)
     assert v.status is status and words in v.summary
+
+
+def test_a_busy_gpu_is_error_never_a_hardware_fail() -> None:
+    """The H100 case: four leftover workloads on the GPU, 141.1 TFLOP/s = 14.3 % of nominal: ERROR, not FAIL."""
+    doc = cublas_doc((141.1, 780.0))
+    leftovers = [{"pid": 4100 + k, "name": "python3", "used_mib": 610} for k in range(4)]
+    doc["gpus"][0]["others_before"] = leftovers
+    doc["gpus"][0]["others_after"] = leftovers[:3]
+    doc["gpus"][1]["others_before"] = doc["gpus"][1]["others_after"] = []
+    v = judge_cublas(doc)
+    assert v.status is Status.ERROR and "GPU busy: pid 4100 python3 (610 MiB)" in v.summary, v.summary
+    assert not any(c.name == "gpu0_tflops" for c in v.checks) and "0" not in v.metrics["pct_of_nominal"]
+    # the idle GPU is still judged: a slow idle GPU FAILs whatever its busy neighbour did
+    doc["gpus"][1]["tflops"] = 300.0
+    assert judge_cublas(doc).status is Status.FAIL
+
+
+def test_the_node_script_lists_the_other_processes_of_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import subprocess
+
+    from xpushare.data import workloads_dir
+
+    spec = importlib.util.spec_from_file_location("cublas_bf16", workloads_dir() / "envcheck" / "cublas_bf16.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    smi = ("GPU-aaa, 4101, python3, 610\nGPU-bbb, 4102, python3, 700\n"
+           f"GPU-aaa, {os.getpid()}, python3, 900\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, smi, ""))
+    assert script.other_processes("GPU-aaa") == [{"pid": 4101, "name": "python3", "used_mib": 610}]
+    assert script.other_processes(None) is None
 
 
 def test_judge_cublas_cpu_and_unknown_model_are_not_judged_against_a_nominal() -> None:

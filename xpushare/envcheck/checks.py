@@ -261,7 +261,9 @@ def judge_cublas(doc: Mapping[str, Any] | None, *, exit_code: int | None, nomina
     Per GPU: ``gpu<i>_correct`` (product matches the fp32 reference, no error) and, on CUDA with a nominal
     figure, ``gpu<i>_tflops``: measured >= ``min_pct`` % of ``nominal_tflops``. Metrics: ``tflops`` and
     ``pct_of_nominal`` per GPU index, ``min_tflops``. SKIP when the script reported ``skipped``; ERROR
-    without a document.
+    without a document. A GPU other processes used just before or after its measurement (``others_before`` /
+    ``others_after``) gets ``gpu<i>_idle``, unevaluable: the node is ERROR ("GPU busy: ..."), never FAIL, since
+    a figure from a shared GPU says nothing about the hardware.
     """
     thresholds = {"min_pct": min_pct, "nominal_tflops": nominal_tflops, "nominal_source": nominal_source}
     if doc is None:
@@ -280,10 +282,16 @@ def judge_cublas(doc: Mapping[str, Any] | None, *, exit_code: int | None, nomina
         detail = row.get("error") or (f"max relative error {row.get('max_rel_err')}" if not row.get("ok") else "")
         checks.append(Check(f"gpu{i}_correct", "C[:64,:64] == fp32 reference (rel err < 0.02)",
                             {"max_rel_err": row.get("max_rel_err")}, bool(row.get("ok")), detail))
+        others = [p for key in ("others_before", "others_after") for p in (row.get(key) or [])]
+        if others:
+            busy = ", ".join(sorted({f"pid {p.get('pid')} {p.get('name')} ({p.get('used_mib')} MiB)" for p in others}))
+            checks.append(Check(f"gpu{i}_idle", "no other compute process on the GPU while it was measured",
+                                {"others_before": row.get("others_before"), "others_after": row.get("others_after")},
+                                None, f"GPU busy: {busy}"))
         if tflops is None:
             continue
         metrics["tflops"][str(i)] = round(float(tflops), 1)
-        if cuda and nominal_tflops:
+        if cuda and nominal_tflops and not others:
             pct = 100.0 * float(tflops) / nominal_tflops
             metrics["pct_of_nominal"][str(i)] = round(pct, 1)
             checks.append(Check(f"gpu{i}_tflops", f"tflops >= {min_pct:g}% of {nominal_tflops:g}",

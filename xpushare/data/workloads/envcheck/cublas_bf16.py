@@ -14,14 +14,21 @@ timing): a smoke test of the plumbing, not a GPU figure.
 
 Output: one JSON document between ``@@xpushare-envcheck-begin cublas`` / ``@@xpushare-envcheck-end
 cublas`` lines on stdout: schema, device, dtype, n, warmup, iters, torch, skipped, errors, gpus
-[{index, name, ms_per_iter, tflops, max_rel_err, ok}]. Exit status 1 when a GPU failed or its result
-was wrong, else 0. Needs ``torch``.
+[{index, name, uuid, ms_per_iter, tflops, max_rel_err, ok, others_before, others_after}]. Exit status 1 when a
+GPU failed or its result was wrong, else 0. Needs ``torch``.
+
+``others_before`` / ``others_after``: the compute processes other than this one on the GPU just before and just
+after its measurement (``nvidia-smi --query-compute-apps``: ``[{pid, name, used_mib}]``; None when nvidia-smi
+could not tell): a figure measured on a GPU others were using says nothing about the hardware, and the
+judgment makes it ERROR ("GPU busy"), never FAIL.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 import traceback
@@ -36,6 +43,37 @@ CHECK_BLOCK = 64
 def emit(doc: dict[str, Any]) -> None:
     sys.stdout.write(f"{BEGIN} cublas\n{json.dumps(doc, indent=1, sort_keys=True)}\n{END} cublas\n")
     sys.stdout.flush()
+
+
+def other_processes(uuid: str | None) -> list[dict[str, Any]] | None:
+    """Compute processes on the GPU ``uuid`` (``GPU-...``) other than this one, from nvidia-smi; None when it
+    cannot be asked (no nvidia-smi, no UUID, an error)."""
+    if not uuid:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    found = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or parts[0] != uuid or not parts[1].isdigit() or int(parts[1]) == os.getpid():
+            continue
+        found.append({"pid": int(parts[1]), "name": parts[2],
+                      "used_mib": int(parts[3]) if parts[3].isdigit() else None})
+    return found
+
+
+def gpu_uuid(torch: Any, index: int) -> str | None:
+    """``GPU-<uuid>`` of CUDA device ``index`` as nvidia-smi names it, or None when torch cannot tell."""
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
 
 
 def measure(torch: Any, device: Any, *, n: int, dtype: Any, warmup: int, iters: int) -> dict[str, float]:
@@ -113,9 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"index": index, "name": name}
         try:
             if use_cuda:  # events and the products must use this GPU's current stream
+                row["uuid"] = gpu_uuid(torch, index)
+                row["others_before"] = other_processes(row["uuid"])
                 torch.cuda.set_device(device)
             row.update(measure(torch, device, n=args.n, dtype=dtype, warmup=args.warmup, iters=args.iters))
             row["ok"] = row["max_rel_err"] < args.max_rel_err
+            if use_cuda:
+                row["others_after"] = other_processes(row.get("uuid"))
         except Exception as exc:  # one broken GPU must not hide the others
             row.update({"ms_per_iter": None, "tflops": None, "max_rel_err": None, "ok": False,
                         "error": f"{type(exc).__name__}: {exc}"})
