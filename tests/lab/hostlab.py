@@ -119,6 +119,8 @@ class HostLab:
         gpu_memory_bytes, gpu_flops, gpu_bandwidth: each simulated GPU's memory and speeds.
         sut_src: the SUT tree to build (None: :func:`tests.lab.sut.default_source`).
         scheduler_env: extra scheduler environment (``XPUSHARE_COMPUTE_WINDOW_MS`` ...).
+        start_schedulers: False leaves the hosts without a scheduler, for ``invoke deploy`` to install one
+            (:meth:`deploy_inventory`).
 
     Use as a context manager, or :meth:`start` and :meth:`stop`. Only processes of this lab are signalled:
     its sshd listeners (:class:`SshLab`), its schedulers, and whatever runs in its hosts' namespaces.
@@ -127,7 +129,7 @@ class HostLab:
     def __init__(self, workdir: Path, *, nodes: tuple[str, ...] = ("hl-node1", "hl-node2"), gpus: int = 1,
                  base_address: str = "127.0.70.1", gpu_memory_bytes: int = 16 * GiB, gpu_flops: float = 1e12,
                  gpu_bandwidth: float = 1e9, sut_src: str | os.PathLike[str] | None = None,
-                 scheduler_env: dict[str, str] | None = None) -> None:
+                 scheduler_env: dict[str, str] | None = None, start_schedulers: bool = True) -> None:
         self.workdir = Path(workdir).absolute()
         self.node_names = nodes
         self.gpus = gpus
@@ -138,6 +140,7 @@ class HostLab:
         self.sut = build_sut(sut_src)
         self.simgpu = build_simgpu()
         self.scheduler_env = dict(scheduler_env or {})
+        self.start_schedulers = start_schedulers
         self.ssh: SshLab | None = None
         self.nodes: dict[str, HostNode] = {}
 
@@ -184,7 +187,8 @@ class HostLab:
         self._own_home(node, self.ssh.workdir / "hosts" / name / "home")
         self.ssh.add_host(name, address, wrap=lambda argv: ns.enter(argv, cwd=directory),
                           session_env=self.session_env(node))
-        self.start_scheduler(name)
+        if self.start_schedulers:
+            self.start_scheduler(name)
 
     def stop(self) -> None:
         """Stop the schedulers, the sshd hosts and every process left in the hosts' namespaces. Idempotent."""
@@ -343,6 +347,21 @@ class HostLab:
             "params": {"workload_args": {"w5_quota_probe": ["--n", "1024"]}, "pod_timeout_s": 120,
                        **(params or {})},
         }}}
+
+    def deploy_inventory(self, *, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """:meth:`inventory` for ``invoke deploy`` (a lab of one host): the SUT installed under the host's
+        directory, the scheduler run by deploy's supervisor with its metrics on the host's address."""
+        assert len(self.nodes) == 1, "deploy's paths are per cluster: use a lab of one host"
+        data = self.inventory(params=params)
+        node = next(iter(self.nodes.values()))
+        root = node.directory / "deployed"
+        cluster = data["clusters"][CLUSTER]
+        cluster["sut_lib"] = str(root / "lib" / "libxpushare.so")
+        cluster["scheduler"] = {"binary": str(root / "bin" / "xpushare-scheduler"),
+                                "log_file": str(root / "scheduler.log"), "state_dir": str(root / "state"),
+                                "metrics_url": node.metrics_url,
+                                "env": {"XPUSHARE_DEBUG": "1", **self.scheduler_env}}
+        return data
 
     def write_inventory(self, path: Path, **kw: Any) -> Path:
         path.write_text(yaml.safe_dump(self.inventory(**kw), sort_keys=False), encoding="utf-8")
