@@ -174,7 +174,7 @@ def test_find_cycles_reports_the_closing_path() -> None:
 #: What the judge layer may import: itself and the layers below it (evidence and its formats, parsers,
 #: the model, the pod record). Never a case, the engine, a feature (soak, metrics_check ...) or a backend.
 JUDGE_MAY_IMPORT = ("xpushare.judge", "xpushare.evidence", "xpushare.model", "xpushare.collect",
-                    "xpushare.client_match", "xpushare.backends.base", "xpushare.soak_series")
+                    "xpushare.evidence.client_match", "xpushare.backends.base", "xpushare.evidence.soak_series")
 
 
 def test_judge_imports_only_lower_layers() -> None:

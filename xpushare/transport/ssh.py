@@ -1,0 +1,270 @@
+"""A :class:`~xpushare.transport.base.Host` over SSH: one reused Fabric connection, typed failures, host-key policies.
+
+Host-key policy (inventory ``host_key_policy``): ``strict`` accepts only keys already in known_hosts;
+``accept-new`` (default) remembers unknown hosts and refuses changed keys, like OpenSSH's
+``StrictHostKeyChecking=accept-new``; ``ignore`` accepts anything and warns once. Fabric's own default
+(paramiko ``AutoAddPolicy``, no known_hosts) is replaced on every connection.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shlex
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+from fabric.runners import Remote
+from invoke.exceptions import CommandTimedOut
+
+from xpushare.inventory.schema import SshOptions
+from xpushare.model.errors import (
+    CommandFailed,
+    CommandTimeout,
+    ConnectionLost,
+    HostKeyMismatch,
+    HostUnreachable,
+    TransportError,
+)
+from xpushare.transport.base import CommandResult, Host, env_argv, read_in_memory_stdin
+
+
+class _BulkRemote(Remote):
+    """Fabric's remote runner reading 64 KiB at a time (the default 1000-byte reads cost ~1 s per MB)."""
+
+    read_chunk_size = 65536
+    read_our_stdin = read_in_memory_stdin
+
+
+
+_known_hosts_lock = threading.Lock()
+_ignore_warned = False
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Remember an unknown host's key in the known_hosts file (changed keys never reach a policy)."""
+
+    def __init__(self, known_hosts: Path) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _known_hosts_lock:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with self.known_hosts.open("a", encoding="ascii") as fh:
+                fh.write(line)
+
+
+class _StrictPolicy(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise paramiko.SSHException(f"host key for {hostname} is not in known_hosts (host_key_policy: strict)")
+
+
+class _IgnorePolicy(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        global _ignore_warned
+        if not _ignore_warned:
+            _ignore_warned = True
+            print(
+                "warning: host_key_policy 'ignore': host keys are not checked (man-in-the-middle possible)",
+                file=sys.stderr,
+            )
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    return isinstance(
+        exc,
+        (
+            socket.error,
+            socket.timeout,
+            EOFError,
+            paramiko.ssh_exception.NoValidConnectionsError,
+            paramiko.SSHException,
+        ),
+    )
+
+
+class SshHost(Host):
+    """A host reached over SSH with one reused Fabric connection (opened lazily, re-opened after a drop)."""
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        ssh: SshOptions,
+        *,
+        spawn_dir: str = ".xpushare/spawn",
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.name = name
+        self.target = target
+        self.ssh = ssh
+        self._spawn_dir = spawn_dir
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._conn: Connection | None = None
+
+    @property
+    def spawn_dir(self) -> str:
+        return self._spawn_dir
+
+    def _new_connection(self) -> Connection:
+        opts = self.ssh
+        overrides = {"runners": {"remote": _BulkRemote}}
+        if opts.ssh_config:
+            config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides)
+        else:
+            config = Config(overrides=overrides)
+        connect_kwargs: dict[str, object] = {
+            "banner_timeout": opts.connect_timeout,
+            "auth_timeout": opts.connect_timeout,
+        }
+        if opts.identity:
+            key = os.path.expanduser(opts.identity)
+            if os.path.exists(key):
+                connect_kwargs["key_filename"] = [key]
+        conn = Connection(
+            self.target,
+            user=opts.user,
+            port=opts.port,
+            config=config,
+            connect_timeout=int(max(1, opts.connect_timeout)),
+            connect_kwargs=connect_kwargs,
+        )
+        client = conn.client
+        policy = opts.host_key_policy
+        known = Path(os.path.expanduser(opts.known_hosts))
+        if policy != "ignore" and known.exists():
+            try:
+                client.load_host_keys(str(known))
+            except (OSError, paramiko.SSHException) as exc:
+                raise TransportError(self.name, f"cannot read known_hosts {known}: {exc}") from None
+        if policy == "strict":
+            client.set_missing_host_key_policy(_StrictPolicy())
+        elif policy == "ignore":
+            client.set_missing_host_key_policy(_IgnorePolicy())
+        else:
+            client.set_missing_host_key_policy(_AcceptNewPolicy(known))
+        return conn
+
+    def connection(self) -> Connection:
+        """The open connection, connecting (with retries, backoff and jitter) when needed.
+
+        Raises :class:`HostKeyMismatch` at once (never retried), :class:`HostUnreachable` after the
+        configured ``connect_retries``.
+        """
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return self._conn
+            if self._conn is not None:
+                self._conn.close()
+            attempts = max(1, self.ssh.connect_retries)
+            last: BaseException | None = None
+            for attempt in range(attempts):
+                conn = self._new_connection()
+                try:
+                    conn.open()
+                except paramiko.BadHostKeyException as exc:
+                    conn.close()
+                    raise HostKeyMismatch(
+                        self.name,
+                        f"host key changed for {exc.hostname} (expected {exc.expected_key.get_base64()[:16]}..., "
+                        f"got {exc.key.get_base64()[:16]}...); refusing to connect",
+                    ) from None
+                except paramiko.AuthenticationException as exc:
+                    conn.close()
+                    raise HostUnreachable(self.name, f"authentication failed: {exc}") from None
+                except Exception as exc:
+                    conn.close()
+                    if "not in known_hosts" in str(exc):
+                        raise HostKeyMismatch(self.name, str(exc)) from None
+                    if not _is_unreachable(exc):
+                        raise
+                    last = exc
+                    if attempt + 1 < attempts:
+                        self._sleep(min(8.0, 0.5 * 2**attempt) + random.uniform(0, 0.5))
+                    continue
+                transport = conn.transport
+                if transport is not None and self.ssh.keepalive_s:
+                    transport.set_keepalive(int(max(1, self.ssh.keepalive_s)))
+                self._conn = conn
+                return conn
+            detail = str(last) or type(last).__name__
+            raise HostUnreachable(self.name, f"cannot connect to {self.target} after {attempts} attempt(s): {detail}")
+
+    def _drop(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        conn = self.connection()
+        line = shlex.join(env_argv(argv, env))
+        start = time.monotonic()
+        try:
+            res = conn.run(
+                line,
+                hide=True,
+                warn=True,
+                timeout=timeout,
+                in_stream=io.StringIO(stdin) if stdin is not None else False,
+                encoding="utf-8",
+            )
+        except CommandTimedOut:
+            self._drop()  # the channel was closed under a possibly stalled transport: start afresh
+            raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._drop()
+            raise ConnectionLost(self.name, f"connection lost during {argv[0]!r}: {exc}") from None
+        assert res is not None
+        if res.exited == -1 or not conn.is_connected:
+            # The channel closed without an exit status: the session or the connection died.
+            self._drop()
+            raise ConnectionLost(self.name, f"connection lost during {argv[0]!r} (no exit status)")
+        result = CommandResult(
+            self.name, tuple(argv), res.stdout, res.stderr, res.exited, time.monotonic() - start
+        )
+        if check and not result.ok:
+            raise CommandFailed(self.name, list(argv), result.exit_code, result.stderr)
+        return result
+
+    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        conn = self.connection()
+        parent = os.path.dirname(remote)
+        if parent:
+            self.run(["mkdir", "-p", parent], timeout=30, check=True)
+        try:
+            conn.put(str(local), remote)
+        except (OSError, paramiko.SSHException) as exc:
+            raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
+
+    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+        conn = self.connection()
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn.get(remote, str(local))
+        except (OSError, paramiko.SSHException) as exc:
+            raise TransportError(self.name, f"get {remote} -> {local}: {exc}") from None
+
+    def close(self) -> None:
+        self._drop()
+
+
+
