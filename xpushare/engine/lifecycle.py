@@ -28,6 +28,7 @@ from xpushare.report import artifacts
 
 
 def utc_now() -> datetime:
+    """Now, timezone-aware UTC (the times in run.json and result.json)."""
     return datetime.now(timezone.utc)
 
 
@@ -165,6 +166,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
 
 
 def jsonable(value: Any) -> Any:
+    """``value`` with dict keys as strings, tuples as lists and anything not JSON as its ``str``."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -1,6 +1,6 @@
-"""Run reports rebuilt from the stored ``result.json`` files alone (so ``invoke report --run-id X`` works offline).
+"""Counting, the TSV summaries and the release decision of a run, from its stored ``result.json`` records.
 
-:func:`build` writes into the run directory:
+:func:`xpushare.report.build.build` writes into the run directory:
 
 * ``case-summary.tsv``: ``cluster suite case_id status summary case_log_dir``, one row per case (latest
   attempt), ``case_log_dir`` relative to the run directory.
@@ -159,11 +159,13 @@ def cell_text(value: Any) -> str:
 
 
 def record_duration(record: Result) -> float:
+    """The record's ``duration_s`` in seconds; 0.0 when missing or not a finite number."""
     d = record.get("duration_s")
     return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else 0.0
 
 
 def failure_text(record: Result) -> str:
+    """The failed checks of a record, one line each, its error, case dir and evidence files (JUnit and Markdown)."""
     lines = []
     for c in record.get("checks") or []:
         if isinstance(c, Mapping) and c.get("ok") is not True:
@@ -201,6 +203,7 @@ def default_required(results: Iterable[Result]) -> set[str]:
 
 
 def case_where(r: Result) -> str:
+    """``cluster/suite/case_id`` of a record."""
     return f"{r['cluster']}/{r['suite']}/{r['case_id']}"
 
 

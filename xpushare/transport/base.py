@@ -1,4 +1,7 @@
-"""Transport: one :class:`Host` interface over SSH (Fabric ``Connection``) and over this machine (invoke).
+"""Transport: the :class:`Host` interface (run, put, get, spawn, stop), :class:`CommandResult` and :func:`env_argv`.
+
+Implementations: :mod:`~xpushare.transport.local` (this machine, invoke) and :mod:`~xpushare.transport.ssh`
+(Fabric ``Connection``); :func:`xpushare.transport.hosts.connect` picks one for an inventory host.
 
 Every command is given as an argv list and quoted once with :func:`shlex.join`; no caller builds shell
 strings from user-controlled values. Failures are typed (:mod:`xpushare.model.errors`):
@@ -9,11 +12,6 @@ strings from user-controlled values. Failures are typed (:mod:`xpushare.model.er
   stalls: the client-side timer closes the channel);
 * :class:`~xpushare.model.errors.ConnectionLost` -- the connection broke mid-command; the next call reconnects;
 * :class:`~xpushare.model.errors.CommandFailed` -- non-zero exit with ``check=True``.
-
-Host-key policy (inventory ``host_key_policy``): ``strict`` accepts only keys already in known_hosts;
-``accept-new`` (default) remembers unknown hosts and refuses changed keys, like OpenSSH's
-``StrictHostKeyChecking=accept-new``; ``ignore`` accepts anything and warns once. Fabric's own default
-(paramiko ``AutoAddPolicy``, no known_hosts) is replaced on every connection.
 """
 
 from __future__ import annotations
@@ -157,6 +155,7 @@ def _check_spawn_name(name: str) -> None:
 
 
 def read_in_memory_stdin(runner: Any, input_: Any) -> str | None:
+    """The ``read_our_stdin`` of the bulk runners (:mod:`~xpushare.transport.local`, :mod:`~xpushare.transport.ssh`)."""
     # invoke reads stdin one byte per 10 ms poll (a 700-byte manifest took ~7 s); our stdin is always
     # an in-memory string, so hand it over in large pieces.
     if isinstance(input_, io.StringIO):

@@ -1,4 +1,4 @@
-"""kubectl wrapper: argv building, typed errors, and typed views parsed from ``kubectl -o json``.
+"""kubectl wrapper: argv building, typed errors, and the typed views of :mod:`~xpushare.transport.kube_objects`.
 
 Every call runs the real ``kubectl`` on the cluster's master host through a transport ``host``
 (:mod:`xpushare.transport.base`: ``host.run(argv, timeout=, stdin=)`` returning a ``CommandResult``). The
@@ -10,8 +10,8 @@ argv always starts with the cluster's connection flags, so nothing depends on th
 (``--kubeconfig``/``--context`` only when the inventory names them). Every call counts in
 :attr:`Kubectl.calls` (reported per case as "kubectl calls").
 
-Views (:class:`Pod`, :class:`Node`, :class:`DaemonSetStatus`) are frozen dataclasses with times as
-timezone-aware UTC ``datetime`` (Kubernetes writes whole seconds) and the original JSON in ``raw``.
+Views (:class:`~xpushare.transport.kube_objects.Pod`, ``Node``, ``DaemonSetStatus``) are parsed from
+``kubectl -o json`` by :mod:`~xpushare.transport.kube_objects`.
 
 Errors: a non-zero exit becomes :class:`KubeError` (with the argv, stderr and exit code), or a subclass
 picked from kubectl's stderr: :class:`KubeNotFound` (``Error from server (NotFound)``),
