@@ -1,4 +1,4 @@
-"""Plots (xpushare/plots.py): PNG files in the case dir, linked from run-report.md; without matplotlib a note,
+"""Plots (xpushare/report/plots.py): PNG files in the case dir, linked from run-report.md; without matplotlib a note,
 never a crash."""
 
 from __future__ import annotations
