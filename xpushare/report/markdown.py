@@ -32,7 +32,7 @@ from xpushare.report.summaries import (
 
 def md_escape(value: Any) -> str:
     """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, newlines as ``<br>``,
-    other control characters escaped (:func:`~xpushare.artifacts.show_controls`)."""
+    other control characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
     text = "" if value is None else str(value)
     text = text.replace("\\", "\\\\").replace("|", "\\|")
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
