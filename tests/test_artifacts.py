@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from xpushare import artifacts
-from xpushare.model import Check, Status
+from xpushare.model.verdict import Check, Status
+from xpushare.report import artifacts
 
 
 def make_record(cluster: str = "c1", suite: str = "functional", case_id: str = "FUNC-001", **kw: Any) -> dict:

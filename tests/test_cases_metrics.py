@@ -25,20 +25,27 @@ import pytest
 
 from tests.test_judge_metrics import GIB, page
 from tests.test_metrics_check import IDLE, UUID
-from xpushare import engine
 from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
-from xpushare.evidence import Evidence
-from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec
+from xpushare.engine import lifecycle, plan
+from xpushare.evidence.metrics_target import (
+    ScrapeTarget,
+    capture_text,
+    scrape_loop,
+    spawn_name,
+    timed,
+    timed_curl_fetcher,
+)
+from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
+from xpushare.inventory.sut import sut_names
 from xpushare.judge import metrics as jm
 from xpushare.judge import quantity, thresholds
 from xpushare.metrics_check import FetchError
-from xpushare.metrics_target import ScrapeTarget, capture_text, scrape_loop, spawn_name, timed, timed_curl_fetcher
-from xpushare.model import Status, Verdict
-from xpushare.sut import sut_names
-from xpushare.transport import LocalHost
+from xpushare.model.verdict import Status, Verdict
+from xpushare.transport.local import LocalHost
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = "node-a"
@@ -252,7 +259,7 @@ def act_and_judge(case_id: str, backend: Any, cluster: ClusterSpec, tmp_path: Pa
     run = CaseRun(case_id, case_dir, backend, cluster, params)
     assert case.act is not None
     case.act(run)
-    verdict = engine.judge_case(case, case_dir, params)
+    verdict = lifecycle.judge_case(case, case_dir, params)
     plan = json.loads((case_dir / "plan.json").read_text())
     return verdict, plan, case_dir
 
@@ -278,7 +285,7 @@ def test_every_met_case_is_registered_with_its_thresholds() -> None:
         assert ("kubernetes" in case.requires) is (cid not in ("MET-001", "MET-002", "MET-007")), cid
     assert REGISTRY["MET-007"].params["met007_duration_s"] == 120.0
     assert REGISTRY["MET-005"].params["met005_max_latency_s"] == 15.0
-    assert engine.select(suites=("met",), case_ids=(), playbook=None).cases == [REGISTRY[c] for c in CASES]
+    assert plan.select(suites=("met",), case_ids=(), playbook=None).cases == [REGISTRY[c] for c in CASES]
 
 
 def test_met008_size_fills_the_gpu() -> None:
@@ -450,7 +457,7 @@ def test_met003_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     params = params_for("MET-003", met003_require_nvml=True)  # a GPU cluster needs the NVML cross-check
     sampler_rows = (case_dir / "sampler" / f"{NODE}_procs.csv")
     if not (sampler_rows.exists() and sampler_rows.read_text().count("\n") > 1):
-        assert engine.judge_case(REGISTRY["MET-003"], case_dir, params).status is Status.ERROR
+        assert lifecycle.judge_case(REGISTRY["MET-003"], case_dir, params).status is Status.ERROR
     state.gpu_used = 0.0
     v, _, _ = act_and_judge("MET-003", backend, k8s_cluster(), tmp_path / "b")
     assert v.status is Status.FAIL and "gpu_used_positive" in v.summary
@@ -572,4 +579,4 @@ def test_rejudge_offline_with_other_thresholds(k8s: tuple[FakeExporter, FakeK8sB
     state.gpu_used = 14 * GIB
     _, _, case_dir = act_and_judge("MET-008", backend, k8s_cluster(), tmp_path)
     params = params_for("MET-008", met008_alert_ratio=0.9)
-    assert engine.judge_case(REGISTRY["MET-008"], case_dir, params).status is Status.FAIL
+    assert lifecycle.judge_case(REGISTRY["MET-008"], case_dir, params).status is Status.FAIL

@@ -33,10 +33,10 @@ def test_scopes_select_suites_or_cases() -> None:
 def test_a_suite_task_hands_the_engine_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
     from invoke import Context
 
-    from xpushare import engine
+    from xpushare.engine import driver
 
-    seen: list[engine.RunRequest] = []
-    monkeypatch.setattr(engine, "run", lambda request: seen.append(request) or 0)
+    seen: list[driver.RunRequest] = []
+    monkeypatch.setattr(driver, "run", lambda request: seen.append(request) or 0)
     fail(Context(), "c1", allow_disruptive=True, set_=["x=1"], root="/r")
     fail(Context(), "c1", case=["FAIL-002"])
     matrix(Context(), "local", suite=["func"], case=["PERF-001"])

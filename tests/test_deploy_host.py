@@ -15,11 +15,12 @@ import pytest
 from tests.lab.build import BuildError, require_tools
 from tests.lab.sshd import free_port
 from tests.lab.sut import default_source
-from xpushare import inventory
 from xpushare.deploy import host as host_sut
 from xpushare.deploy import run_on_cluster
-from xpushare.errors import UsageError
-from xpushare.transport import CommandResult, LocalHost
+from xpushare.inventory import schema
+from xpushare.model.errors import UsageError
+from xpushare.transport.base import CommandResult
+from xpushare.transport.local import LocalHost
 
 
 def cluster_text(root: Path, port: int, extra: str = "") -> str:
@@ -41,7 +42,7 @@ clusters:
 
 
 def test_layout_names_every_missing_setting_with_an_example() -> None:
-    bare = inventory.parse("clusters:\n  bm1:\n    mode: host\n    hosts:\n"
+    bare = schema.parse("clusters:\n  bm1:\n    mode: host\n    hosts:\n"
                            "      box: {connection: local, roles: [gpu]}\n")
     with pytest.raises(UsageError) as exc:
         host_sut.HostSutLayout.of(bare.cluster("bm1"))
@@ -49,16 +50,16 @@ def test_layout_names_every_missing_setting_with_an_example() -> None:
     assert "\n" not in message
     for key in ("sut_lib", "scheduler.binary", "scheduler.log_file", "scheduler.metrics_url", "scheduler.state_dir"):
         assert key in message
-    relative = inventory.parse(cluster_text(Path("/x"), 9402).replace("/x/state", "state"))
+    relative = schema.parse(cluster_text(Path("/x"), 9402).replace("/x/state", "state"))
     with pytest.raises(UsageError, match=r"scheduler\.state_dir must be absolute"):
         host_sut.HostSutLayout.of(relative.cluster("bm1"))
-    no_port = inventory.parse(cluster_text(Path("/x"), 9402).replace("http://127.0.0.1:9402", "http://127.0.0.1"))
+    no_port = schema.parse(cluster_text(Path("/x"), 9402).replace("http://127.0.0.1:9402", "http://127.0.0.1"))
     with pytest.raises(UsageError, match="HOST:PORT"):
         host_sut.HostSutLayout.of(no_port.cluster("bm1"))
 
 
 def test_layout_starts_the_scheduler_with_metrics_on_and_the_inventory_env() -> None:
-    layout = host_sut.HostSutLayout.of(inventory.parse(cluster_text(Path("/opt/x"), 9500)).cluster("bm1"))
+    layout = host_sut.HostSutLayout.of(schema.parse(cluster_text(Path("/opt/x"), 9500)).cluster("bm1"))
     env = layout.scheduler_env()
     assert env["XPUSHARE_METRICS_ENABLE"] == "1" and env["XPUSHARE_METRICS_ADDR"] == "127.0.0.1:9500"
     assert env["XPUSHARE_DEBUG"] == "1" and layout.ctl == "/opt/x/bin/xpusharectl"
@@ -85,7 +86,7 @@ def test_missing_build_tools_are_named_in_one_line(tmp_path: Path) -> None:
         def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:
             return super().run(["env", f"PATH={bin_dir}", *argv], **kw)
 
-    layout = host_sut.HostSutLayout.of(inventory.parse(cluster_text(tmp_path, 9402)).cluster("bm1"))
+    layout = host_sut.HostSutLayout.of(schema.parse(cluster_text(tmp_path, 9402)).cluster("bm1"))
     with pytest.raises(host_sut.DeployError) as exc:
         host_sut.build_and_install(BareHost("bare"), layout, tmp_path / "unused.tar.gz")
     assert str(exc.value).startswith("bare: cannot build the SUT: missing gcc, make")
@@ -103,7 +104,7 @@ def test_deploy_runs_the_real_scheduler_and_undeploy_removes_it(tmp_path: Path) 
         pytest.skip("the real scheduler's socket directory /var/run/xpushare needs root")
     root = tmp_path / "inst"
     port = free_port("127.0.0.1")
-    cluster = inventory.parse(cluster_text(root, port)).cluster("bm1")
+    cluster = schema.parse(cluster_text(root, port)).cluster("bm1")
     layout = host_sut.HostSutLayout.of(cluster)
     out = io.StringIO()
     try:

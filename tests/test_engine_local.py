@@ -144,8 +144,8 @@ def test_a_signal_harvests_cleans_up_exits_128_plus_it_and_resumes(tmp_path: Pat
 
 
 def test_resolve_run_id_validates_and_needs_an_id_to_resume() -> None:
-    from xpushare.engine import resolve_run_id
-    from xpushare.errors import UsageError
+    from xpushare.engine.driver import resolve_run_id
+    from xpushare.model.errors import UsageError
 
     assert resolve_run_id("r1", resume=True, what="soak") == "r1"
     assert len(resolve_run_id(None, resume=False, what="run")) == len("20261121-101010")

@@ -17,10 +17,10 @@ import yaml
 
 from xpushare.envcheck import checks, fleet, manifests, runner
 from xpushare.envcheck.nominal import lookup
-from xpushare.errors import UsageError
-from xpushare.inventory import local_cluster
-from xpushare.model import Status, Verdict
-from xpushare.status import ExitStatus
+from xpushare.inventory.schema import local_cluster
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Status, Verdict
 
 MIB = 1 << 20
 TOPO_NV = ("\x1b[4m\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"

@@ -28,9 +28,9 @@ from tests.lab.cluster import LabCluster
 from tests.lab.sshd import SshLab
 from xpushare.envcheck import envcheck_task
 from xpushare.envcheck.manifests import APP, LABEL_APP
-from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.kube import Kubectl
-from xpushare.status import ExitStatus
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.kubectl import Kubectl
 
 pytest_plugins = ["tests.lab.fixtures"]
 pytestmark = pytest.mark.lab

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from xpushare.envcheck import checks, envcheck_task
-from xpushare.errors import UsageError
-from xpushare.status import ExitStatus
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "workloads" / "envcheck"

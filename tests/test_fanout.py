@@ -8,13 +8,14 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from xpushare import adhoc, inventory
-from xpushare.errors import HostUnreachable, UsageError
-from xpushare.facts import parse_facts
-from xpushare.fanout import HostOutcome, fan_out, fold_names
-from xpushare.selection import select_hosts
-from xpushare.status import ExitStatus
-from xpushare.transport import CommandResult, Host
+from xpushare import adhoc
+from xpushare.evidence.facts import parse_facts
+from xpushare.inventory import schema
+from xpushare.inventory.selection import select_hosts
+from xpushare.model.errors import HostUnreachable, UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.base import CommandResult, Host
+from xpushare.transport.fanout import HostOutcome, fan_out, fold_names
 
 
 class FakeHost(Host):
@@ -96,14 +97,14 @@ def test_identical_outputs_fold_and_failures_are_reported_per_host() -> None:
 
 
 def test_exit_status_counts_errors_as_failures() -> None:
-    from xpushare.errors import CommandTimeout
+    from xpushare.model.errors import CommandTimeout
 
     outcomes: list[HostOutcome[object]] = [HostOutcome("a", error=CommandTimeout("a", "timed out"))]
     assert adhoc.exit_status_of(outcomes, [False]) == ExitStatus.FAILED
 
 
 def test_select_hosts_by_role_and_limit() -> None:
-    inv = inventory.parse(
+    inv = schema.parse(
         """
 clusters:
   c1:

@@ -34,7 +34,9 @@ from xpushare import metrics_check as mc
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord, PodSpec, write_pod_records
 from xpushare.backends.host import _POLL, _WRAPPER
 from xpushare.cases import REGISTRY
-from xpushare.client_match import (
+from xpushare.collect import scheduler_log
+from xpushare.collect.metrics import parse_exposition
+from xpushare.evidence.client_match import (
     KEY_HOST_PID,
     KEY_POD,
     ClientMatch,
@@ -44,12 +46,10 @@ from xpushare.client_match import (
     registrations_of,
     workload_labels,
 )
-from xpushare.collect import scheduler_log
-from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence import SOURCE_RECORDED, SOURCE_REGISTRATION, Evidence, write_gpu_mapping
+from xpushare.evidence.store import SOURCE_RECORDED, SOURCE_REGISTRATION, Evidence, write_gpu_mapping
 from xpushare.judge import metrics as jm
-from xpushare.model import Status
-from xpushare.transport import LocalHost
+from xpushare.model.verdict import Status
+from xpushare.transport.local import LocalHost
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 SCHED_LOG = (SAMPLES / "scheduler.log").read_text(encoding="utf-8")

@@ -59,16 +59,16 @@ import pytest
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
-from xpushare import inventory
 from xpushare import metrics_check as mc
 from xpushare.backends.base import PodSpec
 from xpushare.backends.host import HostBackend
-from xpushare.client_match import client_match, matched_clients, registrations_of
 from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
-from xpushare.evidence import Evidence, write_gpu_mapping
-from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
-from xpushare.status import ExitStatus
+from xpushare.evidence.client_match import client_match, matched_clients, registrations_of
+from xpushare.evidence.store import Evidence, write_gpu_mapping
+from xpushare.inventory import schema
+from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
+from xpushare.model.exit_status import ExitStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = "hl-node1"  # the first GPU host: its scheduler is the inventory's
@@ -238,7 +238,7 @@ def test_metrics_check_matches_probes_by_host_pid(host_lab: HostLab, inventory_f
 def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inventory_file: Path,
                                                           tmp_path: Path) -> None:
     wait_idle(host_lab)
-    cluster = inventory.load(inventory_file).cluster(CLUSTER)
+    cluster = schema.load(inventory_file).cluster(CLUSTER)
     backend = HostBackend(cluster)
     args = ("--n", "1024", "--duration-s", "60", "--interval-s", "1", "--no-progress")
     specs = [PodSpec("probe-a", "w5_quota_probe", args=args, node=NODE),

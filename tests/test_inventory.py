@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from xpushare import inventory
-from xpushare.errors import InventoryError
-from xpushare.status import ExitStatus
+from xpushare.inventory import schema
+from xpushare.model.errors import InventoryError
+from xpushare.model.exit_status import ExitStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ clusters:
 
 
 def test_schema_example_parses_with_ranges_and_overrides() -> None:
-    inv = inventory.parse(GOOD, source="inv.yaml")
+    inv = schema.parse(GOOD, source="inv.yaml")
     c1 = inv.cluster("c1")
     assert [h.name for h in c1.hosts] == ["c1-master", "c1-gpu1", "c1-gpu2"]
     assert c1.sut == "nvshare" and c1.gpu_model == "Tesla T4" and c1.gpu_memory_gib == 16
@@ -44,22 +44,22 @@ def test_schema_example_parses_with_ranges_and_overrides() -> None:
 
 def test_local_cluster_exists_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(inventory.INVENTORY_ENV, raising=False)
-    inv = inventory.load(None)
+    monkeypatch.delenv(schema.INVENTORY_ENV, raising=False)
+    inv = schema.load(None)
     local = inv.cluster("local")
     assert local.mode == "host" and local.hosts[0].local
 
 
 def test_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="not found"):
-        inventory.load(tmp_path / "nope.yaml")
+        schema.load(tmp_path / "nope.yaml")
 
 
 def test_env_variable_selects_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = tmp_path / "inv.yaml"
     f.write_text(GOOD)
-    monkeypatch.setenv(inventory.INVENTORY_ENV, str(f))
-    assert "c1" in inventory.load(None).clusters
+    monkeypatch.setenv(schema.INVENTORY_ENV, str(f))
+    assert "c1" in schema.load(None).clusters
 
 
 @pytest.mark.parametrize(
@@ -72,13 +72,13 @@ def test_env_variable_selects_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ],
 )
 def test_range_expansion(pattern: str, names: list[str]) -> None:
-    assert inventory.expand_host_pattern(pattern) == names
+    assert schema.expand_host_pattern(pattern) == names
 
 
 def test_env_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XP_TEST_USER", "ops")
     text = GOOD.replace("user: root", 'user: "${XP_TEST_USER}"')
-    assert inventory.parse(text).cluster("c1").hosts[0].ssh.user == "ops"
+    assert schema.parse(text).cluster("c1").hosts[0].ssh.user == "ops"
 
 
 LOCAL_BOX = """
@@ -92,7 +92,7 @@ clusters:
 
 
 def test_a_host_of_any_inventory_can_be_this_machine() -> None:
-    inv = inventory.parse(LOCAL_BOX + "      far: {address: 10.0.0.9, roles: [gpu]}\n")
+    inv = schema.parse(LOCAL_BOX + "      far: {address: 10.0.0.9, roles: [gpu]}\n")
     box, far = inv.cluster("bm1").hosts
     assert box.local and box.gpus == (0, 1) and box.address is None
     assert not far.local and far.target == "10.0.0.9"
@@ -122,7 +122,7 @@ def test_a_host_of_any_inventory_can_be_this_machine() -> None:
 )
 def test_validation_errors_are_one_line_naming_the_file(text: str, message: str) -> None:
     with pytest.raises(InventoryError) as exc:
-        inventory.parse(text, source="bad.yaml")
+        schema.parse(text, source="bad.yaml")
     line = str(exc.value)
     assert line.startswith("bad.yaml: ")
     assert message in line
@@ -131,7 +131,7 @@ def test_validation_errors_are_one_line_naming_the_file(text: str, message: str)
 
 
 def test_shipped_inventory_describes_the_seed_clusters() -> None:
-    inv = inventory.load(ROOT / "inventory" / "inventory.yaml")
+    inv = schema.load(ROOT / "inventory" / "inventory.yaml")
     c1, c2 = inv.cluster("c1"), inv.cluster("c2")
     assert c1.gpu_model == "Tesla T4" and c1.gpu_memory_gib == 16
     assert sorted(len(h.gpus or ()) for h in c1.by_role("gpu")) == [2, 8]

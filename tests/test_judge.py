@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from xpushare import engine
 from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
-from xpushare.evidence import Evidence
+from xpushare.engine import lifecycle
+from xpushare.evidence.store import Evidence
 from xpushare.judge import functional as judge
-from xpushare.model import Status, Verdict
+from xpushare.model.verdict import Status, Verdict
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 HEALTHY_LOG = (SAMPLES / "pod_a.log").read_text()
@@ -180,7 +180,7 @@ def spread_case(tmp_path: Path, name: str) -> Path:
 
 def judge_stored_spread(case: Path, mode: str) -> Verdict:
     th = json.loads((case / "result.json").read_text())["thresholds"]
-    return engine.judge_case(REGISTRY["FUNC-003"], case, th, mode)
+    return lifecycle.judge_case(REGISTRY["FUNC-003"], case, th, mode)
 
 
 def spread_values(v: Verdict) -> dict[str, Any]:

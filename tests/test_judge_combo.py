@@ -16,9 +16,9 @@ import pytest
 
 from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as jc
-from xpushare.model import Status
+from xpushare.model.verdict import Status
 
 GIB = 2**30
 NS = "default"

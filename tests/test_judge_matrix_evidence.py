@@ -8,10 +8,10 @@ import json
 import shutil
 from pathlib import Path
 
-from xpushare import engine
 from xpushare.cases import REGISTRY
 from xpushare.collect.scheduler_log import lock_spans
-from xpushare.model import Status, Verdict
+from xpushare.engine import lifecycle
+from xpushare.model.verdict import Status, Verdict
 
 EVIDENCE = Path(__file__).parent / "fixtures" / "evidence"
 
@@ -21,7 +21,7 @@ def judge_stored(tmp_path: Path, name: str) -> Verdict:
     case = tmp_path / name
     shutil.copytree(EVIDENCE / name, case)
     thresholds = json.loads((case / "result.json").read_text())["thresholds"]
-    return engine.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    return lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
 
 
 def check(v: Verdict, name: str) -> dict:
@@ -60,7 +60,7 @@ def test_a_pair_member_that_never_released_the_lock_fails(tmp_path: Path) -> Non
             if not (second in line and "released from running_list" in line)]
     (case / "scheduler.log").write_text("\n".join(kept) + "\n")
     thresholds = json.loads((case / "result.json").read_text())["thresholds"]
-    v = engine.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    v = lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
     assert v.status is Status.FAIL and "never held and released" in v.summary, v.summary
 
 
@@ -70,5 +70,5 @@ def test_perf009_with_a_crashing_scheduler_is_fail_not_skip(tmp_path: Path) -> N
     case = tmp_path / "perf009"
     shutil.copytree(EVIDENCE / "k8s-perf009-crash", case)
     thresholds = json.loads((case / "result.json").read_text())["thresholds"]
-    v = engine.judge_case(REGISTRY["PERF-009"], case, thresholds, "k8s")
+    v = lifecycle.judge_case(REGISTRY["PERF-009"], case, thresholds, "k8s")
     assert v.status is Status.FAIL and "load_pods_succeeded" in v.summary, v.summary

@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_metrics_check import IDLE, UUID, with_rows
-from xpushare.client_match import client_match
 from xpushare.collect.scheduler_log import logged_allocations
-from xpushare.evidence import Evidence
+from xpushare.evidence.client_match import client_match
+from xpushare.evidence.store import Evidence
 from xpushare.judge import metrics as jm
 from xpushare.judge import quantity
-from xpushare.model import Status, Verdict
+from xpushare.model.verdict import Status, Verdict
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 GIB = 2**30

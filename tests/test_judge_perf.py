@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from xpushare import artifacts, engine
 from xpushare.backends.base import PodRecord, write_pod_records
 from xpushare.cases import REGISTRY
-from xpushare.evidence import Evidence
+from xpushare.engine import driver, lifecycle
+from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
-from xpushare.model import Status
+from xpushare.model.verdict import Status
+from xpushare.report import artifacts
 
 TH: dict[str, Any] = {k: v for c in REGISTRY.values() if c.suite == "performance" for k, v in c.params.items()}
 TH.update(perf_baseline_min_s=60)
@@ -471,7 +472,7 @@ def store_perf011(root: Path, run_id: str, runtimes: dict[str, float]) -> Path:
     (case_dir / "plan.json").write_text(json.dumps(plan))
     case = REGISTRY["PERF-011"]
     params = {"pod_timeout_s": 1800, "workload_args": {}, **case.params}
-    verdict = engine.judge_case(case, case_dir, params)
+    verdict = lifecycle.judge_case(case, case_dir, params)
     record = {"run_id": run_id, "cluster": "lab", "suite": "performance", "case_id": "PERF-011",
               "title": case.title, "status": verdict.status.value, "summary": verdict.summary,
               "thresholds": params, "metrics": verdict.metrics, "checks": [], "evidence": verdict.evidence,
@@ -485,12 +486,12 @@ def test_rejudge_flips_a_stored_perf_verdict_with_another_tolerance(tmp_path: Pa
     case_dir = store_perf011(tmp_path, "r1", {"25": 440.0, "50": 210.0, "75": 140.0})  # +10 %, +5 %, +5 %
     assert json.loads((case_dir / "result.json").read_text())["status"] == "FAIL"
     assert (case_dir / "runtime_vs_quota.png").is_file()
-    status = engine.rejudge("r1", ["perf_quota_tolerance=0.12"], root=tmp_path)
+    status = driver.rejudge("r1", ["perf_quota_tolerance=0.12"], root=tmp_path)
     result = json.loads((case_dir / "result.json").read_text())
     assert result["status"] == "PASS" and int(status) == 0
     assert result["thresholds"]["perf_quota_tolerance"] == 0.12
     assert "runtime_vs_quota.png" in result["evidence"]
-    status = engine.rejudge("r1", ["perf_quota_tolerance=0.08"], root=tmp_path)
+    status = driver.rejudge("r1", ["perf_quota_tolerance=0.08"], root=tmp_path)
     assert json.loads((case_dir / "result.json").read_text())["status"] == "FAIL" and int(status) == 1
     report = (artifacts.run_dir(tmp_path, "r1") / "run-report.md").read_text()
     assert "runtime_vs_quota.png" in report
@@ -536,7 +537,7 @@ class FakeBackend:
     mode = "k8s"
 
     def __init__(self, plans: list[tuple[str, str]]) -> None:
-        from xpushare.sut import sut_names
+        from xpushare.inventory.sut import sut_names
 
         self.plans = plans
         self.attempt = 0
@@ -578,11 +579,11 @@ class FakeBackend:
 
 
 def fake_run(tmp_path: Path, backend: Any, case_id: str = "PERF-004", **params: Any) -> Any:
-    from xpushare import inventory
     from xpushare.cases.base import CaseRun
     from xpushare.cases.performance import COMMON
+    from xpushare.inventory import schema
 
-    cluster = inventory.load(None).cluster("local")
+    cluster = schema.load(None).cluster("local")
     return CaseRun(case_id, tmp_path, backend, cluster, {**COMMON, "pod_timeout_s": 10, "workload_args": {},
                                                              "perf_placement_timeout_s": 0, **params})
 

@@ -25,10 +25,10 @@ import pytest
 from xpushare.backends.base import PodRecord, PodSpec, write_pod_records
 from xpushare.cases import REGISTRY
 from xpushare.cases.base import COMMON_PARAMS, CaseRun, load_plan
-from xpushare.evidence import Evidence
-from xpushare.inventory import ClusterSpec
-from xpushare.model import Status, Verdict
-from xpushare.sut import sut_names
+from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.sut import sut_names
+from xpushare.model.verdict import Status, Verdict
 
 GIB = 2**30
 NS = "xp-e2e"

@@ -11,9 +11,9 @@ import pytest
 from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.collect.scheduler_log import parse_lines
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
-from xpushare.model import Status
+from xpushare.model.verdict import Status
 
 T0 = 1_795_000_000.0
 MIB = 2**20

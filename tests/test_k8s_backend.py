@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from xpushare import inventory
 from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend, dns1123, label_value
+from xpushare.inventory import schema
 from xpushare.judge.combination import split_capture
-from xpushare.kube import Pod
-from xpushare.transport import CommandResult
+from xpushare.transport.base import CommandResult
+from xpushare.transport.kube_objects import Pod
 
 INV = """
 clusters:
@@ -25,7 +25,7 @@ clusters:
 
 
 def backend(sut: str = "nvshare", cm: str = "true") -> K8sBackend:
-    cluster = inventory.parse(INV.format(sut=sut, cm=cm)).cluster("c1")
+    cluster = schema.parse(INV.format(sut=sut, cm=cm)).cluster("c1")
     b = K8sBackend(cluster)  # connections are lazy: nothing is contacted here
     b.run_id, b.case_id = "20261121-101010", "FUNC-010"
     return b

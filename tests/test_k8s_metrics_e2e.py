@@ -44,7 +44,7 @@ from tests.lab.kubelab import started_kube_lab
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.lab.sshd import SshLab
 from xpushare.collect.metrics import parse_exposition
-from xpushare.kube import Kubectl
+from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""xpushare.kube (argv building, parsing, errors, waits) and xpushare.sut (naming generations).
+"""xpushare.transport.kubectl (argv building, parsing, errors, waits) and xpushare.inventory.sut (naming generations).
 
 Unit tests run against a scripted fake host; the last tests parse what the real kubectl prints for
 the lab cluster.
@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LocalHost
-from xpushare.errors import XpushareError
-from xpushare.kube import (
-    KubeAlreadyExists,
-    Kubectl,
-    KubeError,
-    KubeNotFound,
-    KubePodStuck,
-    KubeTimeout,
-    KubeUnavailable,
-    classify,
+from xpushare.inventory.sut import GENERATIONS, sut_names
+from xpushare.model.errors import XpushareError
+from xpushare.transport.base import CommandResult
+from xpushare.transport.kube_objects import (
     duration,
     format_time,
     parse_daemonset,
@@ -32,8 +26,16 @@ from xpushare.kube import (
     parse_time,
     split_prefixed_logs,
 )
-from xpushare.sut import GENERATIONS, sut_names
-from xpushare.transport import CommandResult
+from xpushare.transport.kubectl import (
+    KubeAlreadyExists,
+    Kubectl,
+    KubeError,
+    KubeNotFound,
+    KubePodStuck,
+    KubeTimeout,
+    KubeUnavailable,
+    classify,
+)
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl
 

@@ -1,4 +1,4 @@
-"""The lab Kubernetes cluster, driven by the real kubectl through :class:`xpushare.kube.Kubectl`.
+"""The lab Kubernetes cluster, driven by the real kubectl through :class:`xpushare.transport.kubectl.Kubectl`.
 
 Covers what the lab must do for the tool's verbs (pods, logs, annotate, delete, waits, DaemonSet
 rollout, cordon/drain, eviction), the real scheduler's wiring as the session lab runs it (registration
@@ -22,7 +22,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.cluster import LabCluster
-from xpushare.kube import Kubectl, KubeNotFound, Pod
+from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kubectl import Kubectl, KubeNotFound
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
 pytestmark = [pytest.mark.lab]

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.mutants import build_mutant
-from xpushare.kube import Kubectl
+from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab]
 CORE, MEM = "xpushare.com/gpu-core-limit", "xpushare.com/gpu-memory-limit"

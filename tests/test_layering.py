@@ -174,7 +174,7 @@ def test_find_cycles_reports_the_closing_path() -> None:
 #: What the judge layer may import: itself and the layers below it (evidence and its formats, parsers,
 #: the model, the pod record). Never a case, the engine, a feature (soak, metrics_check ...) or a backend.
 JUDGE_MAY_IMPORT = ("xpushare.judge", "xpushare.evidence", "xpushare.model", "xpushare.collect",
-                    "xpushare.client_match", "xpushare.backends.base", "xpushare.soak_series")
+                    "xpushare.backends.base")
 
 
 def test_judge_imports_only_lower_layers() -> None:
@@ -211,3 +211,21 @@ def test_judge_modules_are_small() -> None:
     large = {n: s for n, s in sizes.items() if s > JUDGE_WARN_LINES}
     if large:
         warnings.warn(f"judge modules over {JUDGE_WARN_LINES} lines: {large}", stacklevel=1)
+
+
+#: The only modules left flat in ``xpushare/``: the package, its ``__main__`` and the features built on the core
+#: (DESIGN.md "Layers"); everything else lives in its layer package.
+FLAT_MODULES = {"__init__.py", "__main__.py", "adhoc.py", "metrics_check.py"}
+
+
+def test_no_flat_modules_but_the_features() -> None:
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert set(flat) <= FLAT_MODULES, f"modules flat in xpushare/ (move them into their layer package): " \
+        f"{sorted(set(flat) - FLAT_MODULES)}"
+
+
+def test_layer_packages_have_an_init() -> None:
+    """Every directory of modules is a regular package (no namespace packages: ``pip install .`` finds them)."""
+    dirs = {p.parent for p in all_modules().values()}
+    missing = sorted(str(d.relative_to(PACKAGE)) for d in dirs if not (d / "__init__.py").exists())
+    assert not missing, f"directories of modules without __init__.py: {missing}"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from xpushare import artifacts
 from xpushare.backends.base import PodRecord, write_pod_records
-from xpushare.errors import UsageError
 from xpushare.legacy import compare
+from xpushare.model.errors import UsageError
+from xpushare.report import artifacts
 
 SEED = compare.DEFAULT_BASELINE
 

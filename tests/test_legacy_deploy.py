@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xpushare.errors import UsageError
-from xpushare.inventory import ClusterSpec, HostSpec, SshOptions
+from xpushare.inventory.schema import ClusterSpec, HostSpec, SshOptions
+from xpushare.inventory.sut import sut_names
 from xpushare.legacy import deploy
-from xpushare.sut import sut_names
+from xpushare.model.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 XP, NV = sut_names("xpushare"), sut_names("nvshare")

@@ -4,9 +4,9 @@ scripts' weak rules made strict, missing evidence ERROR."""
 from __future__ import annotations
 
 from xpushare.backends.base import PodRecord
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.legacy import judgments
-from xpushare.model import Status
+from xpushare.model.verdict import Status
 
 NS = "default"
 GOOD = ("[XPUSHARE][INFO][2026-02-14 10:00:00] 100%|##########| 10/10 [00:01<00:00, 9.50it/s]\n"

@@ -36,10 +36,10 @@ from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
-from xpushare import inventory
-from xpushare.kube import Kubectl
+from xpushare.inventory import schema
 from xpushare.legacy import deploy
-from xpushare.transport import connect
+from xpushare.transport.hosts import connect
+from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def lab_kubectl(kube_lab: LabCluster) -> Kubectl:
 
 
 def test_sync_falls_back_to_sftp_and_honours_excludes(env: dict[str, Path]) -> None:
-    spec = inventory.load(str(env["inv"])).cluster("lab").by_role("master")[0]
+    spec = schema.load(str(env["inv"])).cluster("lab").by_role("master")[0]
     host = connect(spec)
     target = str(env["base"] / "sync-direct")
     lines: list[str] = []
@@ -124,7 +124,7 @@ def test_sync_falls_back_to_sftp_and_honours_excludes(env: dict[str, Path]) -> N
 
 @pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed (the SFTP fallback is tested)")
 def test_sync_with_rsync_over_ssh(env: dict[str, Path]) -> None:
-    spec = inventory.load(str(env["inv"])).cluster("lab").by_role("master")[0]
+    spec = schema.load(str(env["inv"])).cluster("lab").by_role("master")[0]
     host = connect(spec)
     target = str(env["base"] / "sync-rsync")
     try:

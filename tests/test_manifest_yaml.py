@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from xpushare.kube import Kubectl, KubeError
-from xpushare.manifest_yaml import GO_NUMBER, dump_manifests
+from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.manifest_yaml import GO_NUMBER, dump_manifests
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl
 

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xpushare import metrics_check as mc
-from xpushare.client_match import ClientMatch, client_match
 from xpushare.collect.metrics import parse_exposition
-from xpushare.errors import UsageError, XpushareError
-from xpushare.inventory import ClusterSpec, HostSpec, SchedulerSpec
-from xpushare.model import Status
-from xpushare.status import ExitStatus
-from xpushare.transport import CommandResult
+from xpushare.evidence.client_match import ClientMatch, client_match
+from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
+from xpushare.model.errors import UsageError, XpushareError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Status
+from xpushare.transport.base import CommandResult
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 IDLE = (SAMPLES / "metrics_idle.txt").read_text(encoding="utf-8")
@@ -568,7 +568,7 @@ def test_task_usage_errors_and_host_mode(http_server: str) -> None:
 def test_kube_probe_manifest() -> None:
     import yaml
 
-    from xpushare.sut import sut_names
+    from xpushare.inventory.sut import sut_names
 
     p = mc.KubeProbeLoad(None, sut_names("nvshare"), node="c1-gpu1", run_id="abcd")  # type: ignore[arg-type]
     doc = yaml.safe_load(p.manifest(2))

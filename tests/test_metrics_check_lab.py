@@ -27,10 +27,10 @@ import pytest
 from tests.lab.cluster import LabCluster, find_kubectl
 from xpushare import metrics_check as mc
 from xpushare.collect.metrics import parse_exposition
-from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.kube import Kubectl
-from xpushare.status import ExitStatus
-from xpushare.transport import LocalHost
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.kubectl import Kubectl
+from xpushare.transport.local import LocalHost
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
 pytestmark = [pytest.mark.lab]
@@ -148,7 +148,7 @@ def test_cluster_task_with_probe_load(lab_cluster: LabCluster, lab_kubectl: Kube
 
 
 def test_cluster_task_refuses_bad_flags(lab_cluster: LabCluster) -> None:
-    from xpushare.errors import UsageError
+    from xpushare.model.errors import UsageError
 
     with pytest.raises(UsageError):
         mc.metrics_check_task("http://127.0.0.1:1", lab_spec(lab_cluster), load=False)

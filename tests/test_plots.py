@@ -1,4 +1,4 @@
-"""Plots (xpushare/plots.py): PNG files in the case dir, linked from run-report.md; without matplotlib a note,
+"""Plots (xpushare/report/plots.py): PNG files in the case dir, linked from run-report.md; without matplotlib a note,
 never a crash."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from xpushare import artifacts, plots, report
 from xpushare.backends.base import PodRecord, write_pod_records
 from xpushare.cases import performance
-from xpushare.evidence import Evidence
-from xpushare.model import Status
+from xpushare.evidence.store import Evidence
+from xpushare.model.verdict import Status
+from xpushare.report import artifacts, build, plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -88,7 +88,7 @@ def test_case_judgment_draws_the_plot_and_the_report_links_it(tmp_path: Path) ->
     record = {"run_id": "p1", "cluster": "lab", "suite": "performance", "case_id": "PERF-011", "status": "PASS",
               "summary": v.summary, "evidence": v.evidence}
     artifacts.write_result(case_dir, record)
-    paths = report.build(artifacts.run_dir(tmp_path, "p1"))
+    paths = build.build(artifacts.run_dir(tmp_path, "p1"))
     text = paths.markdown.read_text()
     assert "lab/performance/PERF-011/runtime_vs_quota.png" in text
 

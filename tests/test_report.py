@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xpushare import artifacts, report
-from xpushare.model import Status
+from xpushare.model.verdict import Status
+from xpushare.report import artifacts, build, markdown, summaries
 
 
 def make_record(cluster: str = "c1", suite: str = "functional", case_id: str = "FUNC-001", **kw: Any) -> dict:
@@ -95,9 +95,9 @@ def make_run(root: Path, specs: list[dict[str, Any]]) -> Path:
 
 
 @pytest.fixture
-def mixed(tmp_path: Path) -> tuple[Path, report.ReportPaths]:
+def mixed(tmp_path: Path) -> tuple[Path, build.ReportPaths]:
     run = make_run(tmp_path, MIXED)
-    return run, report.build(run, now=NOW)
+    return run, build.build(run, now=NOW)
 
 
 def split_md_row(line: str) -> list[str]:
@@ -140,19 +140,20 @@ def md_table(section: str) -> list[list[str]]:
 
 def test_counts_keep_every_status_apart() -> None:
     results = [make_record(status=s) for s in ("PASS", "SKIP", "SKIP", "ERROR", "INTERRUPTED", "FAIL")]
-    assert report.counts(results) == {"PASS": 1, "FAIL": 1, "SKIP": 2, "ERROR": 1, "INTERRUPTED": 1}
-    assert report.counts([]) == {"PASS": 0, "FAIL": 0, "SKIP": 0, "ERROR": 0, "INTERRUPTED": 0}
+    assert summaries.counts(results) == {"PASS": 1, "FAIL": 1, "SKIP": 2, "ERROR": 1, "INTERRUPTED": 1}
+    assert summaries.counts([]) == {"PASS": 0, "FAIL": 0, "SKIP": 0, "ERROR": 0, "INTERRUPTED": 0}
     with pytest.raises(ValueError):
-        report.counts([make_record(status="OK")])
+        summaries.counts([make_record(status="OK")])
 
 
 def test_pass_rate_leaves_skip_out_of_the_denominator() -> None:
     # 1 PASS, 1 FAIL, 2 SKIP: the rate is 1 of the 2 that ran, not 1/4 and certainly not (1+2)/4.
-    c = report.counts([make_record(status=s) for s in ("PASS", "FAIL", "SKIP", "SKIP")])
-    assert report.pass_rate(c) == 0.5
-    assert report.pass_rate(report.counts([make_record(status="SKIP")])) is None
+    c = summaries.counts([make_record(status=s) for s in ("PASS", "FAIL", "SKIP", "SKIP")])
+    assert summaries.pass_rate(c) == 0.5
+    assert summaries.pass_rate(summaries.counts([make_record(status="SKIP")])) is None
     # ERROR and INTERRUPTED did not pass, so they stay in the denominator.
-    assert report.pass_rate(report.counts([make_record(status=s) for s in ("PASS", "ERROR", "INTERRUPTED")])) == 1 / 3
+    c = summaries.counts([make_record(status=s) for s in ("PASS", "ERROR", "INTERRUPTED")])
+    assert summaries.pass_rate(c) == 1 / 3
 
 
 @pytest.mark.parametrize(
@@ -168,13 +169,13 @@ def test_pass_rate_leaves_skip_out_of_the_denominator() -> None:
     ],
 )
 def test_aggregate_status(statuses: list[str], expected: str) -> None:
-    assert report.aggregate_status(statuses) == Status(expected)
+    assert summaries.aggregate_status(statuses) == Status(expected)
 
 
 # --------------------------------------------------------------------------------------------- TSV
 
 
-def test_case_summary_rows_are_single_lines_of_six_fields(mixed: tuple[Path, report.ReportPaths]) -> None:
+def test_case_summary_rows_are_single_lines_of_six_fields(mixed: tuple[Path, build.ReportPaths]) -> None:
     run, paths = mixed
     lines = paths.case_summary.read_text(encoding="utf-8").split("\n")
     assert lines[-1] == ""  # ends with a newline
@@ -182,7 +183,7 @@ def test_case_summary_rows_are_single_lines_of_six_fields(mixed: tuple[Path, rep
     assert lines[0] == "cluster\tsuite\tcase_id\tstatus\tsummary\tcase_log_dir"
     assert len(lines) == 1 + len(MIXED)
     assert all(len(line.split("\t")) == 6 for line in lines)
-    rows = report.read_tsv(paths.case_summary)[1:]
+    rows = summaries.read_tsv(paths.case_summary)[1:]
     by_id = {row[2]: row for row in rows}
     assert by_id["FUNC-002"][4] == NASTY  # exact round trip, tab/newline/backslash included
     assert {row[2]: row[3] for row in rows} == {s["case_id"]: s["status"] for s in MIXED}
@@ -191,11 +192,11 @@ def test_case_summary_rows_are_single_lines_of_six_fields(mixed: tuple[Path, rep
         assert (run / row[5] / "result.json").is_file()
 
 
-def test_run_summary_rows(mixed: tuple[Path, report.ReportPaths]) -> None:
+def test_run_summary_rows(mixed: tuple[Path, build.ReportPaths]) -> None:
     _, paths = mixed
     raw = paths.run_summary.read_text(encoding="utf-8").split("\n")[:-1]
     assert all(len(line.split("\t")) == 4 for line in raw)
-    rows = report.read_tsv(paths.run_summary)
+    rows = summaries.read_tsv(paths.run_summary)
     assert rows[0] == ["cluster", "suite", "selector", "status"]
     suite_rows = {(r[0], r[1]): r[3] for r in rows[1:] if r[2] == "all"}
     assert suite_rows == {
@@ -209,10 +210,10 @@ def test_run_summary_rows(mixed: tuple[Path, report.ReportPaths]) -> None:
 
 
 def test_tsv_escape_examples() -> None:
-    assert report.tsv_escape("a\tb\nc\\d\re") == "a\\tb\\nc\\\\d\\re"
-    assert report.tsv_unescape("a\\\\tb") == "a\\tb"  # escaped backslash followed by a plain t
-    assert report.tsv_escape(None) == ""
-    assert report.tsv_escape("\x1b[31mred\x85") == "\\x1b[31mred\\x85"  # no raw terminal escapes in the file
+    assert summaries.tsv_escape("a\tb\nc\\d\re") == "a\\tb\\nc\\\\d\\re"
+    assert summaries.tsv_unescape("a\\\\tb") == "a\\tb"  # escaped backslash followed by a plain t
+    assert summaries.tsv_escape(None) == ""
+    assert summaries.tsv_escape("\x1b[31mred\x85") == "\\x1b[31mred\\x85"  # no raw terminal escapes in the file
 
 
 # Every code point, lone surrogates (from surrogateescape-decoded logs) and line separators included.
@@ -221,33 +222,33 @@ ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=()))
 
 @given(ANY_TEXT)
 def test_tsv_escape_round_trip(text: str) -> None:
-    escaped = report.tsv_escape(text)
+    escaped = summaries.tsv_escape(text)
     assert "\t" not in escaped
     assert len(escaped.splitlines()) <= 1  # one line even for readers that split on U+0085, U+2028, \x0c...
-    assert report.tsv_unescape(escaped) == text
+    assert summaries.tsv_unescape(escaped) == text
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(ANY_TEXT, min_size=1, max_size=3))
-def test_arbitrary_summaries_survive_build(summaries: list[str]) -> None:
+def test_arbitrary_summaries_survive_build(texts: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = artifacts.run_dir(Path(tmp), "r1")
-        for i, summary in enumerate(summaries):
+        for i, summary in enumerate(texts):
             put(run, case_id=f"FUNC-{i:03d}", status="FAIL", summary=summary)
-        paths = report.build(run, now=NOW)
+        paths = build.build(run, now=NOW)
         raw = paths.case_summary.read_text(encoding="utf-8").splitlines()
-        assert len(raw) == 1 + len(summaries)
+        assert len(raw) == 1 + len(texts)
         assert all(len(line.split("\t")) == 6 for line in raw)
-        assert [row[4] for row in report.read_tsv(paths.case_summary)[1:]] == summaries
+        assert [row[4] for row in summaries.read_tsv(paths.case_summary)[1:]] == texts
         ET.parse(paths.junit)  # still well-formed XML
         table = md_table(md_section(paths.markdown.read_text(encoding="utf-8"), "Cases"))
-        assert len(table) == 1 + len(summaries)
+        assert len(table) == 1 + len(texts)
 
 
 # --------------------------------------------------------------------------------------------- JUnit
 
 
-def test_junit_counts_and_elements(mixed: tuple[Path, report.ReportPaths]) -> None:
+def test_junit_counts_and_elements(mixed: tuple[Path, build.ReportPaths]) -> None:
     _, paths = mixed
     root = ET.parse(paths.junit).getroot()
     assert root.tag == "testsuites"
@@ -284,7 +285,7 @@ def test_junit_counts_and_elements(mixed: tuple[Path, report.ReportPaths]) -> No
 # --------------------------------------------------------------------------------------------- markdown
 
 
-def test_markdown_totals_never_count_skip_as_pass(mixed: tuple[Path, report.ReportPaths]) -> None:
+def test_markdown_totals_never_count_skip_as_pass(mixed: tuple[Path, build.ReportPaths]) -> None:
     _, paths = mixed
     text = paths.markdown.read_text(encoding="utf-8")
     overview = md_section(text, "Overview")
@@ -308,7 +309,7 @@ def test_markdown_totals_never_count_skip_as_pass(mixed: tuple[Path, report.Repo
     )
 
 
-def test_markdown_case_table_escapes_and_links(mixed: tuple[Path, report.ReportPaths]) -> None:
+def test_markdown_case_table_escapes_and_links(mixed: tuple[Path, build.ReportPaths]) -> None:
     run, paths = mixed
     text = paths.markdown.read_text(encoding="utf-8")
     table = md_table(md_section(text, "Cases"))
@@ -331,7 +332,7 @@ def test_markdown_key_metrics_and_plots(tmp_path: Path) -> None:
     (cdir / "runtime.png").write_bytes(b"\x89PNG")
     (cdir / "attempts" / "1").mkdir(parents=True)
     (cdir / "attempts" / "1" / "old.png").write_bytes(b"\x89PNG")
-    text = report.build(run, now=NOW).markdown.read_text(encoding="utf-8")
+    text = build.build(run, now=NOW).markdown.read_text(encoding="utf-8")
     metrics = md_table(md_section(text, "Key metrics"))[1:]
     assert ["c1", "PERF-001", "runtime_s", "12.346"] in metrics
     assert ["c1", "PERF-001", "ratio", "0.6667"] in metrics
@@ -340,10 +341,10 @@ def test_markdown_key_metrics_and_plots(tmp_path: Path) -> None:
     assert "old.png" not in plots
 
 
-def test_build_is_offline_and_repeatable(mixed: tuple[Path, report.ReportPaths]) -> None:
+def test_build_is_offline_and_repeatable(mixed: tuple[Path, build.ReportPaths]) -> None:
     run, paths = mixed
     first = {p: p.read_bytes() for p in (paths.case_summary, paths.run_summary, paths.junit, paths.markdown)}
-    again = report.build(run, now=NOW)
+    again = build.build(run, now=NOW)
     assert {p: p.read_bytes() for p in (again.case_summary, again.run_summary, again.junit, again.markdown)} == first
 
 
@@ -352,8 +353,8 @@ def test_rebuild_uses_latest_attempt(tmp_path: Path) -> None:
     cdir = run / "c1" / "functional" / "FUNC-001"
     artifacts.archive_previous_attempt(cdir)
     put(run, status="PASS", summary="ok on retry", attempt=2)
-    paths = report.build(run, now=NOW)
-    rows = report.read_tsv(paths.case_summary)[1:]
+    paths = build.build(run, now=NOW)
+    rows = summaries.read_tsv(paths.case_summary)[1:]
     assert [(r[2], r[3], r[4]) for r in rows] == [("FUNC-001", "PASS", "ok on retry")]
     assert "release_ready: **YES**" in paths.markdown.read_text(encoding="utf-8")
 
@@ -368,7 +369,7 @@ ALL_PASS: list[dict[str, Any]] = [
 
 
 def release_section(run: Path, **kw: Any) -> str:
-    text = report.build(run, now=NOW, **kw).markdown.read_text(encoding="utf-8")
+    text = build.build(run, now=NOW, **kw).markdown.read_text(encoding="utf-8")
     return md_section(text, "Release recommendation")
 
 
@@ -414,12 +415,12 @@ def test_release_ignores_skip_of_optional_case_but_not_its_failure(tmp_path: Pat
 
 
 def test_release_no_for_silent_cluster_interrupted_run_or_nothing_passed(tmp_path: Path) -> None:
-    decision = report.release_decision([make_record()], clusters=["c1", "c2"])
+    decision = summaries.release_decision([make_record()], clusters=["c1", "c2"])
     assert not decision.ready and "cluster c2 has no case results" in decision.reasons
-    assert not report.release_decision([make_record()], interrupted=True).ready
-    assert not report.release_decision([]).ready
-    assert not report.release_decision([make_record(status="SKIP", required=False)]).ready
-    assert report.release_decision([make_record()], clusters=["c1"]).ready
+    assert not summaries.release_decision([make_record()], interrupted=True).ready
+    assert not summaries.release_decision([]).ready
+    assert not summaries.release_decision([make_record(status="SKIP", required=False)]).ready
+    assert summaries.release_decision([make_record()], clusters=["c1"]).ready
 
     run = make_run(tmp_path, ALL_PASS)
     artifacts.write_run_meta(run, {"run_id": "r1", "clusters": ["c1", "c2", "c3"], "interrupted": False})
@@ -431,5 +432,5 @@ def test_release_no_for_silent_cluster_interrupted_run_or_nothing_passed(tmp_pat
 
 
 def test_md_escape() -> None:
-    assert report.md_escape("a|b\nc\\d<e>&") == "a\\|b<br>c\\\\d&lt;e&gt;&amp;"
-    assert split_md_row("| " + report.md_escape("x\\|y|z\\") + " | 2 |") == [report.md_escape("x\\|y|z\\"), "2"]
+    assert markdown.md_escape("a|b\nc\\d<e>&") == "a\\|b<br>c\\\\d&lt;e&gt;&amp;"
+    assert split_md_row("| " + markdown.md_escape("x\\|y|z\\") + " | 2 |") == [markdown.md_escape("x\\|y|z\\"), "2"]

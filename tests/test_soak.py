@@ -19,16 +19,16 @@ import pytest
 
 from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
-from xpushare.errors import ConnectionLost
-from xpushare.evidence import Evidence
+from xpushare.evidence.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
+from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
-from xpushare.kube import KubeError, KubeUnavailable
-from xpushare.model import Status
+from xpushare.model.errors import ConnectionLost
+from xpushare.model.verdict import Status
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
 from xpushare.soak.runner import _carry_soak_forward
-from xpushare.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
+from xpushare.transport.kubectl import KubeError, KubeUnavailable
 
 T0 = 1_795_000_000.0
 MIB = 2**20

@@ -15,7 +15,7 @@ from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
-from xpushare.kube import Kubectl
+from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.lab.sshd import SshLab
-from xpushare.errors import CommandFailed, CommandTimeout, ConnectionLost, HostKeyMismatch, HostUnreachable
-from xpushare.inventory import SshOptions
-from xpushare.transport import LocalHost, SshHost
+from xpushare.inventory.schema import SshOptions
+from xpushare.model.errors import CommandFailed, CommandTimeout, ConnectionLost, HostKeyMismatch, HostUnreachable
+from xpushare.transport.local import LocalHost
+from xpushare.transport.ssh import SshHost
 
 pytestmark = pytest.mark.lab
 

@@ -1,6 +1,6 @@
 """Ad-hoc tasks on inventory hosts: ``invoke hosts``, ``invoke run``, ``invoke ping``.
 
-Each function prints to the given stream and returns the :class:`~xpushare.status.ExitStatus` of the task:
+Each function prints to the given stream and returns the :class:`~xpushare.model.exit_status.ExitStatus` of the task:
 0 all ok, 1 some command failed, 3 some host unreachable (takes precedence: that host was not tested).
 """
 
@@ -12,12 +12,14 @@ from typing import Any, TextIO
 
 from tabulate import tabulate
 
-from xpushare.errors import CommandTimeout, ConnectionLost
-from xpushare.facts import HostFacts, facts_argv, parse_facts
-from xpushare.fanout import HostOutcome, fan_out, fold_names
-from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.status import ExitStatus
-from xpushare.transport import CommandResult, Host, SshHost, connect
+from xpushare.evidence.facts import HostFacts, facts_argv, parse_facts
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.errors import CommandTimeout, ConnectionLost
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.base import CommandResult, Host
+from xpushare.transport.fanout import HostOutcome, fan_out, fold_names
+from xpushare.transport.hosts import connect
+from xpushare.transport.ssh import SshHost
 
 
 def hosts_table(clusters: Sequence[ClusterSpec]) -> str:

@@ -14,7 +14,7 @@ Three layers, kept apart:
    two), poll ``/metrics`` until the load lines pass or the settle time runs out, stop the probes.
    :class:`KubeProbeLoad` runs probe pods with kubectl; :class:`BackendProbeLoad` runs them through any
    :class:`~xpushare.backends.base.Backend` (host mode). The probes' clients are found by the key
-   :func:`xpushare.client_match.client_match` picks for the mode: the ``pod`` label in Kubernetes, the
+   :func:`xpushare.evidence.client_match.client_match` picks for the mode: the ``pod`` label in Kubernetes, the
    ``host_pid`` (and ``client_id``) of the probe process in host mode, where every client's pod and
    namespace are ``none``; the ``client_info per client`` line says which key matched.
 
@@ -45,18 +45,27 @@ from typing import Any, NamedTuple, Protocol, TextIO
 from tabulate import tabulate
 
 from xpushare.backends.base import Backend
-from xpushare.client_match import KEY_HOST_PID, KEY_POD, ClientMatch, client_match, live_matches, matched_clients
 from xpushare.collect.metrics import Exposition, Sample, parse_curl_output, parse_exposition, scrape_command
-from xpushare.errors import HostUnreachable, TransportError, UsageError, XpushareError
-from xpushare.inventory import ClusterSpec, HostSpec
+from xpushare.evidence.client_match import (
+    KEY_HOST_PID,
+    KEY_POD,
+    ClientMatch,
+    client_match,
+    live_matches,
+    matched_clients,
+)
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.inventory.sut import SutNames, sut_names
 from xpushare.judge.metrics_checks import gpu_rows_for_key
 from xpushare.judge.metrics_evidence import ScrapeRecord, load_required_metrics
-from xpushare.kube import Kubectl, Pod
-from xpushare.manifest_yaml import dump_manifests
-from xpushare.model import Status
-from xpushare.status import ExitStatus
-from xpushare.sut import SutNames, sut_names
-from xpushare.transport import Host, connect
+from xpushare.model.errors import HostUnreachable, TransportError, UsageError, XpushareError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Status
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kubectl import Kubectl
+from xpushare.transport.manifest_yaml import dump_manifests
 
 __all__ = [
     "DEFAULT_NOTFOUND_PATH",
@@ -442,8 +451,8 @@ def load_checks(exposition: Exposition, *, expected_clients: int, matches: Seque
                 core_limits: Mapping[str, int] | None = None) -> list[CheckLine]:
     """The under-load checklist of seed 002 §3-§4 on one page, for the probe clients.
 
-    ``matches``: one :class:`~xpushare.client_match.ClientMatch` per probe (from
-    :func:`~xpushare.client_match.client_match`: by ``pod`` in Kubernetes, by ``host_pid``/``client_id``
+    ``matches``: one :class:`~xpushare.evidence.client_match.ClientMatch` per probe (from
+    :func:`~xpushare.evidence.client_match.client_match`: by ``pod`` in Kubernetes, by ``host_pid``/``client_id``
     in host mode); each probe must have a client and exactly ``expected_clients`` must be selected.
     Without it every client counts and exactly ``expected_clients`` must be registered.
     ``core_limits``: ``probe workload name -> configured core limit`` (each client's
@@ -534,9 +543,9 @@ class ProbeLoad(Protocol):
     """Starts and stops probe workloads that register with the scheduler being checked.
 
     ``start(index)`` starts probe number ``index`` (1, 2 ...) and returns its pod name once it runs
-    (raises :class:`~xpushare.errors.XpushareError` when it cannot); ``stop()`` removes every probe
+    (raises :class:`~xpushare.model.errors.XpushareError` when it cannot); ``stop()`` removes every probe
     (idempotent, called in a ``finally``); ``matches(names)`` says how each probe's clients are
-    recognised on the page (:func:`xpushare.client_match.client_match` for the load's mode; called on
+    recognised on the page (:func:`xpushare.evidence.client_match.client_match` for the load's mode; called on
     every poll, since a host-mode probe's pid and client id appear after its start); ``core_limit`` is
     the core limit each probe is configured with (``None``: none, so the exporter shows 100).
     """

@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.lab.nodens import die_with_parent
-from xpushare.sut import SutNames, sut_names
-from xpushare.transport import CommandResult
+from xpushare.inventory.sut import SutNames, sut_names
+from xpushare.transport.base import CommandResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from xpushare.sut import sut_names
+from xpushare.inventory.sut import sut_names
 
 
 def main() -> int:

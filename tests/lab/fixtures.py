@@ -6,7 +6,7 @@ module's asserts).
 
 ``lab_cluster`` (session) is a started :class:`~tests.lab.cluster.LabCluster`; tests that flip its
 broken-lab switches restore them in a ``finally`` (or use ``lab_faults``, which does). ``lab_kubectl``
-is an :class:`xpushare.kube.Kubectl` that runs the real kubectl through :class:`LocalHost`.
+is an :class:`xpushare.transport.kubectl.Kubectl` that runs the real kubectl through :class:`LocalHost`.
 
 Address block: the default plan (127.0.0.10 API, 127.0.0.12/13 nodes, 127.0.0.22/23 schedulers on
 :9402) when it is free; when another lab (another test session on this machine) holds it, a block
@@ -23,7 +23,7 @@ import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.kubelab import started_kube_lab
-from xpushare.kube import Kubectl
+from xpushare.transport.kubectl import Kubectl
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 Outside Kubernetes the SUT runs as plain processes: one ``xpushare-scheduler`` per GPU host, and workloads
 started with ``LD_PRELOAD=libxpushare.so``. The real client library then reports pod and namespace ``none``
 for every client, so the tool must tell clients apart by ``host_pid`` and ``client_id``
-(:mod:`xpushare.client_match`). This lab is such a cluster on one machine:
+(:mod:`xpushare.evidence.client_match`). This lab is such a cluster on one machine:
 
 * **Hosts.** Each host is an sshd of :mod:`tests.lab.sshd` (own loopback address) started inside a mount
   namespace of its own (:class:`tests.lab.nodens.NodeNamespace`, a tmpfs over ``/run``): the scheduler's

@@ -51,7 +51,7 @@ from tests.lab.kubeapi import (
 )
 from tests.lab.nodens import NodeNamespace, die_with_parent
 from tests.lab.pki import write_serviceaccount
-from xpushare.sut import SutNames
+from xpushare.inventory.sut import SutNames
 
 # ------------------------------------------------------------------------------------- settings
 

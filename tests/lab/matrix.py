@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.mutants import MUTANTS, build_mutant
-from xpushare.kube import Kubectl
+from xpushare.transport.kubectl import Kubectl
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTHY = "healthy"

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
-    from xpushare.kube import Kubectl, Pod
-    from xpushare.sut import SutNames
-    from xpushare.transport import Host
+    from xpushare.inventory.sut import SutNames
+    from xpushare.transport.base import Host
+    from xpushare.transport.kube_objects import Pod
+    from xpushare.transport.kubectl import Kubectl
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -56,7 +57,7 @@ class PodRecord:
 
     ``gpu``: the GPU the backend itself knows of: host mode, the one it placed the process on (UUID, else
     index); None in Kubernetes, where only the scheduler's registration lines tell (the GPU the judgments
-    use is derived from the evidence when it is loaded, :mod:`xpushare.evidence`).
+    use is derived from the evidence when it is loaded, :mod:`xpushare.evidence.store`).
 
     ``host_pid``: host mode only, the pid of the workload process on its host (the process that loads
     the client library, so the pid the scheduler exports as ``client_info{host_pid}``); None in
@@ -140,7 +141,7 @@ class Backend(ABC):
 
     @abstractmethod
     def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
-        """Create the pods. Raises :class:`~xpushare.errors.XpushareError` on failure."""
+        """Create the pods. Raises :class:`~xpushare.model.errors.XpushareError` on failure."""
 
     @abstractmethod
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
@@ -188,8 +189,8 @@ class KubeAccess(ABC):
     cluster itself (scheduler pods and their ``/metrics``, DaemonSets, nodes) rather than on their pods.
 
     Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts.
-    Errors: :class:`~xpushare.kube.KubeError` from kubectl, :class:`~xpushare.errors.TransportError` from
-    SSH, unless a method says otherwise.
+    Errors: :class:`~xpushare.transport.kubectl.KubeError` from kubectl,
+    :class:`~xpushare.model.errors.TransportError` from SSH, unless a method says otherwise.
     """
 
     kubectl: Kubectl
@@ -250,7 +251,7 @@ class KubeAccess(ABC):
     def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
         """The scheduler pods' log since :attr:`case_start` (``kubectl logs -l <scheduler> --since-time``),
         each line prefixed with ``[pod/<name>/<container>]`` when ``prefix``, with kubectl's RFC 3339
-        timestamp when ``timestamps``. Raises :class:`~xpushare.kube.KubeError`."""
+        timestamp when ``timestamps``. Raises :class:`~xpushare.transport.kubectl.KubeError`."""
 
     @abstractmethod
     def case_pods(self) -> list[PodRecord]:

@@ -10,10 +10,10 @@ its metrics, log and ``/proc`` figures are harvested as evidence too.
 
 Each record carries the workload process's pid (``host_pid``): outside Kubernetes the scheduler knows
 every client as pod ``none`` in namespace ``none``, so the pid (and the ``Client ID`` line of the
-process's output) is how its clients are told apart (:mod:`xpushare.client_match`). A record's ``gpu`` is
+process's output) is how its clients are told apart (:mod:`xpushare.evidence.client_match`). A record's ``gpu`` is
 the backend's own placement and ``gpu_key`` the GPU key the client library reports for it (the
 ``CUDA_VISIBLE_DEVICES`` the backend set); where the scheduler actually registered each client is derived
-from the harvested ``scheduler.log`` when the evidence is loaded for judging (:mod:`xpushare.evidence`),
+from the harvested ``scheduler.log`` when the evidence is loaded for judging (:mod:`xpushare.evidence.store`),
 and ``scheduler_node.txt`` names the host whose scheduler wrote that log.
 """
 
@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xpushare import interrupt
 from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     Backend,
@@ -35,11 +34,14 @@ from xpushare.backends.base import (
     write_pod_records,
 )
 from xpushare.data import workloads_dir
-from xpushare.errors import TransportError, XpushareError
-from xpushare.evidence import SCHEDULER_NODE_FILE
-from xpushare.inventory import ClusterSpec
-from xpushare.sut import sut_names
-from xpushare.transport import Host, LocalHost, connect
+from xpushare.engine import interrupt
+from xpushare.evidence.store import SCHEDULER_NODE_FILE
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.sut import sut_names
+from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.local import LocalHost
 
 WORKLOADS_DIR = workloads_dir()
 

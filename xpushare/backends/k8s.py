@@ -14,7 +14,7 @@ Evidence of a case (seed 000 sections 13 and 17.1; issue "Evidence in k8s mode")
 
 ``pods.json`` records no GPU: only the scheduler's ``Registered client ... on GPU <uuid> with Pod name =
 ...`` lines tell which GPU a pod got, and the pod -> GPU mapping is derived from them when the evidence is
-loaded for judging (:mod:`xpushare.evidence`, which also writes ``gpu_mapping.txt``).
+loaded for judging (:mod:`xpushare.evidence.store`, which also writes ``gpu_mapping.txt``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from typing import Any
 
 import yaml
 
-from xpushare import interrupt
 from xpushare.backends.base import (
     CAP_ANNOTATIONS,
     CAP_CLIENT_LIBRARY,
@@ -46,12 +45,15 @@ from xpushare.backends.base import (
 )
 from xpushare.collect import procstat
 from xpushare.data import manifests_dir, workloads_dir
-from xpushare.errors import TransportError, XpushareError
-from xpushare.inventory import ClusterSpec
-from xpushare.kube import Kubectl, KubeError, KubePodStuck, KubeTimeout, Pod
-from xpushare.manifest_yaml import dump_manifests
-from xpushare.sut import sut_names
-from xpushare.transport import Host, connect
+from xpushare.engine import interrupt
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.sut import sut_names
+from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kubectl import Kubectl, KubeError, KubePodStuck, KubeTimeout
+from xpushare.transport.manifest_yaml import dump_manifests
 
 MANIFESTS = manifests_dir()
 WORKLOADS = workloads_dir()

@@ -2,7 +2,7 @@
 
 A case reads like its row in the seed table: id, title, where it applies (``requires``), parameters
 with their defaults, the actions (``act``) and the judgment (``judge``). ``act`` only acts and
-collects; ``judge`` reads the case directory (through :class:`~xpushare.evidence.Evidence` and the
+collects; ``judge`` reads the case directory (through :class:`~xpushare.evidence.store.Evidence` and the
 ``plan.json`` that ``act`` wrote) and nothing else, so a stored run can be re-judged offline.
 """
 
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xpushare import interrupt
 from xpushare.backends.base import Backend, PodRecord, PodSpec
-from xpushare.evidence import Evidence
-from xpushare.inventory import ClusterSpec
-from xpushare.model import Verdict
+from xpushare.engine import interrupt
+from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.verdict import Verdict
 
 #: Suite ids (directory names under a run) and the aliases accepted by ``--suite``.
 SUITES = ("functional", "combination", "performance", "metrics", "stability")

@@ -29,12 +29,12 @@ from xpushare.cases.base import CaseDef, CaseRun, Judge, register
 from xpushare.cases.functional import OVERSUB, W2, W5, ample_quota, colocated_pair
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
-from xpushare.errors import XpushareError
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as judge_combo
 from xpushare.judge.metrics import read_capture
 from xpushare.judge.quantity import annotation_bytes
-from xpushare.model import Verdict
+from xpushare.model.errors import XpushareError
+from xpushare.model.verdict import Verdict
 
 W3 = "w3_idle_add"
 _K8S = frozenset({CAP_KUBERNETES})

@@ -13,9 +13,9 @@ from typing import Any
 
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import functional, quota
-from xpushare.model import Verdict
+from xpushare.model.verdict import Verdict
 
 W2 = "w2_medium_add"
 OVERSUB = "oversub"

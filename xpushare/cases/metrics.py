@@ -1,7 +1,7 @@
 """MET-001..008 (seed 000 §11, §16.5, §17.5; seed 002): the scheduler's metrics endpoint, judged on evidence.
 
 Every capture comes from the scheduler that serves the probe pod's node (one scheduler per GPU node,
-sut-interfaces.md §4.8), scraped on that node (:mod:`xpushare.metrics_target`); cases without a probe
+sut-interfaces.md §4.8), scraped on that node (:mod:`xpushare.evidence.metrics_target`); cases without a probe
 (MET-001, MET-007, MET-002 in host mode) use the node named by ``met_node``, else the first GPU host
 of the inventory that runs a scheduler pod. The acts only act and collect; the judgments are the pure
 functions of :mod:`xpushare.judge.metrics`, fed with the plan (``plan.json``), so ``invoke judge``
@@ -29,7 +29,7 @@ process when the backend has the client library (``sut_lib``), else it runs with
 that need a client only need HELP/TYPE). MET-006 SKIPs where the probe's node has no ``nvidia-smi`` and
 no ``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge.thresholds.METRICS``.
 
-The probe's clients on a page are found by :func:`xpushare.client_match.client_match` for the cluster's
+The probe's clients on a page are found by :func:`xpushare.evidence.client_match.client_match` for the cluster's
 mode: by pod name and namespace in Kubernetes; in host mode, where the scheduler exports every client
 with ``pod="none"``/``namespace="none"``, by the probe process's ``host_pid`` (``pods.json``, recorded by
 the host backend) and the ``Client ID`` lines of its log. The acts match with the live record and log,
@@ -46,10 +46,21 @@ from typing import Any
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodRecord
 from xpushare.backends.k8s import dns1123
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.client_match import ClientMatch, client_match, live_matches, matched_clients
 from xpushare.collect.metrics import parse_exposition
-from xpushare.errors import TransportError, XpushareError
-from xpushare.evidence import Evidence
+from xpushare.evidence.client_match import ClientMatch, client_match, live_matches, matched_clients
+from xpushare.evidence.metrics_target import (
+    NodeCapture,
+    ScrapeTarget,
+    has_command,
+    host_target,
+    k8s_target,
+    metric_prefix,
+    node_host,
+    sampler_capture,
+    scrape_loop,
+    spawn_name,
+)
+from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.metrics import (
     ScrapeRecord,
@@ -66,19 +77,8 @@ from xpushare.judge.metrics import (
     quota_state,
 )
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
-from xpushare.metrics_target import (
-    NodeCapture,
-    ScrapeTarget,
-    has_command,
-    host_target,
-    k8s_target,
-    metric_prefix,
-    node_host,
-    sampler_capture,
-    scrape_loop,
-    spawn_name,
-)
-from xpushare.model import Status, Verdict
+from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.verdict import Status, Verdict
 
 W5 = "w5_quota_probe"
 PROBE_MARKER = "[XPUSHARE][QUOTA_PROBE]"
@@ -476,7 +476,7 @@ def _client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch | None:
 
     Kubernetes: the probe pod's name in the plan's ``namespace``; host mode: the probe's ``host_pid``
     from ``pods.json`` and the ``Client ID`` lines of ``pods/<probe>.log``
-    (:func:`xpushare.client_match.client_match`). Plans written before the mode was recorded are k8s.
+    (:func:`xpushare.evidence.client_match.client_match`). Plans written before the mode was recorded are k8s.
     """
     probe = plan.get("probe")
     if not probe:

@@ -3,7 +3,7 @@
 Every case is self-contained, so a stored run re-judges offline: a case that compares against a
 baseline runs its own baseline pod (the PERF-001 workload without a quota, on the same node) and keeps
 it in its case dir. The judgments are in :mod:`xpushare.judge_perf`; the wrappers here add the plots
-(:mod:`xpushare.plots`) to the case dir, so ``invoke judge`` redraws them with the new verdict.
+(:mod:`xpushare.report.plots`) to the case dir, so ``invoke judge`` redraws them with the new verdict.
 
 Placement (issue "Placement control"): pods that must share one GPU use
 :func:`~xpushare.cases.functional.colocated_pair` (pinned to the node with the fewest GPUs, fillers on
@@ -25,16 +25,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xpushare import plots
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import colocated_pair
 from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
-from xpushare.errors import XpushareError
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
-from xpushare.model import Verdict
+from xpushare.model.errors import XpushareError
+from xpushare.model.verdict import Verdict
+from xpushare.report import plots
 
 W1 = "w1_large_add"
 W2 = "w2_medium_add"
@@ -119,7 +119,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
     if kube is None:
         return None
     from xpushare.backends.k8s import dns1123
-    from xpushare.kube import KubeError
+    from xpushare.transport.kubectl import KubeError
 
     wanted = {dns1123(p): p for p in pods}
     seen: dict[str, str] = {}

@@ -19,9 +19,9 @@ from typing import Any
 
 from xpushare.backends.base import CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as judge_stability
-from xpushare.model import Verdict
+from xpushare.model.verdict import Verdict
 from xpushare.soak import faults
 from xpushare.soak.act import run_soak, settings_from_params
 

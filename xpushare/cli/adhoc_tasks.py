@@ -7,13 +7,14 @@ import sys
 
 from invoke import Context, task
 
-from xpushare import adhoc, inventory
+from xpushare import adhoc
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded, remainder_argv
-from xpushare.errors import UsageError
-from xpushare.fanout import DEFAULT_FORKS
-from xpushare.selection import select_hosts
-from xpushare.status import ExitStatus
+from xpushare.inventory import schema
+from xpushare.inventory.selection import select_hosts
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.fanout import DEFAULT_FORKS
 
 __all__ = ["envcheck", "hosts", "metrics_check", "ping", "run_"]
 
@@ -23,7 +24,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None)
     """Print the resolved inventory: clusters, hosts, roles, addresses and SSH settings."""
 
     def body() -> None:
-        inv = inventory.load(inventory_)
+        inv = schema.load(inventory_)
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
         print(adhoc.hosts_table(clusters))
 
@@ -49,7 +50,7 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
         argv = remainder_argv()
         if not argv:
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
-        spec = inventory.load(inventory_).cluster(cluster)
+        spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.run_adhoc(selected, argv, forks=int(forks), timeout=float(timeout), out=sys.stdout)
 
@@ -70,7 +71,7 @@ def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
     """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
 
     def body() -> ExitStatus | int | None:
-        spec = inventory.load(inventory_).cluster(cluster)
+        spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.ping(spec, selected, forks=int(forks), out=sys.stdout)
 
@@ -97,7 +98,7 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
 
         if not url and not cluster:
             raise UsageError("give --url http://HOST:PORT or --cluster NAME")
-        spec = inventory.load(inventory_).cluster(cluster) if cluster else None
+        spec = schema.load(inventory_).cluster(cluster) if cluster else None
         want = True if load else (False if no_load else None)
         return checklist.metrics_check_task(url, spec, load=want, min_families=int(min_families), out=sys.stdout)
 

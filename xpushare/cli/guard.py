@@ -1,7 +1,7 @@
 """Glue between Invoke tasks and the library: error mapping to exit statuses, remainder argv.
 
 Every task body runs inside :func:`guarded`, so a user mistake or an unreachable host is one line on
-stderr and a documented exit status (:class:`~xpushare.status.ExitStatus`), never a traceback.
+stderr and a documented exit status (:class:`~xpushare.model.exit_status.ExitStatus`), never a traceback.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from invoke.exceptions import Exit
 
-from xpushare import interrupt
-from xpushare.errors import XpushareError
-from xpushare.status import ExitStatus
+from xpushare.engine import interrupt
+from xpushare.model.errors import XpushareError
+from xpushare.model.exit_status import ExitStatus
 
 
 def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
@@ -22,7 +22,7 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
 
     Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
     :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``), 128 + the signal for
-    Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.interrupt`, handled for the whole body).
+    Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.engine.interrupt`, handled for the whole body).
     """
     try:
         with interrupt.installed():

@@ -12,7 +12,7 @@ from types import ModuleType
 from invoke import Collection, Context, task
 
 from xpushare.cli.guard import guarded
-from xpushare.errors import UsageError, XpushareError
+from xpushare.model.errors import UsageError, XpushareError
 
 __all__ = ["lab"]
 

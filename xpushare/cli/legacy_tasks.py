@@ -16,7 +16,7 @@ from invoke import Collection, Context, task
 
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
-from xpushare.errors import UsageError
+from xpushare.model.errors import UsageError
 
 __all__ = ["baseline_compare", "deploy", "legacy"]
 
@@ -93,11 +93,11 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
     it where the inventory says (sut_lib, scheduler.binary) and start the scheduler with its metrics on."""
 
     def body() -> Any:
-        from xpushare import inventory
         from xpushare.cli.sut_tasks import deploy_host_mode
+        from xpushare.inventory import schema
         from xpushare.legacy.deploy import DeployRequest, run_deploy
 
-        spec = inventory.load(inventory_).cluster(_cluster(cluster))
+        spec = schema.load(inventory_).cluster(_cluster(cluster))
         if spec.mode == "host":
             return deploy_host_mode(spec, sut_src or source)
 

@@ -9,8 +9,8 @@ from invoke import Context, task
 
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
-from xpushare.errors import UsageError
-from xpushare.status import ExitStatus
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
 
 __all__ = ["cases_", "judge", "report", "soak"]
 
@@ -61,9 +61,9 @@ def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = N
 )
 def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".") -> None:
     """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports."""
-    from xpushare import engine
+    from xpushare.engine import driver
 
-    guarded(lambda: engine.rejudge(run_id, set_ or (), root=Path(root)))
+    guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root)))
 
 
 @task(help={"run_id": "the stored run (required)", "root": ROOT_HELP})
@@ -71,8 +71,7 @@ def report(c: Context, run_id: str, root: str = ".") -> None:
     """Rebuild case-summary.tsv, run-summary.tsv, run.json, junit.xml and run-report.md of a stored run."""
 
     def body() -> None:
-        from xpushare import artifacts
-        from xpushare import report as report_mod
+        from xpushare.report import artifacts, build
 
         try:
             artifacts.validate_run_id(run_id)
@@ -82,7 +81,7 @@ def report(c: Context, run_id: str, root: str = ".") -> None:
         if not run_dir.exists():
             raise UsageError(f"no run {run_id!r} under {root}")
         meta = artifacts.read_run_meta(run_dir) or {}
-        paths = report_mod.build(run_dir, required=set(meta.get("required") or []) or None)
+        paths = build.build(run_dir, required=set(meta.get("required") or []) or None)
         print(paths.markdown)
 
     guarded(body)
@@ -95,10 +94,10 @@ def cases_(c: Context, suite: str | None = None) -> None:
     def body() -> None:
         from tabulate import tabulate
 
-        from xpushare import engine
         from xpushare.cases import REGISTRY
+        from xpushare.engine import plan
 
-        wanted = engine.normalise_suite(suite) if suite else None
+        wanted = plan.normalise_suite(suite) if suite else None
         rows = [
             [cd.case_id, cd.suite, cd.title, ",".join(sorted(cd.requires)) or "-",
              "yes" if cd.act else f"no ({cd.implemented_by})"]

@@ -3,7 +3,7 @@ one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
 ``--set``, ``--root``, ``--inventory``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
-case matrix through :func:`xpushare.engine.run` and exits with the run's status (README "Exit statuses").
+case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``).
 """
@@ -20,7 +20,7 @@ from invoke import Task
 
 from xpushare.cli.flags import RUN_HELP
 from xpushare.cli.guard import guarded
-from xpushare.status import ExitStatus
+from xpushare.model.exit_status import ExitStatus
 
 __all__ = ["SUITE_TASKS", "Flag", "Scope", "SuiteFlags", "by_prefix", "by_suite", "suite_task"]
 
@@ -92,15 +92,15 @@ def by_prefix(prefix: str, extra: Callable[[SuiteFlags], tuple[str, ...]] = lamb
 
 
 def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
-    from xpushare import engine  # the engine pulls in every case module: only when a suite runs
+    from xpushare.engine import driver  # the engine pulls in every case module: only when a suite runs
 
     chosen = scope(flags)
-    request = engine.RunRequest(
+    request = driver.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
         inventory_path=flags.inventory, root=flags.root,
     )
-    return engine.run(request)
+    return driver.run(request)
 
 
 def _listed(values: Sequence[str] | None) -> tuple[str, ...]:

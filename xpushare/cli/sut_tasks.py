@@ -14,13 +14,13 @@ from invoke import Collection, Context, task
 from tabulate import tabulate
 
 from xpushare import deploy as sut_ops
-from xpushare import inventory
 from xpushare.cli.flags import INVENTORY_HELP
 from xpushare.cli.guard import guarded
 from xpushare.deploy import k8s as k8s_sut
-from xpushare.errors import UsageError
-from xpushare.inventory import ClusterSpec
-from xpushare.status import ExitStatus
+from xpushare.inventory import schema
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
 
 __all__ = ["deploy_host_mode", "sut", "undeploy"]
 
@@ -31,7 +31,7 @@ HELP = {"cluster": "cluster name from the inventory (required), e.g. bm1, c1", "
 def _cluster(name: str | None, inventory_path: str | None) -> ClusterSpec:
     if not name:
         raise UsageError("--cluster is required")
-    return inventory.load(inventory_path).cluster(name)
+    return schema.load(inventory_path).cluster(name)
 
 
 def sut_source(explicit: str | None) -> Path | None:

@@ -299,7 +299,7 @@ class SchedulerLogSummary:
         One row per distinct client id in registration order: ``Pod Name | Client ID | GPU UUID``
         (``-`` when the log has no GPU, nvshare generation). With ``title`` the heading line
         :data:`DISTRIBUTION_TITLE` comes first. ``workloads``: ``client id -> text`` naming our
-        workload of a client (:func:`xpushare.client_match.workload_labels`); given, a ``Workload``
+        workload of a client (:func:`xpushare.evidence.client_match.workload_labels`); given, a ``Workload``
         column follows (``-`` for other clients): outside Kubernetes every ``Pod Name`` is ``none``.
         Source: sut-interfaces.md §10.3 step 7; seed 004.
         """

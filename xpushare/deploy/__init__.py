@@ -12,11 +12,12 @@ from typing import TextIO
 from tabulate import tabulate
 
 from xpushare.deploy import host as host_sut
-from xpushare.errors import UsageError
-from xpushare.fanout import fan_out
-from xpushare.inventory import ClusterSpec
-from xpushare.status import ExitStatus
-from xpushare.transport import Host, connect
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.base import Host
+from xpushare.transport.fanout import fan_out
+from xpushare.transport.hosts import connect
 
 ACTIONS = ("deploy", "undeploy", "status", "start", "stop", "restart")
 

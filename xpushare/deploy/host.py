@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from xpushare.errors import TransportError, UsageError
-from xpushare.inventory import ClusterSpec
-from xpushare.transport import Host
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import TransportError, UsageError
+from xpushare.transport.base import Host
 
 UNIT = "xpushare-scheduler"
 OUTPUTS = ("libxpushare.so", "xpushare-scheduler", "xpusharectl")

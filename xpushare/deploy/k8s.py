@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 
-from xpushare.errors import UsageError
-from xpushare.inventory import ClusterSpec
-from xpushare.kube import Kubectl
-from xpushare.sut import sut_names
-from xpushare.transport import Host, connect
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.sut import sut_names
+from xpushare.model.errors import UsageError
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.kubectl import Kubectl
 
 #: The node selector that parks the SUT's DaemonSets (no node has it).
 STOP_LABEL = "xpushare.io/sut-stopped"

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from xpushare.envcheck.runner import MODES, envcheck_task
-from xpushare.errors import XpushareError
-from xpushare.fanout import DEFAULT_FORKS
+from xpushare.model.errors import XpushareError
+from xpushare.transport.fanout import DEFAULT_FORKS
 
 
 def main(argv: list[str] | None = None) -> int:

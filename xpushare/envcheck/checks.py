@@ -1,4 +1,4 @@
-"""Pure parsers and judgments of envcheck: node documents in, :class:`~xpushare.model.Verdict` out.
+"""Pure parsers and judgments of envcheck: node documents in, :class:`~xpushare.model.verdict.Verdict` out.
 
 The node-side scripts (``workloads/envcheck/``) print one JSON document per step between marker lines
 (``@@xpushare-envcheck-begin <step>`` / ``@@xpushare-envcheck-end <step>``); ``node_steps.py`` adds
@@ -6,7 +6,7 @@ The node-side scripts (``workloads/envcheck/``) print one JSON document per step
 :func:`exit_codes` read them from SSH stdout or a pod log alike. Nothing here touches a host.
 
 Units: TFLOP/s = 1e12 FLOP/s; bandwidths in GB/s = 1e9 bytes/s (nccl-tests' convention); memory in MiB;
-sizes in bytes. Verdicts use :func:`xpushare.model.combine`: any failed check is FAIL, any check that
+sizes in bytes. Verdicts use :func:`xpushare.model.verdict.combine`: any failed check is FAIL, any check that
 could not be evaluated is ERROR, and an empty list is never a PASS.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 BEGIN = "@@xpushare-envcheck-begin"
 END = "@@xpushare-envcheck-end"

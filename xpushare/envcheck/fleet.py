@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xpushare.artifacts import atomic_write_text
 from xpushare.envcheck.checks import ALIGN_KEYS
-from xpushare.model import Status, Verdict
-from xpushare.status import ExitStatus
+from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Status, Verdict
+from xpushare.report.artifacts import atomic_write_text
 
 REPORT_MD = "fleet-report.md"
 REPORT_JSON = "fleet.json"

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from xpushare.data import manifests_dir, workloads_dir
-from xpushare.manifest_yaml import dump_manifests
+from xpushare.transport.manifest_yaml import dump_manifests
 
 MANIFESTS_DIR = manifests_dir() / "envcheck"
 SCRIPTS_DIR = workloads_dir() / "envcheck"

@@ -17,7 +17,7 @@ bound it): MASTER_ADDR is ``envcheck_master_addr``, else the first node's invent
 first address of ``hostname -I`` on it; the port is ``envcheck_master_port``, else a free port found on
 that node.
 
-Kubernetes mode (:func:`run_k8s`): kubectl runs on the cluster's master (:class:`~xpushare.kube.Kubectl`).
+Kubernetes mode (:func:`run_k8s`): kubectl runs on the cluster's master (:class:`~xpushare.transport.kubectl.Kubectl`).
 The stack probe is a DaemonSet (pods hold after printing, and are read with ``kubectl logs``); the
 GPU steps are one run-once Pod per node pinned with ``nodeName`` (or a Job with
 ``envcheck_workload_kind: job``), and the cross-node all-reduce one Pod per node with
@@ -47,15 +47,17 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare import artifacts
 from xpushare.envcheck import checks, fleet, manifests
 from xpushare.envcheck.nominal import lookup
-from xpushare.errors import CommandTimeout, ConnectionLost, TransportError, UsageError
-from xpushare.fanout import DEFAULT_FORKS, fan_out
-from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.model import Status, Verdict
-from xpushare.status import ExitStatus
-from xpushare.transport import CommandResult, Host, LocalHost, connect
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError, UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Status, Verdict
+from xpushare.report import artifacts
+from xpushare.transport.base import CommandResult, Host
+from xpushare.transport.fanout import DEFAULT_FORKS, fan_out
+from xpushare.transport.hosts import connect
+from xpushare.transport.local import LocalHost
 
 MIB = 1 << 20
 MODES = ("ssh", "k8s")
@@ -599,8 +601,8 @@ def _wait_logs(kubectl: Any, sel: str, wanted: Sequence[str], step: str, timeout
 
 
 def run_k8s(ctx: RunContext, kubectl: Any, *, limit: str | None) -> ExitStatus:
-    """In-cluster mode through ``kubectl`` (a :class:`~xpushare.kube.Kubectl`); returns the exit status."""
-    from xpushare.kube import KubeError, KubePodStuck, KubeTimeout
+    """In-cluster mode through ``kubectl`` (a :class:`~xpushare.transport.kubectl.Kubectl`); returns the exit status."""
+    from xpushare.transport.kubectl import KubeError, KubePodStuck, KubeTimeout
 
     p = ctx.params
     settings = manifests.K8sSettings(image=p.image, python=p.python or "python3", scripts=p.scripts,
@@ -781,22 +783,22 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         overrides: ``--set envcheck_<name>=<YAML value>`` items (:class:`EnvcheckParams`).
         root: directory holding ``.tmplog/``.
         cluster_spec, kubectl: for tests and embedding: use this cluster instead of the inventory's, and
-            this :class:`~xpushare.kube.Kubectl` instead of one on the master.
+            this :class:`~xpushare.transport.kubectl.Kubectl` instead of one on the master.
 
     Returns:
         :class:`ExitStatus` OK (0), FAILED (1: a node or the cross-node step FAIL/ERROR), UNREACHABLE (3).
     Raises:
         UsageError / InventoryError (exit 2): bad mode, forks, run id, parameter, cluster or selection.
     """
-    from xpushare import inventory
-    from xpushare.selection import select_hosts
+    from xpushare.inventory import schema
+    from xpushare.inventory.selection import select_hosts
 
     stream = out if out is not None else sys.stdout
     if mode not in MODES:
         raise UsageError(f"bad --mode {mode!r} (choose from: {', '.join(MODES)})")
     if int(forks) < 1:
         raise UsageError("--forks must be >= 1")
-    spec = cluster_spec or inventory.load(inventory_path).cluster(cluster)
+    spec = cluster_spec or schema.load(inventory_path).cluster(cluster)
     params = resolve_params(spec.params, parse_overrides(list(overrides)))
     rid = run_id or artifacts.new_run_id(datetime.now())
     try:
@@ -808,7 +810,7 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         role = "gpu" if spec.by_role("gpu") else "all"
         return run_ssh(ctx, select_hosts(spec, role=role, limit=limit), forks=int(forks))
     if kubectl is None:
-        from xpushare.kube import Kubectl
+        from xpushare.transport.kubectl import Kubectl
 
         masters = spec.by_role("master")
         if not masters:

@@ -1,7 +1,7 @@
 """Checks every suite shares: pod progress (phase, exit code, PASS line, runtime), pods succeeded or
 terminal, an allocation rejected, run-interval overlap, scheduler liveness.
 
-Each returns a :class:`~xpushare.model.Check` (``ok=None`` when the evidence to decide is missing, so a
+Each returns a :class:`~xpushare.model.verdict.Check` (``ok=None`` when the evidence to decide is missing, so a
 verdict built on it is ERROR, never PASS). Pure functions of the stored evidence.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
-from xpushare.evidence import Evidence
-from xpushare.model import Check, Status, Verdict
+from xpushare.evidence.store import Evidence
+from xpushare.model.verdict import Check, Status, Verdict
 
 
 def pod_progress(ev: Evidence, name: str) -> dict[str, Any]:

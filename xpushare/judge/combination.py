@@ -1,6 +1,6 @@
 """COMBO-001..008 judgments (seed 000 §8, §16.3, §17.3): pure functions from evidence to a Verdict.
 
-Every function reads the case directory through :class:`~xpushare.evidence.Evidence` and the case's
+Every function reads the case directory through :class:`~xpushare.evidence.store.Evidence` and the case's
 ``plan.json`` (written by :mod:`xpushare.cases.combination`), never live state, so ``invoke judge``
 re-judges a stored run offline. Thresholds are named parameters
 (:data:`xpushare.judge.thresholds.COMBINATION` holds the seed's values; a key missing from ``th`` falls
@@ -39,7 +39,7 @@ from typing import Any
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import Exposition
 from xpushare.collect.scheduler_log import SchedulerLogSummary
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.checks import (
     check_pods_succeeded,
@@ -64,7 +64,7 @@ from xpushare.judge.combination_evidence import (
 )
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.judge.quota import check_higher_quota_faster
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
     "DEFAULTS",

@@ -13,7 +13,7 @@ from typing import Any
 
 from xpushare.collect import pod_log
 from xpushare.collect.scheduler_log import LimitChange, SchedulerLogSummary
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,
     check_scheduler_alive,
@@ -30,7 +30,7 @@ from xpushare.judge.combination_evidence import (
     scheduler_summary,
 )
 from xpushare.judge.quota import annotation_calls, change_applied_at, phase_throughput
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from typing import Any
 
 from xpushare.collect.metrics import Exposition, Sample, parse_exposition
 from xpushare.collect.scheduler_log import SchedulerLogSummary, parse_text
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.metrics_evidence import read_capture
 from xpushare.judge.quantity import annotation_bytes
-from xpushare.model import Check
+from xpushare.model.verdict import Check
 
 
 def combo_th(th: Mapping[str, Any], key: str) -> Any:

@@ -1,4 +1,4 @@
-"""Functional suite (FUNC-001..007): pure functions from :class:`~xpushare.evidence.Evidence` and thresholds
+"""Functional suite (FUNC-001..007): pure functions from :class:`~xpushare.evidence.store.Evidence` and thresholds
 to a Verdict.
 
 They follow seed 000 sections 7, 16.2 and 17.2 but are stricter than the bash harness where it was
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xpushare.collect import scheduler_log
-from xpushare.evidence import SOURCE_REGISTRATION, Evidence
+from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,
     check_rejected,
@@ -23,7 +23,7 @@ from xpushare.judge.checks import (
     overlap_ratio,
     pod_progress,
 )
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 def check_lock_shared(ev: Evidence, pair: Sequence[str], minimum: float) -> Check | None:
@@ -133,7 +133,7 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
     ``gpus_available``: GPUs the pods could be placed on (the backend's ``gpu_count``); None (unknown) is an
     unevaluable check, so the case is ERROR, never a PASS that skipped the spread.
 
-    A pod's GPU is the one the scheduler registered its client on (:class:`~xpushare.evidence.GpuAssignment`,
+    A pod's GPU is the one the scheduler registered its client on (:class:`~xpushare.evidence.store.GpuAssignment`,
     matched by pod name in Kubernetes and by ``host_pid`` in host mode); only a pod with no registration in
     the evidence counts with the GPU ``pods.json`` recorded (host mode: the tool's own placement), and the
     check's values name those pods (``not_registered``) and where each GPU came from (``gpu_source``).

@@ -1,6 +1,6 @@
 """MET-001..008 judgments (seed 000 §11, §16.5, §17.5): pure functions from evidence to a Verdict.
 
-Every function reads a case directory through :class:`~xpushare.evidence.Evidence` (``Evidence.text``)
+Every function reads a case directory through :class:`~xpushare.evidence.store.Evidence` (``Evidence.text``)
 and never live state, so ``invoke judge`` re-judges a stored run offline. Thresholds are named
 parameters with the seed's values as defaults (:data:`xpushare.judge.thresholds.METRICS`); a missing
 key in ``th`` falls back to its default and the verdict records the value it used.
@@ -22,8 +22,8 @@ Evidence files (written by the case's actions; names relative to the case direct
 
 Every capture must come from the scheduler that serves the probe pod's node (a scheduler per node,
 sut-interfaces.md §4.8); the judgments prove it by finding the probe's own series. The probe's
-clients are found with a :class:`~xpushare.client_match.ClientMatch` (``client``), whose key depends
-on the mode (:func:`~xpushare.client_match.client_match`): the ``pod``/``namespace`` labels in
+clients are found with a :class:`~xpushare.evidence.client_match.ClientMatch` (``client``), whose key depends
+on the mode (:func:`~xpushare.evidence.client_match.client_match`): the ``pod``/``namespace`` labels in
 Kubernetes, ``host_pid`` (and ``client_id``) in host mode, where every client's pod and namespace are
 ``none``. The ``probe_client_seen`` check and the PASS summary say which key matched
 (``matched by host_pid 12345``); the other client families are read by the matched ``client_id``.
@@ -36,9 +36,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.client_match import ClientMatch
 from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence import Evidence
+from xpushare.evidence.client_match import ClientMatch
+from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.metrics_checks import (
     client_seen_check,
@@ -60,7 +60,7 @@ from xpushare.judge.metrics_evidence import (
     read_first_capture,
 )
 from xpushare.judge.metrics_load import judge_met006, judge_met007, judge_met008
-from xpushare.model import Check, Verdict
+from xpushare.model.verdict import Check, Verdict
 
 __all__ = [
     "DEFAULTS",
@@ -139,7 +139,7 @@ def judge_met002(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch | N
     """MET-002: every required family exists (``xpushare/data/required_metrics.yaml``).
 
     Evidence: ``source``, else ``metrics_mid.txt``, else ``metrics.txt``. With a probe (``client``,
-    its :class:`~xpushare.client_match.ClientMatch`) its client must be in the page (so the scraped
+    its :class:`~xpushare.evidence.client_match.ClientMatch`) its client must be in the page (so the scraped
     scheduler is the probe's node's) and, with
     ``met002_require_samples``, every required family needs sample lines; without a probe, families
     that need a client only need their HELP/TYPE. GPU families are required when

@@ -1,5 +1,5 @@
 """Checks the MET-001..008 judgments share: exposition parses, the probe client is seen (by its
-:class:`~xpushare.client_match.ClientMatch` key), per-client values, the GPU rows of a client, and the
+:class:`~xpushare.evidence.client_match.ClientMatch` key), per-client values, the GPU rows of a client, and the
 verdict with the thresholds used (defaults: :data:`xpushare.judge.thresholds.METRICS`).
 """
 
@@ -9,10 +9,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from xpushare.client_match import ClientMatch, matched_clients
 from xpushare.collect.metrics import Exposition, Sample
+from xpushare.evidence.client_match import ClientMatch, matched_clients
 from xpushare.judge import thresholds
-from xpushare.model import Check, Verdict, combine
+from xpushare.model.verdict import Check, Verdict, combine
 
 
 def th_value(th: Mapping[str, Any], key: str) -> Any:
@@ -109,6 +109,6 @@ def gpu_rows_for_key(exp: Exposition, metric: str, key: str | None) -> list[Samp
 
 def metrics_verdict(checks: list[Check], th: Mapping[str, Any], keys: Sequence[str], metrics: dict[str, Any],
              evidence: list[str], pass_summary: str) -> Verdict:
-    """The verdict of ``checks`` (:func:`~xpushare.model.combine`) with the thresholds ``keys`` it used."""
+    """The verdict of ``checks`` (:func:`~xpushare.model.verdict.combine`) with the thresholds ``keys`` it used."""
     status, summary = combine(checks, pass_summary=pass_summary)
     return Verdict(status, summary, checks, th_used(th, *keys), metrics, evidence)

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.client_match import ClientMatch, client_values
 from xpushare.collect.metrics import Exposition, parse_exposition
 from xpushare.collect.scheduler_log import logged_allocations
-from xpushare.evidence import Evidence
+from xpushare.evidence.client_match import ClientMatch, client_values
+from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_checks import (
     client_samples,
     client_seen_check,
@@ -34,7 +34,7 @@ from xpushare.judge.metrics_evidence import (
     read_capture,
 )
 from xpushare.judge.quantity import annotation_bytes, core_limit_value, env_bytes
-from xpushare.model import Check, Status, Verdict
+from xpushare.model.verdict import Check, Status, Verdict
 
 
 @dataclass(frozen=True)

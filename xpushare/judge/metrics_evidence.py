@@ -1,7 +1,7 @@
 """Evidence of the metrics suite: the required-metrics table, curl captures, the scrape series, and how
 a judgment finds them in a case directory (names are those of :mod:`xpushare.judge.metrics`).
 
-Pure readers: text or :class:`~xpushare.evidence.Evidence` in, typed values out; they never raise on
+Pure readers: text or :class:`~xpushare.evidence.store.Evidence` in, typed values out; they never raise on
 bad input (a malformed line is reported, not fatal), except a malformed package table.
 """
 
@@ -17,7 +17,7 @@ from importlib import resources
 import yaml
 
 from xpushare.collect.metrics import CurlResponse, parse_curl_output
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 
 
 @dataclass(frozen=True)

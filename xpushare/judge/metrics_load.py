@@ -13,7 +13,7 @@ from typing import Any
 
 from xpushare.collect import dmon as dmon_parser
 from xpushare.collect.metrics import Exposition, parse_exposition
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_checks import (
     metrics_verdict,
     missing_check,
@@ -26,7 +26,7 @@ from xpushare.judge.metrics_evidence import (
     read_first_capture,
 )
 from xpushare.judge.stats import percentile
-from xpushare.model import Check, Verdict
+from xpushare.model.verdict import Check, Verdict
 
 
 def _util_points(records: Sequence[ScrapeRecord], prefix: str | None) -> dict[str, list[tuple[float, float]]]:

@@ -1,8 +1,8 @@
 """Judgments of the performance suite PERF-001..011 (seed 000 sections 6 P1, 9, 16.4, 17.4).
 
-Pure functions from a case's stored evidence (:class:`~xpushare.evidence.Evidence`: ``pods.json``,
+Pure functions from a case's stored evidence (:class:`~xpushare.evidence.store.Evidence`: ``pods.json``,
 ``pods/*.log``, ``scheduler.log``, ``annotations.jsonl``, scraped metrics files) and the case's
-``plan.json`` to a :class:`~xpushare.model.Verdict`; nothing here reads live state, so
+``plan.json`` to a :class:`~xpushare.model.verdict.Verdict`; nothing here reads live state, so
 ``invoke judge --run-id X --set perf_quota_tolerance=0.1`` re-judges a stored run offline.
 
 Quota model (sut-interfaces.md §5.2): a core limit is a hard cap. A pod at ``q`` % alone on its GPU runs
@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import pod_progress
 from xpushare.judge.performance_checks import (
     check_baseline,
@@ -54,7 +54,7 @@ from xpushare.judge.performance_dynamic import (
     throughput_series,
 )
 from xpushare.judge.stats import median, rounded
-from xpushare.model import Check, Verdict
+from xpushare.model.verdict import Check, Verdict
 
 __all__ = [
     "baseline_drift",

@@ -15,10 +15,10 @@ from typing import Any
 
 from xpushare.collect import dmon
 from xpushare.collect.scheduler_log import parse_text
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, pod_progress
 from xpushare.judge.stats import median, percentile, rounded
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 def ideal_factor(quota: float, co_quotas: Sequence[float] = ()) -> float:

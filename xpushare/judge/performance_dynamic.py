@@ -12,7 +12,7 @@ from typing import Any
 
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import pod_progress
 from xpushare.judge.performance_checks import (
     check_baseline,
@@ -25,7 +25,7 @@ from xpushare.judge.performance_checks import (
 )
 from xpushare.judge.quota import annotation_calls, check_dynamic_change
 from xpushare.judge.stats import rounded
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 def probe_points(ev: Evidence, pod: str) -> list[tuple[float, int]]:

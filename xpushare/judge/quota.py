@@ -1,6 +1,6 @@
 """Judgments of compute and memory quotas, static and dynamic (seed 000 sections 6 P1, 7, 17.2-17.3).
 
-Pure functions over :class:`~xpushare.evidence.Evidence`: pod records and logs, ``scheduler.log``
+Pure functions over :class:`~xpushare.evidence.store.Evidence`: pod records and logs, ``scheduler.log``
 (kubectl ``--timestamps`` lines) and ``annotations.jsonl`` (the unix time of each annotate call, written
 by the backend). A dynamic change counts only when the scheduler logged ``... limit changed for pod
 <ns>/<pod>: <old> -> <new>`` for that pod **and** the pod logged the library's update line; its latency
@@ -17,9 +17,9 @@ from typing import Any
 
 from xpushare.collect import pod_log
 from xpushare.collect.scheduler_log import parse_text
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 def annotation_calls(ev: Evidence) -> list[dict[str, Any]]:

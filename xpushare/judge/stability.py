@@ -1,6 +1,6 @@
 """Judgments of the stability, leak and fault cases (seed 000 §6 P0/P2, §10, §14.4, §16.6, §17.6).
 
-Pure functions: they read the case directory through :class:`~xpushare.evidence.Evidence` (the soak's
+Pure functions: they read the case directory through :class:`~xpushare.evidence.store.Evidence` (the soak's
 series under ``soak/``, ``plan.json``, ``pods.json``, the scheduler log) and never live state, so
 ``invoke judge`` re-judges a stored soak offline with other thresholds.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_skip
 from xpushare.judge.stability_checks import (
     check_coverage,
@@ -46,7 +46,7 @@ from xpushare.judge.stability_evidence import (
     process_series,
     scheduler_log_lines,
 )
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
     "SoakData",

@@ -1,6 +1,6 @@
 """The checks of the STAB/LEAK/FAIL judgments: trends per scheduler process, restarts, rounds, sampling
 coverage, GPU memory back to the baseline, ghost clients, bounded series, log storms and protocol errors,
-dynamic updates applied. Each returns a :class:`~xpushare.model.Check` (``ok=None``: not evaluable).
+dynamic updates applied. Each returns a :class:`~xpushare.model.verdict.Check` (``ok=None``: not evaluable).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from xpushare.judge.stability_evidence import (
     process_series,
 )
 from xpushare.judge.trend import Trend, fit
-from xpushare.model import Check
+from xpushare.model.verdict import Check
 
 
 def _judge_points(

@@ -1,5 +1,5 @@
 """The soak's evidence as the STAB/LEAK/FAIL judgments read it: the series files under
-``<case_dir>/soak/`` (written by the soak loop, format and readers in :mod:`xpushare.soak_series`),
+``<case_dir>/soak/`` (written by the soak loop, format and readers in :mod:`xpushare.evidence.soak_series`),
 the JSON snapshots, the scheduler log (plain, or rotated ``.gz`` parts), and per-process series.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xpushare import soak_series
-from xpushare.evidence import Evidence
+from xpushare.evidence import soak_series
+from xpushare.evidence.store import Evidence
 
 SOAK = "soak"
 

@@ -38,13 +38,13 @@ from typing import Any, TextIO
 import yaml
 from tabulate import tabulate
 
-from xpushare import artifacts
 from xpushare.cases.base import load_plan
 from xpushare.data import baselines_dir
-from xpushare.errors import UsageError
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.legacy import judgments, tables
-from xpushare.status import ExitStatus
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.report import artifacts
 
 #: Workload kind of each pods-run scenario, and whether the kind saturates the GPU.
 SCENARIO_KIND = {"cross-gpu": "standard", "small": "small", "idle-small": "idle-small"}

@@ -49,16 +49,19 @@ from typing import Any, TextIO
 
 import yaml
 
-from xpushare import artifacts, engine, inventory
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.data import manifests_dir
-from xpushare.errors import HostUnreachable, UsageError, XpushareError
-from xpushare.inventory import ClusterSpec, HostSpec
-from xpushare.kube import Kubectl, KubeError
-from xpushare.manifest_yaml import dump_manifests
-from xpushare.status import ExitStatus
-from xpushare.sut import SutNames, sut_names
-from xpushare.transport import Host, connect
+from xpushare.engine import plan
+from xpushare.inventory import schema
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.inventory.sut import SutNames, sut_names
+from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.report import artifacts
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.manifest_yaml import dump_manifests
 
 TEMPLATES = manifests_dir() / "legacy"
 MODES = ("auto", "serial", "concurrent")
@@ -371,7 +374,7 @@ def deploy_params(cluster: ClusterSpec, overrides: Sequence[str], *, lenient: bo
 
     Raises :class:`UsageError` for an unknown ``--set`` name (unless ``lenient``: other names are ignored).
     """
-    values = engine.parse_overrides(overrides)
+    values = plan.parse_overrides(overrides)
     unknown = sorted(k for k in values if k not in DEPLOY_DEFAULTS)
     if unknown and not lenient:
         raise UsageError(f"unknown deploy parameter(s) for --set: {', '.join(unknown)} "
@@ -412,12 +415,12 @@ def cleanup_labels(names: SutNames) -> list[str]:
 def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     """Run the pipeline on one k8s cluster. Returns 0, 1 (a step failed) or 3 (build host unreachable).
 
-    Raises :class:`UsageError` / :class:`~xpushare.errors.InventoryError` for bad input before any step.
+    Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input before any step.
     """
     out = out or sys.stdout
     if req.mode not in MODES:
         raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {req.mode!r}")
-    cluster = inventory.load(req.inventory_path).cluster(req.cluster)
+    cluster = schema.load(req.inventory_path).cluster(req.cluster)
     if cluster.mode != "k8s":
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; deploy needs Kubernetes")
     params = deploy_params(cluster, req.overrides, lenient=req.lenient)

@@ -1,6 +1,6 @@
 """Verdicts of the legacy scenarios: pure functions of a case's stored evidence and its ``plan.json``.
 
-The same honesty rules as the matrix (:mod:`xpushare.judge.checks`, :func:`xpushare.model.combine`): a pod
+The same honesty rules as the matrix (:mod:`xpushare.judge.checks`, :func:`xpushare.model.verdict.combine`): a pod
 passes only with phase Succeeded, exit 0, the ``PASS`` line and a runtime; a check whose evidence is
 missing (no pod record, no log, no scheduler log, no dmon capture) is unevaluable, which makes the case
 ERROR, never PASS. Where a legacy script's rule was weaker, the stricter rule is used and named:
@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xpushare.collect import dmon, nvidia_smi, scheduler_log
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_rejected
 from xpushare.legacy import tables
-from xpushare.model import Check, Status, Verdict, combine
+from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 def _scheduler(ev: Evidence) -> scheduler_log.SchedulerLogSummary | None:

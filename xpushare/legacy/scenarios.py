@@ -34,20 +34,23 @@ from typing import Any, TextIO
 
 import yaml
 
-from xpushare import artifacts, engine, interrupt, inventory, report
 from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend, dns1123
 from xpushare.cases.base import CaseDef, CaseRun, load_plan
 from xpushare.collect import nvidia_smi
-from xpushare.errors import TransportError, UsageError, XpushareError
-from xpushare.evidence import Evidence
-from xpushare.inventory import ClusterSpec
+from xpushare.engine import driver, interrupt, lifecycle, plan
+from xpushare.evidence.store import Evidence
+from xpushare.inventory import schema
+from xpushare.inventory.schema import ClusterSpec
 from xpushare.judge.quantity import parse_quantity
-from xpushare.kube import STUCK_REASONS, Kubectl, KubeError
 from xpushare.legacy import deploy, judgments, tables
 from xpushare.legacy.compare import BOUND
-from xpushare.model import Verdict
-from xpushare.status import ExitStatus
+from xpushare.model.errors import TransportError, UsageError, XpushareError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Verdict
+from xpushare.report import artifacts, build, summaries
+from xpushare.transport.kube_objects import STUCK_REASONS
+from xpushare.transport.kubectl import Kubectl, KubeError
 
 SUITE = "legacy"
 W1, W2, W3 = "w1_large_add", "w2_medium_add", "w3_idle_add"
@@ -86,8 +89,8 @@ _PREFIX_RE = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/(?P<container>[^\]]+)\] ?")
 def split_prefixed(text: str) -> dict[str, str]:
     """``kubectl logs --prefix`` output split into pod -> text, on ``\n`` only.
 
-    (:func:`xpushare.kube.split_prefixed_logs` uses ``str.splitlines``, which also breaks at ``\r`` and
-    so drops every tqdm refresh after the first; the legacy tables need the last one.)
+    (:func:`xpushare.transport.kube_objects.split_prefixed_logs` uses ``str.splitlines``, which also breaks at
+    ``\r`` and so drops every tqdm refresh after the first; the legacy tables need the last one.)
     """
     out: dict[str, list[str]] = {}
     for line in text.split("\n"):
@@ -614,9 +617,9 @@ def scenario_params(sc: Scenario, cluster: ClusterSpec, req: LegacyRequest) -> t
     """
     case = sc.case()
     own = [o for o in req.overrides if not o.partition("=")[0].strip().startswith("deploy_")]
-    overrides = engine.parse_overrides(own)
-    engine.check_overrides([case], overrides)
-    params = engine.case_params(case, cluster, engine.Selection(cases=[case], required={case.case_id}), overrides)
+    overrides = plan.parse_overrides(own)
+    plan.check_overrides([case], overrides)
+    params = plan.case_params(case, cluster, plan.Selection(cases=[case], required={case.case_id}), overrides)
     if sc.count is not None and req.count is not None:
         if req.count < 1:
             raise UsageError(f"the pod count must be at least 1, not {req.count}")
@@ -633,14 +636,14 @@ def scenario_params(sc: Scenario, cluster: ClusterSpec, req: LegacyRequest) -> t
 def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
     """Run one legacy scenario on a k8s cluster; print the legacy tables; write the run dir and reports.
 
-    Raises :class:`UsageError` / :class:`~xpushare.errors.InventoryError` for bad input. Returns 0 when
+    Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input. Returns 0 when
     the scenario PASSed, 1 for FAIL/ERROR (or a failed setup step), 130 when interrupted.
     """
     out = out or sys.stdout
     sc = SCENARIOS.get(req.scenario)
     if sc is None:
         raise UsageError(f"unknown legacy scenario {req.scenario!r} (known: {', '.join(SCENARIOS)})")
-    cluster = inventory.load(req.inventory_path).cluster(req.cluster)
+    cluster = schema.load(req.inventory_path).cluster(req.cluster)
     if cluster.mode != "k8s":
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; the legacy scripts need Kubernetes")
     case, params = scenario_params(sc, cluster, req)
@@ -670,7 +673,7 @@ def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
         with interrupt.installed():
             try:
                 backend.prepare_run(run_id)
-                record, interrupted = engine.run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
+                record, interrupted = lifecycle.run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
                                                       backend=backend, params=params, required=True)
             except KeyboardInterrupt:
                 interrupted = True
@@ -682,10 +685,10 @@ def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
     if record is not None:
         _post_process(sc, case_dir, record, params, cluster)
         print(render_case_report(sc, case_dir, record, params), file=out, flush=True)
-    status = engine.exit_status_for([record] if record else [], interrupted)
+    status = driver.exit_status_for([record] if record else [], interrupted)
     meta = _write_meta(run_dir, run_id, cluster.name, case.case_id, started=False, interrupted=interrupted,
                        exit_status=int(status))
-    paths = report.build(run_dir, required=set(meta.get("required") or []))
+    paths = build.build(run_dir, required=set(meta.get("required") or []))
     print(f"[xpushare] legacy/{sc.name}: {record['status'] if record else 'INTERRUPTED'}; report: {paths.markdown}",
           file=out, flush=True)
     if interrupted:
@@ -703,7 +706,7 @@ def _write_meta(run_dir: Path, run_id: str, cluster: str, case_id: str, *, start
     meta["argv"] = sys.argv[1:]
     if not started:
         meta.update(ended=datetime.now().astimezone().isoformat(), **extra)
-        meta["counts"] = report.counts(artifacts.load_results(run_dir))
+        meta["counts"] = summaries.counts(artifacts.load_results(run_dir))
     artifacts.write_run_meta(run_dir, meta)
     return meta
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
 from xpushare.collect.scheduler_log import DISTRIBUTION_TITLE, parse_text
-from xpushare.kube import split_prefixed_logs
+from xpushare.transport.kube_objects import split_prefixed_logs
 
 RULE = "=" * 90
 DIST_RULE = "-" * 92

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from xpushare.backends.base import PodSpec
-from xpushare.errors import XpushareError
+from xpushare.model.errors import XpushareError
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import K8sSoakOps, SoakOps

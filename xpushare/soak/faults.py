@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import KubeAccess, PodRecord, PodSpec
-from xpushare.errors import XpushareError
-from xpushare.kube import KubeError, Pod
+from xpushare.model.errors import XpushareError
 from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
+from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kubectl import KubeError
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
     from xpushare.cases.base import CaseRun

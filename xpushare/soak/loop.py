@@ -38,15 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare import interrupt
-from xpushare.artifacts import atomic_write_text
 from xpushare.backends.base import PodRecord, PodSpec
-from xpushare.errors import HostKeyMismatch, TransportError
-from xpushare.judge.trend import OnlineRegression
-from xpushare.kube import KubeError, KubeTimeout, KubeUnavailable
-from xpushare.soak.checkpoint import Checkpoint
-from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
-from xpushare.soak_series import (
+from xpushare.engine import interrupt
+from xpushare.evidence.soak_series import (
     METRICS_FIELDS,
     SAMPLE_FIELDS,
     SCHEDULER_FIELDS,
@@ -54,6 +48,12 @@ from xpushare.soak_series import (
     JsonlAppender,
     iter_csv,
 )
+from xpushare.judge.trend import OnlineRegression
+from xpushare.model.errors import HostKeyMismatch, TransportError
+from xpushare.report.artifacts import atomic_write_text
+from xpushare.soak.checkpoint import Checkpoint
+from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
+from xpushare.transport.kubectl import KubeError, KubeTimeout, KubeUnavailable
 
 __all__ = ["SoakLoop", "SoakSettings", "interruptible_sleep"]
 

@@ -9,8 +9,8 @@ scheduler DaemonSet (node, pod uid, restart count, pod IP), then one SSH command
 prints the ``/proc`` status and FD count of every scheduler process (``pgrep -f``, argv[0] anchored)
 and the scheduler's ``/metrics`` fetched with curl from that node (:func:`node_script`).
 
-Errors: every method may raise :class:`~xpushare.errors.TransportError` (SSH) or
-:class:`~xpushare.kube.KubeError` (kubectl); the loop turns them into gaps and retries with backoff.
+Errors: every method may raise :class:`~xpushare.model.errors.TransportError` (SSH) or
+:class:`~xpushare.transport.kubectl.KubeError` (kubectl); the loop turns them into gaps and retries with backoff.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Protocol
 from xpushare.backends.base import Backend, PodRecord, PodSpec
 from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
-from xpushare.errors import TransportError, XpushareError
-from xpushare.kube import KubeError
-from xpushare.soak_series import gzip_file
+from xpushare.evidence.soak_series import gzip_file
+from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport.kubectl import KubeError
 
 __all__ = [
     "K8sSoakOps",
@@ -254,7 +254,7 @@ class K8sSoakOps:
     """:class:`SoakOps` over a Kubernetes backend inside a case (``begin_case`` ran).
 
     Uses the backend's kubectl, master and node connections (one thread, so no concurrent use). Raises
-    :class:`~xpushare.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
+    :class:`~xpushare.model.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
     """
 
     def __init__(self, backend: Backend, case_dir: Path) -> None:

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xpushare.artifacts import atomic_write_text
-from xpushare.evidence import Evidence
+from xpushare.evidence.store import Evidence
 from xpushare.judge.stability import check_trend, load_soak, process_series
+from xpushare.report.artifacts import atomic_write_text
 
 __all__ = ["write_report"]
 

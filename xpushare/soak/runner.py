@@ -1,6 +1,6 @@
 """``invoke soak``: one long STAB case (default STAB-002, the seed's 24 h mixed load) with resume.
 
-The case runs through the engine's case lifecycle (:func:`xpushare.engine.run_case`: act, harvest, clean up,
+The case runs through the engine's case lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up,
 judge, ``result.json``), in the usual run directory::
 
     .tmplog/<run-id>/xpushare/<cluster>/stability/<STAB-00x>/
@@ -24,12 +24,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare import __version__, artifacts, engine, interrupt, inventory, report
+from xpushare import __version__
 from xpushare.cases import REGISTRY
-from xpushare.errors import UsageError
+from xpushare.engine import driver, interrupt, lifecycle, plan
+from xpushare.evidence.soak_series import gzip_file
+from xpushare.inventory import schema
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.report import artifacts, build, summaries
 from xpushare.soak.checkpoint import Checkpoint
-from xpushare.soak_series import gzip_file
-from xpushare.status import ExitStatus
 
 __all__ = ["SoakRequest", "soak"]
 
@@ -92,19 +95,19 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     case_id = request.case.upper()
     if case_id not in SOAK_CASES:
         raise UsageError(f"invoke soak runs one of {', '.join(SOAK_CASES)}, not {request.case!r}")
-    cluster = inventory.load(request.inventory_path).cluster(request.cluster)
-    selection = engine.select(case_ids=[case_id])
+    cluster = schema.load(request.inventory_path).cluster(request.cluster)
+    selection = plan.select(case_ids=[case_id])
     case = REGISTRY[case_id]
-    overrides = engine.parse_overrides(request.overrides)
-    engine.check_overrides([case], overrides)
+    overrides = plan.parse_overrides(request.overrides)
+    plan.check_overrides([case], overrides)
     if request.duration_s is not None:
         if request.duration_s <= 0:
             raise UsageError("--hours/--minutes must be positive")
         overrides["stab_duration_s"] = request.duration_s
-    run_id = engine.resolve_run_id(request.run_id, resume=request.resume, what="soak")
+    run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak")
     run_dir = artifacts.run_dir(request.root, run_id)
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
-    params = engine.case_params(case, cluster, selection, overrides)
+    params = plan.case_params(case, cluster, selection, overrides)
     act = case.act
     if request.resume:
         stored = case_dir / "soak" / PARAMS_FILE
@@ -114,8 +117,8 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         params = {**json.loads(stored.read_text(encoding="utf-8")), **overrides}
         if ck.final_done:
             print(f"[xpushare] soak {case_id} of run {run_id} already complete; re-judging", file=out)
-            engine.rejudge(run_id, request.overrides, root=request.root, out=out)
-            return engine.exit_status_for(artifacts.load_results(run_dir), False)
+            driver.rejudge(run_id, request.overrides, root=request.root, out=out)
+            return driver.exit_status_for(artifacts.load_results(run_dir), False)
         act = _resumable_act(case.act)
     elif (case_dir / "soak").exists() or (case_dir / "result.json").exists():
         raise UsageError(f"run {run_id} already holds {case_id} on {cluster.name}: continue it with --resume, or "
@@ -128,11 +131,11 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         "resume": request.resume,
     }
     artifacts.write_run_meta(run_dir, meta)
-    progress = engine.Progress(out)
+    progress = driver.Progress(out)
     dur = float(params["stab_duration_s"])
     progress.done(f"soak {case_id} on {cluster.name} for {dur / 3600:.2f} h{' (resumed)' if request.resume else ''} "
                   f"-> {case_dir}")
-    backend = engine.make_backend(cluster)
+    backend = driver.make_backend(cluster)
     interrupted = False
     record: dict[str, Any] = {}
     with interrupt.installed():
@@ -141,17 +144,17 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
                 backend.prepare_run(run_id)
             params_text = json.dumps(params, indent=1, default=str) + "\n"
             wrapped = replace(case, act=act if request.resume else _with_params_file(act, params_text))
-            record, interrupted = engine.run_case(wrapped, run_id=run_id, run_dir=run_dir, cluster=cluster,
+            record, interrupted = lifecycle.run_case(wrapped, run_id=run_id, run_dir=run_dir, cluster=cluster,
                                                   backend=backend, params=params, required=True)
         except KeyboardInterrupt:
             interrupted = True
         finally:
             backend.close()
     results = artifacts.load_results(run_dir)
-    status = engine.exit_status_for(results, interrupted)
-    meta.update(ended=_now(), interrupted=interrupted, exit_status=int(status), counts=report.counts(results))
+    status = driver.exit_status_for(results, interrupted)
+    meta.update(ended=_now(), interrupted=interrupted, exit_status=int(status), counts=summaries.counts(results))
     artifacts.write_run_meta(run_dir, meta)
-    paths = report.build(run_dir, required={case_id})
+    paths = build.build(run_dir, required={case_id})
     if record:
         progress.done(f"{case_id} {record['status']} {record['duration_s']:.1f}s  {record['summary']}")
     progress.done(f"report: {paths.markdown}; soak report: {case_dir / 'soak' / 'soak-report.md'}")

@@ -6,7 +6,7 @@ An :class:`Evidence` can also be built in memory (``Evidence.from_parts``) for j
 The GPU of each pod is derived here, when the evidence is loaded, never at harvest: harvest stores what
 the backend observed (``pods.json``), the scheduler's log (``scheduler.log``) and, in host mode, the pid
 of each workload process; :func:`gpu_assignments` matches every pod to its ``Registered client ... on GPU
-<key>`` line (:mod:`xpushare.client_match`: by pod name and namespace in Kubernetes, by ``host_pid`` /
+<key>`` line (:mod:`xpushare.evidence.client_match`: by pod name and namespace in Kubernetes, by ``host_pid`` /
 ``client_id`` in host mode) and the loaded records carry that GPU in ``PodRecord.gpu``. A pod with no
 registration keeps the GPU ``pods.json`` recorded (in host mode the backend's own placement), and its
 :class:`GpuAssignment` says so. So ``invoke judge`` on a stored run re-derives the mapping with the
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xpushare.backends.base import PodRecord, read_pod_records
-from xpushare.client_match import client_match, registrations_of
 from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary, parse_text
+from xpushare.evidence.client_match import client_match, registrations_of
 
 __all__ = [
     "SCHEDULER_NODE_FILE",

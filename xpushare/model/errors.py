@@ -1,12 +1,12 @@
 """Exception hierarchy of xpushare.
 
-Every error a user can cause maps to one line and an :class:`~xpushare.status.ExitStatus`; tasks catch
+Every error a user can cause maps to one line and an :class:`~xpushare.model.exit_status.ExitStatus`; tasks catch
 :class:`XpushareError` at the top and never show a traceback for it.
 """
 
 from __future__ import annotations
 
-from xpushare.status import ExitStatus
+from xpushare.model.exit_status import ExitStatus
 
 
 class XpushareError(Exception):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from xpushare.status import ExitStatus
+from xpushare.model.exit_status import ExitStatus
 
 #: The signals handled as Ctrl-C.
 HANDLED: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

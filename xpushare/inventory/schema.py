@@ -20,7 +20,7 @@ Schema (``inventory/inventory.yaml``; README "Inventory" documents every key)::
           gpu-box: {connection: local, roles: [master, gpu]}   # this machine: no SSH
 
 The built-in cluster ``local`` (this machine, no SSH, ``mode: host``) exists without any file.
-Every problem is an :class:`~xpushare.errors.InventoryError` whose message is one line naming the file
+Every problem is an :class:`~xpushare.model.errors.InventoryError` whose message is one line naming the file
 and the offending key.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.errors import InventoryError
+from xpushare.model.errors import InventoryError
 
 DEFAULT_INVENTORY = Path("inventory/inventory.yaml")
 #: Written by ``invoke lab.up``: its cluster ``lab`` is available without naming the file.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from xpushare.errors import UsageError
-from xpushare.inventory import ROLES, ClusterSpec, HostSpec
+from xpushare.inventory.schema import ROLES, ClusterSpec, HostSpec
+from xpushare.model.errors import UsageError
 
 
 def select_hosts(cluster: ClusterSpec, *, role: str = "all", limit: str | None = None) -> list[HostSpec]:

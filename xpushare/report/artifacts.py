@@ -5,11 +5,11 @@ Layout (seed 000 section 13; bash-harness.md section 4.1, minus its defects)::
     <root>/.tmplog/<run-id>/xpushare/              run_dir(): run.json, run-summary.tsv, case-summary.tsv,
     ├── <cluster>/<suite>/<case-id>/               case_dir(): result.json, analysis.txt, evidence files
     │   └── attempts/<n>/                          earlier attempts (n = 1, 2, ...), moved there whole
-    └── junit.xml, run-report.md                   written by :mod:`xpushare.report`
+    └── junit.xml, run-report.md                   written by :mod:`xpushare.report.build`
 
 ``result.json`` is the single source of truth for a case: the reports are rebuilt from it alone. Unlike
 the bash harness it is real JSON (UTF-8, indent 2), written atomically (temp file + ``os.replace``), and
-its ``status`` is one of the five :class:`~xpushare.model.Status` values, so a SKIP is stored as SKIP and
+its ``status`` is one of the five :class:`~xpushare.model.verdict.Status` values, so a SKIP is stored as SKIP and
 never as PASS. Record keys (the engine's contract)::
 
     run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare import __version__
-from xpushare.model import Status
+from xpushare.model.verdict import Status
 
 #: Suites in report order (seed 000 section 12). Unknown suite names sort after these, alphabetically.
 SUITES: tuple[str, ...] = ("functional", "combination", "performance", "metrics", "stability")
@@ -110,7 +110,7 @@ def result_sort_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _jsonable(value: Any) -> Any:
     """Turn ``value`` into plain JSON data: Enum -> value, Path -> posix str, datetime -> ISO str,
-    dataclass (e.g. :class:`~xpushare.model.Check`) -> dict, set/tuple -> list, NaN/inf -> ``"NaN"``/
+    dataclass (e.g. :class:`~xpushare.model.verdict.Check`) -> dict, set/tuple -> list, NaN/inf -> ``"NaN"``/
     ``"Infinity"``/``"-Infinity"`` (strict JSON has no such numbers). Other objects raise ``TypeError``."""
     if isinstance(value, Enum):
         return _jsonable(value.value)
@@ -140,7 +140,7 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
     Creates the parent directory. On any error the temp file is removed and ``path`` is left as it was.
     A lone surrogate (text decoded with ``surrogateescape``) is written as ``\\udcXX``, which JSON and
-    :func:`xpushare.report.tsv_unescape` read back as the same character, instead of failing the write.
+    :func:`xpushare.report.summaries.tsv_unescape` read back as the same character, instead of failing the write.
     """
     return _atomic_write(Path(path), lambda fh: fh.write(text))
 
@@ -175,7 +175,7 @@ def write_result(case_dir: Path, record: Mapping[str, Any]) -> Path:
     """Write ``record`` as ``<case_dir>/result.json`` atomically; return the path.
 
     ``record`` follows the contract in the module docstring; ``status`` may be a :class:`Status` or its
-    string and ``checks`` may hold :class:`~xpushare.model.Check` objects. Raises ``ValueError`` if
+    string and ``checks`` may hold :class:`~xpushare.model.verdict.Check` objects. Raises ``ValueError`` if
     ``status`` is not one of the five statuses, ``TypeError`` for values JSON cannot hold. The previous
     file, if any, is intact after any error.
     """

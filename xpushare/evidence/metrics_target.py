@@ -21,7 +21,7 @@ itself prints then). Series lines: :class:`xpushare.judge_metrics.ScrapeRecord` 
 
 Only the backend interface is used (:class:`~xpushare.backends.base.Backend`: ``run_id``, ``names``,
 ``scheduler_host()``; :class:`~xpushare.backends.base.KubeAccess` from ``kubernetes()``: ``kubectl``,
-``node_hosts()``, ``metrics_port``); errors are :class:`~xpushare.errors.XpushareError` with one line.
+``node_hosts()``, ``metrics_port``); errors are :class:`~xpushare.model.errors.XpushareError` with one line.
 """
 
 from __future__ import annotations
@@ -36,13 +36,16 @@ from typing import Any
 from xpushare.backends.base import Backend, KubeAccess
 from xpushare.collect.metrics import parse_curl_output
 from xpushare.data import workloads_dir
-from xpushare.errors import TransportError, XpushareError
-from xpushare.inventory import ClusterSpec
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.sut import sut_names
 from xpushare.judge.metrics_evidence import ScrapeRecord
-from xpushare.kube import KubeError, Pod
 from xpushare.metrics_check import Fetch, FetchError, urllib_fetcher
-from xpushare.sut import sut_names
-from xpushare.transport import Host, LocalHost, connect
+from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kubectl import KubeError
+from xpushare.transport.local import LocalHost
 
 __all__ = [
     "NodeCapture",
@@ -340,7 +343,7 @@ class NodeCapture:
     started_at: float | None = None
 
     def start(self) -> None:
-        """Spawn the command. Raises :class:`~xpushare.errors.TransportError` when it cannot start."""
+        """Spawn the command. Raises :class:`~xpushare.model.errors.TransportError` when it cannot start."""
         self.started_at = time.time()
         self.host.spawn(self.name, list(self.argv))
 
@@ -377,7 +380,7 @@ def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s
     Copies the script with the ``_common.py`` it imports into a folder of its own in the host's spawn
     directory first (removed after); outputs land in the case dir as
     ``sampler/<node>_gpu.csv``, ``_procs.csv``, ``_no_gpu.txt``, ``_sampler_source.txt`` (the names
-    MET-003's judgment reads). Raises :class:`~xpushare.errors.TransportError` when the copy fails.
+    MET-003's judgment reads). Raises :class:`~xpushare.model.errors.TransportError` when the copy fails.
     """
     spawn_dir = host.spawn_dir
     if not spawn_dir.startswith("/"):

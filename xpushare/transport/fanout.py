@@ -1,7 +1,7 @@
 """Parallel fan-out of one operation over many hosts with a bounded thread pool.
 
-Each host ends in exactly one :class:`HostOutcome`: a :class:`~xpushare.transport.CommandResult`, or the
-:class:`~xpushare.errors.TransportError` that stopped it, so one bad host never hides the others.
+Each host ends in exactly one :class:`HostOutcome`: a :class:`~xpushare.transport.base.CommandResult`, or the
+:class:`~xpushare.model.errors.TransportError` that stopped it, so one bad host never hides the others.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from xpushare.errors import HostUnreachable, TransportError
-from xpushare.transport import Host
+from xpushare.model.errors import HostUnreachable, TransportError
+from xpushare.transport.base import Host
 
 T = TypeVar("T")
 

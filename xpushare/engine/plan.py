@@ -1,0 +1,152 @@
+"""What a run runs: suite names, playbooks, case selection, ``-p key=value`` overrides and each case's parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
+from xpushare.cases.base import COMMON_PARAMS
+from xpushare.data import playbooks_dir
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import UsageError
+
+PLAYBOOK_DIR = playbooks_dir()
+
+
+@dataclass
+class Selection:
+    """Cases chosen for a run, the ones the release recommendation requires, and playbook parameters."""
+
+    cases: list[CaseDef]
+    required: set[str]
+    params: dict[str, Any] = field(default_factory=dict)
+    cluster_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    label: str = ""
+
+
+def normalise_suite(name: str) -> str:
+    """``func`` -> ``functional`` etc.; raises :class:`UsageError` for an unknown suite."""
+    suite = SUITE_ALIASES.get(name, name)
+    if suite not in SUITES:
+        known = ", ".join((*SUITES, *SUITE_ALIASES))
+        raise UsageError(f"unknown suite {name!r} (known: {known})")
+    return suite
+
+
+def load_playbook(name_or_path: str) -> dict[str, Any]:
+    """A playbook by name (``playbooks/<name>.yaml``) or path. Raises :class:`UsageError`."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PLAYBOOK_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in PLAYBOOK_DIR.glob("*.yaml")))
+        raise UsageError(f"playbook {name_or_path!r} not found (known: {known})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: bad YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping")
+    unknown = set(data) - {"description", "cases", "suites", "required", "params", "clusters"}
+    if unknown:
+        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    return data
+
+
+def matrix_order(case_id: str) -> tuple[int, int, str]:
+    """Sort key of the seed's matrix order: FUNC, COMBO, PERF, MET, STAB, LEAK, FAIL, then the number."""
+    prefixes = ("FUNC", "COMBO", "PERF", "MET", "STAB", "LEAK", "FAIL")
+    head, _, num = case_id.partition("-")
+    rank = prefixes.index(head) if head in prefixes else len(prefixes)
+    return rank, int(num) if num.isdigit() else 0, case_id
+
+
+def select(
+    *, suites: Sequence[str] = (), case_ids: Sequence[str] = (), playbook: str | None = None
+) -> Selection:
+    """Resolve ``--suite`` / ``--case`` / ``--playbook`` into cases in matrix order.
+
+    An unknown case id or suite is a :class:`UsageError` (exit 2), never a silent pass.
+    """
+    wanted: list[str] = []
+    params: dict[str, Any] = {}
+    cluster_params: dict[str, dict[str, Any]] = {}
+    required: set[str] | None = None
+    label_parts: list[str] = []
+    if playbook:
+        book = load_playbook(playbook)
+        label_parts.append(f"playbook={playbook}")
+        wanted += [str(c) for c in book.get("cases") or []]
+        for s in book.get("suites") or []:
+            suite = normalise_suite(str(s))
+            wanted += [c.case_id for c in REGISTRY.values() if c.suite == suite]
+        params.update(book.get("params") or {})
+        for name, body in (book.get("clusters") or {}).items():
+            cluster_params[str(name)] = dict((body or {}).get("params") or {})
+        if book.get("required") is not None:
+            required = {str(c) for c in book["required"]}
+    for s in suites:
+        suite = normalise_suite(s)
+        label_parts.append(f"suite={suite}")
+        wanted += [c.case_id for c in REGISTRY.values() if c.suite == suite]
+    for cid in case_ids:
+        label_parts.append(f"case={cid}")
+        wanted.append(cid.upper())
+    unknown = [c for c in wanted if c not in REGISTRY]
+    if unknown:
+        raise UsageError(f"unknown case id(s): {', '.join(unknown)} (see `invoke cases`)")
+    if not wanted:
+        raise UsageError("nothing selected: give --suite, --case or --playbook")
+    order = {cid: i for i, cid in enumerate(sorted(REGISTRY, key=matrix_order))}
+    chosen = [REGISTRY[c] for c in sorted(set(wanted), key=order.__getitem__)]
+    return Selection(
+        cases=chosen,
+        required=required if required is not None else {c.case_id for c in chosen},
+        params=params,
+        cluster_params=cluster_params,
+        label=" ".join(label_parts),
+    )
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``--set name=value`` pairs; values are YAML scalars (``0.08``, ``true``, ``[1, 2]``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"bad --set {item!r}: expected name=value")
+        try:
+            out[name.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise UsageError(f"bad --set value for {name!r}: {raw!r}") from None
+    return out
+
+
+def case_params(
+    case: CaseDef, cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Parameters of one case: common < case < playbook < playbook per cluster < inventory < ``--set``."""
+    params: dict[str, Any] = {**COMMON_PARAMS, **case.params}
+    for layer in (selection.params, selection.cluster_params.get(cluster.name, {}), cluster.params, overrides):
+        for key, value in layer.items():
+            if key in params:
+                params[key] = value
+    return params
+
+
+def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> None:
+    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly)."""
+    known = set(COMMON_PARAMS)
+    for c in cases:
+        known |= set(c.params)
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise UsageError(f"unknown parameter(s) for --set: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+
+

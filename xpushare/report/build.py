@@ -1,0 +1,64 @@
+"""(Re)writing a run's four report files from its stored ``result.json`` files (``invoke report --run-id X``
+works offline): ``case-summary.tsv``, ``run-summary.tsv`` (:mod:`~xpushare.report.summaries`), ``junit.xml``
+(:mod:`~xpushare.report.junit`) and ``run-report.md`` (:mod:`~xpushare.report.markdown`)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from xpushare.report import artifacts
+from xpushare.report.junit import junit_tree
+from xpushare.report.markdown import render_markdown
+from xpushare.report.summaries import (
+    CASE_SUMMARY_HEADER,
+    RUN_SUMMARY_HEADER,
+    case_summary_rows,
+    format_tsv,
+    run_summary_rows,
+)
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """The files written by :func:`build` (absolute paths inside the run directory)."""
+
+    case_summary: Path
+    run_summary: Path
+    junit: Path
+    markdown: Path
+
+
+
+# --------------------------------------------------------------------------------------------- build
+
+
+def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | None = None) -> ReportPaths:
+    """(Re)write the four report files of ``run_dir`` from its ``result.json`` files and ``run.json``.
+
+    ``required``: case ids the release recommendation needs (default: records flagged ``required``, which is
+    every case unless the engine marked it optional). ``now`` is the "generated at" time (default: now, UTC).
+    The run id comes from run.json, else from the directory name ``.tmplog/<run-id>/xpushare``.
+    Each file is written atomically.
+    """
+    run_dir = Path(run_dir)
+    results = artifacts.load_results(run_dir)
+    meta = artifacts.read_run_meta(run_dir) or {}
+    run_id = str(meta.get("run_id") or run_dir.parent.name)
+    paths = ReportPaths(
+        case_summary=run_dir / "case-summary.tsv",
+        run_summary=run_dir / "run-summary.tsv",
+        junit=run_dir / "junit.xml",
+        markdown=run_dir / "run-report.md",
+    )
+    artifacts.atomic_write_text(paths.case_summary, format_tsv(CASE_SUMMARY_HEADER, case_summary_rows(results)))
+    artifacts.atomic_write_text(paths.run_summary, format_tsv(RUN_SUMMARY_HEADER, run_summary_rows(results)))
+    xml = ET.tostring(junit_tree(results, run_id), encoding="unicode")
+    artifacts.atomic_write_text(paths.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n")
+    text = render_markdown(run_dir, results, run_id=run_id, meta=meta, required=required, now=now)
+    artifacts.atomic_write_text(paths.markdown, text)
+    return paths
+
+

@@ -1,0 +1,209 @@
+"""The run's ``run-report.md``: overview, per-suite counts, cases, problems, key metrics, coverage, release
+recommendation and plots, from the stored results alone."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from xpushare.model.verdict import Status
+from xpushare.report import artifacts
+from xpushare.report.summaries import (
+    Result,
+    aggregate_status,
+    case_where,
+    cell_text,
+    counts,
+    default_required,
+    failure_text,
+    pass_rate,
+    record_duration,
+    record_status,
+    release_decision,
+    suite_groups,
+)
+
+# --------------------------------------------------------------------------------------------- markdown
+
+
+def md_escape(value: Any) -> str:
+    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, newlines as ``<br>``,
+    other control characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
+    text = "" if value is None else str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return artifacts.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _md_link(text: str, rel_path: str) -> str:
+    """``[text](path)`` with the path percent-encoded (slashes kept); the text is cell-escaped."""
+    return f"[{md_escape(text)}]({urllib.parse.quote(rel_path)})"
+
+
+def _fmt_duration(record: Result) -> str:
+    if record.get("duration_s") is None:
+        return "n/a"
+    seconds = record_duration(record)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+
+
+def _fmt_rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate * 100:.1f}%"
+
+
+def _case_rows(run_dir: Path, results: Sequence[Result]) -> list[str]:
+    lines = ["| Cluster | Suite | Case | Title | Status | Duration | Summary | Analysis |", "|" + "---|" * 8]
+    for r in results:
+        base = str(r.get("case_log_dir", ""))
+        has_analysis = (run_dir / base / artifacts.ANALYSIS_FILE).is_file()
+        target = f"{base}/{artifacts.ANALYSIS_FILE}" if has_analysis else f"{base}/"
+        cells = [
+            md_escape(v)
+            for v in (
+                r["cluster"],
+                r["suite"],
+                r["case_id"],
+                r.get("title"),
+                record_status(r).value,
+                _fmt_duration(r),
+                cell_text(r.get("summary")),
+            )
+        ]
+        cells.append(_md_link(target.rsplit("/", 2)[-1] or "case dir", target))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _plots(run_dir: Path, results: Sequence[Result]) -> list[str]:
+    lines: list[str] = []
+    for r in results:
+        base = run_dir / str(r.get("case_log_dir", ""))
+        pngs = sorted(p for p in base.rglob("*.png") if artifacts.ATTEMPTS_DIR not in p.relative_to(base).parts[:1])
+        for png in pngs:
+            rel = png.relative_to(run_dir).as_posix()
+            image = f"![{md_escape(png.stem)}]({urllib.parse.quote(rel)})"
+            lines += [f"### {md_escape(case_where(r))}: {md_escape(png.name)}", "", image, ""]
+    return lines
+
+
+def render_markdown(
+    run_dir: Path,
+    results: Sequence[Result],
+    *,
+    run_id: str,
+    meta: Mapping[str, Any] | None = None,
+    required: set[str] | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Text of ``run-report.md``; links are relative to ``run_dir`` (where the file is written)."""
+    meta = meta or {}
+    now = now or datetime.now(timezone.utc)
+    c = counts(results)
+    clusters = sorted({str(r["cluster"]) for r in results} | set(meta.get("clusters") or []), key=artifacts.natural_key)
+    decision = release_decision(
+        results, required, clusters=meta.get("clusters") or (), interrupted=bool(meta.get("interrupted"))
+    )
+    required = default_required(results) if required is None else set(required)
+    ran = sum(c.values()) - c["SKIP"]
+
+    out = [f"# xpushare test report: run {md_escape(run_id)}", "", "## Overview", ""]
+    out += [
+        f"- run id: `{run_id}`",
+        f"- generated at: {now.isoformat(timespec='seconds')}",
+        f"- clusters: {', '.join(md_escape(x) for x in clusters) or 'none'}",
+    ]
+    for key in ("started", "ended", "tool_version", "exit_status"):
+        if meta.get(key) is not None:
+            out.append(f"- {key.replace('_', ' ')}: {md_escape(meta[key])}")
+    if meta.get("interrupted"):
+        out.append("- **the run was interrupted**; `--resume` runs the unfinished cases")
+    out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
+    out.append(
+        f"- pass rate: {_fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "
+        "the pass rate is PASS / (all cases except SKIP), so ERROR and INTERRUPTED count against it and SKIP "
+        "is left out; no status other than PASS is ever counted as a pass)"
+    )
+    out.append(f"- release_ready: **{'YES' if decision.ready else 'NO'}** (see Release recommendation)")
+
+    out += ["", "## Results per cluster and suite", ""]
+    rows = []
+    for (cluster, suite), group in suite_groups(results).items():
+        gc = counts(group)
+        status = aggregate_status(record_status(r) for r in group).value
+        rows.append([cluster, suite, status, *gc.values(), len(group), _fmt_rate(pass_rate(gc))])
+    out += _md_table(["Cluster", "Suite", "Status", *c.keys(), "TOTAL", "Pass rate"], rows)
+
+    out += ["", "## Cases", "", *_case_rows(run_dir, results)]
+
+    problems = [r for r in results if record_status(r) in (Status.FAIL, Status.ERROR, Status.INTERRUPTED)]
+    if problems:
+        out += ["", "## Failed and unfinished cases", ""]
+        for r in problems:
+            summary = md_escape(cell_text(r.get("summary")))
+            out.append(f"- **{record_status(r).value}** {md_escape(case_where(r))}: {summary}")
+            out += [f"  - {md_escape(line.strip())}" for line in failure_text(r).splitlines()]
+
+    out += ["", "## Key metrics", ""]
+    metric_rows = [
+        [r["cluster"], r["case_id"], k, artifacts.format_value(v)]
+        for r in results
+        for k, v in (r.get("metrics") or {}).items()
+    ]
+    out += _md_table(["Cluster", "Case", "Metric", "Value"], metric_rows) if metric_rows else ["No metrics recorded."]
+
+    out += [
+        "",
+        "## Coverage",
+        "",
+        "A required case is covered when it ran to PASS or FAIL; SKIP, ERROR, INTERRUPTED and missing are not.",
+        "",
+    ]
+    cov_rows = []
+    for case_id in sorted(required, key=artifacts.natural_key):
+        found = [r for r in results if str(r["case_id"]) == case_id]
+        cov_rows += [
+            [
+                case_id,
+                r["cluster"],
+                r["suite"],
+                record_status(r).value,
+                "yes" if record_status(r) in (Status.PASS, Status.FAIL) else "no",
+            ]
+            for r in found
+        ]
+        if not found:
+            cov_rows.append([case_id, "", "", "missing", "no"])
+    cov_header = ["Case", "Cluster", "Suite", "Status", "Covered"]
+    out += _md_table(cov_header, cov_rows) if cov_rows else ["No required cases."]
+
+    out += ["", "## Release recommendation", "", f"release_ready: **{'YES' if decision.ready else 'NO'}**", ""]
+    if decision.ready:
+        out.append("Every required case ran and no case is FAIL, ERROR or INTERRUPTED.")
+    else:
+        out += ["Reasons:", ""] + [f"- {md_escape(reason)}" for reason in decision.reasons]
+    not_required = [r for r in results if str(r["case_id"]) not in required and record_status(r) is Status.SKIP]
+    if not_required:
+        out += ["", "Skipped cases that are not required: " + ", ".join(md_escape(case_where(r)) for r in not_required)]
+
+    plots = _plots(run_dir, results)
+    if plots:
+        out += ["", "## Plots", "", *plots]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+
+

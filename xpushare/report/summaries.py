@@ -1,0 +1,248 @@
+"""Counting, the TSV summaries and the release decision of a run, from its stored ``result.json`` records.
+
+:func:`xpushare.report.build.build` writes into the run directory:
+
+* ``case-summary.tsv``: ``cluster suite case_id status summary case_log_dir``, one row per case (latest
+  attempt), ``case_log_dir`` relative to the run directory.
+* ``run-summary.tsv``: ``cluster suite selector status``; per (cluster, suite) one ``all`` row with the
+  aggregate status (:func:`aggregate_status`), then one row per case with the case id as selector.
+* ``junit.xml``: one ``<testsuite name="<cluster>.<suite>">`` per pair (landscape.md section 3).
+* ``run-report.md``: overview, per-suite counts, cases, problems, key metrics, coverage, release
+  recommendation, plots.
+
+TSV escaping (bash-harness.md section 9 item 17 is the defect this avoids): every field is written with
+:func:`tsv_escape`, which replaces backslash, tab, newline and carriage return with ``\\\\``, ``\\t``, ``\\n``
+and ``\\r``, and any other control character (or U+2028/U+2029) with ``\\xNN``/``\\uNNNN``. A row is therefore
+always one line of tab-separated fields, whatever splits lines; :func:`read_tsv` undoes it. The csv module is
+not used because it would quote embedded newlines and so spread one row over several lines.
+
+Counting rules: only PASS counts as a pass. SKIP, ERROR and INTERRUPTED are counted as themselves and never
+as PASS; the pass rate is ``PASS / (cases not SKIP)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xpushare.model.verdict import Status
+from xpushare.report import artifacts
+
+CASE_SUMMARY_HEADER = ("cluster", "suite", "case_id", "status", "summary", "case_log_dir")
+RUN_SUMMARY_HEADER = ("cluster", "suite", "selector", "status")
+STATUS_ORDER: tuple[Status, ...] = (Status.PASS, Status.FAIL, Status.SKIP, Status.ERROR, Status.INTERRUPTED)
+
+Result = Mapping[str, Any]
+
+
+
+# --------------------------------------------------------------------------------------------- counting
+
+
+def record_status(record: Result) -> Status:
+    """The record's status; ``ValueError`` if it is not one of the five."""
+    return Status(record["status"])
+
+
+def counts(results: Iterable[Result]) -> dict[str, int]:
+    """``{"PASS": n, "FAIL": n, "SKIP": n, "ERROR": n, "INTERRUPTED": n}``, every key present, in that order.
+
+    ``ValueError`` on a record whose status is not one of the five (records from
+    :func:`~xpushare.report.artifacts.load_results` are already normalised).
+    """
+    out = {s.value: 0 for s in STATUS_ORDER}
+    for r in results:
+        out[record_status(r).value] += 1
+    return out
+
+
+def pass_rate(c: Mapping[str, int]) -> float | None:
+    """PASS / (PASS + FAIL + ERROR + INTERRUPTED) from :func:`counts`, i.e. SKIP leaves the denominator.
+
+    None when no case ran (every case SKIP, or none at all).
+    """
+    ran = sum(c[s.value] for s in STATUS_ORDER if s is not Status.SKIP)
+    return c[Status.PASS.value] / ran if ran else None
+
+
+def aggregate_status(statuses: Iterable[Status | str]) -> Status:
+    """Status of a group of cases (a suite): FAIL if any FAIL; else ERROR if any ERROR; else INTERRUPTED if
+    any INTERRUPTED; else PASS if at least one PASS (the rest being SKIP, which are listed per case); else
+    SKIP (all SKIP, or no case at all). An all-SKIP suite is never PASS."""
+    present = {Status(s) for s in statuses}
+    for s in (Status.FAIL, Status.ERROR, Status.INTERRUPTED, Status.PASS):
+        if s in present:
+            return s
+    return Status.SKIP
+
+
+def suite_groups(results: Sequence[Result]) -> dict[tuple[str, str], list[Result]]:
+    """Results grouped by (cluster, suite), in the order of ``results`` (already sorted by load_results)."""
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault((str(r["cluster"]), str(r["suite"])), []).append(r)
+    return groups
+
+
+# --------------------------------------------------------------------------------------------- TSV
+
+_TSV_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_TSV_UNESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+_TSV_SPECIAL = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_TSV_ESCAPE_SEQ = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL)
+
+
+def tsv_escape(value: Any) -> str:
+    """``str(value)`` (None -> ``""``) escaped for one TSV field: backslash, tab, LF and CR become ``\\\\``,
+    ``\\t``, ``\\n``, ``\\r``; other control characters and U+2028/U+2029 become ``\\xNN``/``\\uNNNN``."""
+    text = "" if value is None else str(value)
+    return _TSV_SPECIAL.sub(lambda m: _TSV_ESCAPES.get(m.group(0)) or artifacts.escape_char(m.group(0)), text)
+
+
+def _unescape_one(m: re.Match[str]) -> str:
+    seq = m.group(1)
+    if len(seq) > 1:
+        return chr(int(seq[1:], 16))
+    return _TSV_UNESCAPES.get(seq, m.group(0))
+
+
+def tsv_unescape(text: str) -> str:
+    """Inverse of :func:`tsv_escape`; an unknown escape such as ``\\q`` is kept as written."""
+    return _TSV_ESCAPE_SEQ.sub(_unescape_one, text)
+
+
+def format_tsv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """TSV text: the header and the escaped rows, each ending in ``\\n``."""
+    lines = ["\t".join(header)] + ["\t".join(tsv_escape(v) for v in row) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def read_tsv(path: Path) -> list[list[str]]:
+    """Rows of a TSV written by :func:`build` (header included), split on ``\\n`` and tab, unescaped."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [[tsv_unescape(f) for f in line.split("\t")] for line in text.split("\n") if line != ""]
+
+
+def case_summary_rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
+    """Rows of ``case-summary.tsv`` (without the header), one per result."""
+    return [
+        (
+            str(r["cluster"]),
+            str(r["suite"]),
+            str(r["case_id"]),
+            record_status(r).value,
+            cell_text(r.get("summary")),
+            str(r.get("case_log_dir", "")),
+        )
+        for r in results
+    ]
+
+
+def run_summary_rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
+    """Rows of ``run-summary.tsv`` (without the header): per (cluster, suite) the ``all`` row, then its cases."""
+    rows: list[tuple[str, ...]] = []
+    for (cluster, suite), group in suite_groups(results).items():
+        rows.append((cluster, suite, "all", aggregate_status(record_status(r) for r in group).value))
+        rows.extend((cluster, suite, str(r["case_id"]), record_status(r).value) for r in group)
+    return rows
+
+
+def cell_text(value: Any) -> str:
+    """The stored summary as text (None -> ""); kept verbatim, escaping happens when written."""
+    return "" if value is None else str(value)
+
+
+
+
+def record_duration(record: Result) -> float:
+    """The record's ``duration_s`` in seconds; 0.0 when missing or not a finite number."""
+    d = record.get("duration_s")
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else 0.0
+
+
+def failure_text(record: Result) -> str:
+    """The failed checks of a record, one line each, its error, case dir and evidence files (JUnit and Markdown)."""
+    lines = []
+    for c in record.get("checks") or []:
+        if isinstance(c, Mapping) and c.get("ok") is not True:
+            verdict = "FAIL" if c.get("ok") is False else "n.a."
+            values = ", ".join(f"{k}={artifacts.format_value(v)}" for k, v in (c.get("values") or {}).items())
+            line = f"[{verdict}] {c.get('name', '?')}: {c.get('expression', '')}"
+            lines.append(line + (f" with {values}" if values else ""))
+            if c.get("detail"):
+                lines.append(f"    {c['detail']}")
+    if record.get("error"):
+        lines.append(f"error: {record['error']}")
+    base = str(record.get("case_log_dir", ""))
+    evidence = [f"{base}/{e}" if base else str(e) for e in record.get("evidence") or []]
+    lines.append(f"case dir: {base}")
+    lines.extend(f"evidence: {e}" for e in evidence)
+    return "\n".join(lines)
+
+
+
+
+# --------------------------------------------------------------------------------------------- release
+
+
+@dataclass(frozen=True)
+class ReleaseDecision:
+    """``ready`` is True only if ``reasons`` is empty; each reason is one readable line."""
+
+    ready: bool
+    reasons: tuple[str, ...]
+
+
+def default_required(results: Iterable[Result]) -> set[str]:
+    """Case ids whose records say ``required`` (a missing key counts as required)."""
+    return {str(r["case_id"]) for r in results if r.get("required", True) is not False}
+
+
+def case_where(r: Result) -> str:
+    """``cluster/suite/case_id`` of a record."""
+    return f"{r['cluster']}/{r['suite']}/{r['case_id']}"
+
+
+def release_decision(
+    results: Sequence[Result],
+    required: set[str] | None = None,
+    *,
+    clusters: Iterable[str] = (),
+    interrupted: bool = False,
+) -> ReleaseDecision:
+    """Release recommendation: ready only if there are results, at least one PASS, no case (required or not)
+    is FAIL, ERROR or INTERRUPTED, every ``required`` case id has a result and none of its results is SKIP,
+    every cluster in ``clusters`` (from run.json) has results, and the run was not ``interrupted``.
+
+    ``required`` defaults to :func:`default_required`. Otherwise NO, with one reason per problem.
+    """
+    required = default_required(results) if required is None else set(required)
+    reasons: list[str] = []
+    if not results:
+        reasons.append("no case results in this run")
+    if interrupted:
+        reasons.append("the run was interrupted (Ctrl-C) before it finished")
+    for status in (Status.FAIL, Status.ERROR, Status.INTERRUPTED):
+        for r in results:
+            if record_status(r) is status:
+                reasons.append(f"{status.value}: {case_where(r)}: {cell_text(r.get('summary'))}")
+    present = {str(r["case_id"]) for r in results}
+    for case_id in sorted(required - present, key=artifacts.natural_key):
+        reasons.append(f"required case missing: {case_id}")
+    for r in results:
+        if str(r["case_id"]) in required and record_status(r) is Status.SKIP:
+            reasons.append(f"required case skipped: {case_where(r)}: {cell_text(r.get('summary'))}")
+    seen_clusters = {str(r["cluster"]) for r in results}
+    for cluster in sorted(set(clusters) - seen_clusters, key=artifacts.natural_key):
+        reasons.append(f"cluster {cluster} has no case results")
+    if results and not any(record_status(r) is Status.PASS for r in results):
+        reasons.append("no case passed")
+    return ReleaseDecision(not reasons, tuple(reasons))
+
+
+
+

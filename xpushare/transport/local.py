@@ -1,0 +1,92 @@
+"""This machine as a :class:`~xpushare.transport.base.Host`, through invoke's local runner (no SSH)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from invoke import Config as InvokeConfig
+from invoke import Context
+from invoke.exceptions import CommandTimedOut
+from invoke.runners import Local
+
+from xpushare.model.errors import (
+    CommandFailed,
+    CommandTimeout,
+    TransportError,
+)
+from xpushare.transport.base import CommandResult, Host, env_argv, read_in_memory_stdin
+
+
+class _BulkLocal(Local):
+    """invoke's local runner with the same in-memory stdin and 64 KiB reads."""
+
+    read_chunk_size = 65536
+    read_our_stdin = read_in_memory_stdin
+
+
+
+class LocalHost(Host):
+    """This machine, through invoke's local runner (no SSH)."""
+
+    def __init__(self, name: str = "localhost", spawn_dir: str | None = None) -> None:
+        self.name = name
+        self._spawn_dir = spawn_dir or str(Path(tempfile.gettempdir()) / f"xpushare-spawn-{os.getuid()}")
+        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": _BulkLocal}}))
+
+    @property
+    def spawn_dir(self) -> str:
+        return self._spawn_dir
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        line = shlex.join(env_argv(argv, env))
+        start = time.monotonic()
+        try:
+            res = self._context.run(
+                line,
+                hide=True,
+                warn=True,
+                timeout=timeout,
+                in_stream=io.StringIO(stdin) if stdin is not None else False,
+                encoding="utf-8",
+            )
+        except CommandTimedOut:
+            raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
+        assert res is not None
+        result = CommandResult(
+            self.name, tuple(argv), res.stdout, res.stderr, res.exited, time.monotonic() - start
+        )
+        if check and not result.ok:
+            raise CommandFailed(self.name, list(argv), result.exit_code, result.stderr)
+        return result
+
+    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        try:
+            Path(remote).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, remote)
+        except OSError as exc:
+            raise TransportError(self.name, f"put {local} -> {remote}: {exc.strerror}") from None
+
+    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+        try:
+            Path(local).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(remote, local)
+        except OSError as exc:
+            raise TransportError(self.name, f"get {remote} -> {local}: {exc.strerror}") from None
+
+
+
