@@ -823,7 +823,7 @@ class SoakLoop:
                 f"{'-' if fd is None else int(fd.last)} | {'-' if fd_slope is None else f'{fd_slope * 3600:.2f}'} |"
             )
         lines += ["", "Live slopes are plain least squares (no significance test); the verdict refits the stored",
-                  "series with the autocorrelation-corrected test (xpushare/trend.py).", ""]
+                  "series with the autocorrelation-corrected test (xpushare/judge/trend.py).", ""]
         d = self.dir / "interim"
         d.mkdir(exist_ok=True)
         path = d / f"interim-{k:03d}.md"
