@@ -25,16 +25,20 @@ from xpushare.judge.checks import (
 )
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
+LOCK_SHARED = "lock-span overlap / shorter span > 0 (the lock went back to the first holder)"
 
-def check_lock_shared(ev: Evidence, pair: Sequence[str], minimum: float) -> Check | None:
+
+def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     """``lock_shared``: both clients of the pair held the GPU lock in turns, not one after the other.
 
     Each pod's span under the lock runs from its client's first ``Sent LOCK_OK`` to its last ``released from
     running_list`` in ``scheduler.log`` (:func:`~xpushare.collect.scheduler_log.lock_spans`); the check passes
-    when the spans overlap by at least ``minimum`` of the shorter one. A lock holder that is never made to
-    drop the lock while the other waits (no time-slicing) gives disjoint spans: the other pod starved until
-    it ended. None when neither pod's client took the lock: unlimited clients never ask for it
-    (sut-interfaces.md §3.2), so the scheduler's log says nothing about their turns.
+    when the spans overlap at all, i.e. the lock went back to the first holder after the second one got it
+    (or both held it at once). How much they overlap depends on where the turns fall in the compute window
+    (0.5-1.0 on a healthy lab, three runs), so only its presence is judged; the ratio (overlap / shorter span)
+    is recorded. A lock holder that is never made to drop the lock while the other waits (no time-slicing)
+    gives disjoint spans, ratio 0: the other pod starved until it ended. None when neither pod's client took
+    the lock: unlimited clients never ask for it (sut-interfaces.md §3.2), so the log says nothing of turns.
     """
     spans = scheduler_log.lock_spans(ev.text("scheduler.log") or "")
     held: dict[str, tuple[float, float] | None] = {}
@@ -47,14 +51,13 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str], minimum: float) -> Chec
         return None
     values: dict[str, Any] = {"lock_spans": {p: list(v) if v else None for p, v in held.items()}}
     if any(v is None for v in held.values()):
-        return Check("lock_shared", f"lock-span overlap / shorter span >= {minimum}", values, False,
-                     "a pod of the pair never held and released the lock")
+        return Check("lock_shared", LOCK_SHARED, values, False, "a pod of the pair never held and released the lock")
     (a0, a1), (b0, b1) = (v for v in held.values() if v is not None)
     shorter = min(a1 - a0, b1 - b0)
     ratio = max(0.0, min(a1, b1) - max(a0, b0)) / shorter if shorter > 0 else 0.0
     values["lock_overlap_ratio"] = round(ratio, 3)
-    return Check("lock_shared", f"lock-span overlap / shorter span >= {minimum}", values, ratio >= minimum,
-                 "" if ratio >= minimum else f"lock spans overlap {ratio:.2f}: one pod waited for the other's end")
+    return Check("lock_shared", LOCK_SHARED, values, ratio > 0,
+                 "" if ratio > 0 else f"lock spans overlap {ratio:.2f}: one pod waited for the other's end")
 
 
 def judge_single_pass(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
@@ -117,7 +120,7 @@ def judge_same_gpu_pair(
             "run intervals unknown" if ratio is None else ("" if ratio >= minimum else f"overlap {ratio:.2f}"),
         )
     )
-    lock = check_lock_shared(ev, pair, minimum)
+    lock = check_lock_shared(ev, pair)
     if lock is not None:
         checks.append(lock)
     status, summary = combine(checks, pass_summary=f"{pair[0]} and {pair[1]} progressed concurrently on one GPU")
