@@ -1,9 +1,15 @@
 """Invoke tasks of xpushare. Run ``invoke --list``; ``invoke --help <task>`` documents every flag.
 
-The tasks live in the package (:mod:`xpushare.cli`); this file only hands Invoke their collection. The
-installed ``xpushare`` command runs the same collection from any directory.
+The tasks live in the package (:mod:`xpushare.cli`); this file only hands Invoke their collection, and gives
+``invoke``'s own program the parse-error policy of the installed ``xpushare`` command (one ``error:`` line,
+exit status 2: :func:`xpushare.cli.program.adopt`).
 """
 
+from invoke import main as _invoke_main
+
 from xpushare.cli.collection import namespace
+from xpushare.cli.program import adopt
+
+adopt(_invoke_main.program)
 
 __all__ = ["namespace"]

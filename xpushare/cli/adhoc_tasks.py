@@ -8,6 +8,7 @@ import sys
 from invoke import Context, task
 
 from xpushare import adhoc
+from xpushare.cli import flags
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.inventory import schema
@@ -42,17 +43,19 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None)
         "inventory": INVENTORY_HELP,
     },
 )
-def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: int = DEFAULT_FORKS,
-         timeout: int = 60, inventory_: str | None = None) -> None:
+def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
+         timeout: str | None = None, inventory_: str | None = None) -> None:
     """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
 
     def body() -> ExitStatus | int | None:
+        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
+        limit_s = flags.seconds("--timeout", timeout, 60.0)
         argv = remainder_argv()
         if not argv:
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
         spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.run_adhoc(selected, argv, forks=int(forks), timeout=float(timeout), out=sys.stdout)
+        return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout)
 
     guarded(body)
 
@@ -66,14 +69,15 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
         "inventory": INVENTORY_HELP,
     }
 )
-def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: int = DEFAULT_FORKS,
+def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
          inventory_: str | None = None) -> None:
     """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
 
     def body() -> ExitStatus | int | None:
+        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
         spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.ping(spec, selected, forks=int(forks), out=sys.stdout)
+        return adhoc.ping(spec, selected, forks=n_forks, out=sys.stdout)
 
     guarded(body)
 
@@ -90,7 +94,7 @@ def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
     },
 )
 def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
-                  no_load: bool = False, min_families: int = 25, inventory_: str | None = None) -> None:
+                  no_load: bool = False, min_families: str | None = None, inventory_: str | None = None) -> None:
     """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
 
     def body() -> ExitStatus | int | None:
@@ -98,9 +102,11 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
 
         if not url and not cluster:
             raise UsageError("give --url http://HOST:PORT or --cluster NAME")
+        families = flags.count("--min-families", min_families, 25, minimum=0)
+        target = flags.http_url("--url", url) if url else None
         spec = schema.load(inventory_).cluster(cluster) if cluster else None
         want = True if load else (False if no_load else None)
-        return checklist.metrics_check_task(url, spec, load=want, min_families=int(min_families), out=sys.stdout)
+        return checklist.metrics_check_task(target, spec, load=want, min_families=families, out=sys.stdout)
 
     guarded(body)
 
@@ -119,7 +125,7 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
     },
     iterable=["set_"],
 )
-def envcheck(c: Context, cluster: str, limit: str | None = None, forks: int = DEFAULT_FORKS, mode: str = "ssh",
+def envcheck(c: Context, cluster: str, limit: str | None = None, forks: str | None = None, mode: str = "ssh",
              run_id: str | None = None, skip_gpu: bool = False, set_: list[str] | None = None, root: str = ".",
              inventory_: str | None = None) -> None:
     """Node acceptance at scale: stack alignment, cuBLAS bf16, NCCL all-reduce, fleet report (docs/envcheck.md)."""
@@ -127,7 +133,8 @@ def envcheck(c: Context, cluster: str, limit: str | None = None, forks: int = DE
     def body() -> ExitStatus | int | None:
         from xpushare.envcheck import envcheck_task
 
-        return envcheck_task(cluster, limit=limit, forks=int(forks), mode=mode, inventory_path=inventory_,
+        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
+        return envcheck_task(cluster, limit=limit, forks=n_forks, mode=mode, inventory_path=inventory_,
                              run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout, overrides=set_ or (), root=root)
 
     guarded(body)

@@ -1,10 +1,22 @@
-"""Help strings of the flags many tasks share (``invoke --help <task>`` shows them).
+"""Help strings of the flags many tasks share, and the converters of every typed flag.
 
 :data:`RUN_HELP` is the help of the flags every suite task takes (:func:`xpushare.cli.suites.suite_task`);
 a suite task may give its own example for a flag, e.g. its case ids for ``--case``.
+
+Typed flags are declared as strings (``forks: str | None = None``) and converted in the task body by one
+of :func:`seconds`, :func:`count`, :func:`http_url` or :func:`required`: Invoke would convert an int-typed flag
+itself and turn ``--forks x`` into a traceback. Each converter raises
+:class:`~xpushare.model.errors.UsageError` (one line, exit status 2) naming the flag.
 """
 
 from __future__ import annotations
+
+import math
+from urllib.parse import urlsplit
+
+from xpushare.model.errors import UsageError
+
+__all__ = ["INVENTORY_HELP", "ROOT_HELP", "RUN_HELP", "count", "http_url", "required", "seconds"]
 
 INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
@@ -19,3 +31,49 @@ RUN_HELP: dict[str, str] = {
     "root": ROOT_HELP,
     "inventory": INVENTORY_HELP,
 }
+
+
+def required(flag: str, value: str | None) -> str:
+    """``value`` when it is given and not blank; raises :class:`UsageError` naming ``flag`` otherwise."""
+    if value is None or not str(value).strip():
+        raise UsageError(f"{flag} is required")
+    return str(value)
+
+
+def seconds(flag: str, value: object, default: float) -> float:
+    """A duration in seconds (float > 0, finite) from the flag's text; ``default`` when not given."""
+    if value is None:
+        return default
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise UsageError(f"{flag} takes a number of seconds, not {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise UsageError(f"{flag} must be a number of seconds > 0, not {value!r}")
+    return number
+
+
+def count(flag: str, value: object, default: int, *, minimum: int = 1) -> int:
+    """A whole number >= ``minimum`` from the flag's text; ``default`` when not given."""
+    if value is None:
+        return default
+    text = str(value).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(f"{flag} takes a whole number, not {value!r}") from None
+    if number < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}, not {number}")
+    return number
+
+
+def http_url(flag: str, value: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host (``http://HOST:PORT``); a port, when given, in 1..65535."""
+    parts = urlsplit(value.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port in (-1, 0):
+        raise UsageError(f"{flag} takes an http(s) URL such as http://HOST:9402, not {value!r}")
+    return value.strip()

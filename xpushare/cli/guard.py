@@ -21,8 +21,9 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     """Run a task body and turn its outcome into the process exit status.
 
     Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
-    :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``), 128 + the signal for
-    Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.engine.interrupt`, handled for the whole body).
+    :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``) or read as text,
+    128 + the signal for Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.engine.interrupt`, handled for
+    the whole body).
     """
     try:
         with interrupt.installed():
@@ -33,6 +34,9 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     except OSError as exc:  # a local file the task needs (run dir, inventory, output) cannot be used
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        raise Exit(code=int(ExitStatus.USAGE)) from None
+    except UnicodeDecodeError as exc:  # a local file the task reads is binary, not text
+        print(f"error: a file given is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
         raise Exit(code=int(ExitStatus.USAGE)) from None
     except KeyboardInterrupt:
         signum = interrupt.received()

@@ -2,20 +2,84 @@
 
 ``xpushare func --cluster local`` is ``invoke func --cluster local`` without a ``tasks.py``: it works from any
 directory, with the tasks, flags, help and exit statuses of :mod:`xpushare.cli.collection`.
+
+Both commands report a command line Invoke cannot parse (an unknown flag, a missing required flag, a flag
+without its value) as one ``error:`` line and exit status 2 (USAGE), like every other usage error:
+:func:`adopt` gives a running Invoke :class:`~invoke.program.Program` that policy (``tasks.py`` applies it to
+``invoke``'s own program; Invoke would print its parser's message and exit 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 
 from invoke import Program
+from invoke.exceptions import Exit, ParseError
 
 from xpushare import __version__
 from xpushare.cli.collection import namespace
+from xpushare.model.exit_status import ExitStatus
 
-__all__ = ["main", "program"]
+__all__ = ["adopt", "main", "parse_error_line", "program"]
 
-program = Program(namespace=namespace, version=__version__, name="xpushare", binary="xpushare")
+_UNKNOWN = re.compile(r"No idea what '(?P<token>.*)' is!")
+_NO_VALUE = re.compile(r"Flag '<Argument: (?P<name>[^ (>]+).*' needed value and was not given one!")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-").strip("-")
+
+
+def parse_error_line(exc: ParseError, binary: str = "invoke") -> str:
+    """The one ``error:`` line for an Invoke parse error: unknown flag or task, missing required flag, flag
+    without a value; any other parse error keeps Invoke's own words."""
+    context = exc.context
+    task = f"{context.name}: " if context is not None and context.name else ""
+    helped = f" (see: {binary} --help {context.name})" if context is not None and context.name else ""
+    if context is not None and context.missing_positional_args:
+        names = ", ".join(_flag(arg.name or "?") for arg in context.missing_positional_args)
+        return f"error: {task}{names} is required{helped}"
+    text = str(exc)
+    unknown = _UNKNOWN.fullmatch(text)
+    if unknown:
+        token = unknown["token"]
+        what = "flag" if token.startswith("-") else "task or argument"
+        return f"error: {task}unknown {what} {token!r}{helped or f' (see: {binary} --list)'}"
+    no_value = _NO_VALUE.fullmatch(text)
+    if no_value:
+        return f"error: {task}{_flag(no_value['name'])} needs a value{helped}"
+    return f"error: {task}{text}"
+
+
+def _binary(prog: Program) -> str:
+    return (prog.name or "invoke").lower()  # "Invoke" or "xpushare": the command a user types
+
+
+def adopt(prog: Program) -> Program:
+    """Make ``prog`` report parse errors as one ``error:`` line and exit 2; returns ``prog``.
+
+    Wraps the program's own ``parse_tasks`` step (the one that parses the task names and their flags):
+    Invoke's :meth:`~invoke.program.Program.run` prints an :class:`~invoke.exceptions.Exit`'s message and exits
+    with its code.
+    """
+    parse: Callable[[], None] = prog.parse_tasks
+    if getattr(parse, "xpushare_adopted", False):
+        return prog
+
+    def parse_tasks() -> None:
+        try:
+            parse()
+        except ParseError as exc:
+            raise Exit(message=parse_error_line(exc, _binary(prog)),
+                       code=int(ExitStatus.USAGE)) from None
+
+    parse_tasks.xpushare_adopted = True  # type: ignore[attr-defined]
+    prog.parse_tasks = parse_tasks  # type: ignore[method-assign]
+    return prog
+
+
+program = adopt(Program(namespace=namespace, version=__version__, name="xpushare", binary="xpushare"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -50,6 +50,10 @@ def load_playbook(name_or_path: str) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: bad YAML: {getattr(exc, 'problem', exc)}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text (a playbook is YAML)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping")
     unknown = set(data) - {"description", "cases", "suites", "required", "params", "clusters"}
@@ -140,13 +144,51 @@ def case_params(
 
 
 def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> None:
-    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly)."""
-    known = set(COMMON_PARAMS)
+    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly), and its value of the
+    parameter's type (:func:`value_fits`), before anything runs or is stored. Raises :class:`UsageError`."""
+    defaults: dict[str, list[Any]] = {name: [value] for name, value in COMMON_PARAMS.items()}
     for c in cases:
-        known |= set(c.params)
-    unknown = sorted(set(overrides) - known)
+        for name, value in c.params.items():
+            defaults.setdefault(name, []).append(value)
+    unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise UsageError(f"unknown parameter(s) for --set: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        raise UsageError(
+            f"unknown parameter(s) for --set: {', '.join(unknown)} (known: {', '.join(sorted(defaults))})")
+    for name, value in overrides.items():
+        measured = name.endswith(_UNIT_SUFFIXES)
+        if not any(value_fits(default, value, measured=measured) for default in defaults[name]):
+            want = _KIND_WORDS.get(type(defaults[name][0]), type(defaults[name][0]).__name__)
+            raise UsageError(f"bad --set {name}={value!r}: expected {want} (default {defaults[name][0]!r})")
 
 
+_KIND_WORDS: dict[type, str] = {
+    bool: "true or false", int: "a whole number", float: "a number", str: "a text value",
+    list: "a list, e.g. [1, 2]", dict: "a mapping, e.g. {a: 1}",
+}
 
+
+_UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_ratio", "_factor")
+
+
+def value_fits(default: Any, value: Any, *, measured: bool = False) -> bool:
+    """Whether an override ``value`` (a parsed YAML scalar, list or mapping) may replace a parameter whose
+    default is ``default``; ``measured``: the parameter is a quantity with a unit (``pod_timeout_s``).
+
+    The same kind: a whole number is also a number; any value replaces a ``None`` default; a text parameter
+    takes any scalar (``--set tag=1.0``); a whole-number default takes a fraction only when ``measured`` (a
+    count such as ``perf001_repeats`` does not)."""
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) or (isinstance(value, float) and measured)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, str):
+        return isinstance(value, (str, int, float))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    if isinstance(default, dict):
+        return isinstance(value, dict)
+    return True

@@ -257,6 +257,8 @@ def _read(file: Path) -> Inventory:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise InventoryError(f"{file}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InventoryError(f"{file}: not UTF-8 text (an inventory is YAML)") from None
     return parse(text, source=file)
 
 

@@ -9,6 +9,7 @@ Host-key policy (inventory ``host_key_policy``): ``strict`` accepts only keys al
 from __future__ import annotations
 
 import io
+import logging
 import os
 import random
 import shlex
@@ -34,6 +35,12 @@ from xpushare.model.errors import (
     TransportError,
 )
 from xpushare.transport.base import CommandResult, Host, env_argv, read_in_memory_stdin
+
+# paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
+# configured, Python's last-resort handler would print ~60 lines per attempt on the terminal. The error
+# itself reaches the caller as HostUnreachable; paramiko's log shows only when logging is configured
+# (``invoke --debug``).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class _BulkRemote(Remote):
