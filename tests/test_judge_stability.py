@@ -362,7 +362,23 @@ def test_every_case_is_registered_with_its_judgment() -> None:
     for cid in ids:
         case = REGISTRY[cid]
         assert case.suite == "stability" and case.act is not None and case.judge is not None, cid
-        assert "kubernetes" in case.requires
+        assert case.requires, cid
+    # host mode runs what needs only the scheduler process; quota changes need annotations; the rest Kubernetes
+    host_ok = {"STAB-001", "STAB-002", "FAIL-001"} | {f"LEAK-00{i}" for i in range(1, 6)}
+    assert all(REGISTRY[c].requires == {"scheduler-process"} for c in host_ok)
+    assert all("annotations" in REGISTRY[c].requires for c in ("STAB-003", "STAB-004"))
+    assert all("kubernetes" in REGISTRY[f"FAIL-00{i}"].requires for i in (2, 3, 4))
     assert REGISTRY["STAB-002"].params["stab_duration_s"] == 24 * 3600
     assert REGISTRY["STAB-001"].params["stab_duration_s"] == 6 * 3600
     assert all(REGISTRY[f"FAIL-00{i}"].params["allow_disruptive"] is False for i in range(1, 5))
+
+
+def test_log_storm_on_an_untimestamped_host_log_judges_the_mean_rate() -> None:
+    from xpushare.judge.stability_checks import check_log_storm, scan_scheduler_log
+
+    scan = scan_scheduler_log(["[XPUSHARE][INFO]: Received REGISTER"] * 120)
+    assert check_log_storm(scan, floor_per_min=1200, factor=10).ok is None  # no span: nothing judged
+    ok = check_log_storm(scan, floor_per_min=1200, factor=10, span_s=120)
+    assert ok.ok is True and ok.values["mean_per_min"] == 60.0 and "no timestamps" in ok.values["note"]
+    storm = check_log_storm(scan, floor_per_min=10, factor=10, span_s=60)
+    assert storm.ok is False and "120 lines per minute" in storm.detail

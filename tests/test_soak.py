@@ -474,3 +474,51 @@ def test_tasks_on_a_host_mode_cluster_skip_and_bad_input_is_a_usage_error(tmp_pa
     assert again.returncode == 2 and "--resume" in again.stderr
     nothing = invoke("soak", "--cluster", "local", "--run-id", "none", "--resume", root=tmp_path)
     assert nothing.returncode == 2
+
+
+def test_scheduler_proc_output_and_host_mode_ghosts_by_pid() -> None:
+    from xpushare.backends import scheduler_proc
+    from xpushare.soak.ops import scrape_facts
+
+    text = ("@@PROC 41\nName:\txpushare-schedu\nPid:\t41\nVmRSS:\t  2048 kB\nThreads:\t3\nFD_COUNT=9\n"
+            "@@PROC 7\n@@HEALTH\nok\nHTTP_CODE=200\n@@METRICS\nx_up 1\nHTTP_CODE=200\n@@END\n")
+    out = scheduler_proc.parse(text)
+    assert [(p.pid, p.rss_bytes, p.fd_count, p.threads) for p in out.processes] == [(41, 2 * 2**20, 9, 3)]
+    assert out.healthy is True and out.metrics_text == "x_up 1\nHTTP_CODE=200\n" and out.error is None
+    assert scheduler_proc.parse("@@PROC 41\n").error  # cut short
+    argv = scheduler_proc.argv("/opt/bin/xpushare-scheduler", None, None)
+    assert argv[4] == "^(\\S*/)?/opt/bin/xpushare\\-scheduler( |$)" and argv[5:] == ["", ""]
+    page = ('xpushare_client_info{namespace="none",pod="none",host_pid="123"} 1\n'
+            'xpushare_client_info{namespace="ns",pod="stab-001-r1",host_pid="9"} 1\nHTTP_CODE=200\n')
+    facts = scrape_facts(page)
+    assert facts.ours("leak-004-") == []
+    assert facts.ours("leak-004-", {123}) == [("none", "none[host_pid=123]")]
+    assert facts.ours("stab-001-") == [("ns", "stab-001-r1")]
+
+
+def test_backend_soak_ops_follow_the_scheduler_process(tmp_path: Path) -> None:
+    from xpushare.backends.base import SchedulerFacts, SchedulerProcess
+    from xpushare.soak.ops import BackendSoakOps, soak_ops
+
+    class HostLike:
+        mode = "host"
+        pid = 10
+
+        def kubernetes(self) -> None:
+            return None
+
+        def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
+            proc = SchedulerProcess(self.pid, 4096, 8, 2)
+            return [SchedulerFacts("h1", (proc,), str(self.pid), 0, True, "m 1\nHTTP_CODE=200\n" if metrics else None,
+                                   f"pid-{self.pid}")]
+
+    backend: Any = HostLike()
+    ops = soak_ops(backend, tmp_path)
+    assert isinstance(ops, BackendSoakOps)
+    pods = ops.scheduler_pods()
+    assert [(p.node, p.uid, p.ready) for p in pods] == [("h1", "10", True)]
+    [sample] = ops.sample(pods)
+    assert sample.procs[0].rss_bytes == 4096 and sample.metrics_text and sample.error is None
+    backend.pid = 11  # a supervisor restarted it: a new instance, which the loop reports as a restart
+    assert ops.scheduler_pods()[0].uid == "11"
+    assert ops.harvest_previous(tmp_path) == []

@@ -27,6 +27,52 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 CAP_KUBERNETES = "kubernetes"
 CAP_CLIENT_LIBRARY = "client-library"
 CAP_ANNOTATIONS = "annotations"
+#: The backend can follow the SUT's scheduler: its process (``/proc``: RSS, FDs), its ``/healthz`` and ``/metrics``
+#: (:meth:`Backend.scheduler_facts`), and restart it (:meth:`Backend.restart_scheduler`).
+CAP_SCHEDULER_PROCESS = "scheduler-process"
+
+
+@dataclass(frozen=True)
+class SchedulerProcess:
+    """One scheduler process as ``/proc`` shows it: pid, VmRSS (bytes), open FDs and threads (None: unreadable)."""
+
+    pid: int
+    rss_bytes: int | None
+    fd_count: int | None
+    threads: int | None
+
+
+@dataclass(frozen=True)
+class SchedulerFacts:
+    """The scheduler serving one node (Kubernetes node name, or GPU host name in host mode), seen now.
+
+    ``processes``: its processes (empty: not running); ``instance``: what changes when the scheduler is
+    replaced (k8s: the pod uid; host: the pid of the oldest process), None when not running; ``restarts``:
+    container restarts (k8s; always 0 in host mode, where a new ``instance`` is the restart);
+    ``healthy``: ``/healthz`` answered 200 (and the pod is ready, k8s); ``metrics_text``: the ``/metrics``
+    answer with curl's ``HTTP_CODE=`` trailer when asked for (None: not asked, or no endpoint known);
+    ``pod``: the scheduler pod's name (k8s) or ``pid-<pid>`` (host); ``error``: why the node could not be
+    observed (then the other fields say nothing).
+    """
+
+    node: str
+    processes: tuple[SchedulerProcess, ...] = ()
+    instance: str | None = None
+    restarts: int = 0
+    healthy: bool = False
+    metrics_text: str | None = None
+    pod: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SchedulerRestart:
+    """What :meth:`Backend.restart_scheduler` did: ``action`` (for humans), the unix time ``at``, and the
+    ``instance`` of every node's scheduler before it (see :class:`SchedulerFacts`)."""
+
+    action: str
+    at: float
+    before: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,6 +213,38 @@ class Backend(ABC):
         otherwise ``gpu_count + 1`` pods pinned to ``node`` are certain to put two on one GPU.
         """
         return None, 1
+
+    def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
+        """Every scheduler this backend's workloads use, one entry per node, with ``/proc`` figures and health
+        (and the ``/metrics`` page when ``metrics``). Needs ``scheduler-process``. Raises
+        :class:`~xpushare.model.errors.TransportError` when the host cannot be reached at all (k8s: KubeError)."""
+        raise NotImplementedError(f"{self.mode} mode cannot observe the scheduler")
+
+    def restart_scheduler(self) -> SchedulerRestart:
+        """Restart the scheduler now, the way its operator would see it fail: k8s ``rollout restart`` of its
+        DaemonSet; host mode ``kill -TERM`` of the scheduler process (only a supervisor brings it back).
+        Returns at once (recovery is for the caller to watch with :meth:`scheduler_facts`). Needs
+        ``scheduler-process``; raises :class:`~xpushare.model.errors.XpushareError` when nothing could be done."""
+        raise NotImplementedError(f"{self.mode} mode cannot restart the scheduler")
+
+    def case_pods(self) -> list[PodRecord]:
+        """Records of the current case's pods that exist now (``pods.json`` untouched)."""
+        raise NotImplementedError
+
+    def delete_case_pods(self, timeout_s: float) -> None:
+        """Stop every pod of the current case and wait up to ``timeout_s`` s until they are gone; case-long
+        evidence (samplers, log streams) keeps running."""
+        raise NotImplementedError
+
+    def forget_pod_specs(self) -> None:
+        """Drop the specs of the case's pods started so far (a long case bounds its memory)."""
+        raise NotImplementedError
+
+    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
+        """Rotate the case-long evidence streams into ``dest`` (``scheduler-<tag>.log``, ``dmon-<host>-<tag>.txt``)
+        and restart them; return the local files (see :meth:`KubeAccess.restart_log_streams`; host mode: the
+        scheduler log file's bytes since the last rotation, ``since`` unused)."""
+        raise NotImplementedError
 
     def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
         """Set annotations on a running pod; return the unix time of the call. Needs ``annotations``."""

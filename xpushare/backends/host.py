@@ -24,13 +24,18 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
+from xpushare.backends import scheduler_proc
 from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
+    CAP_SCHEDULER_PROCESS,
     Backend,
     PodRecord,
     PodSpec,
+    SchedulerFacts,
+    SchedulerRestart,
     write_pod_records,
 )
 from xpushare.data import workloads_dir
@@ -93,7 +98,10 @@ class HostBackend(Backend):
         self.hosts_are_local = all(h.local for h in cluster.hosts)
         # A poll is a few milliseconds on this machine and one SSH round trip elsewhere.
         self.poll_s = poll_s if poll_s is not None else (0.2 if self.hosts_are_local else 1.0)
-        self.capabilities = frozenset({CAP_CLIENT_LIBRARY} if cluster.sut_lib else set())
+        caps = {CAP_CLIENT_LIBRARY} if cluster.sut_lib else set()
+        if cluster.scheduler.process_name and cluster.scheduler.metrics_url:
+            caps.add(CAP_SCHEDULER_PROCESS)  # the stability suites follow its /proc figures and /metrics
+        self.capabilities = frozenset(caps)
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
         self.gpus: dict[str, list[tuple[int, str]]] = {}
@@ -103,6 +111,8 @@ class HostBackend(Backend):
         self.placed: dict[str, _Placed] = {}
         self.case_prefix = ""
         self.log_offset: int | None = None
+        self.rotated_offset: int | None = None
+        """Scheduler log bytes already copied by :meth:`restart_log_streams` (None: none yet this case)."""
 
     # -- run level -------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
@@ -161,6 +171,7 @@ class HostBackend(Backend):
             if self.gpus.get(name):
                 self._spawn_quiet(host, f"{self.case_prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
         self.log_offset = self._scheduler_log_size()
+        self.rotated_offset = None
 
     def _spawn_quiet(self, host: Host, name: str, argv: list[str]) -> None:
         try:
@@ -390,6 +401,80 @@ class HostBackend(Backend):
             (case_dir / "scheduler_proc.txt").write_text(res.stdout, encoding="utf-8")
             files.append("scheduler_proc.txt")
         return files
+
+    # -- the scheduler as a process (stability suites) -------------------------------------------
+    def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
+        """The first GPU host's scheduler (the inventory's ``scheduler.process_name`` and ``metrics_url``): its
+        processes, ``/healthz``, and ``/metrics`` when asked, in one command on that host. ``instance`` is the
+        oldest process's pid: a new pid is a restart. Raises :class:`XpushareError` without ``process_name``."""
+        sched = self.cluster.scheduler
+        if not sched.process_name:
+            raise XpushareError(f"cluster {self.cluster.name}: no scheduler.process_name in the inventory")
+        base = sched.metrics_url.rstrip("/") if sched.metrics_url else None
+        argv = scheduler_proc.argv(sched.process_name, base and base + "/healthz",
+                                   base + "/metrics" if base and metrics else None)
+        node = self._scheduler_host_name()
+        res = self._scheduler_host().run(argv, timeout=60)
+        out = scheduler_proc.parse(res.stdout)
+        if out.error:
+            return [SchedulerFacts(node, error=out.error)]
+        first = out.processes[0].pid if out.processes else None
+        return [SchedulerFacts(node, out.processes, None if first is None else str(first), 0,
+                               bool(out.processes) and out.healthy is not False, out.metrics_text,
+                               "" if first is None else f"pid-{first}")]
+
+    def restart_scheduler(self) -> SchedulerRestart:
+        """``kill -TERM`` every process of the first GPU host's scheduler. Whether it comes back is up to what
+        runs it (``invoke deploy``'s supervisor restarts it within about a second; a hand-started one stays
+        down). Raises :class:`XpushareError` when no scheduler process runs."""
+        before = self.scheduler_facts()
+        facts = before[0]
+        if not facts.processes:
+            raise XpushareError(f"{facts.node}: no scheduler process to restart ({facts.error or 'not running'})")
+        pids = [str(p.pid) for p in facts.processes]
+        at = time.time()
+        res = self._scheduler_host().run(["kill", "-TERM", *pids], timeout=30)
+        if not res.ok:
+            raise XpushareError(f"{facts.node}: kill -TERM {' '.join(pids)}: {res.stderr.strip()}")
+        return SchedulerRestart(f"kill -TERM scheduler pid {' '.join(pids)} on {facts.node}", at,
+                                {f.node: f.instance for f in before})
+
+    def case_pods(self) -> list[PodRecord]:
+        """Records of the case's pods started since the last :meth:`forget_pod_specs` (one poll per host)."""
+        return self._poll()
+
+    def delete_case_pods(self, timeout_s: float) -> None:
+        """Stop the case's pods (TERM to each process group, see ``Host.stop``) and forget them: as deleted pods,
+        they are no longer listed by :meth:`case_pods`. The sampler and dmon keep running; the pods' files stay
+        on the hosts until the case's cleanup."""
+        for p in self.placed.values():
+            try:
+                self.hosts[p.host].stop(p.spawn_name, timeout=max(1.0, timeout_s))
+            except TransportError:
+                continue
+        self.placed = {}
+
+    def forget_pod_specs(self) -> None:
+        """Forget the pods placed so far (their files stay on the hosts until cleanup; placement starts over)."""
+        self.placed = {}
+
+    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
+        """Copy the scheduler log's bytes since the last rotation (or the case start) to
+        ``dest/scheduler-<tag>.log``; the file itself goes on (``since`` is not needed: nothing is lost)."""
+        log = self.cluster.scheduler.log_file
+        if not log:
+            return []
+        dest.mkdir(parents=True, exist_ok=True)
+        start = self.rotated_offset if self.rotated_offset is not None else (self.log_offset or 0)
+        size = self._scheduler_log_size() or 0
+        if size < start:  # the log was truncated or replaced: take it from its beginning
+            start = 0
+        res = self._scheduler_host().run(["sh", "-c", 'tail -c "+$1" "$2" | head -c "$3"', "sh", str(start + 1), log,
+                                          str(size - start)], timeout=120)
+        path = dest / f"scheduler-{tag}.log"
+        path.write_text(res.stdout, encoding="utf-8")
+        self.rotated_offset = size
+        return [path]
 
     def cleanup(self, case_dir: Path) -> None:
         for p in self.placed.values():

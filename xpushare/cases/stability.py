@@ -6,7 +6,20 @@ length (``stab_duration_s``: 6 h / 24 h by default, seconds in the lab; LEAK cas
 and the judgment (:mod:`xpushare.judge_stability`). FAIL cases inject a fault (:mod:`xpushare.soak.faults`)
 and SKIP unless ``allow_disruptive`` is set (``invoke fail --allow-disruptive``).
 
-Every case needs Kubernetes (DaemonSets, restart counts, pod churn through kubectl); in host mode they SKIP.
+What each case needs (``requires``), so which run in host mode (a ``mode: host`` cluster whose inventory names
+``scheduler.process_name`` and ``metrics_url``: the backend then follows that one scheduler process's ``/proc``
+figures and ``/metrics``, :meth:`~xpushare.backends.base.Backend.scheduler_facts`):
+
+* STAB-001, STAB-002, LEAK-001..005, FAIL-001: ``scheduler-process`` only; they run in both modes. STAB-001's
+  50 % core limit is an annotation: where the backend has none (host mode) its pods run without it (``plan.json``
+  ``core_limit_note``) and share one GPU through ``same_gpu_as``. Host-mode FAIL-001 kills the scheduler process
+  (:meth:`~xpushare.backends.base.Backend.restart_scheduler`): only a supervisor (``invoke deploy``'s) brings
+  it back, and without one the case FAILs saying so.
+* STAB-003, STAB-004: their point is changing the running pods' quota by annotation every
+  ``stab_quota_interval_s``; host mode has no annotations (a process's limits are fixed by its environment at
+  start), so they SKIP there.
+* FAIL-002..004: the device plugin, node drains and per-node load need Kubernetes.
+
 The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
 choose with ``--case`` or a playbook.
 """
@@ -17,7 +30,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import CAP_KUBERNETES, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as judge_stability
@@ -31,6 +44,8 @@ W4 = "w4_alloc_free"
 W5 = "w5_quota_probe"
 GIB = 2**30
 _K8S = frozenset({CAP_KUBERNETES})
+_SCHED = frozenset({CAP_SCHEDULER_PROCESS})
+_QUOTA = frozenset({CAP_SCHEDULER_PROCESS, CAP_ANNOTATIONS})
 
 #: How a soak runs (seconds): shared by STAB and LEAK cases; the lab overrides them to seconds.
 SOAK_PARAMS: dict[str, Any] = {
@@ -99,11 +114,24 @@ FAIL_PARAMS: dict[str, Any] = {
 
 
 def _stab001(run: CaseRun) -> Callable[[int], list[PodSpec]]:
-    """4 x W2 at 50 % core, all on the node with the fewest GPUs ("固定 4 Pod 同卡轮转")."""
+    """4 x W2 at 50 % core, all on the node with the fewest GPUs ("固定 4 Pod 同卡轮转"); where the backend places
+    pods on one GPU itself (host mode) they share the first pod's GPU. Without annotations no core limit."""
     node, _gpus = run.backend.colocation_target()
     run.plan["node"] = node
     count, core = int(run.params["stab001_pods"]), int(run.params["stab001_core"])
-    return lambda r: [run.pod(f"r{r}-w2-{i}", W2, core_limit=core, node=node) for i in range(1, count + 1)]
+    limit: int | None = core
+    if CAP_ANNOTATIONS not in run.backend.capabilities:
+        limit = None
+        run.plan["core_limit_note"] = (f"{run.backend.mode} mode has no annotations: the pods run without the "
+                                       f"{core} % core limit")
+
+    def mix(r: int) -> list[PodSpec]:
+        first = run.pod(f"r{r}-w2-1", W2, core_limit=limit, node=node)
+        same = None if node else first.name
+        return [first, *(run.pod(f"r{r}-w2-{i}", W2, core_limit=limit, node=node, same_gpu_as=same)
+                         for i in range(2, count + 1))]
+
+    return mix
 
 
 def _stab002(run: CaseRun) -> Callable[[int], list[PodSpec]]:
@@ -205,14 +233,14 @@ _SOAK_EVIDENCE = ("soak/samples.csv (RSS, FD per scheduler pid), soak/metrics.cs
 register(CaseDef(
     "STAB-001", "stability", "4 pods rotating on one GPU (6 h)", "W2",
     "rounds of 4 x W2 at 50 % core on the node with the fewest GPUs for stab_duration_s (6 h)",
-    _SOAK_EVIDENCE, requires=_K8S,
+    _SOAK_EVIDENCE, requires=_SCHED,
     params={**STAB_PARAMS, "stab_duration_s": 6 * 3600, "stab001_pods": 4, "stab001_core": 50},
     act=soak_act(_stab001, duration_key="stab_duration_s"), judge=_judge_stab,
 ))
 register(CaseDef(
     "STAB-002", "stability", "16-32 mixed pods (24 h)", "W2/W3",
     "rounds alternating 32 and 16 pods, W2 and W3 mixed, for stab_duration_s (24 h); `invoke soak` default",
-    _SOAK_EVIDENCE, requires=_K8S,
+    _SOAK_EVIDENCE, requires=_SCHED,
     params={**STAB_PARAMS, "stab_duration_s": 24 * 3600, "stab002_pods_small": 16, "stab002_pods_large": 32},
     act=soak_act(_stab002, duration_key="stab_duration_s"), judge=_judge_stab,
 ))
@@ -220,7 +248,7 @@ register(CaseDef(
     "STAB-003", "stability", "Dynamic compute every 5 min (6 h)", "W5 (W3 in the seed table)",
     "rounds of 4 x W5 (stab_pod_duration_s) at core 30; every stab_quota_interval_s annotate the running pods "
     "60 -> 90 -> 30 ...",
-    _SOAK_EVIDENCE + ", Compute limit changed lines", requires=_K8S,
+    _SOAK_EVIDENCE + ", Compute limit changed lines", requires=_QUOTA,
     params={**STAB_PARAMS, **_QUOTA_PARAMS, "stab_duration_s": 6 * 3600},
     act=soak_act(_stab003, duration_key="stab_duration_s", quota="core"), judge=_judge_stab,
 ))
@@ -228,7 +256,7 @@ register(CaseDef(
     "STAB-004", "stability", "Dynamic memory every 5 min (6 h)", "W5 (W2 in the seed table)",
     "rounds of 4 x W5 with gpu-memory-limit base (4Gi T4 / 8Gi); every stab_quota_interval_s annotate "
     "2Gi -> 6Gi -> base ...",
-    _SOAK_EVIDENCE + ", Memory limit changed lines, ghost clients", requires=_K8S,
+    _SOAK_EVIDENCE + ", Memory limit changed lines, ghost clients", requires=_QUOTA,
     params={**STAB_PARAMS, **_QUOTA_PARAMS, "stab_duration_s": 6 * 3600, "stab004_memory_base": None},
     act=soak_act(_stab004, duration_key="stab_duration_s", quota="memory"), judge=_judge_stab,
 ))
@@ -236,35 +264,35 @@ register(CaseDef(
 register(CaseDef(
     "LEAK-001", "stability", "Scheduler RSS trend", "W4",
     "leak_rounds rounds of 2 x W4 (alloc/free loop); scheduler VmRSS sampled during and after every round",
-    "soak/samples.csv rss_bytes per scheduler pid (trend), soak/schedulers.csv", requires=_K8S,
+    "soak/samples.csv rss_bytes per scheduler pid (trend), soak/schedulers.csv", requires=_SCHED,
     params={**LEAK_PARAMS, "leak_rounds": 20},
     act=soak_act(_pairs(W4, "leak_pods"), rounds_key="leak_rounds", leak="rss"), judge=_judge_leak,
 ))
 register(CaseDef(
     "LEAK-002", "stability", "Scheduler FD trend", "W4",
     "leak_rounds rounds of 2 x W4; scheduler open FDs sampled during and after every round",
-    "soak/samples.csv fd_count per scheduler pid (trend), soak/schedulers.csv", requires=_K8S,
+    "soak/samples.csv fd_count per scheduler pid (trend), soak/schedulers.csv", requires=_SCHED,
     params={**LEAK_PARAMS, "leak_rounds": 20},
     act=soak_act(_pairs(W4, "leak_pods"), rounds_key="leak_rounds", leak="fd"), judge=_judge_leak,
 ))
 register(CaseDef(
     "LEAK-003", "stability", "GPU memory back to idle baseline", "W2",
     "idle baseline of gpu_memory_used_bytes per GPU; 1 round of leak003_pods x W2; delete; settle_s",
-    "soak/baseline.json, soak/final.json (per-GPU used bytes), metrics/*.txt", requires=_K8S,
+    "soak/baseline.json, soak/final.json (per-GPU used bytes), metrics/*.txt", requires=_SCHED,
     params={**LEAK_PARAMS, "leak003_pods": 4, "leak003_rounds": 1},
     act=soak_act(_pairs(W2, "leak003_pods"), rounds_key="leak003_rounds", leak="gpu"), judge=_judge_leak,
 ))
 register(CaseDef(
     "LEAK-004", "stability", "No ghost clients after churn", "W2",
     "leak_churn_rounds rounds of 2 x W2 created and deleted; then client_info of this case's pods",
-    "soak/final.json client_info_ours, soak/metrics/final_*.txt", requires=_K8S,
+    "soak/final.json client_info_ours, soak/metrics/final_*.txt", requires=_SCHED,
     params={**LEAK_PARAMS, "leak_churn_rounds": 20},
     act=soak_act(_pairs(W2, "leak_pods"), rounds_key="leak_churn_rounds", leak="ghosts"), judge=_judge_leak,
 ))
 register(CaseDef(
     "LEAK-005", "stability", "Metrics series bounded", "W4",
     "series count at idle; leak_churn_rounds rounds of 2 x W4 churn; series after cleanup and between rounds",
-    "soak/baseline.json, soak/final.json series_total, soak/metrics.csv (idle rows)", requires=_K8S,
+    "soak/baseline.json, soak/final.json series_total, soak/metrics.csv (idle rows)", requires=_SCHED,
     params={**LEAK_PARAMS, "leak_churn_rounds": 20, "leak_series_max_growth": 200, "leak_series_noise": 4},
     act=soak_act(_pairs(W4, "leak_pods"), rounds_key="leak_churn_rounds", leak="series"), judge=_judge_leak,
 ))
@@ -273,10 +301,11 @@ _FAIL_EVIDENCE = ("plan.json (fault, recovery_s, restored), pods.json, scheduler
                   "scheduler_after_fault.log, previous/*.previous.log, scheduler.log")
 
 register(CaseDef(
-    "FAIL-001", "stability", "Restart the scheduler DaemonSet under load", "W5",
-    "disruptive: 4 x W5 running; rollout restart ds/<gen>-scheduler; rollout status; /healthz on every node; "
-    "probe pod", _FAIL_EVIDENCE, requires=_K8S, params=dict(FAIL_PARAMS),
-    act=lambda run: faults.fail_restart_daemonset(run, "scheduler"), judge=_judge_fault,
+    "FAIL-001", "stability", "Restart the scheduler under load", "W5",
+    "disruptive: 4 x W5 running; k8s: rollout restart ds/<gen>-scheduler, rollout status, /healthz on every node; "
+    "host: kill -TERM the scheduler process, a new one (its supervisor's) answering /healthz; probe pod",
+    _FAIL_EVIDENCE + " (host: scheduler_before_fault.txt, scheduler_after_fault.txt)", requires=_SCHED,
+    params=dict(FAIL_PARAMS), act=faults.fail_restart_scheduler, judge=_judge_fault,
 ))
 register(CaseDef(
     "FAIL-002", "stability", "Restart the device-plugin DaemonSet under load", "W5",

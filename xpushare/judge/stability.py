@@ -118,8 +118,10 @@ def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     if has_scheduler_log(ev):
         scan = scan_scheduler_log(scheduler_log_lines(ev))
         checks.append(check_scheduler_log_clean(scan.summary, max_protocol_errors=int(th["stab_max_protocol_errors"])))
+        active = data.checkpoint.get("active_s")
         checks.append(check_log_storm(scan, floor_per_min=float(th["stab_log_storm_floor_per_min"]),
-                                      factor=float(th["stab_log_storm_factor"])))
+                                      factor=float(th["stab_log_storm_factor"]),
+                                      span_s=float(active) if isinstance(active, (int, float)) else None))
         kind = plan.get("quota_kind")
         if kind:
             checks.append(check_updates_applied(

@@ -1,7 +1,8 @@
 """Glue between a case (:class:`~xpushare.cases.base.CaseRun`) and the soak loop.
 
 :func:`settings_from_params` turns a case's parameters into :class:`SoakSettings`; :func:`run_soak` runs
-(or resumes) the loop in ``<case_dir>/soak`` over the case's Kubernetes backend and writes the soak report.
+(or resumes) the loop in ``<case_dir>/soak`` over the case's backend (:func:`~xpushare.soak.ops.soak_ops`)
+and writes the soak report.
 Used by STAB-001..004 and LEAK-001..005 through the engine, and by ``invoke soak`` (which resumes).
 """
 
@@ -15,7 +16,7 @@ from xpushare.backends.base import PodSpec
 from xpushare.model.errors import XpushareError
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
-from xpushare.soak.ops import K8sSoakOps, SoakOps
+from xpushare.soak.ops import SoakOps, soak_ops
 from xpushare.soak.report import write_report
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
@@ -86,7 +87,7 @@ def run_soak(
         ck.max_rounds = settings.max_rounds
     else:
         ck = Checkpoint(run.case_id, run_id, run.cluster.name, settings.duration_s, settings.max_rounds)
-    ops = ops or K8sSoakOps(run.backend, run.case_dir)
+    ops = ops or soak_ops(run.backend, run.case_dir)
     loop = SoakLoop(ops, soak_dir, settings, mix, ck, ours_prefix=f"{run.case_id.lower()}-",
                     out=out if out is not None else sys.stdout, label=run.case_id)
     try:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from xpushare.backends.base import KubeAccess, PodRecord, PodSpec
+from xpushare.backends.base import KubeAccess, PodRecord, PodSpec, SchedulerFacts
 from xpushare.model.errors import XpushareError
 from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
 from xpushare.transport.kube_objects import Pod
@@ -32,7 +32,7 @@ from xpushare.transport.kubectl import KubeError
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
     from xpushare.cases.base import CaseRun
 
-__all__ = ["SKIP_REASON", "fail_drain", "fail_heavy_node", "fail_restart_daemonset"]
+__all__ = ["SKIP_REASON", "fail_drain", "fail_heavy_node", "fail_restart_daemonset", "fail_restart_scheduler"]
 
 SKIP_REASON = "needs --allow-disruptive (restarts DaemonSets / drains nodes of the cluster)"
 W2 = "w2_medium_add"
@@ -178,6 +178,87 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     _wait_all(run)
     _probe(run)
     run.save_plan()
+
+
+def fail_restart_scheduler(run: CaseRun) -> None:
+    """FAIL-001: restart the scheduler under load. Kubernetes: :func:`fail_restart_daemonset` (``rollout
+    restart``). Elsewhere (host mode): :meth:`~xpushare.backends.base.Backend.restart_scheduler` kills the
+    scheduler process, then recovery is a scheduler process with a new pid answering ``/healthz`` 200 on every
+    node; with nothing to restart it (no supervisor) there is none, and ``scheduler_came_back`` says so."""
+    if run.backend.kubernetes() is not None:
+        fail_restart_daemonset(run, "scheduler")
+        return
+    if _disallowed(run):
+        return
+    backend = run.backend
+    run.plan.update(min_succeeded=None)
+    specs = _load(run, int(run.params["fail_pods"]))
+    _start(run, specs, "load_pods")
+    backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    run.sleep(float(run.params["fail_pre_fault_s"]))
+    _write_facts(run, "scheduler_before_fault.txt", backend.scheduler_facts())
+    fault: dict[str, Any] = {"kind": "restart the scheduler", "applied": False}
+    run.plan["fault"] = fault
+    timeout = float(run.params["fail_restart_timeout_s"])
+    came_back: dict[str, Any] = {"name": "scheduler_came_back",
+                                 "expression": "a new scheduler process answers /healthz 200 on every node"}
+    try:
+        try:
+            restart = backend.restart_scheduler()
+        except XpushareError as exc:
+            fault["error"] = str(exc)
+            run.save_plan()
+            return
+        fault.update(kind=restart.action, applied=True, at=restart.at, before=restart.before)
+        run.save_plan()
+        end = time.monotonic() + timeout
+        facts: list[SchedulerFacts] = []
+        while True:
+            try:
+                facts = backend.scheduler_facts()
+            except XpushareError as exc:
+                facts = [SchedulerFacts("?", error=str(exc))]
+            back = [f for f in facts if f.error is None and f.processes and f.healthy
+                    and f.instance != restart.before.get(f.node)]
+            if facts and len(back) == len(facts):
+                run.plan["recovery_s"] = round(time.time() - restart.at, 3)
+                break
+            if time.monotonic() >= end:
+                run.plan["recovery_s"] = None
+                break
+            run.sleep(0.5)
+        run.plan["recovery_what"] = "a new scheduler process (new pid) answering /healthz 200"
+        down = [f.node for f in facts if f.error is None and not f.processes]
+        came_back["values"] = {"after": [{"node": f.node, "instance": f.instance, "healthy": f.healthy,
+                                          "error": f.error} for f in facts]}
+        came_back["ok"] = run.plan["recovery_s"] is not None
+        came_back["detail"] = "" if came_back["ok"] else (
+            f"no scheduler process on {', '.join(down)} {timeout:g} s after the kill: nothing restarted it (not "
+            "supervised? `invoke deploy` runs it under a supervisor)" if down else
+            f"the scheduler did not come back healthy within {timeout:g} s")
+        run.plan["extra_checks"] = [came_back]
+        run.save_plan()
+    finally:
+        try:
+            after = backend.scheduler_facts()
+            _write_facts(run, "scheduler_after_fault.txt", after)
+            run.plan["restored"] = bool(after) and all(f.processes and f.healthy for f in after)
+            run.plan["restore_detail"] = "; ".join(
+                f"{f.node}: {'pid ' + str(f.instance) if f.processes else 'not running'}, "
+                f"{'healthy' if f.healthy else 'not healthy'}" for f in after)
+        except XpushareError as exc:
+            run.plan["restored"] = None
+            run.plan["restore_detail"] = f"cannot observe the scheduler: {exc}"
+        run.save_plan()
+    _wait_all(run)
+    _probe(run)
+    run.save_plan()
+
+
+def _write_facts(run: CaseRun, name: str, facts: Sequence[SchedulerFacts]) -> None:
+    lines = [f"{f.node} instance={f.instance} healthy={f.healthy} error={f.error} pids="
+             f"{','.join(str(p.pid) for p in f.processes)}" for f in facts]
+    (run.case_dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _restore_daemonset(run: CaseRun, ds: str, ns: str, *, already: bool) -> None:

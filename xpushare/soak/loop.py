@@ -59,6 +59,8 @@ __all__ = ["SoakLoop", "SoakSettings", "interruptible_sleep"]
 
 #: At most this many per-process regressions are kept live (restarts add new pids).
 MAX_LIVE_SERIES = 256
+#: Pids of this case's workload processes kept for the host-mode ghost check (a 24 h soak starts fewer).
+MAX_OUR_PIDS = 200_000
 
 
 def interruptible_sleep(seconds: float) -> None:
@@ -221,6 +223,8 @@ class SoakLoop:
         self._pods_ok = 0
         self._pods_bad = 0
         self._last_tick_wall: float | None = checkpoint.last_sample_ts
+        # Host mode: every client is pod "none"; this case's clients are known by the pids of its processes.
+        self._our_pids: set[int] = set()
 
     # ------------------------------------------------------------------------------------ time
 
@@ -388,7 +392,7 @@ class SoakLoop:
             "ts": now, "elapsed_s": el, "node": ns.node, "ok": 1 if facts.ok else 0,
             "series_total": facts.series_total, "client_series": facts.client_series,
             "client_info_total": len(facts.client_info) if facts.ok else None,
-            "client_info_ours": len(facts.ours(self.prefix)) if facts.ok else None,
+            "client_info_ours": len(facts.ours(self.prefix, self._our_pids)) if facts.ok else None,
             "gpu_used_bytes": facts.gpu_used_sum, "phase": phase,
         })
 
@@ -531,7 +535,7 @@ class SoakLoop:
             "series_total": {n: f.series_total for n, f in good.items()},
             "client_series": {n: f.client_series for n, f in good.items()},
             "client_info_total": {n: len(f.client_info) for n, f in good.items()},
-            "client_info_ours": {n: [list(c) for c in f.ours(self.prefix)] for n, f in good.items()},
+            "client_info_ours": {n: [list(c) for c in f.ours(self.prefix, self._our_pids)] for n, f in good.items()},
         }
 
     def _save_scrapes(self, label: str) -> None:
@@ -617,6 +621,8 @@ class SoakLoop:
         if ok:
             wanted = set(rnd.names)
             for r in recs:
+                if r.host_pid is not None and len(self._our_pids) < MAX_OUR_PIDS:
+                    self._our_pids.add(r.host_pid)
                 if r.name in wanted:
                     rnd.last[r.name] = r
                     if r.phase != "Pending" and r.name not in rnd.first_running:
@@ -741,7 +747,7 @@ class SoakLoop:
     def _recovered(self) -> bool:
         base = self._baseline.get("gpu_used") or {}
         for node, facts in self._last_facts.items():
-            if not facts.ok or facts.ours(self.prefix):
+            if not facts.ok or facts.ours(self.prefix, self._our_pids):
                 return False
             for gpu, used in facts.gpu_used:
                 ref = (base.get(node) or {}).get(gpu)

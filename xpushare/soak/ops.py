@@ -16,13 +16,13 @@ Errors: every method may raise :class:`~xpushare.model.errors.TransportError` (S
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from xpushare.backends.base import Backend, PodRecord, PodSpec
+from xpushare.backends.base import Backend, PodRecord, PodSpec, SchedulerFacts
 from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
 from xpushare.evidence.soak_series import gzip_file
@@ -30,6 +30,7 @@ from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.kubectl import KubeError
 
 __all__ = [
+    "BackendSoakOps",
     "K8sSoakOps",
     "NodeSample",
     "ProcSample",
@@ -39,6 +40,7 @@ __all__ = [
     "node_script",
     "parse_node_output",
     "scrape_facts",
+    "soak_ops",
     "split_trailer",
 ]
 
@@ -91,10 +93,21 @@ class ScrapeFacts:
     client_info: tuple[tuple[str, str], ...] = ()
     gpu_used: tuple[tuple[str, float], ...] = ()
     http_code: int | None = None
+    client_pids: tuple[int | None, ...] = ()
+    """``host_pid`` label of each ``client_info`` entry (same order; None where absent)."""
 
-    def ours(self, prefix: str) -> list[tuple[str, str]]:
-        """``client_info`` entries whose pod name starts with ``prefix`` (this case's pods)."""
-        return [c for c in self.client_info if c[1].startswith(prefix)]
+    def ours(self, prefix: str, pids: Collection[int] = ()) -> list[tuple[str, str]]:
+        """``client_info`` entries of this case's pods: pod name starting with ``prefix`` (Kubernetes), or
+        ``host_pid`` among ``pids`` (host mode, where every client is pod ``none``: shown as
+        ``none[host_pid=<pid>]``)."""
+        out = []
+        for i, (ns, pod) in enumerate(self.client_info):
+            pid = self.client_pids[i] if i < len(self.client_pids) else None
+            if pod.startswith(prefix):
+                out.append((ns, pod))
+            elif pid is not None and pid in pids:
+                out.append((ns, f"{pod}[host_pid={pid}]"))
+        return out
 
     @property
     def gpu_used_sum(self) -> float | None:
@@ -137,6 +150,7 @@ def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
             return ScrapeFacts(ok=False, http_code=code)
     series = client_series = 0
     info: list[tuple[str, str]] = []
+    pids: list[int | None] = []
     used: list[tuple[str, float]] = []
     for raw in body.splitlines():
         line = raw.strip()
@@ -153,6 +167,8 @@ def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
             labels = dict((m.group("k"), m.group("v")) for m in _LABEL_RE.finditer(line[end:line.rfind("}") + 1]))
             if name.endswith("client_info"):
                 info.append((labels.get("namespace", ""), labels.get("pod", "")))
+                pid = labels.get("host_pid", "")
+                pids.append(int(pid) if pid.isdigit() else None)
             else:
                 try:
                     value = float(line.rsplit(None, 1)[-1])
@@ -162,7 +178,7 @@ def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
     if series == 0:
         return ScrapeFacts(ok=False, http_code=code)
     return ScrapeFacts(ok=True, series_total=series, client_series=client_series, client_info=tuple(info),
-                       gpu_used=tuple(used), http_code=code)
+                       gpu_used=tuple(used), http_code=code, client_pids=tuple(pids))
 
 
 _NODE_SCRIPT = (
@@ -336,3 +352,68 @@ class K8sSoakOps:
                 path.write_text(text, encoding="utf-8")
                 got.append(path)
         return got
+
+
+class BackendSoakOps:
+    """:class:`SoakOps` over any backend with ``scheduler-process`` (host mode: the first GPU host's scheduler
+    process), inside a case (``begin_case`` ran). Everything goes through the :class:`Backend` interface.
+
+    One sampling tick is one remote command (:meth:`Backend.scheduler_facts` with ``/metrics``); the scheduler
+    "pod" is the process: its ``uid`` is the oldest scheduler pid, so a new pid is a restart. A restarted host
+    scheduler leaves no previous-container log: its log file goes on (:meth:`harvest_previous` gets nothing).
+    """
+
+    def __init__(self, backend: Backend, case_dir: Path) -> None:
+        self.backend = backend
+        self.case_dir = Path(case_dir)
+        self._facts: dict[str, SchedulerFacts] = {}
+
+    def scheduler_pods(self) -> list[SchedPod]:
+        facts = self.backend.scheduler_facts(metrics=True)
+        self._facts = {f.node: f for f in facts}
+        return [SchedPod(f.node, f.pod or "-", f.instance or "", f.restarts, f.healthy) for f in facts
+                if f.error is None and f.instance is not None]
+
+    def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
+        out = []
+        for node, f in sorted(self._facts.items()):
+            if f.error is not None:
+                out.append(NodeSample(node, error=f.error))
+            elif not f.processes:
+                out.append(NodeSample(node, error="no scheduler process running"))
+            else:
+                procs = tuple(ProcSample(p.pid, p.rss_bytes, p.fd_count, p.threads) for p in f.processes)
+                out.append(NodeSample(node, procs, f.metrics_text))
+        return out
+
+    def start_pods(self, specs: Sequence[PodSpec]) -> None:
+        self.backend.start_pods(self.case_dir, specs)
+
+    def poll_pods(self) -> list[PodRecord]:
+        return self.backend.case_pods()
+
+    def delete_pods(self, timeout_s: float) -> None:
+        self.backend.delete_case_pods(timeout_s)
+
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
+        return float(self.backend.annotate(self.case_dir, pod, annotations))
+
+    def pod_log(self, pod: str) -> str:
+        return str(self.backend.read_log(self.case_dir, pod))
+
+    def end_round(self) -> None:
+        self.backend.forget_pod_specs()
+
+    def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
+        start = None if since is None else datetime.fromtimestamp(since, timezone.utc)
+        return [gzip_file(p) for p in self.backend.restart_log_streams(dest, f"{index:04d}", since=start)]
+
+    def harvest_previous(self, dest: Path) -> list[Path]:
+        return []
+
+
+def soak_ops(backend: Backend, case_dir: Path) -> SoakOps:
+    """The soak operations for ``backend``: Kubernetes' own where it has them, else :class:`BackendSoakOps`."""
+    if backend.kubernetes() is not None:
+        return K8sSoakOps(backend, case_dir)
+    return BackendSoakOps(backend, case_dir)

@@ -140,8 +140,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     record: dict[str, Any] = {}
     with interrupt.installed():
         try:
-            if cluster.mode == "k8s":
-                backend.prepare_run(run_id)
+            backend.prepare_run(run_id)  # host mode too: it finds the GPUs and puts the workloads on the hosts
             params_text = json.dumps(params, indent=1, default=str) + "\n"
             wrapped = replace(case, act=act if request.resume else _with_params_file(act, params_text))
             record, interrupted = lifecycle.run_case(wrapped, run_id=run_id, run_dir=run_dir, cluster=cluster,

@@ -1,0 +1,71 @@
+"""One command on a node that shows its scheduler: every scheduler process's ``/proc`` figures, ``/healthz``
+and (optionally) ``/metrics`` in one round trip; used by both backends' ``scheduler_facts``.
+
+Scheduler processes are found with ``pgrep -f '^(\\S*/)?<binary>( |$)'`` (argv[0], since ``comm`` is cut to
+15 characters), so neither the sampling shell nor a supervisor loop (``sh -c``) matches. Output::
+
+    @@PROC <pid>       then /proc/<pid>/status and FD_COUNT=<n> (empty: the fd directory is unreadable)
+    @@HEALTH           then curl's answer to /healthz (body, HTTP_CODE=<ddd>)
+    @@METRICS          then curl's answer to /metrics
+    @@END
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from xpushare.backends.base import SchedulerProcess
+from xpushare.collect import procstat
+
+__all__ = ["ProcOutput", "argv", "parse"]
+
+_SCRIPT = (
+    'pat=$1; health=$2; metrics=$3; '
+    'for p in $(pgrep -f "$pat"); do echo "@@PROC $p"; cat "/proc/$p/status" 2>/dev/null; '
+    'if fds=$(ls -1A "/proc/$p/fd" 2>/dev/null); then printf "FD_COUNT=%s\\n" "$(printf "%s\\n" "$fds" | grep -c .)"; '
+    'else echo FD_COUNT=; fi; done; '
+    'w="\\nHTTP_CODE=%{http_code}\\n"; '
+    'if [ -n "$health" ]; then echo "@@HEALTH"; curl -sS -m 10 -o - -w "$w" "$health" 2>&1; fi; '
+    'if [ -n "$metrics" ]; then echo "@@METRICS"; curl -sS -m 10 -o - -w "$w" "$metrics" 2>&1; fi; echo "@@END"'
+)
+
+
+@dataclass(frozen=True)
+class ProcOutput:
+    """Parsed output: processes (oldest pid first), whether ``/healthz`` answered 200 (None: not asked), the
+    ``/metrics`` answer (None: not asked), and an error when the output was cut short."""
+
+    processes: tuple[SchedulerProcess, ...]
+    healthy: bool | None
+    metrics_text: str | None
+    error: str | None = None
+
+
+def argv(binary: str, health_url: str | None, metrics_url: str | None) -> list[str]:
+    """argv of the node-side command for scheduler ``binary`` (its file name) and the endpoints' URLs."""
+    pattern = f"^(\\S*/)?{re.escape(binary)}( |$)"
+    return ["sh", "-c", _SCRIPT, "sh", pattern, health_url or "", metrics_url or ""]
+
+
+def parse(text: str) -> ProcOutput:
+    """Parse :func:`argv`'s stdout; a missing ``@@END`` is an error (nothing else is trusted then)."""
+    if "@@END" not in text:
+        return ProcOutput((), None, None, "scheduler sampling output cut short (no @@END)")
+    body = text.rpartition("@@END")[0]
+    metrics_text: str | None = None
+    healthy: bool | None = None
+    if "@@METRICS\n" in body:
+        body, _, metrics_text = body.partition("@@METRICS\n")
+    if "@@HEALTH\n" in body:
+        body, _, health = body.partition("@@HEALTH\n")
+        healthy = "HTTP_CODE=200" in health
+    procs: list[SchedulerProcess] = []
+    for block in body.split("@@PROC ")[1:]:
+        head, _, rest = block.partition("\n")
+        if not head.strip().isdigit():
+            continue
+        st = procstat.parse(rest)
+        if st.found:  # else the process ended between pgrep and cat
+            procs.append(SchedulerProcess(int(head.strip()), st.vm_rss_bytes, st.fd_count, st.threads))
+    return ProcOutput(tuple(sorted(procs, key=lambda p: p.pid)), healthy, metrics_text)
