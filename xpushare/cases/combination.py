@@ -1,7 +1,7 @@
 """COMBO-001..008 (seed 000 sections 8, 16.3, 17.3): combinations of oversubscription, static and dynamic
 memory and compute quotas, and several GPUs. Kubernetes only (annotations deliver the quotas).
 
-Judgments: :mod:`xpushare.judge_combo` (what each one requires, and how it is stricter than the bash harness).
+Judgments: :mod:`xpushare.judge.combination` (what each one requires, and how it is stricter than the bash harness).
 
 Scope of COMBO-001 and COMBO-005: the seed runs them on C1 (Tesla T4) only. Nothing in what they prove is
 T4-specific (the oversubscription workload asks for ``oversub_factor`` x the card's memory, more than the

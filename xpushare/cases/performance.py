@@ -2,7 +2,7 @@
 
 Every case is self-contained, so a stored run re-judges offline: a case that compares against a
 baseline runs its own baseline pod (the PERF-001 workload without a quota, on the same node) and keeps
-it in its case dir. The judgments are in :mod:`xpushare.judge_perf`; the wrappers here add the plots
+it in its case dir. The judgments are in :mod:`xpushare.judge.performance`; the wrappers here add the plots
 (:mod:`xpushare.report.plots`) to the case dir, so ``invoke judge`` redraws them with the new verdict.
 
 Placement (issue "Placement control"): pods that must share one GPU use

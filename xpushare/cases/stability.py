@@ -3,7 +3,7 @@
 STAB and LEAK cases are soaks (:mod:`xpushare.soak.loop`): rounds of a workload mix with the scheduler
 sampled every ``sample_interval_s`` into append-only series under ``soak/``; they differ in the mix, the
 length (``stab_duration_s``: 6 h / 24 h by default, seconds in the lab; LEAK cases: a number of rounds)
-and the judgment (:mod:`xpushare.judge_stability`). FAIL cases inject a fault (:mod:`xpushare.soak.faults`)
+and the judgment (:mod:`xpushare.judge.stability`). FAIL cases inject a fault (:mod:`xpushare.soak.faults`)
 and SKIP unless ``allow_disruptive`` is set (``invoke fail --allow-disruptive``).
 
 What each case needs (``requires``), so which run in host mode (a ``mode: host`` cluster whose inventory names
