@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from xpushare.engine import interrupt
+from xpushare.transport import interrupt
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])

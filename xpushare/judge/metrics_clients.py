@@ -15,6 +15,7 @@ from typing import Any
 from xpushare.collect.metrics import Exposition, parse_exposition
 from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence.client_match import ClientMatch, client_values
+from xpushare.evidence.scrape_capture import read_capture
 from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_checks import (
     client_samples,
@@ -31,7 +32,6 @@ from xpushare.judge.metrics_evidence import (
     find_evidence,
     load_series,
     metrics_source,
-    read_capture,
 )
 from xpushare.judge.quantity import annotation_bytes, core_limit_value, env_bytes
 from xpushare.model.verdict import Check, Status, Verdict

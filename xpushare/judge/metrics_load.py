@@ -13,6 +13,7 @@ from typing import Any
 
 from xpushare.collect import dmon as dmon_parser
 from xpushare.collect.metrics import Exposition, parse_exposition
+from xpushare.evidence.scrape_capture import ScrapeRecord
 from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_checks import (
     metrics_verdict,
@@ -20,7 +21,6 @@ from xpushare.judge.metrics_checks import (
     th_value,
 )
 from xpushare.judge.metrics_evidence import (
-    ScrapeRecord,
     find_evidence,
     load_series,
     read_first_capture,

@@ -38,7 +38,7 @@ from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend, dns1123
 from xpushare.cases.base import CaseDef, CaseRun, load_plan
 from xpushare.collect import nvidia_smi
-from xpushare.engine import driver, interrupt, lifecycle, plan
+from xpushare.engine import driver, lifecycle, plan
 from xpushare.evidence.store import Evidence
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -49,6 +49,7 @@ from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Verdict
 from xpushare.report import artifacts, build, summaries
+from xpushare.transport import interrupt
 from xpushare.transport.kube_objects import STUCK_REASONS
 from xpushare.transport.kubectl import Kubectl, KubeError
 
