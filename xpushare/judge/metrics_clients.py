@@ -26,11 +26,11 @@ from xpushare.judge.metrics_checks import (
     missing_check,
     parse_check,
     per_client,
+    series_or_missing,
     th_value,
 )
 from xpushare.judge.metrics_evidence import (
     find_evidence,
-    load_series,
     metrics_source,
 )
 from xpushare.judge.quantity import annotation_bytes, core_limit_value, env_bytes
@@ -280,9 +280,9 @@ def judge_met005(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, ch
         raise ValueError("judge_met005 needs the new core_limit and/or memory_limit")
     want_core = None if core_limit is None else float(core_limit_value(core_limit))
     want_mem = None if memory_limit is None else float(annotation_bytes(memory_limit))
-    loaded = load_series(ev)
-    if loaded is None:
-        return metrics_verdict([missing_check("change_observed", "metrics_series.jsonl")], th, keys, {}, [], "")
+    loaded = series_or_missing(ev, th, keys, "change_observed")
+    if isinstance(loaded, Verdict):
+        return loaded
     records, bad_lines = loaded
     evidence = ["metrics_series.jsonl"]
 

@@ -47,6 +47,7 @@ from xpushare.legacy import deploy, judgments, tables
 from xpushare.legacy.compare import BOUND
 from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.model.verdict import Verdict
 from xpushare.report import artifacts, build, summaries
 from xpushare.transport import interrupt
@@ -618,7 +619,7 @@ def scenario_params(sc: Scenario, cluster: ClusterSpec, req: LegacyRequest) -> t
     """
     case = sc.case()
     own = [o for o in req.overrides if not o.partition("=")[0].strip().startswith("deploy_")]
-    overrides = plan.parse_overrides(own)
+    overrides = parse_overrides(own)
     plan.check_overrides([case], overrides)
     params = plan.case_params(case, cluster, plan.Selection(cases=[case], required={case.case_id}), overrides)
     if sc.count is not None and req.count is not None:
