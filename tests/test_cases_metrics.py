@@ -30,20 +30,14 @@ from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
 from xpushare.engine import lifecycle, plan
-from xpushare.evidence.metrics_target import (
-    ScrapeTarget,
-    capture_text,
-    scrape_loop,
-    spawn_name,
-    timed,
-    timed_curl_fetcher,
-)
+from xpushare.evidence.http_fetch import FetchError, timed, timed_curl_fetcher
+from xpushare.evidence.metrics_target import ScrapeTarget, scrape_loop, spawn_name
+from xpushare.evidence.scrape_capture import capture_text
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.judge import metrics as jm
 from xpushare.judge import quantity, thresholds
-from xpushare.metrics_check import FetchError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.transport.local import LocalHost
 

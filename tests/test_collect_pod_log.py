@@ -231,22 +231,6 @@ def test_memory_limit_updates_kinds() -> None:
     assert initial[0].ts == datetime(2026, 2, 14, 10, 1, 1, 0, tzinfo=timezone.utc)
 
 
-def test_command() -> None:
-    assert pod_log.command("p-1", "default") == ["kubectl", "-n", "default", "logs", "p-1", "--timestamps"]
-    assert pod_log.command("p", "ns", container="c", timestamps=False, previous=True) == [
-        "kubectl",
-        "-n",
-        "ns",
-        "logs",
-        "p",
-        "-c",
-        "c",
-        "--previous",
-    ]
-    with pytest.raises(ValueError):
-        pod_log.command("", "default")
-
-
 # ---------------------------------------------------------------------------------------------- fuzz
 
 

@@ -20,6 +20,7 @@ from xpushare.envcheck.nominal import lookup
 from xpushare.inventory.schema import local_cluster
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.model.verdict import Status, Verdict
 
 MIB = 1 << 20
@@ -341,7 +342,7 @@ def test_markdown_escapes_pipes() -> None:
 
 def test_params_from_inventory_and_set() -> None:
     p = runner.resolve_params({"envcheck_cublas_min_pct": 80, "other_case_param": 1},
-                              runner.parse_overrides(["envcheck_ignore_keys=[kernel]", "envcheck_cross_node=false"]))
+                              parse_overrides(["envcheck_ignore_keys=[kernel]", "envcheck_cross_node=false"]))
     assert p.cublas_min_pct == 80.0 and p.ignore_keys == ("kernel",) and p.cross_node is False
     smoke = runner.resolve_params({}, {"envcheck_cpu_smoke": True, "envcheck_cublas_n": 64})
     assert smoke.cublas_n == 64 and smoke.nccl_max_bytes == runner.SMOKE_DEFAULTS["nccl_max_bytes"]
@@ -363,7 +364,7 @@ def test_params_reject_bad_input(cluster_params: dict[str, Any], overrides: dict
 
 def test_bad_set_syntax() -> None:
     with pytest.raises(UsageError, match="expected name=value"):
-        runner.parse_overrides(["envcheck_cublas_n"])
+        parse_overrides(["envcheck_cublas_n"])
 
 
 # ---------------------------------------------------------------------------------------------- manifests

@@ -30,7 +30,6 @@ import pytest
 
 from tests.test_cases_metrics import FakeExporter, act_and_judge, exporter, host_cluster  # noqa: F401 (fixture)
 from tests.test_metrics_check import IDLE, METRICS_CT, UUID, with_rows
-from xpushare import metrics_check as mc
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord, PodSpec, write_pod_records
 from xpushare.backends.host import _POLL, _WRAPPER
 from xpushare.cases import REGISTRY
@@ -48,6 +47,7 @@ from xpushare.evidence.client_match import (
 )
 from xpushare.evidence.store import SOURCE_RECORDED, SOURCE_REGISTRATION, Evidence, write_gpu_mapping
 from xpushare.judge import metrics as jm
+from xpushare.metrics_check import checklist, endpoint, probes
 from xpushare.model.verdict import Status
 from xpushare.transport.local import LocalHost
 
@@ -119,7 +119,7 @@ def host_match(pid: int | None = PID_A, log: str | None = None, name: str = PROB
     return client_match("host", name, record=PodRecord(name=name, phase="Running", host_pid=pid), log=log)
 
 
-def line(lines: Sequence[mc.CheckLine], item: str) -> mc.CheckLine:
+def line(lines: Sequence[checklist.CheckLine], item: str) -> checklist.CheckLine:
     return next(ln for ln in lines if ln.item == item)
 
 
@@ -152,7 +152,7 @@ def test_host_page_matches_the_probe_by_host_pid() -> None:
     hits = matched_clients(exp, host_match())
     assert [(s.label("client_id"), key) for s, key in hits] == [(CID_A, f"host_pid {PID_A}")]
     assert [s.value for s in client_values(exp, "client_managed_allocated_bytes", host_match())] == [A["managed"]]
-    lines = mc.load_checks(exp, expected_clients=1, matches=[host_match()])
+    lines = checklist.load_checks(exp, expected_clients=1, matches=[host_match()])
     info = line(lines, "client_info per client")
     assert info.ok and f"{PROBE} = {CID_A} (matched by host_pid {PID_A})" in info.observed
     assert "by host_pid + client_id" in info.expected
@@ -163,31 +163,32 @@ def test_host_page_matches_the_probe_by_host_pid() -> None:
 
 def test_host_page_fails_when_the_probe_did_not_register() -> None:
     # broken system: only the other process is registered (the probe's pid 478 is not on the page)
-    lines = mc.load_checks(parse_exposition(host_page([B])), expected_clients=1, matches=[host_match()])
+    lines = checklist.load_checks(parse_exposition(host_page([B])), expected_clients=1, matches=[host_match()])
     info = line(lines, "client_info per client")
     assert not info.ok and len(lines) == 1
     assert info.observed.startswith("0; not found: metrics-check-1 [host_pid 478]")
     assert f"registered: {CID_B} (pod none, host_pid {PID_B})" in info.observed
     # idle scheduler
-    info = line(mc.load_checks(parse_exposition(IDLE), expected_clients=1, matches=[host_match()]),
+    info = line(checklist.load_checks(parse_exposition(IDLE), expected_clients=1, matches=[host_match()]),
                 "client_info per client")
     assert not info.ok and "registered: none" in info.observed
     # the pid was never recorded and the probe printed no Client ID: nothing to match with
-    info = line(mc.load_checks(parse_exposition(host_page()), expected_clients=1, matches=[host_match(pid=None)]),
-                "client_info per client")
+    info = line(checklist.load_checks(parse_exposition(host_page()), expected_clients=1,
+                                      matches=[host_match(pid=None)]), "client_info per client")
     assert not info.ok and "host_pid unknown" in info.observed
 
 
 def test_pod_name_matching_cannot_work_in_host_mode() -> None:
     """The defect this replaces: the pod-name key sees 0 clients on a healthy host-mode page."""
-    lines = mc.load_checks(parse_exposition(host_page()), expected_clients=1, matches=[client_match("k8s", PROBE)])
+    lines = checklist.load_checks(parse_exposition(host_page()), expected_clients=1,
+                                  matches=[client_match("k8s", PROBE)])
     assert not line(lines, "client_info per client").ok
 
 
 def test_two_probes_by_pid_and_client_id() -> None:
     second = host_match(pid=PID_B, name="metrics-check-2")
     first = host_match(log=POD_A_LOG)
-    lines = mc.load_checks(parse_exposition(host_page()), expected_clients=2, matches=[first, second])
+    lines = checklist.load_checks(parse_exposition(host_page()), expected_clients=2, matches=[first, second])
     info = line(lines, "client_info per client")
     assert info.ok, info.observed
     assert f"metrics-check-1 = {CID_A} (matched by host_pid {PID_A} and client_id {CID_A})" in info.observed
@@ -197,10 +198,11 @@ def test_two_probes_by_pid_and_client_id() -> None:
 def test_real_exporter_shows_no_nvml_memory_for_an_index_key() -> None:
     """What the real SUT does in host mode: the GPU key is "0", no NVML UUID prefix-matches it, so every
     client_nvml_used_bytes is 0. The line FAILs (a real defect) and says why."""
-    nvml = line(mc.load_checks(parse_exposition(host_page()), expected_clients=1, matches=[host_match()]),
+    nvml = line(checklist.load_checks(parse_exposition(host_page()), expected_clients=1, matches=[host_match()]),
                 "NVML per-process memory")
     assert not nvml.ok and "GPU key '0' matches no gpu_info UUID" in nvml.observed
-    fixed = mc.load_checks(parse_exposition(host_page(nvml=610 << 20)), expected_clients=1, matches=[host_match()])
+    fixed = checklist.load_checks(parse_exposition(host_page(nvml=610 << 20)), expected_clients=1,
+                                  matches=[host_match()])
     assert [ln.item for ln in fixed if not ln.ok] == []
 
 
@@ -238,14 +240,14 @@ class HostBackendFake:
 @pytest.mark.parametrize(("page", "ok"), [(host_page([A]), True), (host_page([B]), False)])
 def test_run_load_checks_through_a_host_backend(tmp_path: Path, page: str, ok: bool) -> None:
     backend = HostBackendFake(PID_A, POD_A_LOG)
-    load = mc.BackendProbeLoad(backend, tmp_path)  # type: ignore[arg-type]
+    load = probes.BackendProbeLoad(backend, tmp_path)  # type: ignore[arg-type]
     now = [0.0]
 
     def sleep(s: float) -> None:
         now[0] += s
 
-    lines = mc.run_load_checks(lambda: mc.HttpResponse("u", 200, METRICS_CT, page, None, 0.0), load, steps=(1,),
-                               settle_s=10, clock=lambda: now[0], sleep=sleep)
+    lines = probes.run_load_checks(lambda: endpoint.HttpResponse("u", 200, METRICS_CT, page, None, 0.0), load,
+                                   steps=(1,), settle_s=10, clock=lambda: now[0], sleep=sleep)
     info = line(lines, "load 1: client_info per client")
     assert info.ok is ok, info.observed
     if ok:

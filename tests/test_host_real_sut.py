@@ -59,7 +59,6 @@ import pytest
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
-from xpushare import metrics_check as mc
 from xpushare.backends.base import PodSpec
 from xpushare.backends.host import HostBackend
 from xpushare.collect.metrics import parse_exposition
@@ -68,6 +67,7 @@ from xpushare.evidence.client_match import client_match, matched_clients, regist
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
+from xpushare.metrics_check import checklist, probes, task
 from xpushare.model.exit_status import ExitStatus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,14 +97,15 @@ def test_host_mode_probes_run_on_the_scrapes_host(monkeypatch: pytest.MonkeyPatc
         seen.update(kw, url=url)
         return ExitStatus.OK
 
-    monkeypatch.setattr(mc, "_gpu_fetcher", lambda *a: (lambda u: (200, None, ""), "gpu1"))
-    monkeypatch.setattr(mc, "run_metrics_check", fake_run)
-    assert mc.metrics_check_task(None, _two_host_cluster(metrics_check_settle_s=7), out=io.StringIO()) is ExitStatus.OK
-    assert isinstance(seen["load"], mc.BackendProbeLoad) and seen["load"].node == "gpu1"
+    monkeypatch.setattr(task, "_gpu_fetcher", lambda *a: (lambda u: (200, None, ""), "gpu1"))
+    monkeypatch.setattr(task, "run_metrics_check", fake_run)
+    cluster = _two_host_cluster(metrics_check_settle_s=7)
+    assert task.metrics_check_task(None, cluster, out=io.StringIO()) is ExitStatus.OK
+    assert isinstance(seen["load"], probes.BackendProbeLoad) and seen["load"].node == "gpu1"
     assert seen["settle_s"] == 7.0
-    mc.metrics_check_task(None, _two_host_cluster(), out=io.StringIO(), settle_s=3)
+    task.metrics_check_task(None, _two_host_cluster(), out=io.StringIO(), settle_s=3)
     assert seen["settle_s"] == 3
-    mc.metrics_check_task(None, _two_host_cluster(), out=io.StringIO())
+    task.metrics_check_task(None, _two_host_cluster(), out=io.StringIO())
     assert seen["settle_s"] == 60.0
 
 
@@ -261,14 +262,14 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
         # Same GPU key, same pod/namespace: only client_id and host_pid tell the two apart.
         assert len(clients) == 2 and {(s.label("pod"), s.label("namespace"), s.label("gpu_uuid"))
                                       for s in clients} == {("none", "none", "0")}, exp.values("client_info")
-        line = mc.load_checks(exp, expected_clients=2, matches=matches)[0]
+        line = checklist.load_checks(exp, expected_clients=2, matches=matches)[0]
         assert line.item == "client_info per client" and line.ok, line
         hits = [matched_clients(exp, m) for m in matches]
         assert [len(h) for h in hits] == [1, 1] and hits[0][0][0].label("client_id") != hits[1][0][0].label("client_id")
         for m, h in zip(matches, hits, strict=True):
             assert h[0][1].startswith(f"host_pid {m.host_pids[0]}"), h
         # The check can fail: one probe's key for two expected clients, and the old pod-name key.
-        assert not mc.load_checks(exp, expected_clients=2, matches=matches[:1])[0].ok
+        assert not checklist.load_checks(exp, expected_clients=2, matches=matches[:1])[0].ok
         assert not any(matched_clients(exp, client_match("k8s", n)) for n in ("probe-a", "probe-b"))
         backend.harvest(tmp_path)
     finally:

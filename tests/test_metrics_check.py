@@ -18,10 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xpushare import metrics_check as mc
 from xpushare.collect.metrics import parse_exposition
+from xpushare.evidence import http_fetch
 from xpushare.evidence.client_match import ClientMatch, client_match
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
+from xpushare.metrics_check import checklist, endpoint, probes, task
 from xpushare.model.errors import UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status
@@ -108,18 +109,18 @@ def loaded(clients: Sequence[Mapping[str, object]] = TWO, **kw: object) -> str:
     return with_rows(IDLE, client_rows(clients, **kw))  # type: ignore[arg-type]
 
 
-def statuses(lines: Sequence[mc.CheckLine]) -> dict[str, Status]:
+def statuses(lines: Sequence[checklist.CheckLine]) -> dict[str, Status]:
     return {ln.item: ln.status for ln in lines}
 
 
-def failed(lines: Sequence[mc.CheckLine]) -> list[str]:
+def failed(lines: Sequence[checklist.CheckLine]) -> list[str]:
     return [ln.item for ln in lines if not ln.ok]
 
 
-def idle(metrics: str = IDLE, **kw: object) -> list[mc.CheckLine]:
+def idle(metrics: str = IDLE, **kw: object) -> list[checklist.CheckLine]:
     ctype = kw.pop("ctype", METRICS_CT)
-    ev = mc.fetch_endpoint("http://127.0.0.1:9402/metrics", fake_fetch(metrics, ctype=ctype))  # type: ignore[arg-type]
-    return mc.idle_checks(ev, **kw)  # type: ignore[arg-type]
+    ev = endpoint.fetch_endpoint("http://127.0.0.1:9402/metrics", fake_fetch(metrics, ctype=ctype))  # type: ignore[arg-type]
+    return checklist.idle_checks(ev, **kw)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------ real samples
@@ -139,7 +140,7 @@ def test_real_idle_sample_passes_every_line() -> None:
 
 def test_run_prints_table_and_exits_zero() -> None:
     buf = io.StringIO()
-    assert mc.run_metrics_check("http://127.0.0.1:9402", fetch=fake_fetch(), out=buf) is ExitStatus.OK
+    assert task.run_metrics_check("http://127.0.0.1:9402", fetch=fake_fetch(), out=buf) is ExitStatus.OK
     text = buf.getvalue()
     assert text.splitlines()[0] == "metrics-check http://127.0.0.1:9402"
     assert "check" in text and "expected" in text and "observed" in text and "result" in text
@@ -225,9 +226,10 @@ def test_too_few_families_and_min_families_parameter() -> None:
 
 
 def test_health_and_routing_failures() -> None:
-    ev = mc.fetch_endpoint("http://127.0.0.1:9402", fake_fetch(healthz=(200, "text/plain", "NOT OK\n"),
+    ev = endpoint.fetch_endpoint("http://127.0.0.1:9402", fake_fetch(healthz=(200, "text/plain", "NOT OK\n"),
                                                                notfound=(200, METRICS_CT, IDLE)))
-    assert failed(mc.idle_checks(ev)) == ["/healthz answers 200 OK", f"unknown path {mc.DEFAULT_NOTFOUND_PATH} is 404"]
+    assert failed(checklist.idle_checks(ev)) == ["/healthz answers 200 OK",
+                                                 f"unknown path {endpoint.DEFAULT_NOTFOUND_PATH} is 404"]
 
 
 def test_idle_lines_fail_with_clients_and_can_be_left_out() -> None:
@@ -239,31 +241,31 @@ def test_idle_lines_fail_with_clients_and_can_be_left_out() -> None:
 
 def test_unreachable_endpoint_exit_3_and_partial_failure_exit_1() -> None:
     def refused(url: str) -> Answer:
-        raise mc.FetchError(f"GET {url}: [Errno 111] Connection refused")
+        raise http_fetch.FetchError(f"GET {url}: [Errno 111] Connection refused")
 
     buf = io.StringIO()
-    assert mc.run_metrics_check("http://127.0.0.1:1", fetch=refused, out=buf) is ExitStatus.UNREACHABLE
+    assert task.run_metrics_check("http://127.0.0.1:1", fetch=refused, out=buf) is ExitStatus.UNREACHABLE
     assert "UNREACHABLE: no response from http://127.0.0.1:1" in buf.getvalue()
-    ev = mc.fetch_endpoint("http://127.0.0.1:1", refused)
-    assert ev.unreachable and all(not ln.ok for ln in mc.idle_checks(ev))
+    ev = endpoint.fetch_endpoint("http://127.0.0.1:1", refused)
+    assert ev.unreachable and all(not ln.ok for ln in checklist.idle_checks(ev))
 
     def metrics_refused(url: str) -> Answer:
         if url.endswith("/metrics"):
-            raise mc.FetchError("timed out")
+            raise http_fetch.FetchError("timed out")
         return fake_fetch()(url)
 
     buf = io.StringIO()
-    assert mc.run_metrics_check("http://127.0.0.1:9402", fetch=metrics_refused, out=buf) is ExitStatus.FAILED
+    assert task.run_metrics_check("http://127.0.0.1:9402", fetch=metrics_refused, out=buf) is ExitStatus.FAILED
     assert "no response (timed out)" in buf.getvalue()
 
 
 def test_exit_status_and_table() -> None:
-    ok = mc.CheckLine("a", "1", "1", Status.PASS)
-    bad = mc.CheckLine("b", "1", "0", Status.FAIL)
-    assert mc.exit_status([ok]) is ExitStatus.OK
-    assert mc.exit_status([ok, bad]) is ExitStatus.FAILED
-    assert mc.exit_status([ok], unreachable=True) is ExitStatus.UNREACHABLE
-    table = mc.render_table([ok, bad]).splitlines()
+    ok = checklist.CheckLine("a", "1", "1", Status.PASS)
+    bad = checklist.CheckLine("b", "1", "0", Status.FAIL)
+    assert checklist.exit_status([ok]) is ExitStatus.OK
+    assert checklist.exit_status([ok, bad]) is ExitStatus.FAILED
+    assert checklist.exit_status([ok], unreachable=True) is ExitStatus.UNREACHABLE
+    table = checklist.render_table([ok, bad]).splitlines()
     assert table[0].split() == ["check", "expected", "observed", "result"]
     assert table[-1].split() == ["b", "1", "0", "FAIL"]
 
@@ -272,10 +274,10 @@ def test_exit_status_and_table() -> None:
 
 
 def load(text: str, n: int = 2, pods: Sequence[str] | None = ("probe-1", "probe-2"),
-         **kw: object) -> list[mc.CheckLine]:
+         **kw: object) -> list[checklist.CheckLine]:
     """Kubernetes-mode load checks: the probes matched by pod name (``pods``; None: every client counts)."""
     matches = None if pods is None else [client_match("k8s", p) for p in pods]
-    return mc.load_checks(parse_exposition(text), expected_clients=n, matches=matches, **kw)  # type: ignore[arg-type]
+    return checklist.load_checks(parse_exposition(text), expected_clients=n, matches=matches, **kw)  # type: ignore[arg-type]
 
 
 def test_load_healthy_two_clients() -> None:
@@ -340,12 +342,12 @@ def test_run_load_checks_polls_until_the_clients_settle() -> None:
     pages = {1: [settling, settling, loaded(TWO[:1])], 2: [loaded(TWO)]}
     polls: dict[int, int] = {1: 0, 2: 0}
 
-    def scrape() -> mc.HttpResponse:
+    def scrape() -> endpoint.HttpResponse:
         i = min(polls[fake.started], len(pages[fake.started]) - 1)
         polls[fake.started] += 1
-        return mc.HttpResponse("u", 200, METRICS_CT, pages[fake.started][i], None, 0.01)
+        return endpoint.HttpResponse("u", 200, METRICS_CT, pages[fake.started][i], None, 0.01)
 
-    lines = mc.run_load_checks(scrape, fake, sleep=lambda s: None)
+    lines = probes.run_load_checks(scrape, fake, sleep=lambda s: None)
     assert failed(lines) == []
     assert polls == {1: 3, 2: 1}
     assert [ln.item for ln in lines][:1] == ["load 1: client_info per client"]
@@ -361,24 +363,24 @@ def test_run_load_checks_gives_up_after_settle_time_and_always_stops() -> None:
         now[0] += s
 
     never = loaded([probe("probe-1", "a309de43403205dc", nvml=0)], register=1)
-    lines = mc.run_load_checks(lambda: mc.HttpResponse("u", 200, METRICS_CT, never, None, 0.0), fake, steps=(1,),
-                               settle_s=5, poll_s=1, clock=lambda: now[0], sleep=sleep)
+    lines = probes.run_load_checks(lambda: endpoint.HttpResponse("u", 200, METRICS_CT, never, None, 0.0), fake,
+                                   steps=(1,), settle_s=5, poll_s=1, clock=lambda: now[0], sleep=sleep)
     assert failed(lines) == ["load 1: NVML per-process memory"]
     assert now[0] == 5 and fake.stopped == 1
 
     fake = FakeLoad(fail_at=2)
-    lines = mc.run_load_checks(lambda: mc.HttpResponse("u", 200, METRICS_CT, loaded(TWO[:1]), None, 0.0), fake,
-                               sleep=lambda s: None)
+    lines = probes.run_load_checks(lambda: endpoint.HttpResponse("u", 200, METRICS_CT, loaded(TWO[:1]), None, 0.0),
+                                   fake, sleep=lambda s: None)
     assert failed(lines) == ["load 2: probe pods running"]
     assert "ErrImagePull" in lines[-1].observed and fake.stopped == 1
 
     fake = FakeLoad()
 
-    def boom() -> mc.HttpResponse:
+    def boom() -> endpoint.HttpResponse:
         raise RuntimeError("scrape crashed")
 
     with pytest.raises(RuntimeError):
-        mc.run_load_checks(boom, fake)
+        probes.run_load_checks(boom, fake)
     assert fake.stopped == 1
 
 
@@ -387,8 +389,8 @@ def test_failed_probe_removal_is_a_fail_line() -> None:
         def stop(self) -> None:
             raise XpushareError("kubectl delete failed: connection refused")
 
-    lines = mc.run_load_checks(lambda: mc.HttpResponse("u", 200, METRICS_CT, loaded(TWO[:1]), None, 0.0), BadStop(),
-                               steps=(1,), sleep=lambda s: None)
+    lines = probes.run_load_checks(lambda: endpoint.HttpResponse("u", 200, METRICS_CT, loaded(TWO[:1]), None, 0.0),
+                                   BadStop(), steps=(1,), sleep=lambda s: None)
     assert failed(lines) == ["probe pods removed"]
 
 
@@ -418,7 +420,7 @@ def test_backend_probe_load_drives_a_backend(tmp_path: Path) -> None:
             self.calls.append("cleanup")
 
     backend = Backend()
-    load = mc.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")  # type: ignore[arg-type]
+    load = probes.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")  # type: ignore[arg-type]
     assert [load.start(1), load.start(2)] == ["metrics-check-1", "metrics-check-2"]
     assert load.matches(["metrics-check-1"]) == [client_match("k8s", "metrics-check-1")]  # k8s: by pod name
     load.stop()
@@ -439,7 +441,7 @@ def test_run_metrics_check_with_load() -> None:
         return (200, METRICS_CT, state["page"]) if url.endswith("/metrics") else fake_fetch()(url)
 
     buf = io.StringIO()
-    assert mc.run_metrics_check("http://127.0.0.1:9402", fetch=fetch, load=Load(), out=buf) is ExitStatus.OK
+    assert task.run_metrics_check("http://127.0.0.1:9402", fetch=fetch, load=Load(), out=buf) is ExitStatus.OK
     assert "31/31 PASS" in buf.getvalue()
 
 
@@ -478,11 +480,11 @@ def http_server() -> Iterator[str]:
 
 
 def test_urllib_fetcher_and_task_with_url(http_server: str) -> None:
-    fetch = mc.urllib_fetcher(5)
+    fetch = http_fetch.urllib_fetcher(5)
     assert fetch(http_server + "/metrics")[:2] == (200, METRICS_CT)
     assert fetch(http_server + "/nope") == (404, "text/plain", "Not Found\n")
     buf = io.StringIO()
-    assert mc.metrics_check_task(http_server + "/metrics", None, load=False, out=buf) is ExitStatus.OK
+    assert task.metrics_check_task(http_server + "/metrics", None, load=False, out=buf) is ExitStatus.OK
     assert "15/15 PASS" in buf.getvalue()
 
 
@@ -492,10 +494,10 @@ def test_urllib_fetcher_refused_raises_fetch_error() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(mc.FetchError, match="refused"):
-        mc.urllib_fetcher(2)(f"http://127.0.0.1:{port}/metrics")
+    with pytest.raises(http_fetch.FetchError, match="refused"):
+        http_fetch.urllib_fetcher(2)(f"http://127.0.0.1:{port}/metrics")
     buf = io.StringIO()
-    assert mc.metrics_check_task(f"http://127.0.0.1:{port}", None, load=False, out=buf) is ExitStatus.UNREACHABLE
+    assert task.metrics_check_task(f"http://127.0.0.1:{port}", None, load=False, out=buf) is ExitStatus.UNREACHABLE
 
 
 class CannedHost:
@@ -514,14 +516,14 @@ class CannedHost:
 
 def test_curl_fetcher_parses_the_trailer() -> None:
     host = CannedHost("OK\n\nHTTP_CODE=200\nCONTENT_TYPE=text/plain\n")
-    fetch = mc.curl_fetcher(host, timeout_s=3)  # type: ignore[arg-type]
+    fetch = http_fetch.curl_fetcher(host, timeout_s=3)  # type: ignore[arg-type]
     assert fetch("http://127.0.0.5:9402/healthz") == (200, "text/plain", "OK\n")
     assert host.argv[0] == "curl" and host.argv[-1] == "http://127.0.0.5:9402/healthz" and "-I" not in host.argv
     down = CannedHost("\nHTTP_CODE=000\nCONTENT_TYPE=\n", "curl: (7) Failed to connect to 127.0.0.5 port 9402", 7)
-    with pytest.raises(mc.FetchError, match="Failed to connect"):
-        mc.curl_fetcher(down)("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
-    with pytest.raises(mc.FetchError, match="exit 127"):
-        mc.curl_fetcher(CannedHost("", "", 127))("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
+    with pytest.raises(http_fetch.FetchError, match="Failed to connect"):
+        http_fetch.curl_fetcher(down)("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
+    with pytest.raises(http_fetch.FetchError, match="exit 127"):
+        http_fetch.curl_fetcher(CannedHost("", "", 127))("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
 
 
 def test_scrape_series_fixed_rate() -> None:
@@ -532,13 +534,13 @@ def test_scrape_series_fixed_rate() -> None:
         calls.append(now[0])
         now[0] += 0.25  # each scrape takes 250 ms
         if len(calls) == 3:
-            raise mc.FetchError("timed out")
+            raise http_fetch.FetchError("timed out")
         return 200, METRICS_CT, "x"
 
     def sleep(s: float) -> None:
         now[0] += s
 
-    recs = mc.scrape_series("u", fetch, interval_s=2, duration_s=10, clock=lambda: now[0], sleep=sleep)
+    recs = endpoint.scrape_series("u", fetch, interval_s=2, duration_s=10, clock=lambda: now[0], sleep=sleep)
     assert [r.t for r in recs] == [1000.0, 1002.0, 1004.0, 1006.0, 1008.0, 1010.0]
     assert [r.status for r in recs] == [200, 200, None, 200, 200, 200]
     assert recs[2].error == "timed out" and recs[0].latency_s == pytest.approx(0.25)
@@ -546,22 +548,22 @@ def test_scrape_series_fixed_rate() -> None:
 
 def test_task_usage_errors_and_host_mode(http_server: str) -> None:
     with pytest.raises(UsageError):
-        mc.metrics_check_task(None, None, load=False)
+        task.metrics_check_task(None, None, load=False)
     with pytest.raises(UsageError, match="--load needs --cluster"):
-        mc.metrics_check_task(http_server, None, load=True)
+        task.metrics_check_task(http_server, None, load=True)
     local = (HostSpec("localhost", ("gpu", "master"), local=True),)
     no_url = ClusterSpec("l", "host", "xpushare", "cuda", None, None, local)
     with pytest.raises(UsageError, match="metrics_url"):
-        mc.metrics_check_task(None, no_url, load=False)
+        task.metrics_check_task(None, no_url, load=False)
     spec = ClusterSpec("l", "host", "xpushare", "cuda", None, None, local,
                        scheduler=SchedulerSpec(metrics_url=http_server + "/metrics"))
     buf = io.StringIO()
-    assert mc.metrics_check_task(None, spec, load=True, out=buf) is ExitStatus.OK  # no sut_lib: load skipped
+    assert task.metrics_check_task(None, spec, load=True, out=buf) is ExitStatus.OK  # no sut_lib: load skipped
     assert "load part skipped" in buf.getvalue() and "fetching from this machine" in buf.getvalue()
     nv = ClusterSpec("l", "host", "nvshare", "cuda", None, None, local,
                      scheduler=SchedulerSpec(metrics_url=http_server))
     buf = io.StringIO()
-    assert mc.metrics_check_task(None, nv, load=False, out=buf) is ExitStatus.FAILED  # serves xpushare_ names
+    assert task.metrics_check_task(None, nv, load=False, out=buf) is ExitStatus.FAILED  # serves xpushare_ names
     assert "every non-comment line starts with nvshare_" in buf.getvalue()
 
 
@@ -570,10 +572,10 @@ def test_kube_probe_manifest() -> None:
 
     from xpushare.inventory.sut import sut_names
 
-    p = mc.KubeProbeLoad(None, sut_names("nvshare"), node="c1-gpu1", run_id="abcd")  # type: ignore[arg-type]
+    p = probes.KubeProbeLoad(None, sut_names("nvshare"), node="c1-gpu1", run_id="abcd")  # type: ignore[arg-type]
     doc = yaml.safe_load(p.manifest(2))
     assert doc["metadata"]["name"] == "metrics-check-abcd-2"
-    assert doc["metadata"]["labels"] == {mc.RUN_LABEL: "abcd", "probe": "2"}
+    assert doc["metadata"]["labels"] == {probes.RUN_LABEL: "abcd", "probe": "2"}
     assert doc["metadata"]["annotations"] == {"nvshare.com/gpu-core-limit": "50"}
     c = doc["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"nvshare.com/gpu": 1}
@@ -603,7 +605,7 @@ def _mutations() -> st.SearchStrategy[str]:
 def test_fuzz_checklist_never_crashes(text: str, ctype: str | None) -> None:
     lines = idle(text, ctype=ctype)
     assert all(ln.status in (Status.PASS, Status.FAIL) for ln in lines)
-    assert mc.render_table(lines)
+    assert checklist.render_table(lines)
     exp = parse_exposition(text)
     if not exp.ok:
         assert next(ln for ln in lines if ln.item == "exposition parses").status is Status.FAIL

@@ -25,9 +25,10 @@ import urllib.request
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from xpushare import metrics_check as mc
 from xpushare.collect.metrics import parse_exposition
+from xpushare.evidence import http_fetch
 from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.metrics_check import checklist, endpoint, probes, task
 from xpushare.model.exit_status import ExitStatus
 from xpushare.transport.kubectl import Kubectl
 from xpushare.transport.local import LocalHost
@@ -59,7 +60,7 @@ def failed_items(text: str) -> set[str]:
 
 def run(url: str, **kw: object) -> tuple[ExitStatus, str]:
     buf = io.StringIO()
-    status = mc.run_metrics_check(url, out=buf, **kw)  # type: ignore[arg-type]
+    status = task.run_metrics_check(url, out=buf, **kw)  # type: ignore[arg-type]
     return status, buf.getvalue()
 
 
@@ -74,7 +75,7 @@ def test_healthy_lab_scheduler_passes(lab_cluster: LabCluster) -> None:
 def test_curl_fetcher_through_the_transport(lab_cluster: LabCluster) -> None:
     """The cluster path: curl on a node (here this machine's transport) captures status and Content-Type."""
     wait_idle(lab_cluster, NODE)
-    fetch = mc.curl_fetcher(LocalHost("lab-node1"), timeout_s=5)
+    fetch = http_fetch.curl_fetcher(LocalHost("lab-node1"), timeout_s=5)
     status, ctype, _body = fetch(lab_cluster.scheduler_url(NODE, "/metrics"))
     assert (status, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8")
     assert fetch(lab_cluster.scheduler_url(NODE, "/nope"))[0] == 404
@@ -132,7 +133,7 @@ def test_cluster_task_with_probe_load(lab_cluster: LabCluster, lab_kubectl: Kube
     """`invoke metrics-check --cluster lab`: scheduler pod found with kubectl, idle part, then 1 and 2 probe pods."""
     wait_idle(lab_cluster, NODE)
     buf = io.StringIO()
-    status = mc.metrics_check_task(None, lab_spec(lab_cluster), load=True, out=buf, settle_s=30)
+    status = task.metrics_check_task(None, lab_spec(lab_cluster), load=True, out=buf, settle_s=30)
     text = buf.getvalue()
     assert status is ExitStatus.OK, text
     assert f"on node {NODE} ({lab_cluster.scheduler_address(NODE)})" in text
@@ -143,25 +144,25 @@ def test_cluster_task_with_probe_load(lab_cluster: LabCluster, lab_kubectl: Kube
             assert f"load {n}: {item}" in text
     assert "core_quota_config_percent = 50" in text
     # the probes are gone afterwards
-    assert lab_kubectl.list_pods(f"{mc.RUN_LABEL}") == [] or all(
-        p.deletion_timestamp is not None for p in lab_kubectl.list_pods(mc.RUN_LABEL))
+    assert lab_kubectl.list_pods(f"{probes.RUN_LABEL}") == [] or all(
+        p.deletion_timestamp is not None for p in lab_kubectl.list_pods(probes.RUN_LABEL))
 
 
 def test_cluster_task_refuses_bad_flags(lab_cluster: LabCluster) -> None:
     from xpushare.model.errors import UsageError
 
     with pytest.raises(UsageError):
-        mc.metrics_check_task("http://127.0.0.1:1", lab_spec(lab_cluster), load=False)
+        task.metrics_check_task("http://127.0.0.1:1", lab_spec(lab_cluster), load=False)
     with pytest.raises(UsageError):
-        mc.metrics_check_task("http://127.0.0.1:1", None, load=True)
+        task.metrics_check_task("http://127.0.0.1:1", None, load=True)
 
 
-def load_lines(lab: LabCluster, kubectl: Kubectl) -> list[mc.CheckLine]:
+def load_lines(lab: LabCluster, kubectl: Kubectl) -> list[checklist.CheckLine]:
     """One probe pod on ``NODE`` under the load checks (short settle: a broken page never settles)."""
-    probe = mc.KubeProbeLoad(kubectl, lab.names, node=NODE, timeout_s=60)
-    scrape = mc.metrics_scraper(lab.scheduler_url(NODE), mc.urllib_fetcher(5))
-    lines = mc.run_load_checks(scrape, probe, steps=(1,), settle_s=4, poll_s=0.5)
-    left = [p for p in kubectl.list_pods(f"{mc.RUN_LABEL}={probe.run_id}") if p.deletion_timestamp is None]
+    probe = probes.KubeProbeLoad(kubectl, lab.names, node=NODE, timeout_s=60)
+    scrape = endpoint.metrics_scraper(lab.scheduler_url(NODE), http_fetch.urllib_fetcher(5))
+    lines = probes.run_load_checks(scrape, probe, steps=(1,), settle_s=4, poll_s=0.5)
+    left = [p for p in kubectl.list_pods(f"{probes.RUN_LABEL}={probe.run_id}") if p.deletion_timestamp is None]
     assert left == []  # the probes are removed whatever the verdict
     return lines
 

@@ -13,46 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.test_artifacts import make_record, put
 from xpushare.model.verdict import Status
 from xpushare.report import artifacts, build, markdown, summaries
-
-
-def make_record(cluster: str = "c1", suite: str = "functional", case_id: str = "FUNC-001", **kw: Any) -> dict:
-    """A result record as the engine writes it (PASS, 10 s, required); keyword arguments override fields."""
-    record = {
-        "run_id": "r1",
-        "cluster": cluster,
-        "suite": suite,
-        "case_id": case_id,
-        "title": f"title of {case_id}",
-        "mode": "k8s",
-        "attempt": 1,
-        "status": "PASS",
-        "summary": "ok",
-        "started": "2026-02-15T13:45:01+00:00",
-        "ended": "2026-02-15T13:45:11+00:00",
-        "duration_s": 10.0,
-        "thresholds": {},
-        "metrics": {},
-        "checks": [],
-        "evidence": [],
-        "required": True,
-        "operation": "",
-        "sampling": "",
-        "kubectl_calls": None,
-        "error": None,
-    }
-    record.update(kw)
-    return record
-
-
-def put(run: Path, **kw: Any) -> Path:
-    """Write a record into its case dir under ``run``; return the case dir."""
-    rec = make_record(**kw)
-    cdir = artifacts.case_dir(run, rec["cluster"], rec["suite"], rec["case_id"])
-    artifacts.write_result(cdir, rec)
-    return cdir
-
 
 NOW = datetime(2026, 2, 15, 14, 0, 0, tzinfo=timezone.utc)
 NASTY = "quota 30|60\tratio=1.5\nsecond line \\t literal, C:\\path | \x1b[31mred"

@@ -39,11 +39,11 @@ from xpushare.backends.base import (
     write_pod_records,
 )
 from xpushare.data import workloads_dir
-from xpushare.engine import interrupt
 from xpushare.evidence.store import SCHEDULER_NODE_FILE
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport import interrupt
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.local import LocalHost

@@ -49,10 +49,10 @@ from xpushare.backends.base import (
 )
 from xpushare.collect import procstat
 from xpushare.data import manifests_dir, workloads_dir
-from xpushare.engine import interrupt
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport import interrupt
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_objects import Pod

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.backends.base import Backend, PodRecord, PodSpec
-from xpushare.engine import interrupt
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.verdict import Verdict
+from xpushare.transport import interrupt
 
 #: Suite ids (directory names under a run) and the aliases accepted by ``--suite``.
 SUITES = ("functional", "combination", "performance", "metrics", "stability")

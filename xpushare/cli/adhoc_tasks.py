@@ -98,7 +98,7 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
     """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
 
     def body() -> ExitStatus | int | None:
-        from xpushare import metrics_check as checklist
+        from xpushare.metrics_check import task as checklist
 
         if not url and not cluster:
             raise UsageError("give --url http://HOST:PORT or --cluster NAME")

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from invoke.exceptions import Exit
 
-from xpushare.engine import interrupt
 from xpushare.model.errors import XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.transport import interrupt
 
 
 def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
@@ -22,7 +22,7 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
 
     Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
     :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``) or read as text,
-    128 + the signal for Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.engine.interrupt`, handled for
+    128 + the signal for Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.transport.interrupt`, handled for
     the whole body).
     """
     try:

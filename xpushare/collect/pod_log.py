@@ -29,7 +29,6 @@ __all__ = [
     "TqdmSegment",
     "client_id",
     "client_ids",
-    "command",
     "core_limit_updates",
     "has_pass_marker",
     "last_tqdm",
@@ -496,35 +495,3 @@ def memory_limit_updates(text: str) -> list[MemoryLimitUpdate]:
         if m:
             out.append(MemoryLimitUpdate("initial", int(m.group("new")), None, ts, line))
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Remote argv
-
-
-def command(
-    pod: str,
-    namespace: str = "default",
-    *,
-    container: str | None = None,
-    timestamps: bool = True,
-    previous: bool = False,
-    kubectl: str = "kubectl",
-) -> list[str]:
-    """argv of ``kubectl logs`` for one pod, run on the master (sut-interfaces.md §8, §11 item 13).
-
-    ``timestamps`` adds ``--timestamps`` (each line gets an RFC3339 prefix, see
-    :func:`strip_timestamp`); ``previous`` reads the previous container of a restarted pod
-    (``restartPolicy: OnFailure`` hides failures by restarting). No shell quoting is applied here.
-    Raises ``ValueError`` for an empty pod or namespace.
-    """
-    if not pod or not namespace:
-        raise ValueError("pod and namespace must be non-empty")
-    argv = [kubectl, "-n", namespace, "logs", pod]
-    if container:
-        argv += ["-c", container]
-    if timestamps:
-        argv.append("--timestamps")
-    if previous:
-        argv.append("--previous")
-    return argv

@@ -20,7 +20,6 @@ from rich.console import Console
 from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
-from xpushare.engine import interrupt
 from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, parse_overrides, select
 from xpushare.inventory import schema
@@ -28,6 +27,7 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import artifacts, build, summaries
+from xpushare.transport import interrupt
 
 
 def make_backend(cluster: ClusterSpec) -> Backend:

@@ -19,12 +19,12 @@ from typing import Any
 from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import CaseDef
 from xpushare.cases.base import CaseRun, load_plan
-from xpushare.engine import interrupt
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import XpushareError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
+from xpushare.transport import interrupt
 
 
 def utc_now() -> datetime:

@@ -15,6 +15,9 @@ from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 
+# re-exported: the run drivers (engine.driver, soak.runner) parse ``--set`` with plan.parse_overrides
+from xpushare.model.overrides import parse_overrides as parse_overrides
+
 PLAYBOOK_DIR = playbooks_dir()
 
 
@@ -115,20 +118,6 @@ def select(
         cluster_params=cluster_params,
         label=" ".join(label_parts),
     )
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``--set name=value`` pairs; values are YAML scalars (``0.08``, ``true``, ``[1, 2]``)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"bad --set {item!r}: expected name=value")
-        try:
-            out[name.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise UsageError(f"bad --set value for {name!r}: {raw!r}") from None
-    return out
 
 
 def case_params(

@@ -52,6 +52,7 @@ from xpushare.envcheck.nominal import lookup
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError, UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
 from xpushare.transport.base import CommandResult, Host
@@ -161,26 +162,6 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         return text
     except (TypeError, ValueError):
         raise UsageError(f"{where}: bad value {value!r} (expected {ftype.replace(' | None', ' or null')})") from None
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``--set name=value`` items as a dict; values are YAML (``0.8``, ``true``, ``[kernel]``, ``{a: b}``).
-
-    Raises:
-        UsageError: an item without ``=`` or with a value that is not YAML.
-    """
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"bad --set {item!r}: expected name=value")
-        try:
-            out[name.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise UsageError(f"bad --set value for {name.strip()!r}: {raw!r}") from None
-    return out
 
 
 def resolve_params(cluster_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvcheckParams:

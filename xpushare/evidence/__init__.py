@@ -1,7 +1,9 @@
 """Evidence formats, each with one owner (capture argv, file format, parser together):
 :mod:`~xpushare.evidence.store` (the read-only view of a case directory that judgments get, GPU assignment),
 :mod:`~xpushare.evidence.client_match` (scheduler registrations matched to pods and metrics clients),
-:mod:`~xpushare.evidence.metrics_target` (where MET scrapes come from; the capture file format),
+:mod:`~xpushare.evidence.metrics_target` (where MET scrapes come from),
+:mod:`~xpushare.evidence.scrape_capture` (the capture and scrape-series file formats),
+:mod:`~xpushare.evidence.http_fetch` (one GET of the exporter: urllib here, curl on a node),
 :mod:`~xpushare.evidence.soak_series` (the soak's append-only series files) and
 :mod:`~xpushare.evidence.facts` (the host facts of ``invoke ping``).
 

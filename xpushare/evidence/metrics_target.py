@@ -14,10 +14,8 @@ the scheduler of the node the probe pod runs on (or, for cases without a probe, 
 * :class:`NodeCapture`: a background command on a node's host (``nvidia-smi dmon``, the node sampler)
   whose output files are pulled into the case directory when it stops.
 
-Capture format (read by :func:`xpushare.judge_metrics.read_capture`): the body as served, then
-``\\nHTTP_CODE=<ddd>\\nCONTENT_TYPE=<type>\\n`` (``curl -w``'s trailer, :func:`xpushare.collect.metrics.
-scrape_command`); without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000`` (what curl
-itself prints then). Series lines: :class:`xpushare.judge_metrics.ScrapeRecord` as JSON.
+The capture and series formats are :mod:`xpushare.evidence.scrape_capture`'s; the fetchers (urllib here,
+curl on a node) are :mod:`xpushare.evidence.http_fetch`'s.
 
 Only the backend interface is used (:class:`~xpushare.backends.base.Backend`: ``run_id``, ``names``,
 ``scheduler_host()``; :class:`~xpushare.backends.base.KubeAccess` from ``kubernetes()``: ``kubectl``,
@@ -34,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.backends.base import Backend, KubeAccess
-from xpushare.collect.metrics import parse_curl_output
 from xpushare.data import workloads_dir
+from xpushare.evidence.http_fetch import FetchError, TimedFetch, timed, timed_curl_fetcher, urllib_fetcher
+from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.judge.metrics_evidence import ScrapeRecord
-from xpushare.metrics_check import Fetch, FetchError, urllib_fetcher
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
@@ -50,7 +47,6 @@ from xpushare.transport.local import LocalHost
 __all__ = [
     "NodeCapture",
     "ScrapeTarget",
-    "capture_text",
     "default_node",
     "has_command",
     "host_target",
@@ -60,63 +56,10 @@ __all__ = [
     "sampler_capture",
     "scrape_loop",
     "spawn_name",
-    "timed",
-    "timed_curl_fetcher",
 ]
 
 WORKLOADS = workloads_dir()
 
-
-TimedResult = tuple[int, str | None, str, float | None]
-"""``(status_code, content_type, body, seconds)``: a GET with the time the transfer took where the
-fetcher measured it itself (curl's ``time_total`` on the node), else ``None``."""
-TimedFetch = Callable[[str], TimedResult]
-
-
-def timed(fetch: Fetch) -> TimedFetch:
-    """A plain :data:`~xpushare.metrics_check.Fetch` as a :data:`TimedFetch` (no own timing)."""
-    def get(url: str) -> TimedResult:
-        status, ctype, body = fetch(url)
-        return status, ctype, body, None
-    return get
-
-
-_TIME_RE = re.compile(r"\nTIME_TOTAL=(?P<t>[^\n]*)\n?\Z")
-
-
-def _seconds(text: str) -> float | None:
-    try:
-        return float(text.strip().replace(",", "."))
-    except ValueError:
-        return None
-
-
-def timed_curl_fetcher(host: Host, *, timeout_s: float = 10.0, curl: str = "curl") -> TimedFetch:
-    """GET through ``curl`` on ``host`` (a node), timed by curl itself (``-w %{time_total}``, seconds).
-
-    The command is :func:`xpushare.collect.metrics.scrape_command`'s with a ``TIME_TOTAL=`` line after its
-    ``HTTP_CODE``/``CONTENT_TYPE`` trailer, so the latency is the exporter's as seen from the node, without
-    the SSH round trip that carries the command. curl's ``000`` (no response), a missing trailer or a
-    transport failure raise :class:`~xpushare.metrics_check.FetchError`.
-    """
-
-    def get(url: str) -> TimedResult:
-        argv = [curl, "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w",
-                r"\nHTTP_CODE=%{http_code}\nCONTENT_TYPE=%{content_type}\nTIME_TOTAL=%{time_total}\n", url]
-        try:
-            res = host.run(argv, timeout=timeout_s + 15)
-        except TransportError as exc:
-            raise FetchError(f"curl on {host.name}: {exc}") from None
-        out = res.stdout
-        m = _TIME_RE.search(out)
-        seconds = _seconds(m.group("t")) if m else None
-        parsed = parse_curl_output(out[: m.start()] + "\n" if m else out)
-        if not parsed.http_code:
-            tail = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-            raise FetchError(f"curl {url} on {host.name}: {tail}")
-        return parsed.http_code, parsed.content_type, parsed.body, seconds
-
-    return get
 
 
 @dataclass
@@ -166,14 +109,6 @@ class ScrapeTarget:
         self.owned.clear()
 
 
-def capture_text(record: ScrapeRecord, content_type: str | None) -> str:
-    """A capture file's text: body + ``HTTP_CODE``/``CONTENT_TYPE`` trailer, or the error with ``HTTP_CODE=000``."""
-    if record.status is None:
-        why = (record.error or "no response").replace("\n", " ")
-        return f"# no response: {why}\nHTTP_CODE=000\nCONTENT_TYPE=\n"
-    return f"{record.body or ''}\nHTTP_CODE={record.status:03d}\nCONTENT_TYPE={content_type or ''}\n"
-
-
 def scrape_loop(target: ScrapeTarget, out: Path, *, interval_s: float, duration_s: float, keep_body: bool = True,
                 on_record: Callable[[int, ScrapeRecord], bool] | None = None,
                 sleep: Callable[[float], None] = time.sleep) -> list[ScrapeRecord]:
@@ -182,7 +117,7 @@ def scrape_loop(target: ScrapeTarget, out: Path, *, interval_s: float, duration_
     Each record is appended to ``out`` (``metrics_series.jsonl``) as soon as it is taken, so an
     interrupted series keeps what it had. ``on_record(k, record)`` runs after scrape ``k`` (0-based)
     and returns False to stop early. A scrape that overruns its slot delays the next one (never
-    skipped), like :func:`xpushare.metrics_check.scrape_series`. ``sleep`` may raise
+    skipped), like :func:`xpushare.metrics_check.endpoint.scrape_series`. ``sleep`` may raise
     ``KeyboardInterrupt`` (the case's interruptible sleep).
     """
     records: list[ScrapeRecord] = []
@@ -267,7 +202,7 @@ def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, time
 
     Port ``metrics_port`` of the backend's parameters (default 9402); one ``kubectl get pods`` call.
     Prefers a Running pod when several exist (a rollout). Latency: curl's ``time_total`` on the node
-    (:func:`timed_curl_fetcher`; urllib when the node's host is this machine). Raises
+    (:func:`~xpushare.evidence.http_fetch.timed_curl_fetcher`; urllib when the node's host is this machine). Raises
     :class:`XpushareError` when the node has no scheduler pod, the pod has no IP yet, or no GPU host
     maps to the node.
     """

@@ -224,6 +224,14 @@ def _check_initial_limits(sched: SchedulerLogSummary | None, pod: str, ns: str, 
                  f"not applied: {', '.join(missing)}" if missing else "")
 
 
+def _mid_captures(ev: Evidence, plan: Mapping[str, Any], checks: list[Check]) -> list[Exposition] | None:
+    """The ``metrics_mid`` captures of the plan parsed (their check appended to ``checks``); None when that check
+    is not ok (nothing to judge the quota series on)."""
+    exps, cap = check_captures(ev, plan.get("metrics_mid") or [], "metrics_mid")
+    checks.append(cap)
+    return exps if cap.ok else None
+
+
 def judge_static_both(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """COMBO-003: static memory and compute quotas together: both pods pass, both quotas observable.
 
@@ -234,13 +242,12 @@ def judge_static_both(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
     names, ns = plan["pods"], plan.get("namespace", "default")
     quotas: Mapping[str, Mapping[str, Any]] = plan["quotas"]
     checks = [check_terminal(ev.pods, names), check_pods_succeeded(ev, names)]
-    exps, cap = check_captures(ev, plan.get("metrics_mid") or [], "metrics_mid")
-    checks.append(cap)
+    exps = _mid_captures(ev, plan, checks)
     sched = scheduler_summary(ev)
     for pod, q in quotas.items():
         mem, core = annotation_quota_bytes(q.get("memory")), q.get("core")
         checks.append(_check_initial_limits(sched, pod, ns, memory_bytes=mem, core=core))
-        if cap.ok:
+        if exps is not None:
             checks.append(check_pod_quota_series(exps, pod, ns, memory_bytes=mem, core=core))
     status, summary = combine(checks, pass_summary=f"{len(names)} pods passed; memory and compute quotas of every "
                               "pod observable in metrics_mid with the configured values")
@@ -273,9 +280,8 @@ def judge_all_on(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -
     checks.append(Check("success_count", f"pods passed >= {minimum} of {len(names)}",
                         {"passed": passed, "facts": facts}, ok,
                         "" if ok else f"{len(passed)}/{len(names)} passed"))
-    exps, cap = check_captures(ev, plan.get("metrics_mid") or [], "metrics_mid")
-    checks.append(cap)
-    if cap.ok:
+    exps = _mid_captures(ev, plan, checks)
+    if exps is not None:
         seen = set().union(*(pods_in_capture(e, ns) for e in exps)) if exps else set()
         observed = [p for p in quotas if p in seen]
         ok = len(observed) >= minimum
@@ -377,9 +383,8 @@ def judge_multi_gpu(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         checks.append(Check("distinct_gpus", f"distinct registration GPUs >= {minimum}",
                             {"gpus": distinct, "gpus_available": available}, ok,
                             "" if ok else f"all pods on {distinct}"))
-    exps, cap = check_captures(ev, plan.get("metrics_mid") or [], "metrics_mid")
-    checks.append(cap)
-    if cap.ok:
+    exps = _mid_captures(ev, plan, checks)
+    if exps is not None:
         for pod, q in quotas.items():
             mem_bytes = annotation_quota_bytes(q.get("memory"))
             checks.append(check_pod_quota_series(exps, pod, ns, memory_bytes=mem_bytes,

@@ -11,9 +11,9 @@ from typing import Any
 
 from xpushare.collect.metrics import Exposition, Sample, parse_exposition
 from xpushare.collect.scheduler_log import SchedulerLogSummary, parse_text
+from xpushare.evidence.scrape_capture import read_capture, split_capture
 from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
-from xpushare.judge.metrics_evidence import read_capture
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.verdict import Check
 
@@ -44,28 +44,6 @@ def oversub_target_bytes(text: str | None) -> int | None:
         return None
     found = _OVERSUB_RE.findall(text)
     return int(found[-1][1]) if found else None
-
-
-_CURL_NOTE_RE = re.compile(r"\n# curl: (?P<note>[^\n]*)\n?\Z")
-
-
-_SCRAPE_FAILED_RE = re.compile(r"^# scrape of .* failed: (?P<note>[^\n]*)", re.M)
-
-
-def split_capture(text: str) -> tuple[str, str | None]:
-    """A capture of the k8s backend without its error notes: ``(capture, why the scrape failed or None)``.
-
-    The backend appends ``# curl: <stderr>`` after the ``HTTP_CODE=`` trailer when curl complained (timeout,
-    refused, partial transfer) and writes ``# scrape of <url> from <host> failed: ...`` when SSH failed.
-    """
-    note = None
-    m = _CURL_NOTE_RE.search(text)
-    if m is not None:
-        text, note = text[: m.start()].rstrip("\n") + "\n", m.group("note").strip()
-    failed = _SCRAPE_FAILED_RE.search(text)
-    if failed is not None:
-        note = failed.group("note").strip()
-    return text, note
 
 
 def check_captures(ev: Evidence, names: Sequence[str], what: str) -> tuple[list[Exposition], Check]:

@@ -38,6 +38,7 @@ from typing import Any
 
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import ClientMatch
+from xpushare.evidence.scrape_capture import ScrapeRecord, parse_series, read_capture
 from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.metrics_checks import (
@@ -52,11 +53,8 @@ from xpushare.judge.metrics_checks import (
 from xpushare.judge.metrics_clients import judge_met003, judge_met004, judge_met005, quota_state
 from xpushare.judge.metrics_evidence import (
     RequiredMetrics,
-    ScrapeRecord,
     load_required_metrics,
     metrics_source,
-    parse_series,
-    read_capture,
     read_first_capture,
 )
 from xpushare.judge.metrics_load import judge_met006, judge_met007, judge_met008

@@ -11,7 +11,10 @@ from typing import Any
 
 from xpushare.collect.metrics import Exposition, Sample
 from xpushare.evidence.client_match import ClientMatch, matched_clients
+from xpushare.evidence.scrape_capture import ScrapeRecord
+from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
+from xpushare.judge.metrics_evidence import load_series
 from xpushare.model.verdict import Check, Verdict, combine
 
 
@@ -112,3 +115,13 @@ def metrics_verdict(checks: list[Check], th: Mapping[str, Any], keys: Sequence[s
     """The verdict of ``checks`` (:func:`~xpushare.model.verdict.combine`) with the thresholds ``keys`` it used."""
     status, summary = combine(checks, pass_summary=pass_summary)
     return Verdict(status, summary, checks, th_used(th, *keys), metrics, evidence)
+
+
+def series_or_missing(ev: Evidence, th: Mapping[str, Any], keys: Sequence[str],
+                      check: str) -> tuple[list[ScrapeRecord], list[int]] | Verdict:
+    """The records of ``metrics_series.jsonl`` and its unreadable line numbers, or the verdict without the file
+    (check ``check`` missing, thresholds ``keys``)."""
+    loaded = load_series(ev)
+    if loaded is None:
+        return metrics_verdict([missing_check(check, "metrics_series.jsonl")], th, keys, {}, [], "")
+    return loaded

@@ -15,6 +15,7 @@ from typing import Any
 from xpushare.collect.metrics import Exposition, parse_exposition
 from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence.client_match import ClientMatch, client_values
+from xpushare.evidence.scrape_capture import read_capture
 from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_checks import (
     client_samples,
@@ -25,13 +26,12 @@ from xpushare.judge.metrics_checks import (
     missing_check,
     parse_check,
     per_client,
+    series_or_missing,
     th_value,
 )
 from xpushare.judge.metrics_evidence import (
     find_evidence,
-    load_series,
     metrics_source,
-    read_capture,
 )
 from xpushare.judge.quantity import annotation_bytes, core_limit_value, env_bytes
 from xpushare.model.verdict import Check, Status, Verdict
@@ -280,9 +280,9 @@ def judge_met005(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, ch
         raise ValueError("judge_met005 needs the new core_limit and/or memory_limit")
     want_core = None if core_limit is None else float(core_limit_value(core_limit))
     want_mem = None if memory_limit is None else float(annotation_bytes(memory_limit))
-    loaded = load_series(ev)
-    if loaded is None:
-        return metrics_verdict([missing_check("change_observed", "metrics_series.jsonl")], th, keys, {}, [], "")
+    loaded = series_or_missing(ev, th, keys, "change_observed")
+    if isinstance(loaded, Verdict):
+        return loaded
     records, bad_lines = loaded
     evidence = ["metrics_series.jsonl"]
 

@@ -1,5 +1,6 @@
-"""Evidence of the metrics suite: the required-metrics table, curl captures, the scrape series, and how
-a judgment finds them in a case directory (names are those of :mod:`xpushare.judge.metrics`).
+"""Evidence of the metrics suite: the required-metrics table, and how a judgment finds the curl captures and
+the scrape series in a case directory (names are those of :mod:`xpushare.judge.metrics`; the file formats are
+:mod:`xpushare.evidence.scrape_capture`'s).
 
 Pure readers: text or :class:`~xpushare.evidence.store.Evidence` in, typed values out; they never raise on
 bad input (a malformed line is reported, not fatal), except a malformed package table.
@@ -8,15 +9,14 @@ bad input (a malformed line is reported, not fatal), except a malformed package 
 from __future__ import annotations
 
 import functools
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 import yaml
 
-from xpushare.collect.metrics import CurlResponse, parse_curl_output
+from xpushare.collect.metrics import CurlResponse
+from xpushare.evidence.scrape_capture import ScrapeRecord, parse_series, read_capture
 from xpushare.evidence.store import Evidence
 
 
@@ -53,82 +53,6 @@ def load_required_metrics() -> RequiredMetrics:
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"required_metrics.yaml: bad table ({exc})") from None
-
-
-_CODE_ONLY_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n?(?:CONTENT_TYPE=(?P<ct>[^\n]*)\n?)?\Z")
-
-
-def read_capture(text: str) -> CurlResponse:
-    """A curl capture as ``(body, http_code, content_type)``. Never raises.
-
-    Accepts the trailer of :func:`xpushare.collect.metrics.scrape_command` (``HTTP_CODE=`` and
-    ``CONTENT_TYPE=`` lines), a trailer with ``HTTP_CODE=`` only (the bash harness's
-    ``metrics_health.txt``, bash-harness-cases.md §1 item 6), or a bare body (code ``None``).
-    """
-    parsed = parse_curl_output(text)
-    if parsed.http_code is not None or parsed.content_type is not None:
-        return parsed
-    m = _CODE_ONLY_RE.search(text)
-    if m is None:
-        return CurlResponse(text, None, None)
-    code = int(m.group("code")) if m.group("code") else None
-    return CurlResponse(text[: m.start()], code, (m.group("ct") or "").strip() or None)
-
-
-@dataclass(frozen=True)
-class ScrapeRecord:
-    """One scrape of ``/metrics`` in ``metrics_series.jsonl`` (one JSON object per line).
-
-    ``t``: Unix time (s) when the request started; ``latency_s``: seconds until the whole body was
-    read (or the failure); ``status``: HTTP status, ``None`` without a response; ``error``: why there
-    was no (complete) response; ``body``: the exposition text (``None`` when not kept).
-    JSON keys: ``t``, ``latency_s``, ``status``, ``error``, ``body``.
-    """
-
-    t: float
-    latency_s: float
-    status: int | None
-    error: str | None = None
-    body: str | None = None
-
-    @property
-    def t_end(self) -> float:
-        """Unix time the response was complete (``t + latency_s``)."""
-        return self.t + self.latency_s
-
-    @property
-    def responded(self) -> bool:
-        """HTTP 200 and no transport error."""
-        return self.status == 200 and self.error is None
-
-    def to_json_line(self) -> str:
-        """The record as one JSON line (with the trailing newline)."""
-        d = {"t": round(self.t, 3), "latency_s": round(self.latency_s, 4), "status": self.status,
-             "error": self.error, "body": self.body}
-        return json.dumps(d, ensure_ascii=False) + "\n"
-
-
-def parse_series(text: str) -> tuple[list[ScrapeRecord], list[int]]:
-    """Records of a ``metrics_series.jsonl`` text and the 1-based numbers of unreadable lines. Never raises."""
-    records: list[ScrapeRecord] = []
-    bad: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            status = d.get("status")
-            records.append(ScrapeRecord(
-                t=float(d["t"]),
-                latency_s=float(d.get("latency_s") or 0.0),
-                status=None if status is None else int(status),
-                error=None if d.get("error") is None else str(d["error"]),
-                body=None if d.get("body") is None else str(d["body"]),
-            ))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            bad.append(lineno)
-    records.sort(key=lambda r: r.t)
-    return records, bad
 
 
 def read_first_capture(ev: Evidence, names: Sequence[str]) -> tuple[str | None, CurlResponse | None]:

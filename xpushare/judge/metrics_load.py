@@ -13,16 +13,16 @@ from typing import Any
 
 from xpushare.collect import dmon as dmon_parser
 from xpushare.collect.metrics import Exposition, parse_exposition
+from xpushare.evidence.scrape_capture import ScrapeRecord
 from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_checks import (
     metrics_verdict,
     missing_check,
+    series_or_missing,
     th_value,
 )
 from xpushare.judge.metrics_evidence import (
-    ScrapeRecord,
     find_evidence,
-    load_series,
     read_first_capture,
 )
 from xpushare.judge.stats import percentile
@@ -93,9 +93,9 @@ def judge_met006(ev: Evidence, th: Mapping[str, Any], *, node: str | None = None
     best lag).
     """
     keys = ["met006_min_util", "met006_max_mean_abs_diff_pct"]
-    loaded = load_series(ev)
-    if loaded is None:
-        return metrics_verdict([missing_check("metric_util_rises", "metrics_series.jsonl")], th, keys, {}, [], "")
+    loaded = series_or_missing(ev, th, keys, "metric_util_rises")
+    if isinstance(loaded, Verdict):
+        return loaded
     records, _ = loaded
     evidence = ["metrics_series.jsonl"]
     points = _util_points(records, prefix)
@@ -167,9 +167,9 @@ def judge_met007(ev: Evidence, th: Mapping[str, Any], *, prefix: str | None = No
     ``/healthz`` 200 after. Metrics: ``scrape_latency_p50_s``, ``scrape_latency_p99_s``.
     """
     keys = ["met007_duration_s", "met007_interval_s", "met007_min_success_ratio", "met007_max_p99_latency_s"]
-    loaded = load_series(ev)
-    if loaded is None:
-        return metrics_verdict([missing_check("scrapes", "metrics_series.jsonl")], th, keys, {}, [], "")
+    loaded = series_or_missing(ev, th, keys, "scrapes")
+    if isinstance(loaded, Verdict):
+        return loaded
     records, bad_lines = loaded
     duration = float(th_value(th, "met007_duration_s"))
     interval = float(th_value(th, "met007_interval_s"))
@@ -246,9 +246,9 @@ def judge_met008(ev: Evidence, th: Mapping[str, Any], *, prefix: str | None = No
     of the first trip.
     """
     keys = ["met008_alert_ratio", "met008_for_s"]
-    loaded = load_series(ev)
-    if loaded is None:
-        return metrics_verdict([missing_check("alert_trips", "metrics_series.jsonl")], th, keys, {}, [], "")
+    loaded = series_or_missing(ev, th, keys, "alert_trips")
+    if isinstance(loaded, Verdict):
+        return loaded
     records, _ = loaded
     threshold = float(th_value(th, "met008_alert_ratio"))
     for_s = float(th_value(th, "met008_for_s"))

@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xpushare.evidence.scrape_capture import split_http
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import pod_progress
 from xpushare.judge.performance_checks import (
@@ -39,7 +40,6 @@ from xpushare.judge.performance_checks import (
     runtime_error,
     runtimes,
     scheduler_rates,
-    split_http,
     tolerance_for,
 )
 from xpushare.judge.performance_dynamic import (

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -181,17 +180,6 @@ def check_succeeded(ev: Evidence, pods: Sequence[str], name: str = "pods_succeed
     if term.ok is False:
         return Check(name, term.expression, term.values, False, term.detail)
     return check_pods_succeeded(ev, pods, check_name=name)
-
-
-_HTTP_RE = re.compile(r"\nHTTP_CODE=(\d{3})")
-
-
-def split_http(text: str) -> tuple[str, int | None]:
-    """Body and HTTP status of a scrape file (the backend appends ``HTTP_CODE=<n>`` after the body)."""
-    m = _HTTP_RE.search(text)
-    if m is None:
-        return text, None
-    return text[: m.start()] + "\n", int(m.group(1))
 
 
 def read_jsonl(ev: Evidence, name: str) -> list[dict[str, Any]]:

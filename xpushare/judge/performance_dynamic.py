@@ -12,6 +12,7 @@ from typing import Any
 
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
+from xpushare.evidence.scrape_capture import split_http
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import pod_progress
 from xpushare.judge.performance_checks import (
@@ -21,7 +22,6 @@ from xpushare.judge.performance_checks import (
     perf_verdict,
     read_jsonl,
     runtimes,
-    split_http,
 )
 from xpushare.judge.quota import annotation_calls, check_dynamic_change
 from xpushare.judge.stats import rounded

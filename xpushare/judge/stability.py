@@ -93,8 +93,16 @@ def _trend_checks(data: SoakData, th: Mapping[str, Any], which: Sequence[str]) -
     return out
 
 
-def _no_soak(th: Mapping[str, Any]) -> Verdict:
-    return Verdict(Status.ERROR, "no soak evidence (soak/checkpoint.json, samples) in the case directory", [], dict(th))
+def _soak_or_verdict(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> SoakData | Verdict:
+    """The soak's evidence, or the verdict without it: the plan's skip, else ERROR when there is no soak."""
+    skipped = plan_skip(plan, th)
+    if skipped:
+        return skipped
+    data = load_soak(ev)
+    if not data.present:
+        return Verdict(Status.ERROR, "no soak evidence (soak/checkpoint.json, samples) in the case directory", [],
+                       dict(th))
+    return data
 
 
 def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -102,12 +110,9 @@ def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     growth; sampling covered the run; GPU memory returned to the idle baseline and no ghost client was left;
     the scheduler log is free of FATAL lines/protocol errors and of storms; STAB-003/004 also check that the
     periodic quota changes took effect."""
-    skipped = plan_skip(plan, th)
-    if skipped:
-        return skipped
-    data = load_soak(ev)
-    if not data.present:
-        return _no_soak(th)
+    data = _soak_or_verdict(ev, th, plan)
+    if isinstance(data, Verdict):
+        return data
     checks: list[Check] = []
     checks += check_rounds(data.rounds, min_success_ratio=float(th["stab_min_success_ratio"]))
     checks.append(check_restarts(data.baseline, data.schedulers, data.final))
@@ -140,12 +145,9 @@ def judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     """LEAK-001..005 by ``plan["leak"]``: ``rss`` / ``fd`` (trend, and no restart: a restart resets the
     series), ``gpu`` (memory back to the idle baseline), ``ghosts`` (no client_info of our pods after churn),
     ``series`` (series count bounded). The rounds must have run and ended in every case."""
-    skipped = plan_skip(plan, th)
-    if skipped:
-        return skipped
-    data = load_soak(ev)
-    if not data.present:
-        return _no_soak(th)
+    data = _soak_or_verdict(ev, th, plan)
+    if isinstance(data, Verdict):
+        return data
     what = plan.get("leak")
     checks = check_rounds(data.rounds, min_success_ratio=0.0)[:2]
     if what in ("rss", "fd"):

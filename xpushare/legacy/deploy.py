@@ -51,12 +51,12 @@ import yaml
 
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.data import manifests_dir
-from xpushare.engine import plan
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.inventory.sut import SutNames, sut_names
 from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
@@ -374,7 +374,7 @@ def deploy_params(cluster: ClusterSpec, overrides: Sequence[str], *, lenient: bo
 
     Raises :class:`UsageError` for an unknown ``--set`` name (unless ``lenient``: other names are ignored).
     """
-    values = plan.parse_overrides(overrides)
+    values = parse_overrides(overrides)
     unknown = sorted(k for k in values if k not in DEPLOY_DEFAULTS)
     if unknown and not lenient:
         raise UsageError(f"unknown deploy parameter(s) for --set: {', '.join(unknown)} "

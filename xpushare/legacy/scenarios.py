@@ -38,7 +38,7 @@ from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend, dns1123
 from xpushare.cases.base import CaseDef, CaseRun, load_plan
 from xpushare.collect import nvidia_smi
-from xpushare.engine import driver, interrupt, lifecycle, plan
+from xpushare.engine import driver, lifecycle, plan
 from xpushare.evidence.store import Evidence
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -47,8 +47,10 @@ from xpushare.legacy import deploy, judgments, tables
 from xpushare.legacy.compare import BOUND
 from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.model.verdict import Verdict
 from xpushare.report import artifacts, build, summaries
+from xpushare.transport import interrupt
 from xpushare.transport.kube_objects import STUCK_REASONS
 from xpushare.transport.kubectl import Kubectl, KubeError
 
@@ -617,7 +619,7 @@ def scenario_params(sc: Scenario, cluster: ClusterSpec, req: LegacyRequest) -> t
     """
     case = sc.case()
     own = [o for o in req.overrides if not o.partition("=")[0].strip().startswith("deploy_")]
-    overrides = plan.parse_overrides(own)
+    overrides = parse_overrides(own)
     plan.check_overrides([case], overrides)
     params = plan.case_params(case, cluster, plan.Selection(cases=[case], required={case.case_id}), overrides)
     if sc.count is not None and req.count is not None:

@@ -58,6 +58,17 @@ def _guard(draw: Any, path: Path) -> PlotResult:
         return PlotResult(None, f"plot {path.name} not drawn: {type(exc).__name__}: {exc}")
 
 
+def _axes(ax: Any, xlabel: str, ylabel: str, title: str, *, from_zero: bool = False) -> None:
+    """The common dress of every plot: axis labels, title, a light grid, a small legend (y from 0 if asked)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if from_zero:
+        ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def runtime_vs_quota(
     path: Path,
     *,
@@ -84,11 +95,7 @@ def runtime_vs_quota(
             ax.plot([q for q, _ in pts], [v for _, v in pts], "o", color="tab:blue", label="measured")
             for q, v in pts:
                 ax.annotate(f"{v:.1f}s", (q, v), textcoords="offset points", xytext=(5, 5), fontsize=8)
-        ax.set_xlabel("compute quota (%)")
-        ax.set_ylabel("runtime (s)")
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _axes(ax, "compute quota (%)", "runtime (s)", title)
 
     return _guard(draw, path)
 
@@ -113,12 +120,7 @@ def throughput_timeline(
             ax.axvline(t - t0, color="tab:red", linestyle="--", alpha=0.8)
             ax.annotate(label, (t - t0, 0), textcoords="offset points", xytext=(3, 5), fontsize=8,
                         color="tab:red", rotation=90)
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("iterations/s")
-        ax.set_ylim(bottom=0)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _axes(ax, "time (s)", "iterations/s", title, from_zero=True)
 
     return _guard(draw, path)
 
@@ -152,11 +154,6 @@ def scale_ladder(
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns)
         ax.set_xticklabels([str(n) for n in ns])
-        ax.set_xlabel("pods")
-        ax.set_ylabel("throughput (runs/s)")
-        ax.set_ylim(bottom=0)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _axes(ax, "pods", "throughput (runs/s)", title, from_zero=True)
 
     return _guard(draw, path)

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from xpushare.backends.base import PodRecord, PodSpec
-from xpushare.engine import interrupt
 from xpushare.evidence.soak_series import (
     METRICS_FIELDS,
     SAMPLE_FIELDS,
@@ -53,6 +52,7 @@ from xpushare.model.errors import HostKeyMismatch, TransportError
 from xpushare.report.artifacts import atomic_write_text
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
+from xpushare.transport import interrupt
 from xpushare.transport.kubectl import KubeError, KubeTimeout, KubeUnavailable
 
 __all__ = ["SoakLoop", "SoakSettings", "interruptible_sleep"]

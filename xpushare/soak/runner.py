@@ -26,13 +26,14 @@ from typing import Any, TextIO
 
 from xpushare import __version__
 from xpushare.cases import REGISTRY
-from xpushare.engine import driver, interrupt, lifecycle, plan
+from xpushare.engine import driver, lifecycle, plan
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import artifacts, build, summaries
 from xpushare.soak.checkpoint import Checkpoint
+from xpushare.transport import interrupt
 
 __all__ = ["SoakRequest", "soak"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any
 from invoke.runners import Local
 
 from xpushare.model.errors import (
+    CommandFailed,
     TransportError,
 )
 
@@ -67,6 +69,22 @@ _STOP_SCRIPT = (
     'while alive "$p" && [ $i -lt 50 ]; do sleep 0.05; i=$((i+1)); done; '
     'kill -KILL -"$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; rm -f "$f"; echo "$d/$n.log"'
 )
+
+
+def runner_options(timeout: float | None, stdin: str | None) -> dict[str, Any]:
+    """Keyword arguments of an invoke/Fabric ``run`` for :meth:`Host.run`: output captured, not echoed; a non-zero
+    exit returned, not raised; ``timeout`` in seconds; ``stdin`` as the command's input (None: no input)."""
+    return {"hide": True, "warn": True, "timeout": timeout,
+            "in_stream": io.StringIO(stdin) if stdin is not None else False, "encoding": "utf-8"}
+
+
+def finished(host: str, argv: Sequence[str], res: Any, start: float, *, check: bool) -> CommandResult:
+    """The :class:`CommandResult` of an invoke/Fabric ``Result`` ``res`` (``start``: ``time.monotonic()`` before
+    the command). Raises :class:`CommandFailed` when ``check`` is set and the command exited non-zero."""
+    result = CommandResult(host, tuple(argv), res.stdout, res.stderr, res.exited, time.monotonic() - start)
+    if check and not result.ok:
+        raise CommandFailed(host, list(argv), result.exit_code, result.stderr)
+    return result
 
 
 def env_argv(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:

@@ -328,21 +328,14 @@ class Kubectl:
         if (pod is None) == (selector is None):
             raise ValueError("pass exactly one of pod= or selector=")
         args = ["logs", pod] if pod is not None else ["logs", "-l", str(selector)]
-        if follow:
-            args.append("-f")
-        if timestamps:
-            args.append("--timestamps")
+        args += [flag for flag, on in (("-f", follow), ("--timestamps", timestamps)) if on]
         if since_time is not None:
             args.append(f"--since-time={format_time(since_time)}")
         args.append(f"--tail={tail}")
         if container:
             args += ["-c", container]
-        if previous:
-            args.append("--previous")
-        if all_containers:
-            args.append("--all-containers")
-        if prefix:
-            args.append("--prefix")
+        args += [flag for flag, on in (("--previous", previous), ("--all-containers", all_containers),
+                                       ("--prefix", prefix)) if on]
         if max_log_requests is not None:
             args.append(f"--max-log-requests={max_log_requests}")
         return args

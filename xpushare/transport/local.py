@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import shutil
@@ -17,11 +16,10 @@ from invoke.exceptions import CommandTimedOut
 from invoke.runners import Local
 
 from xpushare.model.errors import (
-    CommandFailed,
     CommandTimeout,
     TransportError,
 )
-from xpushare.transport.base import CommandResult, Host, env_argv, read_in_memory_stdin
+from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
 
 
 class _BulkLocal(Local):
@@ -56,23 +54,11 @@ class LocalHost(Host):
         line = shlex.join(env_argv(argv, env))
         start = time.monotonic()
         try:
-            res = self._context.run(
-                line,
-                hide=True,
-                warn=True,
-                timeout=timeout,
-                in_stream=io.StringIO(stdin) if stdin is not None else False,
-                encoding="utf-8",
-            )
+            res = self._context.run(line, **runner_options(timeout, stdin))
         except CommandTimedOut:
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
         assert res is not None
-        result = CommandResult(
-            self.name, tuple(argv), res.stdout, res.stderr, res.exited, time.monotonic() - start
-        )
-        if check and not result.ok:
-            raise CommandFailed(self.name, list(argv), result.exit_code, result.stderr)
-        return result
+        return finished(self.name, argv, res, start, check=check)
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         try:

@@ -8,7 +8,6 @@ Host-key policy (inventory ``host_key_policy``): ``strict`` accepts only keys al
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import random
@@ -27,14 +26,13 @@ from invoke.exceptions import CommandTimedOut
 
 from xpushare.inventory.schema import SshOptions
 from xpushare.model.errors import (
-    CommandFailed,
     CommandTimeout,
     ConnectionLost,
     HostKeyMismatch,
     HostUnreachable,
     TransportError,
 )
-from xpushare.transport.base import CommandResult, Host, env_argv, read_in_memory_stdin
+from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
 
 # paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
 # configured, Python's last-resort handler would print ~60 lines per attempt on the terminal. The error
@@ -226,14 +224,7 @@ class SshHost(Host):
         line = shlex.join(env_argv(argv, env))
         start = time.monotonic()
         try:
-            res = conn.run(
-                line,
-                hide=True,
-                warn=True,
-                timeout=timeout,
-                in_stream=io.StringIO(stdin) if stdin is not None else False,
-                encoding="utf-8",
-            )
+            res = conn.run(line, **runner_options(timeout, stdin))
         except CommandTimedOut:
             self._drop()  # the channel was closed under a possibly stalled transport: start afresh
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
@@ -245,12 +236,7 @@ class SshHost(Host):
             # The channel closed without an exit status: the session or the connection died.
             self._drop()
             raise ConnectionLost(self.name, f"connection lost during {argv[0]!r} (no exit status)")
-        result = CommandResult(
-            self.name, tuple(argv), res.stdout, res.stderr, res.exited, time.monotonic() - start
-        )
-        if check and not result.ok:
-            raise CommandFailed(self.name, list(argv), result.exit_code, result.stderr)
-        return result
+        return finished(self.name, argv, res, start, check=check)
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         conn = self.connection()

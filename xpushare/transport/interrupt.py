@@ -7,6 +7,10 @@ handler: the request is remembered, and waits call :func:`check` to raise it at 
 SIGTERM (what CI systems, ``timeout``, systemd and Kubernetes send) and SIGHUP (a closed terminal) are handled
 the same way: the case ends INTERRUPTED, evidence is harvested, pods and processes are cleaned up, the reports
 are written, and the task exits 128 + the signal's number (:func:`exit_status`: 130, 143, 129).
+
+Why in ``transport/``: the interrupt is lost in the transport (invoke's runner, under every ``Host.run``), and
+every layer that waits on commands checks it: backends, cases, the engine, soak. This is the lowest layer
+they all import (it needs only :mod:`xpushare.model`); in ``engine/`` it made backends and cases reach up.
 """
 
 from __future__ import annotations

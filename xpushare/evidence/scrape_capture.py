@@ -1,0 +1,143 @@
+"""The files an HTTP scrape of the scheduler's exporter leaves in a case directory: one owner for writing
+and reading them.
+
+* **Capture** (``metrics.txt``, ``metrics_health.txt``, ``metrics_mid*.txt``, ...): the body as served, then
+  curl's ``-w`` trailer ``\\nHTTP_CODE=<ddd>\\nCONTENT_TYPE=<type>\\n``
+  (:func:`xpushare.collect.metrics.scrape_command`), or ``HTTP_CODE=`` alone (the backends' scrapes, the bash
+  harness's ``metrics_health.txt``). Without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000``
+  (:func:`capture_text`; curl itself prints ``000`` then). The k8s backend may add a note after the trailer
+  (``# curl: <stderr>``) or write ``# scrape of <url> from <host> failed: <why>`` when SSH failed.
+  Written by :func:`capture_text`; read by :func:`read_capture` (body, status, content type),
+  :func:`split_capture` (the backend's note) and :func:`split_http` (body and status, anywhere in the text).
+* **Series** (``metrics_series.jsonl``): one :class:`ScrapeRecord` per line as JSON
+  (:meth:`ScrapeRecord.to_json_line`), read by :func:`parse_series`.
+
+Pure functions; the readers never raise on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from xpushare.collect.metrics import CurlResponse, parse_curl_output
+
+__all__ = ["ScrapeRecord", "capture_text", "parse_series", "read_capture", "split_capture", "split_http"]
+
+
+@dataclass(frozen=True)
+class ScrapeRecord:
+    """One scrape of ``/metrics`` in ``metrics_series.jsonl`` (one JSON object per line).
+
+    ``t``: Unix time (s) when the request started; ``latency_s``: seconds until the whole body was
+    read (or the failure); ``status``: HTTP status, ``None`` without a response; ``error``: why there
+    was no (complete) response; ``body``: the exposition text (``None`` when not kept).
+    JSON keys: ``t``, ``latency_s``, ``status``, ``error``, ``body``.
+    """
+
+    t: float
+    latency_s: float
+    status: int | None
+    error: str | None = None
+    body: str | None = None
+
+    @property
+    def t_end(self) -> float:
+        """Unix time the response was complete (``t + latency_s``)."""
+        return self.t + self.latency_s
+
+    @property
+    def responded(self) -> bool:
+        """HTTP 200 and no transport error."""
+        return self.status == 200 and self.error is None
+
+    def to_json_line(self) -> str:
+        """The record as one JSON line (with the trailing newline)."""
+        d = {"t": round(self.t, 3), "latency_s": round(self.latency_s, 4), "status": self.status,
+             "error": self.error, "body": self.body}
+        return json.dumps(d, ensure_ascii=False) + "\n"
+
+
+def parse_series(text: str) -> tuple[list[ScrapeRecord], list[int]]:
+    """Records of a ``metrics_series.jsonl`` text (sorted by ``t``) and the 1-based numbers of unreadable
+    lines. Never raises."""
+    records: list[ScrapeRecord] = []
+    bad: list[int] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            status = d.get("status")
+            records.append(ScrapeRecord(
+                t=float(d["t"]),
+                latency_s=float(d.get("latency_s") or 0.0),
+                status=None if status is None else int(status),
+                error=None if d.get("error") is None else str(d["error"]),
+                body=None if d.get("body") is None else str(d["body"]),
+            ))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            bad.append(lineno)
+    records.sort(key=lambda r: r.t)
+    return records, bad
+
+
+def capture_text(record: ScrapeRecord, content_type: str | None) -> str:
+    """A capture file's text: body + ``HTTP_CODE``/``CONTENT_TYPE`` trailer, or the error with ``HTTP_CODE=000``."""
+    if record.status is None:
+        why = (record.error or "no response").replace("\n", " ")
+        return f"# no response: {why}\nHTTP_CODE=000\nCONTENT_TYPE=\n"
+    return f"{record.body or ''}\nHTTP_CODE={record.status:03d}\nCONTENT_TYPE={content_type or ''}\n"
+
+
+_CODE_ONLY_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n?(?:CONTENT_TYPE=(?P<ct>[^\n]*)\n?)?\Z")
+
+
+def read_capture(text: str) -> CurlResponse:
+    """A curl capture as ``(body, http_code, content_type)``. Never raises.
+
+    Accepts the trailer of :func:`xpushare.collect.metrics.scrape_command` (``HTTP_CODE=`` and
+    ``CONTENT_TYPE=`` lines), a trailer with ``HTTP_CODE=`` only (the bash harness's
+    ``metrics_health.txt``, bash-harness-cases.md §1 item 6), or a bare body (code ``None``).
+    """
+    parsed = parse_curl_output(text)
+    if parsed.http_code is not None or parsed.content_type is not None:
+        return parsed
+    m = _CODE_ONLY_RE.search(text)
+    if m is None:
+        return CurlResponse(text, None, None)
+    code = int(m.group("code")) if m.group("code") else None
+    return CurlResponse(text[: m.start()], code, (m.group("ct") or "").strip() or None)
+
+
+_CURL_NOTE_RE = re.compile(r"\n# curl: (?P<note>[^\n]*)\n?\Z")
+_SCRAPE_FAILED_RE = re.compile(r"^# scrape of .* failed: (?P<note>[^\n]*)", re.M)
+
+
+def split_capture(text: str) -> tuple[str, str | None]:
+    """A capture of the k8s backend without its error notes: ``(capture, why the scrape failed or None)``.
+
+    The backend appends ``# curl: <stderr>`` after the ``HTTP_CODE=`` trailer when curl complained (timeout,
+    refused, partial transfer) and writes ``# scrape of <url> from <host> failed: ...`` when SSH failed.
+    """
+    note = None
+    m = _CURL_NOTE_RE.search(text)
+    if m is not None:
+        text, note = text[: m.start()].rstrip("\n") + "\n", m.group("note").strip()
+    failed = _SCRAPE_FAILED_RE.search(text)
+    if failed is not None:
+        note = failed.group("note").strip()
+    return text, note
+
+
+_HTTP_RE = re.compile(r"\nHTTP_CODE=(\d{3})")
+
+
+def split_http(text: str) -> tuple[str, int | None]:
+    """Body (with its final newline) and HTTP status of a capture, the first ``HTTP_CODE=<ddd>`` line wherever
+    it stands (a note after it is dropped with it); ``(text, None)`` without one."""
+    m = _HTTP_RE.search(text)
+    if m is None:
+        return text, None
+    return text[: m.start()] + "\n", int(m.group(1))

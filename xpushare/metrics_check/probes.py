@@ -1,0 +1,208 @@
+"""The under-load part of ``invoke metrics-check``: probe workloads that register with the scheduler being
+checked (:class:`KubeProbeLoad` through kubectl, :class:`BackendProbeLoad` through any backend) and
+:func:`run_load_checks`, which starts them one by one and judges ``/metrics`` with each count.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from xpushare.backends.base import Backend, PodSpec
+from xpushare.collect.metrics import parse_exposition
+from xpushare.evidence.client_match import KEY_POD, ClientMatch, client_match, live_matches
+from xpushare.inventory.sut import SutNames
+from xpushare.metrics_check.checklist import CheckLine, answer_text, check_line, load_checks, shorten
+from xpushare.metrics_check.endpoint import HttpResponse
+from xpushare.model.errors import XpushareError
+from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kubectl import Kubectl
+from xpushare.transport.manifest_yaml import dump_manifests
+
+__all__ = ["DEFAULT_PROBE_IMAGE", "PROBE_COMMAND", "RUN_LABEL", "BackendProbeLoad", "KubeProbeLoad", "ProbeLoad",
+           "run_load_checks"]
+
+
+class ProbeLoad(Protocol):
+    """Starts and stops probe workloads that register with the scheduler being checked.
+
+    ``start(index)`` starts probe number ``index`` (1, 2 ...) and returns its pod name once it runs
+    (raises :class:`~xpushare.model.errors.XpushareError` when it cannot); ``stop()`` removes every probe
+    (idempotent, called in a ``finally``); ``matches(names)`` says how each probe's clients are
+    recognised on the page (:func:`xpushare.evidence.client_match.client_match` for the load's mode; called on
+    every poll, since a host-mode probe's pid and client id appear after its start); ``core_limit`` is
+    the core limit each probe is configured with (``None``: none, so the exporter shows 100).
+    """
+
+    core_limit: int | None
+
+    def start(self, index: int) -> str: ...
+
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]: ...
+
+    def stop(self) -> None: ...
+
+
+#: The probe workload (W5, small and long enough; the probes are removed when the check ends).
+PROBE_COMMAND: tuple[str, ...] = ("python", "workloads/w5_quota_probe.py", "--n", "1024", "--duration-s", "600",
+                                  "--interval-s", "5", "--no-progress")
+#: The probe image for a real cluster: one with PyTorch and this repository's ``workloads/`` in its
+#: working directory (the lab ignores images). Override with the cluster parameter ``probe_image``.
+DEFAULT_PROBE_IMAGE = "xpushare-workloads:latest"
+RUN_LABEL = "xpushare-metrics-check"
+
+
+@dataclass
+class KubeProbeLoad:
+    """Probe pods through kubectl: ``<resource>: 1``, a core-limit annotation, pinned to ``node``.
+
+    The pods request the generation's extended resource (so the device plugin makes them scheduler
+    clients) and carry ``<gen>.com/gpu-core-limit`` (so they request locks, sut-interfaces.md §3.2);
+    they are labelled ``xpushare-metrics-check=<run_id>`` and deleted by that label.
+    """
+
+    kubectl: Kubectl
+    names: SutNames
+    node: str | None = None
+    namespace: str = "default"
+    core_limit: int | None = 50
+    image: str = DEFAULT_PROBE_IMAGE
+    command: tuple[str, ...] = PROBE_COMMAND
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    timeout_s: float = 180.0
+    poll_s: float = 1.0
+
+    def pod_name(self, index: int) -> str:
+        return f"metrics-check-{self.run_id}-{index}"
+
+    def manifest(self, index: int) -> str:
+        """The probe pod's YAML."""
+        container: dict[str, Any] = {"name": "probe", "image": self.image, "command": list(self.command),
+                                     "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                                     "resources": {"limits": {self.names.resource: 1}}}
+        meta: dict[str, Any] = {"name": self.pod_name(index), "namespace": self.namespace,
+                                "labels": {RUN_LABEL: self.run_id, "probe": str(index)}}
+        if self.core_limit is not None:
+            meta["annotations"] = {self.names.annotation_core_limit: str(self.core_limit)}
+        spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        if self.node:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": self.node}
+        return dump_manifests({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+
+    def start(self, index: int) -> str:
+        self.kubectl.apply(self.manifest(index), namespace=self.namespace)
+        pods = self.kubectl.wait_pods(f"{RUN_LABEL}={self.run_id},probe={index}", until="running", count=1,
+                                      timeout_s=self.timeout_s, poll_s=self.poll_s, namespace=self.namespace)
+        pod: Pod = pods[0]
+        if pod.is_terminal:
+            raise XpushareError(f"probe pod {pod.name} ended ({pod.phase}, exit {pod.exit_code}) before the scrape")
+        return pod.name
+
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]:
+        """Kubernetes: the probes' clients carry their pod names (``pod`` label; a name holds a random run id,
+        so any namespace label is accepted, as before)."""
+        return [client_match("k8s", name) for name in names]
+
+    def stop(self) -> None:
+        self.kubectl.delete(f"{RUN_LABEL}={self.run_id}", wait=False, grace_period_s=0, namespace=self.namespace)
+
+
+@dataclass
+class BackendProbeLoad:
+    """Probe "pods" through any :class:`~xpushare.backends.base.Backend`: host mode (processes on the
+    GPU hosts with the client library preloaded; no annotations, so ``core_limit`` must stay ``None``)
+    or a Kubernetes backend (``core_limit`` becomes the annotation, ``node`` pins the pod).
+
+    :meth:`matches` follows the backend's ``mode``: host mode matches by the pid the backend recorded for
+    the probe process (``PodRecord.host_pid``) and the ``Client ID`` lines of its output; Kubernetes by
+    the pod name (in ``namespace``, None: any)."""
+
+    backend: Backend
+    case_dir: Path
+    args: tuple[str, ...] = PROBE_COMMAND[2:]
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    timeout_s: float = 120.0
+    core_limit: int | None = None
+    node: str | None = None
+    namespace: str | None = None
+    _started: bool = False
+    _known: dict[str, ClientMatch] = field(default_factory=dict)
+
+    def start(self, index: int) -> str:
+        if not self._started:
+            self.backend.prepare_run(self.run_id)
+            self.backend.begin_case(self.case_dir, "metrics-check")
+            self._started = True
+        name = f"metrics-check-{index}"
+        spec = PodSpec(name=name, workload="w5_quota_probe", args=self.args, core_limit=self.core_limit,
+                       node=self.node)
+        self.backend.start_pods(self.case_dir, [spec])
+        rec = self.backend.wait_running(self.case_dir, [name], self.timeout_s)
+        if not rec or rec[0].phase != "Running":
+            raise XpushareError(f"probe {name} is {rec[0].phase if rec else 'missing'}, not Running")
+        return rec[0].name
+
+    def matches(self, names: Sequence[str]) -> list[ClientMatch]:
+        """The probes' matches from their current records and output (each kept once nothing more can appear):
+        one record poll for every probe not known yet, and only in host mode (a pod name needs none)."""
+        unknown = [n for n in names if n not in self._known]
+        current = dict(zip(unknown, live_matches(self.backend, self.case_dir, unknown, namespace=self.namespace),
+                           strict=True))
+        for name, found in current.items():
+            if found.key == KEY_POD or (found.host_pids and found.client_ids):
+                self._known[name] = found
+        return [self._known.get(name) or current[name] for name in names]
+
+    def stop(self) -> None:
+        if self._started:
+            self.backend.cleanup(self.case_dir)
+
+
+def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, prefix: str | None = None,
+                    steps: Sequence[int] = (1, 2), settle_s: float = 60.0, poll_s: float = 1.0,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> list[CheckLine]:
+    """Start probes one by one (``steps``: 1, then 2 running), and judge ``/metrics`` with each count.
+
+    After each start ``scrape()`` (a GET of ``/metrics``) is polled every ``poll_s`` until
+    :func:`load_checks` passes or ``settle_s`` runs out (a new client needs a moment: registration,
+    first allocation, a utilisation sample); the last page's lines are kept, items prefixed
+    ``load <n>:``. The probes' clients are selected with ``load.matches(names)`` on every poll (pod name
+    in Kubernetes, host pid / client id in host mode). A probe that cannot start is a FAIL line and
+    ends the load part. The probes are stopped in a ``finally`` (a failed removal is a FAIL line
+    ``probe pods removed``).
+    """
+    lines: list[CheckLine] = []
+    pods: list[str] = []
+    try:
+        for n in steps:
+            try:
+                while len(pods) < n:
+                    pods.append(load.start(len(pods) + 1))
+            except (XpushareError, OSError) as exc:
+                lines.append(check_line(f"load {n}: probe pods running", f"{n} running", shorten(str(exc)), False))
+                break
+            deadline = clock() + settle_s
+            while True:
+                resp = scrape()
+                if resp.status != 200:
+                    last = [check_line("/metrics answers 200", "200", answer_text(resp), False)]
+                else:
+                    limits = {p: load.core_limit for p in pods} if load.core_limit is not None else None
+                    last = load_checks(parse_exposition(resp.body, prefix), expected_clients=n,
+                                       matches=load.matches(pods), core_limits=limits)
+                if all(ln.ok for ln in last) or clock() >= deadline:
+                    break
+                sleep(poll_s)
+            lines += [ln._replace(item=f"load {n}: {ln.item}") for ln in last]
+    finally:
+        try:
+            load.stop()
+        except (XpushareError, OSError) as exc:
+            lines.append(check_line("probe pods removed", "removed", shorten(str(exc)), False))
+    return lines
+
