@@ -157,6 +157,19 @@ def run_interval(text: str) -> tuple[float, float] | None:
     return end.timestamp() - runtime, end.timestamp()
 
 
+_MISSING_MODULE_RE = re.compile(r"ModuleNotFoundError: No module named '(?P<module>[^']+)'")
+
+
+def missing_module(text: str) -> str | None:
+    """The Python module a workload could not import (``ModuleNotFoundError: No module named 'torch'``), or None.
+
+    A workload that dies on a missing package never reached the GPU or the SUT: the node lacks a prerequisite
+    (e.g. the ``node`` extra's torch). Source: the workloads' output contract (a traceback on stderr, exit 1).
+    """
+    m = _MISSING_MODULE_RE.search(text)
+    return m.group("module") if m else None
+
+
 def has_pass_marker(text: str) -> bool:
     """True if some line (timestamp stripped, surrounding whitespace ignored) is exactly ``PASS``.
 

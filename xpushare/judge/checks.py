@@ -26,13 +26,16 @@ def pod_progress(ev: Evidence, name: str) -> dict[str, Any]:
         "log_collected": log is not None,
         "pass_marker": pod_log.has_pass_marker(log) if log is not None else False,
         "runtime_s": pod_log.runtime_seconds(log) if log is not None else None,
+        "missing_module": pod_log.missing_module(log) if log is not None else None,
     }
 
 
 def check_pods_succeeded(ev: Evidence, names: Sequence[str], *, check_name: str = "pods_succeeded") -> Check:
     """Every named pod: phase Succeeded, exit 0, ``PASS`` in its log and a parseable runtime.
 
-    Unevaluable (``ok=None``) when a pod record or its log is missing.
+    Unevaluable (``ok=None``) when a pod record or its log is missing, and when every pod that did not pass died
+    on a Python module the node lacks (:func:`~xpushare.collect.pod_log.missing_module`): the workload never
+    reached the GPU or the SUT, so the case is ERROR (a node prerequisite), never FAIL of the SUT.
     """
     facts = {n: pod_progress(ev, n) for n in names}
     missing = [n for n, f in facts.items() if f["phase"] is None or not f["log_collected"]]
@@ -43,6 +46,11 @@ def check_pods_succeeded(ev: Evidence, names: Sequence[str], *, check_name: str 
         for n, f in facts.items()
         if not (f["phase"] == "Succeeded" and f["exit_code"] == 0 and f["pass_marker"] and f["runtime_s"] is not None)
     ]
+    modules = sorted({str(facts[n]["missing_module"]) for n in bad if facts[n]["missing_module"]})
+    if bad and all(facts[n]["missing_module"] for n in bad):
+        return Check(check_name, f"{len(names)}/{len(names)} pods Succeeded with PASS and a runtime", facts, None,
+                     f"the workload could not start on the node: no Python module {', '.join(modules)} "
+                     f"({', '.join(bad)}): a node prerequisite, not a verdict on the SUT")
     ok = not bad
     detail = "" if ok else "not passed: " + ", ".join(f"{n} ({_why(facts[n])})" for n in bad)
     return Check(
