@@ -21,11 +21,12 @@ from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
-from xpushare.engine.plan import Selection, case_params, check_overrides, parse_overrides, select
+from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
 from xpushare.transport import interrupt
 

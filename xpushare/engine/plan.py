@@ -15,9 +15,6 @@ from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 
-# re-exported: the run drivers (engine.driver, soak.runner) parse ``--set`` with plan.parse_overrides
-from xpushare.model.overrides import parse_overrides as parse_overrides
-
 PLAYBOOK_DIR = playbooks_dir()
 
 

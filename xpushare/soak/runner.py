@@ -31,6 +31,7 @@ from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.transport import interrupt
@@ -99,7 +100,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     cluster = schema.load(request.inventory_path).cluster(request.cluster)
     selection = plan.select(case_ids=[case_id])
     case = REGISTRY[case_id]
-    overrides = plan.parse_overrides(request.overrides)
+    overrides = parse_overrides(request.overrides)
     plan.check_overrides([case], overrides)
     if request.duration_s is not None:
         if request.duration_s <= 0:
