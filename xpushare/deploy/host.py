@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from xpushare.inventory.schema import ClusterSpec
@@ -81,8 +81,8 @@ class HostSutLayout:
         """The layout of a host-mode cluster.
 
         Raises:
-            UsageError: the cluster is not in host mode, or a setting deploy needs is missing or not an
-                absolute path (one line naming every missing key with a value it could take).
+            UsageError: the cluster is not in host mode, or a setting deploy needs is missing, not an absolute
+                path, or too close to ``/`` for undeploy to remove (one line naming every such key).
         """
         if cluster.mode != "host":
             raise UsageError(f"cluster {cluster.name}: the SUT of a k8s cluster is its DaemonSets (invoke deploy "
@@ -94,9 +94,15 @@ class HostSutLayout:
         if missing:
             raise UsageError(f"cluster {cluster.name}: deploy needs " + ", ".join(
                 f"{k} (e.g. {SUGGESTED[k]})" for k in missing) + " in the inventory")
-        relative = [k for k, v in given.items() if k != "scheduler.metrics_url" and not str(v).startswith("/")]
+        paths = {k: str(v) for k, v in given.items() if k != "scheduler.metrics_url"}
+        relative = [k for k, v in paths.items() if not v.startswith("/")]
         if relative:
             raise UsageError(f"cluster {cluster.name}: {', '.join(relative)} must be absolute paths")
+        # undeploy removes these paths: refuse / and top-level directories such as /var or /opt
+        shallow = [k for k, v in paths.items() if len(PurePosixPath(v).parts) < 3]
+        if shallow:
+            raise UsageError(f"cluster {cluster.name}: {', '.join(shallow)} too close to / (undeploy removes it); "
+                             "use a path of its own, e.g. /var/lib/xpushare")
         url = urlsplit(str(s.metrics_url))
         if url.scheme != "http" or not url.hostname or not url.port:
             raise UsageError(f"cluster {cluster.name}: scheduler.metrics_url must be http://HOST:PORT, "
