@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xpushare.collect import scheduler_log
+from xpushare.collect import scheduler_log, scheduler_log_parser
 from xpushare.collect.scheduler_log import LimitChange, SchedulerLogParser
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
@@ -216,8 +216,8 @@ def test_streaming_equals_whole_parse_and_parser_is_incremental() -> None:
 
 
 def test_event_caps(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler_log, "MAX_EVENTS", 2)
-    monkeypatch.setattr(scheduler_log, "MAX_FATAL", 1)
+    monkeypatch.setattr(scheduler_log_parser, "MAX_EVENTS", 2)
+    monkeypatch.setattr(scheduler_log_parser, "MAX_FATAL", 1)
     reg = "[XPUSHARE][INFO]: Registered client {:016x} on GPU 0 with Pod name = p{}, Pod namespace = n"
     lines = [reg.format(i, i) for i in range(5)] + ["[XPUSHARE][FATAL]: boom"] * 3
     s = scheduler_log.parse_lines(lines)
@@ -314,7 +314,7 @@ def test_fuzz_feed_never_raises(lines: list[str]) -> None:
 
 def test_head_cache_overflow_keeps_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Beyond MAX_HEADS distinct line heads, lines are still counted and interpreted."""
-    monkeypatch.setattr(scheduler_log, "MAX_HEADS", 3)
+    monkeypatch.setattr(scheduler_log_parser, "MAX_HEADS", 3)
     lines = [f"[XPUSHARE][DEBUG]: word{i} x" for i in range(10)]
     lines += ["[XPUSHARE][INFO]: Sent LOCK_OK to client a309de43403205dc"] * 2
     lines += ["[XPUSHARE][FATAL]: Condition failed: x"]

@@ -39,6 +39,7 @@ from xpushare.backends.base import (
     write_pod_records,
 )
 from xpushare.data import workloads_dir
+from xpushare.evidence.scrape_capture import curl_capture_argv
 from xpushare.evidence.store import SCHEDULER_NODE_FILE
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
@@ -379,9 +380,7 @@ class HostBackend(Backend):
         if sched.metrics_url:
             base = sched.metrics_url.rstrip("/")
             for path, local in (("/metrics", "metrics.txt"), ("/healthz", "metrics_health.txt")):
-                res = host.run(
-                    ["curl", "-sS", "-m", "10", "-o", "-", "-w", "\nHTTP_CODE=%{http_code}\n", base + path], timeout=30
-                )
+                res = host.run(curl_capture_argv(base + path, 10), timeout=30)
                 (case_dir / local).write_text(res.stdout + res.stderr, encoding="utf-8")
                 files.append(local)
         if sched.log_file:

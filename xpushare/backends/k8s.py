@@ -49,6 +49,7 @@ from xpushare.backends.base import (
 )
 from xpushare.collect import procstat
 from xpushare.data import manifests_dir, workloads_dir
+from xpushare.evidence.scrape_capture import curl_capture_argv, failed_capture_text, with_curl_note
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
@@ -406,16 +407,15 @@ class K8sBackend(Backend, KubeAccess):
         if pod is None or not pod.pod_ip or host_name is None:
             return None
         url = f"http://{pod.pod_ip}:{self.params['metrics_port']}{path}"
-        argv = ["curl", "-sS", "-m", "10", "-o", "-", "-w", "\nHTTP_CODE=%{http_code}\n", url]
         try:
-            res = self.gpu_host(host_name).run(argv, timeout=30)
+            res = self.gpu_host(host_name).run(curl_capture_argv(url, 10), timeout=30)
         except TransportError as exc:
-            return f"# scrape of {url} from {host_name} failed: {exc}\nHTTP_CODE=000\n"
+            return failed_capture_text(url, host_name, exc)
         if res.ok:  # stderr of a successful curl is login-shell noise, not a failed scrape
             return res.stdout
         # one line, so that the judgment's note pattern reads it whole
         why = " | ".join(line.strip() for line in res.stderr.splitlines() if line.strip()) or "no stderr"
-        return res.stdout + f"\n# curl: exit {res.exit_code}: {why}"
+        return with_curl_note(res.stdout, f"exit {res.exit_code}: {why}")
 
     # -- the scheduler (Backend) ---------------------------------------------------------------------
     def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:

@@ -7,8 +7,10 @@ and reading them.
   harness's ``metrics_health.txt``). Without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000``
   (:func:`capture_text`; curl itself prints ``000`` then). The k8s backend may add a note after the trailer
   (``# curl: <stderr>``) or write ``# scrape of <url> from <host> failed: <why>`` when SSH failed.
-  Written by :func:`capture_text`; read by :func:`read_capture` (body, status, content type),
-  :func:`split_capture` (the backend's note) and :func:`split_http` (body and status, anywhere in the text).
+  The backends' curl argv is :func:`curl_capture_argv`; their notes are written by :func:`failed_capture_text`
+  and :func:`with_curl_note`. Written by :func:`capture_text`; read by :func:`read_capture` (body, status,
+  content type), :func:`split_capture` (the backend's note), :func:`split_http` (body and status, the first
+  trailer anywhere in the text) and :func:`split_trailer` (body and status, the last trailer).
 * **Series** (``metrics_series.jsonl``): one :class:`ScrapeRecord` per line as JSON
   (:meth:`ScrapeRecord.to_json_line`), read by :func:`parse_series`.
 
@@ -23,7 +25,18 @@ from dataclasses import dataclass
 
 from xpushare.collect.metrics import CurlResponse, parse_curl_output
 
-__all__ = ["ScrapeRecord", "capture_text", "parse_series", "read_capture", "split_capture", "split_http"]
+__all__ = [
+    "ScrapeRecord",
+    "capture_text",
+    "curl_capture_argv",
+    "failed_capture_text",
+    "parse_series",
+    "read_capture",
+    "split_capture",
+    "split_http",
+    "split_trailer",
+    "with_curl_note",
+]
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,26 @@ def capture_text(record: ScrapeRecord, content_type: str | None) -> str:
     return f"{record.body or ''}\nHTTP_CODE={record.status:03d}\nCONTENT_TYPE={content_type or ''}\n"
 
 
+def curl_capture_argv(url: str, timeout_s: float = 10.0) -> list[str]:
+    """argv of a GET of ``url`` whose stdout is a capture with the ``HTTP_CODE=`` trailer only:
+    ``curl -sS -m <timeout_s> -o - -w '\\nHTTP_CODE=%{http_code}\\n' <url>`` (the ``-w`` argument holds real
+    newlines). ``timeout_s``: curl's limit on the whole transfer, in seconds. The form the backends store;
+    :func:`xpushare.collect.metrics.scrape_command` adds ``CONTENT_TYPE=``."""
+    return ["curl", "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w", "\nHTTP_CODE=%{http_code}\n", url]
+
+
+def failed_capture_text(url: str, host: str, why: object) -> str:
+    """The capture of a scrape that never ran (SSH to ``host`` failed): ``# scrape of <url> from <host> failed:
+    <why>`` and ``HTTP_CODE=000`` (read back by :func:`split_capture`)."""
+    return f"# scrape of {url} from {host} failed: {why}\nHTTP_CODE=000\n"
+
+
+def with_curl_note(capture: str, note: str) -> str:
+    """``capture`` (curl's stdout) with ``# curl: <note>`` after its trailer, when curl exited non-zero;
+    ``note`` must be one line (read back by :func:`split_capture`)."""
+    return capture + f"\n# curl: {note}"
+
+
 _CODE_ONLY_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n?(?:CONTENT_TYPE=(?P<ct>[^\n]*)\n?)?\Z")
 
 
@@ -141,3 +174,19 @@ def split_http(text: str) -> tuple[str, int | None]:
     if m is None:
         return text, None
     return text[: m.start()] + "\n", int(m.group(1))
+
+
+_LAST_CODE_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n")
+
+
+def split_trailer(text: str) -> tuple[str, int | None]:
+    """Body (without the newline that starts the trailer) and HTTP status of a capture, the *last*
+    ``\\nHTTP_CODE=<digits>\\n`` line wherever it stands (what follows it, a ``CONTENT_TYPE=`` line or a note, is
+    dropped). An empty code is ``None``; no trailer: ``(text, None)``. Never raises."""
+    last = None
+    for m in _LAST_CODE_RE.finditer(text):
+        last = m
+    if last is None:
+        return text, None
+    code = last.group("code")
+    return text[: last.start()], int(code) if code else None

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xpushare.collect import dmon, nvidia_smi, scheduler_log
+from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_rejected
 from xpushare.legacy import tables
@@ -309,9 +310,9 @@ def judge_smoke(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) ->
     checks = [check_pods_succeeded(ev, [pod])]
     health = ev.text("metrics_health.txt")
     checks.append(Check("healthz", "/healthz HTTP 200 (curl from the node to the scheduler pod)",
-                        {"collected": health is not None}, None if health is None else "HTTP_CODE=200" in health,
+                        {"collected": health is not None}, None if health is None else split_trailer(health)[1] == 200,
                         "no metrics_health.txt (scheduler pod or node not reachable)" if health is None
-                        else ("" if "HTTP_CODE=200" in health else "health endpoint did not answer 200")))
+                        else ("" if split_trailer(health)[1] == 200 else "health endpoint did not answer 200")))
     metrics_text = ev.text("metrics.txt")
     family = f"{prefix}scheduler_messages_total"
     has_family = metrics_text is not None and any(

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import KubeAccess, PodRecord, PodSpec, SchedulerFacts
+from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.model.errors import XpushareError
 from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
 from xpushare.transport.kube_objects import Pod
@@ -63,7 +64,7 @@ def _healthy_nodes(run: CaseRun) -> dict[str, bool]:
     for node in sched:
         body = b.curl_scheduler(node, "/healthz", sched)
         ready = all(c.ready for c in sched[node].containers) if sched[node].containers else False
-        out[node] = bool(body and "HTTP_CODE=200" in body) and ready
+        out[node] = body is not None and split_trailer(body)[1] == 200 and ready
     return out
 
 

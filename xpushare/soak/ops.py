@@ -25,6 +25,7 @@ from typing import Protocol
 from xpushare.backends.base import Backend, PodRecord, PodSpec, SchedulerFacts
 from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
+from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.kubectl import KubeError
@@ -114,20 +115,7 @@ class ScrapeFacts:
         return sum(v for _, v in self.gpu_used) if self.gpu_used else None
 
 
-_CODE_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n")
 _LABEL_RE = re.compile(r'(?P<k>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
-
-
-def split_trailer(text: str) -> tuple[str, int | None]:
-    """Body and HTTP status of a curl answer with a ``-w '\\nHTTP_CODE=%{http_code}\\n...'`` trailer (the
-    backend's and :func:`~xpushare.collect.metrics.scrape_command`'s forms). No trailer: ``(text, None)``."""
-    last = None
-    for m in _CODE_RE.finditer(text):
-        last = m
-    if last is None:
-        return text, None
-    code = last.group("code")
-    return text[: last.start()], int(code) if code else None
 
 
 def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
