@@ -8,21 +8,20 @@ Both modes run the same node-side scripts (``workloads/envcheck/``) and the same
     .tmplog/<run-id>/envcheck/<cluster>/_cross-node/   nccl.json, <node>.log
 
 SSH mode (:func:`xpushare.envcheck.ssh_mode.run_ssh`): the cluster's ``gpu`` hosts (``--limit`` applies) are
-handled ``forks`` at a time. Per node: copy the scripts (to ``<workdir or ~/.xpushare>/envcheck``, each file written under a
-temporary name and renamed, so nodes sharing an NFS home never read a half-written script), run the
-stack probe, then, when the node has usable GPUs, cuBLAS per GPU and the single-node all-reduce
+handled ``forks`` at a time. Per node: copy the scripts (to ``<workdir or ~/.xpushare>/envcheck``, each file
+written under a temporary name and renamed, so nodes sharing an NFS home never read a half-written script),
+run the stack probe, then, when the node has usable GPUs, cuBLAS per GPU and the single-node all-reduce
 (``torch.distributed.run --standalone --nproc-per-node <GPUs>``). With two or more nodes, the cross-node
-all-reduce then runs on all of them at once (all ranks must be up together, so ``forks`` does not
-bound it): MASTER_ADDR is ``envcheck_master_addr``, else the first node's inventory address, else the
-first address of ``hostname -I`` on it; the port is ``envcheck_master_port``, else a free port found on
-that node.
+all-reduce then runs on all of them at once (all ranks must be up together, so ``forks`` does not bound it):
+MASTER_ADDR is ``envcheck_master_addr``, else the first node's inventory address, else the first address of
+``hostname -I`` on it; the port is ``envcheck_master_port``, else a free port found on that node.
 
 Kubernetes mode (:func:`xpushare.envcheck.k8s_mode.run_k8s`): kubectl runs on the cluster's master
-(:class:`~xpushare.transport.kubectl.Kubectl`). The stack probe is a DaemonSet (pods hold after printing, and are read with ``kubectl logs``); the
-GPU steps are one run-once Pod per node pinned with ``nodeName`` (or a Job with
-``envcheck_workload_kind: job``), and the cross-node all-reduce one Pod per node with
-``hostNetwork`` and MASTER_ADDR = the first node's InternalIP. Every object carries the run's label
-and is deleted at the end, also after an error or Ctrl-C.
+(:class:`~xpushare.transport.kubectl.Kubectl`). The stack probe is a DaemonSet (pods hold after printing, and
+are read with ``kubectl logs``); the GPU steps are one run-once Pod per node pinned with ``nodeName`` (or a
+Job with ``envcheck_workload_kind: job``), and the cross-node all-reduce one Pod per node with ``hostNetwork``
+and MASTER_ADDR = the first node's InternalIP. Every object carries the run's label and is deleted at the end,
+also after an error or Ctrl-C.
 
 Without GPUs (``--skip-gpu``, or no NVIDIA GPU on a node) the GPU steps are SKIP with the reason and
 the stack check still runs. ``envcheck_cpu_smoke: true`` runs the GPU steps on the CPU (gloo, tiny
