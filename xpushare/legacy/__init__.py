@@ -5,7 +5,9 @@
 * :mod:`xpushare.legacy.scenarios` -- one scenario per script (``cross-gpu``, ``small``, ``idle-small``,
   ``baseline``, ``memlimit``, ``dynamic-limit``, ``compute-limit``, ``complex``, ``complex2``,
   ``smoke``), run through the engine's case lifecycle into a normal run directory
-  (``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``);
+  (``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``); their acts in :mod:`xpushare.legacy.acts`,
+  the pods' backend in :mod:`xpushare.legacy.backend`, the per-scenario report in
+  :mod:`xpushare.legacy.case_report`;
 * :mod:`xpushare.legacy.judgments` -- their verdicts, pure functions of the stored evidence;
 * :mod:`xpushare.legacy.deploy` -- the setup pipeline of ``remote-test.sh`` (commit, sync, build,
   render, redeploy, verify the scheduling mode);
