@@ -42,6 +42,7 @@ W5_BYTES_PER_N2 = 16
 
 
 def begin_case(run: CaseRun) -> None:
+    """Record the metric prefix, namespace and mode in the plan (saved)."""
     run.plan.update(prefix=metric_prefix(run.cluster), namespace=run.cluster.namespace, mode=run.cluster.mode)
     run.save_plan()
 
@@ -73,6 +74,7 @@ def endpoint_target(run: CaseRun) -> ScrapeTarget | None:
 
 
 def probe_target(run: CaseRun, node: str) -> ScrapeTarget:
+    """The scrape target of the scheduler serving ``node`` (Kubernetes), recorded in the plan."""
     target = k8s_target(run.backend, run.cluster, node, timeout_s=_timeout(run))
     run.plan["target"] = target.describe()
     run.save_plan()
@@ -148,6 +150,7 @@ def live_match(run: CaseRun, name: str) -> ClientMatch:
 
 
 def client_seen(run: CaseRun, client: ClientMatch) -> Callable[[Evidence], bool]:
+    """A page test: true when the probe's ``client`` shows on ``metrics_mid.txt``."""
     prefix = run.plan.get("prefix")
 
     def accept(ev: Evidence) -> bool:
@@ -156,6 +159,7 @@ def client_seen(run: CaseRun, client: ClientMatch) -> Callable[[Evidence], bool]
 
 
 def passes(verdict: Verdict) -> bool:
+    """True when ``verdict`` is PASS."""
     return verdict.status is Status.PASS
 
 
@@ -199,6 +203,7 @@ def gpu_total_bytes(run: CaseRun) -> float:
 
 
 def skipped_verdict(plan: Mapping[str, Any]) -> Verdict | None:
+    """SKIP with the plan's ``skip`` reason, None when the act recorded none."""
     return Verdict(Status.SKIP, str(plan["skip"])) if plan.get("skip") else None
 
 

@@ -56,6 +56,7 @@ def target_node(run: CaseRun) -> str | None:
 
 
 def base_plan(run: CaseRun, workload: str) -> None:
+    """Put the workload and the cluster's GPU model, backend and namespace into ``run.plan`` (not saved here)."""
     run.plan.update(
         workload=workload,
         gpu_model=run.cluster.gpu_model,
@@ -173,6 +174,8 @@ def attach_plot(ev: Evidence, verdict: Verdict, made: plots.PlotResult) -> Verdi
 
 
 def plot_runtime(ev: Evidence, verdict: Verdict, title: str, points: Mapping[str, Any], tol: Any) -> Verdict:
+    """``verdict`` with ``runtime_vs_quota.png`` (runtime s per quota %, baseline, tolerance) attached;
+    unchanged without a case dir."""
     if ev.case_dir is None:
         return verdict
     base = verdict.metrics.get("baseline_s")
@@ -243,6 +246,7 @@ def exporter_disabled(run: CaseRun) -> Any:
 
 
 def exported_core(path: Path, pod: str) -> int | None:
+    """Last ``client_core_quota_config_percent`` of ``pod`` on the stored /metrics page ``path`` (None: absent)."""
     body, _code = judge_perf.split_http(path.read_text(encoding="utf-8", errors="replace"))
     vals = [s.value for s in parse_exposition(body).values("client_core_quota_config_percent") if s.label("pod") == pod]
     return int(vals[-1]) if vals else None

@@ -98,6 +98,7 @@ class RunContext:
 
 
 def now_utc() -> str:
+    """Now in UTC as ``YYYY-mm-ddTHH:MM:SSZ`` (the report's start/end stamps)."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

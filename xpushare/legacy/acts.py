@@ -193,6 +193,8 @@ def act_pods_run(label_suffix: str, prefix: str, workload: str, *, oversub: bool
 
 
 def act_baseline(run: CaseRun) -> None:
+    """``remote-base-test.sh``: one native pod per baseline workload, one after the other (SUT
+    DaemonSets deleted first unless ``legacy_baseline_remove_sut`` is false)."""
     backend = legacy_backend(run)
     names = backend.names
     if run.params.get("legacy_baseline_remove_sut", True):
@@ -225,6 +227,7 @@ def act_baseline(run: CaseRun) -> None:
 
 
 def act_memlimit(run: CaseRun) -> None:
+    """``remote-test-memlimit.sh``: 3 pods one after the other: low limit (must be refused), high, none."""
     g = _generation(run)
     label = f"{g}-memlimit-test"
     _delete_label(run, label)
@@ -252,6 +255,8 @@ def _manual_pod(run: CaseRun, name: str, label: str, **kw: Any) -> PodSpec:
 
 
 def act_dynamic_limit(run: CaseRun) -> None:
+    """``remote-test-dynamic-limit.sh``: annotate 2Gi, 4Gi, remove, 1Gi on a running pod; then a new
+    client under 1Gi (must be refused)."""
     backend = legacy_backend(run)
     g, ns = _generation(run), run.cluster.namespace
     label, manual = f"{g}-manual-test", "manual-dynamic-test"
@@ -282,6 +287,7 @@ def act_dynamic_limit(run: CaseRun) -> None:
 
 
 def act_compute_limit(run: CaseRun) -> None:
+    """``remote-test-compute-limit.sh``: annotate core 30, 80, remove on a running pod; dmon per phase."""
     g = _generation(run)
     label, manual = f"{g}-manual-test", "manual-dynamic-test"
     _delete_label(run, label)
@@ -294,6 +300,7 @@ def act_compute_limit(run: CaseRun) -> None:
 
 
 def act_complex(run: CaseRun) -> None:
+    """``remote-test-complex.sh``: 2 pods at 30/60, then 70/20, then removed; dmon per GPU and phase."""
     g = _generation(run)
     label = f"{g}-complex-test"
     _delete_label(run, label)
@@ -339,6 +346,7 @@ def _phases(run: CaseRun, phases: Sequence[tuple[str, Mapping[str, int | None], 
 
 
 def act_complex2(run: CaseRun) -> None:
+    """``remote-test-complex2.sh``: 4 pods at a ``legacy_core_limit`` core limit."""
     g = _generation(run)
     label = f"{g}-complex-test"
     _delete_label(run, label)
@@ -356,6 +364,7 @@ def act_complex2(run: CaseRun) -> None:
 
 
 def act_smoke(run: CaseRun) -> None:
+    """``remote-test-smoke.sh``: one probe pod; /healthz and /metrics of the scheduler on its node."""
     backend = legacy_backend(run)
     g = _generation(run)
     label = f"{g}-remote-smoke"

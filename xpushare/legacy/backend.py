@@ -114,6 +114,7 @@ class LegacyK8sBackend(K8sBackend):
 
 
 def legacy_backend(run: CaseRun) -> LegacyK8sBackend:
+    """The run's :class:`LegacyK8sBackend`; raises UsageError on any other backend (legacy needs ``mode: k8s``)."""
     if not isinstance(run.backend, LegacyK8sBackend):
         raise UsageError("legacy scenarios need a Kubernetes cluster (mode: k8s)")
     return run.backend
