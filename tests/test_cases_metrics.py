@@ -29,6 +29,7 @@ from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
+from xpushare.cases.metrics_support import met008_size
 from xpushare.engine import lifecycle, plan
 from xpushare.evidence.http_fetch import FetchError, timed, timed_curl_fetcher
 from xpushare.evidence.metrics_target import ScrapeTarget, scrape_loop, spawn_name
@@ -283,11 +284,11 @@ def test_every_met_case_is_registered_with_its_thresholds() -> None:
 
 
 def test_met008_size_fills_the_gpu() -> None:
-    n = met.met008_size(0.85, 16 * GIB)
+    n = met008_size(0.85, 16 * GIB)
     assert 0.84 * 16 * GIB <= 16 * n * n <= 0.85 * 16 * GIB
-    assert met.met008_size(0.85, 16 * GIB) < met.met008_size(0.9, 16 * GIB)
+    assert met008_size(0.85, 16 * GIB) < met008_size(0.9, 16 * GIB)
     with pytest.raises(ValueError):
-        met.met008_size(0, 16 * GIB)
+        met008_size(0, 16 * GIB)
 
 
 def test_capture_text_round_trips_through_the_judges_reader() -> None:
@@ -565,7 +566,7 @@ def test_met008_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     v, _, _ = act_and_judge("MET-008", backend, k8s_cluster(), tmp_path / "b")
     assert v.status is Status.FAIL and "alert_trips" in v.summary
     v, plan, _ = act_and_judge("MET-008", backend, k8s_cluster(), tmp_path / "c", met008_n=None)
-    assert plan["met008"]["n"] == met.met008_size(0.85, 16 * GIB)  # sized from the inventory's 16 GiB
+    assert plan["met008"]["n"] == met008_size(0.85, 16 * GIB)  # sized from the inventory's 16 GiB
 
 
 def test_rejudge_offline_with_other_thresholds(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from xpushare.envcheck import checks, fleet, manifests, runner
+from xpushare.envcheck import checks, context, fleet, k8s_mode, manifests
 from xpushare.envcheck.nominal import lookup
+from xpushare.envcheck.params import SMOKE_DEFAULTS, resolve_params
 from xpushare.inventory.schema import local_cluster
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
@@ -276,25 +277,25 @@ def test_majority_deviation_and_ties() -> None:
     assert fleet.deviations_of("c", table, ignore=["driver_version"]) == {}
 
 
-def ctx_for(tmp_path: Path, **params: Any) -> runner.RunContext:
-    return runner.RunContext(local_cluster(), runner.resolve_params({}, params), run_id="unit", root=tmp_path,
+def ctx_for(tmp_path: Path, **params: Any) -> context.RunContext:
+    return context.RunContext(local_cluster(), resolve_params({}, params), run_id="unit", root=tmp_path,
                              mode="ssh", skip_gpu=False, out=io.StringIO())
 
 
 def raw_node(name: str, doc: dict[str, Any], *, cublas: dict[str, Any] | None = None,
-             nccl: dict[str, Any] | None = None) -> runner.NodeRaw:
+             nccl: dict[str, Any] | None = None) -> context.NodeRaw:
     plan = checks.gpu_plan(doc, skip_gpu=False, cpu_smoke=False)
-    return runner.NodeRaw(name, stack=runner.StepRaw(doc, None, 0), plan=plan,
-                          cublas=runner.StepRaw(cublas or cublas_doc(), None, 0),
-                          nccl=runner.StepRaw(nccl or nccl_doc(), None, 0))
+    return context.NodeRaw(name, stack=context.StepRaw(doc, None, 0), plan=plan,
+                          cublas=context.StepRaw(cublas or cublas_doc(), None, 0),
+                          nccl=context.StepRaw(nccl or nccl_doc(), None, 0))
 
 
 def test_fleet_report_names_the_deviating_node_and_fails_it(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     odd = stack_doc(driver="550.54.15", env={"NCCL_NVLS_ENABLE": "0", "NCCL_IB_HCA": "mlx5_0"})
     raws = [raw_node("gpu1", stack_doc()), raw_node("gpu2", stack_doc()), raw_node("gpu3", odd),
-            runner.NodeRaw("gpu4", error="gpu4: cannot connect to 10.0.0.4 after 3 attempt(s)", unreachable=True)]
-    status = runner.finish(ctx, raws, Verdict(Status.PASS, "cross ok"))
+            context.NodeRaw("gpu4", error="gpu4: cannot connect to 10.0.0.4 after 3 attempt(s)", unreachable=True)]
+    status = context.finish(ctx, raws, Verdict(Status.PASS, "cross ok"))
     assert status is ExitStatus.UNREACHABLE
     report = json.loads((ctx.base / "fleet.json").read_text())
     by_node = {n["node"]: n for n in report["nodes"]}
@@ -308,28 +309,28 @@ def test_fleet_report_names_the_deviating_node_and_fails_it(tmp_path: Path) -> N
 
 def test_fleet_all_healthy_is_ok_and_broken_gpu_fails(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
-    assert runner.finish(ctx, [raw_node("a", stack_doc()), raw_node("b", stack_doc())], None) is ExitStatus.OK
+    assert context.finish(ctx, [raw_node("a", stack_doc()), raw_node("b", stack_doc())], None) is ExitStatus.OK
     slow = raw_node("b", stack_doc(), cublas=cublas_doc((790.0, 300.0)))
-    status = runner.finish(ctx_for(tmp_path / "2"), [raw_node("a", stack_doc()), slow], None)
+    status = context.finish(ctx_for(tmp_path / "2"), [raw_node("a", stack_doc()), slow], None)
     assert status is ExitStatus.FAILED
 
 
 def test_one_gpu_node_skips_the_intra_node_all_reduce(tmp_path: Path) -> None:
-    nodes, _ = runner.judge_nodes(ctx_for(tmp_path), [raw_node("a", stack_doc(gpus=1), cublas=cublas_doc((790.0,)))])
+    nodes, _ = context.judge_nodes(ctx_for(tmp_path), [raw_node("a", stack_doc(gpus=1), cublas=cublas_doc((790.0,)))])
     assert nodes[0].steps["nccl"].status is Status.SKIP and nodes[0].status is Status.PASS
 
 
 def test_cublas_switched_off_is_skip(tmp_path: Path) -> None:
     raw = raw_node("a", stack_doc())
     raw.cublas = None
-    nodes, _ = runner.judge_nodes(ctx_for(tmp_path, envcheck_cublas=False), [raw])
+    nodes, _ = context.judge_nodes(ctx_for(tmp_path, envcheck_cublas=False), [raw])
     assert nodes[0].steps["cublas"].status is Status.SKIP and nodes[0].status is Status.PASS
-    nodes, _ = runner.judge_nodes(ctx_for(tmp_path / "on"), [raw])
+    nodes, _ = context.judge_nodes(ctx_for(tmp_path / "on"), [raw])
     assert nodes[0].steps["cublas"].status is Status.ERROR  # switched on but no result
 
 
 def test_cross_node_failure_fails_the_fleet(tmp_path: Path) -> None:
-    status = runner.finish(ctx_for(tmp_path), [raw_node("a", stack_doc())], Verdict(Status.FAIL, "wrong sums"))
+    status = context.finish(ctx_for(tmp_path), [raw_node("a", stack_doc())], Verdict(Status.FAIL, "wrong sums"))
     assert status is ExitStatus.FAILED
 
 
@@ -341,11 +342,11 @@ def test_markdown_escapes_pipes() -> None:
 
 
 def test_params_from_inventory_and_set() -> None:
-    p = runner.resolve_params({"envcheck_cublas_min_pct": 80, "other_case_param": 1},
+    p = resolve_params({"envcheck_cublas_min_pct": 80, "other_case_param": 1},
                               parse_overrides(["envcheck_ignore_keys=[kernel]", "envcheck_cross_node=false"]))
     assert p.cublas_min_pct == 80.0 and p.ignore_keys == ("kernel",) and p.cross_node is False
-    smoke = runner.resolve_params({}, {"envcheck_cpu_smoke": True, "envcheck_cublas_n": 64})
-    assert smoke.cublas_n == 64 and smoke.nccl_max_bytes == runner.SMOKE_DEFAULTS["nccl_max_bytes"]
+    smoke = resolve_params({}, {"envcheck_cpu_smoke": True, "envcheck_cublas_n": 64})
+    assert smoke.cublas_n == 64 and smoke.nccl_max_bytes == SMOKE_DEFAULTS["nccl_max_bytes"]
 
 
 @pytest.mark.parametrize(("cluster_params", "overrides", "words"), [
@@ -359,7 +360,7 @@ def test_params_from_inventory_and_set() -> None:
 ])
 def test_params_reject_bad_input(cluster_params: dict[str, Any], overrides: dict[str, Any], words: str) -> None:
     with pytest.raises(UsageError, match=words):
-        runner.resolve_params(cluster_params, overrides)
+        resolve_params(cluster_params, overrides)
 
 
 def test_bad_set_syntax() -> None:
@@ -417,8 +418,8 @@ def test_names_and_labels_stay_valid() -> None:
 
 def test_node_filter() -> None:
     names = ["gpu1", "gpu2", "gpu3", "cpu1"]
-    assert runner._node_filter(names, None) == names
-    assert runner._node_filter(names, "gpu*,!gpu2") == ["gpu1", "gpu3"]
+    assert k8s_mode.node_filter(names, None) == names
+    assert k8s_mode.node_filter(names, "gpu*,!gpu2") == ["gpu1", "gpu3"]
 
 
 def test_deepcopy_of_docs_is_not_mutated_by_judging() -> None:

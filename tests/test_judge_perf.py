@@ -501,7 +501,7 @@ def test_rejudge_flips_a_stored_perf_verdict_with_another_tolerance(tmp_path: Pa
 
 
 class FakeKubectl:
-    """Answers the scheduler-log read of :func:`performance.live_gpus` and records DaemonSet edits."""
+    """Answers the scheduler-log read of :func:`performance_support.live_gpus` and records DaemonSet edits."""
 
     def __init__(self, backend: FakeBackend) -> None:
         self.backend = backend
@@ -589,11 +589,11 @@ def fake_run(tmp_path: Path, backend: Any, case_id: str = "PERF-004", **params: 
 
 
 def test_colocation_retries_until_the_pair_shares_a_gpu(tmp_path: Path) -> None:
-    from xpushare.cases import performance
+    from xpushare.cases import performance_support
 
     backend = FakeBackend([("GPU-a", "GPU-b"), ("GPU-a", "GPU-a")])
     run = fake_run(tmp_path, backend)
-    pods = performance.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
+    pods = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert pods is not None and [p.name for p in pods] == ["perf-004-mix-r2-a", "perf-004-mix-r2-fill1",
                                                             "perf-004-mix-r2-z"]
     assert backend.deleted == ["perf-004-mix-a", "perf-004-mix-fill1", "perf-004-mix-z"]
@@ -604,12 +604,13 @@ def test_colocation_retries_until_the_pair_shares_a_gpu(tmp_path: Path) -> None:
 
 
 def test_colocation_gives_up_after_bounded_retries_and_the_case_is_skip(tmp_path: Path) -> None:
-    from xpushare.cases import performance
+    from xpushare.cases import performance_support
 
     backend = FakeBackend([("GPU-a", "GPU-b")])
     run = fake_run(tmp_path, backend, perf_placement_retries=3, perf_filler_workload="w3_idle_add",
                    perf_filler_args=["--steps", "5"])
-    assert performance.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60}) is None
+    got = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
+    assert got is None
     assert backend.attempt == 3 and len(backend.deleted) == 9 and run.plan["colocation_failed"] is True
     saved = json.loads((tmp_path / "plan.json").read_text())
     v = judge_perf.judge_mixed(Evidence.from_parts([], {}), TH, {**saved, "pair_quotas": [30, 60],
@@ -618,12 +619,12 @@ def test_colocation_gives_up_after_bounded_retries_and_the_case_is_skip(tmp_path
 
 
 def test_fillers_run_the_filler_workload(tmp_path: Path) -> None:
-    from xpushare.cases import performance
+    from xpushare.cases import performance_support
 
     backend = FakeBackend([("GPU-a", "GPU-a")])
     run = fake_run(tmp_path, backend, perf_filler_workload="w3_idle_add", perf_filler_args=["--steps", "5"],
                    perf_pod_env={"OMP_NUM_THREADS": "1"})
-    pods = performance.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
+    pods = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert pods is not None
     assert [(p.workload, p.args) for p in pods] == [("w6_fixed_add", ()), ("w3_idle_add", ("--steps", "5")),
                                                     ("w6_fixed_add", ())]
@@ -632,13 +633,13 @@ def test_fillers_run_the_filler_workload(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("original", ["1", None])
 def test_exporter_redeploy_restores_the_daemonset(tmp_path: Path, original: str | None) -> None:
-    from xpushare.cases import performance
+    from xpushare.cases import performance_support
 
     backend = FakeBackend([("GPU-a", "GPU-a")])
     if original is None:
         backend.kubectl.env = {}
     run = fake_run(tmp_path, backend)
-    with pytest.raises(RuntimeError), performance._exporter_disabled(run):
+    with pytest.raises(RuntimeError), performance_support.exporter_disabled(run):
         assert backend.kubectl.calls[0] == ["set", "env", "daemonset/xpushare-scheduler", "XPUSHARE_METRICS_ENABLE=0"]
         raise RuntimeError("the off run failed")
     restore = "XPUSHARE_METRICS_ENABLE=1" if original else "XPUSHARE_METRICS_ENABLE-"

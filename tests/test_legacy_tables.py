@@ -6,7 +6,7 @@ import pytest
 
 from xpushare.backends.base import PodRecord
 from xpushare.legacy import tables
-from xpushare.legacy.scenarios import split_prefixed
+from xpushare.legacy.backend import split_prefixed
 
 T0 = 1_700_000_000.0
 

@@ -39,22 +39,35 @@ the judgments rebuild the same match from the stored ``pods.json`` and ``pods/<p
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodRecord
-from xpushare.backends.k8s import dns1123
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence.client_match import ClientMatch, client_match, live_matches, matched_clients
+from xpushare.cases.metrics_support import (
+    W5_BYTES_PER_N2,
+    ample_memory,
+    begin_case,
+    client_seen,
+    endpoint_target,
+    gpu_total_bytes,
+    live_match,
+    met008_size,
+    passes,
+    probe_gpu_index,
+    probe_target,
+    quota_now,
+    settle_scrape,
+    skip_case,
+    skipped_verdict,
+    start_probe,
+    stored_client,
+    stored_probe_client,
+)
 from xpushare.evidence.metrics_target import (
     NodeCapture,
     ScrapeTarget,
     has_command,
-    host_target,
-    k8s_target,
-    metric_prefix,
     node_host,
     sampler_capture,
     scrape_loop,
@@ -64,7 +77,6 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.metrics import (
     ScrapeRecord,
-    gpu_rows_for_key,
     judge_met001,
     judge_met002,
     judge_met003,
@@ -73,17 +85,11 @@ from xpushare.judge.metrics import (
     judge_met006,
     judge_met007,
     judge_met008,
-    parse_series,
-    quota_state,
 )
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
 
-W5 = "w5_quota_probe"
-PROBE_MARKER = "[XPUSHARE][QUOTA_PROBE]"
-#: Bytes W5 keeps per n² (x, y and two alternating z, fp32): ``16 n²`` (workloads/README.md).
-W5_BYTES_PER_N2 = 16
 DMON_INTERVAL_S = 1.0
 """``nvidia-smi dmon -d 1`` (the k8s backend's capture): one row per GPU per second."""
 
@@ -107,138 +113,12 @@ def _params(no: str, **extra: Any) -> dict[str, Any]:
     return {**COMMON, **{k: v for k, v in thresholds.METRICS.items() if k.startswith(f"met{no}_")}, **extra}
 
 
-# ------------------------------------------------------------------------------------ act helpers
-
-
-def _begin(run: CaseRun) -> None:
-    run.plan.update(prefix=metric_prefix(run.cluster), namespace=run.cluster.namespace, mode=run.cluster.mode)
-    run.save_plan()
-
-
-def _skip(run: CaseRun, reason: str) -> None:
-    """Record a SKIP reason in the plan (the judgment returns SKIP with it)."""
-    run.plan["skip"] = reason
-    run.save_plan()
-
-
-def _timeout(run: CaseRun) -> float:
-    return float(run.params["met_scrape_timeout_s"])
-
-
-def _endpoint(run: CaseRun) -> ScrapeTarget | None:
-    """The scheduler a case without a probe checks; None (and a SKIP reason) in host mode without metrics_url."""
-    if run.cluster.mode == "k8s":
-        node = run.params.get("met_node")
-        target = k8s_target(run.backend, run.cluster, str(node) if node else None, timeout_s=_timeout(run))
-    else:
-        found = host_target(run.backend, run.cluster, timeout_s=_timeout(run))
-        if found is None:
-            _skip(run, f"host mode: cluster {run.cluster.name} names no scheduler.metrics_url in the inventory")
-            return None
-        target = found
-    run.plan["target"] = target.describe()
-    run.save_plan()
-    return target
-
-
-def _probe_target(run: CaseRun, node: str) -> ScrapeTarget:
-    target = k8s_target(run.backend, run.cluster, node, timeout_s=_timeout(run))
-    run.plan["target"] = target.describe()
-    run.save_plan()
-    return target
-
-
-def _record(records: list[PodRecord], name: str) -> PodRecord | None:
-    return next((r for r in records if r.name in (name, dns1123(name))), None)
-
-
-def _start_probe(run: CaseRun, *, args: tuple[str, ...] = (), **kw: Any) -> tuple[str, str]:
-    """Start the W5 probe pod, wait until it runs and prints its first probe line; ``(pod, node)``.
-
-    Raises :class:`XpushareError` (the case is ERROR) when it does not run, ends early, or prints no
-    ``[XPUSHARE][QUOTA_PROBE]`` line within ``pod_timeout_s``.
-    """
-    duration = float(run.params["met_probe_duration_s"])
-    spec = run.pod("probe", W5, args=("--duration-s", f"{duration:g}", "--interval-s", "1", "--no-progress", *args),
-                   **kw)
-    run.plan.update(pods=[spec.name], probe=spec.name)
-    run.save_plan()
-    timeout = float(run.params["pod_timeout_s"])
-    run.backend.start_pods(run.case_dir, [spec])
-    rec = _record(run.backend.wait_running(run.case_dir, [spec.name], timeout), spec.name)
-    if rec is None or rec.phase != "Running" or not rec.node:
-        what = "missing" if rec is None else f"{rec.phase} (exit {rec.exit_code}, node {rec.node})"
-        raise XpushareError(f"probe pod {spec.name} is {what}, not Running")
-    if not run.wait_for_line(rec.name, PROBE_MARKER, timeout):
-        now = _record(run.backend.wait_running(run.case_dir, [spec.name], 0.0), spec.name)
-        if now is not None and now.terminal:
-            raise XpushareError(f"probe pod {rec.name} ended ({now.phase}, exit {now.exit_code}) before its first "
-                                f"{PROBE_MARKER} line")
-        raise XpushareError(f"probe pod {rec.name} printed no {PROBE_MARKER} line in {timeout:g} s")
-    run.plan.update(probe=rec.name, node=rec.node)
-    run.save_plan()
-    return rec.name, rec.node
-
-
-def _page(text: str) -> Evidence:
-    """An in-memory evidence holding one /metrics page as ``metrics_mid.txt`` (for settle checks)."""
-    return Evidence.from_parts([], {}, {"metrics_mid.txt": text})
-
-
-def _settle(run: CaseRun, target: ScrapeTarget, name: str, accept: Callable[[Evidence], bool]) -> ScrapeRecord:
-    """Capture /metrics into ``name`` every ``met_poll_s`` until ``accept`` holds or ``met_settle_s`` passes.
-
-    The last capture stays as the evidence (judged as it is, settled or not); ``plan["settle"]``
-    records the polls, whether it settled and the Unix time of the kept capture.
-    """
-    deadline = time.monotonic() + float(run.params["met_settle_s"])
-    polls = 0
-    while True:
-        record = target.capture(run.case_dir, "/metrics", name)
-        polls += 1
-        text = (run.case_dir / name).read_text(encoding="utf-8")
-        settled = record.status == 200 and accept(_page(text))
-        if settled or time.monotonic() >= deadline:
-            break
-        run.sleep(float(run.params["met_poll_s"]))
-    run.plan["settle"] = {"file": name, "polls": polls, "settled": settled, "at": record.t}
-    run.save_plan()
-    return record
-
-
-def _live_match(run: CaseRun, name: str) -> ClientMatch:
-    """The probe's :class:`ClientMatch` from its current record and output (act side; host mode needs
-    the recorded pid and the ``Client ID`` line, both there once the probe printed its first probe line).
-    The match goes to ``plan["client"]`` (for the reader; the judgment rebuilds it from the evidence)."""
-    match = live_matches(run.backend, run.case_dir, [name], namespace=run.cluster.namespace)[0]
-    run.plan["client"] = match.to_dict()
-    run.save_plan()
-    return match
-
-
-def _client_seen(run: CaseRun, client: ClientMatch) -> Callable[[Evidence], bool]:
-    prefix = run.plan.get("prefix")
-
-    def accept(ev: Evidence) -> bool:
-        return bool(matched_clients(parse_exposition(ev.text("metrics_mid.txt") or "", prefix), client))
-    return accept
-
-
-def _passes(verdict: Verdict) -> bool:
-    return verdict.status is Status.PASS
-
-
-def _ample_memory(run: CaseRun) -> str:
-    """Seed 000 MET-004 / FUNC-007: 4Gi on a T4, 8Gi on larger cards."""
-    return "4Gi" if "T4" in (run.cluster.gpu_model or "").upper() else "8Gi"
-
-
 # ------------------------------------------------------------------------------------------- acts
 
 
 def _met001(run: CaseRun) -> None:
-    _begin(run)
-    target = _endpoint(run)
+    begin_case(run)
+    target = endpoint_target(run)
     if target is None:
         return
     try:
@@ -249,9 +129,9 @@ def _met001(run: CaseRun) -> None:
 
 
 def _met002(run: CaseRun) -> None:
-    _begin(run)
+    begin_case(run)
     if run.cluster.mode != "k8s":
-        target = _endpoint(run)
+        target = endpoint_target(run)
         if target is None:
             return
         try:
@@ -259,22 +139,22 @@ def _met002(run: CaseRun) -> None:
                 run.plan["probe"] = None
                 record = target.capture(run.case_dir, "/metrics", "metrics_mid.txt")
             else:
-                pod, _node = _start_probe(run)
-                client = _live_match(run, pod)
+                pod, _node = start_probe(run)
+                client = live_match(run, pod)
                 prefix = run.plan["prefix"]
-                record = _settle(run, target, "metrics_mid.txt",
-                                 lambda ev: _passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
+                record = settle_scrape(run, target, "metrics_mid.txt",
+                                 lambda ev: passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
             run.plan["mid_at"] = record.t
             run.save_plan()
         finally:
             target.close()
         return
-    pod, node = _start_probe(run)
-    target = _probe_target(run, node)
+    pod, node = start_probe(run)
+    target = probe_target(run, node)
     try:
-        prefix, client = run.plan["prefix"], _live_match(run, pod)
-        record = _settle(run, target, "metrics_mid.txt",
-                         lambda ev: _passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
+        prefix, client = run.plan["prefix"], live_match(run, pod)
+        record = settle_scrape(run, target, "metrics_mid.txt",
+                         lambda ev: passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
         run.plan["mid_at"] = record.t
         run.save_plan()
     finally:
@@ -282,9 +162,9 @@ def _met002(run: CaseRun) -> None:
 
 
 def _met003(run: CaseRun) -> None:
-    _begin(run)
-    pod, node = _start_probe(run)
-    target = _probe_target(run, node)
+    begin_case(run)
+    pod, node = start_probe(run)
+    target = probe_target(run, node)
     host = node_host(run.backend, run.cluster, node)
     sampler: NodeCapture | None = None
     try:
@@ -296,9 +176,9 @@ def _met003(run: CaseRun) -> None:
             sampler = None
             run.plan["sampler"] = {"node": node, "error": str(exc)}
         th = {**run.params, "met003_require_nvml": False}  # settle on the page alone; NVML is judged after
-        prefix, client = run.plan["prefix"], _live_match(run, pod)
-        record = _settle(run, target, "metrics_mid.txt",
-                         lambda ev: _passes(judge_met003(ev, th, client=client, prefix=prefix)))
+        prefix, client = run.plan["prefix"], live_match(run, pod)
+        record = settle_scrape(run, target, "metrics_mid.txt",
+                         lambda ev: passes(judge_met003(ev, th, client=client, prefix=prefix)))
         run.plan["mid_at"] = record.t
         run.save_plan()
         run.sleep(float(run.params["met003_sampler_tail_s"]))
@@ -310,17 +190,17 @@ def _met003(run: CaseRun) -> None:
 
 
 def _met004(run: CaseRun) -> None:
-    _begin(run)
+    begin_case(run)
     core = run.params["met004_core_limit"]
-    memory = run.params["met004_memory_limit"] or _ample_memory(run)
+    memory = run.params["met004_memory_limit"] or ample_memory(run)
     env = run.params["met004_memory_limit_env"]
     run.plan.update(core_limit=core, memory_limit=memory, memory_limit_env=env)
-    pod, node = _start_probe(run, core_limit=None if core is None else int(core), memory_limit=memory,
+    pod, node = start_probe(run, core_limit=None if core is None else int(core), memory_limit=memory,
                              memory_limit_env=env)
-    target = _probe_target(run, node)
+    target = probe_target(run, node)
     try:
-        prefix, client = run.plan["prefix"], _live_match(run, pod)
-        record = _settle(run, target, "metrics_mid.txt", lambda ev: _passes(judge_met004(
+        prefix, client = run.plan["prefix"], live_match(run, pod)
+        record = settle_scrape(run, target, "metrics_mid.txt", lambda ev: passes(judge_met004(
             ev, run.params, client=client, core_limit=core, memory_limit=memory, memory_limit_env=env,
             prefix=prefix)))
         run.plan["mid_at"] = record.t
@@ -329,20 +209,15 @@ def _met004(run: CaseRun) -> None:
         target.close()
 
 
-def _quota_now(body: str | None, client: ClientMatch, prefix: str | None) -> tuple[float | None, float | None]:
-    """``(core percent, memory bytes)`` the page exports for the probe's clients (None: no series)."""
-    return quota_state(parse_exposition(body or "", prefix), client)
-
-
 def _met005(run: CaseRun) -> None:
-    _begin(run)
+    begin_case(run)
     p = run.params
     core_from, mem_from = int(p["met005_core_from"]), str(p["met005_memory_from"])
     core_to, mem_to = str(p["met005_core_to"]), str(p["met005_memory_to"])
     run.plan.update(core_from=core_from, memory_from=mem_from, core_to=core_to, memory_to=mem_to)
-    pod, node = _start_probe(run, core_limit=core_from, memory_limit=mem_from)
-    target = _probe_target(run, node)
-    prefix, client = run.plan["prefix"], _live_match(run, pod)
+    pod, node = start_probe(run, core_limit=core_from, memory_limit=mem_from)
+    target = probe_target(run, node)
+    prefix, client = run.plan["prefix"], live_match(run, pod)
     interval = float(p["met005_interval_s"])
     before = max(1, math.ceil(float(p["met005_before_s"]) / interval))
     timeout = float(p["met005_timeout_s"])
@@ -356,12 +231,12 @@ def _met005(run: CaseRun) -> None:
                 run.plan["changed_at"] = changed[0]
                 run.save_plan()
             return True
-        if record.t >= changed[0] and record.responded and _quota_now(record.body, client, prefix) == want:
+        if record.t >= changed[0] and record.responded and quota_now(record.body, client, prefix) == want:
             return False
         return record.t - changed[0] <= timeout
 
     try:
-        _settle(run, target, "metrics_before.txt", lambda ev: _passes(judge_met004(
+        settle_scrape(run, target, "metrics_before.txt", lambda ev: passes(judge_met004(
             ev, p, client=client, core_limit=core_from, memory_limit=mem_from, prefix=prefix)))
         scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=interval,
                     duration_s=(before + 1) * interval + timeout, on_record=on_record, sleep=run.sleep)
@@ -372,8 +247,8 @@ def _met005(run: CaseRun) -> None:
 
 
 def _met006(run: CaseRun) -> None:
-    _begin(run)
-    pod, node = _start_probe(run)
+    begin_case(run)
+    pod, node = start_probe(run)
     host = node_host(run.backend, run.cluster, node)
     dmon: NodeCapture | None = None
     target: ScrapeTarget | None = None
@@ -390,11 +265,11 @@ def _met006(run: CaseRun) -> None:
             run.plan["dmon"] = {"source": "met006_dmon_command", "node": node, "argv": argv,
                                 "started_at": dmon.started_at}
         else:
-            _skip(run, f"node {node} has no nvidia-smi and no met006_dmon_command is set: no dmon to compare with")
+            skip_case(run, f"node {node} has no nvidia-smi and no met006_dmon_command is set: no dmon to compare with")
             return
         run.save_plan()
-        target = _probe_target(run, node)
-        _settle(run, target, "metrics_mid.txt", _client_seen(run, _live_match(run, pod)))
+        target = probe_target(run, node)
+        settle_scrape(run, target, "metrics_mid.txt", client_seen(run, live_match(run, pod)))
         scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met006_interval_s"]),
                     duration_s=float(run.params["met006_duration_s"]), sleep=run.sleep)
     finally:
@@ -406,8 +281,8 @@ def _met006(run: CaseRun) -> None:
 
 
 def _met007(run: CaseRun) -> None:
-    _begin(run)
-    target = _endpoint(run)
+    begin_case(run)
+    target = endpoint_target(run)
     if target is None:
         return
     try:
@@ -418,46 +293,20 @@ def _met007(run: CaseRun) -> None:
         target.close()
 
 
-def met008_size(fill_ratio: float, total_bytes: float) -> int:
-    """W5's ``--n`` whose footprint (``16 n²`` bytes) is ``fill_ratio`` of ``total_bytes``. ValueError if ≤ 0."""
-    if not (fill_ratio > 0 and total_bytes > 0):
-        raise ValueError("fill ratio and total memory must be positive")
-    return max(1, int(math.sqrt(fill_ratio * total_bytes / W5_BYTES_PER_N2)))
-
-
-def _gpu_total_bytes(run: CaseRun) -> float:
-    """The GPU memory MET-008 fills: the inventory's ``gpu.memory_gib``, else the smallest
-    ``gpu_memory_total_bytes`` the default node's scheduler exports."""
-    if run.cluster.gpu_memory_gib:
-        return float(run.cluster.gpu_memory_gib) * 2**30
-    target = _endpoint(run)
-    if target is None:  # pragma: no cover - MET-008 requires Kubernetes
-        raise XpushareError("no scheduler to read gpu_memory_total_bytes from")
-    try:
-        record, _ = target.get("/metrics")
-    finally:
-        target.close()
-    totals = [s.value for s in parse_exposition(record.body or "", run.plan.get("prefix")).values(
-        "gpu_memory_total_bytes") if s.value > 0]
-    if not totals:
-        raise XpushareError("MET-008: set gpu.memory_gib in the inventory or met008_n (no gpu_memory_total_bytes)")
-    return min(totals)
-
-
 def _met008(run: CaseRun) -> None:
-    _begin(run)
+    begin_case(run)
     fill = float(run.params["met008_fill_ratio"])
     n = run.params["met008_n"]
     total = None
     if not n:
-        total = _gpu_total_bytes(run)
+        total = gpu_total_bytes(run)
         n = met008_size(fill, total)
     run.plan["met008"] = {"n": int(n), "fill_ratio": fill, "gpu_total_bytes": total,
                           "w5_footprint_bytes": W5_BYTES_PER_N2 * int(n) ** 2}
-    pod, node = _start_probe(run, oversub=True, args=("--n", str(int(n))))
-    target = _probe_target(run, node)
+    pod, node = start_probe(run, oversub=True, args=("--n", str(int(n))))
+    target = probe_target(run, node)
     try:
-        _settle(run, target, "metrics_mid.txt", _client_seen(run, _live_match(run, pod)))
+        settle_scrape(run, target, "metrics_mid.txt", client_seen(run, live_match(run, pod)))
         scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(run.params["met008_interval_s"]),
                     duration_s=float(run.params["met008_duration_s"]), sleep=run.sleep)
     finally:
@@ -467,92 +316,50 @@ def _met008(run: CaseRun) -> None:
 # ---------------------------------------------------------------------------------------- judges
 
 
-def _skipped(plan: Mapping[str, Any]) -> Verdict | None:
-    return Verdict(Status.SKIP, str(plan["skip"])) if plan.get("skip") else None
-
-
-def _client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch | None:
-    """The probe's match, rebuilt from the evidence for the plan's ``mode`` (None without a probe).
-
-    Kubernetes: the probe pod's name in the plan's ``namespace``; host mode: the probe's ``host_pid``
-    from ``pods.json`` and the ``Client ID`` lines of ``pods/<probe>.log``
-    (:func:`xpushare.evidence.client_match.client_match`). Plans written before the mode was recorded are k8s.
-    """
-    probe = plan.get("probe")
-    if not probe:
-        return None
-    mode = str(plan.get("mode") or "k8s")
-    return client_match(mode, str(probe), namespace=plan.get("namespace") if mode == "k8s" else None,
-                        record=ev.pod(str(probe)), log=ev.logs.get(str(probe)))
-
-
-def _probe_client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch:
-    """:func:`_client` for the cases that always have a probe (``plan["probe"]``; KeyError without one)."""
-    found = _client(ev, plan)
-    if found is None:
-        raise KeyError("plan.json names no probe")
-    return found
-
-
 def _judge001(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met001(ev, th, prefix=plan.get("prefix"))
+    return skipped_verdict(plan) or judge_met001(ev, th, prefix=plan.get("prefix"))
 
 
 def _judge002(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met002(ev, th, client=_client(ev, plan), prefix=plan.get("prefix"))
+    return skipped_verdict(plan) or judge_met002(ev, th, client=stored_client(ev, plan), prefix=plan.get("prefix"))
 
 
 def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met003(ev, th, client=_probe_client(ev, plan), node=plan.get("node"),
+    return skipped_verdict(plan) or judge_met003(ev, th, client=stored_probe_client(ev, plan), node=plan.get("node"),
                                           mid_at=plan.get("mid_at"), prefix=plan.get("prefix"))
 
 
 def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met004(ev, th, client=_probe_client(ev, plan),
+    return skipped_verdict(plan) or judge_met004(ev, th, client=stored_probe_client(ev, plan),
                                           core_limit=plan.get("core_limit"), memory_limit=plan.get("memory_limit"),
                                           memory_limit_env=plan.get("memory_limit_env"), prefix=plan.get("prefix"))
 
 
 def _judge005(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    skipped = _skipped(plan)
+    skipped = skipped_verdict(plan)
     if skipped is not None:
         return skipped
     if plan.get("changed_at") is None:
         return Verdict(Status.ERROR, "no annotation change was made (plan.json has no changed_at)")
-    return judge_met005(ev, th, client=_probe_client(ev, plan), changed_at=float(plan["changed_at"]),
+    return judge_met005(ev, th, client=stored_probe_client(ev, plan), changed_at=float(plan["changed_at"]),
                         core_limit=plan.get("core_to"), memory_limit=plan.get("memory_to"), prefix=plan.get("prefix"))
 
 
-def probe_gpu_index(ev: Evidence, match: ClientMatch, prefix: str | None) -> str | None:
-    """The ``gpu_index`` of the probe's GPU: its ``client_info`` GPU key mapped onto the
-    ``gpu_utilization_ratio`` rows (first scrape of ``metrics_series.jsonl`` that has both); None if unknown."""
-    records, _ = parse_series(ev.text("metrics_series.jsonl") or "")
-    for r in records:
-        if not (r.responded and r.body):
-            continue
-        exp = parse_exposition(r.body, prefix)
-        for client, _key in matched_clients(exp, match):
-            rows = gpu_rows_for_key(exp, "gpu_utilization_ratio", client.label("gpu_uuid"))
-            if rows and rows[0].label("gpu_index") is not None:
-                return rows[0].label("gpu_index")
-    return None
-
-
 def _judge006(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    skipped = _skipped(plan)
+    skipped = skipped_verdict(plan)
     if skipped is not None:
         return skipped
-    gpu = probe_gpu_index(ev, _probe_client(ev, plan), plan.get("prefix"))
+    gpu = probe_gpu_index(ev, stored_probe_client(ev, plan), plan.get("prefix"))
     return judge_met006(ev, th, node=plan.get("node"), gpu_index=gpu, dmon_interval_s=DMON_INTERVAL_S,
                         prefix=plan.get("prefix"))
 
 
 def _judge007(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met007(ev, th, prefix=plan.get("prefix"))
+    return skipped_verdict(plan) or judge_met007(ev, th, prefix=plan.get("prefix"))
 
 
 def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return _skipped(plan) or judge_met008(ev, th, prefix=plan.get("prefix"))
+    return skipped_verdict(plan) or judge_met008(ev, th, prefix=plan.get("prefix"))
 
 
 # -------------------------------------------------------------------------------------- the cases

@@ -17,32 +17,36 @@ names W2, which PERF-002/003/008 keep.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.cases.functional import colocated_pair
-from xpushare.collect.metrics import parse_exposition
-from xpushare.collect.scheduler_log import parse_text
+from xpushare.cases.performance_support import (
+    OVERSUB,
+    W1,
+    W2,
+    W5,
+    attach_plot,
+    base_plan,
+    exported_core,
+    exporter_disabled,
+    perf_workload,
+    plot_runtime,
+    pod_env,
+    run_baseline,
+    run_scraped,
+    scrape_once,
+    start_colocated,
+    target_node,
+    total_gpus,
+)
 from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
 from xpushare.model.errors import XpushareError
 from xpushare.model.verdict import Verdict
 from xpushare.report import plots
-
-W1 = "w1_large_add"
-W2 = "w2_medium_add"
-W3 = "w3_idle_add"
-W5 = "w5_quota_probe"
-W6 = "w6_fixed_add"
-W7 = "w7_fixed_matmul"
-OVERSUB = "oversub"
 
 #: Parameters of every PERF case (seed defaults; a playbook, the inventory or --set override them).
 COMMON: dict[str, Any] = {
@@ -64,160 +68,12 @@ _LINEAR = {"perf_linearity_tolerance": 0.10}
 _K8S = frozenset({CAP_KUBERNETES})
 
 
-# ------------------------------------------------------------------------------------------------ helpers
-
-
-def perf_workload(run: CaseRun) -> str:
-    """``perf_workload``, or for ``auto`` W7 on an NPU cluster and W6 otherwise (bash-harness-cases §4)."""
-    chosen = str(run.params.get("perf_workload") or "auto")
-    if chosen != "auto":
-        return chosen
-    return W7 if (run.cluster.backend or "").lower() == "npu" else W6
-
-
-def pod_env(run: CaseRun) -> tuple[tuple[str, str], ...]:
-    """Extra environment of every PERF pod (``perf_pod_env``, e.g. ``OMP_NUM_THREADS: "1"`` in the lab)."""
-    return tuple((str(k), str(v)) for k, v in (run.params.get("perf_pod_env") or {}).items())
-
-
-def target_node(run: CaseRun) -> str | None:
-    """The node the case pins its pods to (Kubernetes: the one with the fewest GPUs); None in host mode."""
-    return run.backend.colocation_target()[0]
-
-
-def _base_plan(run: CaseRun, workload: str) -> None:
-    run.plan.update(
-        workload=workload,
-        gpu_model=run.cluster.gpu_model,
-        backend=run.cluster.backend,
-        namespace=run.cluster.namespace,
-    )
-
-
-def run_baseline(run: CaseRun, workload: str, node: str | None, name: str = "base") -> str:
-    """Run one pod of ``workload`` without a quota on ``node`` to its end; record it as a baseline pod."""
-    spec = run.pod(name, workload, node=node, env=pod_env(run))
-    run.plan.setdefault("baseline_pods", []).append(spec.name)
-    run.run_pods([spec])
-    return spec.name
-
-
-def total_gpus(run: CaseRun) -> int:
-    """GPUs of the cluster: Kubernetes: allocatable vGPUs / ``vgpus_per_gpu`` per schedulable node;
-    host mode: the detected GPUs of the GPU hosts. 0 when unknown."""
-    return run.backend.gpu_count() or 0
-
-
-def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, str] | None:
-    """Pod -> GPU UUID from the scheduler's registration lines, read live (Kubernetes only).
-
-    Polls ``kubectl logs -l <scheduler> --since-time=<case start>`` every 2 s until every pod registered
-    or ``timeout_s`` passed; returns what was seen. None where the backend has no kubectl (host mode
-    places pods on a GPU itself).
-    """
-    kube = run.backend.kubernetes()
-    if kube is None:
-        return None
-    from xpushare.backends.k8s import dns1123
-    from xpushare.transport.kubectl import KubeError
-
-    wanted = {dns1123(p): p for p in pods}
-    seen: dict[str, str] = {}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            text = kube.scheduler_log()
-            mapping = parse_text(text).pod_gpu
-            seen = {wanted[pod]: gpu for (ns, pod), gpu in mapping.items()
-                    if ns == run.cluster.namespace and pod in wanted and gpu}
-        except KubeError:
-            pass
-        if len(seen) == len(wanted) or time.monotonic() >= deadline:
-            return seen
-        run.sleep(2.0)
-
-
-def start_colocated(
-    run: CaseRun, prefix: str, workload: str, first: dict[str, Any], second: dict[str, Any]
-) -> list[PodSpec] | None:
-    """Start a pair meant to share one GPU (``plan["pair"]``) and confirm it, with bounded retries.
-
-    Uses :func:`colocated_pair`; fillers run ``perf_filler_workload`` (default: the same workload) with
-    ``perf_filler_args``. After the pods run, the pair's GPUs are read from the registration lines
-    (:func:`live_gpus`); a pair on two GPUs is deleted and started again under new names, at most
-    ``perf_placement_retries`` times. Every attempt goes to ``plan["attempts"]``. Returns the started pods,
-    or None (``plan["colocation_failed"] = True``) when no attempt put the pair on one GPU.
-    """
-    retries = max(1, int(run.params["perf_placement_retries"]))
-    filler = str(run.params.get("perf_filler_workload") or "")
-    filler_args = tuple(str(a) for a in run.params.get("perf_filler_args") or ())
-    env = pod_env(run)
-    run.plan.setdefault("attempts", [])
-    for attempt in range(1, retries + 1):
-        name = prefix if attempt == 1 else f"{prefix}-r{attempt}"
-        pods = colocated_pair(run, name, workload, {**first, "env": env}, {**second, "env": env})
-        if filler:
-            pods = [p if p.name in run.plan["pair"] else dataclasses.replace(p, workload=filler, args=filler_args)
-                    for p in pods]
-        run.plan.setdefault("pods", [])
-        run.plan["pods"] += [p.name for p in pods]
-        run.save_plan()
-        run.backend.start_pods(run.case_dir, pods)
-        run.backend.wait_running(run.case_dir, [p.name for p in pods], float(run.params["pod_timeout_s"]))
-        gpus = live_gpus(run, run.plan["pair"], float(run.params["perf_placement_timeout_s"]))
-        a, z = run.plan["pair"]
-        record = {"attempt": attempt, "pair": [a, z], "gpus": gpus}
-        run.plan["attempts"].append(record)
-        run.save_plan()
-        if gpus is None or (a in gpus and z in gpus and gpus[a] == gpus[z]):
-            return pods
-        if a not in (gpus or {}) or z not in (gpus or {}):
-            record["note"] = "pair not registered in time; judged from the harvested registration lines"
-            return pods
-        _delete_attempt(run, [p.name for p in pods])  # wrong GPUs: remove this attempt's pods, try again
-        run.plan["pods"] = [p for p in run.plan["pods"] if p not in {q.name for q in pods}]
-        run.save_plan()
-    run.plan["colocation_failed"] = True
-    run.save_plan()
-    return None
-
-
-def _delete_attempt(run: CaseRun, names: Sequence[str]) -> None:
-    """Delete one placement attempt's pods by name (Kubernetes), leaving the case's log streams and samplers
-    running; without kubectl, the backend's cleanup of the whole case."""
-    kube = run.backend.kubernetes()
-    if kube is None:
-        run.backend.cleanup(run.case_dir)
-        return
-    for name in names:
-        kube.delete_pod(name, timeout_s=60)
-
-
-def _attach(ev: Evidence, verdict: Verdict, made: plots.PlotResult) -> Verdict:
-    """Add a plot to the verdict's evidence, or its note to the metrics when it was not drawn."""
-    if made.path is not None and ev.case_dir is not None:
-        verdict.evidence.append(made.path.relative_to(ev.case_dir).as_posix())
-    elif made.note:
-        verdict.metrics.setdefault("plot_notes", []).append(made.note)
-    return verdict
-
-
-def _plot_runtime(ev: Evidence, verdict: Verdict, title: str, points: Mapping[str, Any], tol: Any) -> Verdict:
-    if ev.case_dir is None:
-        return verdict
-    base = verdict.metrics.get("baseline_s")
-    made = plots.runtime_vs_quota(ev.case_dir / "runtime_vs_quota.png", baseline_s=base,
-                                  runtimes={float(q): v for q, v in points.items()},
-                                  tolerance=float(tol) if tol is not None else None, title=title)
-    return _attach(ev, verdict, made)
-
-
 # ------------------------------------------------------------------------------------------------ PERF-001
 
 
 def _perf001(run: CaseRun) -> None:
     workload = perf_workload(run)
-    _base_plan(run, workload)
+    base_plan(run, workload)
     node = target_node(run)
     for i in range(1, max(1, int(run.params["perf001_repeats"])) + 1):
         run_baseline(run, workload, node, name="base" if i == 1 else f"base{i}")
@@ -229,7 +85,7 @@ def _perf001(run: CaseRun) -> None:
 def quota_ladder(run: CaseRun, workload: str, quotas: Sequence[int]) -> None:
     """Baseline, then one pod per quota (one at a time, same node), each to its end; with
     ``perf_baseline_bracket`` a second baseline ("base-after") closes the ladder."""
-    _base_plan(run, workload)
+    base_plan(run, workload)
     node = target_node(run)
     run.plan.update(node=node, quota_pods={})
     run_baseline(run, workload, node)
@@ -252,7 +108,7 @@ def _perf003(run: CaseRun) -> None:
 def _judge_ladder(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any], *, judge_error: bool,
                   title: str) -> Verdict:
     v = judge_perf.judge_quota_ladder(ev, th, plan, judge_error=judge_error)
-    return _plot_runtime(ev, v, title, v.metrics.get("runtime_s") or {}, v.metrics.get("tolerance"))
+    return plot_runtime(ev, v, title, v.metrics.get("runtime_s") or {}, v.metrics.get("tolerance"))
 
 
 def _judge011(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -268,7 +124,7 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 def _perf004(run: CaseRun) -> None:
     workload = perf_workload(run)
-    _base_plan(run, workload)
+    base_plan(run, workload)
     low, high = (int(q) for q in run.params["perf004_quotas"])
     run.plan["pair_quotas"] = [low, high]
     pods = start_colocated(run, "mix", workload, {"core_limit": low}, {"core_limit": high})
@@ -285,72 +141,15 @@ def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
         return v
     q_low, q_high = plan["pair_quotas"]
     points = {str(q_low): v.metrics.get("runtime_low_s"), str(q_high): v.metrics.get("runtime_high_s")}
-    return _plot_runtime(ev, v, f"PERF-004 {q_low}% + {q_high}% on one GPU", points, v.metrics.get("tolerance"))
+    return plot_runtime(ev, v, f"PERF-004 {q_low}% + {q_high}% on one GPU", points, v.metrics.get("tolerance"))
 
 
 # ------------------------------------------------------------------------------------------------ PERF-002
 
 
-def _scrape(run: CaseRun, name: str, index: str) -> dict[str, Any]:
-    """One scrape of the scheduler's /metrics into ``name``; appends ``{t0, t1, file}`` to ``index``."""
-    (run.case_dir / name).parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    kube = run.backend.kubernetes()
-    got = kube.scrape_metrics(run.case_dir, name) if kube is not None else None
-    rec = {"t0": t0, "t1": time.time(), "file": got}
-    with (run.case_dir / index).open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(rec) + "\n")
-    return rec
-
-
-def _run_scraped(run: CaseRun, spec: PodSpec, interval_s: float) -> None:
-    """Start ``spec`` and scrape every ``interval_s`` until it ends (or ``pod_timeout_s``)."""
-    run.plan.setdefault("pods", []).append(spec.name)
-    run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
-    deadline = time.monotonic() + float(run.params["pod_timeout_s"])
-    n = len(list((run.case_dir / "metrics_stress").glob("*.txt"))) if (run.case_dir / "metrics_stress").exists() else 0
-    while time.monotonic() < deadline:
-        n += 1
-        t = time.monotonic()
-        _scrape(run, f"metrics_stress/{n:05d}.txt", "metrics_stress.jsonl")
-        records = run.backend.wait_terminal(run.case_dir, [spec.name], 0)
-        if any(r.name == spec.name and r.terminal for r in records):
-            return
-        run.sleep(max(0.0, interval_s - (time.monotonic() - t)))
-    run.backend.wait_terminal(run.case_dir, [spec.name], 0)
-
-
-@contextlib.contextmanager
-def _exporter_disabled(run: CaseRun) -> Any:
-    """Kubernetes: set ``<PREFIX>_METRICS_ENABLE=0`` on the scheduler DaemonSet and wait for the rollout;
-    restore the original value (or remove the variable) in ``finally``. Records both in the plan."""
-    kube, names = run.backend.kubernetes(), run.backend.names
-    if kube is None:
-        raise XpushareError("perf002_mode=exporter needs Kubernetes (the scheduler DaemonSet is redeployed)")
-    kubectl = kube.kubectl
-    ds, ns, var = names.scheduler_daemonset, names.namespace, names.env_metrics_enable
-    doc = kubectl.get_json(["get", "daemonset", ds], namespace=ns)
-    original = None
-    for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-        for e in c.get("env") or []:
-            if e.get("name") == var:
-                original = e.get("value")
-    run.plan["exporter_env"] = {"variable": var, "original": original, "off": "0"}
-    run.save_plan()
-    kubectl.run(["set", "env", f"daemonset/{ds}", f"{var}=0"], namespace=ns)
-    try:
-        kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=300)
-        yield
-    finally:
-        kubectl.run(["set", "env", f"daemonset/{ds}", f"{var}={original}" if original is not None else f"{var}-"],
-                    namespace=ns)
-        kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=300)
-
-
 def _perf002(run: CaseRun) -> None:
     workload = str(run.params["perf002_workload"])
-    _base_plan(run, workload)
+    base_plan(run, workload)
     mode = str(run.params["perf002_mode"])
     if mode not in ("scrape", "exporter"):
         raise XpushareError(f"perf002_mode must be 'scrape' or 'exporter', not {mode!r}")
@@ -361,13 +160,13 @@ def _perf002(run: CaseRun) -> None:
         off = run.pod(f"off{i}", workload, node=node, env=pod_env(run))
         run.plan["off_pods"].append(off.name)
         if mode == "exporter":
-            with _exporter_disabled(run):
+            with exporter_disabled(run):
                 run.run_pods([off])
         else:
             run.run_pods([off])
         on = run.pod(f"on{i}", workload, node=node, env=pod_env(run))
         run.plan["on_pods"].append(on.name)
-        _run_scraped(run, on, interval)
+        run_scraped(run, on, interval)
     run.save_plan()
 
 
@@ -377,7 +176,7 @@ def _perf002(run: CaseRun) -> None:
 def _oversub_cost(run: CaseRun, models_param: str) -> None:
     models = [str(m).upper() for m in run.params[models_param] or []]
     model = (run.cluster.gpu_model or "").upper()
-    _base_plan(run, W1)
+    base_plan(run, W1)
     if models and not any(m in model for m in models):
         run.plan["skip"] = f"applies to GPU models {models} ({models_param}); this cluster: {run.cluster.gpu_model}"
         run.save_plan()
@@ -411,7 +210,7 @@ def _perf007(run: CaseRun) -> None:
     pre, post = float(run.params["perf007_pre_s"]), float(run.params["perf007_post_s"])
     interval = float(run.params["probe_interval_s"])
     duration = pre + post + 3 * interval
-    _base_plan(run, W5)
+    base_plan(run, W5)
     spec = run.pod("w5", W5, args=("--duration-s", f"{duration:g}", "--interval-s", f"{interval:g}"),
                    core_limit=q_from, node=target_node(run), env=pod_env(run))
     run.plan.update(pods=[spec.name], to=q_to, duration_s=duration)
@@ -429,18 +228,12 @@ def _perf007(run: CaseRun) -> None:
     while time.monotonic() < deadline:
         i += 1
         t = time.monotonic()
-        rec = _scrape(run, f"metrics_probe/{i:04d}.txt", "metrics_probe.jsonl")
-        if rec["file"] and _exported_core(run.case_dir / rec["file"], spec.name) == q_to:
+        rec = scrape_once(run, f"metrics_probe/{i:04d}.txt", "metrics_probe.jsonl")
+        if rec["file"] and exported_core(run.case_dir / rec["file"], spec.name) == q_to:
             break
         run.sleep(max(0.0, poll - (time.monotonic() - t)))
     run.sleep(max(0.0, at + post - time.time()))
     run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
-
-
-def _exported_core(path: Path, pod: str) -> int | None:
-    body, _code = judge_perf.split_http(path.read_text(encoding="utf-8", errors="replace"))
-    vals = [s.value for s in parse_exposition(body).values("client_core_quota_config_percent") if s.label("pod") == pod]
-    return int(vals[-1]) if vals else None
 
 
 def _judge007(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -459,7 +252,7 @@ def _judge007(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
             markers.append((at + v.metrics["throughput_latency_s"], "throughput step"))
     made = plots.throughput_timeline(ev.case_dir / "throughput_timeline.png", series=series, markers=markers,
                                      title=f"PERF-007 W5 throughput, core {plan.get('from')}% → {plan.get('to')}%")
-    return _attach(ev, v, made)
+    return attach_plot(ev, v, made)
 
 
 # ------------------------------------------------------------------------------------------------ PERF-008
@@ -467,7 +260,7 @@ def _judge007(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 def _perf008(run: CaseRun) -> None:
     workload = str(run.params["perf008_workload"])
-    _base_plan(run, workload)
+    base_plan(run, workload)
     gpus = total_gpus(run)
     cap_param = run.params.get("perf008_max_pods")
     if cap_param:
@@ -496,7 +289,7 @@ def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
         return v
     made = plots.scale_ladder(ev.case_dir / "scale_ladder.png", steps=v.metrics["steps"], cap=plan.get("cap"),
                               title=f"PERF-008 scale ladder ({plan.get('workload')})")
-    return _attach(ev, v, made)
+    return attach_plot(ev, v, made)
 
 
 # ------------------------------------------------------------------------------------------------ PERF-009/010
@@ -504,7 +297,7 @@ def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 def _perf009(run: CaseRun) -> None:
     workload = perf_workload(run)
-    _base_plan(run, workload)
+    base_plan(run, workload)
     node, gpus = run.backend.colocation_target()
     run_baseline(run, workload, node)
     per = int(run.params["perf009_pods_per_gpu"])
@@ -521,7 +314,7 @@ def _perf009(run: CaseRun) -> None:
 
 def _perf010(run: CaseRun) -> None:
     workload = perf_workload(run)
-    _base_plan(run, workload)
+    base_plan(run, workload)
     run_baseline(run, workload, target_node(run))
     gpus = total_gpus(run)
     count = min(int(run.params["perf010_pods"]), gpus) if gpus else int(run.params["perf010_pods"])

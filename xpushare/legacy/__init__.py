@@ -5,10 +5,13 @@
 * :mod:`xpushare.legacy.scenarios` -- one scenario per script (``cross-gpu``, ``small``, ``idle-small``,
   ``baseline``, ``memlimit``, ``dynamic-limit``, ``compute-limit``, ``complex``, ``complex2``,
   ``smoke``), run through the engine's case lifecycle into a normal run directory
-  (``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``);
+  (``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``); their acts in :mod:`xpushare.legacy.acts`,
+  the pods' backend in :mod:`xpushare.legacy.backend`, the per-scenario report in
+  :mod:`xpushare.legacy.case_report`;
 * :mod:`xpushare.legacy.judgments` -- their verdicts, pure functions of the stored evidence;
 * :mod:`xpushare.legacy.deploy` -- the setup pipeline of ``remote-test.sh`` (commit, sync, build,
-  render, redeploy, verify the scheduling mode);
+  render, redeploy, verify the scheduling mode), with its steps in :mod:`xpushare.legacy.deploy_sync` (sync,
+  git) and :mod:`xpushare.legacy.deploy_render` (manifests);
 * :mod:`xpushare.legacy.compare` -- a run against stored baselines, the way seed 004's analysis does.
 
 The Invoke tasks are in :mod:`xpushare.cli.legacy_tasks`; ``docs/legacy.md`` has the script -> task table.

@@ -31,29 +31,27 @@ namespace and quota manifests are not applied (``remote-test.sh`` does not eithe
 
 from __future__ import annotations
 
-import copy
-import fnmatch
 import json
 import shlex
-import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from xpushare.collect.scheduler_log import parse_text
-from xpushare.data import manifests_dir
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.inventory.sut import SutNames, sut_names
+from xpushare.legacy.deploy_render import (
+    MODES,
+    image_names,
+    render_device_plugin,
+    render_scheduler,
+)
+from xpushare.legacy.deploy_sync import StepFailed, StepSkipped, auto_commit, git_tag, sync_source
 from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
@@ -62,9 +60,6 @@ from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.kubectl import Kubectl, KubeError
 from xpushare.transport.manifest_yaml import dump_manifests
-
-TEMPLATES = manifests_dir() / "legacy"
-MODES = ("auto", "serial", "concurrent")
 
 #: Deploy parameters and their defaults (a cluster's inventory ``params`` and ``--set`` override them).
 DEPLOY_DEFAULTS: dict[str, Any] = {
@@ -106,227 +101,6 @@ class DeployRequest:
     label: str = "invoke deploy"
     lenient: bool = False
 
-
-class StepFailed(XpushareError):
-    """A pipeline step failed; the message is its one-line outcome."""
-
-
-class StepSkipped(Exception):
-    """A step had nothing to do; the message says why."""
-
-
-# ------------------------------------------------------------------------------------------- rendering
-
-
-def load_template(name: str) -> dict[str, Any]:
-    """One template of ``manifests/legacy/`` parsed (``scheduler.yaml`` / ``device-plugin.yaml``)."""
-    return yaml.safe_load((TEMPLATES / name).read_text(encoding="utf-8"))
-
-
-def rename_generation(obj: Any, names: SutNames) -> Any:
-    """A copy of ``obj`` with ``xpushare``/``XPUSHARE_`` replaced by the generation's names in every string
-    key and value (the templates are written for the xpushare generation; nvshare is a rename)."""
-    if names.generation == "xpushare":
-        return copy.deepcopy(obj)
-
-    def text(s: str) -> str:
-        return s.replace("XPUSHARE_", names.env_prefix).replace("xpushare", names.generation)
-
-    if isinstance(obj, dict):
-        return {text(k) if isinstance(k, str) else k: rename_generation(v, names) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [rename_generation(v, names) for v in obj]
-    return text(obj) if isinstance(obj, str) else obj
-
-
-def set_env(container: dict[str, Any], name: str, value: str) -> None:
-    """Set ``name`` in a container's env list: every existing entry of that name is replaced by one
-    ``{name, value}`` at the first one's place (appended when absent). Never leaves a duplicate."""
-    env = container.setdefault("env", [])
-    if not isinstance(env, list):
-        raise ValueError("container env must be a list")
-    first = next((i for i, e in enumerate(env) if isinstance(e, dict) and e.get("name") == name), None)
-    kept = [e for e in env if not (isinstance(e, dict) and e.get("name") == name)]
-    entry = {"name": name, "value": str(value)}
-    if first is None:
-        kept.append(entry)
-    else:
-        kept.insert(first, entry)
-    container["env"] = kept
-
-
-def _container(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
-    containers = doc["spec"]["template"]["spec"]["containers"]
-    found = next((c for c in containers if c.get("name") == name), None)
-    if found is None:
-        raise ValueError(f"template {doc['metadata']['name']}: no container {name!r}")
-    return found
-
-
-def image_names(names: SutNames, registry: str, tag: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{scheduler, device_plugin, lib}`` images: ``<registry>/<gen>-<component>:<tag>`` (§1.5) or overrides."""
-    g = names.generation
-    images = {
-        "scheduler": f"{registry}/{g}-scheduler:{tag}",
-        "device_plugin": f"{registry}/{g}-device-plugin:{tag}",
-        "lib": f"{registry}/{g}-lib:{tag}",
-    }
-    images.update({k: str(v) for k, v in (overrides or {}).items() if k in images})
-    return images
-
-
-def render_scheduler(names: SutNames, image: str, mode: str,
-                     template: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The scheduler DaemonSet: the template renamed for the generation, its image set and
-    ``<PREFIX>SCHEDULING_MODE=<mode>`` in the container's env list. Raises ValueError for a bad mode."""
-    if mode not in MODES:
-        raise ValueError(f"scheduling mode must be one of {', '.join(MODES)}, not {mode!r}")
-    doc = rename_generation(template if template is not None else load_template("scheduler.yaml"), names)
-    container = _container(doc, names.scheduler_daemonset)
-    container["image"] = image
-    set_env(container, names.env_scheduling_mode, mode)
-    return doc
-
-
-def render_device_plugin(names: SutNames, images: Mapping[str, str], *, virtual_devices: int, plugin_gpus: int,
-                         template: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The device-plugin DaemonSet (CUDA form): both images, ``<PREFIX>VIRTUAL_DEVICES`` and the
-    ``nvidia.com/gpu`` request of the plugin container (left out when ``plugin_gpus`` is 0)."""
-    doc = rename_generation(template if template is not None else load_template("device-plugin.yaml"), names)
-    _container(doc, f"{names.generation}-lib")["image"] = images["lib"]
-    plugin = _container(doc, names.device_plugin_daemonset)
-    plugin["image"] = images["device_plugin"]
-    set_env(plugin, names.env_virtual_devices, str(int(virtual_devices)))
-    limits = plugin.setdefault("resources", {}).setdefault("limits", {})
-    if plugin_gpus > 0:
-        limits["nvidia.com/gpu"] = int(plugin_gpus)
-    else:
-        limits.pop("nvidia.com/gpu", None)
-    return doc
-
-
-# --------------------------------------------------------------------------------------------- syncing
-
-
-def ssh_command(spec: HostSpec) -> list[str]:
-    """The ``ssh`` argv rsync uses (``-e``) for an inventory host: port, user, key, known_hosts and the
-    host-key policy of the inventory (strict -> yes, accept-new, ignore -> no), batch mode (no password)."""
-    opts = spec.ssh
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(opts.connect_timeout))}"]
-    if opts.ssh_config:
-        argv += ["-F", str(Path(opts.ssh_config).expanduser())]
-    if opts.port:
-        argv += ["-p", str(opts.port)]
-    if opts.user:
-        argv += ["-l", opts.user]
-    if opts.identity:
-        argv += ["-i", str(Path(opts.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
-    if opts.host_key_policy == "ignore":
-        argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-    else:
-        policy = "yes" if opts.host_key_policy == "strict" else "accept-new"
-        argv += ["-o", f"StrictHostKeyChecking={policy}", "-o",
-                 f"UserKnownHostsFile={Path(opts.known_hosts).expanduser()}"]
-    return argv
-
-
-def rsync_argv(rsync: str, source: Path, spec: HostSpec, remote_dir: str, excludes: Sequence[str]) -> list[str]:
-    """``rsync -az --exclude ... -e '<ssh>' <source>/ <target>:<dir>/`` (a local path for a local host)."""
-    argv = [rsync, "-az"]
-    for pattern in excludes:
-        argv += ["--exclude", pattern]
-    if spec.local:
-        return [*argv, f"{source}/", f"{remote_dir.rstrip('/')}/"]
-    return [*argv, "-e", shlex.join(ssh_command(spec)), f"{source}/", f"{spec.target}:{remote_dir.rstrip('/')}/"]
-
-
-def _excluded(name: str, excludes: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in excludes)
-
-
-def make_archive(source: Path, archive: Path, excludes: Sequence[str]) -> int:
-    """A gzip tar of ``source``'s contents (``./...``; excluded names left out at any depth); file count."""
-    count = 0
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        nonlocal count
-        if info.name != "." and _excluded(Path(info.name).name, excludes):
-            return None
-        if info.isfile():
-            count += 1
-        return info
-
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(str(source), arcname=".", filter=keep)
-    return count
-
-
-def sync_source(source: Path, host: Host, spec: HostSpec, remote_dir: str, *, rsync: str,
-                excludes: Sequence[str], log: Callable[[str], None]) -> str:
-    """Copy the source tree to ``remote_dir`` on the build host; return how (one line).
-
-    rsync when it is installed here and on the host (and succeeds); otherwise one tar archive over SFTP
-    (``Host.put``) extracted with ``tar -xzf`` there. Raises :class:`StepFailed` when both fail.
-    """
-    local_rsync = shutil.which(rsync)
-    reason = f"{rsync!r} not installed here"
-    if local_rsync is not None:
-        remote_ok = spec.local or host.run(["sh", "-c", "command -v rsync"], timeout=30).ok
-        if not remote_ok:
-            reason = "rsync not installed on the build host"
-        else:
-            host.run(["mkdir", "-p", remote_dir], timeout=30, check=True)
-            argv = rsync_argv(local_rsync, source, spec, remote_dir, excludes)
-            t0 = time.monotonic()
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, stdin=subprocess.DEVNULL)
-            if proc.returncode == 0:
-                return f"rsync to {remote_dir} in {time.monotonic() - t0:.1f} s"
-            reason = f"rsync exited {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1]}"
-    log(f"  {reason}; falling back to a tar archive over SFTP")
-    with tempfile.TemporaryDirectory(prefix="xpushare-sync-") as tmp:
-        archive = Path(tmp) / "source.tar.gz"
-        t0 = time.monotonic()
-        files = make_archive(source, archive, excludes)
-        remote_archive = f"{remote_dir.rstrip('/')}.xpushare-sync.tar.gz"
-        host.put(archive, remote_archive)
-        res = host.run(["sh", "-c", 'mkdir -p "$1" && tar -xzf "$2" -C "$1"; rc=$?; rm -f "$2"; exit $rc',
-                        "sh", remote_dir, remote_archive], timeout=600)
-        if not res.ok:
-            raise StepFailed(f"extracting the archive on {host.name} failed (exit {res.exit_code}): "
-                             f"{res.stderr.strip()[-300:]}")
-        return (f"sftp: {files} files ({archive.stat().st_size / 1e6:.1f} MB archive) to {remote_dir} "
-                f"in {time.monotonic() - t0:.1f} s ({reason})")
-
-
-# ------------------------------------------------------------------------------------------------- git
-
-
-def _git(source: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)
-
-
-def git_tag(source: Path) -> str:
-    """First 8 characters of ``git rev-parse HEAD`` in ``source`` (the image tag ``make all`` pushes)."""
-    res = _git(source, "rev-parse", "HEAD")
-    if res.returncode != 0 or len(res.stdout.strip()) < 8:
-        raise StepFailed(f"cannot read the image tag from {source} (git rev-parse HEAD: "
-                         f"{res.stderr.strip() or 'no commit'}); set deploy_tag")
-    return res.stdout.strip()[:8]
-
-
-def auto_commit(source: Path, label: str) -> str:
-    """``git add -A`` and commit ``wip: auto-commit by <label> [HH:MM:SS]`` when the tree is dirty."""
-    status = _git(source, "status", "--porcelain")
-    if status.returncode != 0:
-        raise StepFailed(f"git status in {source}: {status.stderr.strip()}")
-    if not status.stdout.strip():
-        raise StepSkipped("nothing to commit")
-    for args in (("add", "-A"), ("commit", "-q", "-m", f"wip: auto-commit by {label} [{datetime.now():%H:%M:%S}]")):
-        res = _git(source, *args)
-        if res.returncode != 0:
-            raise StepFailed(f"git {args[0]}: {(res.stderr or res.stdout).strip()}")
-    return f"committed {len(status.stdout.splitlines())} change(s) as {git_tag(source)}"
 
 
 # -------------------------------------------------------------------------------------------- pipeline

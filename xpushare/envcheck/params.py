@@ -1,0 +1,144 @@
+"""Envcheck parameters: :class:`EnvcheckParams` (the ``envcheck_<name>`` knobs, with units) and
+:func:`resolve_params` (inventory ``params`` < ``--set``, typed and checked). Split out of
+:mod:`xpushare.envcheck.runner`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from xpushare.model.errors import UsageError
+
+MIB = 1 << 20
+
+# ---------------------------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class EnvcheckParams:
+    """Thresholds and knobs; each is set as ``envcheck_<name>`` in the inventory ``params`` or with ``--set``.
+
+    Sizes in bytes, times in seconds, bandwidths in GB/s (1e9 B/s), TFLOP/s = 1e12 FLOP/s.
+    """
+
+    cublas: bool = True
+    """Run the cuBLAS step (false: SKIP it, e.g. to test only a sample of the fleet with ``--limit``)."""
+    cublas_n: int = 8192
+    cublas_warmup: int = 5
+    cublas_iters: int = 50
+    cublas_min_pct: float = 70.0
+    """A GPU passes with at least this % of its model's nominal dense bf16 TFLOP/s."""
+    nominal_bf16_tflops: float | None = None
+    """Overrides the nominal table (xpushare/envcheck/nominal.py) for this cluster's GPUs."""
+    nccl_min_bytes: int = 8 * MIB
+    nccl_max_bytes: int = 1024 * MIB
+    nccl_warmup: int = 5
+    nccl_iters: int = 20
+    nccl_min_busbw_pct: float = 60.0
+    """A node passes with a peak single-node busbw of at least this % of its model's NVLink figure."""
+    nominal_busbw_gbps: float | None = None
+    cross_node: bool = True
+    cross_min_busbw_gbps: float | None = None
+    """Cross-node floor for the peak busbw (None: correctness only, figures reported)."""
+    master_addr: str | None = None
+    master_port: int | None = None
+    """None: a free port found on the first node (SSH); 29512 in Kubernetes mode."""
+    step_timeout_s: float = 900.0
+    pod_timeout_s: float = 1200.0
+    probe_torch: bool = True
+    freeze_source: str = "pip"
+    ignore_keys: tuple[str, ...] = ()
+    """Stack keys left out of the alignment comparison (e.g. ``[kernel]``)."""
+    cpu_smoke: bool = False
+    smoke_procs: int = 2
+    python: str | None = None
+    """Interpreter on the nodes (default: the inventory's ``python``; ``python3`` in pods)."""
+    image: str = "sglang:v0.5.7"
+    scripts: str = "configmap"
+    workdir: str = "/xpushare"
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: dict[str, str] = field(default_factory=dict)
+    host_network: bool = True
+    workload_kind: str = "pod"
+    runtime_class: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f"envcheck_{k}": (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+
+_CHOICES = {"freeze_source": ("pip", "metadata"), "scripts": ("configmap", "image"), "workload_kind": ("pod", "job")}
+#: Smaller defaults under ``envcheck_cpu_smoke`` (unless set explicitly).
+SMOKE_DEFAULTS = {"cublas_n": 256, "cublas_warmup": 1, "cublas_iters": 3, "nccl_min_bytes": 64 * 1024,
+                  "nccl_max_bytes": 256 * 1024, "nccl_warmup": 1, "nccl_iters": 3}
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """``value`` converted to the type of parameter ``name`` (whose default is ``default``)."""
+    ftype = {f.name: str(f.type) for f in dataclasses.fields(EnvcheckParams)}[name]
+    where = f"envcheck_{name}"
+    if value is None:
+        if "None" in ftype:
+            return None
+        raise UsageError(f"{where}: a value is required")
+    try:
+        if ftype.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+                return str(value).lower() in ("true", "yes", "1", "on")
+            raise ValueError(value)
+        if ftype.startswith("int"):
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError(value)
+            return int(float(value))
+        if ftype.startswith("float"):
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if ftype.startswith("tuple"):
+            items = [value] if isinstance(value, str) else list(value)
+            return tuple(str(v) for v in items)
+        if ftype.startswith("dict"):
+            if not isinstance(value, Mapping):
+                raise ValueError(value)
+            return {str(k): str(v) for k, v in value.items()}
+        text = str(value)
+        if name in _CHOICES and text not in _CHOICES[name]:
+            raise UsageError(f"{where}: {text!r} is not one of {', '.join(_CHOICES[name])}")
+        return text
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: bad value {value!r} (expected {ftype.replace(' | None', ' or null')})") from None
+
+
+def resolve_params(cluster_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> EnvcheckParams:
+    """Parameters from the cluster's inventory ``params`` (keys ``envcheck_*``) then ``--set`` overrides.
+
+    Raises:
+        UsageError: an unknown ``envcheck_*`` name (inventory or ``--set``), any other ``--set`` name, or a
+            value of the wrong type.
+    """
+    defaults = EnvcheckParams()
+    known = {f.name for f in dataclasses.fields(EnvcheckParams)}
+    values: dict[str, Any] = {}
+    for source, layer, only_prefixed in (("inventory params", cluster_params, True), ("--set", overrides, False)):
+        for key, value in layer.items():
+            if not key.startswith("envcheck_"):
+                if only_prefixed:
+                    continue
+                raise UsageError(f"unknown parameter {key!r} for --set (envcheck parameters start with envcheck_)")
+            name = key[len("envcheck_"):]
+            if name not in known:
+                raise UsageError(f"{source}: unknown envcheck parameter {key!r} "
+                                 f"(known: {', '.join(sorted('envcheck_' + k for k in known))})")
+            values[name] = _coerce(name, value, getattr(defaults, name))
+    if values.get("cpu_smoke"):
+        for name, small in SMOKE_DEFAULTS.items():
+            values.setdefault(name, small)
+    params = dataclasses.replace(defaults, **values)
+    if params.nccl_min_bytes < 4 or params.nccl_max_bytes < params.nccl_min_bytes:
+        raise UsageError("envcheck_nccl_min_bytes must be >= 4 and <= envcheck_nccl_max_bytes")
+    return params

@@ -1,0 +1,120 @@
+"""The legacy pods' Kubernetes side: the workloads and images the legacy scripts use, :class:`PodExtra`
+(labels, resource, native), :class:`LegacyK8sBackend` that renders them, and :func:`split_prefixed`
+(``kubectl logs --prefix`` keeping ``\r``). Split out of :mod:`xpushare.legacy.scenarios`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from xpushare.backends.base import PodSpec
+from xpushare.backends.k8s import K8sBackend, dns1123
+from xpushare.cases.base import CaseRun
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import UsageError
+from xpushare.transport.kubectl import Kubectl
+
+W1, W2, W3 = "w1_large_add", "w2_medium_add", "w3_idle_add"
+
+#: The images the legacy manifests hard-code (sut-interfaces.md §1.5), for ``legacy_entrypoint``.
+LEGACY_IMAGES: dict[str, str] = {
+    W1: "registry.cn-hangzhou.aliyuncs.com/lgytest1/xpushare:pytorch-add-5fed3e5b",
+    W2: "registry.cn-hangzhou.aliyuncs.com/lgytest1/xpushare:pytorch-add-small-5fed3e5b",
+    W3: "registry.cn-hangzhou.aliyuncs.com/lgytest1/xpushare:pytorch-add-idle-small-5fed3e5b",
+}
+
+#: Baseline workloads of ``remote-base-test.sh``: kind -> (test name, pod name of seed 004, workload).
+BASELINE_WORKLOADS: dict[str, tuple[str, str, str]] = {
+    "standard": ("Standard", "pytorch-add-baseline", W1),
+    "small": ("Small", "pytorch-small-baseline", W2),
+    "idle-small": ("Idle-Small", "pytorch-idle-small-baseline", W3),
+}
+
+
+
+# ----------------------------------------------------------------------------------------------- backend
+
+
+@dataclass(frozen=True)
+class PodExtra:
+    """What a legacy pod has beyond a :class:`PodSpec`: ``app``-style labels, another extended resource
+    (``nvidia.com/gpu`` for the native baseline) and ``native`` (no SUT environment variables)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    resource: str | None = None
+    native: bool = False
+
+
+_PREFIX_RE = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/(?P<container>[^\]]+)\] ?")
+
+
+def split_prefixed(text: str) -> dict[str, str]:
+    """``kubectl logs --prefix`` output split into pod -> text, on ``\n`` only.
+
+    (:func:`xpushare.transport.kube_objects.split_prefixed_logs` uses ``str.splitlines``, which also breaks at
+    ``\r`` and so drops every tqdm refresh after the first; the legacy tables need the last one.)
+    """
+    out: dict[str, list[str]] = {}
+    for line in text.split("\n"):
+        m = _PREFIX_RE.match(line)
+        if m:
+            out.setdefault(m.group("pod"), []).append(line[m.end():] + "\n")
+    return {pod: "".join(lines) for pod, lines in out.items()}
+
+
+class _Kubectl(Kubectl):
+    """:class:`Kubectl` whose :meth:`logs_by_pod` keeps ``\r`` inside lines (see :func:`split_prefixed`)."""
+
+    def logs_by_pod(self, selector: str, *, timestamps: bool = True, since_time: datetime | None = None,
+                    container: str | None = None, namespace: Any = None) -> dict[str, str]:
+        kw: dict[str, Any] = {} if namespace is None else {"namespace": namespace}
+        text = self.logs(selector=selector, timestamps=timestamps, since_time=since_time, container=container,
+                         prefix=True, **kw)
+        return split_prefixed(text)
+
+
+class LegacyK8sBackend(K8sBackend):
+    """:class:`K8sBackend` whose pods also carry the legacy labels, and optionally run natively or with the
+    legacy images' own entrypoints (``legacy_entrypoint`` / ``legacy_images`` of the case parameters)."""
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        super().__init__(cluster)
+        self.kubectl = _Kubectl(self.master,
+                                kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                                namespace=cluster.namespace)
+        self.extras: dict[str, PodExtra] = {}
+        self.case_params: Mapping[str, Any] = {}
+
+    def add_extra(self, spec: PodSpec, extra: PodExtra) -> PodSpec:
+        """Remember ``extra`` for the pod of ``spec``; returns ``spec``."""
+        self.extras[dns1123(spec.name)] = extra
+        return spec
+
+    def render_pod(self, spec: PodSpec) -> dict[str, Any]:
+        doc = super().render_pod(spec)
+        extra = self.extras.get(dns1123(spec.name), PodExtra())
+        doc["metadata"]["labels"].update(extra.labels)
+        container = doc["spec"]["containers"][0]
+        if extra.resource:
+            container["resources"]["limits"] = {extra.resource: 1}
+        if extra.native:
+            container["env"] = [e for e in container["env"] if not e["name"].startswith(self.names.env_prefix)]
+        if self.case_params.get("legacy_entrypoint"):
+            images = {**LEGACY_IMAGES, **(self.case_params.get("legacy_images") or {})}
+            if spec.workload in images:
+                container["image"] = images[spec.workload]
+                container.pop("command", None)
+                container.pop("volumeMounts", None)
+                doc["spec"].pop("volumes", None)
+        return doc
+
+
+def legacy_backend(run: CaseRun) -> LegacyK8sBackend:
+    """The run's :class:`LegacyK8sBackend`; raises UsageError on any other backend (legacy needs ``mode: k8s``)."""
+    if not isinstance(run.backend, LegacyK8sBackend):
+        raise UsageError("legacy scenarios need a Kubernetes cluster (mode: k8s)")
+    return run.backend
