@@ -23,6 +23,11 @@ a checkpoint; ``--resume`` continues the same files.
 
 Memory: the loop keeps counters, the current round, the last scrape per node and one constant-size
 regression per scheduler process; everything else goes to the append-only files.
+
+The parts: :mod:`~xpushare.soak.loop_settings` (:class:`SoakSettings`, re-exported here),
+:mod:`~xpushare.soak.loop_guard` (backoff and gaps), :mod:`~xpushare.soak.loop_sampling` (the tick),
+:mod:`~xpushare.soak.loop_trends` (live regressions), :mod:`~xpushare.soak.loop_rounds` (a round and its
+record), :mod:`~xpushare.soak.loop_text` (progress line, interim report).
 """
 
 from __future__ import annotations
@@ -30,127 +35,33 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import random
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.backends.base import PodSpec
 from xpushare.evidence.soak_series import (
     METRICS_FIELDS,
     SAMPLE_FIELDS,
     SCHEDULER_FIELDS,
     CsvAppender,
     JsonlAppender,
-    iter_csv,
 )
-from xpushare.judge.trend import OnlineRegression
-from xpushare.model.errors import HostKeyMismatch, TransportError
 from xpushare.report.artifacts import atomic_write_text
 from xpushare.soak.checkpoint import Checkpoint
-from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
+from xpushare.soak.loop_guard import OpGuard
+from xpushare.soak.loop_rounds import Round, round_record, start_values
+from xpushare.soak.loop_sampling import Sampler
+from xpushare.soak.loop_settings import SoakSettings, interruptible_sleep
+from xpushare.soak.loop_text import fmt_hms, interim_lines, mib, progress_line
+from xpushare.soak.ops import SoakOps
 from xpushare.transport import interrupt
-from xpushare.transport.kubectl import KubeError, KubeTimeout, KubeUnavailable
 
 __all__ = ["SoakLoop", "SoakSettings", "interruptible_sleep"]
 
-#: At most this many per-process regressions are kept live (restarts add new pids).
-MAX_LIVE_SERIES = 256
 #: Pids of this case's workload processes kept for the host-mode ghost check (a 24 h soak starts fewer).
 MAX_OUR_PIDS = 200_000
-
-
-def interruptible_sleep(seconds: float) -> None:
-    """Sleep, raising ``KeyboardInterrupt`` promptly once Ctrl-C was pressed."""
-    deadline = time.monotonic() + max(0.0, seconds)
-    while True:
-        interrupt.check()
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(0.2, left))
-
-
-@dataclass
-class SoakSettings:
-    """How a soak runs. Times in seconds, sizes in bytes.
-
-    ``duration_s``: active seconds to soak (None: only ``max_rounds``); ``max_rounds``: round limit (None:
-    only the duration); ``quota_key``/``quota_cycle``: annotate the running pods with the next value of the
-    cycle every ``quota_interval_s`` (``core``/``memory``; None: no changes); ``stop_grace_s``: how long a
-    round may still run after the duration is reached before it is cut; ``settle_s``: how long the final
-    phase waits for GPU memory and client series to return; ``gpu_tolerance_bytes``: per-GPU margin of
-    that return; ``rss_alarm_bytes``: growth that raises a live anomaly; ``rotate_bytes``: rotation size of
-    the series files; ``max_failed_logs``: failed-pod logs kept over the whole soak.
-    """
-
-    duration_s: float | None = None
-    max_rounds: int | None = None
-    sample_interval_s: float = 30.0
-    poll_s: float = 5.0
-    round_timeout_s: float = 3600.0
-    stop_grace_s: float = 600.0
-    delete_timeout_s: float = 120.0
-    progress_s: float = 60.0
-    interim_s: float = 3600.0
-    checkpoint_s: float = 60.0
-    log_rotate_s: float = 3600.0
-    quota_interval_s: float | None = None
-    quota_key: str | None = None
-    quota_cycle: tuple[str, ...] = ()
-    settle_s: float = 120.0
-    gpu_tolerance_bytes: float = float(1 << 30)
-    rss_alarm_bytes: float = float(128 << 20)
-    backoff_initial_s: float = 2.0
-    backoff_max_s: float = 60.0
-    max_consecutive_errors: int = 10
-    max_failed_logs: int = 50
-    rotate_bytes: int = 64 << 20
-
-    def __post_init__(self) -> None:
-        if self.duration_s is None and self.max_rounds is None:
-            raise ValueError("a soak needs a duration, a round limit, or both")
-        if self.sample_interval_s <= 0 or self.poll_s <= 0:
-            raise ValueError("sample_interval_s and poll_s must be positive")
-
-
-@dataclass
-class _Round:
-    no: int
-    started: float
-    started_mono: float
-    specs: list[PodSpec]
-    names: list[str]
-    values: dict[str, str] = field(default_factory=dict)
-    first_running: dict[str, float] = field(default_factory=dict)
-    last: dict[str, PodRecord] = field(default_factory=dict)
-
-
-@dataclass
-class _OpState:
-    failures: int = 0
-    backoff_until: float = 0.0
-    gap_start: float | None = None
-    first_error: str = ""
-    last_error: str = ""
-
-
-def _connection_error(exc: BaseException) -> bool:
-    return isinstance(exc, (TransportError, KubeUnavailable, KubeTimeout))
-
-
-def _fmt_hms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(max(0, seconds))
-    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.1f}MiB"
 
 
 class SoakLoop:
@@ -201,30 +112,19 @@ class SoakLoop:
         self.rounds = JsonlAppender(self.dir / "rounds.jsonl", max_bytes=rb)
         self.events = JsonlAppender(self.dir / "events.jsonl", max_bytes=rb)
         self._appenders = (self.samples, self.metrics, self.scheds, self.rounds, self.events)
-        self._ops: dict[str, _OpState] = {}
-        self._regs: OrderedDict[tuple[str, int], OnlineRegression] = OrderedDict()
-        self._fd_regs: OrderedDict[tuple[str, int], OnlineRegression] = OrderedDict()
-        self._alarmed: set[tuple[str, int]] = set()
-        self._last_scrape: dict[str, str] = {}
-        self._last_facts: dict[str, ScrapeFacts] = {}
-        self._last_procs: dict[str, tuple[Any, ...]] = {}
-        self._last_scheds: list[SchedPod] = []
-        self._restart_seen: set[tuple[str, str, int]] = set()
-        self._rotate_now: str | None = None  # why the log streams must be restarted before their time
-        self._rotate_since: float | None = None  # and from when (unix time)
-        self._scrape_bad: set[str] = set()
-        self._baseline: dict[str, Any] = {}
+        self.guard = OpGuard(settings, checkpoint, clock=clock, monotonic=monotonic, sleep=sleep, event=self.event,
+                             say=self.say)
         self._active0 = checkpoint.active_s
         self._mono0 = monotonic()
         self._wall0 = clock()
-        self._round: _Round | None = None
+        self._round: Round | None = None
         self._need_delete = True
         self._time_up_at: float | None = None
         self._pods_ok = 0
         self._pods_bad = 0
-        self._last_tick_wall: float | None = checkpoint.last_sample_ts
-        # Host mode: every client is pod "none"; this case's clients are known by the pids of its processes.
-        self._our_pids: set[int] = set()
+        self.sampler = Sampler(ops, self.guard, checkpoint, settings, self.dir, scheds=self.scheds,
+                               samples=self.samples, metrics=self.metrics, clock=clock, active=self.active,
+                               anomaly=self.anomaly, ours_prefix=ours_prefix, wall0=self._wall0)
 
     # ------------------------------------------------------------------------------------ time
 
@@ -256,167 +156,11 @@ class SoakLoop:
         self.event("anomaly", what=what, **data)
         self.say(f"ANOMALY: {what}")
 
-    # ------------------------------------------------------------------------------------ guarded ops
-
-    def _try(self, op: str, fn: Callable[[], Any]) -> tuple[bool, Any]:
-        """Run a remote operation; on a connection problem record a gap and back off (per operation)."""
-        st = self._ops.setdefault(op, _OpState())
-        if self.mono() < st.backoff_until:
-            return False, None
-        try:
-            value = fn()
-        except (TransportError, KubeError) as exc:
-            self._failed(op, st, exc)
-            return False, None
-        self._succeeded(op, st)
-        return True, value
-
-    def _failed(self, op: str, st: _OpState, exc: BaseException) -> None:
-        text = f"{type(exc).__name__}: {exc}"
-        st.failures += 1
-        st.last_error = text
-        if st.gap_start is None:
-            st.gap_start = self.clock()
-            st.first_error = text
-            self.event("error", op=op, error=text[:500])
-        if isinstance(exc, HostKeyMismatch):
-            raise exc  # never retried: a changed host key is a security problem, not a network blip
-        if not _connection_error(exc) and st.failures >= self.s.max_consecutive_errors:
-            raise exc
-        delay = min(self.s.backoff_max_s, self.s.backoff_initial_s * 2 ** (st.failures - 1))
-        delay *= 1.0 + random.uniform(0.0, 0.2)
-        st.backoff_until = self.mono() + delay
-        self.say(f"{op}: {text[:200]} (attempt {st.failures}; retry in {delay:.1f}s)")
-
-    def _succeeded(self, op: str, st: _OpState) -> None:
-        if st.gap_start is not None:
-            self._close_gap(op, st, self.clock(), "recovered")
-        st.failures = 0
-        st.backoff_until = 0.0
-
-    def _close_gap(self, op: str, st: _OpState, end: float, how: str) -> None:
-        assert st.gap_start is not None
-        self.ck.gaps += 1
-        self.event("gap", op=op, start=round(st.gap_start, 3), end=round(end, 3),
-                   duration_s=round(end - st.gap_start, 3), failures=st.failures, error=st.first_error[:500],
-                   how=how)
-        self.say(f"{op}: gap of {end - st.gap_start:.1f}s closed ({how}; {st.failures} failed attempt(s))")
-        st.gap_start = None
-
     # ------------------------------------------------------------------------------------ sampling
 
     def tick(self, phase: str, *, full: bool = False) -> bool:
-        """One sampling tick; returns True when every node was sampled (else a gap is open or continues).
-
-        ``full``: validate the /metrics pages with the full exposition parser (baseline and final state).
-        """
-        st = self._ops.setdefault("sample", _OpState())
-        if self.mono() < st.backoff_until:
-            return False
-        now = self.clock()
-        el = round(self.active(), 3)
-        try:
-            pods = list(self.ops.scheduler_pods())
-            self._last_scheds = pods
-            for sp in pods:
-                self.scheds.write({"ts": now, "elapsed_s": el, "node": sp.node, "pod": sp.pod, "uid": sp.uid,
-                                   "restarts": sp.restarts, "ready": sp.ready})
-                self._check_restart(sp)
-            samples = list(self.ops.sample(pods))
-        except (TransportError, KubeError) as exc:
-            self._failed("sample", st, exc)
-            return False
-        for ns in samples:
-            self._record_node(ns, now, el, phase, full=full)
-        self.ck.samples += 1
-        errors = [s for s in samples if s.error]
-        if samples and len(errors) < len(samples):
-            self.ck.last_sample_ts = now
-            self._last_tick_wall = now
-        if errors:
-            self._failed("sample", st, TransportError(errors[0].node, errors[0].error or "sampling failed"))
-            return False
-        if not samples:
-            self._failed("sample", st, TransportError("cluster", "no scheduler pod found"))
-            return False
-        self._succeeded("sample", st)
-        return True
-
-    def _check_restart(self, sp: SchedPod) -> None:
-        base = (self._baseline.get("schedulers") or {}).get(sp.node)
-        if not base:
-            return
-        if (sp.uid, sp.restarts) != (base.get("uid"), base.get("restarts")):
-            key = (sp.node, sp.uid, sp.restarts)
-            if key not in self._restart_seen and len(self._restart_seen) < 1000:
-                self._restart_seen.add(key)
-                self.anomaly(f"scheduler on {sp.node} restarted (pod {sp.pod}, restarts {sp.restarts})",
-                             node=sp.node, pod=sp.pod, uid=sp.uid, restarts=sp.restarts)
-                # `kubectl logs -f` stops following a container that ended: without a new stream the restarted
-                # scheduler's log would be missing until the next rotation (log_rotate_s, an hour by default).
-                # The new stream starts at the last tick that saw the old container, so that the new one's
-                # start-up lines are kept (the other containers' lines of that interval then appear twice), but
-                # not before this segment began (a resumed soak's last tick may be hours old).
-                if self._rotate_now is None:
-                    self._rotate_since = max(self._last_tick_wall or self._wall0, self._wall0)
-                self._rotate_now = f"scheduler on {sp.node} restarted"
-
-    def _record_node(self, ns: NodeSample, now: float, el: float, phase: str, *, full: bool = False) -> None:
-        if ns.error:
-            self.metrics.write({"ts": now, "elapsed_s": el, "node": ns.node, "ok": 0, "phase": phase})
-            return
-        self._last_procs[ns.node] = ns.procs
-        for p in ns.procs:
-            self.samples.write({"ts": now, "elapsed_s": el, "node": ns.node, "pid": p.pid, "rss_bytes": p.rss_bytes,
-                                "fd_count": p.fd_count, "threads": p.threads, "phase": phase})
-            key = (ns.node, p.pid)
-            if p.rss_bytes is not None:
-                self._live(self._regs, key).add(now, float(p.rss_bytes))
-                growth = self._regs[key].growth
-                if growth is not None and growth > self.s.rss_alarm_bytes and key not in self._alarmed:
-                    self._alarmed.add(key)
-                    self.anomaly(f"scheduler RSS on {ns.node} (pid {p.pid}) grew {_mib(growth)} so far",
-                                 node=ns.node, pid=p.pid, growth_bytes=growth)
-            if p.fd_count is not None:
-                self._live(self._fd_regs, key).add(now, float(p.fd_count))
-        facts = scrape_facts(ns.metrics_text, full=full)
-        if ns.metrics_text is not None:
-            self._last_scrape[ns.node] = ns.metrics_text
-        self._last_facts[ns.node] = facts
-        if not facts.ok and ns.node not in self._scrape_bad:
-            self._scrape_bad.add(ns.node)
-            self.anomaly(f"/metrics on {ns.node} failed (HTTP {facts.http_code})", node=ns.node)
-        elif facts.ok:
-            self._scrape_bad.discard(ns.node)
-        self.metrics.write({
-            "ts": now, "elapsed_s": el, "node": ns.node, "ok": 1 if facts.ok else 0,
-            "series_total": facts.series_total, "client_series": facts.client_series,
-            "client_info_total": len(facts.client_info) if facts.ok else None,
-            "client_info_ours": len(facts.ours(self.prefix, self._our_pids)) if facts.ok else None,
-            "gpu_used_bytes": facts.gpu_used_sum, "phase": phase,
-        })
-
-    @staticmethod
-    def _live(table: OrderedDict[tuple[str, int], OnlineRegression], key: tuple[str, int]) -> OnlineRegression:
-        reg = table.get(key)
-        if reg is None:
-            reg = table[key] = OnlineRegression()
-            while len(table) > MAX_LIVE_SERIES:
-                table.popitem(last=False)
-        return reg
-
-    def _rebuild_live(self) -> None:
-        """On resume: the live regressions from ``samples.csv`` (streamed; one regression per process)."""
-        for row in iter_csv(self.dir / "samples.csv"):
-            try:
-                key = (row["node"], int(row["pid"]))
-                ts = float(row["ts"])
-            except (KeyError, ValueError):
-                continue
-            if row.get("rss_bytes"):
-                self._live(self._regs, key).add(ts, float(row["rss_bytes"]))
-            if row.get("fd_count"):
-                self._live(self._fd_regs, key).add(ts, float(row["fd_count"]))
+        """One sampling tick (:meth:`Sampler.tick`); True when every node was sampled."""
+        return self.sampler.tick(phase, full=full)
 
     # ------------------------------------------------------------------------------------ phases
 
@@ -431,14 +175,14 @@ class SoakLoop:
             self.event("gap", op="orchestrator", start=round(float(start), 3), end=round(now, 3),
                        duration_s=round(now - float(start), 3), failures=0,
                        error=f"orchestrator not running ({last.get('reason') or 'stopped'})", how="resumed")
-            self._baseline = self._load_json("baseline.json")
-            self._rebuild_live()
+            self.sampler.baseline = self._load_json("baseline.json")
+            self.sampler.trends.rebuild(self.dir / "samples.csv")
         segment: dict[str, Any] = {"started": round(now, 3), "ended": None, "reason": None}
         self.ck.segments.append(segment)
         self.event("segment", n=len(self.ck.segments), resumed=resumed, active_s=round(self.ck.active_s, 3),
                    rounds=self.ck.rounds)
         self.say(f"segment {len(self.ck.segments)} started ({'resumed' if resumed else 'new'}): "
-                 f"target {_fmt_hms(self.s.duration_s)}, {self.ck.rounds} round(s) done")
+                 f"target {fmt_hms(self.s.duration_s)}, {self.ck.rounds} round(s) done")
         reason = "error"
         try:
             if not self.ck.baseline_done:
@@ -459,9 +203,7 @@ class SoakLoop:
         if self._round is not None:
             self._finish_round(self._round, "interrupted" if reason == "interrupted" else "aborted", remote=False)
         end = self.clock()
-        for op, st in self._ops.items():
-            if st.gap_start is not None:
-                self._close_gap(op, st, end, f"open at {reason}")
+        self.guard.close_open_gaps(end, reason)
         self.ck.active_s = self.active()
         self._active0, self._mono0 = self.ck.active_s, self.mono()
         segment["ended"] = round(end, 3)
@@ -486,63 +228,29 @@ class SoakLoop:
         self._active0, self._mono0 = self.ck.active_s, self.mono()
         self.ck.save(self.dir)
 
-    def _retry(self, op: str, fn: Callable[[], Any], *, until: float | None = None) -> tuple[bool, Any]:
-        """Retry a remote operation (with the backoff of :meth:`_try`) until it works or ``until`` (monotonic)."""
-        while True:
-            interrupt.check()
-            ok, value = self._try(op, fn)
-            if ok:
-                return True, value
-            if until is not None and self.mono() >= until:
-                return False, None
-            wait = max(0.05, self._ops[op].backoff_until - self.mono())
-            if until is not None:
-                wait = min(wait, max(0.05, until - self.mono()))
-            self.sleep(wait)
-
     def _baseline_phase(self) -> None:
         """Idle baseline: no pods of ours, then scheduler pods, processes and /metrics of every node."""
         limit = self.mono() + max(self.s.settle_s, self.s.backoff_max_s * 4)
-        ok, _ = self._retry("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s), until=limit)
+        ok, _ = self.guard.retry("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s), until=limit)
         self._need_delete = not ok
         while not self.tick("idle", full=True):
             if self.mono() >= limit:
                 break
-            self.sleep(max(0.05, self._ops["sample"].backoff_until - self.mono()))
+            self.sleep(max(0.05, self.guard.state("sample").backoff_until - self.mono()))
         base: dict[str, Any] = {
             "ts": round(self.clock(), 3),
-            "complete": bool(self._last_scheds) and all(f.ok for f in self._last_facts.values()),
-            **self._snapshot(),
+            "complete": bool(self.sampler.last_scheds) and all(f.ok for f in self.sampler.last_facts.values()),
+            **self.sampler.snapshot(),
             "procs": {n: [{"pid": p.pid, "rss_bytes": p.rss_bytes, "fd_count": p.fd_count} for p in procs]
-                      for n, procs in self._last_procs.items()},
+                      for n, procs in self.sampler.last_procs.items()},
         }
-        self._baseline = base
+        self.sampler.baseline = base
         atomic_write_text(self.dir / "baseline.json", json.dumps(base, indent=1) + "\n")
-        self._save_scrapes("baseline")
+        self.sampler.save_scrapes("baseline")
         self.ck.baseline_done = True
         self.save()
         self.say(f"baseline: {len(base['schedulers'])} scheduler pod(s), GPU memory used "
-                 f"{ {n: _mib(sum(v.values())) for n, v in base['gpu_used'].items()} }")
-
-    def _snapshot(self) -> dict[str, Any]:
-        """Scheduler pods and the last scrape of every node (baseline.json / final.json content)."""
-        good = {n: f for n, f in self._last_facts.items() if f.ok}
-        return {
-            "schedulers": {sp.node: {"pod": sp.pod, "uid": sp.uid, "restarts": sp.restarts, "ready": sp.ready}
-                           for sp in self._last_scheds},
-            "scrape_ok": {n: f.ok for n, f in self._last_facts.items()},
-            "gpu_used": {n: dict(f.gpu_used) for n, f in good.items()},
-            "series_total": {n: f.series_total for n, f in good.items()},
-            "client_series": {n: f.client_series for n, f in good.items()},
-            "client_info_total": {n: len(f.client_info) for n, f in good.items()},
-            "client_info_ours": {n: [list(c) for c in f.ours(self.prefix, self._our_pids)] for n, f in good.items()},
-        }
-
-    def _save_scrapes(self, label: str) -> None:
-        d = self.dir / "metrics"
-        d.mkdir(exist_ok=True)
-        for node, text in self._last_scrape.items():
-            (d / f"{label}_{node}.txt").write_text(text, encoding="utf-8")
+                 f"{ {n: mib(sum(v.values())) for n, v in base['gpu_used'].items()} }")
 
     def _rounds_phase(self) -> None:
         s = self.s
@@ -569,9 +277,9 @@ class SoakLoop:
             if now >= next_interim:
                 self.interim()
                 next_interim = now + s.interim_s
-            if now >= next_rotate or self._rotate_now:
-                self._rotate(self._rotate_now, self._rotate_since)
-                self._rotate_now = self._rotate_since = None
+            if now >= next_rotate or self.sampler.rotate_now:
+                self._rotate(self.sampler.rotate_now, self.sampler.rotate_since)
+                self.sampler.rotate_now = self.sampler.rotate_since = None
                 next_rotate = now + s.log_rotate_s
             if now >= next_checkpoint:
                 self.save()
@@ -590,39 +298,33 @@ class SoakLoop:
             self.sleep(max(0.01, wake - self.mono()))
         self.ck.finished = True
         self.save()
-        self.say(f"rounds over: {self.ck.rounds} round(s) in {_fmt_hms(self.active())}")
+        self.say(f"rounds over: {self.ck.rounds} round(s) in {fmt_hms(self.active())}")
 
     # ------------------------------------------------------------------------------------ rounds
 
-    def _start_round(self) -> _Round | None:
+    def _start_round(self) -> Round | None:
         if self._need_delete:
-            ok, _ = self._try("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s))
+            ok, _ = self.guard.attempt("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s))
             if not ok:
                 return None
             self._need_delete = False
         no = self.ck.rounds + 1
         specs = list(self.mix(no))
-        ok, _ = self._try("rounds", lambda: self.ops.start_pods(specs))
+        ok, _ = self.guard.attempt("rounds", lambda: self.ops.start_pods(specs))
         if not ok:
             self._need_delete = True
             return None
         names = [p.name for p in specs]
-        values: dict[str, str] = {}
-        for p in specs:
-            if self.s.quota_key == "core" and p.core_limit is not None:
-                values[p.name] = str(p.core_limit)
-            elif self.s.quota_key == "memory" and p.memory_limit is not None:
-                values[p.name] = str(p.memory_limit)
-        return _Round(no, self.clock(), self.mono(), specs, names, values)
+        return Round(no, self.clock(), self.mono(), specs, names, start_values(specs, self.s.quota_key))
 
-    def _poll_round(self, rnd: _Round) -> None:
-        ok, recs = self._try("rounds", self.ops.poll_pods)
+    def _poll_round(self, rnd: Round) -> None:
+        ok, recs = self.guard.attempt("rounds", self.ops.poll_pods)
         now = self.mono()
         if ok:
             wanted = set(rnd.names)
             for r in recs:
-                if r.host_pid is not None and len(self._our_pids) < MAX_OUR_PIDS:
-                    self._our_pids.add(r.host_pid)
+                if r.host_pid is not None and len(self.sampler.our_pids) < MAX_OUR_PIDS:
+                    self.sampler.our_pids.add(r.host_pid)
                 if r.name in wanted:
                     rnd.last[r.name] = r
                     if r.phase != "Pending" and r.name not in rnd.first_running:
@@ -639,33 +341,11 @@ class SoakLoop:
             elif now - self._time_up_at > self.s.stop_grace_s:
                 self._finish_round(rnd, "cut")
 
-    def _finish_round(self, rnd: _Round, status: str, *, remote: bool = True) -> None:
+    def _finish_round(self, rnd: Round, status: str, *, remote: bool = True) -> None:
         ended = self.clock()
-        phases: dict[str, int] = {}
-        runtimes: dict[str, float] = {}
-        pods: dict[str, dict[str, Any]] = {}
-        for name in rnd.names:
-            r = rnd.last.get(name)
-            phase = r.phase if r else "Missing"
-            phases[phase] = phases.get(phase, 0) + 1
-            info: dict[str, Any] = {"phase": phase}
-            if r is not None:
-                info.update(node=r.node, exit_code=r.exit_code, started=r.started, finished=r.finished)
-                if r.started is not None and r.finished is not None:
-                    runtimes[name] = round(r.finished - r.started, 3)
-            if name in rnd.first_running:
-                info["pending_s"] = round(rnd.first_running[name] - rnd.started, 3)
-            pods[name] = info
-        failed = [n for n in rnd.names if pods[n]["phase"] == "Failed"]
-        stuck = [n for n in rnd.names if pods[n]["phase"] not in ("Succeeded", "Failed")]
-        pending = [v["pending_s"] for v in pods.values() if "pending_s" in v]
-        record = {
-            "round": rnd.no, "status": status, "started": round(rnd.started, 3), "ended": round(ended, 3),
-            "duration_s": round(ended - rnd.started, 3), "elapsed_s": round(self.active(), 3),
-            "pods": len(rnd.names), "phases": phases, "failed": failed, "not_terminal": stuck,
-            "pending_max_s": max(pending) if pending else None, "runtimes_s": runtimes, "detail": pods,
-        }
-        self.rounds.write(record)
+        outcome = round_record(rnd, status, ended, self.active())
+        phases, failed, stuck = outcome.phases, outcome.failed, outcome.stuck
+        self.rounds.write(outcome.record)
         self._round = None
         if status in ("completed", "timeout"):
             self.ck.rounds += 1
@@ -679,21 +359,21 @@ class SoakLoop:
         for name in failed:
             if self.ck.failed_logs >= self.s.max_failed_logs:
                 break
-            ok, text = self._try("rounds", functools.partial(self.ops.pod_log, name))
+            ok, text = self.guard.attempt("rounds", functools.partial(self.ops.pod_log, name))
             if ok:
                 self.ck.failed_logs += 1
                 d = self.dir / "failed-pods"
                 d.mkdir(exist_ok=True)
                 with gzip.open(d / f"{name}.log.gz", "wt", encoding="utf-8") as fh:
                     fh.write(text)
-        ok, _ = self._try("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s))
+        ok, _ = self.guard.attempt("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s))
         self._need_delete = not ok
         self.ops.end_round()
         if ok:
             self.tick("idle")
         self.save()
 
-    def _quota_change(self, rnd: _Round) -> None:
+    def _quota_change(self, rnd: Round) -> None:
         cycle = self.s.quota_cycle
         if not cycle or not self.s.quota_key:
             return
@@ -704,7 +384,8 @@ class SoakLoop:
         changed: list[str] = []
         when = self.clock()
         for name in running:
-            ok, t = self._try("quota", functools.partial(self.ops.annotate, name, {str(self.s.quota_key): value}))
+            annotate = functools.partial(self.ops.annotate, name, {str(self.s.quota_key): value})
+            ok, t = self.guard.attempt("quota", annotate)
             if ok:
                 done.append(name)
                 when = t
@@ -719,12 +400,12 @@ class SoakLoop:
     def _final_phase(self) -> None:
         """Delete the pods, then wait up to ``settle_s`` for GPU memory and our client series to return."""
         limit = self.mono() + self.s.settle_s
-        ok, _ = self._retry("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s),
+        ok, _ = self.guard.retry("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s),
                             until=limit + self.s.backoff_max_s)
         settled = False
         t0 = self.mono()
         while True:
-            if self.tick("idle", full=True) and self._recovered():
+            if self.tick("idle", full=True) and self.sampler.recovered():
                 settled = True
                 break
             if self.mono() >= limit:
@@ -735,30 +416,19 @@ class SoakLoop:
             "deleted": ok,
             "settled": settled,
             "settle_s": round(self.mono() - t0, 3),
-            **self._snapshot(),
+            **self.sampler.snapshot(),
         }
         atomic_write_text(self.dir / "final.json", json.dumps(final, indent=1) + "\n")
-        self._save_scrapes("final")
-        ok, _ = self._try("final", lambda: self.ops.harvest_previous(self.dir / "previous"))
+        self.sampler.save_scrapes("final")
+        ok, _ = self.guard.attempt("final", lambda: self.ops.harvest_previous(self.dir / "previous"))
         self.ck.final_done = True
         self.save()
         self.say(f"final: settled={settled} after {final['settle_s']:.1f}s")
 
-    def _recovered(self) -> bool:
-        base = self._baseline.get("gpu_used") or {}
-        for node, facts in self._last_facts.items():
-            if not facts.ok or facts.ours(self.prefix, self._our_pids):
-                return False
-            for gpu, used in facts.gpu_used:
-                ref = (base.get(node) or {}).get(gpu)
-                if ref is not None and used > ref + self.s.gpu_tolerance_bytes:
-                    return False
-        return bool(self._last_facts)
-
     def _rotate(self, reason: str | None = None, since: float | None = None) -> None:
         idx = int(self.clock())
         dest = self.dir / "logs"
-        ok, files = self._try("logs", lambda: self.ops.rotate_logs(dest, idx, since=since))
+        ok, files = self.guard.attempt("logs", lambda: self.ops.rotate_logs(dest, idx, since=since))
         if ok:
             extra = {k: v for k, v in (("reason", reason), ("since", since)) if v is not None}
             self.event("logs_rotated", files=[str(Path(f).name) for f in files], **extra)
@@ -772,9 +442,9 @@ class SoakLoop:
         if rnd is not None:
             running = {"round": rnd.no, "pods": len(rnd.names),
                        "terminal": sum(1 for r in rnd.last.values() if r.terminal)}
-        last = self._last_tick_wall
+        last = self.sampler.last_tick_wall
         nodes = {}
-        for node, procs in self._last_procs.items():
+        for node, procs in self.sampler.last_procs.items():
             nodes[node] = [{"pid": p.pid, "rss_bytes": p.rss_bytes, "fd_count": p.fd_count} for p in procs]
         return {
             "case": self.label, "elapsed_s": round(self.active(), 1), "remaining_s": self.remaining(),
@@ -783,27 +453,14 @@ class SoakLoop:
             "samples": self.ck.samples, "last_sample_ts": last,
             "last_sample_age_s": None if last is None else round(self.clock() - last, 1),
             "schedulers": nodes, "anomalies": self.ck.anomalies, "gaps": self.ck.gaps,
-            "in_gap": sorted(op for op, st in self._ops.items() if st.gap_start is not None),
+            "in_gap": self.guard.in_gap(),
         }
 
     def write_status(self) -> None:
         atomic_write_text(self.dir / "status.json", json.dumps(self.status(), indent=1) + "\n")
 
     def progress(self) -> None:
-        st = self.status()
-        run = st["running"]
-        running = f", running round {run['round']} ({run['terminal']}/{run['pods']} done)" if run else ""
-        procs = "; ".join(
-            f"{n} rss {_mib(ps[0]['rss_bytes'])} fd {ps[0]['fd_count']}" for n, ps in sorted(st["schedulers"].items())
-            if ps
-        )
-        age = st["last_sample_age_s"]
-        self.say(
-            f"{_fmt_hms(st['elapsed_s'])} elapsed, {_fmt_hms(st['remaining_s'])} left | rounds {st['rounds']}"
-            f"{running} | pods ok {st['pods_ok']}, bad {st['pods_bad']} | last sample "
-            f"{'-' if age is None else f'{age:.0f}s ago'}: {procs or '-'} | anomalies {st['anomalies']}, "
-            f"gaps {st['gaps']}{' (in gap: ' + ','.join(st['in_gap']) + ')' if st['in_gap'] else ''}"
-        )
+        self.say(progress_line(self.status()))
         self.write_status()
 
     def interim(self) -> None:
@@ -811,29 +468,11 @@ class SoakLoop:
         self.ck.interim_reports += 1
         k = self.ck.interim_reports
         st = self.status()
-        lines = [
-            f"# Interim report {k}: {self.label}", "",
-            f"- elapsed {_fmt_hms(st['elapsed_s'])}, remaining {_fmt_hms(st['remaining_s'])}",
-            f"- rounds {st['rounds']}, pods ok {st['pods_ok']}, failed or stuck {st['pods_bad']}",
-            f"- samples {st['samples']}, gaps {st['gaps']}, anomalies {st['anomalies']}", "",
-            "| node | pid | points | RSS last | RSS slope /h | RSS growth | FD last | FD slope /h |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for key, reg in self._regs.items():
-            fd = self._fd_regs.get(key)
-            slope = reg.slope
-            fd_slope = fd.slope if fd else None
-            lines.append(
-                f"| {key[0]} | {key[1]} | {reg.n} | {_mib(reg.last)} | "
-                f"{'-' if slope is None else _mib(slope * 3600)} | {_mib(reg.growth)} | "
-                f"{'-' if fd is None else int(fd.last)} | {'-' if fd_slope is None else f'{fd_slope * 3600:.2f}'} |"
-            )
-        lines += ["", "Live slopes are plain least squares (no significance test); the verdict refits the stored",
-                  "series with the autocorrelation-corrected test (xpushare/judge/trend.py).", ""]
+        lines = interim_lines(k, self.label, st, self.sampler.trends)
         d = self.dir / "interim"
         d.mkdir(exist_ok=True)
         path = d / f"interim-{k:03d}.md"
         atomic_write_text(path, "\n".join(lines))
-        self._save_scrapes(f"interim-{k:03d}")
+        self.sampler.save_scrapes(f"interim-{k:03d}")
         self.event("interim_report", n=k, path=f"interim/{path.name}")
         self.say(f"interim report: {path}")
