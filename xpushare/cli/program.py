@@ -5,8 +5,8 @@ directory, with the tasks, flags, help and exit statuses of :mod:`xpushare.cli.c
 
 Both commands report a command line Invoke cannot parse (an unknown flag, a missing required flag, a flag
 without its value) as one ``error:`` line and exit status 2 (USAGE), like every other usage error:
-:func:`adopt` gives a running Invoke :class:`~invoke.program.Program` that policy (``tasks.py`` applies it to
-``invoke``'s own program; Invoke would print its parser's message and exit 1).
+:class:`XpushareProgram` has that policy, and :func:`adopt` gives it to ``invoke``'s own program (``tasks.py``);
+Invoke would print its parser's message and exit 1.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from xpushare import __version__
 from xpushare.cli.collection import namespace
 from xpushare.model.exit_status import ExitStatus
 
-__all__ = ["adopt", "main", "parse_error_line", "program"]
+__all__ = ["XpushareProgram", "adopt", "main", "parse_error_line", "program", "usage_exit"]
 
 _UNKNOWN = re.compile(r"No idea what '(?P<token>.*)' is!")
 _NO_VALUE = re.compile(r"Flag '<Argument: (?P<name>[^ (>]+).*' needed value and was not given one!")
@@ -56,30 +56,44 @@ def _binary(prog: Program) -> str:
     return (prog.name or "invoke").lower()  # "Invoke" or "xpushare": the command a user types
 
 
-def adopt(prog: Program) -> Program:
-    """Make ``prog`` report parse errors as one ``error:`` line and exit 2; returns ``prog``.
+def usage_exit(exc: ParseError, prog: Program) -> Exit:
+    """The :class:`~invoke.exceptions.Exit` for a parse error: its :func:`parse_error_line`, status 2 (USAGE).
+    Invoke's :meth:`~invoke.program.Program.run` prints an ``Exit``'s message and exits with its code."""
+    return Exit(message=parse_error_line(exc, _binary(prog)), code=int(ExitStatus.USAGE))
 
-    Wraps the program's own ``parse_tasks`` step (the one that parses the task names and their flags):
-    Invoke's :meth:`~invoke.program.Program.run` prints an :class:`~invoke.exceptions.Exit`'s message and exits
-    with its code.
+
+class XpushareProgram(Program):
+    """The ``xpushare`` command: Invoke's program whose parse errors are one ``error:`` line and exit 2
+    (Invoke documents subclassing :class:`~invoke.program.Program` to build a standalone command)."""
+
+    def parse_tasks(self) -> None:
+        try:
+            super().parse_tasks()
+        except ParseError as exc:
+            raise usage_exit(exc, self) from None
+
+
+def adopt(prog: Program) -> Program:
+    """Give ``invoke``'s own program (built by Invoke before ``tasks.py`` is loaded, so it cannot be an
+    :class:`XpushareProgram`) the same parse-error policy; returns ``prog``.
+
+    The one hook on a third-party object: it wraps that instance's ``parse_tasks`` step (the one that parses
+    the task names and their flags, run after ``tasks.py`` is loaded). Adopting twice is harmless: the inner
+    wrapper already turned the ``ParseError`` into an ``Exit``.
     """
     parse: Callable[[], None] = prog.parse_tasks
-    if getattr(parse, "xpushare_adopted", False):
-        return prog
 
     def parse_tasks() -> None:
         try:
             parse()
         except ParseError as exc:
-            raise Exit(message=parse_error_line(exc, _binary(prog)),
-                       code=int(ExitStatus.USAGE)) from None
+            raise usage_exit(exc, prog) from None
 
-    parse_tasks.xpushare_adopted = True  # type: ignore[attr-defined]
     prog.parse_tasks = parse_tasks  # type: ignore[method-assign]
     return prog
 
 
-program = adopt(Program(namespace=namespace, version=__version__, name="xpushare", binary="xpushare"))
+program = XpushareProgram(namespace=namespace, version=__version__, name="xpushare", binary="xpushare")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
