@@ -14,6 +14,7 @@ from typing import Any
 
 from invoke import Collection, Context, task
 
+from xpushare.cli import flags
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.model.errors import UsageError
@@ -36,22 +37,6 @@ SETUP_HELP = {
 }
 
 
-def _cluster(cluster: str | None) -> str:
-    if not cluster:
-        raise UsageError("--cluster is required, e.g. --cluster c1")
-    return cluster
-
-
-def _count(count: Any) -> int:
-    try:
-        value = int(str(count))
-    except ValueError:
-        raise UsageError(f"N must be a whole number of pods, not {count!r}") from None
-    if value < 1:
-        raise UsageError(f"N must be at least 1, not {value}")
-    return value
-
-
 def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str | None = None,
               keep_sut: bool = False, skip_setup: bool = False, mode: str = "auto", autocommit: bool = False,
               source: str | None = None, run_id: str | None = None, set_: Sequence[str] | None = None,
@@ -60,7 +45,8 @@ def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str 
         from xpushare.legacy.scenarios import LegacyRequest, run_scenario
 
         request = LegacyRequest(
-            scenario=name, cluster=_cluster(cluster), count=_count(count) if count is not None else None,
+            scenario=name, cluster=flags.required("--cluster", cluster),
+            count=flags.count("N", count, 1) if count is not None else None,
             mode=mode, skip_setup=skip_setup, autocommit=autocommit, source=source, suffix=suffix,
             keep_sut=keep_sut, run_id=run_id, overrides=set_ or (), inventory_path=inventory_, root=Path(root),
         )
@@ -97,11 +83,12 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
         from xpushare.inventory import schema
         from xpushare.legacy.deploy import DeployRequest, run_deploy
 
-        spec = schema.load(inventory_).cluster(_cluster(cluster))
+        name = flags.required("--cluster", cluster)
+        spec = schema.load(inventory_).cluster(name)
         if spec.mode == "host":
             return deploy_host_mode(spec, sut_src or source)
 
-        request = DeployRequest(cluster=_cluster(cluster), mode=mode, skip_setup=skip_setup, autocommit=autocommit,
+        request = DeployRequest(cluster=name, mode=mode, skip_setup=skip_setup, autocommit=autocommit,
                                 source=source, run_id=run_id, overrides=set_ or (), inventory_path=inventory_,
                                 root=Path(root))
         return run_deploy(request, out=sys.stdout)
