@@ -26,14 +26,14 @@ from xpushare.model.exit_status import ExitStatus
 #: The signals handled as Ctrl-C.
 HANDLED: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-_requested = threading.Event()
-_received: list[int] = []  # the first handled signal of the block
+# The first handled signal of the outermost block; empty: none. The one record of a request (worker threads
+# read it through check(): a list's truth value is safe to read across threads).
+_received: list[int] = []
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     if not _received:
         _received.append(signum)
-    _requested.set()
     raise KeyboardInterrupt
 
 
@@ -44,9 +44,7 @@ def installed() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    outer = signal.getsignal(signal.SIGINT) is _handler
-    if not outer:
-        _requested.clear()
+    if signal.getsignal(signal.SIGINT) is not _handler:  # the outermost block starts from no request
         _received.clear()
     previous = {s: signal.signal(s, _handler) for s in HANDLED}
     try:
@@ -58,7 +56,7 @@ def installed() -> Iterator[None]:
 
 def requested() -> bool:
     """True once a handled signal arrived inside :func:`installed`."""
-    return _requested.is_set()
+    return bool(_received)
 
 
 def received() -> int | None:
@@ -80,5 +78,5 @@ def exit_status() -> ExitStatus:
 
 def check() -> None:
     """Raise ``KeyboardInterrupt`` if Ctrl-C was pressed (for wait loops)."""
-    if _requested.is_set():
+    if _received:
         raise KeyboardInterrupt
