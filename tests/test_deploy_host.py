@@ -93,6 +93,56 @@ def test_missing_build_tools_are_named_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "state").exists()
 
 
+def is_manager_probe(argv: Sequence[str]) -> bool:
+    """The command of ``host_sut.manager_of`` (a script that prints ``systemd`` or ``process``)."""
+    return len(argv) == 3 and argv[0] == "sh" and "echo systemd" in argv[2]
+
+
+class ScriptedHost(LocalHost):
+    """A host whose scheduler runs (pid 4242, supervised process) but whose ``/healthz`` answers ``code``;
+    records every command it was asked to run."""
+
+    def __init__(self, name: str, code: str) -> None:
+        super().__init__(name)
+        self.code = code
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:
+        self.calls.append(tuple(argv))
+        if argv[0] == "curl":
+            out = self.code
+        elif is_manager_probe(argv):
+            out = "process\n"
+        else:
+            out = "4242\n"
+        return CommandResult(self.name, tuple(argv), out, "", 0, 0.0)
+
+
+def test_status_exits_1_for_a_running_scheduler_whose_healthz_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheduler with a pid but /healthz 500 is not a healthy SUT: the exit status follows
+    ``SchedulerStatus.healthy``, not the word "running"."""
+    cluster = schema.parse(cluster_text(tmp_path, 9402)).cluster("bm1")
+    monkeypatch.setattr("xpushare.deploy.connect", lambda spec: ScriptedHost(spec.name, "500"))
+    out = io.StringIO()
+    assert run_on_cluster(cluster, "status", out=out) == 1, out.getvalue()
+    assert "running (pid 4242, process, /healthz 500)" in out.getvalue()
+    monkeypatch.setattr("xpushare.deploy.connect", lambda spec: ScriptedHost(spec.name, "200"))
+    assert run_on_cluster(cluster, "status", out=out) == 0, out.getvalue()
+
+
+def test_wait_healthy_asks_for_the_manager_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each poll is the pid and /healthz only: how the scheduler is run does not change while polling."""
+    layout = host_sut.HostSutLayout.of(schema.parse(cluster_text(tmp_path, 9402)).cluster("bm1"))
+    host = ScriptedHost("box", "503")
+    monkeypatch.setattr(host_sut.time, "sleep", lambda s: None)
+    with pytest.raises(host_sut.DeployError, match="not healthy"):
+        host_sut.wait_healthy(host, layout, timeout_s=0.05)
+    polls = [c for c in host.calls if c[0] == "curl"]
+    managers = [c for c in host.calls if is_manager_probe(c)]
+    assert len(polls) >= 2 and len(managers) == 1
+
+
 @pytest.mark.lab
 @pytest.mark.slow
 def test_deploy_runs_the_real_scheduler_and_undeploy_removes_it(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import pytest
 from tests.test_cases_metrics import FakeExporter, act_and_judge, exporter, host_cluster  # noqa: F401 (fixture)
 from tests.test_metrics_check import IDLE, METRICS_CT, UUID, with_rows
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord, PodSpec, write_pod_records
-from xpushare.backends.host import _POLL, _WRAPPER
+from xpushare.backends.host import _POLL, _WRAPPER, HostBackend
 from xpushare.cases import REGISTRY
 from xpushare.collect import scheduler_log
 from xpushare.collect.metrics import parse_exposition
@@ -49,6 +50,7 @@ from xpushare.evidence.store import SOURCE_RECORDED, SOURCE_REGISTRATION, Eviden
 from xpushare.judge import metrics as jm
 from xpushare.metrics_check import checklist, endpoint, probes
 from xpushare.model.verdict import Status
+from xpushare.transport.base import CommandResult
 from xpushare.transport.local import LocalHost
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
@@ -461,3 +463,27 @@ def test_met002_without_anything_to_match_is_an_error() -> None:
     assert case.judge is not None
     v = case.judge(ev, {}, {"mode": "host", "probe": "met-002-probe", "prefix": "xpushare"})
     assert v.status is Status.ERROR and "host_pid unknown" in v.summary
+
+
+def test_host_scheduler_facts_are_not_healthy_without_a_healthz_answer() -> None:
+    """A running scheduler process is not "healthy" unless ``/healthz`` answered 200: with no ``metrics_url`` to
+    ask, the process alone is no evidence of health (a recovery check must not pass on it)."""
+    proc = "@@PROC 4242\nName:\txpushare-schedu\nPid:\t4242\nVmRSS:\t1024 kB\nThreads:\t2\nFD_COUNT=7\n"
+
+    class SchedulerNode(LocalHost):
+        health = ""
+
+        def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:
+            return CommandResult(self.name, tuple(argv), proc + self.health + "@@END\n", "", 0, 0.0)
+
+    cluster = host_cluster(None)
+    cluster = replace(cluster, scheduler=replace(cluster.scheduler, process_name="xpushare-scheduler"))
+    backend = HostBackend(cluster)
+    node = SchedulerNode("localhost")
+    backend.hosts = {"localhost": node}
+    [facts] = backend.scheduler_facts()
+    assert facts.processes and facts.instance == "4242" and not facts.healthy
+    node.health = "@@HEALTH\nOK\nHTTP_CODE=200\n"
+    assert backend.scheduler_facts()[0].healthy
+    node.health = "@@HEALTH\ncurl: (7) refused\nHTTP_CODE=000\n"
+    assert not backend.scheduler_facts()[0].healthy

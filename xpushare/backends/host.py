@@ -405,7 +405,8 @@ class HostBackend(Backend):
     def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
         """The first GPU host's scheduler (the inventory's ``scheduler.process_name`` and ``metrics_url``): its
         processes, ``/healthz``, and ``/metrics`` when asked, in one command on that host. ``instance`` is the
-        oldest process's pid: a new pid is a restart. Raises :class:`XpushareError` without ``process_name``."""
+        oldest process's pid: a new pid is a restart; ``healthy`` needs a ``/healthz`` 200 (never without a
+        ``metrics_url`` to ask). Raises :class:`XpushareError` without ``process_name``."""
         sched = self.cluster.scheduler
         if not sched.process_name:
             raise XpushareError(f"cluster {self.cluster.name}: no scheduler.process_name in the inventory")
@@ -419,7 +420,7 @@ class HostBackend(Backend):
             return [SchedulerFacts(node, error=out.error)]
         first = out.processes[0].pid if out.processes else None
         return [SchedulerFacts(node, out.processes, None if first is None else str(first), 0,
-                               bool(out.processes) and out.healthy is not False, out.metrics_text,
+                               bool(out.processes) and out.healthy is True, out.metrics_text,
                                "" if first is None else f"pid-{first}")]
 
     def restart_scheduler(self) -> SchedulerRestart:

@@ -22,28 +22,31 @@ from xpushare.transport.hosts import connect
 ACTIONS = ("deploy", "undeploy", "status", "start", "stop", "restart")
 
 
-def _operation(action: str, layout: host_sut.HostSutLayout, src: Path | None, tmp: Path) -> Callable[[Host], str]:
+def _operation(action: str, layout: host_sut.HostSutLayout, src: Path | None,
+               tmp: Path) -> Callable[[Host], tuple[str, bool]]:
+    """One host's ``action``: ``(detail, ok)``; ok is False only where the scheduler it shows is not healthy."""
     tarball = host_sut.source_tarball(src, tmp) if action == "deploy" and src is not None else None
 
-    def describe(st: host_sut.SchedulerStatus) -> str:
+    def describe(st: host_sut.SchedulerStatus) -> tuple[str, bool]:
         health = f"/healthz {st.healthz}" if st.healthz else "/healthz no answer"
-        return f"{'running' if st.pid else 'not running'} (pid {st.pid or '-'}, {st.manager}, {health})"
+        return f"{'running' if st.pid else 'not running'} (pid {st.pid or '-'}, {st.manager}, {health})", st.healthy
 
-    def op(host: Host) -> str:
+    def op(host: Host) -> tuple[str, bool]:
         if action == "deploy":
             assert tarball is not None
             host_sut.stop(host, layout)  # a scheduler of an earlier deploy holds the socket
             host_sut.build_and_install(host, layout, tarball)
-            return f"built and installed; started ({host_sut.start(host, layout)})"
+            return f"built and installed; started ({host_sut.start(host, layout)})", True
         if action == "undeploy":
-            return "removed " + ", ".join(host_sut.undeploy(host, layout))
+            return "removed " + ", ".join(host_sut.undeploy(host, layout)), True
+        manager = None
         if action in ("stop", "restart"):
-            host_sut.stop(host, layout)
+            manager = host_sut.stop(host, layout)
             if action == "stop":
-                return "stopped"
+                return "stopped", True
         if action in ("start", "restart"):
-            host_sut.start(host, layout)
-        return describe(host_sut.status(host, layout))
+            manager = host_sut.start(host, layout)
+        return describe(host_sut.status(host, layout, manager))
 
     return op
 
@@ -70,8 +73,8 @@ def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None
         for h in hosts:
             h.close()
     rows = [(o.host, "ok" if o.error is None else ("unreachable" if o.unreachable else "failed"),
-             o.value if o.error is None else str(o.error)) for o in outcomes]
-    unhealthy = action == "status" and any(o.value is not None and not o.value.startswith("running") for o in outcomes)
+             o.value[0] if o.value is not None else str(o.error)) for o in outcomes]
+    unhealthy = action == "status" and any(o.value is not None and not o.value[1] for o in outcomes)
     print(tabulate(rows, headers=["host", action, "detail"]), file=out)
     failed = [o for o in outcomes if o.error is not None]
     if failed and all(o.unreachable for o in failed):

@@ -282,15 +282,19 @@ def start(host: Host, layout: HostSutLayout) -> str:
         res = host.run(["sh", "-c", _SUPERVISE_SCRIPT, "sh", layout.state_dir, layout.log_file, *argv], timeout=30)
     if not res.ok:
         raise DeployError(host.name, f"starting the scheduler ({manager}) failed: {res.stderr.strip()[-300:]}")
-    wait_healthy(host, layout)
+    wait_healthy(host, layout, manager=manager)
     return manager
 
 
-def stop(host: Host, layout: HostSutLayout) -> None:
-    """Stop the scheduler however it runs; nothing to do when it does not. Raises :class:`TransportError`."""
-    if manager_of(host) == "systemd":
+def stop(host: Host, layout: HostSutLayout) -> str:
+    """Stop the scheduler however it runs; nothing to do when it does not. Returns the host's manager
+    (:func:`manager_of`). Raises :class:`TransportError`."""
+    manager = manager_of(host)
+    if manager == "systemd":
         host.run(["sh", "-c", 'systemctl stop "$1" 2>/dev/null || true', "sh", UNIT], timeout=60)
+    # also on a systemd host: a supervised process left by an earlier deploy under another login holds the socket
     host.run(["sh", "-c", _STOP_PROCESS_SCRIPT, "sh", layout.state_dir], timeout=60)
+    return manager
 
 
 @dataclass(frozen=True)
@@ -308,9 +312,10 @@ class SchedulerStatus:
         return self.pid is not None and self.healthz == 200
 
 
-def status(host: Host, layout: HostSutLayout) -> SchedulerStatus:
-    """The scheduler's pid and ``/healthz`` answer on ``host`` (curl on the host). Raises :class:`TransportError`."""
-    manager = manager_of(host)
+def status(host: Host, layout: HostSutLayout, manager: str | None = None) -> SchedulerStatus:
+    """The scheduler's pid and ``/healthz`` answer on ``host`` (curl on the host); ``manager``: the host's
+    :func:`manager_of` when already known (saves a remote command). Raises :class:`TransportError`."""
+    manager = manager or manager_of(host)
     if manager == "systemd":
         out = host.run(["systemctl", "show", "-p", "MainPID", "--value", UNIT], timeout=30).stdout.strip()
     else:
@@ -321,11 +326,14 @@ def status(host: Host, layout: HostSutLayout) -> SchedulerStatus:
     return SchedulerStatus(host.name, pid, int(code) if code.isdigit() else 0, manager)
 
 
-def wait_healthy(host: Host, layout: HostSutLayout, timeout_s: float = START_TIMEOUT_S) -> SchedulerStatus:
-    """Poll :func:`status` until ``/healthz`` answers 200. Raises :class:`DeployError` after ``timeout_s``."""
+def wait_healthy(host: Host, layout: HostSutLayout, timeout_s: float = START_TIMEOUT_S, *,
+                 manager: str | None = None) -> SchedulerStatus:
+    """Poll :func:`status` every 0.5 s until ``/healthz`` answers 200 (the manager asked once, unless given).
+    Raises :class:`DeployError` after ``timeout_s``."""
+    manager = manager or manager_of(host)
     deadline = time.monotonic() + timeout_s
     while True:
-        st = status(host, layout)
+        st = status(host, layout, manager)
         if st.healthy:
             return st
         if time.monotonic() > deadline:
@@ -341,9 +349,9 @@ def undeploy(host: Host, layout: HostSutLayout) -> list[str]:
 
     Raises :class:`TransportError`.
     """
-    stop(host, layout)
+    manager = stop(host, layout)
     paths = [layout.library, layout.scheduler, layout.ctl, layout.state_dir]
-    if manager_of(host) == "systemd":
+    if manager == "systemd":
         host.run(["sh", "-c", 'systemctl disable "$1" 2>/dev/null || true', "sh", UNIT], timeout=60)
         paths.append(f"/etc/systemd/system/{UNIT}.service")
     host.run(["rm", "-rf", "--", *paths], timeout=60, check=True)
