@@ -40,7 +40,6 @@ from xpushare.collect import pod_log
 from xpushare.collect.metrics import Exposition
 from xpushare.collect.scheduler_log import SchedulerLogSummary
 from xpushare.evidence.store import Evidence
-from xpushare.judge import thresholds
 from xpushare.judge.checks import (
     check_pods_succeeded,
     check_rejected,
@@ -67,7 +66,6 @@ from xpushare.judge.quota import check_higher_quota_faster
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
-    "DEFAULTS",
     "ChangeFacts",
     "change_facts",
     "check_captures",
@@ -82,10 +80,6 @@ __all__ = [
     "pods_in_capture",
     "split_capture",
 ]
-
-
-#: The seed's defaults of this suite (the same table as :data:`xpushare.judge.thresholds.COMBINATION`).
-DEFAULTS = thresholds.COMBINATION
 
 
 # ------------------------------------------------------------------------------------ COMBO-001
