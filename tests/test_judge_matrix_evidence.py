@@ -90,3 +90,17 @@ def test_a_workload_that_cannot_import_torch_is_error_not_fail() -> None:
     v = functional.judge_same_gpu_pair(Evidence.from_parts(failed, crashed), {"func002_min_overlap_ratio": 0.5},
                                        pods=["a", "b"])
     assert v.status is Status.FAIL, v.summary
+
+
+def test_a_pair_member_without_a_client_id_is_error_not_fail(tmp_path: Path) -> None:
+    """One pod's registration is missing from the log: its lock lines cannot be attributed, so FUNC-002 cannot
+    say it never held the lock (ERROR), nor pass on the other pod's lock alone."""
+    case = tmp_path / "unregistered"
+    shutil.copytree(EVIDENCE / "k8s-func002-time-sliced", case)
+    log = case / "scheduler.log"
+    log.write_text("\n".join(line for line in log.read_text().splitlines()
+                             if "Registered client" not in line or "func-002-w2-z" not in line) + "\n")
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    v = lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    assert v.status is Status.ERROR and "func-002-w2-z" in v.summary, v.summary
+    assert next(c for c in v.checks if c.name == "lock_shared").ok is None

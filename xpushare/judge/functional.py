@@ -39,17 +39,26 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     is recorded. A lock holder that is never made to drop the lock while the other waits (no time-slicing)
     gives disjoint spans, ratio 0: the other pod starved until it ended. None when neither pod's client took
     the lock: unlimited clients never ask for it (sut-interfaces.md §3.2), so the log says nothing of turns.
+    Unevaluable (``ok=None``) when one pod held the lock and the other's client id is unknown (no registration
+    matched it), since its lock lines cannot be attributed.
     """
     spans = scheduler_log.lock_spans(ev.text("scheduler.log") or "")
     held: dict[str, tuple[float, float] | None] = {}
+    unknown: list[str] = []
     for pod in pair:
         assignment = ev.assignment(pod)
+        if not (assignment and assignment.client_ids):
+            unknown.append(pod)
         own = [spans[c] for c in (assignment.client_ids if assignment else ()) if c in spans]
         ends = [x.last_release for x in own if x.last_release is not None]
         held[pod] = (min(x.first_grant for x in own), max(ends)) if own and ends else None
     if all(v is None for v in held.values()):
         return None
     values: dict[str, Any] = {"lock_spans": {p: list(v) if v else None for p, v in held.items()}}
+    if unknown:
+        # Without the pod's client id its lock lines cannot be told apart: not evidence that it never held it.
+        return Check("lock_shared", LOCK_SHARED, values, None,
+                     f"no scheduler client id (registration) for {', '.join(unknown)}")
     if any(v is None for v in held.values()):
         return Check("lock_shared", LOCK_SHARED, values, False, "a pod of the pair never held and released the lock")
     (a0, a1), (b0, b1) = (v for v in held.values() if v is not None)
