@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from xpushare.cases import REGISTRY
-from xpushare.collect.scheduler_log import lock_spans
+from xpushare.collect.scheduler_log import parse_text
 from xpushare.engine import lifecycle
 from xpushare.model.verdict import Status, Verdict
 
@@ -44,18 +44,18 @@ def test_lock_never_dropped_fails_though_the_run_intervals_overlap(tmp_path: Pat
 
 def test_lock_spans_read_grants_and_releases_with_timestamps() -> None:
     log = (EVIDENCE / "k8s-func002-time-sliced" / "scheduler.log").read_text()
-    spans = lock_spans(log)
+    spans = parse_text(log).lock_spans
     assert sorted(s.grants for s in spans.values()) == [2, 2]
     assert all(s.last_release is not None and s.last_release > s.first_grant for s in spans.values())
     # without kubectl timestamps nothing can be placed in time: no spans, never invented ones
-    assert lock_spans("[XPUSHARE][INFO]: Sent LOCK_OK to client 0123456789abcdef") == {}
+    assert parse_text("[XPUSHARE][INFO]: Sent LOCK_OK to client 0123456789abcdef").lock_spans == {}
 
 
 def test_a_pair_member_that_never_released_the_lock_fails(tmp_path: Path) -> None:
     name = "k8s-func002-time-sliced"
     case = tmp_path / "edited"
     shutil.copytree(EVIDENCE / name, case)
-    second = sorted(lock_spans((case / "scheduler.log").read_text()))[0]
+    second = sorted(parse_text((case / "scheduler.log").read_text()).lock_spans)[0]
     kept = [line for line in (case / "scheduler.log").read_text().splitlines()
             if not (second in line and "released from running_list" in line)]
     (case / "scheduler.log").write_text("\n".join(kept) + "\n")

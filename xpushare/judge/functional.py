@@ -32,7 +32,7 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     """``lock_shared``: both clients of the pair held the GPU lock in turns, not one after the other.
 
     Each pod's span under the lock runs from its client's first ``Sent LOCK_OK`` to its last ``released from
-    running_list`` in ``scheduler.log`` (:func:`~xpushare.collect.scheduler_log.lock_spans`); the check passes
+    running_list`` in ``scheduler.log`` (``SchedulerLogSummary.lock_spans``); the check passes
     when the spans overlap at all, i.e. the lock went back to the first holder after the second one got it
     (or both held it at once). How much they overlap depends on where the turns fall in the compute window
     (0.5-1.0 on a healthy lab, three runs), so only its presence is judged; the ratio (overlap / shorter span)
@@ -42,7 +42,7 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     Unevaluable (``ok=None``) when one pod held the lock and the other's client id is unknown (no registration
     matched it), since its lock lines cannot be attributed.
     """
-    spans = scheduler_log.lock_spans(ev.text("scheduler.log") or "")
+    spans = scheduler_log.parse_text(ev.text("scheduler.log") or "").lock_spans
     held: dict[str, tuple[float, float] | None] = {}
     unknown: list[str] = []
     for pod in pair:
