@@ -104,3 +104,16 @@ def test_a_pair_member_without_a_client_id_is_error_not_fail(tmp_path: Path) -> 
     v = lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
     assert v.status is Status.ERROR and "func-002-w2-z" in v.summary, v.summary
     assert next(c for c in v.checks if c.name == "lock_shared").ok is None
+
+
+def test_a_pair_that_never_released_the_lock_fails(tmp_path: Path) -> None:
+    """Both pods got LOCK_OK but neither released it in the log: that is no evidence of turns, so FUNC-002
+    cannot pass on its run intervals alone (the lock check must not drop out as 'no lock traffic')."""
+    case = tmp_path / "unreleased"
+    shutil.copytree(EVIDENCE / "k8s-func002-time-sliced", case)
+    log = case / "scheduler.log"
+    log.write_text("\n".join(line for line in log.read_text().splitlines()
+                             if "released from running_list" not in line) + "\n")
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    v = lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    assert v.status is Status.FAIL and "never held and released" in v.summary, v.summary

@@ -45,14 +45,16 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     spans = scheduler_log.parse_text(ev.text("scheduler.log") or "").lock_spans
     held: dict[str, tuple[float, float] | None] = {}
     unknown: list[str] = []
+    granted = False
     for pod in pair:
         assignment = ev.assignment(pod)
         if not (assignment and assignment.client_ids):
             unknown.append(pod)
         own = [spans[c] for c in (assignment.client_ids if assignment else ()) if c in spans]
+        granted = granted or bool(own)
         ends = [x.last_release for x in own if x.last_release is not None]
         held[pod] = (min(x.first_grant for x in own), max(ends)) if own and ends else None
-    if all(v is None for v in held.values()):
+    if not granted:
         return None
     values: dict[str, Any] = {"lock_spans": {p: list(v) if v else None for p, v in held.items()}}
     if unknown:
