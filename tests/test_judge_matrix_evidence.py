@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from xpushare.cases import REGISTRY
-from xpushare.collect.scheduler_log import lock_spans
+from xpushare.collect.scheduler_log import parse_text
 from xpushare.engine import lifecycle
 from xpushare.model.verdict import Status, Verdict
 
@@ -44,18 +44,18 @@ def test_lock_never_dropped_fails_though_the_run_intervals_overlap(tmp_path: Pat
 
 def test_lock_spans_read_grants_and_releases_with_timestamps() -> None:
     log = (EVIDENCE / "k8s-func002-time-sliced" / "scheduler.log").read_text()
-    spans = lock_spans(log)
+    spans = parse_text(log).lock_spans
     assert sorted(s.grants for s in spans.values()) == [2, 2]
     assert all(s.last_release is not None and s.last_release > s.first_grant for s in spans.values())
     # without kubectl timestamps nothing can be placed in time: no spans, never invented ones
-    assert lock_spans("[XPUSHARE][INFO]: Sent LOCK_OK to client 0123456789abcdef") == {}
+    assert parse_text("[XPUSHARE][INFO]: Sent LOCK_OK to client 0123456789abcdef").lock_spans == {}
 
 
 def test_a_pair_member_that_never_released_the_lock_fails(tmp_path: Path) -> None:
     name = "k8s-func002-time-sliced"
     case = tmp_path / "edited"
     shutil.copytree(EVIDENCE / name, case)
-    second = sorted(lock_spans((case / "scheduler.log").read_text()))[0]
+    second = sorted(parse_text((case / "scheduler.log").read_text()).lock_spans)[0]
     kept = [line for line in (case / "scheduler.log").read_text().splitlines()
             if not (second in line and "released from running_list" in line)]
     (case / "scheduler.log").write_text("\n".join(kept) + "\n")
@@ -90,3 +90,30 @@ def test_a_workload_that_cannot_import_torch_is_error_not_fail() -> None:
     v = functional.judge_same_gpu_pair(Evidence.from_parts(failed, crashed), {"func002_min_overlap_ratio": 0.5},
                                        pods=["a", "b"])
     assert v.status is Status.FAIL, v.summary
+
+
+def test_a_pair_member_without_a_client_id_is_error_not_fail(tmp_path: Path) -> None:
+    """One pod's registration is missing from the log: its lock lines cannot be attributed, so FUNC-002 cannot
+    say it never held the lock (ERROR), nor pass on the other pod's lock alone."""
+    case = tmp_path / "unregistered"
+    shutil.copytree(EVIDENCE / "k8s-func002-time-sliced", case)
+    log = case / "scheduler.log"
+    log.write_text("\n".join(line for line in log.read_text().splitlines()
+                             if "Registered client" not in line or "func-002-w2-z" not in line) + "\n")
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    v = lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    assert v.status is Status.ERROR and "func-002-w2-z" in v.summary, v.summary
+    assert next(c for c in v.checks if c.name == "lock_shared").ok is None
+
+
+def test_a_pair_that_never_released_the_lock_fails(tmp_path: Path) -> None:
+    """Both pods got LOCK_OK but neither released it in the log: that is no evidence of turns, so FUNC-002
+    cannot pass on its run intervals alone (the lock check must not drop out as 'no lock traffic')."""
+    case = tmp_path / "unreleased"
+    shutil.copytree(EVIDENCE / "k8s-func002-time-sliced", case)
+    log = case / "scheduler.log"
+    log.write_text("\n".join(line for line in log.read_text().splitlines()
+                             if "released from running_list" not in line) + "\n")
+    thresholds = json.loads((case / "result.json").read_text())["thresholds"]
+    v = lifecycle.judge_case(REGISTRY["FUNC-002"], case, thresholds, "k8s")
+    assert v.status is Status.FAIL and "never held and released" in v.summary, v.summary

@@ -676,3 +676,12 @@ def test_perf_task_on_local_and_rejudge_with_a_stricter_guard(tmp_path: Path) ->
     assert proc.returncode == 1 and r1["status"] == "ERROR" and "too short" in r1["summary"]
     proc = invoke("perf", "--cluster", "local", "--case", "PERF-001", "--set", "perf_quota_tolerance=0.1")
     assert proc.returncode == 2 and "unknown parameter" in proc.stderr
+
+
+def test_linearity_without_a_load_pods_log_is_error_not_skip() -> None:
+    """A load pod whose log was not collected (placement known only for the others): the case cannot be judged,
+    and that must not read as SKIP "no GPU shared"."""
+    ev, plan = linear({"GPU-a": [100], "GPU-b": [100]})
+    ev.logs.pop(plan["load_pods"][0])
+    v = judge_perf.judge_linearity(ev, TH, plan, multi_card=False)
+    assert v.status is Status.ERROR and "load_pods_succeeded" in v.summary, v.summary

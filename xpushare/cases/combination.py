@@ -31,6 +31,7 @@ from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as judge_combo
+from xpushare.judge import thresholds
 from xpushare.judge.metrics import read_capture
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.errors import XpushareError
@@ -39,11 +40,13 @@ from xpushare.model.verdict import Verdict
 W3 = "w3_idle_add"
 _K8S = frozenset({CAP_KUBERNETES})
 
+#: The seed's defaults of the COMBO thresholds (the one table the judgments read too).
+_D = thresholds.COMBINATION
 #: Parameters of the dynamic cases (FUNC-010..012 use the same names and values).
-_DYNAMIC: dict[str, Any] = {"dynamic_max_latency_s": 15, "dynamic_step_s": 30, "probe_interval_s": 10}
+_DYNAMIC: dict[str, Any] = {"dynamic_max_latency_s": _D["dynamic_max_latency_s"], "dynamic_step_s": 30,
+                            "probe_interval_s": _D["probe_interval_s"]}
 #: Parameters of the cases that scrape metrics while their pods run.
 _MID: dict[str, Any] = {"metrics_mid_timeout_s": 60, "metrics_mid_poll_s": 2}
-_D = judge_combo.DEFAULTS
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -44,9 +44,9 @@ from typing import Any
 
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.cases.functional import ample_quota
 from xpushare.cases.metrics_support import (
     W5_BYTES_PER_N2,
-    ample_memory,
     begin_case,
     client_seen,
     endpoint_target,
@@ -192,7 +192,7 @@ def _met003(run: CaseRun) -> None:
 def _met004(run: CaseRun) -> None:
     begin_case(run)
     core = run.params["met004_core_limit"]
-    memory = run.params["met004_memory_limit"] or ample_memory(run)
+    memory = run.params["met004_memory_limit"] or ample_quota(run)
     env = run.params["met004_memory_limit_env"]
     run.plan.update(core_limit=core, memory_limit=memory, memory_limit_env=env)
     pod, node = start_probe(run, core_limit=None if core is None else int(core), memory_limit=memory,

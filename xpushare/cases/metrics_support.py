@@ -163,11 +163,6 @@ def passes(verdict: Verdict) -> bool:
     return verdict.status is Status.PASS
 
 
-def ample_memory(run: CaseRun) -> str:
-    """Seed 000 MET-004 / FUNC-007: 4Gi on a T4, 8Gi on larger cards."""
-    return "4Gi" if "T4" in (run.cluster.gpu_model or "").upper() else "8Gi"
-
-
 def quota_now(body: str | None, client: ClientMatch, prefix: str | None) -> tuple[float | None, float | None]:
     """``(core percent, memory bytes)`` the page exports for the probe's clients (None: no series)."""
     return quota_state(parse_exposition(body or "", prefix), client)

@@ -32,6 +32,7 @@ from typing import Any
 
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.cases.functional import ample_quota
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as judge_stability
 from xpushare.model.verdict import Verdict
@@ -156,7 +157,7 @@ def _stab003(run: CaseRun) -> Callable[[int], list[PodSpec]]:
 
 def _memory_base(run: CaseRun) -> str:
     base = run.params.get("stab004_memory_base")
-    return str(base) if base else ("4Gi" if "T4" in (run.cluster.gpu_model or "").upper() else "8Gi")
+    return str(base) if base else ample_quota(run)
 
 
 def _stab004(run: CaseRun) -> Callable[[int], list[PodSpec]]:

@@ -26,8 +26,8 @@ What is counted and how (all per §4):
   before a registration is its own). Removal lines carry the id only.
 
 This module is the public face: :func:`parse_lines`/:func:`parse_text`/:func:`parse_file`, the kubectl
-argv (:func:`command`), the line scans that need no state machine (:func:`logged_allocations`,
-:func:`lock_spans`), and the names of :mod:`~xpushare.collect.scheduler_log_records` (the records and
+argv (:func:`command`), the line scan that needs no state machine (:func:`logged_allocations`), and the
+names of :mod:`~xpushare.collect.scheduler_log_records` (the records and
 :class:`SchedulerLogSummary`) and :mod:`~xpushare.collect.scheduler_log_parser` (:class:`SchedulerLogParser`,
 its handlers and caps), re-exported so that callers import from here.
 """
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from os import PathLike
 
 from xpushare.collect.pod_log import parse_timestamp
@@ -46,6 +45,7 @@ from xpushare.collect.scheduler_log_records import (
     RATE_KEYS,
     LimitChange,
     LimitSend,
+    LockSpan,
     LogLine,
     Registration,
     SchedulerLogSummary,
@@ -62,7 +62,6 @@ __all__ = [
     "SchedulerLogParser",
     "SchedulerLogSummary",
     "command",
-    "lock_spans",
     "logged_allocations",
     "parse_file",
     "parse_lines",
@@ -94,51 +93,6 @@ def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
                 continue
         out[m.group("cid").lower()] = int(m.group("mb"))
     return out
-
-
-_LOCK_OK_RE = re.compile(r"Sent LOCK_OK to client (?P<cid>[0-9a-f]{16})\b")
-_RELEASED_RE = re.compile(r"Client (?P<cid>[0-9a-f]{16}) released from running_list\b")
-
-
-@dataclass(frozen=True)
-class LockSpan:
-    """One client's time under the GPU lock: ``first_grant`` (first ``Sent LOCK_OK``), ``last_release`` (last
-    ``released from running_list``; None when it never released in the log), ``grants`` (LOCK_OKs).
-
-    Times are kubectl ``--timestamps`` times (Unix s). Source: sut-interfaces.md §4.4 (lock traffic exists only
-    for clients with a limit, §3.2).
-    """
-
-    cid: str
-    first_grant: float
-    last_release: float | None
-    grants: int
-
-
-def lock_spans(text: str) -> dict[str, LockSpan]:
-    """``client_id -> LockSpan`` from a scheduler log with timestamps (lines without one are ignored).
-
-    Clients that never got LOCK_OK are absent (an unlimited client never asks for the lock, §3.2). Never
-    raises.
-    """
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    grants: dict[str, int] = {}
-    for line in text.splitlines():
-        ok, released = _LOCK_OK_RE.search(line), _RELEASED_RE.search(line)
-        m = ok or released
-        if m is None or (t := _LOG_TS_RE.search(line[: m.start()])) is None:
-            continue
-        when = parse_timestamp(t.group("ts"))
-        if when is None:
-            continue
-        cid = m.group("cid")
-        if ok is not None:
-            first.setdefault(cid, when.timestamp())
-            grants[cid] = grants.get(cid, 0) + 1
-        else:
-            last[cid] = when.timestamp()
-    return {cid: LockSpan(cid, t0, last.get(cid), grants[cid]) for cid, t0 in first.items()}
 
 
 def parse_lines(lines: Iterable[str]) -> SchedulerLogSummary:

@@ -16,6 +16,7 @@ from xpushare.collect.pod_log import parse_timestamp
 from xpushare.collect.scheduler_log_records import (
     LimitChange,
     LimitSend,
+    LockSpan,
     LogLine,
     Registration,
     SchedulerLogSummary,
@@ -109,6 +110,10 @@ class SchedulerLogParser:
         self.send_failures = 0
         self.receive_failures = 0
         self.fatal_lines: list[LogLine] = []
+        # client id -> kubectl timestamp text of its first LOCK_OK / last release, LOCK_OKs with a timestamp
+        self.lock_first_grant: dict[str, str] = {}
+        self.lock_last_release: dict[str, str] = {}
+        self.lock_grants: dict[str, int] = {}
         self.first_ts_text: str | None = None
         self.last_ts_text: str | None = None
         # head ("[GEN][LEVEL]: <first word>") -> [count, level, handler]
@@ -244,6 +249,9 @@ class SchedulerLogParser:
             if per is None:
                 per = self.sent_by_client[cid] = {}
             per[typ] = per.get(typ, 0) + 1
+            if typ == "LOCK_OK" and ts_text is not None:
+                self.lock_first_grant.setdefault(cid, ts_text)
+                self.lock_grants[cid] = self.lock_grants.get(cid, 0) + 1
         elif typ == "DROP_LOCK" and parts[5:] == _FALLBACK_WORDS:
             self.fallback_drops += 1
 
@@ -334,6 +342,8 @@ class SchedulerLogParser:
     def _on_client(self, msg: str, ts_text: str | None, lineno: int) -> None:
         if " released from running_list" in msg:
             self.releases += 1
+            if ts_text is not None:
+                self.lock_last_release[msg.split(" ", 2)[1]] = ts_text
         elif msg.endswith(" promoted from wait queue"):
             self.promotions += 1
         elif " moved to wait queue" in msg:
@@ -396,7 +406,18 @@ class SchedulerLogParser:
             fatal_count=levels.get("FATAL", 0),
             first_ts=_ts(self.first_ts_text),
             last_ts=_ts(self.last_ts_text),
+            lock_spans=self._lock_spans(),
         )
+
+    def _lock_spans(self) -> dict[str, LockSpan]:
+        out: dict[str, LockSpan] = {}
+        for cid, first in self.lock_first_grant.items():
+            t0 = _ts(first)
+            if t0 is None:
+                continue
+            end = _ts(self.lock_last_release.get(cid))
+            out[cid] = LockSpan(cid, t0.timestamp(), end.timestamp() if end else None, self.lock_grants[cid])
+        return out
 
 
 _FALLBACK_WORDS = ["for", "fallback", "to", "serial", "mode"]

@@ -20,6 +20,7 @@ __all__ = [
     "RATE_KEYS",
     "LimitChange",
     "LimitSend",
+    "LockSpan",
     "LogLine",
     "Registration",
     "SchedulerLogSummary",
@@ -91,6 +92,21 @@ class LogLine:
     lineno: int
 
 
+@dataclass(frozen=True)
+class LockSpan:
+    """One client's time under the GPU lock: ``first_grant`` (first ``Sent LOCK_OK``), ``last_release`` (last
+    ``released from running_list``; None when it never released in the log), ``grants`` (LOCK_OKs).
+
+    Times are kubectl ``--timestamps`` times (Unix s); lines without one are not counted. Source:
+    sut-interfaces.md §4.4 (lock traffic exists only for clients with a limit, §3.2).
+    """
+
+    cid: str
+    first_grant: float
+    last_release: float | None
+    grants: int
+
+
 RATE_KEYS = (
     "lock_ok",
     "drop_lock",
@@ -131,7 +147,9 @@ class SchedulerLogSummary:
       ``unregistered_disconnects``, ``disconnected_clients`` (ids), ``overload_warnings``
       (``Memory overload detected``), ``send_failures``/``receive_failures``;
     * ``fatal_lines`` (first ``MAX_FATAL``), ``fatal_count`` (= ``levels["FATAL"]``);
-    * ``first_ts``/``last_ts``: first and last kubectl timestamps (``None`` without ``--timestamps``).
+    * ``first_ts``/``last_ts``: first and last kubectl timestamps (``None`` without ``--timestamps``);
+    * ``lock_spans``: ``client_id -> LockSpan`` from the timestamped ``Sent LOCK_OK`` / ``released from
+      running_list`` lines (clients never granted the lock are absent).
 
     Source: sut-interfaces.md §4, §12; seed 000 §9.1 (LOCK/DROP frequency).
     """
@@ -170,6 +188,7 @@ class SchedulerLogSummary:
     fatal_count: int
     first_ts: datetime | None
     last_ts: datetime | None
+    lock_spans: dict[str, LockSpan]
 
     @property
     def lock_ok(self) -> int:

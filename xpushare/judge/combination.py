@@ -40,7 +40,6 @@ from xpushare.collect import pod_log
 from xpushare.collect.metrics import Exposition
 from xpushare.collect.scheduler_log import SchedulerLogSummary
 from xpushare.evidence.store import Evidence
-from xpushare.judge import thresholds
 from xpushare.judge.checks import (
     check_pods_succeeded,
     check_rejected,
@@ -67,7 +66,6 @@ from xpushare.judge.quota import check_higher_quota_faster
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
-    "DEFAULTS",
     "ChangeFacts",
     "change_facts",
     "check_captures",
@@ -82,10 +80,6 @@ __all__ = [
     "pods_in_capture",
     "split_capture",
 ]
-
-
-#: The seed's defaults of this suite (the same table as :data:`xpushare.judge.thresholds.COMBINATION`).
-DEFAULTS = thresholds.COMBINATION
 
 
 # ------------------------------------------------------------------------------------ COMBO-001
@@ -232,6 +226,13 @@ def _mid_captures(ev: Evidence, plan: Mapping[str, Any], checks: list[Check]) ->
     return exps if cap.ok else None
 
 
+def _quota_series_checks(exps: Sequence[Exposition], quotas: Mapping[str, Mapping[str, Any]], pods: Sequence[str],
+                         ns: str) -> list[Check]:
+    """:func:`check_pod_quota_series` of each of ``pods`` against its planned quota (``quotas[pod]``)."""
+    return [check_pod_quota_series(exps, p, ns, memory_bytes=annotation_quota_bytes(quotas[p].get("memory")),
+                                   core=quotas[p].get("core")) for p in pods]
+
+
 def judge_static_both(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """COMBO-003: static memory and compute quotas together: both pods pass, both quotas observable.
 
@@ -287,11 +288,7 @@ def judge_all_on(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -
         ok = len(observed) >= minimum
         checks.append(Check("pods_observed", f"pods with series in metrics_mid >= {minimum}",
                             {"observed": observed}, ok, "" if ok else f"{len(observed)}/{len(quotas)} seen"))
-        for pod in observed:
-            q = quotas[pod]
-            mem_bytes = annotation_quota_bytes(q.get("memory"))
-            checks.append(check_pod_quota_series(exps, pod, ns, memory_bytes=mem_bytes,
-                                                 core=q.get("core")))
+        checks += _quota_series_checks(exps, quotas, observed, ns)
     sched = scheduler_summary(ev)
     if sched is None:
         checks.append(Check("scheduler_no_fatal", "scheduler.log collected", {}, None, "no scheduler.log"))
@@ -385,10 +382,7 @@ def judge_multi_gpu(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
                             "" if ok else f"all pods on {distinct}"))
     exps = _mid_captures(ev, plan, checks)
     if exps is not None:
-        for pod, q in quotas.items():
-            mem_bytes = annotation_quota_bytes(q.get("memory"))
-            checks.append(check_pod_quota_series(exps, pod, ns, memory_bytes=mem_bytes,
-                                                 core=q.get("core")))
+        checks += _quota_series_checks(exps, quotas, list(quotas), ns)
         labels = {p: sorted({s.label("gpu_uuid") or ""
                              for s in capture_series(exps, "client_info", pod=p, namespace=ns)})
                   for p in quotas}

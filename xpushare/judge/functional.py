@@ -32,24 +32,35 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     """``lock_shared``: both clients of the pair held the GPU lock in turns, not one after the other.
 
     Each pod's span under the lock runs from its client's first ``Sent LOCK_OK`` to its last ``released from
-    running_list`` in ``scheduler.log`` (:func:`~xpushare.collect.scheduler_log.lock_spans`); the check passes
+    running_list`` in ``scheduler.log`` (``SchedulerLogSummary.lock_spans``); the check passes
     when the spans overlap at all, i.e. the lock went back to the first holder after the second one got it
     (or both held it at once). How much they overlap depends on where the turns fall in the compute window
     (0.5-1.0 on a healthy lab, three runs), so only its presence is judged; the ratio (overlap / shorter span)
     is recorded. A lock holder that is never made to drop the lock while the other waits (no time-slicing)
     gives disjoint spans, ratio 0: the other pod starved until it ended. None when neither pod's client took
     the lock: unlimited clients never ask for it (sut-interfaces.md §3.2), so the log says nothing of turns.
+    Unevaluable (``ok=None``) when one pod held the lock and the other's client id is unknown (no registration
+    matched it), since its lock lines cannot be attributed.
     """
-    spans = scheduler_log.lock_spans(ev.text("scheduler.log") or "")
+    spans = scheduler_log.parse_text(ev.text("scheduler.log") or "").lock_spans
     held: dict[str, tuple[float, float] | None] = {}
+    unknown: list[str] = []
+    granted = False
     for pod in pair:
         assignment = ev.assignment(pod)
+        if not (assignment and assignment.client_ids):
+            unknown.append(pod)
         own = [spans[c] for c in (assignment.client_ids if assignment else ()) if c in spans]
+        granted = granted or bool(own)
         ends = [x.last_release for x in own if x.last_release is not None]
         held[pod] = (min(x.first_grant for x in own), max(ends)) if own and ends else None
-    if all(v is None for v in held.values()):
+    if not granted:
         return None
     values: dict[str, Any] = {"lock_spans": {p: list(v) if v else None for p, v in held.items()}}
+    if unknown:
+        # Without the pod's client id its lock lines cannot be told apart: not evidence that it never held it.
+        return Check("lock_shared", LOCK_SHARED, values, None,
+                     f"no scheduler client id (registration) for {', '.join(unknown)}")
     if any(v is None for v in held.values()):
         return Check("lock_shared", LOCK_SHARED, values, False, "a pod of the pair never held and released the lock")
     (a0, a1), (b0, b1) = (v for v in held.values() if v is not None)

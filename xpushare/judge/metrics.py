@@ -40,7 +40,6 @@ from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import ClientMatch
 from xpushare.evidence.scrape_capture import ScrapeRecord, parse_series, read_capture
 from xpushare.evidence.store import Evidence
-from xpushare.judge import thresholds
 from xpushare.judge.metrics_checks import (
     client_seen_check,
     gpu_rows_for_key,
@@ -61,7 +60,6 @@ from xpushare.judge.metrics_load import judge_met006, judge_met007, judge_met008
 from xpushare.model.verdict import Check, Verdict
 
 __all__ = [
-    "DEFAULTS",
     "RequiredMetrics",
     "ScrapeRecord",
     "gpu_rows_for_key",
@@ -78,9 +76,6 @@ __all__ = [
     "quota_state",
     "read_capture",
 ]
-
-#: The seed's defaults of this suite (the same table as :data:`xpushare.judge.thresholds.METRICS`).
-DEFAULTS = thresholds.METRICS
 
 
 # ---------------------------------------------------------------------------------------- MET-001

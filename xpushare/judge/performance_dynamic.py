@@ -234,14 +234,15 @@ def judge_linearity(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
     was [0.6c, 1.9c]); PERF-010's pods on separate GPUs are each their own span.
     A missing runtime fails the case (the bash divided by the pod count anyway). PERF-009 judges the
     GPUs with >= 2 pods and is SKIP without one; PERF-010 judges every GPU and is SKIP on fewer than 2; but a
-    load pod that failed is FAIL before any placement is looked at (a scheduler that crashed registers too few
-    pods to show the placement, and that must not hide as SKIP).
+    load pod that failed is FAIL (and one without a record or log, or stopped by a missing Python module,
+    ERROR) before any placement is looked at (a scheduler that crashed registers too few pods to show the
+    placement, and that must not hide as SKIP).
     """
     pods = list(plan["load_pods"])
     groups = gpu_groups(ev, pods)
     placement = {g: len(ps) for g, ps in groups.items()}
     succeeded = check_succeeded(ev, pods, "load_pods_succeeded")
-    if succeeded.ok is False:
+    if succeeded.ok is not True:  # FAIL, or ERROR (a pod's record/log missing, a node prerequisite): never SKIP
         status, summary = combine([succeeded], pass_summary="")
         return Verdict(status, summary, [succeeded], dict(th), {"placement": placement}, ev.pod_files())
     if multi_card and len(groups) < 2:
