@@ -71,6 +71,15 @@ def test_run_dir_layout_and_traversal(tmp_path: Path) -> None:
         artifacts.run_dir(tmp_path, "../x")
 
 
+def test_stored_run_dir_needs_a_stored_run(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no run 'r1' under"):
+        artifacts.stored_run_dir(tmp_path, "r1")
+    with pytest.raises(ValueError, match="invalid run id"):
+        artifacts.stored_run_dir(tmp_path, "../x")
+    artifacts.run_dir(tmp_path, "r1").mkdir(parents=True)
+    assert artifacts.stored_run_dir(tmp_path, "r1") == tmp_path / ".tmplog" / "r1" / "xpushare"
+
+
 def test_case_dir_layout_and_rejects_unsafe_components(tmp_path: Path) -> None:
     assert artifacts.case_dir(tmp_path, "c1", "metrics", "MET-003") == tmp_path / "c1" / "metrics" / "MET-003"
     for parts in (("..", "functional", "F"), ("c1", "a/b", "F"), ("c1", "functional", "../../etc")):

@@ -514,7 +514,7 @@ def test_backend_soak_ops_follow_the_scheduler_process(tmp_path: Path) -> None:
 
     backend: Any = HostLike()
     ops = soak_ops(backend, tmp_path)
-    assert isinstance(ops, BackendSoakOps)
+    assert type(ops) is BackendSoakOps  # K8sSoakOps is a BackendSoakOps too: the exact class matters
     pods = ops.scheduler_pods()
     assert [(p.node, p.uid, p.ready) for p in pods] == [("h1", "10", True)]
     [sample] = ops.sample(pods)
@@ -522,3 +522,37 @@ def test_backend_soak_ops_follow_the_scheduler_process(tmp_path: Path) -> None:
     backend.pid = 11  # a supervisor restarted it: a new instance, which the loop reports as a restart
     assert ops.scheduler_pods()[0].uid == "11"
     assert ops.harvest_previous(tmp_path) == []
+
+
+def test_k8s_soak_ops_sample_the_pods_and_use_the_backend_for_pods(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from xpushare.soak.ops import K8sSoakOps, soak_ops
+
+    node_out = f"@@PROC 22 1\n{STATUS.format(pid=22, kb=2000, fd=7)}@@METRICS\nm 1\nHTTP_CODE=200\n@@END\n"
+    calls: list[Any] = []
+
+    def run(argv: list[str], timeout: float) -> Any:
+        calls.append(argv)
+        return SimpleNamespace(stdout=node_out)
+
+    host = SimpleNamespace(run=run)
+    pod = SimpleNamespace(node="n1", name="sched-1", uid="u1", restart_count=2, pod_ip="10.0.0.5",
+                          containers=[SimpleNamespace(ready=True)])
+    kube = SimpleNamespace(kubectl=SimpleNamespace(list_pods=lambda label, namespace: [pod]), metrics_port=9402,
+                           host_for_node=lambda node: "gpu1", gpu_host=lambda name: host)
+    names = SimpleNamespace(scheduler_label="app=s", namespace="ns", scheduler_binary="xpushare-scheduler")
+    backend: Any = SimpleNamespace(mode="k8s", names=names, kubernetes=lambda: kube,
+                                   case_pods=lambda: ["record"], forget_pod_specs=lambda: calls.append("forget"))
+    ops = soak_ops(backend, tmp_path)
+    assert type(ops) is K8sSoakOps
+    pods = ops.scheduler_pods()
+    assert [(p.node, p.pod, p.uid, p.restarts, p.ready, p.ip) for p in pods] == [("n1", "sched-1", "u1", 2, True,
+                                                                                   "10.0.0.5")]
+    [sample] = ops.sample(pods)
+    assert sample.error is None and [p.pid for p in sample.procs] == [22]
+    assert "HTTP_CODE=200" in (sample.metrics_text or "")
+    assert "http://10.0.0.5:9402/metrics" in calls[0] and "sched-1" in calls[0]
+    assert ops.poll_pods() == ["record"]
+    ops.end_round()
+    assert calls[-1] == "forget"

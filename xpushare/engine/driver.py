@@ -209,12 +209,9 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
     Cases that ended SKIP, ERROR (harness) or INTERRUPTED keep their status: there is no evidence to judge.
     """
     try:
-        artifacts.validate_run_id(run_id)
+        run_dir = artifacts.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    run_dir = artifacts.run_dir(root, run_id)
-    if not run_dir.exists():
-        raise UsageError(f"no run {run_id!r} under {root}")
     values = parse_overrides(overrides)
     results = artifacts.load_results(run_dir)
     check_overrides([REGISTRY[r["case_id"]] for r in results if r["case_id"] in REGISTRY], values)

@@ -75,7 +75,8 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         overrides: ``--set envcheck_<name>=<YAML value>`` items (:class:`EnvcheckParams`).
         root: directory holding ``.tmplog/``.
         cluster_spec, kubectl: for tests and embedding: use this cluster instead of the inventory's, and
-            this :class:`~xpushare.transport.kubectl.Kubectl` instead of one on the master.
+            this :class:`~xpushare.transport.kubectl.Kubectl` instead of one on the master (its connection
+            stays the caller's: only the one opened here is closed).
 
     Returns:
         :class:`ExitStatus` OK (0), FAILED (1: a node or the cross-node step FAIL/ERROR), UNREACHABLE (3).
@@ -101,17 +102,18 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
     if mode == "ssh":
         role = "gpu" if spec.by_role("gpu") else "all"
         return run_ssh(ctx, select_hosts(spec, role=role, limit=limit), forks=int(forks))
+    owned: Host | None = None
     if kubectl is None:
         from xpushare.transport.kubectl import Kubectl
 
         masters = spec.by_role("master")
         if not masters:
             raise UsageError(f"cluster {spec.name!r} has no master host to run kubectl on (--mode k8s)")
-        kubectl = Kubectl(connect(masters[0]), kubectl=spec.kubectl, kubeconfig=spec.kubeconfig,
+        owned = connect(masters[0])
+        kubectl = Kubectl(owned, kubectl=spec.kubectl, kubeconfig=spec.kubeconfig,
                           context=spec.context, namespace=spec.namespace)
     try:
         return run_k8s(ctx, kubectl, limit=limit)
     finally:
-        host = getattr(kubectl, "host", None)
-        if isinstance(host, Host):
-            host.close()
+        if owned is not None:  # a kubectl the caller gave keeps its connection
+            owned.close()

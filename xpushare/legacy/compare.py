@@ -311,12 +311,9 @@ def baseline_compare(run_id: str, baseline_path: str | Path | None = None, *, ro
     """
     out = out or sys.stdout
     try:
-        artifacts.validate_run_id(run_id)
+        run_dir = artifacts.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    run_dir = artifacts.run_dir(root, run_id)
-    if not run_dir.is_dir():
-        raise UsageError(f"no run {run_id!r} under {root}")
     baseline = load_baseline(baseline_path or DEFAULT_BASELINE)
     results = [r for r in artifacts.load_results(run_dir)
                if r.get("suite") == "legacy" and (cluster is None or r.get("cluster") == cluster)]

@@ -26,7 +26,6 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -216,11 +215,7 @@ def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
     if cluster.mode != "k8s":
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; the legacy scripts need Kubernetes")
     case, params = scenario_params(sc, cluster, req)
-    run_id = req.run_id or artifacts.new_run_id(datetime.now())
-    try:
-        artifacts.validate_run_id(run_id)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    run_id = driver.resolve_run_id(req.run_id, resume=False, what="run")
     run_dir = artifacts.run_dir(req.root, run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     if sc.setup and not req.skip_setup:

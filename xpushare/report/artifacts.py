@@ -80,6 +80,15 @@ def run_dir(root: Path, run_id: str) -> Path:
     return Path(root) / ".tmplog" / validate_run_id(run_id) / "xpushare"
 
 
+def stored_run_dir(root: Path, run_id: str) -> Path:
+    """:func:`run_dir` of a run that was stored (for offline work on it). ``ValueError`` on a bad run id or
+    when there is no such run directory (``no run '<id>' under <root>``)."""
+    path = run_dir(root, run_id)
+    if not path.is_dir():
+        raise ValueError(f"no run {run_id!r} under {root}")
+    return path
+
+
 def case_dir(run_dir: Path, cluster: str, suite: str, case_id: str) -> Path:
     """``<run_dir>/<cluster>/<suite>/<case_id>`` (not created). ``ValueError`` if a name is not a safe component."""
     names = (_check_name("cluster", cluster), _check_name("suite", suite), _check_name("case id", case_id))

@@ -377,8 +377,9 @@ def fail_heavy_node(run: CaseRun) -> None:
     node = run.params.get("fail004_node") or _largest_node(run)
     run.plan.update(namespace=run.cluster.namespace, node=node, min_succeeded=int(run.params["fail004_min_succeeded"]))
     base_pod, base = _node_facts(run, node)
-    run.plan["baseline"] = {"pod": getattr(base_pod, "name", None), "uid": getattr(base_pod, "uid", None),
-                            "restarts": getattr(base_pod, "restart_count", None), "scrape_ok": base.ok,
+    base_id = (base_pod.uid, base_pod.restart_count) if base_pod else (None, None)
+    run.plan["baseline"] = {"pod": base_pod.name if base_pod else None, "uid": base_id[0],
+                            "restarts": base_id[1], "scrape_ok": base.ok,
                             "gpu_used": dict(base.gpu_used)}
     fault: dict[str, Any] = {"kind": f"{int(run.params['fail004_pods'])} pods pinned to node/{node}",
                              "applied": False, "node": node}
@@ -404,9 +405,8 @@ def fail_heavy_node(run: CaseRun) -> None:
                 break
             run.sleep(1.0)
         run.plan["recovery_what"] = "node metrics back: no client of the load, GPU memory within tolerance of idle"
-        restarted = pod is None or (pod.uid, pod.restart_count) != (getattr(base_pod, "uid", None),
-                                                                     getattr(base_pod, "restart_count", None))
-        run.plan["after"] = {"pod": getattr(pod, "name", None), "scrape_ok": facts.ok,
+        restarted = pod is None or (pod.uid, pod.restart_count) != base_id
+        run.plan["after"] = {"pod": pod.name if pod else None, "scrape_ok": facts.ok,
                              "gpu_used": dict(facts.gpu_used), "clients_left": facts.ours(prefix)}
         run.plan["extra_checks"] = [
             {"name": "scheduler_no_restart", "expression": "node's scheduler pod uid and restart count unchanged",

@@ -58,7 +58,7 @@ from xpushare.soak.loop_text import fmt_hms, interim_lines, mib, progress_line
 from xpushare.soak.ops import SoakOps
 from xpushare.transport import interrupt
 
-__all__ = ["SoakLoop", "SoakSettings", "interruptible_sleep"]
+__all__ = ["SoakLoop", "SoakSettings"]
 
 #: Pids of this case's workload processes kept for the host-mode ghost check (a 24 h soak starts fewer).
 MAX_OUR_PIDS = 200_000
@@ -156,12 +156,6 @@ class SoakLoop:
         self.event("anomaly", what=what, **data)
         self.say(f"ANOMALY: {what}")
 
-    # ------------------------------------------------------------------------------------ sampling
-
-    def tick(self, phase: str, *, full: bool = False) -> bool:
-        """One sampling tick (:meth:`Sampler.tick`); True when every node was sampled."""
-        return self.sampler.tick(phase, full=full)
-
     # ------------------------------------------------------------------------------------ phases
 
     def run(self) -> Checkpoint:
@@ -233,7 +227,7 @@ class SoakLoop:
         limit = self.mono() + max(self.s.settle_s, self.s.backoff_max_s * 4)
         ok, _ = self.guard.retry("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s), until=limit)
         self._need_delete = not ok
-        while not self.tick("idle", full=True):
+        while not self.sampler.tick("idle", full=True):
             if self.mono() >= limit:
                 break
             self.sleep(max(0.05, self.guard.state("sample").backoff_until - self.mono()))
@@ -265,7 +259,7 @@ class SoakLoop:
             interrupt.check()
             now = self.mono()
             if now >= next_sample:
-                self.tick("load" if self._round is not None else "idle")
+                self.sampler.tick("load" if self._round is not None else "idle")
                 next_sample = max(now, next_sample) + s.sample_interval_s
             if next_quota is not None and now >= next_quota:
                 if self._round is not None:
@@ -370,7 +364,7 @@ class SoakLoop:
         self._need_delete = not ok
         self.ops.end_round()
         if ok:
-            self.tick("idle")
+            self.sampler.tick("idle")
         self.save()
 
     def _quota_change(self, rnd: Round) -> None:
@@ -405,7 +399,7 @@ class SoakLoop:
         settled = False
         t0 = self.mono()
         while True:
-            if self.tick("idle", full=True) and self.sampler.recovered():
+            if self.sampler.tick("idle", full=True) and self.sampler.recovered():
                 settled = True
                 break
             if self.mono() >= limit:

@@ -1,6 +1,6 @@
 """How a soak runs (:class:`SoakSettings`) and the sleep the loop waits with (:func:`interruptible_sleep`).
 
-Callers import both from :mod:`xpushare.soak.loop`.
+Callers import :class:`SoakSettings` from :mod:`xpushare.soak.loop` (re-exported there with the loop).
 """
 
 from __future__ import annotations

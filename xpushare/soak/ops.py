@@ -254,94 +254,6 @@ class SoakOps(Protocol):
         """Forget a finished round's pod specs (bounded memory)."""
 
 
-class K8sSoakOps:
-    """:class:`SoakOps` over a Kubernetes backend inside a case (``begin_case`` ran).
-
-    Uses the backend's kubectl, master and node connections (one thread, so no concurrent use). Raises
-    :class:`~xpushare.model.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
-    """
-
-    def __init__(self, backend: Backend, case_dir: Path) -> None:
-        kube = backend.kubernetes()
-        if kube is None:
-            raise XpushareError(f"a soak needs Kubernetes, not a {backend.mode} backend")
-        self.backend = backend
-        self.kube = kube
-        self.case_dir = Path(case_dir)
-        self.names = backend.names
-        self.kubectl = kube.kubectl
-
-    def scheduler_pods(self) -> list[SchedPod]:
-        pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
-        out = []
-        for p in pods:
-            if not p.node:
-                continue
-            ready = bool(p.containers) and all(c.ready for c in p.containers)
-            out.append(SchedPod(p.node, p.name, p.uid, p.restart_count, ready, p.pod_ip))
-        return out
-
-    def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
-        out: list[NodeSample] = []
-        port = self.kube.metrics_port
-        for sp in pods:
-            host_name = self.kube.host_for_node(sp.node)
-            if host_name is None:
-                out.append(NodeSample(sp.node, error="no inventory GPU host maps to this node"))
-                continue
-            url = f"http://{sp.ip}:{port}/metrics" if sp.ip else None
-            argv = node_script(self.names.scheduler_binary, url, sp.pod)
-            try:
-                res = self.kube.gpu_host(host_name).run(argv, timeout=60)
-            except TransportError as exc:
-                out.append(NodeSample(sp.node, error=exc.message))
-                continue
-            out.append(parse_node_output(sp.node, res.stdout))
-        return out
-
-    def start_pods(self, specs: Sequence[PodSpec]) -> None:
-        self.backend.start_pods(self.case_dir, specs)
-
-    def poll_pods(self) -> list[PodRecord]:
-        return self.kube.case_pods()
-
-    def delete_pods(self, timeout_s: float) -> None:
-        self.kube.delete_case_pods(timeout_s)
-
-    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        return float(self.backend.annotate(self.case_dir, pod, annotations))
-
-    def pod_log(self, pod: str) -> str:
-        return str(self.backend.read_log(self.case_dir, pod))
-
-    def end_round(self) -> None:
-        self.kube.forget_pod_specs()
-
-    def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
-        start = None if since is None else datetime.fromtimestamp(since, timezone.utc)
-        return [gzip_file(p) for p in self.kube.restart_log_streams(dest, f"{index:04d}", since=start)]
-
-    def harvest_previous(self, dest: Path) -> list[Path]:
-        got: list[Path] = []
-        for label in (self.names.scheduler_label, self.names.device_plugin_label):
-            try:
-                pods = self.kubectl.list_pods(label, namespace=self.names.namespace)
-            except KubeError:
-                continue
-            for p in pods:
-                if p.restart_count <= 0:
-                    continue
-                try:
-                    text = self.kubectl.logs(p.name, previous=True, namespace=self.names.namespace)
-                except KubeError as exc:
-                    text = f"# kubectl logs --previous {p.name}: {exc}\n"
-                dest.mkdir(parents=True, exist_ok=True)
-                path = dest / f"{p.name}.previous.log"
-                path.write_text(text, encoding="utf-8")
-                got.append(path)
-        return got
-
-
 class BackendSoakOps:
     """:class:`SoakOps` over any backend with ``scheduler-process`` (host mode: the first GPU host's scheduler
     process), inside a case (``begin_case`` ran). Everything goes through the :class:`Backend` interface.
@@ -398,6 +310,73 @@ class BackendSoakOps:
 
     def harvest_previous(self, dest: Path) -> list[Path]:
         return []
+
+
+class K8sSoakOps(BackendSoakOps):
+    """:class:`SoakOps` over a Kubernetes backend inside a case (``begin_case`` ran): the pod operations are
+    :class:`BackendSoakOps`'s; the tick lists the scheduler DaemonSet's pods and samples each pod's own
+    processes (:func:`node_script`), and restarted SUT pods leave previous-container logs.
+
+    Uses the backend's kubectl, master and node connections (one thread, so no concurrent use). Raises
+    :class:`~xpushare.model.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
+    """
+
+    def __init__(self, backend: Backend, case_dir: Path) -> None:
+        kube = backend.kubernetes()
+        if kube is None:
+            raise XpushareError(f"a soak needs Kubernetes, not a {backend.mode} backend")
+        super().__init__(backend, case_dir)
+        self.kube = kube
+        self.names = backend.names
+        self.kubectl = kube.kubectl
+
+    def scheduler_pods(self) -> list[SchedPod]:
+        pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
+        out = []
+        for p in pods:
+            if not p.node:
+                continue
+            ready = bool(p.containers) and all(c.ready for c in p.containers)
+            out.append(SchedPod(p.node, p.name, p.uid, p.restart_count, ready, p.pod_ip))
+        return out
+
+    def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
+        out: list[NodeSample] = []
+        port = self.kube.metrics_port
+        for sp in pods:
+            host_name = self.kube.host_for_node(sp.node)
+            if host_name is None:
+                out.append(NodeSample(sp.node, error="no inventory GPU host maps to this node"))
+                continue
+            url = f"http://{sp.ip}:{port}/metrics" if sp.ip else None
+            argv = node_script(self.names.scheduler_binary, url, sp.pod)
+            try:
+                res = self.kube.gpu_host(host_name).run(argv, timeout=60)
+            except TransportError as exc:
+                out.append(NodeSample(sp.node, error=exc.message))
+                continue
+            out.append(parse_node_output(sp.node, res.stdout))
+        return out
+
+    def harvest_previous(self, dest: Path) -> list[Path]:
+        got: list[Path] = []
+        for label in (self.names.scheduler_label, self.names.device_plugin_label):
+            try:
+                pods = self.kubectl.list_pods(label, namespace=self.names.namespace)
+            except KubeError:
+                continue
+            for p in pods:
+                if p.restart_count <= 0:
+                    continue
+                try:
+                    text = self.kubectl.logs(p.name, previous=True, namespace=self.names.namespace)
+                except KubeError as exc:
+                    text = f"# kubectl logs --previous {p.name}: {exc}\n"
+                dest.mkdir(parents=True, exist_ok=True)
+                path = dest / f"{p.name}.previous.log"
+                path.write_text(text, encoding="utf-8")
+                got.append(path)
+        return got
 
 
 def soak_ops(backend: Backend, case_dir: Path) -> SoakOps:
