@@ -21,7 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.mutants import build_mutant
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab]
@@ -136,13 +135,34 @@ def _alive(pid: int) -> bool:
 
 def test_sut_fault_runs_a_mutant_build_on_one_node(real_lab: LabCluster) -> None:
     """The ``sut`` fault swaps a node's build: its scheduler restarts on the mutant, the other node keeps upstream."""
-    mutant = build_mutant("metrics-missing")
     before = real_lab.scheduler_pid("lab-node2")
-    real_lab.set_faults("lab-node2", sut=str(mutant.directory))
-    try:
+    with real_lab.running_mutant("metrics-missing", "lab-node2"):
         assert real_lab.scheduler_pid("lab-node2") not in (None, before)
         assert "xpushare_client_info" not in metrics(real_lab, "lab-node2")
         assert "xpushare_client_info" in metrics(real_lab, "lab-node1")
-    finally:
-        real_lab.set_faults("lab-node2", sut=None)
     assert "xpushare_client_info" in metrics(real_lab, "lab-node2")
+
+
+def environ(pid: int | None) -> dict[str, str]:
+    """The environment a running process was started with."""
+    assert pid is not None
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        pairs = [item.decode(errors="replace").partition("=") for item in fh.read().split(b"\0") if item]
+    return {k: v for k, _, v in pairs}
+
+
+def test_scheduler_env_fault_restarts_a_scheduler_with_the_setting(real_lab: LabCluster) -> None:
+    """The ``scheduler_env`` fault: the node's scheduler restarts with the extra environment, the other node's
+    keeps its own; cleared, the node's scheduler restarts without it."""
+    setting = {"XPUSHARE_SWITCH_TIME_MODE": "fixed", "XPUSHARE_SWITCH_TIME_FIXED": "1"}
+    before = real_lab.scheduler_pid("lab-node2")
+    real_lab.set_faults("lab-node2", scheduler_env=setting)
+    try:
+        during = real_lab.scheduler_pid("lab-node2")
+        assert during not in (None, before)
+        assert setting.items() <= environ(during).items()
+        assert "XPUSHARE_SWITCH_TIME_FIXED" not in environ(real_lab.scheduler_pid("lab-node1"))
+    finally:
+        real_lab.set_faults("lab-node2", scheduler_env=None)
+    after = real_lab.scheduler_pid("lab-node2")
+    assert after not in (None, during) and "XPUSHARE_SWITCH_TIME_FIXED" not in environ(after)

@@ -103,10 +103,15 @@ class LabSettings:
     def faults_file(self) -> Path:
         return self.workdir / "faults.json"
 
-    def sut_for(self, node: str, faults: dict[str, Any] | None = None) -> Path:
-        """The SUT build the node runs now: a ``sut`` fault (a mutant's build) or the lab's build.
-        ``faults``: the node's faults when the caller has read them already."""
-        return Path((self.faults(node) if faults is None else faults).get("sut") or self.sut_dir)
+    def sut_of(self, faults: dict[str, Any]) -> Path:
+        """The SUT build a node with ``faults`` (:meth:`faults`) runs: its ``sut`` (a mutant's build) or the
+        lab's build."""
+        return Path(faults.get("sut") or self.sut_dir)
+
+    @staticmethod
+    def scheduler_env_of(faults: dict[str, Any]) -> dict[str, str] | None:
+        """The extra scheduler environment of a node with ``faults`` (its ``scheduler_env``; None: none)."""
+        return faults.get("scheduler_env") or None
 
     def faults(self, node: str) -> dict[str, Any]:
         try:
@@ -268,8 +273,8 @@ class Kubelet:
         killed, so it restarts on the new ones.
         """
         faults = self.settings.faults(self.node.name)
-        sut = self.settings.sut_for(self.node.name, faults)
-        extra_env = faults.get("scheduler_env") or None
+        sut = self.settings.sut_of(faults)
+        extra_env = self.settings.scheduler_env_of(faults)
         for run in self.runs.values():
             if run.ip != self.node.scheduler_address:
                 continue
@@ -456,7 +461,9 @@ class Kubelet:
         cr = ContainerRun(cname, attempt, time.monotonic(), log)
         run.runs[cname] = cr
         env = self._env(pod, run, container)
-        command = container.get("command") or self._image_command(str(container.get("image", "")))
+        # one read of the faults per start: the build the command names is the one recorded on ``cr``
+        faults = self.settings.faults(self.node.name)
+        command = container.get("command") or self._image_command(str(container.get("image", "")), faults)
         argv = [str(a) for a in (command or []) + (container.get("args") or [])]
         if not command:
             cr.exit_code, cr.finished, cr.reason = 128, time.monotonic(), "StartError"
@@ -465,7 +472,7 @@ class Kubelet:
             return
         devices = run.devices.get(cname)
         scheduler_pod = run.ip == self.node.scheduler_address
-        argv = self._real_sut_launch(pod, run, cr, env, argv, devices)
+        argv = self._real_sut_launch(pod, run, cr, env, argv, devices, faults)
         try:
             proc = subprocess.Popen(argv, cwd=self.settings.repo_root, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -481,16 +488,16 @@ class Kubelet:
             self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
 
     def _real_sut_launch(self, pod: Obj, run: PodRun, cr: ContainerRun, env: dict[str, str], argv: list[str],
-                         devices: list[str] | None) -> list[str]:
-        """Real SUT: add the GPU container's or scheduler's env; ``argv`` wrapped to run in the node's mount
-        namespace with the pod's service-account directory."""
-        faults = self.settings.faults(self.node.name)
-        sut = self.settings.sut_for(self.node.name, faults)
+                         devices: list[str] | None, faults: dict[str, Any]) -> list[str]:
+        """Real SUT: add the GPU container's or scheduler's env (the build and settings of the node's
+        ``faults``); ``argv`` wrapped to run in the node's mount namespace with the pod's service-account
+        directory."""
+        sut = self.settings.sut_of(faults)
         if devices is not None:
             self._gpu_client_env(env, devices, sut)
         if run.ip == self.node.scheduler_address:
             cr.sut_dir = sut
-            cr.scheduler_env = faults.get("scheduler_env") or None
+            cr.scheduler_env = self.settings.scheduler_env_of(faults)
             env.update(self._driver_env())
             env.update(cr.scheduler_env or {})
             env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
@@ -504,11 +511,12 @@ class Kubelet:
                                   self.settings.sa_token, self.settings.ca_cert, pod["metadata"]["namespace"])
         return self.ns.enter(argv, cwd=self.settings.repo_root, serviceaccount=sa)
 
-    def _image_command(self, image: str) -> list[str] | None:
-        """Entrypoint for the SUT's own images, so a re-applied real DaemonSet manifest still runs here."""
+    def _image_command(self, image: str, faults: dict[str, Any]) -> list[str] | None:
+        """Entrypoint for the SUT's own images, so a re-applied real DaemonSet manifest still runs here (the
+        scheduler from the build of the node's ``faults``)."""
         g = self.names.generation
         lab = self.settings.repo_root / "tests" / "lab"
-        scheduler = [str(self.settings.sut_for(self.node.name) / "xpushare-scheduler")]
+        scheduler = [str(self.settings.sut_of(faults) / "xpushare-scheduler")]
         base = image.rsplit("/", 1)[-1].split(":")[0].split("@")[0]
         return {f"{g}-scheduler": scheduler,
                 f"{g}-device-plugin": ["python", str(lab / "deviceplugin.py")],
