@@ -584,7 +584,9 @@ def fake_run(tmp_path: Path, backend: Any, case_id: str = "PERF-004", **params: 
     from xpushare.inventory import schema
 
     cluster = schema.load(None).cluster("local")
+    # sizing has its own tests (test_sizing.py): these fakes print no runtime for a calibration pod
     return CaseRun(case_id, tmp_path, backend, cluster, {**COMMON, "pod_timeout_s": 10, "workload_args": {},
+                                                             "perf_autosize": False,
                                                              "perf_placement_timeout_s": 0, **params})
 
 

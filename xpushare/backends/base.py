@@ -201,6 +201,11 @@ class Backend(ABC):
         """The pod's output so far (for waits on a workload line; evidence is still taken by harvest)."""
         raise NotImplementedError
 
+    def gpu_node_hosts(self) -> dict[str, Host]:
+        """The hosts whose GPUs the case's workloads can use, by inventory name, for GPU process queries
+        (owned by the backend: do not close them). Empty where this backend cannot reach them."""
+        return {}
+
     def gpu_count(self) -> int | None:
         """Physical GPUs the case's workloads can be placed on (schedulable nodes or GPU hosts); None where
         this backend cannot tell. FUNC-003 judges the spread only when it knows there is more than one."""

@@ -297,6 +297,9 @@ class HostBackend(Backend):
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
 
+    def gpu_node_hosts(self) -> dict[str, Host]:
+        return dict(self.hosts)
+
     def read_log(self, case_dir: Path, pod: str) -> str:
         p = self.placed.get(pod)
         if p is None:

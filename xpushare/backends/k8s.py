@@ -141,6 +141,9 @@ class K8sBackend(Backend, KubeAccess):
     def node_hosts(self) -> dict[str, str]:
         return dict(self.node_host)
 
+    def gpu_node_hosts(self) -> dict[str, Host]:
+        return {name: self.gpu_host(name) for name in sorted(set(self.node_host.values())) if name in self.gpu_specs}
+
     def gpu_host(self, name: str) -> Host:
         if name not in self.gpu_hosts:
             self.gpu_hosts[name] = connect(self.gpu_specs[name])

@@ -47,6 +47,9 @@ class CaseRun:
     cluster: ClusterSpec
     params: Mapping[str, Any]
     plan: dict[str, Any] = field(default_factory=dict)
+    sized_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Flags per workload that fit its size to the hardware (:mod:`xpushare.cases.sizing`), after
+    ``workload_args``; a flag given twice takes its last value (argparse)."""
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds``, raising ``KeyboardInterrupt`` promptly on Ctrl-C."""
@@ -83,7 +86,8 @@ class CaseRun:
         """A :class:`PodSpec` with the case's workload flags; names are ``<case>-<name>`` in DNS-1123 form."""
         full = f"{self.case_id.lower()}-{name}"
         extra = tuple(kw.pop("args", ()))
-        return PodSpec(name=full, workload=workload, args=(*self.workload_args(workload), *extra), **kw)
+        args = (*self.workload_args(workload), *self.sized_args.get(workload, ()), *extra)
+        return PodSpec(name=full, workload=workload, args=args, **kw)
 
     def run_pods(self, pods: Sequence[PodSpec]) -> list[PodRecord]:
         """Start the pods and wait (``pod_timeout_s``) until they end; record the plan first."""
@@ -116,6 +120,9 @@ class CaseDef:
     judge: Judge | None = None
     implemented_by: str = ""
     """When ``act`` is None: which piece of work brings the case (its SKIP reason names it)."""
+    measures_gpu: bool = False
+    """A measurement other GPU processes would disturb: the lifecycle records the GPU processes before ``act``
+    and after cleanup (evidence/gpu_apps.py), and any found makes the verdict ERROR ("GPU busy")."""
 
 
 REGISTRY: dict[str, CaseDef] = {}

@@ -52,6 +52,10 @@ from xpushare.report import plots
 COMMON: dict[str, Any] = {
     "perf_workload": "auto",
     "perf_baseline_min_s": 60,
+    # sizes that fit the hardware (cases/sizing.py): one run of W2/W6/W7 without a quota lasts at least
+    # perf_size_target_s (None: 1.5 x perf_baseline_min_s); false keeps the workloads' own iteration counts
+    "perf_autosize": True,
+    "perf_size_target_s": None,
     "perf_pod_env": {},
     "perf_filler_workload": "",
     "perf_filler_args": [],
@@ -334,17 +338,22 @@ def _judge010(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 # ------------------------------------------------------------------------------------------------ registry
 
 
+def _perf_case(*args: Any, **kw: Any) -> CaseDef:
+    """A PERF row: every one is a measurement that other GPU processes would disturb (``measures_gpu``)."""
+    return CaseDef(*args, **{**kw, "measures_gpu": True})
+
+
 def _p(**kw: Any) -> dict[str, Any]:
     return {**COMMON, **kw}
 
 
-register(CaseDef(
+register(_perf_case(
     "PERF-001", "performance", "Baseline per GPU model", "W6 (CUDA) / W7 (NPU)",
     "1 pod without a quota (perf001_repeats times) on the node with the fewest GPUs; runtime >= perf_baseline_min_s",
     "pods/*.log (--- N seconds ---), pods.json; dmon / sampler; scheduler.log",
     params=_p(perf001_repeats=1), act=_perf001, judge=judge_perf.judge_baseline,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-002", "performance", "Metrics overhead", "W2",
     "W2 not scraped, then W2 scraped every 2 s (perf002_mode=scrape), or exporter disabled vs enabled "
     "(perf002_mode=exporter redeploys the scheduler DaemonSet); overhead < 5 %",
@@ -354,7 +363,7 @@ register(CaseDef(
               perf_metrics_overhead_max_pct=5),
     act=_perf002, judge=judge_perf.judge_overhead,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-003", "performance", "Single-task quota 25/50/75% (W2)", "W2",
     "baseline, then one pod at a time at gpu-core-limit 25, 50, 75 % on one node, then the baseline again "
     "(perf_baseline_bracket); monotonic, errors vs 1/q",
@@ -362,14 +371,14 @@ register(CaseDef(
     requires=_K8S, params=_p(perf003_workload=W2, perf003_quotas=[25, 50, 75], **_QUOTA),
     act=_perf003, judge=_judge003,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-004", "performance", "30% + 60% on one GPU", "W6 (CUDA) / W7 (NPU)",
     "30 % and 60 % pods on one GPU (pinned node, registration lines, bounded retries), then the baseline; "
     "runtime ratios vs ideal within ±10 % (T4 ±12 %)",
     "pods/*.log, pods.json + gpu_mapping.txt (placement), plan.json attempts, runtime_vs_quota.png",
     requires=_K8S, params=_p(perf004_quotas=[30, 60], **_MIXED), act=_perf004, judge=_judge004,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-005", "performance", "Oversubscription cost (T4)", "W1, oversub",
     "W1 with oversubscription off and on, then the oversubscription workload at perf_oversub_factors x memory",
     "pods/*.log runtimes (cost curve)",
@@ -377,7 +386,7 @@ register(CaseDef(
     params=_p(perf005_gpu_models=["T4"], perf_oversub_factors=[1.25, 1.5], perf_oversub_max_cost_pct=None),
     act=_perf005, judge=judge_perf.judge_oversub_cost,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-006", "performance", "Oversubscription on large memory (A800)", "W1, oversub",
     "as PERF-005 on a large-memory GPU",
     "pods/*.log runtimes (cost curve)",
@@ -385,7 +394,7 @@ register(CaseDef(
     params=_p(perf006_gpu_models=["A800"], perf_oversub_factors=[1.25, 1.5], perf_oversub_max_cost_pct=None),
     act=_perf006, judge=judge_perf.judge_oversub_cost,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-007", "performance", "Dynamic compute quota latency", "W5",
     "W5 at 25 %; annotate 75 %; poll /metrics until the exported value changes; throughput step from probes",
     "annotations.jsonl, metrics_probe/*.txt + metrics_probe.jsonl, pods/*.log (QUOTA_PROBE), scheduler.log, "
@@ -396,7 +405,7 @@ register(CaseDef(
               perf007_metric_timeout_s=60),
     act=_perf007, judge=_judge007,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-008", "performance", "Scale ladder", "W2",
     "2/4/8/16... pods at once per step (capped by capacity); per-pod and aggregate throughput; cliff detector",
     "pods.json (run intervals), pods/*.log runtimes, scale_ladder.png",
@@ -404,19 +413,19 @@ register(CaseDef(
               perf008_pods_per_gpu=4, perf008_core_limit=None, perf008_max_drop=0.25),
     act=_perf008, judge=_judge008,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-009", "performance", "Single-card subset", "W6 (CUDA) / W7 (NPU)",
     "baseline, then perf009_pods_per_gpu pods per GPU of one node at once; runtime ~ pods on the card",
     "pods.json (GPU per pod), pods/*.log",
     params=_p(perf009_pods_per_gpu=4, perf009_max_pods=32, **_LINEAR), act=_perf009, judge=_judge009,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-010", "performance", "Multi-card linearity", "W6 (CUDA) / W7 (NPU)",
     "baseline, then min(perf010_pods, GPUs) pods at once across cards; runtime ~ pods per card",
     "pods.json (GPU per pod), pods/*.log",
     params=_p(perf010_pods=8, **_LINEAR), act=_perf010, judge=_judge010,
 ))
-register(CaseDef(
+register(_perf_case(
     "PERF-011", "performance", "Single-task quota precision", "W6 (CUDA) / W7 (NPU)",
     "baseline, then one pod at a time at 25, 50, 75 % on one node, then the baseline again (perf_baseline_bracket); "
     "|runtime / (baseline * 100/q) - 1| <= 8 % against every baseline sample",

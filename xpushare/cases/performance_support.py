@@ -17,6 +17,7 @@ from typing import Any
 from xpushare.backends.base import PodSpec
 from xpushare.cases.base import CaseRun
 from xpushare.cases.functional import colocated_pair
+from xpushare.cases.sizing import fit_to_hardware
 from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
@@ -56,13 +57,17 @@ def target_node(run: CaseRun) -> str | None:
 
 
 def base_plan(run: CaseRun, workload: str) -> None:
-    """Put the workload and the cluster's GPU model, backend and namespace into ``run.plan`` (not saved here)."""
+    """Put the workload and the cluster's GPU model, backend and namespace into ``run.plan`` and size the
+    workload to the hardware (:func:`xpushare.cases.sizing.fit_to_hardware`, which may run calibration pods);
+    saves the plan."""
     run.plan.update(
         workload=workload,
         gpu_model=run.cluster.gpu_model,
         backend=run.cluster.backend,
         namespace=run.cluster.namespace,
     )
+    fit_to_hardware(run, workload)
+    run.save_plan()
 
 
 def run_baseline(run: CaseRun, workload: str, node: str | None, name: str = "base") -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import CaseDef
 from xpushare.cases.base import CaseRun, load_plan
+from xpushare.evidence import gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import XpushareError
@@ -71,6 +72,8 @@ def run_case(
         run = CaseRun(case.case_id, case_dir, backend, cluster, params)
         try:
             backend.begin_case(case_dir, case.case_id)
+            if case.measures_gpu:
+                gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "before")
             phases["begin"] = time.monotonic()
             case.act(run)
             interrupt.check()  # a Ctrl-C swallowed by a command runner still counts
@@ -86,6 +89,9 @@ def run_case(
             harvested = _guarded_step(case_dir, "harvest", lambda: backend.harvest(case_dir)) or []
             phases["harvest"] = time.monotonic()
             _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
+            if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
+                _guarded_step(case_dir, "gpu processes",
+                              lambda: gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "after"))
             phases["cleanup"] = time.monotonic()
     if reason is not None:
         verdict = Verdict(Status.SKIP, reason)
@@ -159,9 +165,23 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
         ev = Evidence.load(case_dir, mode)
         mapping = write_gpu_mapping(ev)
         verdict = case.judge(ev, params, load_plan(case_dir))
+        if case.measures_gpu and verdict.status is not Status.SKIP:
+            verdict = with_idle_check(verdict, ev)
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
     verdict.evidence = sorted(set(verdict.evidence) | set(mapping))
+    return verdict
+
+
+def with_idle_check(verdict: Verdict, ev: Evidence) -> Verdict:
+    """The verdict with :func:`gpu_apps.idle_check` added: a GPU another process used turns it ERROR ("GPU
+    busy: ..."), whatever the measurement said, since neither a PASS nor a FAIL taken then is about the SUT."""
+    check = gpu_apps.idle_check({name: ev.text(name) for name in map(gpu_apps.file_name, gpu_apps.TAGS)})
+    verdict.checks.append(check)
+    verdict.evidence = sorted(set(verdict.evidence) | {gpu_apps.file_name(t) for t in gpu_apps.TAGS
+                                                       if ev.text(gpu_apps.file_name(t)) is not None})
+    if check.ok is None:
+        verdict.status, verdict.summary = Status.ERROR, f"{check.detail} (was {verdict.status}: {verdict.summary})"
     return verdict
 
 
