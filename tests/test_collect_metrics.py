@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xpushare.collect import metrics
+from xpushare.evidence import scrape_capture
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 FIXTURES = Path(__file__).parent / "fixtures" / "collect"
@@ -184,7 +185,7 @@ def test_error_on_first_line_and_last_line() -> None:
 
 
 def test_scrape_command() -> None:
-    argv = metrics.scrape_command("http://10.0.0.5:9402/metrics", timeout_s=5)
+    argv = scrape_capture.scrape_command("http://10.0.0.5:9402/metrics", timeout_s=5)
     assert argv == [
         "curl",
         "-sS",
@@ -197,15 +198,15 @@ def test_scrape_command() -> None:
         "http://10.0.0.5:9402/metrics",
     ]
     with pytest.raises(ValueError):
-        metrics.scrape_command("")
+        scrape_capture.scrape_command("")
     with pytest.raises(ValueError):
-        metrics.scrape_command("http://x", timeout_s=0)
+        scrape_capture.scrape_command("http://x", timeout_s=0)
 
 
 def test_parse_curl_output_metrics() -> None:
     body = (SAMPLES / "metrics_idle.txt").read_text()
     out = body + "\nHTTP_CODE=200\nCONTENT_TYPE=text/plain; version=0.0.4; charset=utf-8\n"
-    r = metrics.parse_curl_output(out)
+    r = scrape_capture.parse_curl_output(out)
     assert r.body == body
     assert r.http_code == 200
     assert r.content_type == "text/plain; version=0.0.4; charset=utf-8"
@@ -214,15 +215,15 @@ def test_parse_curl_output_metrics() -> None:
 
 def test_parse_curl_output_404_and_failure() -> None:
     # Body "Not Found\n" (sut-interfaces.md §6.1, sample notfound.txt).
-    r = metrics.parse_curl_output("Not Found\n\nHTTP_CODE=404\nCONTENT_TYPE=text/plain\n")
+    r = scrape_capture.parse_curl_output("Not Found\n\nHTTP_CODE=404\nCONTENT_TYPE=text/plain\n")
     assert r == ("Not Found\n", 404, "text/plain")
     # Connection refused: curl prints 000 and an empty content type.
-    r = metrics.parse_curl_output("\nHTTP_CODE=000\nCONTENT_TYPE=\n")
+    r = scrape_capture.parse_curl_output("\nHTTP_CODE=000\nCONTENT_TYPE=\n")
     assert r == ("", 0, None)
     # No trailer at all: the whole text is body.
-    assert metrics.parse_curl_output("OK\n") == ("OK\n", None, None)
+    assert scrape_capture.parse_curl_output("OK\n") == ("OK\n", None, None)
     # A body that itself contains a fake trailer in the middle is not cut there.
-    r = metrics.parse_curl_output("a\nHTTP_CODE=1\nCONTENT_TYPE=x\nb\nHTTP_CODE=200\nCONTENT_TYPE=t\n")
+    r = scrape_capture.parse_curl_output("a\nHTTP_CODE=1\nCONTENT_TYPE=x\nb\nHTTP_CODE=200\nCONTENT_TYPE=t\n")
     assert r.body == "a\nHTTP_CODE=1\nCONTENT_TYPE=x\nb" and r.http_code == 200
 
 

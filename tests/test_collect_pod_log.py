@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xpushare.collect import pod_log
+from xpushare.collect import client_lines, pod_log
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 FIXTURES = Path(__file__).parent / "fixtures" / "collect"
@@ -57,10 +57,10 @@ def test_real_sample_pod_a() -> None:
     # The sample ends with "PASS", "--- 11.18428111076355 seconds ---", "exit=0".
     assert pod_log.runtime_seconds(text) == pytest.approx(11.18428111076355, abs=0)
     assert pod_log.has_pass_marker(text)
-    assert pod_log.client_id(text) == "0600a8daa2b6e910"
+    assert client_lines.client_id(text) == "0600a8daa2b6e910"
     assert pod_log.oom_markers(text) == []  # a healthy run: allocations succeed
-    assert [(u.kind, u.percent) for u in pod_log.core_limit_updates(text)] == [("initial", 100)]
-    assert pod_log.memory_limit_updates(text) == []  # no limit was set for that run
+    assert [(u.kind, u.percent) for u in client_lines.core_limit_updates(text)] == [("initial", 100)]
+    assert client_lines.memory_limit_updates(text) == []  # no limit was set for that run
     assert pod_log.last_tqdm(text) is None  # the run used a plain loop without tqdm
     assert pod_log.quota_probes(text) == []
 
@@ -205,13 +205,13 @@ def test_quota_probes_both_prefixes() -> None:
 
 def test_client_ids_after_restart() -> None:
     text = read(FIXTURES / "pod_oom.log")
-    assert pod_log.client_ids(text) == ["1111111111111111", "2222222222222222"]
-    assert pod_log.client_id(text) == "2222222222222222"
-    assert pod_log.client_id("Client ID = 123") is None  # not 16 hex digits
+    assert client_lines.client_ids(text) == ["1111111111111111", "2222222222222222"]
+    assert client_lines.client_id(text) == "2222222222222222"
+    assert client_lines.client_id("Client ID = 123") is None  # not 16 hex digits
 
 
 def test_core_limit_updates_kinds() -> None:
-    ups = pod_log.core_limit_updates(read(FIXTURES / "pod_w5_probe.log"))
+    ups = client_lines.core_limit_updates(read(FIXTURES / "pod_w5_probe.log"))
     assert [(u.kind, u.percent) for u in ups] == [
         ("initial", 30),
         ("received", 80),
@@ -221,12 +221,12 @@ def test_core_limit_updates_kinds() -> None:
 
 
 def test_memory_limit_updates_kinds() -> None:
-    ups = pod_log.memory_limit_updates(read(FIXTURES / "pod_w5_probe.log"))
+    ups = client_lines.memory_limit_updates(read(FIXTURES / "pod_w5_probe.log"))
     assert [(u.kind, u.new_bytes, u.old_bytes) for u in ups] == [
         ("received", 8589934592, None),
         ("applied", 8589934592, 4294967296),
     ]
-    initial = pod_log.memory_limit_updates(read(FIXTURES / "pod_memlimit_pass.log"))
+    initial = client_lines.memory_limit_updates(read(FIXTURES / "pod_memlimit_pass.log"))
     assert [(u.kind, u.new_bytes) for u in initial] == [("initial", 4 * 2**30)]
     assert initial[0].ts == datetime(2026, 2, 14, 10, 1, 1, 0, tzinfo=timezone.utc)
 
@@ -241,9 +241,9 @@ def _exercise_all(text: str) -> None:
     pod_log.rejections(text)
     pod_log.quota_probes(text)
     pod_log.last_tqdm(text)
-    pod_log.client_id(text)
-    pod_log.core_limit_updates(text)
-    pod_log.memory_limit_updates(text)
+    client_lines.client_id(text)
+    client_lines.core_limit_updates(text)
+    client_lines.memory_limit_updates(text)
     for line in text.split("\n"):
         pod_log.strip_timestamp(line)
 

@@ -32,7 +32,9 @@ import pytest
 from tests.test_cases_metrics import FakeExporter, act_and_judge, exporter, host_cluster  # noqa: F401 (fixture)
 from tests.test_metrics_check import IDLE, METRICS_CT, UUID, with_rows
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord, PodSpec, write_pod_records
-from xpushare.backends.host import _POLL, _WRAPPER, HostBackend
+from xpushare.backends.host import HostBackend
+from xpushare.backends.host_procs import POLL, WRAPPER
+from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.cases import REGISTRY
 from xpushare.collect import scheduler_log
 from xpushare.collect.metrics import parse_exposition
@@ -414,13 +416,13 @@ def test_met002_act_host_mode_with_probe(exporter: tuple[FakeExporter, int], tmp
 def test_host_wrapper_records_the_workload_pid(tmp_path: Path) -> None:
     host = LocalHost(spawn_dir=str(tmp_path))
     code = "import os, time; print('PID', os.getpid(), flush=True); time.sleep(0.3)"
-    host.spawn("xp-w", ["sh", "-c", _WRAPPER, "sh", "xp-w", sys.executable, "-c", code])
+    host.spawn("xp-w", ["sh", "-c", WRAPPER, "sh", "xp-w", sys.executable, "-c", code])
     deadline = time.monotonic() + 20
     while not (tmp_path / "xp-w.rc").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     printed = int((tmp_path / "xp-w.log").read_text().split()[1])
     assert int((tmp_path / "xp-w.hostpid").read_text()) == printed
-    row = host.run(["sh", "-c", _POLL, "sh", str(tmp_path), "xp-w"]).stdout.strip().split("|")
+    row = host.run(["sh", "-c", POLL, "sh", str(tmp_path), "xp-w"]).stdout.strip().split("|")
     assert row[0] == "xp-w" and row[1] == "0" and row[4] == str(printed)
 
 
@@ -481,6 +483,7 @@ def test_host_scheduler_facts_are_not_healthy_without_a_healthz_answer() -> None
     backend = HostBackend(cluster)
     node = SchedulerNode("localhost")
     backend.hosts = {"localhost": node}
+    backend.scheduler = HostScheduler("localhost", node, cluster.scheduler)
     [facts] = backend.scheduler_facts()
     assert facts.processes and facts.instance == "4242" and not facts.healthy
     node.health = "@@HEALTH\nOK\nHTTP_CODE=200\n"

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from xpushare.backends.base import PodSpec
-from xpushare.backends.k8s import K8sBackend, dns1123, label_value
+from xpushare.backends.k8s import K8sBackend
+from xpushare.backends.k8s_names import dns1123, label_value
 from xpushare.inventory import schema
 from xpushare.judge.combination import split_capture
 from xpushare.transport.base import CommandResult

@@ -487,7 +487,8 @@ def test_scheduler_proc_output_and_host_mode_ghosts_by_pid() -> None:
     assert out.healthy is True and out.metrics_text == "x_up 1\nHTTP_CODE=200\n" and out.error is None
     assert scheduler_proc.parse("@@PROC 41\n").error  # cut short
     argv = scheduler_proc.argv("/opt/bin/xpushare-scheduler", None, None)
-    assert argv[4] == "^(\\S*/)?/opt/bin/xpushare\\-scheduler( |$)" and argv[5:] == ["", ""]
+    assert argv[4] == "^(\\S*/)?/opt/bin/xpushare\\-scheduler( |$)"
+    assert argv[5:] == ["", "", "\\nHTTP_CODE=%{http_code}\\n"]  # no endpoints; curl's -w trailer
     page = ('xpushare_client_info{namespace="none",pod="none",host_pid="123"} 1\n'
             'xpushare_client_info{namespace="ns",pod="stab-001-r1",host_pid="9"} 1\nHTTP_CODE=200\n')
     facts = scrape_facts(page)

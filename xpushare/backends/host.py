@@ -19,7 +19,6 @@ and ``scheduler_node.txt`` names the host whose scheduler wrote that log.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-from xpushare.backends import scheduler_proc
+from xpushare.backends import host_procs as procs
 from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     CAP_SCHEDULER_PROCESS,
@@ -38,9 +37,8 @@ from xpushare.backends.base import (
     SchedulerRestart,
     write_pod_records,
 )
+from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.data import workloads_dir
-from xpushare.evidence.scrape_capture import curl_capture_argv
-from xpushare.evidence.store import SCHEDULER_NODE_FILE
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
@@ -51,28 +49,6 @@ from xpushare.transport.local import LocalHost
 
 WORKLOADS_DIR = workloads_dir()
 
-# The workload runs in the foreground of the wrapper, through an inner ``sh`` that writes its own pid to
-# ``<name>.hostpid`` and then execs the workload: that pid is the workload process's, the one whose
-# socket the scheduler sees (SO_PEERCRED) and exports as ``client_info{host_pid}`` (sut-interfaces.md §6.3).
-_WRAPPER = (
-    'n=$1; shift; date +%s.%N > "$n.start"; sh -c \'echo $$ > "$0.hostpid"; exec "$@"\' "$n" "$@"; rc=$?; '
-    'date +%s.%N > "$n.end"; echo $rc > "$n.rc"'
-)
-_POLL = (
-    'cd "$1" || exit 97; shift; for n in "$@"; do '
-    'printf "%s|%s|%s|%s|%s\\n" "$n" "$(cat "$n.rc" 2>/dev/null || echo -)" '
-    '"$(cat "$n.start" 2>/dev/null || echo -)" "$(cat "$n.end" 2>/dev/null || echo -)" '
-    '"$(cat "$n.hostpid" 2>/dev/null || echo -)"; done'
-)
-_GPU_QUERY = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
-# End of a case: whatever of the case still has a pid file is stopped (TERM to its process group) before the
-# case's files go. The node sampler and dmon of begin_case are stopped by harvest; a caller that skips the
-# harvest (metrics-check's probes) would otherwise leave them running with no pid file to find them by.
-_CLEANUP = (
-    'cd "$1" 2>/dev/null || exit 0; for f in "$2"-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
-    'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done; rm -rf -- "$2"-*'
-)
-
 
 @dataclass
 class _Placed:
@@ -82,10 +58,6 @@ class _Placed:
     gpu_uuid: str | None
     spawn_name: str
     gpu_key: str | None = None
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
 
 
 class HostBackend(Backend):
@@ -105,6 +77,9 @@ class HostBackend(Backend):
         self.capabilities = frozenset(caps)
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
+        # The inventory's ``scheduler`` settings describe the first GPU host's scheduler.
+        first = next(iter(self.hosts))
+        self.scheduler = HostScheduler(first, self.hosts[first], cluster.scheduler)
         self.gpus: dict[str, list[tuple[int, str]]] = {}
         self.workload_dir: dict[str, str] = {}
         self.python: dict[str, str] = {}
@@ -119,7 +94,7 @@ class HostBackend(Backend):
     def prepare_run(self, run_id: str) -> None:
         self.run_id = run_id
         for name, host in self.hosts.items():
-            self._stop_leftovers(host, _safe(f"xp-{run_id}-"))
+            self._stop_leftovers(host, procs.safe(f"xp-{run_id}-"))
             self.gpus[name] = self._detect_gpus(host, name)
             if isinstance(host, LocalHost):
                 self.workload_dir[name] = str(WORKLOADS_DIR)
@@ -135,21 +110,13 @@ class HostBackend(Backend):
 
     def _stop_leftovers(self, host: Host, prefix: str) -> None:
         """Stop processes an interrupted earlier invocation of this run left behind (resume safety)."""
-        script = (
-            'cd "$1" 2>/dev/null || exit 0; for f in "$2"*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
-            'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; rm -f "$f"; done'
-        )
-        host.run(["sh", "-c", script, "sh", host.spawn_dir, prefix], timeout=60)
+        host.run(["sh", "-c", procs.STOP_LEFTOVERS, "sh", host.spawn_dir, prefix], timeout=60)
 
     def _detect_gpus(self, host: Host, name: str) -> list[tuple[int, str]]:
         spec = self.cluster.host(name) if name in {h.name for h in self.cluster.hosts} else None
-        res = host.run(["sh", "-c", 'command -v nvidia-smi >/dev/null && exec "$@"', "sh", *_GPU_QUERY], timeout=60)
-        found: list[tuple[int, str]] = []
-        if res.ok:
-            for line in res.stdout.splitlines():
-                parts = [p.strip() for p in line.split(",")]
-                if len(parts) == 2 and parts[0].isdigit():
-                    found.append((int(parts[0]), parts[1]))
+        res = host.run(["sh", "-c", 'command -v nvidia-smi >/dev/null && exec "$@"', "sh", *procs.GPU_QUERY],
+                       timeout=60)
+        found = procs.parse_gpus(res.stdout) if res.ok else []
         if spec is not None and spec.gpus is not None:
             by_index = dict(found)
             return [(i, by_index.get(i, f"GPU-index-{i}")) for i in spec.gpus]
@@ -158,7 +125,7 @@ class HostBackend(Backend):
     # -- case level ------------------------------------------------------------------------------
     def begin_case(self, case_dir: Path, case_id: str) -> None:
         self.placed = {}
-        self.case_prefix = _safe(f"xp-{self.run_id}-{case_id}")
+        self.case_prefix = procs.safe(f"xp-{self.run_id}-{case_id}")
         for name, host in self.hosts.items():
             sampler = [
                 self.python[name],
@@ -171,7 +138,7 @@ class HostBackend(Backend):
             self._spawn_quiet(host, f"{self.case_prefix}-sampler", sampler)
             if self.gpus.get(name):
                 self._spawn_quiet(host, f"{self.case_prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
-        self.log_offset = self._scheduler_log_size()
+        self.log_offset = self.scheduler.log_size()
         self.rotated_offset = None
 
     def _spawn_quiet(self, host: Host, name: str, argv: list[str]) -> None:
@@ -218,14 +185,14 @@ class HostBackend(Backend):
             raise XpushareError("host mode cannot apply annotation limits (core_limit / memory_limit)")
         for spec in pods:
             host_name, idx, uuid = self._choose(spec)
-            spawn_name = f"{self.case_prefix}-{_safe(spec.name)}"
+            spawn_name = f"{self.case_prefix}-{procs.safe(spec.name)}"
             env = self.pod_env(spec, idx)
-            self.placed[spec.name] = _Placed(spec, host_name, idx, uuid, spawn_name, _gpu_key(env))
+            self.placed[spec.name] = _Placed(spec, host_name, idx, uuid, spawn_name, procs.gpu_key(env))
             host = self.hosts[host_name]
             argv = [
                 "sh",
                 "-c",
-                _WRAPPER,
+                procs.WRAPPER,
                 "sh",
                 spawn_name,
                 self.python[host_name],
@@ -243,28 +210,21 @@ class HostBackend(Backend):
         for host_name, placed in by_host.items():
             host = self.hosts[host_name]
             res = host.run(
-                ["sh", "-c", _POLL, "sh", host.spawn_dir, *(p.spawn_name for p in placed)], timeout=60, check=True
+                ["sh", "-c", procs.POLL, "sh", host.spawn_dir, *(p.spawn_name for p in placed)], timeout=60,
+                check=True,
             )
-            rows = {}
-            for line in res.stdout.splitlines():
-                fields = [f.strip() or "-" for f in line.split("|")]
-                if len(fields) == 5:
-                    rows[fields[0]] = fields[1:]
+            rows = procs.poll_rows(res.stdout)
             for p in placed:
                 rc, start, end, pid = rows.get(p.spawn_name, ["-", "-", "-", "-"])
-                if rc != "-":
-                    phase = "Succeeded" if rc == "0" else "Failed"
-                else:
-                    phase = "Running" if start != "-" else "Pending"
                 records.append(
                     PodRecord(
                         name=p.spec.name,
-                        phase=phase,
+                        phase=procs.phase(rc, start),
                         exit_code=int(rc) if rc not in ("-", "") and rc.lstrip("-").isdigit() else None,
                         node=host_name,
                         gpu=p.gpu_uuid if p.gpu_uuid else (str(p.gpu_index) if p.gpu_index is not None else None),
-                        started=_float(start),
-                        finished=_float(end),
+                        started=procs.to_float(start),
+                        finished=procs.to_float(end),
                         spec=asdict(p.spec),
                         log=f"pods/{p.spec.name}.log",
                         host_pid=int(pid) if pid.isdigit() else None,
@@ -309,24 +269,9 @@ class HostBackend(Backend):
         return res.stdout if res.ok else ""
 
     # -- evidence --------------------------------------------------------------------------------
-    def _scheduler_host_name(self) -> str:
-        """The host whose scheduler the inventory's ``scheduler`` settings describe: the first GPU host."""
-        return next(iter(self.hosts))
-
-    def _scheduler_host(self) -> Host:
-        return self.hosts[self._scheduler_host_name()]
-
     def scheduler_host(self) -> Host | None:
-        """The first GPU host's connection (where the inventory's ``scheduler`` settings apply); None when
-        the cluster has no host."""
-        return next(iter(self.hosts.values()), None)
-
-    def _scheduler_log_size(self) -> int | None:
-        log = self.cluster.scheduler.log_file
-        if not log:
-            return None
-        res = self._scheduler_host().run(["sh", "-c", 'wc -c < "$1"', "sh", log], timeout=30)
-        return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
+        """The first GPU host's connection (where the inventory's ``scheduler`` settings apply)."""
+        return self.scheduler.host
 
     def harvest(self, case_dir: Path) -> list[str]:
         files: list[str] = []
@@ -343,7 +288,7 @@ class HostBackend(Backend):
                 (case_dir / "harvest-errors.txt").open("a").write(f"{exc}\n")
         for name, host in self.hosts.items():
             files += self._harvest_node(case_dir, name, host)
-        files += self._harvest_scheduler(case_dir)
+        files += self.scheduler.harvest(case_dir, self.log_offset)
         return files
 
     def _harvest_node(self, case_dir: Path, name: str, host: Host) -> list[str]:
@@ -376,71 +321,15 @@ class HostBackend(Backend):
                 continue
         return files
 
-    def _harvest_scheduler(self, case_dir: Path) -> list[str]:
-        sched = self.cluster.scheduler
-        host = self._scheduler_host()
-        files: list[str] = []
-        if sched.metrics_url:
-            base = sched.metrics_url.rstrip("/")
-            for path, local in (("/metrics", "metrics.txt"), ("/healthz", "metrics_health.txt")):
-                res = host.run(curl_capture_argv(base + path, 10), timeout=30)
-                (case_dir / local).write_text(res.stdout + res.stderr, encoding="utf-8")
-                files.append(local)
-        if sched.log_file:
-            offset = (self.log_offset or 0) + 1
-            res = host.run(["tail", "-c", f"+{offset}", sched.log_file], timeout=120)
-            (case_dir / "scheduler.log").write_text(res.stdout, encoding="utf-8")
-            # Pids are per host: only the pods of this host can be matched to this log's registrations.
-            (case_dir / SCHEDULER_NODE_FILE).write_text(self._scheduler_host_name() + "\n", encoding="utf-8")
-            files += ["scheduler.log", SCHEDULER_NODE_FILE]
-        if sched.process_name:
-            script = (
-                'p=$(pgrep -o -f "^(\\S*/)?$1( |\\$)") || { echo "SCHEDULER_ALIVE=0"; exit 0; }; '
-                'echo "SCHEDULER_ALIVE=1"; '
-                'echo "PID=$p"; cat "/proc/$p/status"; echo "FD_COUNT=$(ls "/proc/$p/fd" | wc -l)"'
-            )
-            res = host.run(["sh", "-c", script, "sh", sched.process_name], timeout=30)
-            (case_dir / "scheduler_proc.txt").write_text(res.stdout, encoding="utf-8")
-            files.append("scheduler_proc.txt")
-        return files
-
     # -- the scheduler as a process (stability suites) -------------------------------------------
     def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
-        """The first GPU host's scheduler (the inventory's ``scheduler.process_name`` and ``metrics_url``): its
-        processes, ``/healthz``, and ``/metrics`` when asked, in one command on that host. ``instance`` is the
-        oldest process's pid: a new pid is a restart; ``healthy`` needs a ``/healthz`` 200 (never without a
-        ``metrics_url`` to ask). Raises :class:`XpushareError` without ``process_name``."""
-        sched = self.cluster.scheduler
-        if not sched.process_name:
-            raise XpushareError(f"cluster {self.cluster.name}: no scheduler.process_name in the inventory")
-        base = sched.metrics_url.rstrip("/") if sched.metrics_url else None
-        argv = scheduler_proc.argv(sched.process_name, base and base + "/healthz",
-                                   base + "/metrics" if base and metrics else None)
-        node = self._scheduler_host_name()
-        res = self._scheduler_host().run(argv, timeout=60)
-        out = scheduler_proc.parse(res.stdout)
-        if out.error:
-            return [SchedulerFacts(node, error=out.error)]
-        first = out.processes[0].pid if out.processes else None
-        return [SchedulerFacts(node, out.processes, None if first is None else str(first), 0,
-                               bool(out.processes) and out.healthy is True, out.metrics_text,
-                               "" if first is None else f"pid-{first}")]
+        """The first GPU host's scheduler (:meth:`HostScheduler.facts`). Raises :class:`XpushareError` without
+        the inventory's ``scheduler.process_name``."""
+        return self.scheduler.facts(self.cluster.name, metrics=metrics)
 
     def restart_scheduler(self) -> SchedulerRestart:
-        """``kill -TERM`` every process of the first GPU host's scheduler. Whether it comes back is up to what
-        runs it (``invoke deploy``'s supervisor restarts it within about a second; a hand-started one stays
-        down). Raises :class:`XpushareError` when no scheduler process runs."""
-        before = self.scheduler_facts()
-        facts = before[0]
-        if not facts.processes:
-            raise XpushareError(f"{facts.node}: no scheduler process to restart ({facts.error or 'not running'})")
-        pids = [str(p.pid) for p in facts.processes]
-        at = time.time()
-        res = self._scheduler_host().run(["kill", "-TERM", *pids], timeout=30)
-        if not res.ok:
-            raise XpushareError(f"{facts.node}: kill -TERM {' '.join(pids)}: {res.stderr.strip()}")
-        return SchedulerRestart(f"kill -TERM scheduler pid {' '.join(pids)} on {facts.node}", at,
-                                {f.node: f.instance for f in before})
+        """``kill -TERM`` every process of the first GPU host's scheduler (:meth:`HostScheduler.restart`)."""
+        return self.scheduler.restart(self.cluster.name)
 
     def case_pods(self) -> list[PodRecord]:
         """Records of the case's pods started since the last :meth:`forget_pod_specs` (one poll per host)."""
@@ -469,13 +358,11 @@ class HostBackend(Backend):
             return []
         dest.mkdir(parents=True, exist_ok=True)
         start = self.rotated_offset if self.rotated_offset is not None else (self.log_offset or 0)
-        size = self._scheduler_log_size() or 0
+        size = self.scheduler.log_size() or 0
         if size < start:  # the log was truncated or replaced: take it from its beginning
             start = 0
-        res = self._scheduler_host().run(["sh", "-c", 'tail -c "+$1" "$2" | head -c "$3"', "sh", str(start + 1), log,
-                                          str(size - start)], timeout=120)
         path = dest / f"scheduler-{tag}.log"
-        path.write_text(res.stdout, encoding="utf-8")
+        self.scheduler.copy_log(path, start, size)
         self.rotated_offset = size
         return [path]
 
@@ -486,25 +373,9 @@ class HostBackend(Backend):
             except TransportError:
                 continue
         for host in self.hosts.values():
-            host.run(["sh", "-c", _CLEANUP, "sh", host.spawn_dir, self.case_prefix], timeout=60)
+            host.run(["sh", "-c", procs.CLEANUP, "sh", host.spawn_dir, self.case_prefix], timeout=60)
 
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()
 
-
-def _gpu_key(env: dict[str, str]) -> str | None:
-    """The GPU key the client library reports for this environment (sut-interfaces.md §4.2: the first
-    comma/semicolon token of ``NVIDIA_VISIBLE_DEVICES``, else of ``CUDA_VISIBLE_DEVICES``); None when
-    neither is set (the library would report ``default``, but the backend placed no GPU)."""
-    for name in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
-        if env.get(name):
-            return re.split(r"[,;]", env[name])[0].strip()
-    return None
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None

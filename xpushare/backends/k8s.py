@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.backends import scheduler_proc
+from xpushare.backends import k8s_harvest, k8s_nodes, k8s_scheduler
 from xpushare.backends.base import (
     CAP_ANNOTATIONS,
     CAP_CLIENT_LIBRARY,
@@ -47,22 +46,22 @@ from xpushare.backends.base import (
     SchedulerRestart,
     write_pod_records,
 )
-from xpushare.collect import procstat
+from xpushare.backends.k8s_harvest import note
+from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
-from xpushare.evidence.scrape_capture import curl_capture_argv, failed_capture_text, with_curl_note
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.errors import TransportError
 from xpushare.transport import interrupt
 from xpushare.transport.base import Host
+from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import Kubectl, KubeError, KubePodStuck, KubeTimeout
+from xpushare.transport.kubectl import KubeError, KubePodStuck, KubeTimeout
 from xpushare.transport.manifest_yaml import dump_manifests
 
 MANIFESTS = manifests_dir()
 WORKLOADS = workloads_dir()
-MANAGED_BY = "app.kubernetes.io/managed-by=xpushare"
 
 #: Defaults of the k8s parameters (a cluster's inventory ``params`` override them).
 K8S_DEFAULTS: dict[str, Any] = {
@@ -76,18 +75,6 @@ K8S_DEFAULTS: dict[str, Any] = {
 }
 
 
-def dns1123(text: str, limit: int = 63) -> str:
-    """A DNS-1123 label: lower case alphanumerics and '-', at most ``limit`` characters."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return name[:limit].rstrip("-") or "x"
-
-
-def label_value(text: str) -> str:
-    """A valid label value (alphanumerics, '-', '_', '.', at most 63, alphanumeric at both ends)."""
-    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
-    return value.strip("-_.") or "x"
-
-
 class K8sBackend(Backend, KubeAccess):
     """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`."""
 
@@ -98,16 +85,9 @@ class K8sBackend(Backend, KubeAccess):
         self.cluster = cluster
         self.names = sut_names(cluster.sut)
         self.params = {**K8S_DEFAULTS, **{k: v for k, v in cluster.params.items() if k in K8S_DEFAULTS}}
-        masters = cluster.by_role("master")
-        self.master_spec = masters[0]
+        self.master_spec = master_spec(cluster)
         self.master = connect(self.master_spec)
-        self.kubectl = Kubectl(
-            self.master,
-            kubectl=cluster.kubectl,
-            kubeconfig=cluster.kubeconfig,
-            context=cluster.context,
-            namespace=cluster.namespace,
-        )
+        self.kubectl = kubectl_for(cluster, self.master)
         self.gpu_specs = {h.name: h for h in cluster.by_role("gpu")}
         self.gpu_hosts: dict[str, Host] = {}
         self.node_host: dict[str, str] = {}
@@ -321,7 +301,7 @@ class K8sBackend(Backend, KubeAccess):
         try:
             pods = self.kubectl.wait_pods(
                 self.selector(), until=until, count=len(wanted), timeout_s=timeout_s,  # type: ignore[arg-type]
-                poll_s=float(self.params["poll_s"]), sleep=_interruptible_sleep,
+                poll_s=float(self.params["poll_s"]), sleep=interrupt.sleep,
             )
         except (KubeTimeout, KubePodStuck) as exc:
             pods = list(exc.pods)
@@ -344,27 +324,11 @@ class K8sBackend(Backend, KubeAccess):
     def gpu_count(self) -> int | None:
         """GPUs of the schedulable, ready nodes: their allocatable vGPUs / ``vgpus_per_gpu`` (at least 1 per
         node that offers the resource)."""
-        per_gpu = int(self.params["vgpus_per_gpu"])
-        return sum(max(1, n.allocatable_count(self.names.resource) // per_gpu) for n in self.kubectl.list_nodes()
-                   if not n.unschedulable and n.ready and n.allocatable_count(self.names.resource) > 0)
+        return k8s_nodes.gpu_count(self.kubectl.list_nodes(), self.names.resource, self.vgpus_per_gpu)
 
     def colocation_target(self) -> tuple[str | None, int]:
-        """The schedulable node with the fewest GPUs (vGPUs / ``vgpus_per_gpu``) and its GPU count.
-
-        The device plugin gives each new pod the least-loaded GPU of its node, so ``gpus + 1`` pods
-        pinned to that node put at least two on one GPU; which two is read from the registration lines.
-        """
-        best: tuple[int, str] | None = None
-        for node in self.kubectl.list_nodes():
-            vgpus = node.allocatable_count(self.names.resource)
-            if node.unschedulable or not node.ready or vgpus <= 0:
-                continue
-            gpus = max(1, vgpus // int(self.params["vgpus_per_gpu"]))
-            if best is None or gpus < best[0]:
-                best = (gpus, node.name)
-        if best is None:
-            raise XpushareError(f"no schedulable node offers {self.names.resource}")
-        return best[1], best[0]
+        """The schedulable node with the fewest GPUs and its GPU count (:func:`k8s_nodes.colocation_target`)."""
+        return k8s_nodes.colocation_target(self.kubectl.list_nodes(), self.names.resource, self.vgpus_per_gpu)
 
     def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
         """Annotate a running pod; the call time (unix s) goes to ``annotations.jsonl`` for latency checks."""
@@ -397,65 +361,19 @@ class K8sBackend(Backend, KubeAccess):
         return sorted({p.node for p in pods if p.node})
 
     def scheduler_pods(self) -> dict[str, Pod]:
-        try:
-            pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
-        except KubeError:
-            return {}
-        return {p.node: p for p in pods if p.node}
+        return k8s_scheduler.scheduler_pods(self.kubectl, self.names)
 
     def curl_scheduler(self, node: str, path: str, sched: dict[str, Pod] | None = None) -> str | None:
-        sched = sched if sched is not None else self.scheduler_pods()
-        pod = sched.get(node)
-        host_name = self.host_for_node(node)
-        if pod is None or not pod.pod_ip or host_name is None:
-            return None
-        url = f"http://{pod.pod_ip}:{self.params['metrics_port']}{path}"
-        try:
-            res = self.gpu_host(host_name).run(curl_capture_argv(url, 10), timeout=30)
-        except TransportError as exc:
-            return failed_capture_text(url, host_name, exc)
-        if res.ok:  # stderr of a successful curl is login-shell noise, not a failed scrape
-            return res.stdout
-        # one line, so that the judgment's note pattern reads it whole
-        why = " | ".join(line.strip() for line in res.stderr.splitlines() if line.strip()) or "no stderr"
-        return with_curl_note(res.stdout, f"exit {res.exit_code}: {why}")
+        return k8s_scheduler.curl_scheduler(self, node, path, sched)
 
     # -- the scheduler (Backend) ---------------------------------------------------------------------
     def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
-        """One entry per node running a scheduler pod: the scheduler processes its GPU host shows (every one
-        matching the binary's name), ``/healthz`` and ``/metrics`` at the pod IP, from that host; ``instance``
-        the pod uid, ``healthy`` also needs every container ready. A host that fails gets ``error``."""
-        out: list[SchedulerFacts] = []
-        for node, pod in sorted(self.scheduler_pods().items()):
-            host_name = self.host_for_node(node)
-            ready = bool(pod.containers) and all(c.ready for c in pod.containers)
-            if host_name is None or not pod.pod_ip:
-                out.append(SchedulerFacts(node, instance=pod.uid, restarts=pod.restart_count, pod=pod.name,
-                                          error="no pod IP" if host_name else "no inventory GPU host maps to it"))
-                continue
-            base = f"http://{pod.pod_ip}:{self.metrics_port}"
-            argv = scheduler_proc.argv(self.names.scheduler_binary, base + "/healthz",
-                                       base + "/metrics" if metrics else None)
-            try:
-                got = scheduler_proc.parse(self.gpu_host(host_name).run(argv, timeout=60).stdout)
-            except TransportError as exc:
-                out.append(SchedulerFacts(node, instance=pod.uid, restarts=pod.restart_count, pod=pod.name,
-                                          error=exc.message))
-                continue
-            out.append(SchedulerFacts(node, got.processes, pod.uid, pod.restart_count, ready and bool(got.healthy),
-                                      got.metrics_text, pod.name, got.error))
-        return out
+        """One entry per node running a scheduler pod (:func:`k8s_scheduler.scheduler_facts`)."""
+        return k8s_scheduler.scheduler_facts(self, self.names, metrics=metrics)
 
     def restart_scheduler(self) -> SchedulerRestart:
         """``kubectl rollout restart daemonset/<scheduler>``; returns at once (watch the rollout yourself)."""
-        before = {node: pod.uid for node, pod in self.scheduler_pods().items()}
-        ds = self.names.scheduler_daemonset
-        at = time.time()
-        try:
-            self.kubectl.rollout_restart("daemonset", ds, namespace=self.names.namespace)
-        except KubeError as exc:
-            raise XpushareError(f"rollout restart daemonset/{ds}: {exc}") from exc
-        return SchedulerRestart(f"rollout restart daemonset/{ds}", at, dict(before))
+        return k8s_scheduler.restart_scheduler(self, self.names)
 
     # -- evidence ----------------------------------------------------------------------------------
     def harvest(self, case_dir: Path) -> list[str]:
@@ -473,100 +391,21 @@ class K8sBackend(Backend, KubeAccess):
                     (case_dir / "pods" / f"{name}.log").write_text(text, encoding="utf-8")
                     files.append(f"pods/{name}.log")
         except KubeError as exc:
-            _note(case_dir, f"pods: {exc}")
-        files += self._harvest_scheduler_logs(case_dir)
+            note(case_dir, f"pods: {exc}")
+        files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
+                                            self.case_start)
         nodes = sorted({r.node for r in records if r.node})
-        files += self._harvest_nodes(case_dir, nodes)
-        try:
-            snap = self.kubectl.run(["get", "nodes", "-o", "wide"], namespace=None).stdout
-            snap += "\n" + self.kubectl.run(["get", "pods", "-A", "-o", "wide"], namespace=None).stdout
-            (case_dir / "cluster_snapshot.txt").write_text(snap, encoding="utf-8")
-            files.append("cluster_snapshot.txt")
-        except KubeError as exc:
-            _note(case_dir, f"cluster snapshot: {exc}")
+        files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, f"{self.prefix}-dmon")
+        files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl)
         return files
-
-    def _harvest_scheduler_logs(self, case_dir: Path) -> list[str]:
-        files: list[str] = []
-        text = ""
-        if self.stream_name:
-            try:
-                log = self.master.stop(self.stream_name)
-                self.master.get(log, case_dir / "scheduler.log")
-                text = (case_dir / "scheduler.log").read_text(encoding="utf-8", errors="replace")
-            except TransportError as exc:
-                _note(case_dir, f"scheduler log stream: {exc}")
-        if not text.strip():
-            try:
-                text = self.kubectl.logs(selector=self.names.scheduler_label, since_time=self.case_start,
-                                         prefix=True, namespace=self.names.namespace)
-                (case_dir / "scheduler.log").write_text(text, encoding="utf-8")
-            except KubeError as exc:
-                _note(case_dir, f"scheduler log: {exc}")
-        if (case_dir / "scheduler.log").exists():
-            files.append("scheduler.log")
-        try:
-            dp = self.kubectl.logs(selector=self.names.device_plugin_label, since_time=self.case_start,
-                                   prefix=True, namespace=self.names.namespace)
-            (case_dir / "device-plugin.log").write_text(dp, encoding="utf-8")
-            files.append("device-plugin.log")
-        except KubeError as exc:
-            _note(case_dir, f"device-plugin log: {exc}")
-        return files
-
-    def _harvest_nodes(self, case_dir: Path, nodes: list[str]) -> list[str]:
-        files: list[str] = []
-        sched = self.scheduler_pods()
-        for i, node in enumerate(nodes):
-            suffix = "" if i == 0 else f"_{node}"
-            for path, name in (("/metrics", f"metrics{suffix}.txt"), ("/healthz", f"metrics_health{suffix}.txt")):
-                body = self.curl_scheduler(node, path, sched)
-                if body is not None:
-                    (case_dir / name).write_text(body, encoding="utf-8")
-                    files.append(name)
-            host_name = self.host_for_node(node)
-            if host_name is None:
-                _note(case_dir, f"node {node}: no inventory GPU host maps to it (no node evidence)")
-                continue
-            host = self.gpu_host(host_name)
-            files += self._scheduler_proc(case_dir, host, suffix)
-            if host_name in self.smi_hosts:
-                try:
-                    smi = host.run(["nvidia-smi"], timeout=60)
-                    (case_dir / f"remote_{node}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
-                    files.append(f"remote_{node}_nvidia_smi.txt")
-                    log = host.stop(f"{self.prefix}-dmon")
-                    host.get(log, case_dir / f"remote_{node}_dmon.txt")
-                    files.append(f"remote_{node}_dmon.txt")
-                except TransportError as exc:
-                    _note(case_dir, f"node {node}: {exc}")
-        return files
-
-    def _scheduler_proc(self, case_dir: Path, host: Host, suffix: str) -> list[str]:
-        try:
-            # comm is cut to 15 characters ("xpushare-schedu"): match argv[0] instead.
-            pattern = f"^(\\S*/)?{self.names.scheduler_binary}( |$)"
-            res = host.run(["pgrep", "-o", "-f", pattern], timeout=30)
-            pid = res.stdout.strip()
-            if not res.ok or not pid.isdigit():
-                (case_dir / f"scheduler_proc{suffix}.txt").write_text("SCHEDULER_ALIVE=0\n", encoding="utf-8")
-                return [f"scheduler_proc{suffix}.txt"]
-            status = host.run(procstat.command(int(pid)), timeout=30)
-            (case_dir / f"scheduler_proc{suffix}.txt").write_text(
-                f"SCHEDULER_ALIVE=1\nPID={pid}\n{status.stdout}", encoding="utf-8"
-            )
-            return [f"scheduler_proc{suffix}.txt"]
-        except TransportError as exc:
-            _note(case_dir, f"scheduler /proc: {exc}")
-            return []
 
     def cleanup(self, case_dir: Path) -> None:
         try:
             result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60)
             if result.forced:
-                _note(case_dir, f"cleanup: pods force-deleted: {', '.join(result.deleted)}")
+                note(case_dir, f"cleanup: pods force-deleted: {', '.join(result.deleted)}")
         except KubeError as exc:
-            _note(case_dir, f"cleanup: {exc}")
+            note(case_dir, f"cleanup: {exc}")
         for name in sorted(self.smi_hosts):
             try:
                 self.gpu_host(name).stop(f"{self.prefix}-dmon")
@@ -587,15 +426,3 @@ class K8sBackend(Backend, KubeAccess):
         for host in [self.master, *self.gpu_hosts.values()]:
             host.close()
 
-
-def _interruptible_sleep(seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        interrupt.check()
-        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-    interrupt.check()
-
-
-def _note(case_dir: Path, message: str) -> None:
-    with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
-        fh.write(message + "\n")

@@ -1,5 +1,6 @@
 """One command on a node that shows its scheduler: every scheduler process's ``/proc`` figures, ``/healthz``
-and (optionally) ``/metrics`` in one round trip; used by both backends' ``scheduler_facts``.
+and (optionally) ``/metrics`` in one round trip; used by both backends' ``scheduler_facts``. Also the
+``scheduler_proc.txt`` evidence both backends harvest (:func:`store_status`).
 
 Scheduler processes are found with ``pgrep -f '^(\\S*/)?<binary>( |$)'`` (argv[0], since ``comm`` is cut to
 15 characters), so neither the sampling shell nor a supervisor loop (``sh -c``) matches. Output::
@@ -14,18 +15,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from xpushare.backends.base import SchedulerProcess
 from xpushare.collect import procstat
+from xpushare.evidence.scrape_capture import CODE_TRAILER, split_trailer
+from xpushare.transport.base import Host
 
-__all__ = ["ProcOutput", "argv", "parse"]
+__all__ = ["ProcOutput", "argv", "parse", "pattern", "store_status"]
 
 _SCRIPT = (
-    'pat=$1; health=$2; metrics=$3; '
+    'pat=$1; health=$2; metrics=$3; w=$4; '
     'for p in $(pgrep -f "$pat"); do echo "@@PROC $p"; cat "/proc/$p/status" 2>/dev/null; '
     'if fds=$(ls -1A "/proc/$p/fd" 2>/dev/null); then printf "FD_COUNT=%s\\n" "$(printf "%s\\n" "$fds" | grep -c .)"; '
     'else echo FD_COUNT=; fi; done; '
-    'w="\\nHTTP_CODE=%{http_code}\\n"; '
     'if [ -n "$health" ]; then echo "@@HEALTH"; curl -sS -m 10 -o - -w "$w" "$health" 2>&1; fi; '
     'if [ -n "$metrics" ]; then echo "@@METRICS"; curl -sS -m 10 -o - -w "$w" "$metrics" 2>&1; fi; echo "@@END"'
 )
@@ -42,10 +45,34 @@ class ProcOutput:
     error: str | None = None
 
 
+def pattern(binary: str) -> str:
+    """The ``pgrep -f`` pattern of scheduler ``binary`` (its file name) as argv[0]: ``comm`` is cut to 15
+    characters ("xpushare-schedu"), and neither a sampling shell nor a supervisor loop (``sh -c``) matches."""
+    return f"^(\\S*/)?{re.escape(binary)}( |$)"
+
+
 def argv(binary: str, health_url: str | None, metrics_url: str | None) -> list[str]:
     """argv of the node-side command for scheduler ``binary`` (its file name) and the endpoints' URLs."""
-    pattern = f"^(\\S*/)?{re.escape(binary)}( |$)"
-    return ["sh", "-c", _SCRIPT, "sh", pattern, health_url or "", metrics_url or ""]
+    return ["sh", "-c", _SCRIPT, "sh", pattern(binary), health_url or "", metrics_url or "", CODE_TRAILER]
+
+
+def store_status(case_dir: Path, host: Host, binary: str, suffix: str = "") -> str:
+    """Write ``scheduler_proc<suffix>.txt`` into ``case_dir`` and return its name: ``SCHEDULER_ALIVE=0``, or
+    ``SCHEDULER_ALIVE=1``, ``PID=<pid>`` and the oldest process's ``/proc`` status with ``FD_COUNT=``
+    (:func:`xpushare.collect.procstat.command`; read by :func:`xpushare.judge.checks`). Two commands on ``host``.
+
+    Raises:
+        TransportError: ``host`` could not run a command.
+    """
+    name = f"scheduler_proc{suffix}.txt"
+    res = host.run(["pgrep", "-o", "-f", pattern(binary)], timeout=30)
+    pid = res.stdout.strip()
+    if not res.ok or not pid.isdigit():
+        (case_dir / name).write_text("SCHEDULER_ALIVE=0\n", encoding="utf-8")
+        return name
+    status = host.run(procstat.command(int(pid)), timeout=30)
+    (case_dir / name).write_text(f"SCHEDULER_ALIVE=1\nPID={pid}\n{status.stdout}", encoding="utf-8")
+    return name
 
 
 def parse(text: str) -> ProcOutput:
@@ -59,7 +86,7 @@ def parse(text: str) -> ProcOutput:
         body, _, metrics_text = body.partition("@@METRICS\n")
     if "@@HEALTH\n" in body:
         body, _, health = body.partition("@@HEALTH\n")
-        healthy = "HTTP_CODE=200" in health
+        healthy = split_trailer(health)[1] == 200
     procs: list[SchedulerProcess] = []
     for block in body.split("@@PROC ")[1:]:
         head, _, rest = block.partition("\n")

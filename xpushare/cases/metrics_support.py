@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from xpushare.backends.base import PodRecord
-from xpushare.backends.k8s import dns1123
+from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import ClientMatch, client_match, live_matches, matched_clients

@@ -94,7 +94,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
     kube = run.backend.kubernetes()
     if kube is None:
         return None
-    from xpushare.backends.k8s import dns1123
+    from xpushare.backends.k8s_names import dns1123
     from xpushare.transport.kubectl import KubeError
 
     wanted = {dns1123(p): p for p in pods}

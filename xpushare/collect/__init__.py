@@ -11,7 +11,8 @@ fixture-tested"):
 Modules (interfaces: sut-interfaces.md):
 
 * :mod:`xpushare.collect.pod_log` -- workload pod output (§7, §8.1, §12): runtime, ``PASS``, OOM
-  markers, quota probes, tqdm progress, client id, limit updates.
+  markers, quota probes, tqdm progress.
+* :mod:`xpushare.collect.client_lines` -- the client library's lines in it (§7, §12): client id, limit updates.
 * :mod:`xpushare.collect.scheduler_log` -- streaming scheduler-log summary (§4, §12): registrations,
   limit changes, lock/drop traffic, levels, the GPU distribution table.
 * :mod:`xpushare.collect.metrics` -- Prometheus exposition (§6) via ``prometheus_client.parser``;

@@ -19,19 +19,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
     "KNOWN_PREFIXES",
-    "CurlResponse",
     "Exposition",
     "Family",
     "Sample",
-    "parse_curl_output",
     "parse_exposition",
-    "scrape_command",
 ]
 
 KNOWN_PREFIXES = ("xpushare", "nvshare")
@@ -398,66 +395,3 @@ def _to_family(fam: Any, help_docs: dict[str, str], types: dict[str, str]) -> Fa
         help=help_docs.get(declared) if has_help else None,
         samples=tuple(samples),
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# curl evidence (sut-interfaces.md §6.1)
-
-
-def scrape_command(url: str, timeout_s: float = 10.0, *, curl: str = "curl") -> list[str]:
-    """argv that fetches ``url`` and appends the HTTP status and content type after the body.
-
-    ``curl -sS -m <timeout_s> -o - -w '\\nHTTP_CODE=%{http_code}\\nCONTENT_TYPE=%{content_type}\\n'
-    <url>`` (curl expands the ``\\n`` escapes of ``-w`` itself). A GET, so ``/metrics`` answers 200;
-    do not use ``curl -I`` (HEAD gets 404, sut-interfaces.md §6.1). Works for ``/metrics``,
-    ``/healthz`` and unknown paths alike; parse with :func:`parse_curl_output`. Raises
-    ``ValueError`` for an empty URL or a non-positive timeout.
-    """
-    if not url:
-        raise ValueError("url must be non-empty")
-    if not timeout_s > 0:
-        raise ValueError("timeout_s must be positive")
-    t = f"{timeout_s:g}"
-    return [
-        curl,
-        "-sS",
-        "-m",
-        t,
-        "-o",
-        "-",
-        "-w",
-        r"\nHTTP_CODE=%{http_code}\nCONTENT_TYPE=%{content_type}\n",
-        url,
-    ]
-
-
-class CurlResponse(NamedTuple):
-    """``(body, http_code, content_type)`` from :func:`parse_curl_output`.
-
-    ``http_code``: the status (``0`` when curl got no response: it prints ``000``), or ``None``
-    when the trailer is missing (curl did not run to the end); ``content_type``: the
-    ``Content-Type`` header (``text/plain; version=0.0.4; charset=utf-8`` for ``/metrics``,
-    sut-interfaces.md §6.1), ``None`` if the trailer is missing or the header was absent.
-    """
-
-    body: str
-    http_code: int | None
-    content_type: str | None
-
-
-_TRAILER_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\nCONTENT_TYPE=(?P<ct>[^\n]*)\n?\Z")
-
-
-def parse_curl_output(text: str) -> CurlResponse:
-    """Split the stdout of :func:`scrape_command` into body, status and content type. Never raises.
-
-    The body is returned exactly as served (the ``\\n`` that starts the trailer is removed). Without a
-    well-formed trailer at the end, the whole text is the body and both other fields are ``None``.
-    """
-    m = _TRAILER_RE.search(text)
-    if m is None:
-        return CurlResponse(text, None, None)
-    code_text = m.group("code")
-    code = int(code_text) if code_text else None
-    ct = m.group("ct").strip() or None
-    return CurlResponse(text[: m.start()], code, ct)

@@ -1,4 +1,5 @@
-"""Workload pod output: runtime, pass marker, OOM markers, quota probes, tqdm progress, limits.
+"""Workload pod output: runtime, pass marker, OOM markers, quota probes, tqdm progress (the client library's
+own lines: :mod:`xpushare.collect.client_lines`).
 
 Input is the text of ``kubectl logs [--timestamps] <pod>`` (or a host-mode process's combined
 stdout/stderr). Every function is pure and never raises on malformed input; missing evidence is
@@ -22,23 +23,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 __all__ = [
-    "CoreLimitUpdate",
-    "MemoryLimitUpdate",
     "Probe",
     "Rejection",
     "TqdmSegment",
-    "client_id",
-    "client_ids",
-    "core_limit_updates",
     "has_pass_marker",
     "last_tqdm",
-    "memory_limit_updates",
     "oom_markers",
     "parse_timestamp",
     "quota_probes",
     "rejections",
     "runtime_seconds",
     "strip_timestamp",
+    "timestamped_lines",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -104,7 +100,7 @@ def strip_timestamp(line: str) -> tuple[datetime | None, str]:
     return ts, line[m.end() :]
 
 
-def _lines(text: str) -> Iterator[tuple[datetime | None, str]]:
+def timestamped_lines(text: str) -> Iterator[tuple[datetime | None, str]]:
     """Yield ``(timestamp, line)`` for each newline-separated line, prefix stripped, EOL removed."""
     for raw in text.split("\n"):
         ts, rest = strip_timestamp(raw)
@@ -128,7 +124,7 @@ def runtime_seconds(text: str) -> float | None:
     (``xp_extract_runtime_seconds``: the last match), §12.
     """
     last: str | None = None
-    for _ts, line in _lines(text):
+    for _ts, line in timestamped_lines(text):
         for m in _RUNTIME_RE.finditer(line):
             last = m.group("sec")
     if last is None:
@@ -149,7 +145,7 @@ def run_interval(text: str) -> tuple[float, float] | None:
     """
     runtime = runtime_seconds(text)
     end: datetime | None = None
-    for ts, line in _lines(text):
+    for ts, line in timestamped_lines(text):
         if _RUNTIME_RE.search(line):
             end = ts
     if runtime is None or end is None:
@@ -177,7 +173,7 @@ def has_pass_marker(text: str) -> bool:
     separately, because tqdm output on stderr (no trailing newline) can be merged in front of the
     stdout ``PASS``. Source: sut-interfaces.md §8.1, §12 (``^PASS$``).
     """
-    for _ts, line in _lines(text):
+    for _ts, line in timestamped_lines(text):
         if "PASS" not in line:
             continue
         for seg in line.split("\r"):
@@ -216,7 +212,7 @@ def oom_markers(text: str) -> list[str]:
     a rejection). Each line appears at most once. Source: sut-interfaces.md §7, §11 item 14, §12.
     """
     out: list[str] = []
-    for _ts, line in _lines(text):
+    for _ts, line in timestamped_lines(text):
         if _OOM_RE.search(line):
             out.append(line)
     return out
@@ -244,7 +240,7 @@ class Rejection:
 def rejections(text: str) -> list[Rejection]:
     """All structured ``<api> rejected: ...`` lines, in order. See :class:`Rejection`. Never raises."""
     out: list[Rejection] = []
-    for ts, line in _lines(text):
+    for ts, line in timestamped_lines(text):
         if "rejected: " not in line:
             continue
         m = _REJECTION_RE.search(line)
@@ -295,7 +291,7 @@ def quota_probes(text: str) -> list[Probe]:
     §8.3 (W5), §11 item 11, §12.
     """
     out: list[Probe] = []
-    for ts, line in _lines(text):
+    for ts, line in timestamped_lines(text):
         if "QUOTA_PROBE" not in line:
             continue
         for m in _PROBE_RE.finditer(line):
@@ -384,7 +380,7 @@ def last_tqdm(text: str) -> TqdmSegment | None:
     sut-interfaces.md §10 "Extraction caveats".) Source: sut-interfaces.md §8.1, §11 item 11, §12.
     """
     found: TqdmSegment | None = None
-    for ts, line in _lines(text):
+    for ts, line in timestamped_lines(text):
         if "%|" not in line:
             continue
         for i, seg in enumerate(line.split("\r")):
@@ -398,113 +394,3 @@ def last_tqdm(text: str) -> TqdmSegment | None:
                 if parsed is not None:
                     found = parsed
     return found
-
-
-# --------------------------------------------------------------------------------------------------
-# Client id and limit updates (§7 "Other client-library lines", §12)
-
-_CLIENT_ID_RE = re.compile(r"Client ID = (?P<cid>[0-9a-f]{16})\b")
-
-
-def client_ids(text: str) -> list[str]:
-    """Every ``Client ID = <id16>`` in order (one per CUDA process start; restarts add more).
-
-    Source: sut-interfaces.md §7 ("joins with the scheduler logs"), §12.
-    """
-    out: list[str] = []
-    for _ts, line in _lines(text):
-        if "Client ID = " in line:
-            out.extend(m.group("cid") for m in _CLIENT_ID_RE.finditer(line))
-    return out
-
-
-def client_id(text: str) -> str | None:
-    """The LAST ``Client ID = <id16>`` of the log (the most recent process), or ``None``.
-
-    16 lowercase hex digits, the id the scheduler logs in ``Registered client <id16>`` (§4.2).
-    Source: sut-interfaces.md §7, §12.
-    """
-    ids = client_ids(text)
-    return ids[-1] if ids else None
-
-
-@dataclass(frozen=True)
-class CoreLimitUpdate:
-    """One core-limit line of the client library (percent of GPU time, 1-100).
-
-    ``kind``: ``"initial"`` (INFO ``Core limit = <N>%`` at start), ``"received"`` (DEBUG
-    ``Received UPDATE_CORE_LIMIT: new core limit = <N>%``), ``"applied"`` (INFO ``Core limit updated
-    dynamically to <N>%``) or ``"ignored"`` (WARN ``Ignoring invalid core limit update: <n>``).
-    With debug on, one dynamic change yields both a ``received`` and an ``applied`` entry: count
-    ``applied`` to count changes. Source: sut-interfaces.md §7, bash-harness-cases.md §8.1.
-    """
-
-    kind: str
-    percent: int
-    ts: datetime | None
-    line: str
-
-
-_CORE_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("applied", re.compile(r"Core limit updated dynamically to (?P<v>-?\d+)%")),
-    ("received", re.compile(r"Received UPDATE_CORE_LIMIT: new core limit = (?P<v>-?\d+)%")),
-    ("ignored", re.compile(r"Ignoring invalid core limit update: (?P<v>-?\d+)")),
-    ("initial", re.compile(r"Core limit = (?P<v>-?\d+)%")),
-)
-
-
-def core_limit_updates(text: str) -> list[CoreLimitUpdate]:
-    """All core-limit lines of the workload log in order; see :class:`CoreLimitUpdate`. Never raises."""
-    out: list[CoreLimitUpdate] = []
-    for ts, line in _lines(text):
-        if "ore limit" not in line and "UPDATE_CORE_LIMIT" not in line:
-            continue
-        for kind, rx in _CORE_RES:
-            m = rx.search(line)
-            if m:
-                out.append(CoreLimitUpdate(kind, int(m.group("v")), ts, line))
-                break
-    return out
-
-
-@dataclass(frozen=True)
-class MemoryLimitUpdate:
-    """One memory-limit line of the client library (bytes).
-
-    ``kind``: ``"initial"`` (INFO ``GPU memory limit set to <bytes> bytes (<f2> GiB)``, from the
-    ``XPUSHARE_GPU_MEMORY_LIMIT`` env), ``"received"`` (DEBUG ``Received UPDATE_LIMIT: new limit =
-    <bytes> bytes``) or ``"applied"`` (INFO ``Memory limit updated: <old> -> <new> bytes (<f2>
-    GiB)``). ``old_bytes`` is only known for ``applied``. Source: sut-interfaces.md §7,
-    bash-harness-cases.md §8.1.
-    """
-
-    kind: str
-    new_bytes: int
-    old_bytes: int | None
-    ts: datetime | None
-    line: str
-
-
-_MEM_APPLIED_RE = re.compile(r"Memory limit updated: (?P<old>\d+) -> (?P<new>\d+) bytes")
-_MEM_RECEIVED_RE = re.compile(r"Received UPDATE_LIMIT: new limit = (?P<new>\d+) bytes")
-_MEM_INITIAL_RE = re.compile(r"GPU memory limit set to (?P<new>\d+) bytes")
-
-
-def memory_limit_updates(text: str) -> list[MemoryLimitUpdate]:
-    """All memory-limit lines in order; see :class:`MemoryLimitUpdate`. Never raises."""
-    out: list[MemoryLimitUpdate] = []
-    for ts, line in _lines(text):
-        if "imit" not in line:
-            continue
-        m = _MEM_APPLIED_RE.search(line)
-        if m:
-            out.append(MemoryLimitUpdate("applied", int(m.group("new")), int(m.group("old")), ts, line))
-            continue
-        m = _MEM_RECEIVED_RE.search(line)
-        if m:
-            out.append(MemoryLimitUpdate("received", int(m.group("new")), None, ts, line))
-            continue
-        m = _MEM_INITIAL_RE.search(line)
-        if m:
-            out.append(MemoryLimitUpdate("initial", int(m.group("new")), None, ts, line))
-    return out

@@ -12,20 +12,12 @@ import json
 
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import UsageError
-from xpushare.transport.base import Host
+from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kubectl import Kubectl
 
 #: The node selector that parks the SUT's DaemonSets (no node has it).
 STOP_LABEL = "xpushare.io/sut-stopped"
 ROLLOUT_TIMEOUT_S = 180.0
-
-
-def kubectl_for(cluster: ClusterSpec, master: Host) -> Kubectl:
-    """kubectl on ``master`` (a host of the cluster), in the SUT's namespace."""
-    return Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                   namespace=sut_names(cluster.sut).namespace)
 
 
 def daemonsets(cluster: ClusterSpec) -> tuple[str, str]:
@@ -42,11 +34,8 @@ def run_action(cluster: ClusterSpec, action: str) -> list[tuple[str, str, bool]]
         UsageError: the cluster has no master; TransportError: the master is unreachable; KubeError: a kubectl
             call failed.
     """
-    masters = cluster.by_role("master")
-    if not masters:
-        raise UsageError(f"cluster {cluster.name}: no host with role 'master' to run kubectl on")
-    master = connect(masters[0])
-    kubectl = kubectl_for(cluster, master)
+    master = connect(master_spec(cluster))
+    kubectl = kubectl_for(cluster, master, namespace=sut_names(cluster.sut).namespace)  # the SUT's DaemonSets
     out: list[tuple[str, str, bool]] = []
     try:
         for ds in daemonsets(cluster):

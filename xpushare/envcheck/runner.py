@@ -104,14 +104,10 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         return run_ssh(ctx, select_hosts(spec, role=role, limit=limit), forks=int(forks))
     owned: Host | None = None
     if kubectl is None:
-        from xpushare.transport.kubectl import Kubectl
+        from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 
-        masters = spec.by_role("master")
-        if not masters:
-            raise UsageError(f"cluster {spec.name!r} has no master host to run kubectl on (--mode k8s)")
-        owned = connect(masters[0])
-        kubectl = Kubectl(owned, kubectl=spec.kubectl, kubeconfig=spec.kubeconfig,
-                          context=spec.context, namespace=spec.namespace)
+        owned = connect(master_spec(spec, "run kubectl on (--mode k8s)"))
+        kubectl = kubectl_for(spec, owned)
     try:
         return run_k8s(ctx, kubectl, limit=limit)
     finally:

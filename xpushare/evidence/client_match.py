@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.backends.base import Backend, PodRecord
-from xpushare.collect import pod_log
+from xpushare.collect import client_lines
 from xpushare.collect.metrics import Exposition, Sample
 from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary
 
@@ -144,14 +144,14 @@ def client_match(mode: str, workload: str, *, namespace: str | None = None, reco
       ``log`` and pids are not used (a container's host pid is not known to the tool);
     * host: :data:`KEY_HOST_PID` on ``record.host_pid`` (the pid the host backend recorded; None when
       not recorded yet) and on every ``Client ID = <id16>`` of ``log`` (the workload's output;
-      :func:`xpushare.collect.pod_log.client_ids`). Pod and namespace are ignored: outside Kubernetes
+      :func:`xpushare.collect.client_lines.client_ids`). Pod and namespace are ignored: outside Kubernetes
       every client is ``none``/``none``.
     """
     if mode == "k8s":
         return ClientMatch(workload, KEY_POD, pod=record.name if record is not None else workload,
                            namespace=namespace)
     pids = (record.host_pid,) if record is not None and record.host_pid is not None and record.host_pid > 0 else ()
-    cids = tuple(dict.fromkeys(pod_log.client_ids(log))) if log else ()
+    cids = tuple(dict.fromkeys(client_lines.client_ids(log))) if log else ()
     return ClientMatch(workload, KEY_HOST_PID, host_pids=pids, client_ids=cids)
 
 

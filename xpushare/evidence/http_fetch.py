@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable
 from http.client import HTTPException
 
-from xpushare.collect.metrics import CurlResponse, parse_curl_output, scrape_command
+from xpushare.evidence.scrape_capture import TIMED_TRAILER, CurlResponse, curl_argv, parse_curl_output, scrape_command
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 
@@ -80,8 +80,8 @@ def _curl(host: Host, argv: list[str], url: str, timeout_s: float,
 def curl_fetcher(host: Host, *, timeout_s: float = 10.0, curl: str = "curl") -> Fetch:
     """A ``fetch`` that runs ``curl`` on ``host`` (a GPU node) through the transport.
 
-    Uses :func:`xpushare.collect.metrics.scrape_command` (a GET whose ``-w`` trailer carries the HTTP
-    status and the Content-Type) and :func:`~xpushare.collect.metrics.parse_curl_output`. curl's
+    Uses :func:`xpushare.evidence.scrape_capture.scrape_command` (a GET whose ``-w`` trailer carries the HTTP
+    status and the Content-Type) and :func:`~xpushare.evidence.scrape_capture.parse_curl_output`. curl's
     ``000`` (no response), a missing trailer or a transport failure raise :class:`FetchError`.
     """
 
@@ -120,15 +120,14 @@ def _time_total(out: str) -> tuple[str, float | None]:
 def timed_curl_fetcher(host: Host, *, timeout_s: float = 10.0, curl: str = "curl") -> TimedFetch:
     """GET through ``curl`` on ``host`` (a node), timed by curl itself (``-w %{time_total}``, seconds).
 
-    The command is :func:`xpushare.collect.metrics.scrape_command`'s with a ``TIME_TOTAL=`` line after its
+    The command is :func:`xpushare.evidence.scrape_capture.scrape_command`'s with a ``TIME_TOTAL=`` line after its
     ``HTTP_CODE``/``CONTENT_TYPE`` trailer, so the latency is the exporter's as seen from the node, without
     the SSH round trip that carries the command. curl's ``000`` (no response), a missing trailer or a
     transport failure raise :class:`FetchError`.
     """
 
     def get(url: str) -> TimedResult:
-        argv = [curl, "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w",
-                r"\nHTTP_CODE=%{http_code}\nCONTENT_TYPE=%{content_type}\nTIME_TOTAL=%{time_total}\n", url]
+        argv = curl_argv(url, timeout_s, trailer=TIMED_TRAILER, curl=curl)
         parsed, seconds = _curl(host, argv, url, timeout_s, _time_total)
         assert parsed.http_code  # _curl raised otherwise
         return parsed.http_code, parsed.content_type, parsed.body, seconds

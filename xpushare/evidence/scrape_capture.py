@@ -2,9 +2,10 @@
 and reading them.
 
 * **Capture** (``metrics.txt``, ``metrics_health.txt``, ``metrics_mid*.txt``, ...): the body as served, then
-  curl's ``-w`` trailer ``\\nHTTP_CODE=<ddd>\\nCONTENT_TYPE=<type>\\n``
-  (:func:`xpushare.collect.metrics.scrape_command`), or ``HTTP_CODE=`` alone (the backends' scrapes, the bash
-  harness's ``metrics_health.txt``). Without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000``
+  curl's ``-w`` trailer ``\\nHTTP_CODE=<ddd>\\nCONTENT_TYPE=<type>\\n`` (:data:`FULL_TRAILER`,
+  :func:`scrape_command`, parsed by :func:`parse_curl_output`), or ``HTTP_CODE=`` alone (:data:`CODE_TRAILER`:
+  the backends' scrapes, the bash harness's ``metrics_health.txt``). Every curl argv of the tool takes its
+  ``-w`` format from here. Without any HTTP response: ``# no response: <why>`` and ``HTTP_CODE=000``
   (:func:`capture_text`; curl itself prints ``000`` then). The k8s backend may add a note after the trailer
   (``# curl: <stderr>``) or write ``# scrape of <url> from <host> failed: <why>`` when SSH failed.
   The backends' curl argv is :func:`curl_capture_argv`; their notes are written by :func:`failed_capture_text`
@@ -22,16 +23,22 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-
-from xpushare.collect.metrics import CurlResponse, parse_curl_output
+from typing import NamedTuple
 
 __all__ = [
+    "CODE_TRAILER",
+    "FULL_TRAILER",
+    "TIMED_TRAILER",
+    "CurlResponse",
     "ScrapeRecord",
     "capture_text",
+    "curl_argv",
     "curl_capture_argv",
     "failed_capture_text",
+    "parse_curl_output",
     "parse_series",
     "read_capture",
+    "scrape_command",
     "split_capture",
     "split_http",
     "split_trailer",
@@ -104,12 +111,73 @@ def capture_text(record: ScrapeRecord, content_type: str | None) -> str:
     return f"{record.body or ''}\nHTTP_CODE={record.status:03d}\nCONTENT_TYPE={content_type or ''}\n"
 
 
+# curl's ``-w`` formats (curl expands the ``\\n`` escapes itself; the argv holds no newline).
+#: The trailer of the backends' captures and the scheduler sampling command: status only.
+CODE_TRAILER = r"\nHTTP_CODE=%{http_code}\n"
+#: Status and Content-Type (:func:`scrape_command`, read by :func:`parse_curl_output`).
+FULL_TRAILER = r"\nHTTP_CODE=%{http_code}\nCONTENT_TYPE=%{content_type}\n"
+#: :data:`FULL_TRAILER` and curl's own total time in seconds (``TIME_TOTAL=``).
+TIMED_TRAILER = FULL_TRAILER + r"TIME_TOTAL=%{time_total}\n"
+
+
+def curl_argv(url: str, timeout_s: float = 10.0, *, trailer: str = FULL_TRAILER, curl: str = "curl") -> list[str]:
+    """``curl -sS -m <timeout_s> -o - -w <trailer> <url>``: a GET (never ``-I``: HEAD gets 404 from
+    ``/metrics``, sut-interfaces.md §6.1) whose stdout is the body then ``trailer``. ``timeout_s``: curl's
+    limit on the whole transfer, in seconds."""
+    return [curl, "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w", trailer, url]
+
+
 def curl_capture_argv(url: str, timeout_s: float = 10.0) -> list[str]:
-    """argv of a GET of ``url`` whose stdout is a capture with the ``HTTP_CODE=`` trailer only:
-    ``curl -sS -m <timeout_s> -o - -w '\\nHTTP_CODE=%{http_code}\\n' <url>`` (the ``-w`` argument holds real
-    newlines). ``timeout_s``: curl's limit on the whole transfer, in seconds. The form the backends store;
-    :func:`xpushare.collect.metrics.scrape_command` adds ``CONTENT_TYPE=``."""
-    return ["curl", "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w", "\nHTTP_CODE=%{http_code}\n", url]
+    """argv of a GET of ``url`` whose stdout is a capture with the ``HTTP_CODE=`` trailer only
+    (:data:`CODE_TRAILER`): the form the backends store."""
+    return curl_argv(url, timeout_s, trailer=CODE_TRAILER)
+
+
+def scrape_command(url: str, timeout_s: float = 10.0, *, curl: str = "curl") -> list[str]:
+    """argv that fetches ``url`` and appends the HTTP status and content type after the body
+    (:data:`FULL_TRAILER`). Works for ``/metrics``, ``/healthz`` and unknown paths alike; parse with
+    :func:`parse_curl_output`.
+
+    Raises:
+        ValueError: an empty URL or a non-positive timeout.
+    """
+    if not url:
+        raise ValueError("url must be non-empty")
+    if not timeout_s > 0:
+        raise ValueError("timeout_s must be positive")
+    return curl_argv(url, timeout_s, curl=curl)
+
+
+class CurlResponse(NamedTuple):
+    """``(body, http_code, content_type)`` from :func:`parse_curl_output`.
+
+    ``http_code``: the status (``0`` when curl got no response: it prints ``000``), or ``None``
+    when the trailer is missing (curl did not run to the end); ``content_type``: the
+    ``Content-Type`` header (``text/plain; version=0.0.4; charset=utf-8`` for ``/metrics``,
+    sut-interfaces.md §6.1), ``None`` if the trailer is missing or the header was absent.
+    """
+
+    body: str
+    http_code: int | None
+    content_type: str | None
+
+
+_TRAILER_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\nCONTENT_TYPE=(?P<ct>[^\n]*)\n?\Z")
+
+
+def parse_curl_output(text: str) -> CurlResponse:
+    """Split the stdout of :func:`scrape_command` into body, status and content type. Never raises.
+
+    The body is returned exactly as served (the ``\\n`` that starts the trailer is removed). Without a
+    well-formed trailer at the end, the whole text is the body and both other fields are ``None``.
+    """
+    m = _TRAILER_RE.search(text)
+    if m is None:
+        return CurlResponse(text, None, None)
+    code_text = m.group("code")
+    code = int(code_text) if code_text else None
+    ct = m.group("ct").strip() or None
+    return CurlResponse(text[: m.start()], code, ct)
 
 
 def failed_capture_text(url: str, host: str, why: object) -> str:
@@ -130,7 +198,7 @@ _CODE_ONLY_RE = re.compile(r"\nHTTP_CODE=(?P<code>\d*)\n?(?:CONTENT_TYPE=(?P<ct>
 def read_capture(text: str) -> CurlResponse:
     """A curl capture as ``(body, http_code, content_type)``. Never raises.
 
-    Accepts the trailer of :func:`xpushare.collect.metrics.scrape_command` (``HTTP_CODE=`` and
+    Accepts the trailer of :func:`scrape_command` (``HTTP_CODE=`` and
     ``CONTENT_TYPE=`` lines), a trailer with ``HTTP_CODE=`` only (the bash harness's
     ``metrics_health.txt``, bash-harness-cases.md §1 item 6), or a bare body (code ``None``).
     """

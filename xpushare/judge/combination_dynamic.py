@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.collect import pod_log
+from xpushare.collect import client_lines, pod_log
 from xpushare.collect.scheduler_log import LimitChange, SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
@@ -79,8 +79,8 @@ def change_facts(
     """
     out: list[ChangeFacts] = []
     prev = 0
-    core_updates = pod_log.core_limit_updates(log) if log else []
-    mem_updates = pod_log.memory_limit_updates(log) if log else []
+    core_updates = client_lines.core_limit_updates(log) if log else []
+    mem_updates = client_lines.memory_limit_updates(log) if log else []
     for i, ch in enumerate(changes):
         kind, new = _kind(str(ch["key"])), int(ch["new"])
         cands = [c for c in sched.limit_changes if c.kind == kind and not c.initial and c.pod == pod

@@ -15,8 +15,7 @@ from importlib import resources
 
 import yaml
 
-from xpushare.collect.metrics import CurlResponse
-from xpushare.evidence.scrape_capture import ScrapeRecord, parse_series, read_capture
+from xpushare.evidence.scrape_capture import CurlResponse, ScrapeRecord, parse_series, read_capture
 from xpushare.evidence.store import Evidence
 
 

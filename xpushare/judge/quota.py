@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import pod_log
+from xpushare.collect import client_lines, pod_log
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
@@ -61,14 +61,16 @@ def check_dynamic_change(
     if log is None:
         checks.append(Check(f"{kind}_update_in_pod[{new}]", "pod log collected", {}, None, f"no log for {pod}"))
     else:
-        seen: list[pod_log.CoreLimitUpdate] | list[pod_log.MemoryLimitUpdate]
+        seen: list[client_lines.CoreLimitUpdate] | list[client_lines.MemoryLimitUpdate]
         if kind == "compute":
             seen = [
-                u for u in pod_log.core_limit_updates(log) if u.kind in ("applied", "received") and u.percent == new
+                u for u in client_lines.core_limit_updates(log)
+                if u.kind in ("applied", "received") and u.percent == new
             ]
         else:
             seen = [
-                u for u in pod_log.memory_limit_updates(log) if u.kind in ("applied", "received") and u.new_bytes == new
+                u for u in client_lines.memory_limit_updates(log)
+                if u.kind in ("applied", "received") and u.new_bytes == new
             ]
         checks.append(
             Check(
@@ -239,9 +241,9 @@ def change_applied_at(ev: Evidence, *, pod: str, namespace: str, kind: str, new:
     log = ev.logs.get(pod)
     if log is not None:
         updates: Sequence[Any] = (
-            [u for u in pod_log.core_limit_updates(log) if u.percent == new]
+            [u for u in client_lines.core_limit_updates(log) if u.percent == new]
             if kind == "compute"
-            else [u for u in pod_log.memory_limit_updates(log) if u.new_bytes == new]
+            else [u for u in client_lines.memory_limit_updates(log) if u.new_bytes == new]
         )
         for wanted in ("applied", "received"):
             hit = next((u for u in updates if u.kind == wanted and u.ts is not None), None)

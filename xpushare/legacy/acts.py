@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from xpushare.backends.base import PodSpec
-from xpushare.backends.k8s import dns1123
+from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.collect import nvidia_smi
 from xpushare.judge.quantity import parse_quantity

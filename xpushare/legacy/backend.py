@@ -1,22 +1,20 @@
 """The legacy pods' Kubernetes side: the workloads and images the legacy scripts use, :class:`PodExtra`
-(labels, resource, native), :class:`LegacyK8sBackend` that renders them, and :func:`split_prefixed`
-(``kubectl logs --prefix`` keeping ``\r``). Split out of :mod:`xpushare.legacy.scenarios`.
+(labels, resource, native) and :class:`LegacyK8sBackend` that renders them. Split out of
+:mod:`xpushare.legacy.scenarios`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from xpushare.backends.base import PodSpec
-from xpushare.backends.k8s import K8sBackend, dns1123
+from xpushare.backends.k8s import K8sBackend
+from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
-from xpushare.transport.kubectl import Kubectl
 
 W1, W2, W3 = "w1_large_add", "w2_medium_add", "w3_idle_add"
 
@@ -49,43 +47,12 @@ class PodExtra:
     native: bool = False
 
 
-_PREFIX_RE = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/(?P<container>[^\]]+)\] ?")
-
-
-def split_prefixed(text: str) -> dict[str, str]:
-    """``kubectl logs --prefix`` output split into pod -> text, on ``\n`` only.
-
-    (:func:`xpushare.transport.kube_objects.split_prefixed_logs` uses ``str.splitlines``, which also breaks at
-    ``\r`` and so drops every tqdm refresh after the first; the legacy tables need the last one.)
-    """
-    out: dict[str, list[str]] = {}
-    for line in text.split("\n"):
-        m = _PREFIX_RE.match(line)
-        if m:
-            out.setdefault(m.group("pod"), []).append(line[m.end():] + "\n")
-    return {pod: "".join(lines) for pod, lines in out.items()}
-
-
-class _Kubectl(Kubectl):
-    """:class:`Kubectl` whose :meth:`logs_by_pod` keeps ``\r`` inside lines (see :func:`split_prefixed`)."""
-
-    def logs_by_pod(self, selector: str, *, timestamps: bool = True, since_time: datetime | None = None,
-                    container: str | None = None, namespace: Any = None) -> dict[str, str]:
-        kw: dict[str, Any] = {} if namespace is None else {"namespace": namespace}
-        text = self.logs(selector=selector, timestamps=timestamps, since_time=since_time, container=container,
-                         prefix=True, **kw)
-        return split_prefixed(text)
-
-
 class LegacyK8sBackend(K8sBackend):
     """:class:`K8sBackend` whose pods also carry the legacy labels, and optionally run natively or with the
     legacy images' own entrypoints (``legacy_entrypoint`` / ``legacy_images`` of the case parameters)."""
 
     def __init__(self, cluster: ClusterSpec) -> None:
         super().__init__(cluster)
-        self.kubectl = _Kubectl(self.master,
-                                kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                                namespace=cluster.namespace)
         self.extras: dict[str, PodExtra] = {}
         self.case_params: Mapping[str, Any] = {}
 

@@ -57,8 +57,9 @@ from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts
 from xpushare.transport.base import Host
+from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.kubectl import KubeError
 from xpushare.transport.manifest_yaml import dump_manifests
 
 #: Deploy parameters and their defaults (a cluster's inventory ``params`` and ``--set`` override them).
@@ -172,10 +173,7 @@ def _build_host(cluster: ClusterSpec, name: str | None) -> HostSpec:
         if spec is None:
             raise UsageError(f"deploy_build_host {name!r} is not a host of cluster {cluster.name!r}")
         return spec
-    masters = cluster.by_role("master")
-    if not masters:
-        raise UsageError(f"cluster {cluster.name!r} has no master to build on; set deploy_build_host")
-    return masters[0]
+    return master_spec(cluster, "build on; set deploy_build_host")
 
 
 def cleanup_labels(names: SutNames) -> list[str]:
@@ -220,15 +218,14 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     pipe = Pipeline(out)
     pipe.log(f"deploy {cluster.name} ({names.generation}, mode {req.mode}) -> {out_dir}")
     build_host: Host | None = None
-    master = connect(cluster.by_role("master")[0])
-    kubectl = Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig,
-                      context=cluster.context, namespace=cluster.namespace)
+    master = connect(master_spec(cluster))
+    kubectl = kubectl_for(cluster, master)
     state: dict[str, Any] = {}
 
     def host() -> Host:
         nonlocal build_host
         if build_host is None:
-            build_host = master if build_spec.name == cluster.by_role("master")[0].name else connect(build_spec)
+            build_host = master if build_spec.name == master_spec(cluster).name else connect(build_spec)
         return build_host
 
     def commit() -> str:

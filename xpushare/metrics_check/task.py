@@ -23,6 +23,7 @@ from xpushare.metrics_check.probes import (
 )
 from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_objects import Pod
 from xpushare.transport.kubectl import Kubectl
@@ -84,11 +85,7 @@ def _gpu_fetcher(cluster: ClusterSpec, preferred: HostSpec | None, timeout_s: fl
 
 
 def _k8s_target(cluster: ClusterSpec, names: SutNames, out: TextIO) -> tuple[Kubectl, Pod]:
-    masters = cluster.by_role("master")
-    if not masters:
-        raise UsageError(f"cluster {cluster.name}: mode k8s needs a master host")
-    kubectl = Kubectl(connect(masters[0]), kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig,
-                      context=cluster.context, namespace=cluster.namespace)
+    kubectl = kubectl_for(cluster, connect(master_spec(cluster, "run kubectl on (mode k8s)")))
     pods = [p for p in kubectl.list_pods(names.scheduler_label, namespace=names.namespace)
             if p.phase == "Running" and p.pod_ip]
     if not pods:

@@ -53,7 +53,7 @@ from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop_guard import OpGuard
 from xpushare.soak.loop_rounds import Round, round_record, start_values
 from xpushare.soak.loop_sampling import Sampler
-from xpushare.soak.loop_settings import SoakSettings, interruptible_sleep
+from xpushare.soak.loop_settings import SoakSettings
 from xpushare.soak.loop_text import fmt_hms, interim_lines, mib, progress_line
 from xpushare.soak.ops import SoakOps
 from xpushare.transport import interrupt
@@ -90,7 +90,7 @@ class SoakLoop:
         out: TextIO | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = interruptible_sleep,
+        sleep: Callable[[float], None] = interrupt.sleep,
         label: str = "soak",
     ) -> None:
         self.ops = ops

@@ -1,27 +1,13 @@
-"""How a soak runs (:class:`SoakSettings`) and the sleep the loop waits with (:func:`interruptible_sleep`).
+"""How a soak runs (:class:`SoakSettings`).
 
 Callers import :class:`SoakSettings` from :mod:`xpushare.soak.loop` (re-exported there with the loop).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from xpushare.transport import interrupt
-
-__all__ = ["SoakSettings", "interruptible_sleep"]
-
-
-def interruptible_sleep(seconds: float) -> None:
-    """Sleep, raising ``KeyboardInterrupt`` promptly once Ctrl-C was pressed."""
-    deadline = time.monotonic() + max(0.0, seconds)
-    while True:
-        interrupt.check()
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(0.2, left))
+__all__ = ["SoakSettings"]
 
 
 @dataclass

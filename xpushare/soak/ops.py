@@ -22,10 +22,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
+from xpushare.backends import scheduler_proc
 from xpushare.backends.base import Backend, PodRecord, PodSpec, SchedulerFacts
 from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
-from xpushare.evidence.scrape_capture import split_trailer
+from xpushare.evidence.scrape_capture import scrape_command, split_trailer
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.kubectl import KubeError
@@ -189,9 +190,8 @@ def node_script(scheduler_binary: str, url: str | None, pod: str | None = None, 
     is marked, only marked processes are kept (another scheduler visible on the same host, e.g. a second
     lab on one machine, is then ignored).
     """
-    pattern = f"^(\\S*/)?{re.escape(scheduler_binary)}( |$)"
-    curl = metrics_mod.scrape_command(url, timeout_s) if url else []
-    return ["sh", "-c", _NODE_SCRIPT, "sh", pattern, pod or "", url or "", *curl]
+    curl = scrape_command(url, timeout_s) if url else []
+    return ["sh", "-c", _NODE_SCRIPT, "sh", scheduler_proc.pattern(scheduler_binary), pod or "", url or "", *curl]
 
 
 def parse_node_output(node: str, text: str) -> NodeSample:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -80,3 +81,15 @@ def check() -> None:
     """Raise ``KeyboardInterrupt`` if Ctrl-C was pressed (for wait loops)."""
     if _received:
         raise KeyboardInterrupt
+
+
+def sleep(seconds: float) -> None:
+    """Sleep ``seconds`` (negative: not at all), raising ``KeyboardInterrupt`` within 0.2 s of a request (the
+    sleep of every wait loop: a plain ``time.sleep`` would hold a Ctrl-C until it ends)."""
+    deadline = time.monotonic() + max(0.0, seconds)
+    while True:
+        check()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(0.2, left))

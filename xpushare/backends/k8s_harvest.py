@@ -1,0 +1,116 @@
+"""What the k8s backend stores of a case beyond its pods (see :mod:`xpushare.backends.k8s` for the list):
+the scheduler's and device plugin's logs, each node's scrapes, scheduler ``/proc`` figures, ``nvidia-smi`` and
+dmon, and the cluster snapshot.
+
+Every function stores files in the case directory and returns their names relative to it; a failure is noted
+in ``harvest-errors.txt`` (:func:`note`) and never raised, so one missing piece leaves the rest of the evidence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from xpushare.backends import scheduler_proc as scheduler_proc_mod
+from xpushare.backends.base import KubeAccess
+from xpushare.inventory.sut import SutNames
+from xpushare.model.errors import TransportError
+from xpushare.transport.base import Host
+from xpushare.transport.kubectl import Kubectl, KubeError
+
+__all__ = ["cluster_snapshot", "node_evidence", "note", "scheduler_logs", "scheduler_proc"]
+
+HARVEST_ERRORS = "harvest-errors.txt"
+
+
+def note(case_dir: Path, message: str) -> None:
+    """Append one line to the case's ``harvest-errors.txt``."""
+    with (case_dir / HARVEST_ERRORS).open("a", encoding="utf-8") as fh:
+        fh.write(message + "\n")
+
+
+def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kubectl, names: SutNames,
+                   since: datetime) -> list[str]:
+    """``scheduler.log`` from the log stream ``stream_name`` spawned on ``master`` (empty name: none), else a
+    ``kubectl logs --since-time`` fetch; ``device-plugin.log`` always from kubectl."""
+    files: list[str] = []
+    text = ""
+    if stream_name:
+        try:
+            log = master.stop(stream_name)
+            master.get(log, case_dir / "scheduler.log")
+            text = (case_dir / "scheduler.log").read_text(encoding="utf-8", errors="replace")
+        except TransportError as exc:
+            note(case_dir, f"scheduler log stream: {exc}")
+    if not text.strip():
+        try:
+            text = kubectl.logs(selector=names.scheduler_label, since_time=since, prefix=True,
+                                namespace=names.namespace)
+            (case_dir / "scheduler.log").write_text(text, encoding="utf-8")
+        except KubeError as exc:
+            note(case_dir, f"scheduler log: {exc}")
+    if (case_dir / "scheduler.log").exists():
+        files.append("scheduler.log")
+    try:
+        dp = kubectl.logs(selector=names.device_plugin_label, since_time=since, prefix=True,
+                          namespace=names.namespace)
+        (case_dir / "device-plugin.log").write_text(dp, encoding="utf-8")
+        files.append("device-plugin.log")
+    except KubeError as exc:
+        note(case_dir, f"device-plugin log: {exc}")
+    return files
+
+
+def node_evidence(case_dir: Path, kube: KubeAccess, nodes: list[str], names: SutNames, smi_hosts: set[str],
+                  dmon_spawn: str) -> list[str]:
+    """Per node of ``nodes`` (the first without a suffix, the others ``_<node>``): ``metrics.txt`` and
+    ``metrics_health.txt`` from its scheduler pod, ``scheduler_proc.txt``, and, on GPU hosts in ``smi_hosts``,
+    ``remote_<node>_nvidia_smi.txt`` and the dmon stream ``dmon_spawn`` as ``remote_<node>_dmon.txt``."""
+    files: list[str] = []
+    sched = kube.scheduler_pods()
+    for i, node in enumerate(nodes):
+        suffix = "" if i == 0 else f"_{node}"
+        for path, name in (("/metrics", f"metrics{suffix}.txt"), ("/healthz", f"metrics_health{suffix}.txt")):
+            body = kube.curl_scheduler(node, path, sched)
+            if body is not None:
+                (case_dir / name).write_text(body, encoding="utf-8")
+                files.append(name)
+        host_name = kube.host_for_node(node)
+        if host_name is None:
+            note(case_dir, f"node {node}: no inventory GPU host maps to it (no node evidence)")
+            continue
+        host = kube.gpu_host(host_name)
+        files += scheduler_proc(case_dir, host, names.scheduler_binary, suffix)
+        if host_name in smi_hosts:
+            try:
+                smi = host.run(["nvidia-smi"], timeout=60)
+                (case_dir / f"remote_{node}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
+                files.append(f"remote_{node}_nvidia_smi.txt")
+                log = host.stop(dmon_spawn)
+                host.get(log, case_dir / f"remote_{node}_dmon.txt")
+                files.append(f"remote_{node}_dmon.txt")
+            except TransportError as exc:
+                note(case_dir, f"node {node}: {exc}")
+    return files
+
+
+def scheduler_proc(case_dir: Path, host: Host, binary: str, suffix: str = "") -> list[str]:
+    """``scheduler_proc<suffix>.txt`` (:func:`xpushare.backends.scheduler_proc.store_status`); an SSH failure is
+    noted instead."""
+    try:
+        return [scheduler_proc_mod.store_status(case_dir, host, binary, suffix)]
+    except TransportError as exc:
+        note(case_dir, f"scheduler /proc: {exc}")
+        return []
+
+
+def cluster_snapshot(case_dir: Path, kubectl: Kubectl) -> list[str]:
+    """``cluster_snapshot.txt``: ``kubectl get nodes -o wide`` and ``get pods -A -o wide``."""
+    try:
+        snap = kubectl.run(["get", "nodes", "-o", "wide"], namespace=None).stdout
+        snap += "\n" + kubectl.run(["get", "pods", "-A", "-o", "wide"], namespace=None).stdout
+    except KubeError as exc:
+        note(case_dir, f"cluster snapshot: {exc}")
+        return []
+    (case_dir / "cluster_snapshot.txt").write_text(snap, encoding="utf-8")
+    return ["cluster_snapshot.txt"]

@@ -1,0 +1,33 @@
+"""kubectl for a cluster of the inventory: the one place that turns a :class:`ClusterSpec`'s ``kubectl``,
+``kubeconfig``, ``context`` and ``namespace`` into a :class:`~xpushare.transport.kubectl.Kubectl` on its master.
+
+Used by the k8s backend, the SUT actions (``invoke sut.*``), ``deploy``, ``envcheck`` and ``metrics-check``.
+"""
+
+from __future__ import annotations
+
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.errors import UsageError
+from xpushare.transport.base import Host
+from xpushare.transport.kubectl import Kubectl
+
+__all__ = ["kubectl_for", "master_spec"]
+
+
+def master_spec(cluster: ClusterSpec, purpose: str = "run kubectl on") -> HostSpec:
+    """The cluster's first host with role ``master`` (inventory order).
+
+    Raises:
+        UsageError: the cluster has none (``purpose`` completes the message: "no host with role 'master' to ...").
+    """
+    masters = cluster.by_role("master")
+    if not masters:
+        raise UsageError(f"cluster {cluster.name}: no host with role 'master' to {purpose}")
+    return masters[0]
+
+
+def kubectl_for(cluster: ClusterSpec, master: Host, *, namespace: str | None = None) -> Kubectl:
+    """kubectl run on ``master`` (a connected host of ``cluster``) with the cluster's binary, kubeconfig and
+    context; its default namespace is ``namespace``, else the inventory's ``namespace`` (the workloads')."""
+    return Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                   namespace=cluster.namespace if namespace is None else namespace)
