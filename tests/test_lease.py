@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,10 +75,14 @@ def other(run_id: str = "r-other", **kw: object) -> Holder:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def take(store: MemoryStore, me: Holder, *, wait: bool = False, sleep=None) -> list[str]:  # type: ignore[no-untyped-def]
+def must_not_wait(seconds: float) -> None:
+    pytest.fail(f"waited {seconds} s")
+
+
+def take(store: MemoryStore, me: Holder, *, wait: bool = False,
+         sleep: Callable[[float], None] = must_not_wait) -> list[str]:
     said: list[str] = []
-    lease.acquire(store, me, SETTINGS, cluster="c1", wait=wait, say=said.append,
-                  sleep=sleep or (lambda s: pytest.fail("must not wait")))
+    lease.acquire(store, me, SETTINGS, cluster="c1", wait=wait, say=said.append, sleep=sleep)
     return said
 
 
