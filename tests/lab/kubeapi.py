@@ -14,7 +14,10 @@ It serves exactly what ``kubectl`` sends for the verbs xpushare uses (checked wi
   ``container``), ``pods/<n>/eviction`` (policy/v1) and ``pods/<n>:<port>/proxy/<path>``;
 * daemonsets (apps/v1): create, get, list, watch, patch (a spec change bumps ``metadata.generation``);
 * nodes: create, get, list, watch, patch (cordon is ``spec.unschedulable``);
-* namespaces: create, get, list, delete (deleting one deletes its pods).
+* namespaces: create, get, list, delete (deleting one deletes its pods);
+* configmaps (v1) and leases (coordination.k8s.io/v1): create, get, list, watch, patch, delete and
+  replace (``PUT``, ``kubectl replace``: a ``metadata.resourceVersion`` that is not the stored one is 409
+  Conflict, as optimistic concurrency on a real server).
 
 The server only stores objects. Controllers that give them life (scheduling pods to nodes, running
 containers, DaemonSet rollouts) live in :mod:`tests.lab.kubelet` and act on the same :class:`Store`.
@@ -136,7 +139,13 @@ RESOURCES: dict[str, Resource] = {
     "namespaces": Resource("", "v1", "namespaces", "Namespace", False, ("ns",)),
     "daemonsets": Resource("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",)),
     "poddisruptionbudgets": Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
+    "configmaps": Resource("", "v1", "configmaps", "ConfigMap", True, ("cm",),
+                           ("create", "delete", "get", "list", "patch", "update", "watch")),
+    "leases": Resource("coordination.k8s.io", "v1", "leases", "Lease", True, (),
+                       ("create", "delete", "get", "list", "patch", "update", "watch")),
 }
+#: The API groups served besides the core group (each in version v1).
+GROUPS = ("apps", "policy", "coordination.k8s.io")
 
 
 def openapi_v3(gv_path: str) -> Obj:
@@ -780,16 +789,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{api.address}:{api.port}"}]})
         if path == "/apis":
             groups = []
-            for g in ("apps", "policy"):
+            for g in GROUPS:
                 entry = {"groupVersion": f"{g}/v1", "version": "v1"}
                 groups.append({"name": g, "versions": [entry], "preferredVersion": entry})
             return self._json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         if path == "/openapi/v3":
             return self._json(200, {"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=lab0"}
-                                              for gv in ("api/v1", "apis/apps/v1", "apis/policy/v1")}})
+                                              for gv in ("api/v1", *(f"apis/{g}/v1" for g in GROUPS))}})
         if path.startswith("/openapi/v3/"):
             return self._json(200, openapi_v3(path[len("/openapi/v3/"):]))
-        if path in ("/api/v1", "/apis/apps/v1", "/apis/policy/v1"):
+        if path == "/api/v1" or path in {f"/apis/{g}/v1" for g in GROUPS}:
             group, version = ("", "v1") if path == "/api/v1" else tuple(path.split("/")[2:4])
             gv = f"{group}/{version}" if group else version
             return self._json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
@@ -797,7 +806,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) >= 3 and parts[1] == "v1":
             group, rest = "", parts[2:]
-        elif parts[0] == "apis" and len(parts) >= 4 and parts[1:3] in (["apps", "v1"], ["policy", "v1"]):
+        elif parts[0] == "apis" and len(parts) >= 4 and parts[2] == "v1" and parts[1] in GROUPS:
             group, rest = parts[1], parts[3:]
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -830,6 +839,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._json(200, self._maybe_table(resource, [obj], str(api.store.rv), single=True))
         if method == "PATCH":
             return self._patch(resource, ns, name, self._body())
+        if method == "PUT" and sub is None and "update" in res.verbs:
+            return self._replace(resource, ns, name, self._body())
         if method == "DELETE":
             return self._delete(resource, ns, name, self._body(), query)
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {resource}")
@@ -874,6 +885,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object '
                            "has been modified; please apply your changes to the latest version and try again")
         obj = self.api.store.mutate(resource, ns, name, fn)
+        self._json(200, obj)
+
+    def _replace(self, resource: str, ns: str, name: str, body: Any) -> None:
+        """``PUT``: the whole object anew; a stale ``resourceVersion`` is 409 Conflict (none: unconditional)."""
+        res = RESOURCES[resource]
+        meta = (body.get("metadata") or {}) if isinstance(body, dict) else {}
+        if not isinstance(body, dict) or body.get("kind") not in (None, res.kind) or meta.get("name") != name:
+            raise ApiError(400, "BadRequest", f"the body of a {res.kind} update must be that {res.kind}, named {name}")
+        want_rv = meta.get("resourceVersion")
+        with self.api.store.lock:  # check and write as one step, as etcd's compare-and-swap
+            cur = self.api.store.get(resource, ns, name)
+            if want_rv and want_rv != cur["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {res.plural}'
+                               f'{"." + res.group if res.group else ""} "{name}": the object has been modified; '
+                               "please apply your changes to the latest version and try again")
+            obj = self.api.store.mutate(resource, ns, name, lambda _cur: copy.deepcopy(body))
         self._json(200, obj)
 
     def _delete(self, resource: str, ns: str, name: str, body: Any, query: dict[str, str]) -> None:

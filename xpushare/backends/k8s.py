@@ -52,7 +52,8 @@ from xpushare.data import manifests_dir, workloads_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError
-from xpushare.transport import interrupt
+from xpushare.model.lease import LeaseSettings
+from xpushare.transport import interrupt, kube_lease
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
@@ -184,7 +185,10 @@ class K8sBackend(Backend, KubeAccess):
     # -- run level ---------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
         self.run_id = run_id
-        self.kubectl.delete(MANAGED_BY, wait=True, timeout_s=120)  # leftovers carrying our label only
+        # Leftovers carrying our label only, and never those of the live run holding the cluster's lease.
+        live = kube_lease.live_run(self.kubectl, LeaseSettings.from_params(self.cluster.params))
+        spare = f",xpushare/run-id notin ({label_value(live)})" if live and live != run_id else ""
+        self.kubectl.delete(MANAGED_BY + spare, kind="pods,configmaps", wait=True, timeout_s=120)
         by_address: dict[str, str] = {}
         for spec in self.gpu_specs.values():
             by_address[spec.address or spec.name] = spec.name

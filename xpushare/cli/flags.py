@@ -30,6 +30,7 @@ RUN_HELP: dict[str, str] = {
     "set": "override a parameter/threshold: --set name=value (repeatable)",
     "root": ROOT_HELP,
     "inventory": INVENTORY_HELP,
+    "wait": "when another run holds the cluster's lease, wait until it is free instead of stopping (exit 2)",
 }
 
 

@@ -21,7 +21,8 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     """Run a task body and turn its outcome into the process exit status.
 
     Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
-    :class:`XpushareError`, 2 (USAGE) for a local path that cannot be used (``OSError``) or read as text,
+    :class:`XpushareError` (:class:`~xpushare.model.errors.LeaseHeld`, the cluster held by another run: 2),
+    2 (USAGE) for a local path that cannot be used (``OSError``) or read as text,
     128 + the signal for Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.transport.interrupt`, handled for
     the whole body).
     """

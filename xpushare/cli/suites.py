@@ -5,7 +5,8 @@ Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``
 ``--set``, ``--root``, ``--inventory``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
 case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
-in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``).
+in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``). ``--wait`` waits for
+another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class SuiteFlags:
     overrides: tuple[str, ...] = ()
     root: Path = Path(".")
     inventory: str | None = None
+    wait: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -98,7 +100,7 @@ def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     request = driver.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
-        inventory_path=flags.inventory, root=flags.root,
+        inventory_path=flags.inventory, root=flags.root, wait=flags.wait,
     )
     return driver.run(request)
 
@@ -117,7 +119,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     """
     P = inspect.Parameter
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
-              ("root", "."), ("inventory_", None)]
+              ("root", "."), ("inventory_", None), ("wait", False)]
     params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
@@ -131,7 +133,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
         parsed = SuiteFlags(
             cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
             run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
-            root=Path(values["root"]), inventory=values["inventory_"],
+            root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
             extra={f.name: values[f.name] for f in flags},
         )
         guarded(lambda: _run(parsed, scope))

@@ -20,6 +20,7 @@ from rich.console import Console
 from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
+from xpushare.engine import lease
 from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.inventory import schema
@@ -80,6 +81,8 @@ class RunRequest:
     overrides: Sequence[str] = ()
     inventory_path: str | None = None
     root: Path = Path(".")
+    wait: bool = False
+    """Wait for another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`)."""
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
@@ -151,7 +154,8 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """Run the selected cases on one cluster and write the run directory and reports.
 
     Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input (before anything
-    runs). Returns the exit status (see :func:`exit_status_for`).
+    runs), :class:`~xpushare.model.errors.LeaseHeld` when another live run holds the cluster (unless
+    ``request.wait``). Returns the exit status (see :func:`exit_status_for`).
     """
     cluster = schema.load(request.inventory_path).cluster(request.cluster)
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
@@ -165,6 +169,13 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
             raise UsageError(f"--resume: no run {run_id!r} under {request.root}")
         latest = artifacts.latest_statuses(run_dir)
         cases = [c for c in cases if latest.get((cluster.name, c.suite, c.case_id)) != "PASS"]
+    with lease.held(cluster, run_id, wait=request.wait, out=out):
+        return _run_held(request, cluster, selection, overrides, run_id, run_dir, cases, out)
+
+
+def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
+              run_id: str, run_dir: Path, cases: Sequence[CaseDef], out: TextIO) -> ExitStatus:
+    """The part of :func:`run` done while the run holds the cluster's lease: from the run directory on."""
     run_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "run_id": run_id,

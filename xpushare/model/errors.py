@@ -63,3 +63,9 @@ class CommandFailed(TransportError):
         self.argv = argv
         self.exit_code = exit_code
         self.stderr = stderr
+
+
+class LeaseHeld(XpushareError):
+    """Another live run holds the cluster's lease (the message names it); ``--wait`` waits for it instead."""
+
+    exit_status = ExitStatus.USAGE

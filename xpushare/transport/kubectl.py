@@ -18,6 +18,7 @@ picked from kubectl's stderr: :class:`KubeNotFound` (``Error from server (NotFou
 :class:`KubeAlreadyExists`, :class:`KubeTimeout` (``timed out waiting``; also raised by
 :meth:`Kubectl.wait_pods` with the last pods seen), :class:`KubeUnavailable` (API server unreachable);
 :class:`KubePodStuck` when a waited-for pod can never start (image pull / container creation errors).
+:class:`KubeConflict` when an update carries a ``resourceVersion`` that changed meanwhile (a lost race).
 Transport failures (:class:`~xpushare.model.errors.TransportError`) pass through unchanged.
 
 Pitfalls handled here (sut-interfaces.md §11, bash-harness.md §6):
@@ -91,6 +92,10 @@ class KubeAlreadyExists(KubeError):
     """``create`` of an object that exists (``Error from server (AlreadyExists)``)."""
 
 
+class KubeConflict(KubeError):
+    """An update of an object that changed since it was read (``Error from server (Conflict)``)."""
+
+
 class KubeUnavailable(KubeError):
     """kubectl could not reach the API server (refused, no route, TLS, or request timeout)."""
 
@@ -131,6 +136,8 @@ def classify(command: Sequence[str], stderr: str, exit_code: int) -> KubeError:
         return KubeNotFound(command, stderr, exit_code)
     if "(AlreadyExists)" in stderr:
         return KubeAlreadyExists(command, stderr, exit_code)
+    if "(Conflict)" in stderr:
+        return KubeConflict(command, stderr, exit_code)
     if _UNAVAILABLE_RE.search(stderr):
         return KubeUnavailable(command, stderr, exit_code)
     if _TIMEOUT_RE.search(stderr):
@@ -138,14 +145,11 @@ def classify(command: Sequence[str], stderr: str, exit_code: int) -> KubeError:
     return KubeError(command, stderr, exit_code)
 
 
-
-
 def _items(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The objects of a ``-o json`` answer: the items of a List, or the object itself."""
     if doc.get("kind", "").endswith("List") and "items" in doc:
         return list(doc.get("items") or [])
     return [doc]
-
 
 
 # ------------------------------------------------------------------------------------ kubectl

@@ -1,0 +1,228 @@
+"""Run isolation: a run holds its cluster's lease from before its first change to the cluster until its reports.
+
+:func:`held` acquires the lease (:func:`acquire`), renews it in a background thread (:class:`Renewal`) and
+releases it at the end. A cluster held by another live run stops the new run with :class:`LeaseHeld`
+(exit 2, one line naming the holder), or, with ``--wait``, the new run waits until the lease is free. A
+lease not renewed for the stale time may be taken (the taker says so); so may one whose holder ran on this
+machine and whose process is gone (a run killed with SIGKILL, resumed at once).
+
+Where the lease lives (:func:`store_for`): k8s mode, a ``Lease`` in the test namespace
+(:mod:`xpushare.transport.kube_lease`); host mode, a lock file on the first GPU host
+(:mod:`xpushare.transport.lock_file`), by default ``/tmp/xpushare-run.lease`` there. The built-in ``local``
+cluster (and any host marked ``connection: local``) keeps it in this machine's temporary directory, or in
+``$XPUSHARE_LEASE_DIR`` when set. Settings: the cluster parameters ``lease_renew_s``/``lease_stale_s``
+(:class:`~xpushare.model.lease.LeaseSettings`), ``lease_path`` (host mode). docs/leases.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import secrets
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import TextIO
+
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import LeaseHeld, UsageError, XpushareError
+from xpushare.model.lease import Holder, LeaseSettings, LeaseStore, Observed
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+
+LEASE_FILE = "xpushare-run.lease"
+REMOTE_LEASE_DIR = "/tmp"
+LEASE_DIR_ENV = "XPUSHARE_LEASE_DIR"
+_MAX_RACES = 20  # create/read/take rounds lost to other runs in a row before giving up
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return str(os.getuid())
+
+
+def new_holder(run_id: str) -> Holder:
+    """The holder of a lease taken now by this process for ``run_id``."""
+    return Holder(run_id=run_id, user=_user(), machine=socket.gethostname(), pid=os.getpid(),
+                  started=datetime.now(timezone.utc).isoformat(timespec="seconds"), token=secrets.token_hex(8))
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's)
+        return False
+    return False
+
+
+def stale_reason(seen: Observed, settings: LeaseSettings, me: Holder) -> str | None:
+    """Why the lease ``seen`` may be taken by ``me``, or None while its holder is live."""
+    if seen.age_s > settings.stale_s:
+        return f"not renewed for {seen.age_s:.0f} s, stale after {settings.stale_s:g} s"
+    other = seen.holder
+    if other is not None and other.machine == me.machine and other.pid != me.pid and _process_gone(other.pid):
+        return f"its process {other.pid} on this machine is gone"
+    return None
+
+
+def acquire(store: LeaseStore, me: Holder, settings: LeaseSettings, *, cluster: str, wait: bool,
+            say: Callable[[str], None], sleep: Callable[[float], None] = time.sleep) -> None:
+    """Take the lease of ``cluster`` in ``store`` for ``me``.
+
+    Free: create it. Stale (see :func:`stale_reason`): take it and ``say`` whose it was. Held by a live run:
+    raise :class:`LeaseHeld`, or with ``wait`` ``say`` so once and poll every ``settings.renew_s`` seconds
+    until it is free or stale (Ctrl-C ends the wait).
+
+    Raises:
+        LeaseHeld: held and not ``wait``. XpushareError: the store failed, or lost :data:`_MAX_RACES` races in a row.
+    """
+    announced = False
+    races = 0
+    while True:
+        if store.create(me, settings):
+            return
+        seen = store.read()
+        if seen is None:  # released between our create and read
+            races += 1
+        else:
+            reason = stale_reason(seen, settings, me)
+            if reason is not None:
+                if store.take(me, settings, seen):
+                    say(f"took the lease of cluster {cluster} from {seen.describe()}: {reason}")
+                    return
+                races += 1
+            elif not wait:
+                raise LeaseHeld(f"cluster {cluster} is in use by {seen.describe()} ({store.where}); "
+                                "try again later or add --wait")
+            else:
+                races = 0
+                if not announced:
+                    say(f"cluster {cluster} is in use by {seen.describe()}; waiting for it (--wait)")
+                    announced = True
+                sleep(settings.renew_s)
+        if races >= _MAX_RACES:
+            raise XpushareError(f"cluster {cluster}: could not take the lease ({store.where}): "
+                                "other runs kept changing it")
+
+
+class Renewal:
+    """The background thread that renews ``holder``'s lease every ``settings.renew_s`` seconds.
+
+    A renewal that fails (store unreachable) is retried at the next period with a warning; one that finds the
+    lease taken by another run sets :attr:`lost`, warns once and ends the thread.
+    """
+
+    def __init__(self, store: LeaseStore, holder: Holder, settings: LeaseSettings, *, cluster: str,
+                 say: Callable[[str], None]) -> None:
+        self.store = store
+        self.holder = holder
+        self.settings = settings
+        self.cluster = cluster
+        self.say = say
+        self.lost = False
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{cluster}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing and wait for the thread (at most one store call in flight)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def renew_once(self) -> bool:
+        """One renewal; False once the lease is lost (also what the thread does each period)."""
+        try:
+            ok = self.store.renew(self.holder, self.settings)
+        except XpushareError as exc:
+            self.say(f"warning: lease of cluster {self.cluster} not renewed: {exc}")
+            return True
+        if not ok:
+            self.lost = True
+            self.say(f"warning: the lease of cluster {self.cluster} was taken by another run ({self.store.where}); "
+                     "this run's pods may be removed by it")
+            return False
+        self.renewals += 1
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.settings.renew_s):
+            if not self.renew_once():
+                return
+
+
+def lock_path(cluster: ClusterSpec, host_is_local: bool) -> str:
+    """Host mode: the lock file's path on the first GPU host (parameter ``lease_path``, else the defaults
+    of the module docstring)."""
+    given = cluster.params.get("lease_path")
+    if given:
+        return str(given)
+    if host_is_local:
+        return os.path.join(os.environ.get(LEASE_DIR_ENV) or tempfile.gettempdir(), LEASE_FILE)
+    return f"{REMOTE_LEASE_DIR}/{LEASE_FILE}"
+
+
+def store_for(cluster: ClusterSpec) -> tuple[LeaseStore, Host]:
+    """The lease store of ``cluster`` and the connection it uses (its own: close it after use).
+
+    Raises:
+        UsageError: a mode without leases. TransportError: the host cannot be reached.
+    """
+    if cluster.mode == "k8s":
+        from xpushare.transport.kube_lease import KubeLeaseStore
+        from xpushare.transport.kubectl import Kubectl
+
+        master = connect(cluster.by_role("master")[0])
+        kubectl = Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                          namespace=cluster.namespace)
+        return KubeLeaseStore(kubectl), master
+    if cluster.mode == "host":
+        from xpushare.transport.lock_file import LockFileStore
+
+        spec = (cluster.by_role("gpu") or list(cluster.hosts))[0]
+        host = connect(spec)
+        return LockFileStore(host, lock_path(cluster, spec.local)), host
+    raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} has no lease")
+
+
+@contextlib.contextmanager
+def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO = sys.stderr) -> Iterator[Renewal]:
+    """Hold ``cluster``'s lease for ``run_id`` during the block (see the module docstring); lines to ``out``.
+
+    Raises:
+        LeaseHeld: another live run holds it and not ``wait``. UsageError: bad lease parameters.
+        TransportError / KubeError: the store cannot be reached.
+    """
+    settings = LeaseSettings.from_params(cluster.params)
+
+    def say(line: str) -> None:
+        print(f"[xpushare] {line}", file=out, flush=True)
+
+    store, conn = store_for(cluster)
+    try:
+        me = new_holder(run_id)
+        acquire(store, me, settings, cluster=cluster.name, wait=wait, say=say)
+        renewal = Renewal(store, me, settings, cluster=cluster.name, say=say)
+        renewal.start()
+        try:
+            yield renewal
+        finally:
+            renewal.stop()
+            try:
+                store.release(me)
+            except XpushareError as exc:
+                say(f"warning: lease of cluster {cluster.name} not released ({exc}); it goes stale by itself")
+    finally:
+        conn.close()
