@@ -94,7 +94,8 @@ def test_after_sigkill_of_the_tool_clean_removes_what_the_run_left(tmp_path: Pat
     slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']
     proc = subprocess.Popen(
         [sys.executable, "-m", "invoke", "func", "--cluster", "local", "--run-id", "k9", "--case", "FUNC-001",
-         *slow, "--root", str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--case", "FUNC-002", *slow, "--root", str(tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pods = tmp_path / ".tmplog/k9/xpushare/local/functional/FUNC-001/pods.json"
     deadline = time.monotonic() + 90
     while not (pods.exists() and '"Running"' in pods.read_text()) and time.monotonic() < deadline:
@@ -116,3 +117,7 @@ def test_after_sigkill_of_the_tool_clean_removes_what_the_run_left(tmp_path: Pat
     assert list(spawn.iterdir()) == []  # pid files, logs and the sampler's directory are gone
     again = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
     assert (again.returncode, again.stdout.strip()) == (0, "localhost: nothing left")
+    # The report of the killed run counts both selected cases; neither has a result: both are errors.
+    assert _invoke("report", "--run-id", "k9", "--root", str(tmp_path), env=env, root=tmp_path).returncode == 0
+    junit = (tmp_path / ".tmplog/k9/xpushare/junit.xml").read_text()
+    assert 'tests="2"' in junit and 'errors="2"' in junit

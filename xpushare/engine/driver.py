@@ -166,12 +166,16 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
         latest = artifacts.latest_statuses(run_dir)
         cases = [c for c in cases if latest.get((cluster.name, c.suite, c.case_id)) != "PASS"]
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Every selected case, so that a report of a run that ended early still counts the ones it never reached.
+    selected = [{"cluster": cluster.name, "suite": c.suite, "case_id": c.case_id, "title": c.title}
+                for c in selection.cases]
     meta = {
         "run_id": run_id,
         "tool_version": __version__,
         "clusters": [cluster.name],
         "selection": selection.label,
         "required": sorted(selection.required),
+        "selected": selected,
         "started": utc_now().isoformat(),
         "argv": sys.argv[1:],
         "resume": request.resume,
@@ -179,6 +183,9 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     previous = artifacts.read_run_meta(run_dir) if request.resume else None
     if previous:
         meta["required"] = sorted(set(previous.get("required", [])) | selection.required)
+        seen = {(s["cluster"], s["suite"], s["case_id"]) for s in selected}
+        meta["selected"] = [s for s in previous.get("selected") or []
+                            if (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
         meta["started"] = previous.get("started", meta["started"])
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
