@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xpushare.model.atomic_file import atomic_write_text
+
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
     from xpushare.inventory.sut import SutNames
     from xpushare.transport.base import Host
@@ -135,10 +137,8 @@ class PodRecord:
 
 
 def write_pod_records(case_dir: Path, records: Sequence[PodRecord]) -> Path:
-    """Write ``pods.json`` (a list of pod records) and return its path."""
-    path = case_dir / "pods.json"
-    path.write_text(json.dumps([asdict(r) for r in records], indent=2) + "\n", encoding="utf-8")
-    return path
+    """Write ``pods.json`` (a list of pod records) atomically, as it is rewritten at every poll; return its path."""
+    return atomic_write_text(case_dir / "pods.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
 
 
 def read_pod_records(case_dir: Path) -> list[PodRecord]:

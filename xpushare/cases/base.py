@@ -18,6 +18,7 @@ from typing import Any
 from xpushare.backends.base import Backend, PodRecord, PodSpec
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.verdict import Verdict
 from xpushare.transport import interrupt
 
@@ -75,7 +76,7 @@ class CaseRun:
         return False
 
     def save_plan(self) -> None:
-        (self.case_dir / "plan.json").write_text(json.dumps(self.plan, indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(self.case_dir / "plan.json", json.dumps(self.plan, indent=2) + "\n")
 
     def workload_args(self, workload: str) -> tuple[str, ...]:
         """Extra flags for a workload script from the ``workload_args`` parameter (per cluster/playbook)."""

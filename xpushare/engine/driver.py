@@ -177,12 +177,16 @@ def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, o
               run_id: str, run_dir: Path, cases: Sequence[CaseDef], out: TextIO) -> ExitStatus:
     """The part of :func:`run` done while the run holds the cluster's lease: from the run directory on."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Every selected case, so that a report of a run that ended early still counts the ones it never reached.
+    selected = [{"cluster": cluster.name, "suite": c.suite, "case_id": c.case_id, "title": c.title}
+                for c in selection.cases]
     meta = {
         "run_id": run_id,
         "tool_version": __version__,
         "clusters": [cluster.name],
         "selection": selection.label,
         "required": sorted(selection.required),
+        "selected": selected,
         "started": utc_now().isoformat(),
         "argv": sys.argv[1:],
         "resume": request.resume,
@@ -190,6 +194,9 @@ def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, o
     previous = artifacts.read_run_meta(run_dir) if request.resume else None
     if previous:
         meta["required"] = sorted(set(previous.get("required", [])) | selection.required)
+        seen = {(s["cluster"], s["suite"], s["case_id"]) for s in selected}
+        meta["selected"] = [s for s in previous.get("selected") or []
+                            if (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
         meta["started"] = previous.get("started", meta["started"])
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)

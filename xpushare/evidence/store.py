@@ -23,6 +23,7 @@ from pathlib import Path
 from xpushare.backends.base import PodRecord, read_pod_records
 from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary, parse_text
 from xpushare.evidence.client_match import client_match, registrations_of
+from xpushare.model.atomic_file import atomic_write_text
 
 __all__ = [
     "SCHEDULER_NODE_FILE",
@@ -192,5 +193,5 @@ def write_gpu_mapping(ev: Evidence) -> list[str]:
         else:
             rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}")
     header = "pod\tnode\tgpu_key\tmatched_by" if ev.mode == "host" else "pod\tnode\tgpu_uuid"
-    (ev.case_dir / "gpu_mapping.txt").write_text(header + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    atomic_write_text(ev.case_dir / "gpu_mapping.txt", header + "\n" + "\n".join(rows) + "\n")
     return ["gpu_mapping.txt"]

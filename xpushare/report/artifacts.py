@@ -21,13 +21,11 @@ must not be ``.`` or ``..``; anything else raises ``ValueError`` so no name can 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import Enum
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare import __version__
+from xpushare.model import atomic_file
 from xpushare.model.verdict import Status
 
 #: Suites in report order (seed 000 section 12). Unknown suite names sort after these, alphabetically.
@@ -145,29 +144,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def atomic_write_text(path: Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically: temp file in the same directory, fsync, ``os.replace``.
+    """Write ``text`` (UTF-8) to ``path`` atomically: temp file in the same directory, fsync, ``os.replace``
+    (:func:`xpushare.model.atomic_file.atomic_write`, the one writer of kept files).
 
     Creates the parent directory. On any error the temp file is removed and ``path`` is left as it was.
     A lone surrogate (text decoded with ``surrogateescape``) is written as ``\\udcXX``, which JSON and
     :func:`xpushare.report.summaries.tsv_unescape` read back as the same character, instead of failing the write.
     """
-    return _atomic_write(Path(path), lambda fh: fh.write(text))
-
-
-def _atomic_write(path: Path, write: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="\n") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_file.atomic_write_text(path, text)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
@@ -177,7 +161,7 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
         json.dump(plain, fh, indent=2, ensure_ascii=False, allow_nan=False)
         fh.write("\n")
 
-    return _atomic_write(path, write)
+    return atomic_file.atomic_write(path, write)
 
 
 def write_result(case_dir: Path, record: Mapping[str, Any]) -> Path:

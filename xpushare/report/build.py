@@ -17,6 +17,7 @@ from xpushare.report.summaries import (
     RUN_SUMMARY_HEADER,
     case_summary_rows,
     format_tsv,
+    never_run,
     run_summary_rows,
 )
 
@@ -55,7 +56,8 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
     )
     artifacts.atomic_write_text(paths.case_summary, format_tsv(CASE_SUMMARY_HEADER, case_summary_rows(results)))
     artifacts.atomic_write_text(paths.run_summary, format_tsv(RUN_SUMMARY_HEADER, run_summary_rows(results)))
-    xml = ET.tostring(junit_tree(results, run_id), encoding="unicode")
+    # junit counts every selected case: those the run never reached too (required ones as errors)
+    xml = ET.tostring(junit_tree([*results, *never_run(meta, results)], run_id), encoding="unicode")
     artifacts.atomic_write_text(paths.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n")
     text = render_markdown(run_dir, results, run_id=run_id, meta=meta, required=required, now=now)
     artifacts.atomic_write_text(paths.markdown, text)

@@ -80,6 +80,24 @@ def aggregate_status(statuses: Iterable[Status | str]) -> Status:
     return Status.SKIP
 
 
+def never_run(meta: Mapping[str, Any], results: Sequence[Result]) -> list[Result]:
+    """Records for the cases ``run.json`` lists as selected (``selected``: cluster, suite, case_id, title) that have
+    no result: the run ended (interrupt, kill, crash) before them. A required case (``required`` of run.json)
+    is ERROR, another SKIP, so a report of an interrupted run counts every selected case."""
+    have = {(str(r["cluster"]), str(r["suite"]), str(r["case_id"])) for r in results}
+    required = set(meta.get("required") or [])
+    out: list[Result] = []
+    for s in meta.get("selected") or []:
+        if not isinstance(s, Mapping) or (str(s.get("cluster")), str(s.get("suite")), str(s.get("case_id"))) in have:
+            continue
+        is_required = s.get("case_id") in required
+        out.append({"cluster": s.get("cluster"), "suite": s.get("suite"), "case_id": s.get("case_id"),
+                    "title": s.get("title") or "", "required": is_required, "duration_s": 0.0,
+                    "status": (Status.ERROR if is_required else Status.SKIP).value,
+                    "summary": "never run: the run ended before this case"})
+    return out
+
+
 def suite_groups(results: Sequence[Result]) -> dict[tuple[str, str], list[Result]]:
     """Results grouped by (cluster, suite), in the order of ``results`` (already sorted by load_results)."""
     groups: dict[tuple[str, str], list[Result]] = {}

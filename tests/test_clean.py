@@ -1,0 +1,123 @@
+"""``invoke clean``: what dead runs left is found by pid files and labels, removed, and said; live runs are kept.
+
+Every test uses its own spawn dir (``TMPDIR``), so processes of other runs on this machine are never touched.
+The end-to-end test SIGKILLs a real ``invoke func --cluster local`` mid-case (nothing of its own cleanup runs),
+checks that it left running workloads behind, then that ``invoke clean`` stops and removes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xpushare.backends.leftovers import clean_host, kube_selector, spawn_prefixes
+from xpushare.transport.local import LocalHost
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _spawn(host: LocalHost, name: str) -> int:
+    return host.spawn(name, ["sleep", "300"]).pid
+
+
+def test_clean_host_stops_one_runs_processes_and_keeps_the_others(tmp_path: Path) -> None:
+    host = LocalHost(spawn_dir=str(tmp_path / "spawn"))
+    dead = _spawn(host, "xp-r1-FUNC-001-w2")
+    other = _spawn(host, "xp-r2-FUNC-001-w2")
+    (tmp_path / "spawn" / "xp-r1-FUNC-001-sampler").mkdir()
+    (tmp_path / "spawn" / "unrelated.txt").write_text("x")
+    try:
+        removed = clean_host(host, "r1")
+        assert removed.error is None
+        assert removed.stopped == [f"xp-r1-FUNC-001-w2 (pid {dead})"]
+        assert set(removed.entries) == {"xp-r1-FUNC-001-w2.pid", "xp-r1-FUNC-001-w2.log", "xp-r1-FUNC-001-sampler"}
+        assert not _alive(dead) and _alive(other)
+        assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [
+            "unrelated.txt", "xp-r2-FUNC-001-w2.log", "xp-r2-FUNC-001-w2.pid"]
+        assert clean_host(host, "r1").lines() == ["localhost: nothing left"]  # again: nothing found is fine
+    finally:
+        host.stop("xp-r2-FUNC-001-w2")
+
+
+def test_clean_host_without_a_run_id_keeps_the_live_runs(tmp_path: Path) -> None:
+    host = LocalHost(spawn_dir=str(tmp_path / "spawn"))
+    dead = _spawn(host, "xp-old-FUNC-001-w2")
+    live = _spawn(host, "xp-live-FUNC-001-w2")
+    try:
+        removed = clean_host(host, None, live=["live"])
+        assert removed.stopped == [f"xp-old-FUNC-001-w2 (pid {dead})"]
+        assert not _alive(dead) and _alive(live)
+        assert "stopped: xp-old-FUNC-001-w2" in "\n".join(removed.lines())
+    finally:
+        host.stop("xp-live-FUNC-001-w2")
+
+
+def test_an_unusable_spawn_dir_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    host = LocalHost(spawn_dir=str(tmp_path / "file"))  # cd fails: nothing to clean there
+    assert clean_host(host, "r1").lines() == ["localhost: nothing left"]
+
+
+def test_prefixes_and_selectors() -> None:
+    assert spawn_prefixes("20260215-134501") == ("xp-20260215-134501-",)
+    assert spawn_prefixes("Run_1") == ("xp-Run_1-", "xp-run-1-")  # host backend's, k8s backend's (DNS-1123)
+    assert kube_selector("r1") == "app.kubernetes.io/managed-by=xpushare,xpushare/run-id=r1"
+    assert kube_selector(None) == "app.kubernetes.io/managed-by=xpushare"
+    assert kube_selector(None, ["b", "a"]) == "app.kubernetes.io/managed-by=xpushare,xpushare/run-id notin (a,b)"
+
+
+def _invoke(*args: str, env: dict[str, str], root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_after_sigkill_of_the_tool_clean_removes_what_the_run_left(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    (tmp_path / "tmp").mkdir()
+    spawn = tmp_path / "tmp" / f"xpushare-spawn-{os.getuid()}"
+    slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "func", "--cluster", "local", "--run-id", "k9", "--case", "FUNC-001",
+         "--case", "FUNC-002", *slow, "--root", str(tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pods = tmp_path / ".tmplog/k9/xpushare/local/functional/FUNC-001/pods.json"
+    deadline = time.monotonic() + 90
+    while not (pods.exists() and '"Running"' in pods.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    pids = {p.name: int(p.read_text()) for p in [*spawn.glob("xp-k9-*.pid"), *spawn.glob("xp-k9-*.hostpid")]}
+    assert any(n.endswith("-func-001-w2.hostpid") for n in pids) and any(n.endswith("-sampler.pid") for n in pids), pids
+    assert all(_alive(pid) for pid in pids.values())  # the kill left the workload (and its wrapper) and the sampler
+    json.loads(pods.read_text())  # and never half a pods.json
+
+    res = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "localhost: stopped: " in res.stdout and "xp-k9-FUNC-001-func-001-w2" in res.stdout
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids.values())
+    assert list(spawn.iterdir()) == []  # pid files, logs and the sampler's directory are gone
+    again = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
+    assert (again.returncode, again.stdout.strip()) == (0, "localhost: nothing left")
+    # The report of the killed run counts both selected cases; neither has a result: both are errors.
+    assert _invoke("report", "--run-id", "k9", "--root", str(tmp_path), env=env, root=tmp_path).returncode == 0
+    junit = (tmp_path / ".tmplog/k9/xpushare/junit.xml").read_text()
+    assert 'tests="2"' in junit and 'errors="2"' in junit

@@ -1,0 +1,171 @@
+"""What dead runs left on a cluster, found and removed (``invoke clean``): after a SIGKILL, a crash of the tool
+or a lost connection, nothing of the run's own cleanup ran.
+
+Where a run leaves things, and how they are found again:
+
+* Kubernetes mode: pods and ConfigMaps labelled ``app.kubernetes.io/managed-by=xpushare`` and
+  ``xpushare/run-id=<run id>`` in the cluster's namespace (:mod:`xpushare.backends.k8s` labels every object it
+  creates so).
+* Both modes: every process the backends start on a host (host-mode workloads, node samplers, ``nvidia-smi
+  dmon``, k8s-mode log streams) is spawned with a pid file ``<spawn dir>/xp-<run id>-<case>-<name>.pid`` next to
+  its log (:meth:`xpushare.transport.base.Host.spawn`), its process-group id inside; the samplers' output
+  directories and the metrics capture scripts are ``<spawn dir>/xp-<run id>-...`` directories. These pid files
+  and entries are the per-run record on each host: a pid file's process group is stopped (TERM, then KILL
+  after about 2 s), then every entry of the run is removed.
+
+Runs still alive are left alone: :func:`live_run_ids` names them (see there).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from xpushare.backends.k8s import MANAGED_BY, dns1123, label_value
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.errors import TransportError
+from xpushare.transport.base import Host
+from xpushare.transport.hosts import connect
+from xpushare.transport.kubectl import Kubectl, KubeError
+
+__all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "live_run_ids", "spawn_prefixes"]
+
+# Lists the spawn dir's ``xp-`` entries; for a pid file also its pid and whether that process still lives.
+_LIST = (
+    'cd "$1" 2>/dev/null || exit 0; for f in xp-*; do [ -e "$f" ] || continue; case "$f" in *.pid) '
+    'p=$(cat "$f" 2>/dev/null); a=0; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=1; '
+    'printf "PID|%s|%s|%s\\n" "$f" "$p" "$a";; *) printf "ENT|%s\\n" "$f";; esac; done'
+)
+# Stops the process groups of the named pid files (TERM, ~2 s, KILL), then removes the named entries.
+_REMOVE = (
+    'cd "$1" || exit 97; shift; for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); '
+    '[ -n "$p" ] && { kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; };; esac; done; i=0; '
+    'alive() { for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); [ -n "$p" ] && '
+    's=$(ps -o stat= -p "$p" 2>/dev/null) && case "$s" in Z*) ;; *) return 0;; esac;; esac; done; return 1; }; '
+    'while alive "$@" && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; '
+    'for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); '
+    '[ -n "$p" ] && { kill -KILL -"$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; };; esac; done; rm -rf -- "$@"'
+)
+
+
+@dataclass
+class Removed:
+    """What was removed in one place (``where``: a host name, or ``<cluster> (kubernetes)``).
+
+    ``stopped``: ``name (pid N)`` of each process group that was still running; ``objects``: Kubernetes
+    objects as ``kind/name``; ``entries``: files and directories removed from the spawn dir; ``error``: why
+    this place could not be cleaned (then the rest may be incomplete).
+    """
+
+    where: str
+    stopped: list[str] = field(default_factory=list)
+    objects: list[str] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.stopped or self.objects or self.entries)
+
+    def lines(self) -> list[str]:
+        """What was removed, one line per kind, each starting with ``where``; ``nothing left`` when empty."""
+        out = [f"{self.where}: {what}: {', '.join(items)}" for what, items in (
+            ("deleted", self.objects), ("stopped", self.stopped), ("removed", self.entries)) if items]
+        if self.error:
+            out.append(f"{self.where}: error: {self.error}")
+        return out or [f"{self.where}: nothing left"]
+
+
+def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
+    """Run ids that are alive on ``cluster`` and must not be cleaned.
+
+    The hook for run leases: until a run holds a lease on its cluster, no run can be told alive from here, so
+    this is empty and ``invoke clean`` without ``--run-id`` removes the leftovers of every run, a running one's
+    too (the README says so).
+    """
+    return frozenset()
+
+
+def spawn_prefixes(run_id: str) -> tuple[str, ...]:
+    """Name prefixes of a run's entries in a host's spawn dir: the host backend's (``xp-<run id>-``, characters
+    outside ``[A-Za-z0-9_.-]`` as ``-``) and the Kubernetes backend's (the same, lower-case DNS-1123)."""
+    host_style = re.sub(r"[^A-Za-z0-9_.-]", "-", f"xp-{run_id}-")
+    return tuple(dict.fromkeys((host_style, dns1123(f"xp-{run_id}", 200) + "-")))
+
+
+def _belongs(name: str, run_id: str | None, live: Collection[str]) -> bool:
+    if any(name.startswith(p) for r in live for p in spawn_prefixes(r)):
+        return False
+    return run_id is None or any(name.startswith(p) for p in spawn_prefixes(run_id))
+
+
+def clean_host(host: Host, run_id: str | None, live: Collection[str] = ()) -> Removed:
+    """Stop and remove what runs left in ``host``'s spawn dir: the run ``run_id``'s, or (None) every run's but
+    the ``live`` ones'. Transport errors are caught into :attr:`Removed.error`."""
+    out = Removed(host.name)
+    try:
+        listing = host.run(["sh", "-c", _LIST, "sh", host.spawn_dir], timeout=60, check=True)
+        names: list[str] = []
+        for line in listing.stdout.splitlines():
+            kind, _, rest = line.partition("|")
+            fields = rest.split("|")
+            if not fields[0] or not _belongs(fields[0], run_id, live):
+                continue
+            names.append(fields[0])
+            if kind == "PID" and len(fields) == 3 and fields[2] == "1":
+                out.stopped.append(f"{fields[0][:-4]} (pid {fields[1]})")
+        if names:
+            host.run(["sh", "-c", _REMOVE, "sh", host.spawn_dir, *names], timeout=60, check=True)
+        out.entries = names
+    except TransportError as exc:
+        out.error = str(exc)
+    return out
+
+
+def kube_selector(run_id: str | None, live: Iterable[str] = ()) -> str:
+    """Label selector of the objects to delete: one run's, or every xpushare run's but the ``live`` ones'."""
+    if run_id is not None:
+        return f"{MANAGED_BY},xpushare/run-id={label_value(run_id)}"
+    keep = sorted({label_value(r) for r in live})
+    return f"{MANAGED_BY},xpushare/run-id notin ({','.join(keep)})" if keep else MANAGED_BY
+
+
+def clean_kubernetes(cluster: ClusterSpec, run_id: str | None, live: Collection[str] = ()) -> Removed:
+    """Delete the pods, then the ConfigMaps, that runs left in the cluster's namespace (see :func:`kube_selector`)."""
+    out = Removed(f"{cluster.name} (kubernetes)")
+    masters = cluster.by_role("master")
+    if not masters:
+        out.error = "no master host in the inventory"
+        return out
+    master = connect(masters[0])
+    kubectl = Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
+                      namespace=cluster.namespace)
+    selector = kube_selector(run_id, live)
+    try:
+        for kind in ("pods", "configmaps"):
+            out.objects += kubectl.delete(selector, kind=kind, wait=True, timeout_s=60).deleted
+    except (KubeError, TransportError) as exc:
+        out.error = str(exc)
+    finally:
+        master.close()
+    return out
+
+
+def clean(cluster: ClusterSpec, run_id: str | None, live: Collection[str] = ()) -> list[Removed]:
+    """Remove what dead runs left on ``cluster``: Kubernetes objects (k8s mode), then each host's spawn dir.
+
+    ``run_id``: only that run's leftovers (even if it is in ``live``: asked for by name); None: every run's
+    but the ``live`` ones'. Returns one :class:`Removed` per place, in inventory order.
+    """
+    live = [r for r in live if r != run_id]
+    done: list[Removed] = []
+    if cluster.mode == "k8s":
+        done.append(clean_kubernetes(cluster, run_id, live))
+    for spec in cluster.hosts:
+        host = connect(spec)
+        try:
+            done.append(clean_host(host, run_id, live))
+        finally:
+            host.close()
+    return done

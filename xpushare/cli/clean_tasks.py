@@ -1,0 +1,46 @@
+"""``invoke clean``: remove what dead runs left on a cluster (:mod:`xpushare.backends.leftovers`)."""
+
+from __future__ import annotations
+
+from invoke import Context, task
+
+from xpushare.cli import flags
+from xpushare.cli.flags import INVENTORY_HELP
+from xpushare.cli.guard import guarded
+from xpushare.model.errors import UsageError
+from xpushare.model.exit_status import ExitStatus
+
+__all__ = ["clean"]
+
+
+@task(
+    help={
+        "cluster": "cluster name from the inventory (required), e.g. c1",
+        "run_id": "only this run's leftovers (default: every run's that is not alive)",
+        "inventory": INVENTORY_HELP,
+    },
+    auto_shortflags=False,
+)
+def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inventory_: str | None = None) -> None:
+    """Remove what dead runs left: pods and ConfigMaps (by label), processes (by pid file), files on the hosts."""
+
+    def body() -> ExitStatus:
+        from xpushare.backends import leftovers
+        from xpushare.inventory import schema
+        from xpushare.report.artifacts import validate_run_id
+
+        name = flags.required("--cluster", cluster)
+        if run_id is not None:
+            try:
+                validate_run_id(run_id)
+            except ValueError as exc:
+                raise UsageError(f"--run-id: {exc}") from None
+        spec = schema.load(inventory_).cluster(name)
+        removed = leftovers.clean(spec, run_id, leftovers.live_run_ids(spec))
+        for place in removed:
+            for line in place.lines():
+                print(line)
+        # Nothing found is a success; a place that could not be cleaned is not.
+        return ExitStatus.FAILED if any(p.error for p in removed) else ExitStatus.OK
+
+    guarded(body)
