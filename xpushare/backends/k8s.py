@@ -52,12 +52,12 @@ from xpushare.data import manifests_dir, workloads_dir
 from xpushare.evidence.scrape_capture import curl_capture_argv, failed_capture_text, with_curl_note
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.errors import HarvestIncomplete, TransportError, XpushareError
 from xpushare.transport import interrupt
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import Kubectl, KubeError, KubePodStuck, KubeTimeout
+from xpushare.transport.kubectl import Kubectl, KubeError, KubeNotFound, KubePodStuck, KubeTimeout
 from xpushare.transport.manifest_yaml import dump_manifests
 
 MANIFESTS = manifests_dir()
@@ -73,6 +73,7 @@ K8S_DEFAULTS: dict[str, Any] = {
     "poll_s": 2.0,
     "metrics_port": 9402,
     "vgpus_per_gpu": 10,
+    "kubectl_request_timeout_s": 30,  # kubectl's --request-timeout: an API server that does not answer in time
 }
 
 
@@ -107,6 +108,7 @@ class K8sBackend(Backend, KubeAccess):
             kubeconfig=cluster.kubeconfig,
             context=cluster.context,
             namespace=cluster.namespace,
+            request_timeout_s=float(self.params["kubectl_request_timeout_s"]),
         )
         self.gpu_specs = {h.name: h for h in cluster.by_role("gpu")}
         self.gpu_hosts: dict[str, Host] = {}
@@ -118,6 +120,7 @@ class K8sBackend(Backend, KubeAccess):
         self.prefix = ""
         self.stream_name = ""
         self.pods: list[PodSpec] = []
+        self._harvest_faults: list[str] = []  # pieces of the current harvest lost to a fault
 
     def kubectl_calls(self) -> int | None:
         return self.kubectl.calls
@@ -324,6 +327,10 @@ class K8sBackend(Backend, KubeAccess):
             pods = list(exc.pods)
         records = [self._record(p) for p in pods if p.name in wanted]
         write_pod_records(case_dir, records)
+        gone = sorted(wanted - {p.name for p in pods})
+        if gone:  # deleted behind the run's back, or lost with their node: nothing of them to judge
+            raise XpushareError(f"pod(s) {', '.join(gone)} gone before they got {until} (deleted, or their node "
+                                "went down)")
         return records
 
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
@@ -456,6 +463,10 @@ class K8sBackend(Backend, KubeAccess):
 
     # -- evidence ----------------------------------------------------------------------------------
     def harvest(self, case_dir: Path) -> list[str]:
+        """Store the case's evidence; each piece on its own, so that a fault in one (a lost connection, a
+        kubectl timeout) loses only that piece. Raises :class:`HarvestIncomplete` (with the files stored) when
+        a piece was lost to such a fault rather than absent."""
+        self._harvest_faults = []
         files: list[str] = []
         records: list[PodRecord] = []
         try:
@@ -469,8 +480,8 @@ class K8sBackend(Backend, KubeAccess):
                     (case_dir / "pods").mkdir(exist_ok=True)
                     (case_dir / "pods" / f"{name}.log").write_text(text, encoding="utf-8")
                     files.append(f"pods/{name}.log")
-        except KubeError as exc:
-            _note(case_dir, f"pods: {exc}")
+        except XpushareError as exc:
+            self._fault(case_dir, "pods", exc)
         files += self._harvest_scheduler_logs(case_dir)
         nodes = sorted({r.node for r in records if r.node})
         files += self._harvest_nodes(case_dir, nodes)
@@ -479,9 +490,18 @@ class K8sBackend(Backend, KubeAccess):
             snap += "\n" + self.kubectl.run(["get", "pods", "-A", "-o", "wide"], namespace=None).stdout
             (case_dir / "cluster_snapshot.txt").write_text(snap, encoding="utf-8")
             files.append("cluster_snapshot.txt")
-        except KubeError as exc:
-            _note(case_dir, f"cluster snapshot: {exc}")
+        except XpushareError as exc:
+            self._fault(case_dir, "cluster snapshot", exc)
+        if self._harvest_faults:
+            raise HarvestIncomplete(files, self._harvest_faults)
         return files
+
+    def _fault(self, case_dir: Path, what: str, exc: XpushareError) -> None:
+        """Note a piece of evidence that could not be read; a transport or API server fault (not an object
+        that is simply absent) also makes the harvest incomplete."""
+        _note(case_dir, f"{what}: {exc}")
+        if not isinstance(exc, KubeNotFound):
+            self._harvest_faults.append(f"{what}: {exc}")
 
     def _harvest_scheduler_logs(self, case_dir: Path) -> list[str]:
         files: list[str] = []
@@ -492,14 +512,14 @@ class K8sBackend(Backend, KubeAccess):
                 self.master.get(log, case_dir / "scheduler.log")
                 text = (case_dir / "scheduler.log").read_text(encoding="utf-8", errors="replace")
             except TransportError as exc:
-                _note(case_dir, f"scheduler log stream: {exc}")
+                _note(case_dir, f"scheduler log stream: {exc}")  # the --since-time read below replaces it
         if not text.strip():
             try:
                 text = self.kubectl.logs(selector=self.names.scheduler_label, since_time=self.case_start,
                                          prefix=True, namespace=self.names.namespace)
                 (case_dir / "scheduler.log").write_text(text, encoding="utf-8")
-            except KubeError as exc:
-                _note(case_dir, f"scheduler log: {exc}")
+            except XpushareError as exc:
+                self._fault(case_dir, "scheduler log", exc)
         if (case_dir / "scheduler.log").exists():
             files.append("scheduler.log")
         try:
@@ -507,8 +527,8 @@ class K8sBackend(Backend, KubeAccess):
                                    prefix=True, namespace=self.names.namespace)
             (case_dir / "device-plugin.log").write_text(dp, encoding="utf-8")
             files.append("device-plugin.log")
-        except KubeError as exc:
-            _note(case_dir, f"device-plugin log: {exc}")
+        except XpushareError as exc:
+            self._fault(case_dir, "device-plugin log", exc)
         return files
 
     def _harvest_nodes(self, case_dir: Path, nodes: list[str]) -> list[str]:

@@ -63,3 +63,18 @@ class CommandFailed(TransportError):
         self.argv = argv
         self.exit_code = exit_code
         self.stderr = stderr
+
+
+class HarvestIncomplete(XpushareError):
+    """The evidence harvest of a case hit faults (a lost connection, a timeout, an API server failing): it
+    stored what it could (``files``, relative to the case directory) and names the faults. The case cannot
+    PASS or FAIL on such evidence: it is ERROR."""
+
+    def __init__(self, files: list[str], faults: list[str]) -> None:
+        super().__init__("; ".join(faults))
+        self.files = files
+        self.faults = faults
+
+
+class RunDirectoryFull(XpushareError):
+    """The run directory's file system is full (``ENOSPC``/``EDQUOT``): the run stops, keeping what it wrote."""
