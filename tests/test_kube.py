@@ -32,6 +32,7 @@ from xpushare.transport.kubectl import (
     KubeError,
     KubeNotFound,
     KubePodStuck,
+    KubeRequestTimeout,
     KubeTimeout,
     KubeUnavailable,
     classify,
@@ -226,6 +227,19 @@ def test_errors_are_typed(stderr: str, cls: type) -> None:
     assert type(err) is cls and isinstance(err, XpushareError) and isinstance(err, KubeError)
     assert err.command == host.calls[0][0] and err.stderr.strip() == stderr and err.exit_code == 1
     assert str(err).startswith("kubectl get failed (exit 1): ")
+
+
+@pytest.mark.parametrize("stderr", [
+    "Unable to connect to the server: net/http: request canceled (Client.Timeout exceeded while awaiting headers)",
+    "Unable to connect to the server: context deadline exceeded",
+])
+def test_a_request_timeout_says_kubectl_timed_out(stderr: str) -> None:
+    """The API server did not answer within --request-timeout: unavailable, and the message says it timed out."""
+    host = FakeHost([("", stderr + "\n", 1)])
+    with pytest.raises(KubeRequestTimeout) as info:
+        Kubectl(host, request_timeout_s=4).get_pod("x")
+    assert isinstance(info.value, KubeUnavailable)
+    assert str(info.value).startswith("kubectl get timed out after 4s (--request-timeout")
 
 
 def test_classify_and_not_json() -> None:

@@ -47,7 +47,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -73,6 +73,13 @@ FAULT_DEFAULTS: dict[str, Any] = {
     # extra scheduler environment (a documented setting of the real SUT, e.g. a fixed switch time), over the
     # DaemonSet's; None: the manifest's environment only
     "scheduler_env": None,
+    # faults of the whole cluster (set them with node None; any node's switch acts): the plain-HTTP API front
+    # (where kubectl talks) sleeps this many seconds before answering each request
+    "api_delay_s": 0,
+    # the plain-HTTP API front answers every request with 500 InternalError
+    "api_error_500": False,
+    # the node "rebooted": its kubelet kills and forgets its pods and starts none (set per node)
+    "node_down": False,
 }
 
 
@@ -632,6 +639,15 @@ def _node_object(names: SutNames, name: str, spec: dict[str, Any]) -> dict[str, 
     }
 
 
+def api_fault(per_node: Iterable[Mapping[str, Any]]) -> tuple[float, bool]:
+    """The API front's faults now: (seconds to delay each request, answer 500) over every node's switches."""
+    delay, fail = 0.0, False
+    for faults in per_node:
+        delay = max(delay, float(faults.get("api_delay_s") or 0))
+        fail = fail or bool(faults.get("api_error_500"))
+    return delay, fail
+
+
 def serve(workdir: Path) -> int:
     """The control-plane process: API server + controllers + kubelets until SIGTERM."""
     from tests.lab.kubeapi import ApiServer, Store, default_daemonset, now_rfc3339
@@ -652,6 +668,7 @@ def serve(workdir: Path) -> int:
         return any(settings.faults(n).get("annotations_denied") for n in cfg["nodes"])
 
     api.serve_tls(settings.tls_port, pki.cert, pki.key, pki.token, annotations_denied)
+    api.request_fault = lambda: api_fault(settings.faults(n) for n in cfg["nodes"])
     for ns in ("default", "kube-system", names.namespace):
         store.create("namespaces", "", {"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]},
                                         "status": {"phase": "Active"}})

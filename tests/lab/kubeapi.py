@@ -652,6 +652,8 @@ class ApiServer:
         self.tls: _Server | None = None
         self.tls_token = ""
         self.deny_pod_reads: Callable[[], bool] = lambda: False
+        #: Faults of the plain-HTTP front: () -> (seconds to delay each request, answer 500 InternalError).
+        self.request_fault: Callable[[], tuple[float, bool]] = lambda: (0.0, False)
         self._tls_thread: threading.Thread | None = None
 
     def serve_tls(self, port: int, cert: Path, key: Path, token: str,
@@ -762,6 +764,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._dispatch("PUT")
 
     def _dispatch(self, method: str) -> None:
+        if self.server is self.api.httpd and self._faulted():
+            return
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         try:
@@ -772,6 +776,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as exc:  # a bug in the lab: answer 500 rather than hang kubectl
             self._error(ApiError(500, "InternalError", f"lab API server: {type(exc).__name__}: {exc}"))
+
+    def _faulted(self) -> bool:
+        """Act on the plain front's faults (kubectl's side; the in-cluster HTTPS front is spared); True when
+        the request was answered with the 500 fault."""
+        delay, fail = self.api.request_fault()
+        if delay > 0:
+            time.sleep(delay)  # kubectl's --request-timeout fires first: it drops the connection
+        if fail:
+            self.close_connection = True  # the request body (if any) stays unread
+            self._error(ApiError(500, "InternalError", "lab fault api_error_500: the server is failing"))
+            return True
+        return False
 
     # -- routing
 

@@ -235,6 +235,9 @@ class Kubelet:
     def step(self) -> None:
         self._apply_faults()
         pods, _ = self.store.list("pods", None, fields=lambda o: o["spec"].get("nodeName") == self.node.name)
+        if self.settings.faults(self.node.name).get("node_down"):
+            self._down(pods)
+            return
         seen: set[str] = set()
         for pod in pods:
             uid = pod["metadata"]["uid"]
@@ -245,6 +248,19 @@ class Kubelet:
             if uid not in seen:  # force-deleted: the object is gone, the processes must go too
                 self._kill_all(self.runs[uid], hard=True)
                 self._release(self.runs.pop(uid))
+
+    def _down(self, pods: list[Obj]) -> None:
+        """The ``node_down`` fault (a reboot): every process of the node is SIGKILLed and the workload pods are
+        gone from the API; the DaemonSet pods' objects stay as the kubelet last reported them (a real node
+        lifecycle controller takes minutes to notice), so their controller does not churn."""
+        for uid in list(self.runs):
+            self._kill_all(self.runs[uid], hard=True)
+            self._reap(self.runs[uid])
+            self._release(self.runs.pop(uid))
+        for pod in pods:
+            meta = pod["metadata"]
+            if not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+                self.store.remove("pods", meta["namespace"], meta["name"], meta["uid"])
 
     def terminate(self) -> None:
         """Begin stopping every process of this kubelet: SIGTERM (and SIGCONT) to each group."""

@@ -51,7 +51,7 @@ from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import TransportError
+from xpushare.model.errors import HarvestIncomplete, TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
 from xpushare.transport import interrupt, kube_lease
 from xpushare.transport.base import Host
@@ -73,6 +73,7 @@ K8S_DEFAULTS: dict[str, Any] = {
     "poll_s": 2.0,
     "metrics_port": 9402,
     "vgpus_per_gpu": 10,
+    "kubectl_request_timeout_s": 30,  # kubectl's --request-timeout: an API server that does not answer in time
 }
 
 
@@ -88,7 +89,8 @@ class K8sBackend(Backend, KubeAccess):
         self.params = {**K8S_DEFAULTS, **{k: v for k, v in cluster.params.items() if k in K8S_DEFAULTS}}
         self.master_spec = master_spec(cluster)
         self.master = connect(self.master_spec)
-        self.kubectl = kubectl_for(cluster, self.master)
+        self.kubectl = kubectl_for(cluster, self.master,
+                                   request_timeout_s=float(self.params["kubectl_request_timeout_s"]))
         self.gpu_specs = {h.name: h for h in cluster.by_role("gpu")}
         self.gpu_hosts: dict[str, Host] = {}
         self.node_host: dict[str, str] = {}
@@ -311,6 +313,10 @@ class K8sBackend(Backend, KubeAccess):
             pods = list(exc.pods)
         records = [self._record(p) for p in pods if p.name in wanted]
         write_pod_records(case_dir, records)
+        gone = sorted(wanted - {p.name for p in pods})
+        if gone:  # deleted behind the run's back, or lost with their node: nothing of them to judge
+            raise XpushareError(f"pod(s) {', '.join(gone)} gone before they got {until} (deleted, or their node "
+                                "went down)")
         return records
 
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
@@ -381,6 +387,10 @@ class K8sBackend(Backend, KubeAccess):
 
     # -- evidence ----------------------------------------------------------------------------------
     def harvest(self, case_dir: Path) -> list[str]:
+        """Store the case's evidence; each piece on its own, so that a fault in one (a lost connection, a
+        kubectl timeout) loses only that piece. Raises :class:`HarvestIncomplete` (with the files stored) when
+        a piece was lost to such a fault rather than absent (:func:`k8s_harvest.fault`)."""
+        faults: list[str] = []
         files: list[str] = []
         records: list[PodRecord] = []
         try:
@@ -394,13 +404,15 @@ class K8sBackend(Backend, KubeAccess):
                     (case_dir / "pods").mkdir(exist_ok=True)
                     (case_dir / "pods" / f"{name}.log").write_text(text, encoding="utf-8")
                     files.append(f"pods/{name}.log")
-        except KubeError as exc:
-            note(case_dir, f"pods: {exc}")
+        except XpushareError as exc:
+            k8s_harvest.fault(case_dir, "pods", exc, faults)
         files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
-                                            self.case_start)
+                                            self.case_start, faults)
         nodes = sorted({r.node for r in records if r.node})
         files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, f"{self.prefix}-dmon")
-        files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl)
+        files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
+        if faults:
+            raise HarvestIncomplete(files, faults)
         return files
 
     def cleanup(self, case_dir: Path) -> None:

@@ -4,6 +4,8 @@ dmon, and the cluster snapshot.
 
 Every function stores files in the case directory and returns their names relative to it; a failure is noted
 in ``harvest-errors.txt`` (:func:`note`) and never raised, so one missing piece leaves the rest of the evidence.
+A piece lost to a fault (a lost connection, a kubectl timeout, an API server error; not an object that is
+simply absent) is also added to the caller's ``faults`` (:func:`fault`), which makes the harvest incomplete.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from pathlib import Path
 from xpushare.backends import scheduler_proc as scheduler_proc_mod
 from xpushare.backends.base import KubeAccess
 from xpushare.inventory.sut import SutNames
-from xpushare.model.errors import TransportError
+from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
-from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.kubectl import Kubectl, KubeNotFound
 
-__all__ = ["cluster_snapshot", "node_evidence", "note", "scheduler_logs", "scheduler_proc"]
+__all__ = ["cluster_snapshot", "fault", "node_evidence", "note", "scheduler_logs", "scheduler_proc"]
 
 HARVEST_ERRORS = "harvest-errors.txt"
 
@@ -29,8 +31,16 @@ def note(case_dir: Path, message: str) -> None:
         fh.write(message + "\n")
 
 
+def fault(case_dir: Path, what: str, exc: XpushareError, faults: list[str]) -> None:
+    """Note a piece of evidence that could not be read; unless the object was simply absent (NotFound), also
+    append ``"<what>: <error>"`` to ``faults``."""
+    note(case_dir, f"{what}: {exc}")
+    if not isinstance(exc, KubeNotFound):
+        faults.append(f"{what}: {exc}")
+
+
 def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kubectl, names: SutNames,
-                   since: datetime) -> list[str]:
+                   since: datetime, faults: list[str]) -> list[str]:
     """``scheduler.log`` from the log stream ``stream_name`` spawned on ``master`` (empty name: none), else a
     ``kubectl logs --since-time`` fetch; ``device-plugin.log`` always from kubectl."""
     files: list[str] = []
@@ -41,14 +51,14 @@ def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kube
             master.get(log, case_dir / "scheduler.log")
             text = (case_dir / "scheduler.log").read_text(encoding="utf-8", errors="replace")
         except TransportError as exc:
-            note(case_dir, f"scheduler log stream: {exc}")
+            note(case_dir, f"scheduler log stream: {exc}")  # the --since-time read below replaces it
     if not text.strip():
         try:
             text = kubectl.logs(selector=names.scheduler_label, since_time=since, prefix=True,
                                 namespace=names.namespace)
             (case_dir / "scheduler.log").write_text(text, encoding="utf-8")
-        except KubeError as exc:
-            note(case_dir, f"scheduler log: {exc}")
+        except XpushareError as exc:
+            fault(case_dir, "scheduler log", exc, faults)
     if (case_dir / "scheduler.log").exists():
         files.append("scheduler.log")
     try:
@@ -56,8 +66,8 @@ def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kube
                           namespace=names.namespace)
         (case_dir / "device-plugin.log").write_text(dp, encoding="utf-8")
         files.append("device-plugin.log")
-    except KubeError as exc:
-        note(case_dir, f"device-plugin log: {exc}")
+    except XpushareError as exc:
+        fault(case_dir, "device-plugin log", exc, faults)
     return files
 
 
@@ -104,13 +114,13 @@ def scheduler_proc(case_dir: Path, host: Host, binary: str, suffix: str = "") ->
         return []
 
 
-def cluster_snapshot(case_dir: Path, kubectl: Kubectl) -> list[str]:
+def cluster_snapshot(case_dir: Path, kubectl: Kubectl, faults: list[str]) -> list[str]:
     """``cluster_snapshot.txt``: ``kubectl get nodes -o wide`` and ``get pods -A -o wide``."""
     try:
         snap = kubectl.run(["get", "nodes", "-o", "wide"], namespace=None).stdout
         snap += "\n" + kubectl.run(["get", "pods", "-A", "-o", "wide"], namespace=None).stdout
-    except KubeError as exc:
-        note(case_dir, f"cluster snapshot: {exc}")
+    except XpushareError as exc:
+        fault(case_dir, "cluster snapshot", exc, faults)
         return []
     (case_dir / "cluster_snapshot.txt").write_text(snap, encoding="utf-8")
     return ["cluster_snapshot.txt"]

@@ -8,8 +8,10 @@ run with status 130 (143/129), resumable with ``--resume``.
 
 from __future__ import annotations
 
+import errno
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +27,7 @@ from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.model.errors import UsageError
+from xpushare.model.errors import RunDirectoryFull, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
@@ -198,6 +200,32 @@ def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, o
         meta["selected"] = [s for s in previous.get("selected") or []
                             if (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
         meta["started"] = previous.get("started", meta["started"])
+    with disk_full_stops_the_run(run_dir, run_id):
+        return _run_and_report(cluster, selection, overrides, run_id, run_dir, cases, meta, out)
+
+
+@contextmanager
+def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
+    """Turn a full run directory (``ENOSPC``, ``EDQUOT``) into :class:`RunDirectoryFull`: one line, exit 1.
+
+    The case that hit it has had its harvest and cleanup (the lifecycle runs them whatever happens); what was
+    written before stays as written; the run can be continued with ``--resume`` once there is room.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        raise RunDirectoryFull(f"the run directory is full ({exc.strerror}{where}): the run stopped; what was "
+                               f"written is kept in {run_dir}; free space, then continue with --run-id {run_id} "
+                               "--resume") from None
+
+
+def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
+                    run_id: str, run_dir: Path, cases: Sequence[CaseDef], meta: dict[str, Any],
+                    out: TextIO) -> ExitStatus:
+    """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports."""
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
     progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(cases)} case(s) -> {run_dir}")
@@ -211,7 +239,7 @@ def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, o
         ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status), counts=summaries.counts(results)
     )
     artifacts.write_run_meta(run_dir, meta)
-    required: list[str] = meta["required"]  # type: ignore[assignment]  # run.json keeps it a sorted list
+    required: list[str] = meta["required"]  # run.json keeps it a sorted list
     paths = build.build(run_dir, required=set(required))
     counts = summaries.counts(results)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)

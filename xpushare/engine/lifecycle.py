@@ -22,7 +22,7 @@ from xpushare.cases.base import CaseRun, load_plan
 from xpushare.evidence import gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.model.errors import XpushareError
+from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
 from xpushare.transport import interrupt
@@ -66,6 +66,7 @@ def run_case(
     error: str | None = None
     reason = _skip_reason(case, backend, cluster)
     harvested: list[str] = []
+    harvest_fault: str | None = None
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
     if reason is None:
         assert case.act is not None
@@ -86,13 +87,14 @@ def run_case(
             (case_dir / "harness-traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
         finally:
             phases["act"] = time.monotonic()
-            harvested = _guarded_step(case_dir, "harvest", lambda: backend.harvest(case_dir)) or []
+            harvested, harvest_fault = _harvest(case_dir, backend)
             phases["harvest"] = time.monotonic()
             _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
             if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
                 _guarded_step(case_dir, "gpu processes",
                               lambda: gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "after"))
             phases["cleanup"] = time.monotonic()
+        interrupted = interrupted or interrupt.requested()  # a Ctrl-C that landed in the harvest or cleanup
     if reason is not None:
         verdict = Verdict(Status.SKIP, reason)
     elif interrupted:
@@ -102,6 +104,12 @@ def run_case(
     else:
         verdict = judge_case(case, case_dir, params, cluster.mode)
         phases["judge"] = time.monotonic()
+        if harvest_fault is not None:
+            # judged on part of the evidence: neither a PASS nor a FAIL can be trusted; the fault is the reason
+            verdict.summary = (f"evidence incomplete ({harvest_fault}); judged on what was stored: "
+                               f"{verdict.status.value}: {verdict.summary}")
+            verdict.status = Status.ERROR
+            error = f"evidence incomplete: {harvest_fault}"
     ended = utc_now()
     calls1 = backend.kubectl_calls()
     record = {
@@ -143,14 +151,36 @@ def _phase_durations(t0: float, ends: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+def _harvest(case_dir: Path, backend: Backend) -> tuple[list[str], str | None]:
+    """The files the backend's harvest stored and, when faults lost some evidence, what they were."""
+    try:
+        return backend.harvest(case_dir), None
+    except HarvestIncomplete as exc:
+        return exc.files, str(exc)
+    except KeyboardInterrupt:
+        return [], "the harvest was interrupted"
+    except Exception as exc:
+        _note_error(case_dir, f"harvest: {type(exc).__name__}: {exc}")
+        return [], f"harvest: {type(exc).__name__}: {exc}"
+
+
+def _note_error(case_dir: Path, line: str) -> None:
+    """Append to the case's ``harvest-errors.txt``; a run directory that cannot take it (full) loses only the
+    note, never the cleanup that follows."""
+    try:
+        with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except OSError:
+        pass
+
+
 def _guarded_step(case_dir: Path, name: str, step: Any) -> Any:
     try:
         return step()
     except KeyboardInterrupt:
         return None
     except Exception as exc:
-        with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
-            fh.write(f"{name}: {type(exc).__name__}: {exc}\n")
+        _note_error(case_dir, f"{name}: {type(exc).__name__}: {exc}")
         return None
 
 

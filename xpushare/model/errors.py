@@ -69,3 +69,18 @@ class LeaseHeld(XpushareError):
     """Another live run holds the cluster's lease (the message names it); ``--wait`` waits for it instead."""
 
     exit_status = ExitStatus.USAGE
+
+
+class HarvestIncomplete(XpushareError):
+    """The evidence harvest of a case hit faults (a lost connection, a timeout, an API server failing): it
+    stored what it could (``files``, relative to the case directory) and names the faults. The case cannot
+    PASS or FAIL on such evidence: it is ERROR."""
+
+    def __init__(self, files: list[str], faults: list[str]) -> None:
+        super().__init__("; ".join(faults))
+        self.files = files
+        self.faults = faults
+
+
+class RunDirectoryFull(XpushareError):
+    """The run directory's file system is full (``ENOSPC``/``EDQUOT``): the run stops, keeping what it wrote."""

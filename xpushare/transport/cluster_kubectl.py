@@ -26,8 +26,11 @@ def master_spec(cluster: ClusterSpec, purpose: str = "run kubectl on") -> HostSp
     return masters[0]
 
 
-def kubectl_for(cluster: ClusterSpec, master: Host, *, namespace: str | None = None) -> Kubectl:
+def kubectl_for(cluster: ClusterSpec, master: Host, *, namespace: str | None = None,
+                request_timeout_s: float | None = None) -> Kubectl:
     """kubectl run on ``master`` (a connected host of ``cluster``) with the cluster's binary, kubeconfig and
-    context; its default namespace is ``namespace``, else the inventory's ``namespace`` (the workloads')."""
+    context; its default namespace is ``namespace``, else the inventory's ``namespace`` (the workloads');
+    ``request_timeout_s``: kubectl's ``--request-timeout`` (None: the Kubectl default)."""
+    extra = {} if request_timeout_s is None else {"request_timeout_s": request_timeout_s}
     return Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                   namespace=cluster.namespace if namespace is None else namespace)
+                   namespace=cluster.namespace if namespace is None else namespace, **extra)

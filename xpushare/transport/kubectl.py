@@ -16,7 +16,8 @@ Views (:class:`~xpushare.transport.kube_objects.Pod`, ``Node``, ``DaemonSetStatu
 Errors: a non-zero exit becomes :class:`KubeError` (with the argv, stderr and exit code), or a subclass
 picked from kubectl's stderr: :class:`KubeNotFound` (``Error from server (NotFound)``),
 :class:`KubeAlreadyExists`, :class:`KubeTimeout` (``timed out waiting``; also raised by
-:meth:`Kubectl.wait_pods` with the last pods seen), :class:`KubeUnavailable` (API server unreachable);
+:meth:`Kubectl.wait_pods` with the last pods seen), :class:`KubeUnavailable` (API server unreachable) and its
+:class:`KubeRequestTimeout` (the server did not answer within ``--request-timeout``: "kubectl get timed out");
 :class:`KubePodStuck` when a waited-for pod can never start (image pull / container creation errors).
 :class:`KubeConflict` when an update carries a ``resourceVersion`` that changed meanwhile (a lost race).
 Transport failures (:class:`~xpushare.model.errors.TransportError`) pass through unchanged.
@@ -100,6 +101,10 @@ class KubeUnavailable(KubeError):
     """kubectl could not reach the API server (refused, no route, TLS, or request timeout)."""
 
 
+class KubeRequestTimeout(KubeUnavailable):
+    """The API server did not answer within kubectl's ``--request-timeout`` (a hanging or overloaded server)."""
+
+
 class KubeTimeout(KubeError):
     """A wait ran out: kubectl's ``timed out waiting for the condition``, or :meth:`Kubectl.wait_pods`.
 
@@ -123,6 +128,8 @@ class KubePodStuck(KubeError):
         self.pods: tuple[Pod, ...] = tuple(pods)
 
 
+#: kubectl's own request timeout fired (Go's http client deadline), as opposed to a refused connection.
+_REQUEST_TIMEOUT_RE = re.compile(r"Client\.Timeout exceeded|context deadline exceeded")
 _TIMEOUT_RE = re.compile(r"timed out waiting|context deadline exceeded|\(Timeout\)")
 _UNAVAILABLE_RE = re.compile(
     r"Unable to connect to the server|The connection to the server .* was refused|no route to host|"
@@ -138,6 +145,11 @@ def classify(command: Sequence[str], stderr: str, exit_code: int) -> KubeError:
         return KubeAlreadyExists(command, stderr, exit_code)
     if "(Conflict)" in stderr:
         return KubeConflict(command, stderr, exit_code)
+    if _UNAVAILABLE_RE.search(stderr) and _REQUEST_TIMEOUT_RE.search(stderr):
+        limit = command[command.index("--request-timeout") + 1] if "--request-timeout" in command[:-1] else "?"
+        tail = stderr.strip().splitlines()[-1]
+        return KubeRequestTimeout(command, stderr, exit_code, f"kubectl {_verb(command)} timed out after {limit} "
+                                  f"(--request-timeout; the API server did not answer): {tail}")
     if _UNAVAILABLE_RE.search(stderr):
         return KubeUnavailable(command, stderr, exit_code)
     if _TIMEOUT_RE.search(stderr):

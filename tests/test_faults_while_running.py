@@ -1,0 +1,378 @@
+"""Faults while a run is running, on the lab: each ends with nothing collected lost and a verdict that says
+what happened (ERROR naming the fault; never PASS, never a traceback), and a documented exit status.
+
+Runs are driven in-process through the task glue (``cli.guard.guarded`` around ``engine.driver.run``, as the
+``func`` task does), so a fault can be injected at an exact point of the lifecycle: a wrapper around the
+backend method that is running then (``wait_terminal``: mid-case; a harvest read: mid-harvest). The faults
+themselves are real: sshd sessions SIGKILLed, a lab API server that delays or fails requests
+(``api_delay_s``, ``api_error_500``), a GPU node whose sshd is stopped and whose pods are gone
+(``node_down``), a run directory that is full.
+
+One FUNC-001 pod (about 2 s of simulated GPU work) per run; about 2 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from invoke.exceptions import Exit
+
+from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
+from tests.lab.env import LAB_HOSTS, LAB_OPTIONS, write_inventory
+from tests.lab.kubelab import started_kube_lab
+from tests.lab.sshd import SshLab, lab_unavailable_reason
+from xpushare.backends.k8s import K8sBackend
+from xpushare.cli.guard import guarded
+from xpushare.engine import driver
+from xpushare.transport.kubectl import Kubectl
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+CASE = "FUNC-001"
+
+
+@pytest.fixture(scope="module")
+def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    yield from started_kube_lab(tmp_path_factory, "faults-kube", **LAB_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
+    """A private SSH lab: these tests kill its sessions and stop its hosts."""
+    if (reason := lab_unavailable_reason()) is not None:
+        pytest.skip(f"SSH lab unavailable: {reason}")
+    with SshLab(tmp_path_factory.mktemp("faults-ssh")) as lab:
+        for name, address, _role in LAB_HOSTS:
+            lab.add_host(name, address)
+        lab.write_known_hosts()
+        lab.write_ssh_config()
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def inventory(ssh: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # a short kubectl request timeout: the hanging-API test waits for it to fire
+    return write_inventory(tmp_path_factory.mktemp("faults-inv") / "inventory.yaml", ssh, kube_lab,
+                           params={"kubectl_request_timeout_s": 4, "pod_timeout_s": 30})
+
+
+@pytest.fixture(autouse=True)
+def _healthy_after(kube_lab: LabCluster, ssh: SshLab) -> Iterator[None]:
+    """Every test leaves the lab healthy for the next: faults off, every host up."""
+    yield
+    kube_lab.set_faults(None, api_delay_s=0, api_error_500=False, node_down=False)
+    for name, _address, _role in LAB_HOSTS:
+        if not ssh.is_running(name):
+            ssh.start_host(name)
+
+
+class Outcome:
+    """One run: exit status, what it printed, and its stored case record and directory."""
+
+    def __init__(self, root: Path, run_id: str, status: int, out: str, err: str) -> None:
+        self.root, self.run_id, self.status, self.out, self.err = root, run_id, status, out, err
+        self.run_dir = root / ".tmplog" / run_id / "xpushare"
+        self.case_dir = self.run_dir / "lab" / "functional" / CASE
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return json.loads((self.case_dir / "result.json").read_text())
+
+    def files(self) -> set[str]:
+        return {str(p.relative_to(self.case_dir)) for p in self.case_dir.rglob("*") if p.is_file()}
+
+    def explain(self) -> str:
+        return f"exit {self.status}\n--- stdout\n{self.out[-3000:]}\n--- stderr\n{self.err[-3000:]}"
+
+
+def run_case(inventory: Path, root: Path, run_id: str) -> Outcome:
+    """``invoke func --cluster lab --case FUNC-001`` in this process (the task's body under its guard)."""
+    out, err = io.StringIO(), io.StringIO()
+    request = driver.RunRequest(cluster="lab", case_ids=[CASE], run_id=run_id, inventory_path=str(inventory),
+                                root=root)
+    status = 0
+    with contextlib.redirect_stderr(err):
+        try:
+            guarded(lambda: driver.run(request, out))
+        except Exit as exc:
+            status = exc.code
+    return Outcome(root, run_id, status, out.getvalue(), err.getvalue())
+
+
+def assert_no_traceback(o: Outcome) -> None:
+    assert "Traceback" not in o.out + o.err, o.explain()
+    assert not (o.case_dir / "harness-traceback.txt").exists(), o.explain()
+
+
+def assert_run_reported(o: Outcome) -> None:
+    """The run's reports were written and count the case as it was recorded."""
+    meta = json.loads((o.run_dir / "run.json").read_text())
+    assert meta["exit_status"] == o.status, meta
+    assert (o.run_dir / "junit.xml").is_file() and (o.run_dir / "run-report.md").is_file()
+
+
+def wrap(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, before: Callable[[], None], *,
+         times: int = 1) -> list[int]:
+    """Run ``before()`` ahead of the first ``times`` calls of ``owner.name``; returns a one-item call counter."""
+    original = getattr(owner, name)
+    count = [0]
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        if count[0] <= times:
+            before()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+    return count
+
+
+def test_without_a_fault_the_case_passes(inventory: Path, tmp_path: Path) -> None:
+    """The control: the same run on the healthy lab is PASS, exit 0, with every file the fault tests look for."""
+    o = run_case(inventory, tmp_path, "healthy")
+    assert o.record["status"] == "PASS" and o.status == 0, o.explain()
+    assert {"pods.json", "scheduler.log", "cluster_snapshot.txt", "manifests.yaml", "plan.json"} <= o.files()
+    assert "harvest-errors.txt" not in o.files(), (o.case_dir / "harvest-errors.txt").read_text()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+# ------------------------------------------------------------------------------------------- a) SSH session
+
+
+def kill_session_during(ssh: SshLab, host: str, needle: str, timeout_s: float = 20.0) -> threading.Thread:
+    """Start a watcher that SIGKILLs ``host``'s sshd sessions as soon as one of them runs a command whose
+    command line holds ``needle``: the connection dies mid-command, not between two commands (a dropped
+    connection between commands is simply reopened)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for pid in ssh.session_pids(host):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if needle in cmdline:
+                    ssh.kill_sessions(host)
+                    killed.append(cmdline)
+                    return
+            time.sleep(0.005)
+
+    killed: list[str] = []
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.killed = killed  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def test_ssh_session_killed_mid_case(inventory: Path, ssh: SshLab, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master's sshd session dies while the pods run: the case is ERROR naming the lost connection, and the
+    harvest (on a new connection) still stores every piece of evidence."""
+    watchers: list[threading.Thread] = []
+    wrap(monkeypatch, K8sBackend, "wait_terminal",
+         lambda: watchers.append(kill_session_during(ssh, "lab-master", "get pods")))
+    o = run_case(inventory, tmp_path, "ssh-mid-case")
+    assert watchers and watchers[0].killed, "the session was never killed mid-command"  # type: ignore[attr-defined]
+    rec = o.record
+    assert rec["status"] == "ERROR" and "connection lost" in rec["summary"], o.explain()
+    assert o.status == 1, o.explain()
+    assert {"pods.json", "scheduler.log", "cluster_snapshot.txt", "manifests.yaml"} <= o.files(), o.files()
+    assert any(f.startswith("pods/") for f in o.files()), o.files()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+def test_ssh_session_killed_mid_harvest(inventory: Path, ssh: SshLab, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session dies during the harvest (before the pod logs are read): the rest of the harvest goes on, and
+    the case is ERROR naming the incomplete evidence and the lost connection, never PASS."""
+    watchers: list[threading.Thread] = []
+    wrap(monkeypatch, Kubectl, "logs_by_pod",
+         lambda: watchers.append(kill_session_during(ssh, "lab-master", " logs ")))
+    o = run_case(inventory, tmp_path, "ssh-mid-harvest")
+    assert watchers and watchers[0].killed, "the session was never killed mid-command"  # type: ignore[attr-defined]
+    rec = o.record
+    assert rec["status"] == "ERROR", o.explain()
+    assert "evidence incomplete" in rec["summary"] and "connection lost" in rec["summary"], rec["summary"]
+    assert o.status == 1, o.explain()
+    # what came before and after the lost read is kept
+    assert {"pods.json", "scheduler.log", "cluster_snapshot.txt", "harvest-errors.txt"} <= o.files(), o.files()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+# ---------------------------------------------------------------------------------- b), c) the API server
+
+
+def test_kubectl_hanging_past_its_timeout(inventory: Path, kube_lab: LabCluster, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server stops answering while the pods run (each request delayed past kubectl's 4 s request
+    timeout): kubectl's timeout fires (no hang), the case is ERROR 'kubectl ... timed out'; the server answers
+    again before the harvest, which stores everything."""
+    wrap(monkeypatch, K8sBackend, "wait_terminal", lambda: kube_lab.set_faults(None, api_delay_s=30))
+    wrap(monkeypatch, K8sBackend, "harvest", lambda: kube_lab.set_faults(None, api_delay_s=0))
+    o = run_case(inventory, tmp_path, "api-hang")
+    rec = o.record
+    assert rec["status"] == "ERROR" and "kubectl get timed out" in rec["summary"], o.explain()
+    assert o.status == 1, o.explain()
+    assert {"pods.json", "scheduler.log", "cluster_snapshot.txt"} <= o.files(), o.files()
+    assert any(f.startswith("pods/") for f in o.files()), o.files()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+def test_kubectl_hanging_during_the_harvest(inventory: Path, kube_lab: LabCluster, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server stops answering once the pods ended, for the first part of the harvest: those reads time
+    out, the harvest goes on (no hang), and the case that would have passed is ERROR 'evidence incomplete'."""
+    wrap(monkeypatch, K8sBackend, "harvest", lambda: kube_lab.set_faults(None, api_delay_s=30))
+    # the server answers again when the harvest turns to the logs (whose reads may wait longer, by design)
+    wrap(monkeypatch, Kubectl, "logs", lambda: kube_lab.set_faults(None, api_delay_s=0))
+    o = run_case(inventory, tmp_path, "api-hang-harvest")
+    rec = o.record
+    assert rec["status"] == "ERROR", o.explain()
+    assert "evidence incomplete" in rec["summary"] and "timed out" in rec["summary"], rec["summary"]
+    assert {"manifests.yaml", "harvest-errors.txt", "cluster_snapshot.txt"} <= o.files(), o.files()
+    assert o.status == 1
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+def test_api_server_answering_500(inventory: Path, kube_lab: LabCluster, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server answers 500 while the pods run, then recovers: the case is ERROR naming the server's
+    InternalError (never a PASS judged on a wait that never saw the pods end); the harvest stores everything."""
+    wrap(monkeypatch, K8sBackend, "wait_terminal", lambda: kube_lab.set_faults(None, api_error_500=True))
+    wrap(monkeypatch, K8sBackend, "harvest", lambda: kube_lab.set_faults(None, api_error_500=False))
+    o = run_case(inventory, tmp_path, "api-500")
+    rec = o.record
+    assert rec["status"] == "ERROR" and "InternalError" in rec["summary"], o.explain()
+    assert o.status == 1
+    assert {"pods.json", "scheduler.log", "cluster_snapshot.txt"} <= o.files(), o.files()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+def test_api_server_500_during_the_harvest(inventory: Path, kube_lab: LabCluster, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    wrap(monkeypatch, K8sBackend, "harvest", lambda: kube_lab.set_faults(None, api_error_500=True))
+    wrap(monkeypatch, K8sBackend, "cleanup", lambda: kube_lab.set_faults(None, api_error_500=False))
+    o = run_case(inventory, tmp_path, "api-500-harvest")
+    rec = o.record
+    assert rec["status"] == "ERROR", o.explain()
+    assert "evidence incomplete" in rec["summary"] and "InternalError" in rec["summary"], rec["summary"]
+    assert o.status == 1
+    assert_no_traceback(o)
+    assert_run_reported(o)
+
+
+# ------------------------------------------------------------------------------------------ d) disk full
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Callable[[], None]]]:
+    """A run root that can be filled: a 4 MiB tmpfs mounted on ``path`` where this process may mount (root),
+    else a simulation (``Path.write_text`` and ``Path.open`` for writing under ``path`` raise ``ENOSPC`` once
+    full). Yields (which one, fill), ``fill()`` taking the last free byte."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
+                             capture_output=True).returncode == 0
+    if mounted:
+        def fill() -> None:
+            with contextlib.suppress(OSError), open(path / "filler", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+        try:
+            yield "tmpfs", fill
+        finally:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+        return
+    full = [False]
+
+    def enospc(target: Path) -> None:
+        if full[0] and str(target).startswith(str(path)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+
+    write_text, open_ = Path.write_text, Path.open
+
+    def patched_write_text(self: Path, *args: Any, **kwargs: Any) -> int:
+        enospc(self)
+        return write_text(self, *args, **kwargs)
+
+    def patched_open(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if set(mode) & set("wax+"):
+            enospc(self)
+        return open_(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", patched_write_text)
+    monkeypatch.setattr(Path, "open", patched_open)
+    yield "simulated ENOSPC", lambda: full.__setitem__(0, True)
+
+
+def test_run_directory_full(inventory: Path, kube_lab: LabCluster, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run directory fills up while the pods run: the run stops with one line and exit 1, keeps what it
+    wrote (run.json, the case's manifests and plan), and the case's pods are still cleaned up."""
+    root = tmp_path / "small"
+    with small_filesystem(root, monkeypatch) as (how, fill):
+        wrap(monkeypatch, K8sBackend, "wait_terminal", fill)
+        o = run_case(inventory, root, "disk-full")
+        lines = [ln for ln in o.err.splitlines() if ln.strip()]
+        assert o.status == 1, f"{how}: {o.explain()}"
+        assert len(lines) == 1 and lines[0].startswith("error: the run directory is full"), f"{how}: {o.explain()}"
+        assert "--resume" in lines[0]
+        assert "Traceback" not in o.out + o.err
+        meta = json.loads((o.run_dir / "run.json").read_text())  # written before the disk filled: intact
+        assert meta["run_id"] == "disk-full"
+        assert {"manifests.yaml", "plan.json"} <= o.files(), f"{how}: {o.files()}"
+    kubectl = Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(kube_lab.kubeconfig_path),
+                      context="lab", namespace="default", request_timeout_s=30)
+    assert kubectl.list_pods("xpushare/run-id=disk-full") == [], "the case's pods were left running"
+
+
+# ------------------------------------------------------------------------------------ e) a node rebooted
+
+
+def test_gpu_node_rebooted_during_a_case(inventory: Path, kube_lab: LabCluster, ssh: SshLab, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node running the case's pod "reboots" while it runs: its sshd stops and its pods are gone. The case
+    is ERROR naming the pod that vanished (not a FAIL of the system under test, not a hang), the evidence of the
+    master and of the other node is stored, and what could not be read is noted."""
+    kubectl = Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(kube_lab.kubeconfig_path),
+                      context="lab", namespace="default", request_timeout_s=30)
+    downed: list[str] = []
+
+    def reboot() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            nodes = [p.node for p in kubectl.list_pods("xpushare/run-id=node-down") if p.node]
+            if nodes:
+                ssh.stop_host(nodes[0])
+                kube_lab.set_faults(nodes[0], node_down=True)
+                downed.append(nodes[0])
+                return
+            time.sleep(0.1)
+
+    wrap(monkeypatch, K8sBackend, "wait_terminal", reboot)
+    o = run_case(inventory, tmp_path, "node-down")
+    assert downed, "the pod was never bound to a node"
+    rec = o.record
+    assert rec["status"] == "ERROR" and "gone" in rec["summary"], o.explain()
+    assert o.status == 1
+    assert {"pods.json", "manifests.yaml", "scheduler.log", "cluster_snapshot.txt"} <= o.files(), o.files()
+    assert_no_traceback(o)
+    assert_run_reported(o)
