@@ -49,6 +49,7 @@ from xpushare.backends.base import (
 )
 from xpushare.collect import procstat
 from xpushare.data import manifests_dir, workloads_dir
+from xpushare.evidence import events
 from xpushare.evidence.scrape_capture import curl_capture_argv, failed_capture_text, with_curl_note
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
@@ -327,10 +328,14 @@ class K8sBackend(Backend, KubeAccess):
         return records
 
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return self._wait(case_dir, names, timeout_s, "terminal")
+        records = self._wait(case_dir, names, timeout_s, "terminal")
+        events.pod_phases(records, "terminal")
+        return records
 
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return self._wait(case_dir, names, timeout_s, "running")
+        records = self._wait(case_dir, names, timeout_s, "running")
+        events.pod_phases(records, "running")
+        return records
 
     def read_log(self, case_dir: Path, pod: str) -> str:
         try:
