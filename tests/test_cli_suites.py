@@ -7,7 +7,8 @@ import pytest
 from xpushare.cli.collection import namespace
 from xpushare.cli.suites import SUITE_TASKS, SuiteFlags, by_prefix, by_suite, fail, matrix
 
-SHARED = ["cluster", "case", "playbook", "run_id", "resume", "set_", "root", "inventory_", "wait"]
+SHARED = ["cluster", "case", "playbook", "run_id", "resume", "set_", "root", "inventory_", "wait", "dry_run",
+          "output", "verbose"]
 
 
 def test_every_suite_task_takes_the_shared_flags_in_order() -> None:

@@ -152,3 +152,25 @@ def test_packing_device_plugin_fails_the_spread_case(lab_inventory: Path, kube_l
         lab_kubectl_for.uncordon("lab-node2")
     got = results(tmp_path, "packed")["FUNC-003"]
     assert got["status"] == "FAIL" and "spread_over_gpus" in got["summary"], got["summary"]
+
+
+def test_lab_run_writes_events_and_debug_log(lab_inventory: Path, tmp_path: Path) -> None:
+    """A suite run over SSH and kubectl: ``events.jsonl`` has a start and an end per case matching the stored
+    verdicts, the pods' phases, and ``debug.log`` the SSH command lines (kubectl among them)."""
+    from xpushare.evidence import events
+
+    proc = run_func(lab_inventory, tmp_path, "observed", "FUNC-001", "FUNC-006")
+    run_dir = tmp_path / ".tmplog" / "observed" / "xpushare"
+    got = events.read(run_dir)
+    stored = results(tmp_path, "observed")
+    assert set(stored) == {"FUNC-001", "FUNC-006"}, proc.stdout[-3000:] + proc.stderr[-2000:]
+    for case, record in stored.items():
+        assert [e["case_id"] for e in got if e["event"] == "case_started"].count(case) == 1
+        [ended] = [e for e in got if e["event"] == "case_ended" and e["case_id"] == case]
+        assert ended["status"] == record["status"], case
+    assert {e["case_id"] for e in got if e["event"] == "pod_phase"} == {"FUNC-001", "FUNC-006"}
+    assert got[-1]["event"] == "run_ended" and got[-1]["exit_status"] == proc.returncode
+    log = (run_dir / "debug.log").read_text()
+    assert any("lab-master$ " in line and "kubectl" in line for line in log.splitlines() if "xpushare.commands" in line)
+    assert " -> exit 0 in " in log and "paramiko" in log  # the SSH library's records land here, not on stderr
+    assert "paramiko" not in proc.stderr

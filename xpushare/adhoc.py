@@ -16,32 +16,34 @@ from xpushare.evidence.facts import HostFacts, facts_argv, parse_facts
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.model.errors import CommandTimeout, ConnectionLost
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report import output
 from xpushare.transport.base import CommandResult, Host
 from xpushare.transport.fanout import HostOutcome, fan_out, fold_names
 from xpushare.transport.hosts import connect
 from xpushare.transport.ssh import SshHost
 
 
-def hosts_table(clusters: Sequence[ClusterSpec]) -> str:
-    """The resolved inventory as a table: cluster, host, roles, target, port, user, key policy."""
-    rows = []
-    for cluster in clusters:
-        for h in cluster.hosts:
-            rows.append(
-                [
-                    cluster.name,
-                    cluster.mode,
-                    cluster.sut,
-                    h.name,
-                    ",".join(h.roles),
-                    "(this machine)" if h.local else h.target,
-                    "" if h.local else (h.ssh.port or 22),
-                    "" if h.local else (h.ssh.user or ""),
-                    "" if h.local else h.ssh.host_key_policy,
-                ]
-            )
+def hosts_records(clusters: Sequence[ClusterSpec]) -> list[dict[str, Any]]:
+    """The resolved inventory, one record per host: ``cluster, mode, sut, host, roles`` (list), ``address``
+    (None for this machine), ``port``, ``user``, ``host_key_policy`` (None for this machine)."""
+    return [
+        {"cluster": cluster.name, "mode": cluster.mode, "sut": cluster.sut, "host": h.name, "roles": list(h.roles),
+         "address": None if h.local else h.target, "port": None if h.local else (h.ssh.port or 22),
+         "user": None if h.local else h.ssh.user, "host_key_policy": None if h.local else h.ssh.host_key_policy}
+        for cluster in clusters
+        for h in cluster.hosts
+    ]
+
+
+def hosts_table(clusters: Sequence[ClusterSpec], fmt: str = "table") -> str:
+    """The resolved inventory in ``fmt`` (:mod:`xpushare.report.output`); the table: cluster, host, roles,
+    target, port, user, key policy."""
+    records = hosts_records(clusters)
+    rows = [[r["cluster"], r["mode"], r["sut"], r["host"], ",".join(r["roles"]),
+             "(this machine)" if r["address"] is None else r["address"], r["port"] or "", r["user"] or "",
+             r["host_key_policy"] or ""] for r in records]
     headers = ["cluster", "mode", "sut", "host", "roles", "address", "port", "user", "host keys"]
-    return tabulate(rows, headers=headers)
+    return output.render(records, fmt, text=tabulate(rows, headers=headers))
 
 
 def _status_word(outcome: HostOutcome[CommandResult]) -> str:
@@ -103,14 +105,25 @@ def run_adhoc(
     forks: int,
     timeout: float | None,
     out: TextIO,
+    fmt: str = "table",
 ) -> ExitStatus:
-    """Run ``argv`` on every host in parallel; print folded output then a summary table."""
+    """Run ``argv`` on every host in parallel; print folded output then a summary table, or (``fmt`` json/yaml)
+    one record per host: ``host, status, exit`` (None without one), ``duration_s``, ``stdout``, ``stderr``,
+    ``error`` (None, or why there is no exit status)."""
     conns = [connect(h) for h in hosts]
     try:
         outcomes = fan_out(conns, lambda host: host.run(argv, timeout=timeout), forks=forks)
     finally:
         for c in conns:
             c.close()
+    failed = [o.value is not None and not o.value.ok for o in outcomes]
+    if fmt != "table":
+        records = [{"host": o.host, "status": _status_word(o), "exit": o.value.exit_code if o.value else None,
+                    "duration_s": round(o.value.duration_s, 3) if o.value else None,
+                    "stdout": o.value.stdout if o.value else "", "stderr": o.value.stderr if o.value else "",
+                    "error": None if o.error is None else str(o.error)} for o in outcomes]
+        print(output.render(records, fmt), file=out)
+        return exit_status_of(outcomes, failed)
     print(render_folded(outcomes), file=out)
     rows = []
     for o in outcomes:
@@ -120,7 +133,6 @@ def run_adhoc(
         )
     print(file=out)
     print(tabulate(rows, headers=["host", "status", "exit", "seconds"]), file=out)
-    failed = [o.value is not None and not o.value.ok for o in outcomes]
     return exit_status_of(outcomes, failed)
 
 
@@ -136,8 +148,12 @@ def _ping_one(host: Host, kubectl: str | None, kubeconfig: str | None = None) ->
     return connect_s, rtt_s, facts
 
 
-def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: TextIO) -> ExitStatus:
-    """Report reachability, latency and facts (hostname, kernel, GPUs, driver, kubectl) per host."""
+def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: TextIO,
+         fmt: str = "table") -> ExitStatus:
+    """Report reachability, latency and facts (hostname, kernel, GPUs, driver, kubectl) per host: a table, or
+    (``fmt`` json/yaml) one record per host: ``host, status`` (ok | UNREACHABLE | ERROR), ``error``,
+    ``connect_ms``, ``rtt_ms``, ``hostname``, ``kernel``, ``gpus`` (list of models), ``driver``,
+    ``kubectl_client``, ``kubectl_server`` (None where unknown or not a master)."""
     conns = [connect(h) for h in hosts]
     masters = {h.name for h in hosts if "master" in h.roles}
 
@@ -151,6 +167,9 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
     finally:
         for c in conns:
             c.close()
+    if fmt != "table":
+        print(output.render([_ping_record(o, o.host in masters) for o in outcomes], fmt), file=out)
+        return exit_status_of(outcomes, [False] * len(outcomes))
     rows = []
     for o in outcomes:
         if o.value is None:
@@ -176,3 +195,14 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
     headers = ["host", "status", "connect ms", "rtt ms", "hostname", "kernel", "GPUs (driver)", "kubectl"]
     print(tabulate(rows, headers=headers), file=out)
     return exit_status_of(outcomes, [False] * len(outcomes))
+
+
+def _ping_record(o: HostOutcome[tuple[float, float, HostFacts]], master: bool) -> dict[str, Any]:
+    record: dict[str, Any] = {"host": o.host, "status": "ok", "error": None}
+    if o.value is None:
+        return {**record, "status": "UNREACHABLE" if o.unreachable else "ERROR", "error": str(o.error)}
+    connect_s, rtt_s, f = o.value
+    return {**record, "connect_ms": round(connect_s * 1000, 1), "rtt_ms": round(rtt_s * 1000, 2),
+            "hostname": f.hostname, "kernel": f.kernel, "gpus": [g[1] for g in f.gpus], "driver": f.driver,
+            "kubectl_client": f.kubectl_client if master else None,
+            "kubectl_server": f.kubectl_server if master else None}

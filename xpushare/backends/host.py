@@ -39,6 +39,7 @@ from xpushare.backends.base import (
 )
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.data import workloads_dir
+from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
@@ -60,6 +61,14 @@ class _Placed:
     gpu_key: str | None = None
 
 
+def host_capabilities(cluster: ClusterSpec) -> frozenset[str]:
+    """What a host backend on ``cluster`` can do, from its inventory alone (nothing is contacted)."""
+    caps = {CAP_CLIENT_LIBRARY} if cluster.sut_lib else set()
+    if cluster.scheduler.process_name and cluster.scheduler.metrics_url:
+        caps.add(CAP_SCHEDULER_PROCESS)  # the stability suites follow its /proc figures and /metrics
+    return frozenset(caps)
+
+
 class HostBackend(Backend):
     """Workloads as processes on the cluster's GPU hosts."""
 
@@ -71,10 +80,7 @@ class HostBackend(Backend):
         self.hosts_are_local = all(h.local for h in cluster.hosts)
         # A poll is a few milliseconds on this machine and one SSH round trip elsewhere.
         self.poll_s = poll_s if poll_s is not None else (0.2 if self.hosts_are_local else 1.0)
-        caps = {CAP_CLIENT_LIBRARY} if cluster.sut_lib else set()
-        if cluster.scheduler.process_name and cluster.scheduler.metrics_url:
-            caps.add(CAP_SCHEDULER_PROCESS)  # the stability suites follow its /proc figures and /metrics
-        self.capabilities = frozenset(caps)
+        self.capabilities = host_capabilities(cluster)
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
         # The inventory's ``scheduler`` settings describe the first GPU host's scheduler.
@@ -248,14 +254,18 @@ class HostBackend(Backend):
             time.sleep(self.poll_s)
 
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return self._wait(case_dir, names, timeout_s, {"Succeeded", "Failed"})
+        records = self._wait(case_dir, names, timeout_s, {"Succeeded", "Failed"})
+        events.pod_phases(records, "terminal")
+        return records
 
     def gpu_count(self) -> int | None:
         """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``)."""
         return sum(len(v) for v in self.gpus.values())
 
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
+        records = self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
+        events.pod_phases(records, "running")
+        return records
 
     def gpu_node_hosts(self) -> dict[str, Host]:
         return dict(self.hosts)

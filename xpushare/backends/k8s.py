@@ -49,6 +49,7 @@ from xpushare.backends.base import (
 from xpushare.backends.k8s_harvest import note
 from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
+from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import HarvestIncomplete, TransportError, XpushareError
@@ -320,10 +321,14 @@ class K8sBackend(Backend, KubeAccess):
         return records
 
     def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return self._wait(case_dir, names, timeout_s, "terminal")
+        records = self._wait(case_dir, names, timeout_s, "terminal")
+        events.pod_phases(records, "terminal")
+        return records
 
     def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return self._wait(case_dir, names, timeout_s, "running")
+        records = self._wait(case_dir, names, timeout_s, "running")
+        events.pod_phases(records, "running")
+        return records
 
     def read_log(self, case_dir: Path, pod: str) -> str:
         try:

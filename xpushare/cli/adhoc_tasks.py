@@ -9,25 +9,28 @@ from invoke import Context, task
 
 from xpushare import adhoc
 from xpushare.cli import flags
-from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.inventory import schema
 from xpushare.inventory.selection import select_hosts
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report.output import OUTPUT_HELP, output_format
+from xpushare.transport import command_log
 from xpushare.transport.fanout import DEFAULT_FORKS
 
 __all__ = ["envcheck", "hosts", "metrics_check", "ping", "run_"]
 
 
-@task(help={"cluster": "show one cluster only (default: all)", "inventory": INVENTORY_HELP})
-def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+@task(help={"cluster": "show one cluster only (default: all)", "inventory": INVENTORY_HELP, "output": OUTPUT_HELP})
+def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Print the resolved inventory: clusters, hosts, roles, addresses and SSH settings."""
 
     def body() -> None:
+        fmt = output_format(output)
         inv = schema.load(inventory_)
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
-        print(adhoc.hosts_table(clusters))
+        print(adhoc.hosts_table(clusters, fmt))
 
     guarded(body)
 
@@ -41,13 +44,19 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None)
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
         "timeout": "seconds per command (default 60)",
         "inventory": INVENTORY_HELP,
+        "output": OUTPUT_HELP + " (per host: status, exit, duration_s, stdout, stderr, error)",
+        "verbose": VERBOSE_HELP,
     },
+    incrementable=["verbose"],
 )
 def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
-         timeout: str | None = None, inventory_: str | None = None) -> None:
+         timeout: str | None = None, inventory_: str | None = None, output: str | None = None,
+         verbose: int = 0) -> None:
     """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
 
     def body() -> ExitStatus | int | None:
+        fmt = output_format(output)
+        command_log.set_verbosity(verbose)
         n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
         limit_s = flags.seconds("--timeout", timeout, 60.0)
         argv = remainder_argv()
@@ -55,7 +64,7 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
         spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout)
+        return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout, fmt=fmt)
 
     guarded(body)
 
@@ -67,17 +76,22 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
         "limit": "comma-separated host globs; '!' excludes",
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
         "inventory": INVENTORY_HELP,
-    }
+        "output": OUTPUT_HELP,
+        "verbose": VERBOSE_HELP,
+    },
+    incrementable=["verbose"],
 )
 def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
-         inventory_: str | None = None) -> None:
+         inventory_: str | None = None, output: str | None = None, verbose: int = 0) -> None:
     """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
 
     def body() -> ExitStatus | int | None:
+        fmt = output_format(output)
+        command_log.set_verbosity(verbose)
         n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
         spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.ping(spec, selected, forks=n_forks, out=sys.stdout)
+        return adhoc.ping(spec, selected, forks=n_forks, out=sys.stdout, fmt=fmt)
 
     guarded(body)
 

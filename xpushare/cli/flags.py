@@ -16,10 +16,11 @@ from urllib.parse import urlsplit
 
 from xpushare.model.errors import UsageError
 
-__all__ = ["INVENTORY_HELP", "ROOT_HELP", "RUN_HELP", "count", "http_url", "required", "seconds"]
+__all__ = ["INVENTORY_HELP", "ROOT_HELP", "RUN_HELP", "VERBOSE_HELP", "count", "http_url", "required", "seconds"]
 
 INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
+VERBOSE_HELP = "-v: print each SSH/kubectl command line on stderr as it runs; -vv: also its exit status and seconds"
 
 RUN_HELP: dict[str, str] = {
     "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
@@ -31,6 +32,10 @@ RUN_HELP: dict[str, str] = {
     "root": ROOT_HELP,
     "inventory": INVENTORY_HELP,
     "wait": "when another run holds the cluster's lease, wait until it is free instead of stopping (exit 2)",
+    "dry_run": "print the cases, each parameter's value and its source, and which cases will SKIP and why; "
+    "contact no host",
+    "output": "format of --dry-run: table (default) | json | yaml",
+    "verbose": VERBOSE_HELP,
 }
 
 

@@ -11,6 +11,7 @@ from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["cases_", "judge", "report", "soak"]
 
@@ -87,8 +88,8 @@ def report(c: Context, run_id: str, root: str = ".") -> None:
     guarded(body)
 
 
-@task(name="cases", help={"suite": "only this suite"})
-def cases_(c: Context, suite: str | None = None) -> None:
+@task(name="cases", help={"suite": "only this suite", "output": OUTPUT_HELP})
+def cases_(c: Context, suite: str | None = None, output: str | None = None) -> None:
     """List every case id of the matrix with its suite, title and where it applies."""
 
     def body() -> None:
@@ -97,13 +98,15 @@ def cases_(c: Context, suite: str | None = None) -> None:
         from xpushare.cases import REGISTRY
         from xpushare.engine import plan
 
+        fmt = output_format(output)
         wanted = plan.normalise_suite(suite) if suite else None
-        rows = [
-            [cd.case_id, cd.suite, cd.title, ",".join(sorted(cd.requires)) or "-",
-             "yes" if cd.act else f"no ({cd.implemented_by})"]
-            for cd in REGISTRY.values()
-            if wanted in (None, cd.suite)
-        ]
-        print(tabulate(rows, headers=["case", "suite", "title", "requires", "implemented"]))
+        chosen = [cd for cd in REGISTRY.values() if wanted in (None, cd.suite)]
+        records = [{"case": cd.case_id, "suite": cd.suite, "title": cd.title, "requires": sorted(cd.requires),
+                    "implemented": cd.act is not None, "implemented_by": None if cd.act else cd.implemented_by}
+                   for cd in chosen]
+        rows = [[cd.case_id, cd.suite, cd.title, ",".join(sorted(cd.requires)) or "-",
+                 "yes" if cd.act else f"no ({cd.implemented_by})"] for cd in chosen]
+        text = tabulate(rows, headers=["case", "suite", "title", "requires", "implemented"])
+        print(render(records, fmt, text=text))
 
     guarded(body)

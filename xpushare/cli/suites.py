@@ -2,7 +2,8 @@
 one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
-``--set``, ``--root``, ``--inventory``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
+``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``; help in
+:data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
 case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``). ``--wait`` waits for
@@ -22,6 +23,8 @@ from invoke import Task
 from xpushare.cli.flags import RUN_HELP
 from xpushare.cli.guard import guarded
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report import output
+from xpushare.transport import command_log
 
 __all__ = ["SUITE_TASKS", "Flag", "Scope", "SuiteFlags", "by_prefix", "by_suite", "suite_task"]
 
@@ -53,6 +56,8 @@ class SuiteFlags:
     inventory: str | None = None
     wait: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    output: str = "table"
 
 
 class Scope(NamedTuple):
@@ -100,7 +105,7 @@ def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     request = driver.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
-        inventory_path=flags.inventory, root=flags.root, wait=flags.wait,
+        inventory_path=flags.inventory, root=flags.root, wait=flags.wait, dry_run=flags.dry_run, output=flags.output,
     )
     return driver.run(request)
 
@@ -119,7 +124,8 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     """
     P = inspect.Parameter
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
-              ("root", "."), ("inventory_", None), ("wait", False)]
+              ("root", "."), ("inventory_", None), ("wait", False), ("dry_run", False), ("output", None),
+              ("verbose", 0)]
     params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
@@ -130,13 +136,19 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
         given = signature.bind(*args, **kwargs)  # a call from Python, positional or not, as from the CLI
         given.apply_defaults()
         values = given.arguments
-        parsed = SuiteFlags(
-            cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
-            run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
-            root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
-            extra={f.name: values[f.name] for f in flags},
-        )
-        guarded(lambda: _run(parsed, scope))
+
+        def run() -> ExitStatus:
+            parsed = SuiteFlags(
+                cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
+                run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
+                root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
+                extra={f.name: values[f.name] for f in flags}, dry_run=bool(values["dry_run"]),
+                output=output.output_format(values["output"]),
+            )
+            command_log.set_verbosity(int(values["verbose"] or 0))
+            return _run(parsed, scope)
+
+        guarded(run)
 
     # Invoke reads a task's flags from its signature: give the generic body the suite's own.
     body.__signature__ = signature  # type: ignore[attr-defined]
@@ -144,7 +156,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     body.__name__ = body.__qualname__ = name.replace("-", "_")
     helps = {**RUN_HELP, **(help or {}), **{f.name: f.help for f in flags}}
     repeatable = ["case", "set_", *(f.name for f in flags if f.repeatable)]
-    return Task(body, name=name, help=helps, iterable=repeatable)
+    return Task(body, name=name, help=helps, iterable=repeatable, incrementable=["verbose"])
 
 
 def _allow_disruptive(flags: SuiteFlags) -> tuple[str, ...]:

@@ -22,16 +22,20 @@ from rich.console import Console
 from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
-from xpushare.engine import lease
+from xpushare.engine import dry_run, lease
 from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
+from xpushare.evidence import events
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.model.errors import RunDirectoryFull, UsageError
+from xpushare.model.errors import RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
-from xpushare.transport import interrupt
+from xpushare.transport import command_log, interrupt
+
+DEBUG_LOG = "debug.log"
+"""The run directory's log of every command and library record (:mod:`xpushare.transport.command_log`)."""
 
 
 def make_backend(cluster: ClusterSpec) -> Backend:
@@ -44,6 +48,20 @@ def make_backend(cluster: ClusterSpec) -> Backend:
         from xpushare.backends.k8s import K8sBackend
 
         return K8sBackend(cluster)
+    raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} is not available in this version")
+
+
+def capabilities_of(cluster: ClusterSpec) -> frozenset[str]:
+    """The capabilities :func:`make_backend` 's backend will have on ``cluster``, without making it (no host is
+    contacted): what a dry run needs to tell which cases SKIP."""
+    if cluster.mode == "host":
+        from xpushare.backends.host import host_capabilities
+
+        return host_capabilities(cluster)
+    if cluster.mode == "k8s":
+        from xpushare.backends.k8s import K8sBackend
+
+        return K8sBackend.capabilities
     raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} is not available in this version")
 
 
@@ -85,6 +103,10 @@ class RunRequest:
     root: Path = Path(".")
     wait: bool = False
     """Wait for another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`)."""
+    dry_run: bool = False
+    """Print the plan (:mod:`~xpushare.engine.dry_run`) instead of running: no host is contacted, nothing stored."""
+    output: str = "table"
+    """The dry run's format: table | json | yaml (:mod:`xpushare.report.output`)."""
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
@@ -171,6 +193,10 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
             raise UsageError(f"--resume: no run {run_id!r} under {request.root}")
         latest = artifacts.latest_statuses(run_dir)
         cases = [c for c in cases if latest.get((cluster.name, c.suite, c.case_id)) != "PASS"]
+    if request.dry_run:
+        planned = dry_run.plan_run(cases, cluster, selection, overrides, capabilities_of(cluster))
+        print(dry_run.render(planned, request.output), file=out)
+        return ExitStatus.OK
     with lease.held(cluster, run_id, wait=request.wait, out=out):
         return _run_held(request, cluster, selection, overrides, run_id, run_dir, cases, out)
 
@@ -229,12 +255,20 @@ def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mappi
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
     progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(cases)} case(s) -> {run_dir}")
-    backend = make_backend(cluster)
-    interrupted = False
-    with interrupt.installed():
-        interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress)
-    results = artifacts.load_results(run_dir)
-    status = exit_status_for(results, interrupted)
+    with command_log.debug_log(run_dir / DEBUG_LOG), events.recording(run_dir):
+        events.emit("run_started", run_id=run_id, cluster=cluster.name, mode=cluster.mode,
+                    cases=[c.case_id for c in cases], resume=bool(meta.get("resume")))
+        try:
+            backend = make_backend(cluster)
+            with interrupt.installed():
+                interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress)
+        except XpushareError as exc:
+            events.emit("error", case_id=None, step="run", message=str(exc))
+            raise
+        results = artifacts.load_results(run_dir)
+        status = exit_status_for(results, interrupted)
+        events.emit("run_ended", run_id=run_id, exit_status=int(status), interrupted=interrupted,
+                    counts=summaries.counts(results))
     meta.update(
         ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status), counts=summaries.counts(results)
     )

@@ -19,7 +19,7 @@ from typing import Any
 from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import CaseDef
 from xpushare.cases.base import CaseRun, load_plan
-from xpushare.evidence import gpu_apps
+from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import HarvestIncomplete, XpushareError
@@ -33,8 +33,10 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _skip_reason(case: CaseDef, backend: Backend, cluster: ClusterSpec) -> str | None:
-    missing = case.requires - backend.capabilities - ({CAP_KUBERNETES} if cluster.mode == "k8s" else set())
+def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str | None:
+    """Why ``case`` SKIPs on a backend with ``capabilities`` in cluster ``mode`` before it acts (a capability it
+    requires is missing, or it is not implemented), or None when it runs."""
+    missing = case.requires - capabilities - ({CAP_KUBERNETES} if mode == "k8s" else set())
     if CAP_KUBERNETES in missing:
         return "needs Kubernetes (this cluster runs in host mode)"
     if "client-library" in missing:
@@ -56,15 +58,34 @@ def run_case(
     params: dict[str, Any],
     required: bool,
 ) -> tuple[dict[str, Any], bool]:
-    """Run one case through its lifecycle; return its stored record and whether Ctrl-C stopped it."""
+    """Run one case through its lifecycle; return its stored record and whether Ctrl-C stopped it.
+
+    Reports ``case_started``, ``harvest_*``, ``error`` and ``case_ended`` to the run's event stream
+    (:mod:`xpushare.evidence.events`)."""
+    with events.case(case.case_id):
+        return _run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster, backend=backend, params=params,
+                         required=required)
+
+
+def _run_case(
+    case: CaseDef,
+    *,
+    run_id: str,
+    run_dir: Path,
+    cluster: ClusterSpec,
+    backend: Backend,
+    params: dict[str, Any],
+    required: bool,
+) -> tuple[dict[str, Any], bool]:
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
     case_dir.mkdir(parents=True, exist_ok=True)
     started, t0 = utc_now(), time.monotonic()
+    events.emit("case_started", suite=case.suite, attempt=attempt)
     calls0 = backend.kubectl_calls()
     interrupted = False
     error: str | None = None
-    reason = _skip_reason(case, backend, cluster)
+    reason = skip_reason(case, backend.capabilities, cluster.mode)
     harvested: list[str] = []
     harvest_fault: str | None = None
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
@@ -86,10 +107,16 @@ def run_case(
             error = f"{type(exc).__name__}: {exc}"
             (case_dir / "harness-traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
         finally:
+            if error is not None:
+                events.emit("error", step="act", message=error)
             phases["act"] = time.monotonic()
+            events.emit("harvest_started", step="harvest")
             harvested, harvest_fault = _harvest(case_dir, backend)
+            events.emit("harvest_ended", step="harvest", files=len(harvested))
             phases["harvest"] = time.monotonic()
+            events.emit("harvest_started", step="cleanup")
             _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
+            events.emit("harvest_ended", step="cleanup")
             if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
                 _guarded_step(case_dir, "gpu processes",
                               lambda: gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "after"))
@@ -138,6 +165,8 @@ def run_case(
     }
     artifacts.write_result(case_dir, record)
     artifacts.write_analysis(case_dir, record)
+    events.emit("case_ended", suite=case.suite, status=record["status"], summary=record["summary"],
+                duration_s=record["duration_s"])
     return record, interrupted
 
 
@@ -180,6 +209,7 @@ def _guarded_step(case_dir: Path, name: str, step: Any) -> Any:
     except KeyboardInterrupt:
         return None
     except Exception as exc:
+        events.emit("error", step=name, message=f"{type(exc).__name__}: {exc}")
         _note_error(case_dir, f"{name}: {type(exc).__name__}: {exc}")
         return None
 

@@ -121,11 +121,21 @@ def case_params(
     case: CaseDef, cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Parameters of one case: common < case < playbook < playbook per cluster < inventory < ``--set``."""
-    params: dict[str, Any] = {**COMMON_PARAMS, **case.params}
-    for layer in (selection.params, selection.cluster_params.get(cluster.name, {}), cluster.params, overrides):
+    return {name: value for name, (value, _) in resolved_params(case, cluster, selection, overrides).items()}
+
+
+def resolved_params(
+    case: CaseDef, cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any]
+) -> dict[str, tuple[Any, str]]:
+    """Each parameter of one case as ``(value, source)``, the source of the layer that set it last:
+    ``default`` (common or the case's), ``playbook``, ``playbook (cluster NAME)``, ``inventory`` or ``--set``."""
+    params: dict[str, tuple[Any, str]] = {k: (v, "default") for k, v in {**COMMON_PARAMS, **case.params}.items()}
+    layers = ((selection.params, "playbook"), (selection.cluster_params.get(cluster.name, {}),
+              f"playbook (cluster {cluster.name})"), (cluster.params, "inventory"), (overrides, "--set"))
+    for layer, source in layers:
         for key, value in layer.items():
             if key in params:
-                params[key] = value
+                params[key] = (value, source)
     return params
 
 

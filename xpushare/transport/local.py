@@ -19,6 +19,7 @@ from xpushare.model.errors import (
     CommandTimeout,
     TransportError,
 )
+from xpushare.transport import command_log
 from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
 
 
@@ -51,13 +52,17 @@ class LocalHost(Host):
         check: bool = False,
         stdin: str | None = None,
     ) -> CommandResult:
-        line = shlex.join(env_argv(argv, env))
+        words = env_argv(argv, env)
+        line = shlex.join(words)
         start = time.monotonic()
+        command_log.started(self.name, words)
         try:
             res = self._context.run(line, **runner_options(timeout, stdin))
-        except CommandTimedOut:
+        except CommandTimedOut as exc:
+            command_log.failed(self.name, words, exc, time.monotonic() - start)
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
         assert res is not None
+        command_log.ended(self.name, words, res.exited, time.monotonic() - start)
         return finished(self.name, argv, res, start, check=check)
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:

@@ -32,6 +32,7 @@ from xpushare.model.errors import (
     HostUnreachable,
     TransportError,
 )
+from xpushare.transport import command_log
 from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
 
 # paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
@@ -221,17 +222,22 @@ class SshHost(Host):
         stdin: str | None = None,
     ) -> CommandResult:
         conn = self.connection()
-        line = shlex.join(env_argv(argv, env))
+        words = env_argv(argv, env)
+        line = shlex.join(words)
         start = time.monotonic()
+        command_log.started(self.name, words)
         try:
             res = conn.run(line, **runner_options(timeout, stdin))
-        except CommandTimedOut:
+        except CommandTimedOut as exc:
+            command_log.failed(self.name, words, exc, time.monotonic() - start)
             self._drop()  # the channel was closed under a possibly stalled transport: start afresh
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
+            command_log.failed(self.name, words, exc, time.monotonic() - start)
             self._drop()
             raise ConnectionLost(self.name, f"connection lost during {argv[0]!r}: {exc}") from None
         assert res is not None
+        command_log.ended(self.name, words, res.exited, time.monotonic() - start)
         if res.exited == -1 or not conn.is_connected:
             # The channel closed without an exit status: the session or the connection died.
             self._drop()

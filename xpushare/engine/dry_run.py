@@ -1,0 +1,83 @@
+"""``--dry-run`` of a suite task: what a run would do, told before anything runs, without contacting any host.
+
+The plan lists the selected cases in run order, which of them will SKIP and why (as far as the inventory tells:
+a capability the cluster's backend lacks, a case not implemented, a disruptive case without
+``--allow-disruptive``; a case may still SKIP at run time on what it finds, e.g. the GPU model), each parameter's
+resolved value and the layer it came from (:func:`xpushare.engine.plan.resolved_params`), and the expected
+duration (``-`` where none is known).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xpushare.cases import CaseDef
+from xpushare.engine.lifecycle import jsonable, skip_reason
+from xpushare.engine.plan import Selection, resolved_params
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.report import output
+
+__all__ = ["DISRUPTIVE_SKIP", "expected_duration_s", "plan_run", "render"]
+
+DISRUPTIVE_SKIP = "needs --allow-disruptive (allow_disruptive is false)"
+
+
+def expected_duration_s(case: CaseDef, params: Mapping[str, Any]) -> float | None:
+    """Expected seconds of ``case`` with ``params``; None while the matrix declares no expected durations (the
+    dry run shows ``-``). The one place a per-case estimate is wired into the dry run."""
+    return None
+
+
+def _planned_skip(case: CaseDef, params: Mapping[str, Any], capabilities: frozenset[str], mode: str) -> str | None:
+    reason = skip_reason(case, capabilities, mode)
+    if reason is None and "allow_disruptive" in params and not params["allow_disruptive"]:
+        return DISRUPTIVE_SKIP
+    return reason
+
+
+def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
+             capabilities: frozenset[str]) -> dict[str, Any]:
+    """The dry run of ``cases`` on ``cluster`` as JSON-ready data::
+
+        {"cluster", "mode", "selection", "cases": [{"case_id", "suite", "title", "plan": "RUN" | "SKIP",
+         "skip_reason", "expected_duration_s", "params": {name: {"value", "source"}}}]}
+
+    ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`)."""
+    planned = []
+    for case in cases:
+        resolved = resolved_params(case, cluster, selection, overrides)
+        values = {name: value for name, (value, _) in resolved.items()}
+        reason = _planned_skip(case, values, capabilities, cluster.mode)
+        planned.append({
+            "case_id": case.case_id, "suite": case.suite, "title": case.title,
+            "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
+            "expected_duration_s": expected_duration_s(case, values),
+            "params": {name: {"value": jsonable(value), "source": source}
+                       for name, (value, source) in sorted(resolved.items())},
+        })
+    return {"cluster": cluster.name, "mode": cluster.mode, "selection": selection.label, "cases": planned}
+
+
+def _text(plan: Mapping[str, Any]) -> str:
+    cases = plan["cases"]
+    rows = [{"case": c["case_id"], "suite": c["suite"], "plan": c["plan"],
+             "expected s": "-" if c["expected_duration_s"] is None else f"{c['expected_duration_s']:.0f}",
+             "title": c["title"], "skip reason": c["skip_reason"] or ""} for c in cases]
+    # A parameter with the same value and source in several cases is one row naming them all.
+    shared: dict[tuple[str, str, str], list[str]] = {}
+    for c in cases:
+        for name, p in c["params"].items():
+            shared.setdefault((name, repr(p["value"]), p["source"]), []).append(c["case_id"])
+    every = len(cases)
+    params = [{"parameter": name, "value": value, "source": source,
+               "cases": "all" if len(ids) == every else ",".join(ids)}
+              for (name, value, source), ids in sorted(shared.items())]
+    head = (f"dry run on {plan['cluster']} ({plan['mode']} mode): {len(cases)} case(s), "
+            f"{sum(c['plan'] == 'SKIP' for c in cases)} will SKIP; no host contacted")
+    return "\n\n".join([head, output.table(rows), output.table(params)])
+
+
+def render(plan: Mapping[str, Any], fmt: str) -> str:
+    """The plan of :func:`plan_run` in ``fmt`` (table | json | yaml)."""
+    return output.render(plan, fmt, text=_text(plan))

@@ -1,0 +1,99 @@
+"""The log of every command the transport runs: ``-v``/``-vv`` on the terminal, ``debug.log`` in a run directory.
+
+Every :meth:`~xpushare.transport.base.Host.run` (SSH or this machine, kubectl included: it runs through a host)
+reports to the logger ``xpushare.commands``: the quoted command line when it starts (INFO), its exit status and
+seconds when it ends (DEBUG), or the error that ended it (DEBUG). :func:`set_verbosity` shows these on stderr
+(``-v``: the lines, ``-vv``: also the ends); :func:`debug_log` writes them, with every library logger (paramiko,
+invoke, fabric), to a file while a run lasts. Library loggers never reach the terminal.
+
+Secrets are never written: a word ``NAME=value`` whose name mentions a password, token, secret or key keeps
+its name and loses its value (``env API_TOKEN=***``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["LOGGER", "debug_log", "ended", "failed", "redact", "set_verbosity", "started"]
+
+LOGGER = logging.getLogger("xpushare.commands")
+"""The logger of command lines (INFO: started; DEBUG: ended or failed)."""
+
+_SECRET_WORD = re.compile(r"(?i)^([A-Za-z_][A-Za-z0-9_.-]*(?:pass(?:word|wd)?|token|secret|key)[A-Za-z0-9_]*)=(.+)$")
+_SECRET_FLAG = re.compile(r"(?i)^(--(?:password|token|client-key-data|secret)[A-Za-z0-9-]*)=(.+)$")
+_TERMINAL_MARK = "_xpushare_terminal"
+_FORMAT = "%(asctime)s %(levelname)-5s %(name)s %(threadName)s: %(message)s"
+
+# Library loggers go to debug.log only: without a handler of their own, Python's last-resort handler would
+# print their warnings on the terminal.
+for _name in ("paramiko", "invoke", "fabric"):
+    logging.getLogger(_name).addHandler(logging.NullHandler())
+LOGGER.setLevel(logging.DEBUG)  # its records are cheap; handlers choose what they show
+
+
+def redact(argv: Sequence[str]) -> str:
+    """``argv`` as one shell-quoted line (what the transport sends), the value of each secret-looking
+    ``NAME=value`` or ``--token=value`` word replaced by ``***``."""
+    out = []
+    for word in argv:
+        match = _SECRET_WORD.match(word) or _SECRET_FLAG.match(word)
+        out.append(f"{match.group(1)}=***" if match else word)
+    return shlex.join(out)
+
+
+def started(host: str, argv: Sequence[str]) -> None:
+    """Log that ``argv`` (the words sent, ``env K=V`` prefix included) starts on ``host``."""
+    LOGGER.info("%s$ %s", host, redact(argv))
+
+
+def ended(host: str, argv: Sequence[str], exit_code: int, seconds: float) -> None:
+    """Log that ``argv`` on ``host`` ended with ``exit_code`` after ``seconds``."""
+    LOGGER.debug("%s$ %s -> exit %d in %.3f s", host, redact(argv), exit_code, seconds)
+
+
+def failed(host: str, argv: Sequence[str], error: BaseException, seconds: float) -> None:
+    """Log that ``argv`` on ``host`` ended without an exit status (timeout, connection lost) after ``seconds``."""
+    LOGGER.debug("%s$ %s -> %s after %.3f s", host, redact(argv), type(error).__name__, seconds)
+
+
+def set_verbosity(level: int) -> None:
+    """Show command lines on stderr: 0 none, 1 (``-v``) each line as it starts, 2+ (``-vv``) also its exit status
+    and seconds. Replaces an earlier setting (one terminal handler at most)."""
+    for handler in list(LOGGER.handlers):
+        if getattr(handler, _TERMINAL_MARK, False):
+            LOGGER.removeHandler(handler)
+    if level <= 0:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    setattr(handler, _TERMINAL_MARK, True)
+    handler.setFormatter(logging.Formatter("+ %(message)s"))
+    handler.setLevel(logging.INFO if level == 1 else logging.DEBUG)
+    LOGGER.addHandler(handler)
+
+
+@contextmanager
+def debug_log(path: Path) -> Iterator[Path]:
+    """Append every command line and every library log record (DEBUG and up) to ``path`` while the block runs.
+
+    Records reach the file through the root logger; the terminal sees only what :func:`set_verbosity` asked for.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+        handler.close()
