@@ -11,6 +11,7 @@ from invoke import Collection
 from xpushare.cli.adhoc_tasks import envcheck, hosts, metrics_check, ping, run_
 from xpushare.cli.lab_tasks import lab
 from xpushare.cli.legacy_tasks import baseline_compare, deploy, legacy
+from xpushare.cli.report_tasks import diff, runs
 from xpushare.cli.run_tasks import cases_, judge, report, soak
 from xpushare.cli.suites import SUITE_TASKS
 from xpushare.cli.sut_tasks import sut, undeploy
@@ -18,4 +19,4 @@ from xpushare.cli.sut_tasks import sut, undeploy
 __all__ = ["namespace"]
 
 namespace = Collection(hosts, run_, ping, metrics_check, envcheck, *SUITE_TASKS, soak, judge, report, cases_,
-                       deploy, undeploy, sut, baseline_compare, lab, legacy)
+                       deploy, undeploy, sut, baseline_compare, lab, legacy, runs, diff)
