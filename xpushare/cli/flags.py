@@ -26,7 +26,7 @@ RUN_HELP: dict[str, str] = {
     "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
     "case": "run only this case id (repeatable), e.g. --case FUNC-001 --case FUNC-002",
     "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
-    "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue",
+    "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue (last: the latest)",
     "resume": "re-run only the cases whose latest verdict is not PASS, in the same run dir",
     "set": "override a parameter/threshold: --set name=value (repeatable)",
     "root": ROOT_HELP,

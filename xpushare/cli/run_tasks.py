@@ -54,7 +54,7 @@ def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = N
 
 @task(
     help={
-        "run_id": "the stored run to re-judge (required)",
+        "run_id": "the stored run to re-judge (required; last: the latest)",
         "set": "threshold override name=value (repeatable), e.g. --set func002_min_overlap_ratio=0.8",
         "root": ROOT_HELP,
     },
@@ -67,23 +67,21 @@ def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".
     guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root)))
 
 
-@task(help={"run_id": "the stored run (required)", "root": ROOT_HELP})
+@task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP})
 def report(c: Context, run_id: str, root: str = ".") -> None:
-    """Rebuild case-summary.tsv, run-summary.tsv, run.json, junit.xml and run-report.md of a stored run."""
+    """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run."""
 
     def body() -> None:
         from xpushare.report import artifacts, build
 
         try:
-            artifacts.validate_run_id(run_id)
+            run_dir = artifacts.stored_run_dir(Path(root), run_id)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        run_dir = artifacts.run_dir(Path(root), run_id)
-        if not run_dir.exists():
-            raise UsageError(f"no run {run_id!r} under {root}")
         meta = artifacts.read_run_meta(run_dir) or {}
         paths = build.build(run_dir, required=set(meta.get("required") or []) or None)
         print(paths.markdown)
+        print(paths.html)
 
     guarded(body)
 

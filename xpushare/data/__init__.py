@@ -8,7 +8,8 @@ documented repository paths still work.
 - ``manifests/``: the pod and ConfigMap templates, ``legacy/`` DaemonSets, ``envcheck/`` objects;
 - ``baselines/``: stored baselines of ``invoke baseline-compare``;
 - ``workloads/``: the W1–W7 scripts, the node sampler and ``envcheck/`` node scripts (copied to nodes);
-- ``required_metrics.yaml``: the metric families MET-002 and ``invoke metrics-check`` require.
+- ``required_metrics.yaml``: the metric families MET-002 and ``invoke metrics-check`` require;
+- ``templates/``: the Jinja2 templates of the reports (``report.html.j2``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["baselines_dir", "data_dir", "manifests_dir", "playbooks_dir", "workloads_dir"]
+__all__ = ["baselines_dir", "data_dir", "manifests_dir", "playbooks_dir", "templates_dir", "workloads_dir"]
 
 
 def data_dir() -> Path:
@@ -46,3 +47,8 @@ def baselines_dir() -> Path:
 def workloads_dir() -> Path:
     """``workloads/``: the workload scripts (``w1_large_add.py`` ...), ``node_sampler.py`` and ``envcheck/``."""
     return data_dir() / "workloads"
+
+
+def templates_dir() -> Path:
+    """``templates/``: the Jinja2 report templates (``report.html.j2``)."""
+    return data_dir() / "templates"

@@ -158,20 +158,23 @@ def _run_cases(
     return interrupted
 
 
-def resolve_run_id(run_id: str | None, *, resume: bool, what: str) -> str:
-    """The run id to use: the given one (validated), else a new ``YYYYmmdd-HHMMSS`` id of now.
+def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = Path(".")) -> str:
+    """The run id to use: the given one (validated), else a new ``YYYYmmdd-HHMMSS`` id of now. With ``resume``,
+    ``last`` is the latest run stored under ``root`` (:func:`xpushare.report.artifacts.resolve_run_id`).
 
     Raises:
-        UsageError: ``resume`` without a run id, or a run id that cannot name a directory.
+        UsageError: ``resume`` without a run id, ``last`` without ``resume`` (it names a stored run, never a
+        new one) or with no run stored, or a run id that cannot name a directory.
     """
     if resume and not run_id:
         raise UsageError(f"--resume needs --run-id of the {what} to continue")
+    if run_id == artifacts.LAST and not resume:
+        raise UsageError(f"--run-id {artifacts.LAST} names the latest stored run: use it with --resume, or a new id")
     chosen = run_id or artifacts.new_run_id(datetime.now())
     try:
-        artifacts.validate_run_id(chosen)
+        return artifacts.resolve_run_id(root, chosen)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return chosen
 
 
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
@@ -185,7 +188,7 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
     overrides = parse_overrides(request.overrides)
     check_overrides(selection.cases, overrides)
-    run_id = resolve_run_id(request.run_id, resume=request.resume, what="run")
+    run_id = resolve_run_id(request.run_id, resume=request.resume, what="run", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
     cases = selection.cases
     if request.resume:
@@ -277,7 +280,7 @@ def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mappi
     paths = build.build(run_dir, required=set(required))
     counts = summaries.counts(results)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-    progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown}")
+    progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown} and {paths.html.name}")
     if interrupted:
         progress.done(f"interrupted: continue with --run-id {run_id} --resume")
     return status

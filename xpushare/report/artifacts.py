@@ -21,6 +21,7 @@ must not be ``.`` or ``..``; anything else raises ``ValueError`` so no name can 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -43,6 +44,8 @@ RESULT_FILE = "result.json"
 ANALYSIS_FILE = "analysis.txt"
 RUN_META_FILE = "run.json"
 ATTEMPTS_DIR = "attempts"
+#: The run id that names the latest stored run wherever a stored run is taken (:func:`resolve_run_id`).
+LAST = "last"
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _STATUSES = {s.value for s in Status}
@@ -79,10 +82,51 @@ def run_dir(root: Path, run_id: str) -> Path:
     return Path(root) / ".tmplog" / validate_run_id(run_id) / "xpushare"
 
 
+def stored_run_ids(root: Path) -> list[str]:
+    """Ids of the runs stored under ``<root>/.tmplog`` (those with an ``xpushare/`` run directory), oldest first.
+
+    Order: the ``started`` time of each run's ``run.json`` (ISO 8601), else the run directory's modification
+    time, then the run id. A run.json that cannot be read counts as having no start time.
+    """
+    base = Path(root) / ".tmplog"
+    if not base.is_dir():
+        return []
+    keyed: list[tuple[float, str]] = []
+    for entry in base.iterdir():
+        if not _SAFE_NAME.fullmatch(entry.name) or not (entry / "xpushare").is_dir():
+            continue
+        keyed.append((_started_ts(entry / "xpushare"), entry.name))
+    return [run_id for _, run_id in sorted(keyed)]
+
+
+def _started_ts(path: Path) -> float:
+    """Unix time the run in ``path`` started (run.json ``started``), else the directory's mtime."""
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        started = json.loads((path / RUN_META_FILE).read_text(encoding="utf-8")).get("started")
+        when = datetime.fromisoformat(str(started))
+        return (when if when.tzinfo else when.astimezone()).timestamp()
+    return path.stat().st_mtime
+
+
+def resolve_run_id(root: Path, run_id: str) -> str:
+    """The stored run ``run_id`` names: :data:`LAST` (``last``) is the latest stored run
+    (:func:`stored_run_ids`), any other id is returned validated (:func:`validate_run_id`).
+
+    Raises ``ValueError``: a bad run id, or ``last`` when no run is stored under ``root``.
+    """
+    if run_id == LAST:
+        ids = stored_run_ids(root)
+        if not ids:
+            raise ValueError(f"--run-id {LAST}: no run stored under {root}")
+        return ids[-1]
+    return validate_run_id(run_id)
+
+
 def stored_run_dir(root: Path, run_id: str) -> Path:
-    """:func:`run_dir` of a run that was stored (for offline work on it). ``ValueError`` on a bad run id or
-    when there is no such run directory (``no run '<id>' under <root>``)."""
-    path = run_dir(root, run_id)
+    """:func:`run_dir` of a run that was stored (for offline work on it); ``run_id`` may be ``last``
+    (:func:`resolve_run_id`). ``ValueError`` on a bad run id or when there is no such run directory
+    (``no run '<id>' under <root>``)."""
+    path = run_dir(root, resolve_run_id(root, run_id))
     if not path.is_dir():
         raise ValueError(f"no run {run_id!r} under {root}")
     return path

@@ -1,6 +1,7 @@
-"""(Re)writing a run's four report files from its stored ``result.json`` files (``invoke report --run-id X``
+"""(Re)writing a run's report files from its stored ``result.json`` files (``invoke report --run-id X``
 works offline): ``case-summary.tsv``, ``run-summary.tsv`` (:mod:`~xpushare.report.summaries`), ``junit.xml``
-(:mod:`~xpushare.report.junit`) and ``run-report.md`` (:mod:`~xpushare.report.markdown`)."""
+(:mod:`~xpushare.report.junit`), ``run-report.md`` (:mod:`~xpushare.report.markdown`) and ``report.html``
+(:mod:`~xpushare.report.html`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from xpushare.report import artifacts
+from xpushare.report.html import render_html
 from xpushare.report.junit import junit_tree
 from xpushare.report.markdown import render_markdown
 from xpushare.report.summaries import (
@@ -30,14 +32,14 @@ class ReportPaths:
     run_summary: Path
     junit: Path
     markdown: Path
-
+    html: Path
 
 
 # --------------------------------------------------------------------------------------------- build
 
 
 def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | None = None) -> ReportPaths:
-    """(Re)write the four report files of ``run_dir`` from its ``result.json`` files and ``run.json``.
+    """(Re)write the report files of ``run_dir`` from its ``result.json`` files and ``run.json``.
 
     ``required``: case ids the release recommendation needs (default: records flagged ``required``, which is
     every case unless the engine marked it optional). ``now`` is the "generated at" time (default: now, UTC).
@@ -53,6 +55,7 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
         run_summary=run_dir / "run-summary.tsv",
         junit=run_dir / "junit.xml",
         markdown=run_dir / "run-report.md",
+        html=run_dir / "report.html",
     )
     artifacts.atomic_write_text(paths.case_summary, format_tsv(CASE_SUMMARY_HEADER, case_summary_rows(results)))
     artifacts.atomic_write_text(paths.run_summary, format_tsv(RUN_SUMMARY_HEADER, run_summary_rows(results)))
@@ -61,6 +64,8 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
     artifacts.atomic_write_text(paths.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n")
     text = render_markdown(run_dir, results, run_id=run_id, meta=meta, required=required, now=now)
     artifacts.atomic_write_text(paths.markdown, text)
+    page = render_html(run_dir, results, run_id=run_id, meta=meta, required=required, now=now)
+    artifacts.atomic_write_text(paths.html, page)
     return paths
 
 

@@ -106,7 +106,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         if request.duration_s <= 0:
             raise UsageError("--hours/--minutes must be positive")
         overrides["stab_duration_s"] = request.duration_s
-    run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak")
+    run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = plan.case_params(case, cluster, selection, overrides)

@@ -1,0 +1,88 @@
+"""Tasks over the stored runs: ``runs`` (list them with their status) and ``diff`` (verdict changes and metric
+deltas between two runs). Both read ``<root>/.tmplog`` only; ``--output json`` prints one JSON document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from invoke import Context, task
+
+from xpushare.cli.flags import ROOT_HELP
+from xpushare.cli.guard import guarded
+from xpushare.model.errors import UsageError
+
+__all__ = ["diff", "runs"]
+
+OUTPUT_HELP = "table (default) or json"
+_OUTPUTS = ("table", "json")
+
+
+def _output(value: str) -> str:
+    """The ``--output`` choice; :class:`UsageError` for anything but table/json."""
+    if value not in _OUTPUTS:
+        raise UsageError(f"--output takes one of {', '.join(_OUTPUTS)}, not {value!r}")
+    return value
+
+
+def _number(value: float | None, *, percent: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:+.1f}%" if percent else f"{value:.6g}"
+
+
+@task(help={"output": OUTPUT_HELP, "root": ROOT_HELP})
+def runs(c: Context, output: str = "table", root: str = ".") -> None:
+    """List the stored runs, oldest first: run id, clusters, suites, start time, counts per status, overall status."""
+
+    def body() -> None:
+        from tabulate import tabulate
+
+        from xpushare.report.runs import list_runs
+
+        fmt = _output(output)
+        stored = list_runs(Path(root))
+        if fmt == "json":
+            print(json.dumps([r.to_dict() for r in stored], indent=2))
+            return
+        if not stored:
+            print(f"no runs stored under {root}")
+            return
+        rows = [[r.run_id, ",".join(r.clusters) or "-", ",".join(r.suites) or "-", r.started or "-",
+                 " ".join(f"{k} {v}" for k, v in r.counts.items() if v) or "-",
+                 r.overall + (" (interrupted)" if r.interrupted else "")] for r in stored]
+        print(tabulate(rows, headers=["run id", "clusters", "suites", "started", "cases", "overall"]))
+
+    guarded(body)
+
+
+@task(help={"run_a": "the earlier run (a run id or last)", "run_b": "the later run (a run id or last)",
+            "output": OUTPUT_HELP, "root": ROOT_HELP})
+def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = ".") -> None:
+    """Compare two stored runs: the cases whose verdict changed and the metrics whose numbers changed."""
+
+    def body() -> None:
+        from tabulate import tabulate
+
+        from xpushare.report.runs import diff_runs
+
+        fmt = _output(output)
+        try:
+            result = diff_runs(Path(root), run_a, run_b)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if fmt == "json":
+            print(json.dumps(result.to_dict(), indent=2))
+            return
+        print(f"{result.a} -> {result.b}: {len(result.verdict_changes)} verdict change(s), "
+              f"{result.unchanged} case(s) unchanged, {len(result.metric_deltas)} metric change(s)")
+        if result.verdict_changes:
+            rows = [[v.case, v.before or "(absent)", v.after or "(absent)"] for v in result.verdict_changes]
+            print("\n" + tabulate(rows, headers=["case", result.a, result.b]))
+        if result.metric_deltas:
+            rows = [[m.case, m.metric, _number(m.before), _number(m.after), _number(m.delta),
+                     _number(m.relative, percent=True)] for m in result.metric_deltas]
+            print("\n" + tabulate(rows, headers=["case", "metric", result.a, result.b, "delta", "relative"],
+                                  disable_numparse=True))
+
+    guarded(body)
