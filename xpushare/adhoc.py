@@ -14,10 +14,11 @@ from tabulate import tabulate
 
 from xpushare.evidence.facts import HostFacts, facts_argv, parse_facts
 from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.inventory.selection import fold
 from xpushare.model.errors import CommandTimeout, ConnectionLost
 from xpushare.model.exit_status import ExitStatus
 from xpushare.transport.base import CommandResult, Host
-from xpushare.transport.fanout import HostOutcome, fan_out, fold_names
+from xpushare.transport.fanout import HostOutcome, fan_out
 from xpushare.transport.hosts import connect
 from xpushare.transport.ssh import SshHost
 
@@ -67,7 +68,8 @@ def exit_status_of(outcomes: Sequence[HostOutcome[Any]], failed: Sequence[bool])
 
 
 def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
-    """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``."""
+    """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``; each group's hosts are
+    one ClusterShell node set, which ``--limit`` takes back."""
     groups: dict[tuple[str, str, int | None, str], list[str]] = {}
     for o in outcomes:
         key: tuple[str, str, int | None, str]
@@ -78,7 +80,7 @@ def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
         groups.setdefault(key, []).append(o.host)
     blocks = []
     for (out, err, code, error), names in groups.items():
-        label = fold_names(names)
+        label = fold(names)
         if error:
             blocks.append(f"{label}: {_status_of_error(error)}")
             continue

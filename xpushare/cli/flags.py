@@ -23,7 +23,8 @@ ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
 
 RUN_HELP: dict[str, str] = {
     "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
-    "case": "run only this case id (repeatable), e.g. --case FUNC-001 --case FUNC-002",
+    "case": "case ids or globs, comma-separated or repeated, e.g. --case FUNC-001,FUNC-002 or --case 'FUNC-00*'",
+    "maxfail": "stop after this many FAIL/ERROR cases; the rest are recorded as not run",
     "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue",
     "resume": "re-run only the cases whose latest verdict is not PASS, in the same run dir",

@@ -2,8 +2,9 @@
 one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
-``--set``, ``--root``, ``--inventory``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
-case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
+``--set``, ``--root``, ``--inventory``, ``--maxfail``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its
+selection of the case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status
+(README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``).
 """
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 
 from invoke import Task
 
-from xpushare.cli.flags import RUN_HELP
+from xpushare.cli.flags import RUN_HELP, count
 from xpushare.cli.guard import guarded
 from xpushare.model.exit_status import ExitStatus
 
@@ -51,6 +52,7 @@ class SuiteFlags:
     root: Path = Path(".")
     inventory: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    maxfail: str | None = None
 
 
 class Scope(NamedTuple):
@@ -94,11 +96,12 @@ def by_prefix(prefix: str, extra: Callable[[SuiteFlags], tuple[str, ...]] = lamb
 def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     from xpushare.engine import driver  # the engine pulls in every case module: only when a suite runs
 
+    maxfail = count("--maxfail", flags.maxfail, 0) or None
     chosen = scope(flags)
     request = driver.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
-        inventory_path=flags.inventory, root=flags.root,
+        inventory_path=flags.inventory, root=flags.root, maxfail=maxfail,
     )
     return driver.run(request)
 
@@ -117,7 +120,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     """
     P = inspect.Parameter
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
-              ("root", "."), ("inventory_", None)]
+              ("root", "."), ("inventory_", None), ("maxfail", None)]
     params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
@@ -132,7 +135,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
             cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
             run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
             root=Path(values["root"]), inventory=values["inventory_"],
-            extra={f.name: values[f.name] for f in flags},
+            extra={f.name: values[f.name] for f in flags}, maxfail=values["maxfail"],
         )
         guarded(lambda: _run(parsed, scope))
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
-from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
+from xpushare.engine.lifecycle import jsonable, judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -80,6 +80,8 @@ class RunRequest:
     overrides: Sequence[str] = ()
     inventory_path: str | None = None
     root: Path = Path(".")
+    maxfail: int | None = None
+    """Stop after this many FAIL/ERROR cases (None: run every case); the rest are recorded as not run."""
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
@@ -101,9 +103,14 @@ def _run_cases(
     selection: Selection,
     overrides: Mapping[str, Any],
     progress: Progress,
+    maxfail: int | None = None,
 ) -> bool:
-    """Run the cases in order; return True when Ctrl-C stopped the run."""
+    """Run the cases in order; return True when Ctrl-C stopped the run.
+
+    After ``maxfail`` FAIL/ERROR cases the remaining ones are recorded as not run (INTERRUPTED records, so
+    they count against the run and ``--resume`` runs them), not left out of the reports."""
     interrupted = False
+    failures = 0
     try:
         try:
             backend.prepare_run(run_id)
@@ -111,6 +118,12 @@ def _run_cases(
             return True
         for case in cases:
             params = case_params(case, cluster, selection, overrides)
+            if maxfail is not None and failures >= maxfail:
+                reason = f"not run: --maxfail {maxfail} reached ({failures} FAIL/ERROR case(s) before it)"
+                record = record_not_run(case, run_id=run_id, run_dir=run_dir, cluster=cluster, params=params,
+                                        required=case.case_id in selection.required, reason=reason)
+                progress.done(f"{case.case_id} {record['status']:<11} {0.0:7.1f}s  {record['summary']}")
+                continue
             progress.start(f"{case.case_id} {case.title} ...")
             record, interrupted = run_case(
                 case,
@@ -122,6 +135,7 @@ def _run_cases(
                 required=case.case_id in selection.required,
             )
             progress.done(f"{case.case_id} {record['status']:<11} {record['duration_s']:7.1f}s  {record['summary']}")
+            failures += record["status"] in ("FAIL", "ERROR")
             if interrupted:
                 break
     except KeyboardInterrupt:
@@ -186,7 +200,8 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     backend = make_backend(cluster)
     interrupted = False
     with interrupt.installed():
-        interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress)
+        interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress,
+                                 request.maxfail)
     results = artifacts.load_results(run_dir)
     status = exit_status_for(results, interrupted)
     meta.update(
