@@ -98,3 +98,11 @@ def test_folded_names_paste_back_into_limit() -> None:
         assert expand(folded, every) == set(chosen), folded
     assert fold(["node01", "node02", "node03"]) == "node[01-03]"
     assert fold(["rack1-gpu1", "rack1-gpu2", "rack2-gpu1", "rack2-gpu2"]) == "rack[1-2]-gpu[1-2]"
+
+
+def test_hosts_prints_each_cluster_folded_per_role() -> None:
+    from xpushare import adhoc
+
+    line = adhoc.hosts_folded([schema.parse(INVENTORY).cluster("c1")])
+    assert line == "c1: all=m,n[1-3,5],rack[1-2]-gpu[1-2] master=m gpu=n[1-3,5],rack[1-2]-gpu[1-2]"
+    assert names(line.split("gpu=")[1]) == names("n*,rack*")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from invoke import Collection
 
 from xpushare.cli.adhoc_tasks import envcheck, hosts, metrics_check, ping, run_
+from xpushare.cli.copy_tasks import get, put
 from xpushare.cli.lab_tasks import lab
 from xpushare.cli.legacy_tasks import baseline_compare, deploy, legacy
 from xpushare.cli.run_tasks import cases_, judge, report, soak
@@ -18,4 +19,4 @@ from xpushare.cli.sut_tasks import sut, undeploy
 __all__ = ["namespace"]
 
 namespace = Collection(hosts, run_, ping, metrics_check, envcheck, *SUITE_TASKS, soak, judge, report, cases_,
-                       deploy, undeploy, sut, baseline_compare, lab, legacy)
+                       deploy, undeploy, sut, baseline_compare, lab, legacy, put, get)

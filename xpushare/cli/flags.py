@@ -16,10 +16,12 @@ from urllib.parse import urlsplit
 
 from xpushare.model.errors import UsageError
 
-__all__ = ["INVENTORY_HELP", "ROOT_HELP", "RUN_HELP", "count", "http_url", "required", "seconds"]
+__all__ = ["INVENTORY_HELP", "LIMIT_HELP", "ROOT_HELP", "RUN_HELP", "count", "http_url", "required", "seconds"]
 
 INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
+LIMIT_HELP = ("hosts as a node set: 'c1-gpu[1-3,5]', globs 'c1-gpu*', '&' intersect, '!' exclude "
+              "('c1-gpu*!c1-gpu3'), '@FILE' (names/patterns, one a line)")
 
 RUN_HELP: dict[str, str] = {
     "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",

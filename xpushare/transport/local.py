@@ -19,7 +19,15 @@ from xpushare.model.errors import (
     CommandTimeout,
     TransportError,
 )
-from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
+from xpushare.transport.base import (
+    CommandResult,
+    Host,
+    TextSink,
+    env_argv,
+    finished,
+    read_in_memory_stdin,
+    runner_options,
+)
 
 
 class _BulkLocal(Local):
@@ -50,11 +58,13 @@ class LocalHost(Host):
         env: Mapping[str, str] | None = None,
         check: bool = False,
         stdin: str | None = None,
+        out_stream: TextSink | None = None,
+        err_stream: TextSink | None = None,
     ) -> CommandResult:
         line = shlex.join(env_argv(argv, env))
         start = time.monotonic()
         try:
-            res = self._context.run(line, **runner_options(timeout, stdin))
+            res = self._context.run(line, **runner_options(timeout, stdin, out_stream, err_stream))
         except CommandTimedOut:
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
         assert res is not None

@@ -32,7 +32,15 @@ from xpushare.model.errors import (
     HostUnreachable,
     TransportError,
 )
-from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
+from xpushare.transport.base import (
+    CommandResult,
+    Host,
+    TextSink,
+    env_argv,
+    finished,
+    read_in_memory_stdin,
+    runner_options,
+)
 
 # paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
 # configured, Python's last-resort handler would print ~60 lines per attempt on the terminal. The error
@@ -219,12 +227,14 @@ class SshHost(Host):
         env: Mapping[str, str] | None = None,
         check: bool = False,
         stdin: str | None = None,
+        out_stream: TextSink | None = None,
+        err_stream: TextSink | None = None,
     ) -> CommandResult:
         conn = self.connection()
         line = shlex.join(env_argv(argv, env))
         start = time.monotonic()
         try:
-            res = conn.run(line, **runner_options(timeout, stdin))
+            res = conn.run(line, **runner_options(timeout, stdin, out_stream, err_stream))
         except CommandTimedOut:
             self._drop()  # the channel was closed under a possibly stalled transport: start afresh
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
