@@ -11,11 +11,11 @@ import pytest
 from xpushare import adhoc
 from xpushare.evidence.facts import parse_facts
 from xpushare.inventory import schema
-from xpushare.inventory.selection import select_hosts
+from xpushare.inventory.selection import fold, select_hosts
 from xpushare.model.errors import HostUnreachable, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.transport.base import CommandResult, Host
-from xpushare.transport.fanout import HostOutcome, fan_out, fold_names
+from xpushare.transport.fanout import HostOutcome, fan_out
 
 
 class FakeHost(Host):
@@ -52,13 +52,13 @@ class FakeHost(Host):
     [
         ([f"c1-gpu{i}" for i in range(1, 9)], "c1-gpu[1-8]"),
         (["n1", "n2", "n4", "n5", "n7"], "n[1-2,4-5,7]"),
-        (["node01", "node02", "master"], "node[01-02],master"),
+        (["node01", "node02", "master"], "master,node[01-02]"),
         (["a"], "a"),
         (["x9", "x10", "x11"], "x[9-11]"),
     ],
 )
 def test_fold_names(names: list[str], folded: str) -> None:
-    assert fold_names(names) == folded
+    assert fold(names) == folded
 
 
 def test_fan_out_is_parallel_and_bounded() -> None:

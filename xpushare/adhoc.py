@@ -1,4 +1,4 @@
-"""Ad-hoc tasks on inventory hosts: ``invoke hosts``, ``invoke run``, ``invoke ping``.
+"""Ad-hoc tasks on inventory hosts: ``invoke hosts``, ``invoke run``, ``invoke ping``, ``invoke put``/``get``.
 
 Each function prints to the given stream and returns the :class:`~xpushare.model.exit_status.ExitStatus` of the task:
 0 all ok, 1 some command failed, 3 some host unreachable (takes precedence: that host was not tested).
@@ -6,21 +6,27 @@ Each function prints to the given stream and returns the :class:`~xpushare.model
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from tabulate import tabulate
 
 from xpushare.evidence.facts import HostFacts, facts_argv, parse_facts
-from xpushare.inventory.schema import ClusterSpec, HostSpec
-from xpushare.model.errors import CommandTimeout, ConnectionLost
+from xpushare.inventory.schema import ROLES, ClusterSpec, HostSpec
+from xpushare.inventory.selection import fold
+from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import output
 from xpushare.transport.base import CommandResult, Host
-from xpushare.transport.fanout import HostOutcome, fan_out, fold_names
+from xpushare.transport.fanout import HostOutcome, fan_out
 from xpushare.transport.hosts import connect
 from xpushare.transport.ssh import SshHost
+from xpushare.transport.stream import PrefixedLines
 
 
 def hosts_records(clusters: Sequence[ClusterSpec]) -> list[dict[str, Any]]:
@@ -46,6 +52,17 @@ def hosts_table(clusters: Sequence[ClusterSpec], fmt: str = "table") -> str:
     return output.render(records, fmt, text=tabulate(rows, headers=headers))
 
 
+def hosts_folded(clusters: Sequence[ClusterSpec]) -> str:
+    """One line per cluster with its hosts folded per role, in the node-set syntax ``--limit`` takes:
+    ``c1: all=c1-gpu[1-4],c1-master master=c1-master gpu=c1-gpu[1-4]``."""
+    lines = []
+    for cluster in clusters:
+        roles = " ".join(f"{role}={fold(h.name for h in cluster.by_role(role))}" for role in ROLES
+                         if cluster.by_role(role))
+        lines.append(f"{cluster.name}: all={fold(h.name for h in cluster.hosts)} {roles}".rstrip())
+    return "\n".join(lines)
+
+
 def _status_word(outcome: HostOutcome[CommandResult]) -> str:
     if outcome.unreachable:
         return "UNREACHABLE"
@@ -69,7 +86,8 @@ def exit_status_of(outcomes: Sequence[HostOutcome[Any]], failed: Sequence[bool])
 
 
 def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
-    """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``."""
+    """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``; each group's hosts are
+    one ClusterShell node set, which ``--limit`` takes back."""
     groups: dict[tuple[str, str, int | None, str], list[str]] = {}
     for o in outcomes:
         key: tuple[str, str, int | None, str]
@@ -80,7 +98,7 @@ def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
         groups.setdefault(key, []).append(o.host)
     blocks = []
     for (out, err, code, error), names in groups.items():
-        label = fold_names(names)
+        label = fold(names)
         if error:
             blocks.append(f"{label}: {_status_of_error(error)}")
             continue
@@ -106,13 +124,32 @@ def run_adhoc(
     timeout: float | None,
     out: TextIO,
     fmt: str = "table",
+    stream: bool = False,
+    err: TextIO | None = None,
 ) -> ExitStatus:
     """Run ``argv`` on every host in parallel; print folded output then a summary table, or (``fmt`` json/yaml)
     one record per host: ``host, status, exit`` (None without one), ``duration_s``, ``stdout``, ``stderr``,
-    ``error`` (None, or why there is no exit status)."""
+    ``error`` (None, or why there is no exit status).
+
+    ``stream``: instead of the folded output, print each host's lines as they come, ``host: line`` (stdout to
+    ``out``, stderr to ``err``, default ``sys.stderr``), like pdsh.
+    """
     conns = [connect(h) for h in hosts]
+    lock = threading.Lock()
+
+    def one(host: Host) -> CommandResult:
+        if not stream:
+            return host.run(argv, timeout=timeout)
+        o = PrefixedLines(out, host.name, lock)
+        e = PrefixedLines(err or sys.stderr, host.name, lock)
+        try:
+            return host.run(argv, timeout=timeout, out_stream=o, err_stream=e)
+        finally:
+            o.close()
+            e.close()
+
     try:
-        outcomes = fan_out(conns, lambda host: host.run(argv, timeout=timeout), forks=forks)
+        outcomes = fan_out(conns, one, forks=forks)
     finally:
         for c in conns:
             c.close()
@@ -124,7 +161,12 @@ def run_adhoc(
                     "error": None if o.error is None else str(o.error)} for o in outcomes]
         print(output.render(records, fmt), file=out)
         return exit_status_of(outcomes, failed)
-    print(render_folded(outcomes), file=out)
+    if stream:
+        for o in outcomes:
+            if o.error is not None:
+                print(f"{o.host}: {_status_word(o)}: {_status_of_error(str(o.error))}", file=err or sys.stderr)
+    else:
+        print(render_folded(outcomes), file=out)
     rows = []
     for o in outcomes:
         v = o.value
@@ -206,3 +248,73 @@ def _ping_record(o: HostOutcome[tuple[float, float, HostFacts]], master: bool) -
             "hostname": f.hostname, "kernel": f.kernel, "gpus": [g[1] for g in f.gpus], "driver": f.driver,
             "kubectl_client": f.kubectl_client if master else None,
             "kubectl_server": f.kubectl_server if master else None}
+
+
+def _copy_report(outcomes: Sequence[HostOutcome[str]], out: TextIO) -> ExitStatus:
+    """One line per host, ``host: ok  PATH`` or ``host: UNREACHABLE|ERROR: why``; the exit status of
+    :func:`exit_status_of` (3 a host unreachable, 1 a copy failed)."""
+    for o in outcomes:
+        if o.error is None:
+            print(f"{o.host}: ok  {o.value}", file=out)
+        else:
+            word = "UNREACHABLE" if o.unreachable else "ERROR"
+            print(f"{o.host}: {word}: {_status_of_error(str(o.error))}", file=out)
+    return exit_status_of(outcomes, [False] * len(outcomes))
+
+
+def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out: TextIO) -> ExitStatus:
+    """Copy the local file ``src`` to ``dest`` on every host in parallel (``dest`` ending in ``/``: a directory,
+    the file keeps its name; its directory is created). Relative remote paths start in the login directory.
+
+    Raises :class:`UsageError` when ``src`` is not a readable file (before any host is touched).
+    """
+    source = Path(src).expanduser()
+    if not source.is_file() or not os.access(source, os.R_OK):
+        raise UsageError(f"put: {src}: no such readable file (put copies one file)")
+    target = dest + source.name if dest.endswith("/") else dest
+    conns = [connect(h) for h in hosts]
+
+    def one(host: Host) -> str:
+        host.put(source, target)
+        return target
+
+    try:
+        outcomes = fan_out(conns, one, forks=forks)
+    finally:
+        for c in conns:
+            c.close()
+    return _copy_report(outcomes, out)
+
+
+def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
+    """Where ``get`` stores ``remote`` of ``host``: ``local_dir`` with ``{host}`` replaced when it holds that
+    placeholder (``out/{host}.log``), else ``local_dir/<host>/<basename of remote>``."""
+    if "{host}" in local_dir:
+        return Path(local_dir.replace("{host}", host)).expanduser()
+    return Path(local_dir).expanduser() / host / PurePosixPath(remote).name
+
+
+def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: int, out: TextIO) -> ExitStatus:
+    """Copy ``remote`` from every host in parallel to a per-host local path (:func:`local_copy_path`); a failed
+    copy leaves no partial file. Raises :class:`UsageError` for a remote path naming no file."""
+    if not PurePosixPath(remote).name or remote.endswith("/"):
+        raise UsageError(f"get: {remote!r}: give the remote file's path, not a directory")
+    conns = [connect(h) for h in hosts]
+
+    def one(host: Host) -> str:
+        path = local_copy_path(local_dir, host.name, remote)
+        existed = path.exists()
+        try:
+            host.get(remote, path)
+        except TransportError:
+            if not existed:
+                path.unlink(missing_ok=True)  # sftp opens the local file before it finds the remote one missing
+            raise
+        return str(path)
+
+    try:
+        outcomes = fan_out(conns, one, forks=forks)
+    finally:
+        for c in conns:
+            c.close()
+    return _copy_report(outcomes, out)

@@ -9,7 +9,7 @@ from invoke import Context, task
 
 from xpushare import adhoc
 from xpushare.cli import flags
-from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP, VERBOSE_HELP
+from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.inventory import schema
 from xpushare.inventory.selection import select_hosts
@@ -31,6 +31,8 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
         inv = schema.load(inventory_)
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
         print(adhoc.hosts_table(clusters, fmt))
+        if fmt == "table":
+            print("\n" + adhoc.hosts_folded(clusters))
 
     guarded(body)
 
@@ -40,18 +42,19 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
     help={
         "cluster": "cluster name from the inventory (required)",
         "role": "master | gpu | all (default: all)",
-        "limit": "comma-separated host globs; '!' excludes, e.g. 'c1-gpu*,!c1-gpu3'",
+        "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
         "timeout": "seconds per command (default 60)",
         "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP + " (per host: status, exit, duration_s, stdout, stderr, error)",
         "verbose": VERBOSE_HELP,
+        "stream": "print each host's lines as they come, prefixed 'host: ' (like pdsh), not folded at the end",
     },
     incrementable=["verbose"],
 )
 def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
          timeout: str | None = None, inventory_: str | None = None, output: str | None = None,
-         verbose: int = 0) -> None:
+         verbose: int = 0, stream: bool = False) -> None:
     """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
 
     def body() -> ExitStatus | int | None:
@@ -64,7 +67,8 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
         spec = schema.load(inventory_).cluster(cluster)
         selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout, fmt=fmt)
+        return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout, fmt=fmt,
+                               stream=stream)
 
     guarded(body)
 
@@ -73,7 +77,7 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
     help={
         "cluster": "cluster name from the inventory (required)",
         "role": "master | gpu | all (default: all)",
-        "limit": "comma-separated host globs; '!' excludes",
+        "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
         "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP,
@@ -128,7 +132,7 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
 @task(
     help={
         "cluster": "cluster name from the inventory (required), e.g. local, c2",
-        "limit": "comma-separated node globs; '!' excludes, e.g. 'c2-gpu*,!c2-gpu3'",
+        "limit": LIMIT_HELP,
         "forks": f"nodes at once over SSH (default {DEFAULT_FORKS})",
         "mode": "ssh (fan-out over SSH, default) | k8s (DaemonSet + pods through kubectl on the master)",
         "run_id": "run id (default: YYYYmmdd-HHMMSS now)",

@@ -10,6 +10,7 @@ from invoke import Collection
 
 from xpushare.cli.adhoc_tasks import envcheck, hosts, metrics_check, ping, run_
 from xpushare.cli.clean_tasks import clean
+from xpushare.cli.copy_tasks import get, put
 from xpushare.cli.lab_tasks import lab
 from xpushare.cli.legacy_tasks import baseline_compare, deploy, legacy
 from xpushare.cli.report_tasks import diff, runs
@@ -21,4 +22,4 @@ __all__ = ["namespace"]
 
 namespace = Collection(hosts, run_, ping, metrics_check, envcheck, *SUITE_TASKS, soak, judge, report, cases_,
                        deploy, undeploy, sut, baseline_compare, lab, legacy,
-                       clean, runs, diff)
+                       clean, runs, diff, put, get)

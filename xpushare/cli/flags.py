@@ -16,15 +16,19 @@ from urllib.parse import urlsplit
 
 from xpushare.model.errors import UsageError
 
-__all__ = ["INVENTORY_HELP", "ROOT_HELP", "RUN_HELP", "VERBOSE_HELP", "count", "http_url", "required", "seconds"]
+__all__ = ["INVENTORY_HELP", "LIMIT_HELP", "ROOT_HELP", "RUN_HELP", "VERBOSE_HELP", "count", "http_url", "required",
+           "seconds"]
 
 INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
 VERBOSE_HELP = "-v: print each SSH/kubectl command line on stderr as it runs; -vv: also its exit status and seconds"
+LIMIT_HELP = ("hosts as a node set: 'c1-gpu[1-3,5]', globs 'c1-gpu*', '&' intersect, '!' exclude "
+              "('c1-gpu*!c1-gpu3'), '@FILE' (names/patterns, one a line)")
 
 RUN_HELP: dict[str, str] = {
     "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
-    "case": "run only this case id (repeatable), e.g. --case FUNC-001 --case FUNC-002",
+    "case": "case ids or globs, comma-separated or repeated, e.g. --case FUNC-001,FUNC-002 or --case 'FUNC-00*'",
+    "maxfail": "stop after this many FAIL/ERROR cases; the rest are recorded as not run",
     "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue (last: the latest)",
     "resume": "re-run only the cases whose latest verdict is not PASS, in the same run dir",

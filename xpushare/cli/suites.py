@@ -2,7 +2,7 @@
 one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
-``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``; help in
+``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``; help in
 :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
 case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from invoke import Task
 
-from xpushare.cli.flags import RUN_HELP
+from xpushare.cli.flags import RUN_HELP, count
 from xpushare.cli.guard import guarded
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import output
@@ -58,6 +58,7 @@ class SuiteFlags:
     extra: Mapping[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     output: str = "table"
+    maxfail: str | None = None
 
 
 class Scope(NamedTuple):
@@ -101,11 +102,13 @@ def by_prefix(prefix: str, extra: Callable[[SuiteFlags], tuple[str, ...]] = lamb
 def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     from xpushare.engine import driver  # the engine pulls in every case module: only when a suite runs
 
+    maxfail = count("--maxfail", flags.maxfail, 0) or None
     chosen = scope(flags)
     request = driver.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
         inventory_path=flags.inventory, root=flags.root, wait=flags.wait, dry_run=flags.dry_run, output=flags.output,
+        maxfail=maxfail,
     )
     return driver.run(request)
 
@@ -125,7 +128,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     P = inspect.Parameter
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
               ("root", "."), ("inventory_", None), ("wait", False), ("dry_run", False), ("output", None),
-              ("verbose", 0)]
+              ("verbose", 0), ("maxfail", None)]
     params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
@@ -143,7 +146,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
                 run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
                 root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
                 extra={f.name: values[f.name] for f in flags}, dry_run=bool(values["dry_run"]),
-                output=output.output_format(values["output"]),
+                output=output.output_format(values["output"]), maxfail=values["maxfail"],
             )
             command_log.set_verbosity(int(values["verbose"] or 0))
             return _run(parsed, scope)

@@ -23,7 +23,7 @@ from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.engine import dry_run, lease
-from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
+from xpushare.engine.lifecycle import jsonable, judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.evidence import events
 from xpushare.inventory import schema
@@ -107,6 +107,8 @@ class RunRequest:
     """Print the plan (:mod:`~xpushare.engine.dry_run`) instead of running: no host is contacted, nothing stored."""
     output: str = "table"
     """The dry run's format: table | json | yaml (:mod:`xpushare.report.output`)."""
+    maxfail: int | None = None
+    """Stop after this many FAIL/ERROR cases (None: run every case); the rest are recorded as not run."""
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
@@ -128,9 +130,14 @@ def _run_cases(
     selection: Selection,
     overrides: Mapping[str, Any],
     progress: Progress,
+    maxfail: int | None = None,
 ) -> bool:
-    """Run the cases in order; return True when Ctrl-C stopped the run."""
+    """Run the cases in order; return True when Ctrl-C stopped the run.
+
+    After ``maxfail`` FAIL/ERROR cases the remaining ones are recorded as not run (INTERRUPTED records, so
+    they count against the run and ``--resume`` runs them), not left out of the reports."""
     interrupted = False
+    failures = 0
     try:
         try:
             backend.prepare_run(run_id)
@@ -138,6 +145,12 @@ def _run_cases(
             return True
         for case in cases:
             params = case_params(case, cluster, selection, overrides)
+            if maxfail is not None and failures >= maxfail:
+                reason = f"not run: --maxfail {maxfail} reached ({failures} FAIL/ERROR case(s) before it)"
+                record = record_not_run(case, run_id=run_id, run_dir=run_dir, cluster=cluster, params=params,
+                                        required=case.case_id in selection.required, reason=reason)
+                progress.done(f"{case.case_id} {record['status']:<11} {0.0:7.1f}s  {record['summary']}")
+                continue
             progress.start(f"{case.case_id} {case.title} ...")
             record, interrupted = run_case(
                 case,
@@ -149,6 +162,7 @@ def _run_cases(
                 required=case.case_id in selection.required,
             )
             progress.done(f"{case.case_id} {record['status']:<11} {record['duration_s']:7.1f}s  {record['summary']}")
+            failures += record["status"] in ("FAIL", "ERROR")
             if interrupted:
                 break
     except KeyboardInterrupt:
@@ -230,7 +244,7 @@ def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, o
                             if (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
         meta["started"] = previous.get("started", meta["started"])
     with disk_full_stops_the_run(run_dir, run_id):
-        return _run_and_report(cluster, selection, overrides, run_id, run_dir, cases, meta, out)
+        return _run_and_report(cluster, selection, overrides, run_id, run_dir, cases, meta, out, request.maxfail)
 
 
 @contextmanager
@@ -253,7 +267,7 @@ def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
 
 def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
                     run_id: str, run_dir: Path, cases: Sequence[CaseDef], meta: dict[str, Any],
-                    out: TextIO) -> ExitStatus:
+                    out: TextIO, maxfail: int | None = None) -> ExitStatus:
     """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports."""
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
@@ -264,7 +278,8 @@ def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mappi
         try:
             backend = make_backend(cluster)
             with interrupt.installed():
-                interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress)
+                interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress,
+                                         maxfail)
         except XpushareError as exc:
             events.emit("error", case_id=None, step="run", message=str(exc))
             raise

@@ -170,6 +170,38 @@ def _run_case(
     return record, interrupted
 
 
+def record_not_run(
+    case: CaseDef,
+    *,
+    run_id: str,
+    run_dir: Path,
+    cluster: ClusterSpec,
+    params: dict[str, Any],
+    required: bool,
+    reason: str,
+) -> dict[str, Any]:
+    """Store the record of a case the run did not reach (``reason``, e.g. ``--maxfail`` reached) and return it.
+
+    Its status is INTERRUPTED, so it counts as not run in every report (never PASS) and ``--resume`` runs it;
+    an earlier attempt's directory is archived as for a case that runs.
+    """
+    case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
+    attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
+    case_dir.mkdir(parents=True, exist_ok=True)
+    now = utc_now().isoformat()
+    record = {
+        "run_id": run_id, "cluster": cluster.name, "suite": case.suite, "case_id": case.case_id,
+        "title": case.title, "mode": cluster.mode, "attempt": attempt, "status": Status.INTERRUPTED.value,
+        "summary": reason, "started": now, "ended": now, "duration_s": 0.0, "phases_s": {},
+        "thresholds": jsonable(params), "metrics": {}, "checks": [], "evidence": [], "required": required,
+        "operation": f"{case.workload}: {case.operation}".strip(": "), "sampling": case.sampling,
+        "kubectl_calls": None, "error": None, "not_run": True,
+    }
+    artifacts.write_result(case_dir, record)
+    artifacts.write_analysis(case_dir, record)
+    return record
+
+
 def _phase_durations(t0: float, ends: Mapping[str, float]) -> dict[str, float]:
     """Seconds spent in each lifecycle phase (begin, act, harvest, cleanup, judge) from their end times."""
     out: dict[str, float] = {}

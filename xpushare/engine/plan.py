@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def select(
         wanted += [c.case_id for c in REGISTRY.values() if c.suite == suite]
     for cid in case_ids:
         label_parts.append(f"case={cid}")
-        wanted.append(cid.upper())
+        wanted += expand_case_patterns(cid)
     unknown = [c for c in wanted if c not in REGISTRY]
     if unknown:
         raise UsageError(f"unknown case id(s): {', '.join(unknown)} (see `invoke cases`)")
@@ -115,6 +116,29 @@ def select(
         cluster_params=cluster_params,
         label=" ".join(label_parts),
     )
+
+
+def expand_case_patterns(text: str) -> list[str]:
+    """Case ids of one ``--case`` value: a comma list of ids or globs (``FUNC-00*,PERF-001``), case-insensitive.
+
+    A plain id is kept as given (an unknown one is reported by :func:`select`); a glob that matches no
+    registered case raises :class:`UsageError` naming it. Matches come in matrix order.
+    """
+    patterns = [p.strip().upper() for p in text.split(",")]
+    if not any(patterns):
+        raise UsageError(f"--case {text!r}: no case id or pattern given")
+    ids: list[str] = []
+    for pattern in patterns:
+        if not pattern:
+            raise UsageError(f"--case {text!r}: empty item in the comma list")
+        if not any(ch in pattern for ch in "*?["):
+            ids.append(pattern)
+            continue
+        hits = sorted((c for c in REGISTRY if fnmatchcase(c, pattern)), key=matrix_order)
+        if not hits:
+            raise UsageError(f"--case {pattern}: matches no case (see `invoke cases`)")
+        ids += hits
+    return ids
 
 
 def case_params(

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from xpushare.model.errors import InventoryError
 
@@ -86,7 +87,6 @@ _GPU_KEYS = {"model", "memory_gib", "count"}
 _TOP_KEYS = {"defaults", "clusters"}
 _DEFAULT_KEYS = {"ssh", "params"}
 
-_RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<lo>\d+)[:\-](?P<hi>\d+)\](?P<suffix>[^\[\]]*)$")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -205,19 +205,18 @@ def local_cluster() -> ClusterSpec:
 
 
 def expand_host_pattern(pattern: str) -> list[str]:
-    """Expand ``node[1:3]`` / ``node[01-03]`` into names; zero padding of the low bound is kept.
+    """Expand a host key with ranges into names: ``node[1:3]``, ``node[01-03]`` (zero padding kept), and
+    ClusterShell's node sets, ``n[1-3,5]``, ``rack[1:2]-gpu[1:2]`` (``:`` and ``-`` both mark a range).
 
-    Raises :class:`ValueError` for a descending range.
+    Raises :class:`ValueError` for a pattern ClusterShell cannot parse (a descending range included).
     """
-    m = _RANGE.match(pattern)
-    if not m:
+    if "[" not in pattern and "]" not in pattern:
         return [pattern]
-    lo_s, hi_s = m["lo"], m["hi"]
-    lo, hi = int(lo_s), int(hi_s)
-    if hi < lo:
-        raise ValueError(f"descending range in {pattern!r}")
-    width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
-    return [f"{m['prefix']}{str(i).zfill(width)}{m['suffix']}" for i in range(lo, hi + 1)]
+    ranged = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(":", "-"), pattern)
+    try:
+        return list(NodeSet(ranged, resolver=RESOLVER_NOGROUP))
+    except NodeSetException as exc:
+        raise ValueError(f"bad host range {pattern!r}: {exc}") from None
 
 
 def resolve_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:

@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from invoke.runners import Local
 
@@ -30,6 +30,14 @@ from xpushare.model.errors import (
     CommandFailed,
     TransportError,
 )
+
+
+class TextSink(Protocol):
+    """Where live command output goes (:meth:`Host.run`'s ``out_stream``/``err_stream``): any text stream."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,11 +79,21 @@ _STOP_SCRIPT = (
 )
 
 
-def runner_options(timeout: float | None, stdin: str | None) -> dict[str, Any]:
-    """Keyword arguments of an invoke/Fabric ``run`` for :meth:`Host.run`: output captured, not echoed; a non-zero
-    exit returned, not raised; ``timeout`` in seconds; ``stdin`` as the command's input (None: no input)."""
-    return {"hide": True, "warn": True, "timeout": timeout,
-            "in_stream": io.StringIO(stdin) if stdin is not None else False, "encoding": "utf-8"}
+def runner_options(timeout: float | None, stdin: str | None, out_stream: TextSink | None = None,
+                   err_stream: TextSink | None = None) -> dict[str, Any]:
+    """Keyword arguments of an invoke/Fabric ``run`` for :meth:`Host.run`: output captured, not echoed (unless
+    ``out_stream``/``err_stream`` is given: then it is also written there as it arrives); a non-zero exit
+    returned, not raised; ``timeout`` in seconds; ``stdin`` as the command's input (None: no input)."""
+    # invoke's ``hide`` names the streams kept off their out/err_stream: those we were given none for.
+    hidden = [name for name, given in (("out", out_stream), ("err", err_stream)) if given is None]
+    hide: bool | str = True if len(hidden) == 2 else (hidden[0] if hidden else False)
+    options: dict[str, Any] = {"hide": hide, "warn": True, "timeout": timeout,
+                               "in_stream": io.StringIO(stdin) if stdin is not None else False, "encoding": "utf-8"}
+    if out_stream is not None:
+        options["out_stream"] = out_stream
+    if err_stream is not None:
+        options["err_stream"] = err_stream
+    return options
 
 
 def finished(host: str, argv: Sequence[str], res: Any, start: float, *, check: bool) -> CommandResult:
@@ -114,8 +132,13 @@ class Host(ABC):
         env: Mapping[str, str] | None = None,
         check: bool = False,
         stdin: str | None = None,
+        out_stream: TextSink | None = None,
+        err_stream: TextSink | None = None,
     ) -> CommandResult:
         """Run ``argv`` (quoted with :func:`shlex.join`); ``timeout`` in seconds (None: no limit).
+
+        ``out_stream``/``err_stream``: also write the command's stdout/stderr there as it arrives (the result
+        still holds all of it), e.g. a :class:`~xpushare.transport.stream.PrefixedLines` of ``invoke run --stream``.
 
         Returns the :class:`CommandResult` whatever the exit code, unless ``check`` is set (then a
         non-zero exit raises :class:`CommandFailed`). Raises :class:`HostUnreachable`,

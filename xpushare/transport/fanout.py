@@ -6,7 +6,6 @@ Each host ends in exactly one :class:`HostOutcome`: a :class:`~xpushare.transpor
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,51 +52,3 @@ def fan_out(
         return [one(h) for h in hosts]
     with ThreadPoolExecutor(max_workers=min(forks, len(hosts)), thread_name_prefix="xpushare-fanout") as pool:
         return list(pool.map(one, hosts))
-
-
-_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
-
-
-def fold_names(names: Sequence[str]) -> str:
-    """Fold host names clush-style: ``c1-gpu1, c1-gpu2, c1-gpu3, c1-master`` -> ``c1-gpu[1-3],c1-master``.
-
-    Consecutive numbers with the same prefix and width fold into ranges; other names are kept as they are.
-    """
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    order: list[tuple[str, int] | str] = []
-    for name in names:
-        m = _TRAILING_NUMBER.match(name)
-        if not m:
-            plain.append(name)
-            order.append(name)
-            continue
-        digits = m.group(2)
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        key = (m.group(1), width)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(int(digits))
-    parts: list[str] = []
-    for item in order:
-        if isinstance(item, str):
-            parts.append(item)
-            continue
-        prefix, width = item
-        nums = sorted(set(groups[item]))
-        if len(nums) == 1:
-            parts.append(f"{prefix}{str(nums[0]).zfill(width)}")
-            continue
-        ranges: list[str] = []
-        start = prev = nums[0]
-        for n in [*nums[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            lo, hi = str(start).zfill(width), str(prev).zfill(width)
-            ranges.append(lo if start == prev else f"{lo}-{hi}")
-            if n is not None:
-                start = prev = n
-        parts.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(parts)

@@ -20,7 +20,15 @@ from xpushare.model.errors import (
     TransportError,
 )
 from xpushare.transport import command_log
-from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
+from xpushare.transport.base import (
+    CommandResult,
+    Host,
+    TextSink,
+    env_argv,
+    finished,
+    read_in_memory_stdin,
+    runner_options,
+)
 
 
 class _BulkLocal(Local):
@@ -51,13 +59,15 @@ class LocalHost(Host):
         env: Mapping[str, str] | None = None,
         check: bool = False,
         stdin: str | None = None,
+        out_stream: TextSink | None = None,
+        err_stream: TextSink | None = None,
     ) -> CommandResult:
         words = env_argv(argv, env)
         line = shlex.join(words)
         start = time.monotonic()
         command_log.started(self.name, words)
         try:
-            res = self._context.run(line, **runner_options(timeout, stdin))
+            res = self._context.run(line, **runner_options(timeout, stdin, out_stream, err_stream))
         except CommandTimedOut as exc:
             command_log.failed(self.name, words, exc, time.monotonic() - start)
             raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None

@@ -33,7 +33,15 @@ from xpushare.model.errors import (
     TransportError,
 )
 from xpushare.transport import command_log
-from xpushare.transport.base import CommandResult, Host, env_argv, finished, read_in_memory_stdin, runner_options
+from xpushare.transport.base import (
+    CommandResult,
+    Host,
+    TextSink,
+    env_argv,
+    finished,
+    read_in_memory_stdin,
+    runner_options,
+)
 
 # paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
 # configured, Python's last-resort handler would print ~60 lines per attempt on the terminal. The error
@@ -220,6 +228,8 @@ class SshHost(Host):
         env: Mapping[str, str] | None = None,
         check: bool = False,
         stdin: str | None = None,
+        out_stream: TextSink | None = None,
+        err_stream: TextSink | None = None,
     ) -> CommandResult:
         conn = self.connection()
         words = env_argv(argv, env)
@@ -227,7 +237,7 @@ class SshHost(Host):
         start = time.monotonic()
         command_log.started(self.name, words)
         try:
-            res = conn.run(line, **runner_options(timeout, stdin))
+            res = conn.run(line, **runner_options(timeout, stdin, out_stream, err_stream))
         except CommandTimedOut as exc:
             command_log.failed(self.name, words, exc, time.monotonic() - start)
             self._drop()  # the channel was closed under a possibly stalled transport: start afresh

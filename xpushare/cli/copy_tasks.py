@@ -1,0 +1,55 @@
+"""``put`` and ``get``: copy one file to or from the selected hosts of a cluster in parallel."""
+
+from __future__ import annotations
+
+import sys
+
+from invoke import Context, task
+
+from xpushare import adhoc
+from xpushare.cli import flags
+from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP
+from xpushare.cli.guard import guarded
+from xpushare.inventory import schema
+from xpushare.inventory.selection import select_hosts
+from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.fanout import DEFAULT_FORKS
+
+__all__ = ["get", "put"]
+
+_HELP = {
+    "cluster": "cluster name from the inventory (required)",
+    "role": "master | gpu | all (default: all)",
+    "limit": LIMIT_HELP,
+    "forks": f"hosts at once (default {DEFAULT_FORKS})",
+    "inventory": INVENTORY_HELP,
+}
+
+
+@task(help={**_HELP, "src": "local file to copy", "dest": "remote path; ending in '/': a directory (created)"})
+def put(c: Context, src: str, dest: str, cluster: str | None = None, role: str = "all", limit: str | None = None,
+        forks: str | None = None, inventory_: str | None = None) -> None:
+    """Copy a local file to the selected hosts in parallel: invoke put --cluster c1 --role gpu ./w.py /tmp/"""
+
+    def body() -> ExitStatus | int | None:
+        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
+        spec = schema.load(inventory_).cluster(flags.required("--cluster", cluster))
+        selected = select_hosts(spec, role=role, limit=limit)
+        return adhoc.put_files(selected, src, dest, forks=n_forks, out=sys.stdout)
+
+    guarded(body)
+
+
+@task(help={**_HELP, "src": "remote file to fetch",
+            "dest": "local directory: stored as DEST/<host>/<file name>; or a path with {host}, e.g. out/{host}.log"})
+def get(c: Context, src: str, dest: str, cluster: str | None = None, role: str = "all",
+        limit: str | None = None, forks: str | None = None, inventory_: str | None = None) -> None:
+    """Copy a file from the selected hosts in parallel, a copy per host: invoke get --cluster c1 /tmp/x.log out/"""
+
+    def body() -> ExitStatus | int | None:
+        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
+        spec = schema.load(inventory_).cluster(flags.required("--cluster", cluster))
+        selected = select_hosts(spec, role=role, limit=limit)
+        return adhoc.get_files(selected, src, dest, forks=n_forks, out=sys.stdout)
+
+    guarded(body)
