@@ -1,15 +1,18 @@
-"""The run driver: one run of selected cases on one cluster (backend, progress, interrupts, exit status), run ids
-and resume, and re-judging a stored run.
+"""The run driver: one run of selected cases on one or more clusters (backend, progress, interrupts, exit status),
+run ids and resume, and re-judging a stored run.
 
-A run: select cases (:mod:`~xpushare.engine.plan`) -> make the cluster's backend -> for each case the lifecycle of
-:mod:`~xpushare.engine.lifecycle` -> the run's reports (:mod:`xpushare.report`). Ctrl-C (or SIGTERM/SIGHUP) ends the
-run with status 130 (143/129), resumable with ``--resume``.
+A run: select cases (:mod:`~xpushare.engine.plan`) -> make each cluster's backend -> for each case the lifecycle of
+:mod:`~xpushare.engine.lifecycle` -> the run's reports (:mod:`xpushare.report`). Several clusters (``--cluster c1,c2``)
+run concurrently, one thread each (:mod:`~xpushare.engine.clusters`), into the same run directory
+(``<run>/<cluster>/...``) and one report. Ctrl-C (or SIGTERM/SIGHUP) ends the run with status 130 (143/129),
+resumable with ``--resume``.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +23,7 @@ from rich.console import Console
 from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
+from xpushare.engine.clusters import Outcome, cluster_names, run_concurrently
 from xpushare.engine.lifecycle import jsonable, judge_case, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.inventory import schema
@@ -45,31 +49,40 @@ def make_backend(cluster: ClusterSpec) -> Backend:
 
 
 class Progress:
-    """Live progress: a rich spinner on a terminal, plain lines otherwise (CI, pipes)."""
+    """Live progress: a rich spinner on a terminal, plain lines otherwise (CI, pipes). ``label`` (a cluster name)
+    prefixes every line and turns the spinner off: several clusters print lines concurrently."""
 
-    def __init__(self, out: TextIO) -> None:
+    _lock = threading.Lock()  # one whole line at a time from the clusters' threads
+
+    def __init__(self, out: TextIO, label: str | None = None) -> None:
         self.console = Console(file=out)
-        self.live = self.console.is_terminal
+        self.live = self.console.is_terminal and label is None
+        self.prefix = f"{label}: " if label else ""
         self._status: Any = None
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            self.console.file.write(f"[xpushare] {self.prefix}{text}\n")
+            self.console.file.flush()
 
     def start(self, text: str) -> None:
         if self.live:
             self._status = self.console.status(text)
             self._status.start()
         else:
-            print(f"[xpushare] {text}", file=self.console.file, flush=True)
+            self._line(text)
 
     def done(self, line: str) -> None:
         if self._status is not None:
             self._status.stop()
             self._status = None
-        print(f"[xpushare] {line}", file=self.console.file, flush=True)
-
+        self._line(line)
 
 
 @dataclass
 class RunRequest:
-    """Everything a ``func``/``combo``/... task asks of the engine."""
+    """Everything a ``func``/``combo``/... task asks of the engine. ``cluster``: one inventory cluster name or a
+    comma list (``c1,c2``) of clusters to run concurrently."""
 
     cluster: str
     suites: Sequence[str] = ()
@@ -148,28 +161,32 @@ def resolve_run_id(run_id: str | None, *, resume: bool, what: str) -> str:
 
 
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
-    """Run the selected cases on one cluster and write the run directory and reports.
+    """Run the selected cases on each cluster of ``request.cluster`` and write the run directory and reports.
 
-    Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input (before anything
-    runs). Returns the exit status (see :func:`exit_status_for`).
+    Several clusters run concurrently into one run directory and one report; a cluster whose run raised is
+    reported after the others finished and the report was written. Raises :class:`UsageError` /
+    :class:`~xpushare.model.errors.InventoryError` for bad input (before anything runs). Returns the exit status
+    over every cluster's cases (see :func:`exit_status_for`).
     """
-    cluster = schema.load(request.inventory_path).cluster(request.cluster)
+    inventory = schema.load(request.inventory_path)
+    clusters = [inventory.cluster(name) for name in cluster_names(request.cluster)]
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
     overrides = parse_overrides(request.overrides)
     check_overrides(selection.cases, overrides)
     run_id = resolve_run_id(request.run_id, resume=request.resume, what="run")
     run_dir = artifacts.run_dir(request.root, run_id)
-    cases = selection.cases
+    todo = {c.name: list(selection.cases) for c in clusters}
     if request.resume:
         if not run_dir.exists():
             raise UsageError(f"--resume: no run {run_id!r} under {request.root}")
         latest = artifacts.latest_statuses(run_dir)
-        cases = [c for c in cases if latest.get((cluster.name, c.suite, c.case_id)) != "PASS"]
+        todo = {name: [c for c in cases if latest.get((name, c.suite, c.case_id)) != "PASS"]
+                for name, cases in todo.items()}
     run_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "run_id": run_id,
         "tool_version": __version__,
-        "clusters": [cluster.name],
+        "clusters": [c.name for c in clusters],
         "selection": selection.label,
         "required": sorted(selection.required),
         "started": utc_now().isoformat(),
@@ -180,13 +197,27 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     if previous:
         meta["required"] = sorted(set(previous.get("required", [])) | selection.required)
         meta["started"] = previous.get("started", meta["started"])
+        earlier = [str(name) for name in previous.get("clusters") or []]
+        meta["clusters"] = sorted(set(earlier) | {c.name for c in clusters}, key=artifacts.natural_key)
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
-    progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(cases)} case(s) -> {run_dir}")
-    backend = make_backend(cluster)
-    interrupted = False
+    for cluster in clusters:
+        progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(todo[cluster.name])} case(s) "
+                      f"-> {run_dir}")
+
+    def job(cluster: ClusterSpec, shown: Progress) -> Callable[[], bool]:
+        def body() -> bool:
+            return _run_cases(todo[cluster.name], run_id, run_dir, cluster, make_backend(cluster), selection,
+                              overrides, shown)
+
+        return body
+
     with interrupt.installed():
-        interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress)
+        if len(clusters) == 1:
+            outcome = Outcome(interrupted=job(clusters[0], progress)())
+        else:
+            outcome = run_concurrently({c.name: job(c, Progress(out, label=c.name)) for c in clusters})
+    interrupted = outcome.interrupted
     results = artifacts.load_results(run_dir)
     status = exit_status_for(results, interrupted)
     meta.update(
@@ -200,6 +231,11 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown}")
     if interrupted:
         progress.done(f"interrupted: continue with --run-id {run_id} --resume")
+    if len(clusters) > 1:  # the first error is raised below; each cluster's own is named here
+        for name, exc in outcome.errors.items():
+            progress.done(f"{name}: stopped: {(str(exc) or type(exc).__name__).splitlines()[0]}")
+    if outcome.errors:
+        raise next(iter(outcome.errors.values()))
     return status
 
 
