@@ -8,7 +8,7 @@ import sys
 from invoke import Context, task
 
 from xpushare import adhoc
-from xpushare.cli import flags
+from xpushare.cli import defaults, flags
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.inventory import schema
@@ -25,7 +25,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None)
     """Print the resolved inventory: clusters, hosts, roles, addresses and SSH settings."""
 
     def body() -> None:
-        inv = schema.load(inventory_)
+        inv = schema.load(defaults.inventory(c, inventory_))
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
         print(adhoc.hosts_table(clusters))
 
@@ -35,7 +35,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None)
 @task(
     name="run",
     help={
-        "cluster": "cluster name from the inventory (required)",
+        "cluster": "cluster name from the inventory (default: $XPUSHARE_CLUSTER, else the config's)",
         "role": "master | gpu | all (default: all)",
         "limit": "comma-separated host globs; '!' excludes, e.g. 'c1-gpu*,!c1-gpu3'",
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
@@ -43,17 +43,17 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None)
         "inventory": INVENTORY_HELP,
     },
 )
-def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
+def run_(c: Context, cluster: str | None = None, role: str = "all", limit: str | None = None, forks: str | None = None,
          timeout: str | None = None, inventory_: str | None = None) -> None:
     """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
 
     def body() -> ExitStatus | int | None:
-        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        limit_s = flags.seconds("--timeout", timeout, 60.0)
+        n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
+        limit_s = flags.seconds("--timeout", defaults.timeout(c, timeout), 60.0)
         argv = remainder_argv()
         if not argv:
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
-        spec = schema.load(inventory_).cluster(cluster)
+        spec = schema.load(defaults.inventory(c, inventory_)).cluster(defaults.cluster(c, cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout)
 
@@ -62,20 +62,20 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
 
 @task(
     help={
-        "cluster": "cluster name from the inventory (required)",
+        "cluster": "cluster name from the inventory (default: $XPUSHARE_CLUSTER, else the config's)",
         "role": "master | gpu | all (default: all)",
         "limit": "comma-separated host globs; '!' excludes",
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
         "inventory": INVENTORY_HELP,
     }
 )
-def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
+def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str | None = None, forks: str | None = None,
          inventory_: str | None = None) -> None:
     """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
 
     def body() -> ExitStatus | int | None:
-        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        spec = schema.load(inventory_).cluster(cluster)
+        n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
+        spec = schema.load(defaults.inventory(c, inventory_)).cluster(defaults.cluster(c, cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.ping(spec, selected, forks=n_forks, out=sys.stdout)
 

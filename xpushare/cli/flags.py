@@ -22,7 +22,8 @@ INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/i
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
 
 RUN_HELP: dict[str, str] = {
-    "cluster": "cluster name from the inventory (required), e.g. local, c1, lab",
+    "cluster": "cluster name from the inventory, e.g. local, c1, lab; a comma list (c1,c2) runs the clusters "
+    "concurrently into one report (default: $XPUSHARE_CLUSTER, else xpushare.cluster of the config)",
     "case": "run only this case id (repeatable), e.g. --case FUNC-001 --case FUNC-002",
     "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue",

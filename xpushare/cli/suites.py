@@ -103,6 +103,16 @@ def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     return driver.run(request)
 
 
+def _defaulted(c: Any, flags: SuiteFlags) -> SuiteFlags:
+    """``flags`` with ``--cluster``/``--inventory`` from the environment or the config when not given."""
+    from dataclasses import replace
+
+    from xpushare.cli import defaults
+
+    return replace(flags, cluster=defaults.cluster(c, flags.cluster or None),
+                   inventory=defaults.inventory(c, flags.inventory))
+
+
 def _listed(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(values or ())
 
@@ -118,7 +128,8 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     P = inspect.Parameter
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
               ("root", "."), ("inventory_", None)]
-    params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
+    # --cluster has no default here: it falls back to $XPUSHARE_CLUSTER, then the config (cli/defaults.py)
+    params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD, default=None)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
 
@@ -129,12 +140,12 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
         given.apply_defaults()
         values = given.arguments
         parsed = SuiteFlags(
-            cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
+            cluster=values["cluster"] or "", cases=_listed(values["case"]), playbook=values["playbook"],
             run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
             root=Path(values["root"]), inventory=values["inventory_"],
             extra={f.name: values[f.name] for f in flags},
         )
-        guarded(lambda: _run(parsed, scope))
+        guarded(lambda: _run(_defaulted(values["c"], parsed), scope))
 
     # Invoke reads a task's flags from its signature: give the generic body the suite's own.
     body.__signature__ = signature  # type: ignore[attr-defined]
@@ -154,7 +165,7 @@ def _matrix(flags: SuiteFlags) -> Scope:
 
 
 _STABILITY_HELP = {
-    "cluster": "cluster name from the inventory (required), e.g. c1, c2, lab",
+    "cluster": "cluster name(s) from the inventory, e.g. c1, lab, c1,c2 (default: $XPUSHARE_CLUSTER)",
     "case": "run only this case id (repeatable)",
     "playbook": "preset from playbooks/ or a YAML path",
     "set": "override a parameter/threshold: --set name=value (repeatable), e.g. --set stab_duration_s=3600",
@@ -168,7 +179,7 @@ perf = suite_task(
     "Run the performance suite PERF-001..011 (baseline, quota precision, overhead, latency, scale) and judge it.",
     by_suite("performance"),
     help={
-        "cluster": "cluster name from the inventory (required), e.g. c1, lab",
+        "cluster": "cluster name(s) from the inventory, e.g. c1, lab, c1,c2 (default: $XPUSHARE_CLUSTER)",
         "case": "run only this case id (repeatable), e.g. --case PERF-011 --case PERF-004",
         "set": "override a parameter/threshold (repeatable), e.g. --set perf_quota_tolerance=0.1 "
         "--set perf_baseline_min_s=120 (see docs/performance.md)",
