@@ -100,7 +100,8 @@ class HostBackend(Backend):
     def prepare_run(self, run_id: str) -> None:
         self.run_id = run_id
         for name, host in self.hosts.items():
-            self._stop_leftovers(host, procs.safe(f"xp-{run_id}-"))
+            # the cluster in the name: two clusters may share a machine (``local`` beside a host-mode cluster)
+            self._stop_leftovers(host, procs.safe(f"xp-{run_id}-{self.cluster.name}-"))
             self.gpus[name] = self._detect_gpus(host, name)
             if isinstance(host, LocalHost):
                 self.workload_dir[name] = str(WORKLOADS_DIR)
@@ -131,7 +132,7 @@ class HostBackend(Backend):
     # -- case level ------------------------------------------------------------------------------
     def begin_case(self, case_dir: Path, case_id: str) -> None:
         self.placed = {}
-        self.case_prefix = procs.safe(f"xp-{self.run_id}-{case_id}")
+        self.case_prefix = procs.safe(f"xp-{self.run_id}-{self.cluster.name}-{case_id}")
         for name, host in self.hosts.items():
             sampler = [
                 self.python[name],

@@ -8,7 +8,7 @@ import sys
 from invoke import Context, task
 
 from xpushare import adhoc
-from xpushare.cli import flags
+from xpushare.cli import defaults, flags
 from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.inventory import schema
@@ -28,7 +28,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
 
     def body() -> None:
         fmt = output_format(output)
-        inv = schema.load(inventory_)
+        inv = schema.load(defaults.inventory(c, inventory_))
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
         print(adhoc.hosts_table(clusters, fmt))
         if fmt == "table":
@@ -40,7 +40,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
 @task(
     name="run",
     help={
-        "cluster": "cluster name from the inventory (required)",
+        "cluster": "cluster name from the inventory (default: $XPUSHARE_CLUSTER, else the config's)",
         "role": "master | gpu | all (default: all)",
         "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
@@ -52,7 +52,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
     },
     incrementable=["verbose"],
 )
-def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
+def run_(c: Context, cluster: str | None = None, role: str = "all", limit: str | None = None, forks: str | None = None,
          timeout: str | None = None, inventory_: str | None = None, output: str | None = None,
          verbose: int = 0, stream: bool = False) -> None:
     """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
@@ -60,12 +60,12 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
     def body() -> ExitStatus | int | None:
         fmt = output_format(output)
         command_log.set_verbosity(verbose)
-        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        limit_s = flags.seconds("--timeout", timeout, 60.0)
+        n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
+        limit_s = flags.seconds("--timeout", defaults.timeout(c, timeout), 60.0)
         argv = remainder_argv()
         if not argv:
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
-        spec = schema.load(inventory_).cluster(cluster)
+        spec = schema.load(defaults.inventory(c, inventory_)).cluster(defaults.cluster(c, cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout, fmt=fmt,
                                stream=stream)
@@ -75,7 +75,7 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
 
 @task(
     help={
-        "cluster": "cluster name from the inventory (required)",
+        "cluster": "cluster name from the inventory (default: $XPUSHARE_CLUSTER, else the config's)",
         "role": "master | gpu | all (default: all)",
         "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
@@ -85,15 +85,15 @@ def run_(c: Context, cluster: str, role: str = "all", limit: str | None = None, 
     },
     incrementable=["verbose"],
 )
-def ping(c: Context, cluster: str, role: str = "all", limit: str | None = None, forks: str | None = None,
+def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str | None = None, forks: str | None = None,
          inventory_: str | None = None, output: str | None = None, verbose: int = 0) -> None:
     """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
 
     def body() -> ExitStatus | int | None:
         fmt = output_format(output)
         command_log.set_verbosity(verbose)
-        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        spec = schema.load(inventory_).cluster(cluster)
+        n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
+        spec = schema.load(defaults.inventory(c, inventory_)).cluster(defaults.cluster(c, cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.ping(spec, selected, forks=n_forks, out=sys.stdout, fmt=fmt)
 

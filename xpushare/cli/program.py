@@ -12,16 +12,17 @@ Invoke would print its parser's message and exit 1.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 
-from invoke import Program
+from invoke import Config, Program
 from invoke.exceptions import Exit, ParseError
 
 from xpushare import __version__
 from xpushare.cli.collection import namespace
 from xpushare.model.exit_status import ExitStatus
 
-__all__ = ["XpushareProgram", "adopt", "main", "parse_error_line", "program", "usage_exit"]
+__all__ = ["XpushareConfig", "XpushareProgram", "adopt", "main", "parse_error_line", "program", "usage_exit"]
 
 _UNKNOWN = re.compile(r"No idea what '(?P<token>.*)' is!")
 _NO_VALUE = re.compile(r"Flag '<Argument: (?P<name>[^ (>]+).*' needed value and was not given one!")
@@ -62,6 +63,16 @@ def usage_exit(exc: ParseError, prog: Program) -> Exit:
     return Exit(message=parse_error_line(exc, _binary(prog)), code=int(ExitStatus.USAGE))
 
 
+class XpushareConfig(Config):
+    """Invoke's configuration under the ``xpushare`` command's own file names: ``/etc/xpushare.yaml``,
+    ``~/.xpushare.yaml`` and a project's ``xpushare.yaml`` (Invoke's documented ``prefix``), so that its
+    ``xpushare:`` section (:mod:`xpushare.cli.defaults`) lives apart from other Invoke projects' ``invoke.yaml``.
+    Environment variables keep Invoke's ``INVOKE_`` prefix: ``XPUSHARE_*`` are the tool's own."""
+
+    prefix = "xpushare"
+    env_prefix = "INVOKE"  # type: ignore[assignment]  # Invoke declares it None (= the prefix)
+
+
 class XpushareProgram(Program):
     """The ``xpushare`` command: Invoke's program whose parse errors are one ``error:`` line and exit 2
     (Invoke documents subclassing :class:`~invoke.program.Program` to build a standalone command)."""
@@ -71,6 +82,19 @@ class XpushareProgram(Program):
             super().parse_tasks()
         except ParseError as exc:
             raise usage_exit(exc, self) from None
+
+    def run(self, argv: list[str] | None = None, exit: bool = True) -> None:
+        """Invoke's run; a config file that is not YAML (Invoke reads them before any task) is one ``error:``
+        line and exit status 2 instead of a traceback."""
+        try:
+            super().run(argv, exit)
+        except Exception as exc:
+            if not type(exc).__name__.endswith(("YAMLError", "ParserError", "ScannerError", "ComposerError")):
+                raise
+            where = str(getattr(exc, "problem_mark", "") or "").strip().replace("\n", " ")
+            print(f"error: config file is not valid YAML: {getattr(exc, 'problem', None) or exc} {where}".rstrip(),
+                  file=sys.stderr)
+            raise SystemExit(int(ExitStatus.USAGE)) from None
 
 
 def adopt(prog: Program) -> Program:
@@ -93,7 +117,8 @@ def adopt(prog: Program) -> Program:
     return prog
 
 
-program = XpushareProgram(namespace=namespace, version=__version__, name="xpushare", binary="xpushare")
+program = XpushareProgram(namespace=namespace, version=__version__, name="xpushare", binary="xpushare",
+                          config_class=XpushareConfig)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -113,6 +113,16 @@ def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     return driver.run(request)
 
 
+def _defaulted(c: Any, flags: SuiteFlags) -> SuiteFlags:
+    """``flags`` with ``--cluster``/``--inventory`` from the environment or the config when not given."""
+    from dataclasses import replace
+
+    from xpushare.cli import defaults
+
+    return replace(flags, cluster=defaults.cluster(c, flags.cluster or None),
+                   inventory=defaults.inventory(c, flags.inventory))
+
+
 def _listed(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(values or ())
 
@@ -129,7 +139,8 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
               ("root", "."), ("inventory_", None), ("wait", False), ("dry_run", False), ("output", None),
               ("verbose", 0), ("maxfail", None)]
-    params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD)]
+    # --cluster has no default here: it falls back to $XPUSHARE_CLUSTER, then the config (cli/defaults.py)
+    params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD, default=None)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
 
@@ -142,14 +153,14 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
 
         def run() -> ExitStatus:
             parsed = SuiteFlags(
-                cluster=values["cluster"], cases=_listed(values["case"]), playbook=values["playbook"],
+                cluster=values["cluster"] or "", cases=_listed(values["case"]), playbook=values["playbook"],
                 run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
                 root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
                 extra={f.name: values[f.name] for f in flags}, dry_run=bool(values["dry_run"]),
                 output=output.output_format(values["output"]), maxfail=values["maxfail"],
             )
             command_log.set_verbosity(int(values["verbose"] or 0))
-            return _run(parsed, scope)
+            return _run(_defaulted(values["c"], parsed), scope)
 
         guarded(run)
 
@@ -171,7 +182,7 @@ def _matrix(flags: SuiteFlags) -> Scope:
 
 
 _STABILITY_HELP = {
-    "cluster": "cluster name from the inventory (required), e.g. c1, c2, lab",
+    "cluster": "cluster name from the inventory, e.g. c1, lab (default: $XPUSHARE_CLUSTER)",
     "case": "run only this case id (repeatable)",
     "playbook": "preset from playbooks/ or a YAML path",
     "set": "override a parameter/threshold: --set name=value (repeatable), e.g. --set stab_duration_s=3600",
@@ -185,7 +196,7 @@ perf = suite_task(
     "Run the performance suite PERF-001..011 (baseline, quota precision, overhead, latency, scale) and judge it.",
     by_suite("performance"),
     help={
-        "cluster": "cluster name from the inventory (required), e.g. c1, lab",
+        "cluster": "cluster name from the inventory, e.g. c1, lab (default: $XPUSHARE_CLUSTER)",
         "case": "run only this case id (repeatable), e.g. --case PERF-011 --case PERF-004",
         "set": "override a parameter/threshold (repeatable), e.g. --set perf_quota_tolerance=0.1 "
         "--set perf_baseline_min_s=120 (see docs/performance.md)",
