@@ -66,7 +66,9 @@ def base_plan(run: CaseRun, workload: str) -> None:
         backend=run.cluster.backend,
         namespace=run.cluster.namespace,
     )
-    fit_to_hardware(run, workload)
+    sizing = fit_to_hardware(run, workload)
+    if run.plan["gpu_model"] is None:  # the model the calibration pods' INFO line named, where the inventory names none
+        run.plan["gpu_model"] = (sizing.get("calibration") or {}).get("model")
     run.save_plan()
 
 
