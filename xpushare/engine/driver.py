@@ -211,7 +211,7 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
         latest = artifacts.latest_statuses(run_dir)
         cases = [c for c in cases if latest.get((cluster.name, c.suite, c.case_id)) != "PASS"]
     if request.dry_run:
-        planned = dry_run.plan_run(cases, cluster, selection, overrides, capabilities_of(cluster))
+        planned = dry_run.plan_run(cases, cluster, selection, overrides, capabilities_of(cluster), request.root)
         print(dry_run.render(planned, request.output), file=out)
         return ExitStatus.OK
     with lease.held(cluster, run_id, wait=request.wait, out=out):

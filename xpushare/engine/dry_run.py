@@ -10,23 +10,25 @@ duration (``-`` where none is known).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
 from xpushare.engine.lifecycle import jsonable, skip_reason
 from xpushare.engine.plan import Selection, resolved_params
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.report import output
+from xpushare.report import history, output
 
 __all__ = ["DISRUPTIVE_SKIP", "expected_duration_s", "plan_run", "render"]
 
 DISRUPTIVE_SKIP = "needs --allow-disruptive (allow_disruptive is false)"
 
 
-def expected_duration_s(case: CaseDef, params: Mapping[str, Any]) -> float | None:
-    """Expected seconds of ``case`` with ``params``; None while the matrix declares no expected durations (the
-    dry run shows ``-``). The one place a per-case estimate is wired into the dry run."""
-    return None
+def expected_duration_s(case: CaseDef, cluster: str, root: Path | None) -> float | None:
+    """Expected seconds of ``case`` on ``cluster``: its last PASS/FAIL duration among the runs stored under
+    ``root`` (:func:`xpushare.report.history.expected_duration`); None (shown ``-``) without one."""
+    found = history.expected_duration(root, cluster, case.suite, case.case_id) if root is not None else None
+    return found.seconds if found else None
 
 
 def _planned_skip(case: CaseDef, params: Mapping[str, Any], capabilities: frozenset[str], mode: str) -> str | None:
@@ -37,13 +39,14 @@ def _planned_skip(case: CaseDef, params: Mapping[str, Any], capabilities: frozen
 
 
 def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
-             capabilities: frozenset[str]) -> dict[str, Any]:
+             capabilities: frozenset[str], root: Path | None = None) -> dict[str, Any]:
     """The dry run of ``cases`` on ``cluster`` as JSON-ready data::
 
         {"cluster", "mode", "selection", "cases": [{"case_id", "suite", "title", "plan": "RUN" | "SKIP",
          "skip_reason", "expected_duration_s", "params": {name: {"value", "source"}}}]}
 
-    ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`)."""
+    ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
+    give the expected durations (None: none)."""
     planned = []
     for case in cases:
         resolved = resolved_params(case, cluster, selection, overrides)
@@ -52,7 +55,7 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
         planned.append({
             "case_id": case.case_id, "suite": case.suite, "title": case.title,
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
-            "expected_duration_s": expected_duration_s(case, values),
+            "expected_duration_s": expected_duration_s(case, cluster.name, root),
             "params": {name: {"value": jsonable(value), "source": source}
                        for name, (value, source) in sorted(resolved.items())},
         })

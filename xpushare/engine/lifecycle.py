@@ -24,7 +24,7 @@ from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts
+from xpushare.report import artifacts, history
 from xpushare.transport import interrupt
 
 
@@ -91,7 +91,13 @@ def _run_case(
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
     if reason is None:
         assert case.act is not None
-        run = CaseRun(case.case_id, case_dir, backend, cluster, params)
+        # run_dir is <root>/.tmplog/<run id>/xpushare (report/artifacts.run_dir)
+        expected = history.expected_duration(run_dir.parents[2], cluster.name, case.suite, case.case_id,
+                                             exclude_run=run_dir.parent.name) if len(run_dir.parents) > 2 else None
+        run = CaseRun(case.case_id, case_dir, backend, cluster, params, plan={
+            "expected_duration_s": expected.seconds if expected else None,
+            "expected_duration_basis": expected.basis if expected else "no earlier PASS/FAIL of this case on this "
+                                                                          "cluster under this root"})
         try:
             backend.begin_case(case_dir, case.case_id)
             if case.measures_gpu:
