@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
@@ -262,6 +262,16 @@ def _copy_report(outcomes: Sequence[HostOutcome[str]], out: TextIO) -> ExitStatu
     return exit_status_of(outcomes, [False] * len(outcomes))
 
 
+def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], str], forks: int) -> list[HostOutcome[str]]:
+    """Connect to every host, run ``copy`` on each in parallel (:func:`fan_out`), close the connections."""
+    conns = [connect(h) for h in hosts]
+    try:
+        return fan_out(conns, copy, forks=forks)
+    finally:
+        for c in conns:
+            c.close()
+
+
 def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out: TextIO) -> ExitStatus:
     """Copy the local file ``src`` to ``dest`` on every host in parallel (``dest`` ending in ``/``: a directory,
     the file keeps its name; its directory is created). Relative remote paths start in the login directory.
@@ -272,18 +282,11 @@ def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out
     if not source.is_file() or not os.access(source, os.R_OK):
         raise UsageError(f"put: {src}: no such readable file (put copies one file)")
     target = dest + source.name if dest.endswith("/") else dest
-    conns = [connect(h) for h in hosts]
-
     def one(host: Host) -> str:
         host.put(source, target)
         return target
 
-    try:
-        outcomes = fan_out(conns, one, forks=forks)
-    finally:
-        for c in conns:
-            c.close()
-    return _copy_report(outcomes, out)
+    return _copy_report(_copy_on_each(hosts, one, forks), out)
 
 
 def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
@@ -299,8 +302,6 @@ def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: 
     copy leaves no partial file. Raises :class:`UsageError` for a remote path naming no file."""
     if not PurePosixPath(remote).name or remote.endswith("/"):
         raise UsageError(f"get: {remote!r}: give the remote file's path, not a directory")
-    conns = [connect(h) for h in hosts]
-
     def one(host: Host) -> str:
         path = local_copy_path(local_dir, host.name, remote)
         existed = path.exists()
@@ -312,9 +313,4 @@ def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: 
             raise
         return str(path)
 
-    try:
-        outcomes = fan_out(conns, one, forks=forks)
-    finally:
-        for c in conns:
-            c.close()
-    return _copy_report(outcomes, out)
+    return _copy_report(_copy_on_each(hosts, one, forks), out)

@@ -22,6 +22,7 @@ import jinja2
 
 from xpushare.data import templates_dir
 from xpushare.report import artifacts
+from xpushare.report.markdown import fmt_duration
 from xpushare.report.summaries import (
     STATUS_ORDER,
     Result,
@@ -29,7 +30,6 @@ from xpushare.report.summaries import (
     counts,
     default_required,
     pass_rate,
-    record_duration,
     record_status,
     release_decision,
     suite_groups,
@@ -69,17 +69,6 @@ def png_data_uri(path: Path) -> str | None:
     if not data.startswith(_PNG_MAGIC):
         return None
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-
-
-def _fmt_duration(record: Result) -> str:
-    if record.get("duration_s") is None:
-        return "n/a"
-    seconds = record_duration(record)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    m, s = divmod(round(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
 def _checks(record: Result) -> list[dict[str, str]]:
@@ -146,7 +135,7 @@ def _case(run_dir: Path, record: Result, index: int) -> dict[str, Any]:
         "case_id": str(record["case_id"]),
         "title": str(record.get("title") or ""),
         "status": record_status(record).value,
-        "duration": _fmt_duration(record),
+        "duration": fmt_duration(record),
         "summary": str(record.get("summary") or ""),
         "error": str(record.get("error") or ""),
         "attempt": record.get("attempt"),

@@ -50,7 +50,8 @@ def _md_link(text: str, rel_path: str) -> str:
     return f"[{md_escape(text)}]({urllib.parse.quote(rel_path)})"
 
 
-def _fmt_duration(record: Result) -> str:
+def fmt_duration(record: Result) -> str:
+    """A case's ``duration_s`` as ``12.3 s``, ``4m 05s`` or ``1h 02m 03s``; ``n/a`` without one."""
     if record.get("duration_s") is None:
         return "n/a"
     seconds = record_duration(record)
@@ -79,7 +80,7 @@ def _case_rows(run_dir: Path, results: Sequence[Result]) -> list[str]:
                 r["case_id"],
                 r.get("title"),
                 record_status(r).value,
-                _fmt_duration(r),
+                fmt_duration(r),
                 cell_text(r.get("summary")),
             )
         ]
