@@ -77,6 +77,14 @@ def set_verbosity(level: int) -> None:
     LOGGER.addHandler(handler)
 
 
+class _BestEffortFileHandler(logging.FileHandler):
+    """A FileHandler whose write errors (a full run directory) are dropped: logging's default prints a traceback
+    per record on stderr, and the run reports the full directory itself (engine/driver.py), in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
 @contextmanager
 def debug_log(path: Path) -> Iterator[Path]:
     """Append every command line and every library log record (DEBUG and up) to ``path`` while the block runs.
@@ -84,7 +92,7 @@ def debug_log(path: Path) -> Iterator[Path]:
     Records reach the file through the root logger; the terminal sees only what :func:`set_verbosity` asked for.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _BestEffortFileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger()
