@@ -259,3 +259,18 @@ def test_a_run_takes_a_stale_local_lease_and_releases_it(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "took the lease of cluster local from run old-run" in proc.stdout
     assert not path.exists()  # released at the end
+
+
+def test_clean_spares_the_run_that_holds_the_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``invoke clean`` without ``--run-id`` asks the lease which run is alive (engine.lease.live_run_ids)."""
+    import io
+
+    from xpushare.engine import lease as run_lease
+    from xpushare.inventory import schema
+
+    monkeypatch.setenv("XPUSHARE_LEASE_DIR", str(tmp_path))
+    cluster = schema.load(None).cluster("local")
+    assert run_lease.live_run_ids(cluster) == frozenset()
+    with run_lease.held(cluster, "r-live", out=io.StringIO()):
+        assert run_lease.live_run_ids(cluster) == frozenset({"r-live"})
+    assert run_lease.live_run_ids(cluster) == frozenset()

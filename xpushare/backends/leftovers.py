@@ -13,7 +13,8 @@ Where a run leaves things, and how they are found again:
   and entries are the per-run record on each host: a pid file's process group is stopped (TERM, then KILL
   after about 2 s), then every entry of the run is removed.
 
-Runs still alive are left alone: :func:`live_run_ids` names them (see there).
+Runs still alive are left alone: the caller names them (``invoke clean`` asks the cluster's lease,
+:func:`xpushare.engine.lease.live_run_ids`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.kubectl import Kubectl, KubeError
 
-__all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "live_run_ids", "spawn_prefixes"]
+__all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "spawn_prefixes"]
 
 # Lists the spawn dir's ``xp-`` entries; for a pid file also its pid and whether that process still lives.
 _LIST = (
@@ -75,16 +76,6 @@ class Removed:
         if self.error:
             out.append(f"{self.where}: error: {self.error}")
         return out or [f"{self.where}: nothing left"]
-
-
-def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
-    """Run ids that are alive on ``cluster`` and must not be cleaned.
-
-    The hook for run leases: until a run holds a lease on its cluster, no run can be told alive from here, so
-    this is empty and ``invoke clean`` without ``--run-id`` removes the leftovers of every run, a running one's
-    too (the README says so).
-    """
-    return frozenset()
 
 
 def spawn_prefixes(run_id: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
 
     def body() -> ExitStatus:
         from xpushare.backends import leftovers
+        from xpushare.engine import lease
         from xpushare.inventory import schema
         from xpushare.report.artifacts import validate_run_id
 
@@ -36,7 +37,7 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
             except ValueError as exc:
                 raise UsageError(f"--run-id: {exc}") from None
         spec = schema.load(inventory_).cluster(name)
-        removed = leftovers.clean(spec, run_id, leftovers.live_run_ids(spec))
+        removed = leftovers.clean(spec, run_id, lease.live_run_ids(spec))
         for place in removed:
             for line in place.lines():
                 print(line)

@@ -31,7 +31,7 @@ from typing import TextIO
 
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import LeaseHeld, UsageError, XpushareError
-from xpushare.model.lease import Holder, LeaseSettings, LeaseStore, Observed
+from xpushare.model.lease import Holder, LeaseSettings, LeaseStore, Observed, live_holder
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 
@@ -226,3 +226,15 @@ def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO =
                 say(f"warning: lease of cluster {cluster.name} not released ({exc}); it goes stale by itself")
     finally:
         conn.close()
+
+
+def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
+    """The run that holds ``cluster``'s lease and renews it (empty: no lease, or a stale one), which ``invoke
+    clean`` must leave alone. Raises what :func:`store_for` and the store's ``read`` raise."""
+    settings = LeaseSettings.from_params(cluster.params)
+    store, conn = store_for(cluster)
+    try:
+        holder = live_holder(store.read(), settings)
+    finally:
+        conn.close()
+    return frozenset({holder.run_id}) if holder is not None else frozenset()
