@@ -23,12 +23,13 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from xpushare.backends.k8s import MANAGED_BY, dns1123, label_value
+from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.model.errors import TransportError
+from xpushare.model.errors import TransportError, UsageError
 from xpushare.transport.base import Host
+from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.kubectl import KubeError
 
 __all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "spawn_prefixes"]
 
@@ -125,13 +126,12 @@ def kube_selector(run_id: str | None, live: Iterable[str] = ()) -> str:
 def clean_kubernetes(cluster: ClusterSpec, run_id: str | None, live: Collection[str] = ()) -> Removed:
     """Delete the pods, then the ConfigMaps, that runs left in the cluster's namespace (see :func:`kube_selector`)."""
     out = Removed(f"{cluster.name} (kubernetes)")
-    masters = cluster.by_role("master")
-    if not masters:
-        out.error = "no master host in the inventory"
+    try:
+        master = connect(master_spec(cluster, "delete pods from"))
+    except UsageError as exc:
+        out.error = str(exc)
         return out
-    master = connect(masters[0])
-    kubectl = Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                      namespace=cluster.namespace)
+    kubectl = kubectl_for(cluster, master)
     selector = kube_selector(run_id, live)
     try:
         for kind in ("pods", "configmaps"):

@@ -181,13 +181,11 @@ def store_for(cluster: ClusterSpec) -> tuple[LeaseStore, Host]:
         UsageError: a mode without leases. TransportError: the host cannot be reached.
     """
     if cluster.mode == "k8s":
+        from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
         from xpushare.transport.kube_lease import KubeLeaseStore
-        from xpushare.transport.kubectl import Kubectl
 
-        master = connect(cluster.by_role("master")[0])
-        kubectl = Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                          namespace=cluster.namespace)
-        return KubeLeaseStore(kubectl), master
+        master = connect(master_spec(cluster, "hold the run's Lease from"))
+        return KubeLeaseStore(kubectl_for(cluster, master)), master
     if cluster.mode == "host":
         from xpushare.transport.lock_file import LockFileStore
 
