@@ -152,15 +152,10 @@ def _run_cases(
                 progress.done(f"{case.case_id} {record['status']:<11} {0.0:7.1f}s  {record['summary']}")
                 continue
             progress.start(f"{case.case_id} {case.title} ...")
-            record, interrupted = run_case(
-                case,
-                run_id=run_id,
-                run_dir=run_dir,
-                cluster=cluster,
-                backend=backend,
-                params=params,
-                required=case.case_id in selection.required,
-            )
+            with events.case(case.case_id):
+                record, interrupted = run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
+                                               backend=backend, params=params,
+                                               required=case.case_id in selection.required)
             progress.done(f"{case.case_id} {record['status']:<11} {record['duration_s']:7.1f}s  {record['summary']}")
             failures += record["status"] in ("FAIL", "ERROR")
             if interrupted:

@@ -61,22 +61,8 @@ def run_case(
     """Run one case through its lifecycle; return its stored record and whether Ctrl-C stopped it.
 
     Reports ``case_started``, ``harvest_*``, ``error`` and ``case_ended`` to the run's event stream
-    (:mod:`xpushare.evidence.events`)."""
-    with events.case(case.case_id):
-        return _run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster, backend=backend, params=params,
-                         required=required)
-
-
-def _run_case(
-    case: CaseDef,
-    *,
-    run_id: str,
-    run_dir: Path,
-    cluster: ClusterSpec,
-    backend: Backend,
-    params: dict[str, Any],
-    required: bool,
-) -> tuple[dict[str, Any], bool]:
+    (:mod:`xpushare.evidence.events`); the caller opens the case's scope there (``events.case``), which tags them
+    with the case id."""
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
     case_dir.mkdir(parents=True, exist_ok=True)
