@@ -30,8 +30,8 @@ from invoke.exceptions import Exit
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_HOSTS, LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
-from tests.lab.sshd import SshLab, lab_unavailable_reason
+from tests.lab.kubelab import started_kube_lab, started_ssh_lab
+from tests.lab.sshd import SshLab
 from xpushare.backends.k8s import K8sBackend
 from xpushare.cli.guard import guarded
 from xpushare.engine import driver
@@ -50,14 +50,7 @@ def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
 @pytest.fixture(scope="module")
 def ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     """A private SSH lab: these tests kill its sessions and stop its hosts."""
-    if (reason := lab_unavailable_reason()) is not None:
-        pytest.skip(f"SSH lab unavailable: {reason}")
-    with SshLab(tmp_path_factory.mktemp("faults-ssh")) as lab:
-        for name, address, _role in LAB_HOSTS:
-            lab.add_host(name, address)
-        lab.write_known_hosts()
-        lab.write_ssh_config()
-        yield lab
+    yield from started_ssh_lab(tmp_path_factory, "faults-ssh")
 
 
 @pytest.fixture(scope="module")

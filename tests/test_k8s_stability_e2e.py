@@ -49,9 +49,9 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from tests.lab.env import LAB_HOSTS, LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import require_lab, started_kube_lab
-from tests.lab.sshd import SshLab, lab_unavailable_reason
+from tests.lab.env import LAB_OPTIONS, write_inventory
+from tests.lab.kubelab import started_kube_lab, started_ssh_lab
+from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,13 +75,7 @@ LAB_PARAMS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     """A private SSH lab: these tests kill its sessions and stop its hosts."""
-    require_lab("SSH lab", lab_unavailable_reason())
-    with SshLab(tmp_path_factory.mktemp("stab-ssh")) as lab:
-        for name, address, _role in LAB_HOSTS:
-            lab.add_host(name, address)
-        lab.write_known_hosts()
-        lab.write_ssh_config()
-        yield lab
+    yield from started_ssh_lab(tmp_path_factory, "stab-ssh")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.sshd import SshLab, lab_unavailable_reason
 
 
 def require_lab(what: str, reason: str | None) -> None:
@@ -57,3 +58,18 @@ def started_kube_lab(tmp_path_factory: pytest.TempPathFactory, name: str, **opti
     finally:
         lab.stop()
         lock.close()
+
+
+def started_ssh_lab(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[SshLab]:
+    """Body of a private SSH-lab fixture (for modules that kill its sessions or stop its hosts): the standard
+    hosts in a fresh ``name`` directory with ssh_config and known_hosts written, yielded, stopped. Skips, or
+    fails under ``XPUSHARE_REQUIRE_LAB=1`` (:func:`require_lab`), where sshd cannot run."""
+    from tests.lab.env import LAB_HOSTS
+
+    require_lab("SSH lab", lab_unavailable_reason())
+    with SshLab(tmp_path_factory.mktemp(name)) as lab:
+        for host, address, _role in LAB_HOSTS:
+            lab.add_host(host, address)
+        lab.write_known_hosts()
+        lab.write_ssh_config()
+        yield lab
