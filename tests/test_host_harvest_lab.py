@@ -12,30 +12,30 @@ scheduler on the first.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from invoke.exceptions import Exit
 
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
-from tests.test_faults_while_running import kill_session_during, wrap
+from tests.test_faults_while_running import (
+    Outcome,
+    assert_no_traceback,
+    assert_run_reported,
+    kill_session_during,
+    wrap,
+)
+from tests.test_faults_while_running import run_case as faults_run_case
 from xpushare.backends import leftovers
 from xpushare.backends.host import HostBackend
 from xpushare.backends.host_scheduler import HostScheduler
-from xpushare.cli.guard import guarded
-from xpushare.engine import driver
 from xpushare.inventory import schema
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-CASE = "FUNC-001"
 NODE1, NODE2 = "hh-node1", "hh-node2"  # NODE1: the pod's host and the scheduler's (the inventory's first)
 
 
@@ -63,43 +63,18 @@ def _hosts_up_after(lab: HostLab) -> Iterator[None]:
             lab.ssh.start_host(name)
 
 
-class Outcome:
-    def __init__(self, root: Path, run_id: str, status: int, out: str, err: str) -> None:
-        self.run_id, self.status, self.out, self.err = run_id, status, out, err
-        self.run_dir = root / ".tmplog" / run_id / "xpushare"
-        self.case_dir = self.run_dir / CLUSTER / "functional" / CASE
-
-    @property
-    def record(self) -> dict[str, Any]:
-        return json.loads((self.case_dir / "result.json").read_text())
-
-    def files(self) -> set[str]:
-        return {str(p.relative_to(self.case_dir)) for p in self.case_dir.rglob("*") if p.is_file()}
-
-    def noted(self) -> str:
-        path = self.case_dir / "harvest-errors.txt"
-        return path.read_text() if path.exists() else ""
-
-    def explain(self) -> str:
-        return f"exit {self.status}\n--- stdout\n{self.out[-3000:]}\n--- stderr\n{self.err[-3000:]}"
-
-
 def run_case(inventory: Path, root: Path, run_id: str) -> Outcome:
-    """``invoke func --cluster hostlab --case FUNC-001`` in this process (the task's body under its guard)."""
-    out, err = io.StringIO(), io.StringIO()
-    request = driver.RunRequest(cluster=CLUSTER, case_ids=[CASE], run_id=run_id, inventory_path=str(inventory),
-                                root=root)
-    status = 0
-    with contextlib.redirect_stderr(err):
-        try:
-            guarded(lambda: driver.run(request, out))
-        except Exit as exc:
-            status = exc.code
-    o = Outcome(root, run_id, status, out.getvalue(), err.getvalue())
-    assert "Traceback" not in o.out + o.err, o.explain()
-    assert not (o.case_dir / "harness-traceback.txt").exists(), o.explain()
-    assert json.loads((o.run_dir / "run.json").read_text())["exit_status"] == o.status
+    """``invoke func --cluster hostlab --case FUNC-001`` in this process, with no traceback and its reports
+    written (:func:`tests.test_faults_while_running.run_case`)."""
+    o = faults_run_case(inventory, root, run_id, CLUSTER)
+    assert_no_traceback(o)
+    assert_run_reported(o)
     return o
+
+
+def noted(o: Outcome) -> str:
+    path = o.case_dir / "harvest-errors.txt"
+    return path.read_text() if path.exists() else ""
 
 
 #: What a healthy host-mode FUNC-001 harvests (and the fault tests keep, except the piece they lose).
@@ -113,7 +88,7 @@ def test_without_a_fault_the_case_passes(inventory: Path, tmp_path: Path) -> Non
     o = run_case(inventory, tmp_path, "healthy")
     assert o.record["status"] == "PASS" and o.status == 0, o.explain() + json.dumps(o.record)[:2000]
     assert o.files() >= POD_FILES | NODE_FILES | SCHEDULER_FILES, o.files()
-    assert o.noted() == ""
+    assert noted(o) == ""
 
 
 def test_gpu_host_session_killed_mid_harvest(inventory: Path, lab: HostLab, tmp_path: Path,
@@ -134,7 +109,7 @@ def test_gpu_host_session_killed_mid_harvest(inventory: Path, lab: HostLab, tmp_
     lost = {f"remote_{NODE1}_nvidia_smi.txt"}
     assert POD_FILES | (NODE_FILES - lost) | SCHEDULER_FILES | {"harvest-errors.txt"} <= o.files(), o.files()
     assert not lost & o.files()
-    assert o.noted().startswith(f"node {NODE1}: nvidia-smi: {NODE1}: connection lost"), o.noted()
+    assert noted(o).startswith(f"node {NODE1}: nvidia-smi: {NODE1}: connection lost"), noted(o)
 
 
 def test_scheduler_host_sshd_stopped_mid_harvest(inventory: Path, lab: HostLab, tmp_path: Path,
@@ -153,7 +128,7 @@ def test_scheduler_host_sshd_stopped_mid_harvest(inventory: Path, lab: HostLab, 
         rec["summary"]
     assert POD_FILES | NODE_FILES | {"harvest-errors.txt"} <= o.files(), o.files()
     assert not {"scheduler.log", "metrics.txt"} & o.files(), o.files()
-    assert "scheduler /metrics: " in o.noted() and "scheduler /proc: " in o.noted(), o.noted()
+    assert "scheduler /metrics: " in noted(o) and "scheduler /proc: " in noted(o), noted(o)
     ssh.start_host(NODE1)
     removed = leftovers.clean(schema.load(str(inventory)).cluster(CLUSTER), o.run_id)
     first = next(r for r in removed if r.where == NODE1)
