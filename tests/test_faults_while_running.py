@@ -73,10 +73,10 @@ def _healthy_after(kube_lab: LabCluster, ssh: SshLab) -> Iterator[None]:
 class Outcome:
     """One run: exit status, what it printed, and its stored case record and directory."""
 
-    def __init__(self, root: Path, run_id: str, status: int, out: str, err: str) -> None:
+    def __init__(self, root: Path, run_id: str, status: int, out: str, err: str, cluster: str = "lab") -> None:
         self.root, self.run_id, self.status, self.out, self.err = root, run_id, status, out, err
         self.run_dir = root / ".tmplog" / run_id / "xpushare"
-        self.case_dir = self.run_dir / "lab" / "functional" / CASE
+        self.case_dir = self.run_dir / cluster / "functional" / CASE
 
     @property
     def record(self) -> dict[str, Any]:
@@ -89,10 +89,10 @@ class Outcome:
         return f"exit {self.status}\n--- stdout\n{self.out[-3000:]}\n--- stderr\n{self.err[-3000:]}"
 
 
-def run_case(inventory: Path, root: Path, run_id: str) -> Outcome:
-    """``invoke func --cluster lab --case FUNC-001`` in this process (the task's body under its guard)."""
+def run_case(inventory: Path, root: Path, run_id: str, cluster: str = "lab") -> Outcome:
+    """``invoke func --cluster <cluster> --case FUNC-001`` in this process (the task's body under its guard)."""
     out, err = io.StringIO(), io.StringIO()
-    request = driver.RunRequest(cluster="lab", case_ids=[CASE], run_id=run_id, inventory_path=str(inventory),
+    request = driver.RunRequest(cluster=cluster, case_ids=[CASE], run_id=run_id, inventory_path=str(inventory),
                                 root=root)
     status = 0
     with contextlib.redirect_stderr(err):
@@ -100,7 +100,7 @@ def run_case(inventory: Path, root: Path, run_id: str) -> Outcome:
             guarded(lambda: driver.run(request, out))
         except Exit as exc:
             status = exc.code
-    return Outcome(root, run_id, status, out.getvalue(), err.getvalue())
+    return Outcome(root, run_id, status, out.getvalue(), err.getvalue(), cluster)
 
 
 def assert_no_traceback(o: Outcome) -> None:

@@ -274,3 +274,22 @@ def test_clean_spares_the_run_that_holds_the_lease(tmp_path: Path, monkeypatch: 
     with run_lease.held(cluster, "r-live", out=io.StringIO()):
         assert run_lease.live_run_ids(cluster) == frozenset({"r-live"})
     assert run_lease.live_run_ids(cluster) == frozenset()
+
+
+def test_clean_does_not_spare_a_dead_run_of_this_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease whose holder ran on this machine and whose process is gone (a run killed with SIGKILL) is fresh,
+    but the run is not alive: ``invoke clean`` without ``--run-id`` removes its leftovers, as the next run
+    would take its lease. A holder on another machine counts as alive until the lease goes stale."""
+    from xpushare.engine import lease as run_lease
+    from xpushare.inventory import schema
+
+    monkeypatch.setenv("XPUSHARE_LEASE_DIR", str(tmp_path))
+    cluster = schema.load(None).cluster("local")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    store = LockFileStore(LocalHost(), str(tmp_path / "xpushare-run.lease"))
+    killed = other("r-killed", machine=socket.gethostname(), pid=int(dead.stdout))
+    assert store.create(killed, SETTINGS)
+    assert run_lease.live_run_ids(cluster) == frozenset()
+    store.release(killed)
+    assert store.create(other("r-elsewhere", machine="another-machine", pid=int(dead.stdout)), SETTINGS)
+    assert run_lease.live_run_ids(cluster) == frozenset({"r-elsewhere"})

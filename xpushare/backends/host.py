@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from xpushare.backends import harvest_faults, host_harvest
 from xpushare.backends import host_procs as procs
 from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
@@ -285,52 +286,24 @@ class HostBackend(Backend):
         return self.scheduler.host
 
     def harvest(self, case_dir: Path) -> list[str]:
+        """Store the case's evidence (``pods.json``, :mod:`~xpushare.backends.host_harvest`, the scheduler's);
+        each piece on its own, so that a transport fault in one loses only that piece. Raises
+        :class:`~xpushare.model.errors.HarvestIncomplete` (with the files stored) when a piece was lost to such
+        a fault rather than absent (:mod:`xpushare.backends.harvest_faults`)."""
+        faults: list[str] = []
         files: list[str] = []
         if self.placed:
-            self._write_records(case_dir, self._poll())
-            files.append("pods.json")
-        for p in self.placed.values():
-            host = self.hosts[p.host]
-            local = case_dir / "pods" / f"{p.spec.name}.log"
             try:
-                host.get(f"{host.spawn_dir}/{p.spawn_name}.log", local)
-                files.append(str(local.relative_to(case_dir)))
+                self._write_records(case_dir, self._poll())
+                files.append("pods.json")
             except TransportError as exc:
-                (case_dir / "harvest-errors.txt").open("a").write(f"{exc}\n")
+                harvest_faults.fault(case_dir, "pods", exc, faults)
+        files += host_harvest.pod_logs(
+            case_dir, [(p.spec.name, self.hosts[p.host], p.spawn_name) for p in self.placed.values()], faults)
         for name, host in self.hosts.items():
-            files += self._harvest_node(case_dir, name, host)
-        files += self.scheduler.harvest(case_dir, self.log_offset)
-        return files
-
-    def _harvest_node(self, case_dir: Path, name: str, host: Host) -> list[str]:
-        files: list[str] = []
-        smi = host.run(
-            ["sh", "-c", "command -v nvidia-smi >/dev/null || { echo 'nvidia-smi: not found'; exit 0; }; nvidia-smi"],
-            timeout=60,
-        )
-        (case_dir / f"remote_{name}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
-        files.append(f"remote_{name}_nvidia_smi.txt")
-        for kind, local_name in (("dmon", f"remote_{name}_dmon.txt"),):
-            spawn = f"{self.case_prefix}-{kind}"
-            try:
-                log = host.stop(spawn)
-                host.get(log, case_dir / local_name)
-                files.append(local_name)
-            except TransportError:
-                pass  # not started: no GPU on this host (recorded by the sampler)
-        try:
-            host.stop(f"{self.case_prefix}-sampler")
-        except TransportError as exc:
-            (case_dir / "harvest-errors.txt").open("a").write(f"{exc}\n")
-        sampler_dir = f"{host.spawn_dir}/{self.case_prefix}-sampler"
-        for fname in ("gpu.csv", "procs.csv", "no_gpu.txt"):
-            local = case_dir / "sampler" / f"{name}_{fname}"
-            try:
-                host.get(f"{sampler_dir}/{fname}", local)
-                files.append(str(local.relative_to(case_dir)))
-            except TransportError:
-                continue
-        return files
+            files += host_harvest.node_evidence(case_dir, name, host, self.case_prefix, faults)
+        files += self.scheduler.harvest(case_dir, self.log_offset, faults)
+        return harvest_faults.complete(files, faults)
 
     # -- the scheduler as a process (stability suites) -------------------------------------------
     def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:

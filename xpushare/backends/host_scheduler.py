@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from xpushare.backends import scheduler_proc
+from xpushare.backends import harvest_faults, scheduler_proc
 from xpushare.backends.base import SchedulerFacts, SchedulerRestart
 from xpushare.evidence.scrape_capture import curl_capture_argv
 from xpushare.evidence.store import SCHEDULER_NODE_FILE
 from xpushare.inventory.schema import SchedulerSpec
-from xpushare.model.errors import XpushareError
+from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 
 __all__ = ["HostScheduler"]
@@ -41,23 +41,35 @@ class HostScheduler:
         res = self.host.run(["sh", "-c", 'wc -c < "$1"', "sh", log], timeout=30)
         return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
 
-    def harvest(self, case_dir: Path, log_offset: int | None) -> list[str]:
+    def harvest(self, case_dir: Path, log_offset: int | None, faults: list[str]) -> list[str]:
         """``metrics.txt`` and ``metrics_health.txt`` (curl captures), ``scheduler.log`` from byte ``log_offset``
-        on with ``scheduler_node.txt``, ``scheduler_proc.txt``: each only when the inventory says where."""
+        on with ``scheduler_node.txt``, ``scheduler_proc.txt``: each only when the inventory says where. A piece
+        lost to a transport fault is noted and added to ``faults`` (:func:`harvest_faults.fault`); the others are
+        still read."""
         files: list[str] = []
         if self.settings.metrics_url:
             base = self.settings.metrics_url.rstrip("/")
             for path, local in (("/metrics", "metrics.txt"), ("/healthz", "metrics_health.txt")):
-                res = self.host.run(curl_capture_argv(base + path, 10), timeout=30)
+                try:
+                    res = self.host.run(curl_capture_argv(base + path, 10), timeout=30)
+                except TransportError as exc:
+                    harvest_faults.fault(case_dir, f"scheduler {path}", exc, faults)
+                    continue
                 (case_dir / local).write_text(res.stdout + res.stderr, encoding="utf-8")
                 files.append(local)
         if self.settings.log_file:
-            res = self.host.run(["tail", "-c", f"+{(log_offset or 0) + 1}", self.settings.log_file], timeout=120)
-            (case_dir / "scheduler.log").write_text(res.stdout, encoding="utf-8")
-            (case_dir / SCHEDULER_NODE_FILE).write_text(self.name + "\n", encoding="utf-8")
-            files += ["scheduler.log", SCHEDULER_NODE_FILE]
+            try:
+                res = self.host.run(["tail", "-c", f"+{(log_offset or 0) + 1}", self.settings.log_file], timeout=120)
+                (case_dir / "scheduler.log").write_text(res.stdout, encoding="utf-8")
+                (case_dir / SCHEDULER_NODE_FILE).write_text(self.name + "\n", encoding="utf-8")
+                files += ["scheduler.log", SCHEDULER_NODE_FILE]
+            except TransportError as exc:
+                harvest_faults.fault(case_dir, "scheduler log", exc, faults)
         if self.settings.process_name:
-            files.append(scheduler_proc.store_status(case_dir, self.host, self.settings.process_name))
+            try:
+                files.append(scheduler_proc.store_status(case_dir, self.host, self.settings.process_name))
+            except TransportError as exc:
+                harvest_faults.fault(case_dir, "scheduler /proc", exc, faults)
         return files
 
     def facts(self, cluster_name: str, *, metrics: bool = False) -> list[SchedulerFacts]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.backends import k8s_harvest, k8s_nodes, k8s_scheduler
+from xpushare.backends import harvest_faults, k8s_harvest, k8s_nodes, k8s_scheduler
 from xpushare.backends.base import (
     CAP_ANNOTATIONS,
     CAP_CLIENT_LIBRARY,
@@ -46,13 +46,13 @@ from xpushare.backends.base import (
     SchedulerRestart,
     write_pod_records,
 )
-from xpushare.backends.k8s_harvest import note
+from xpushare.backends.harvest_faults import note
 from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import HarvestIncomplete, TransportError, XpushareError
+from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
 from xpushare.transport import interrupt, kube_lease
 from xpushare.transport.base import Host
@@ -394,7 +394,7 @@ class K8sBackend(Backend, KubeAccess):
     def harvest(self, case_dir: Path) -> list[str]:
         """Store the case's evidence; each piece on its own, so that a fault in one (a lost connection, a
         kubectl timeout) loses only that piece. Raises :class:`HarvestIncomplete` (with the files stored) when
-        a piece was lost to such a fault rather than absent (:func:`k8s_harvest.fault`)."""
+        a piece was lost to such a fault rather than absent (:mod:`xpushare.backends.harvest_faults`)."""
         faults: list[str] = []
         files: list[str] = []
         records: list[PodRecord] = []
@@ -410,15 +410,13 @@ class K8sBackend(Backend, KubeAccess):
                     (case_dir / "pods" / f"{name}.log").write_text(text, encoding="utf-8")
                     files.append(f"pods/{name}.log")
         except XpushareError as exc:
-            k8s_harvest.fault(case_dir, "pods", exc, faults)
+            harvest_faults.fault(case_dir, "pods", exc, faults)
         files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
                                             self.case_start, faults)
         nodes = sorted({r.node for r in records if r.node})
         files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, f"{self.prefix}-dmon")
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
-        if faults:
-            raise HarvestIncomplete(files, faults)
-        return files
+        return harvest_faults.complete(files, faults)
 
     def cleanup(self, case_dir: Path) -> None:
         try:

@@ -3,9 +3,10 @@ the scheduler's and device plugin's logs, each node's scrapes, scheduler ``/proc
 dmon, and the cluster snapshot.
 
 Every function stores files in the case directory and returns their names relative to it; a failure is noted
-in ``harvest-errors.txt`` (:func:`note`) and never raised, so one missing piece leaves the rest of the evidence.
-A piece lost to a fault (a lost connection, a kubectl timeout, an API server error; not an object that is
-simply absent) is also added to the caller's ``faults`` (:func:`fault`), which makes the harvest incomplete.
+in ``harvest-errors.txt`` and never raised, so one missing piece leaves the rest of the evidence. A piece lost
+to a fault (a lost connection, a kubectl timeout, an API server error; not an object that is simply absent) is
+also added to the caller's ``faults``, which makes the harvest incomplete (:mod:`xpushare.backends.harvest_faults`,
+shared with host mode).
 """
 
 from __future__ import annotations
@@ -15,29 +16,13 @@ from pathlib import Path
 
 from xpushare.backends import scheduler_proc as scheduler_proc_mod
 from xpushare.backends.base import KubeAccess
+from xpushare.backends.harvest_faults import fault, note
 from xpushare.inventory.sut import SutNames
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
-from xpushare.transport.kubectl import Kubectl, KubeNotFound
+from xpushare.transport.kubectl import Kubectl
 
-__all__ = ["cluster_snapshot", "fault", "node_evidence", "note", "scheduler_logs", "scheduler_proc"]
-
-HARVEST_ERRORS = "harvest-errors.txt"
-
-
-def note(case_dir: Path, message: str) -> None:
-    """Append one line to the case's ``harvest-errors.txt``."""
-    with (case_dir / HARVEST_ERRORS).open("a", encoding="utf-8") as fh:
-        fh.write(message + "\n")
-
-
-def fault(case_dir: Path, what: str, exc: XpushareError, faults: list[str]) -> None:
-    """Note a piece of evidence that could not be read; unless the object was simply absent (NotFound), also
-    append ``"<what>: <error>"`` to ``faults``."""
-    note(case_dir, f"{what}: {exc}")
-    if not isinstance(exc, KubeNotFound):
-        faults.append(f"{what}: {exc}")
-
+__all__ = ["cluster_snapshot", "node_evidence", "scheduler_logs", "scheduler_proc"]
 
 def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kubectl, names: SutNames,
                    since: datetime, faults: list[str]) -> list[str]:

@@ -31,7 +31,7 @@ from typing import TextIO
 
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import LeaseHeld, UsageError, XpushareError
-from xpushare.model.lease import Holder, LeaseSettings, LeaseStore, Observed, live_holder
+from xpushare.model.lease import Holder, LeaseSettings, LeaseStore, Observed
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 
@@ -227,12 +227,16 @@ def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO =
 
 
 def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
-    """The run that holds ``cluster``'s lease and renews it (empty: no lease, or a stale one), which ``invoke
-    clean`` must leave alone. Raises what :func:`store_for` and the store's ``read`` raise."""
+    """The run that holds ``cluster``'s lease and is alive, which ``invoke clean`` must leave alone: empty when
+    there is no lease or it could be taken (:func:`stale_reason`: not renewed for the stale time, or its holder
+    ran on this machine and its process is gone, a run killed with SIGKILL). Raises what :func:`store_for` and
+    the store's ``read`` raise."""
     settings = LeaseSettings.from_params(cluster.params)
     store, conn = store_for(cluster)
     try:
-        holder = live_holder(store.read(), settings)
+        seen = store.read()
     finally:
         conn.close()
-    return frozenset({holder.run_id}) if holder is not None else frozenset()
+    if seen is None or seen.holder is None or stale_reason(seen, settings, new_holder("")) is not None:
+        return frozenset()
+    return frozenset({seen.holder.run_id})

@@ -54,6 +54,11 @@ class ConnectionLost(TransportError):
     """The connection broke while a command ran; the next command reconnects."""
 
 
+class RemoteNotFound(TransportError):
+    """The file, or the spawned command, named on the host does not exist there (an absence, not a fault of
+    the transport)."""
+
+
 class CommandFailed(TransportError):
     """A command exited non-zero and the caller asked for ``check=True``."""
 

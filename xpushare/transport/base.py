@@ -28,6 +28,7 @@ from invoke.runners import Local
 
 from xpushare.model.errors import (
     CommandFailed,
+    RemoteNotFound,
     TransportError,
 )
 
@@ -70,6 +71,7 @@ _SPAWN_SCRIPT = (
     'if [ -f "$n.pid" ] && kill -0 "$(cat "$n.pid")" 2>/dev/null; then echo "already running" >&2; exit 98; fi; '
     'setsid nohup "$@" > "$n.log" 2>&1 < /dev/null & echo $! > "$n.pid"; echo $!; pwd'
 )
+_NO_SUCH_SPAWN = 97
 _STOP_SCRIPT = (
     'd=$1; n=$2; f="$d/$n.pid"; [ -f "$f" ] || { echo "no such spawn" >&2; exit 97; }; p=$(cat "$f"); '
     'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; i=0; '
@@ -178,10 +180,13 @@ class Host(ABC):
     def stop(self, name: str, *, timeout: float = 30) -> str:
         """Stop a spawned command's process group (TERM, then KILL after 5 s); return its log path.
 
-        Raises :class:`TransportError` when nothing was spawned under ``name``.
+        Raises :class:`RemoteNotFound` when nothing was spawned under ``name``, :class:`TransportError` when
+        the stop failed.
         """
         _check_spawn_name(name)
         res = self.run(["sh", "-c", _STOP_SCRIPT, "sh", self.spawn_dir, name], timeout=timeout)
+        if res.exit_code == _NO_SUCH_SPAWN:
+            raise RemoteNotFound(self.name, f"stop {name!r}: no such spawn")
         if not res.ok:
             raise TransportError(self.name, f"stop {name!r} failed: {res.stderr.strip() or res.exit_code}")
         return res.stdout.strip()

@@ -17,6 +17,7 @@ from invoke.runners import Local
 
 from xpushare.model.errors import (
     CommandTimeout,
+    RemoteNotFound,
     TransportError,
 )
 from xpushare.transport import command_log
@@ -86,6 +87,8 @@ class LocalHost(Host):
         try:
             Path(local).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(remote, local)
+        except FileNotFoundError as exc:
+            raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.strerror}") from None
         except OSError as exc:
             raise TransportError(self.name, f"get {remote} -> {local}: {exc.strerror}") from None
 

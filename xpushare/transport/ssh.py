@@ -30,6 +30,7 @@ from xpushare.model.errors import (
     ConnectionLost,
     HostKeyMismatch,
     HostUnreachable,
+    RemoteNotFound,
     TransportError,
 )
 from xpushare.transport import command_log
@@ -269,7 +270,13 @@ class SshHost(Host):
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
             conn.get(remote, str(local))
-        except (OSError, paramiko.SSHException) as exc:
+        except FileNotFoundError as exc:
+            raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc}") from None
+        except (EOFError, paramiko.SSHException) as exc:
+            self._drop()
+            detail = str(exc) or type(exc).__name__
+            raise ConnectionLost(self.name, f"connection lost during get {remote}: {detail}") from None
+        except OSError as exc:
             raise TransportError(self.name, f"get {remote} -> {local}: {exc}") from None
 
     def close(self) -> None:
