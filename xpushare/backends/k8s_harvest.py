@@ -18,7 +18,8 @@ from xpushare.backends.base import KubeAccess
 from xpushare.inventory.sut import SutNames
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
-from xpushare.transport.kubectl import Kubectl, KubeNotFound
+from xpushare.transport.kube_errors import KubeNotFound
+from xpushare.transport.kubectl import Kubectl
 
 __all__ = ["cluster_snapshot", "fault", "node_evidence", "note", "scheduler_logs", "scheduler_proc"]
 

@@ -68,7 +68,7 @@ def _wait_logs(kubectl: Any, sel: str, wanted: Sequence[str], step: str, timeout
 
 def run_k8s(ctx: RunContext, kubectl: Any, *, limit: str | None) -> ExitStatus:
     """In-cluster mode through ``kubectl`` (a :class:`~xpushare.transport.kubectl.Kubectl`); returns the exit status."""
-    from xpushare.transport.kubectl import KubeError, KubePodStuck, KubeTimeout
+    from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
 
     p = ctx.params
     settings = manifests.K8sSettings(image=p.image, python=p.python or "python3", scripts=p.scripts,

@@ -40,8 +40,8 @@ from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
+from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import KubeError
 from xpushare.transport.local import LocalHost
 
 __all__ = [
