@@ -25,7 +25,9 @@ PROBE_PLAYBOOK = 'cases: [FUNC-001]\nparams:\n  workload_args: {w2_medium_add: [
 #: Files of xpushare/data the wheel must carry (a suite needs each of them at run time).
 DATA = ("data/playbooks/local.yaml", "data/manifests/pod.yaml", "data/manifests/legacy/scheduler.yaml",
         "data/manifests/envcheck/gpu-job.yaml", "data/baselines/t4-seed004.yaml", "data/workloads/w2_medium_add.py",
-        "data/workloads/_driver.py", "data/workloads/envcheck/node_steps.py", "data/required_metrics.yaml")
+        "data/workloads/_driver.py", "data/workloads/_common.py", "data/workloads/_cudadrv.py",
+        "data/workloads/_output.py", "data/workloads/_sampler_sources.py", "data/workloads/envcheck/node_steps.py",
+        "data/required_metrics.yaml")
 
 
 def pip(*args: str, cwd: Path) -> None:

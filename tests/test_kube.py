@@ -17,6 +17,16 @@ from tests.lab.cluster import LocalHost
 from xpushare.inventory.sut import GENERATIONS, sut_names
 from xpushare.model.errors import XpushareError
 from xpushare.transport.base import CommandResult
+from xpushare.transport.kube_errors import (
+    KubeAlreadyExists,
+    KubeError,
+    KubeNotFound,
+    KubePodStuck,
+    KubeRequestTimeout,
+    KubeTimeout,
+    KubeUnavailable,
+    classify,
+)
 from xpushare.transport.kube_objects import (
     duration,
     format_time,
@@ -26,17 +36,7 @@ from xpushare.transport.kube_objects import (
     parse_time,
     split_prefixed_logs,
 )
-from xpushare.transport.kubectl import (
-    KubeAlreadyExists,
-    Kubectl,
-    KubeError,
-    KubeNotFound,
-    KubePodStuck,
-    KubeRequestTimeout,
-    KubeTimeout,
-    KubeUnavailable,
-    classify,
-)
+from xpushare.transport.kubectl import Kubectl
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl
 

@@ -22,8 +22,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.cluster import LabCluster
+from xpushare.transport.kube_errors import KubeNotFound
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import Kubectl, KubeNotFound
+from xpushare.transport.kubectl import Kubectl
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl, lab_faults
 pytestmark = [pytest.mark.lab]

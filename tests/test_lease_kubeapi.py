@@ -14,8 +14,9 @@ from tests.lab.kubeapi import ApiServer, Store
 from tests.lab.kubelab import require_kube_lab
 from xpushare.engine import lease
 from xpushare.model.lease import LeaseSettings
+from xpushare.transport.kube_errors import KubeAlreadyExists, KubeConflict
 from xpushare.transport.kube_lease import KubeLeaseStore, live_run
-from xpushare.transport.kubectl import KubeAlreadyExists, KubeConflict, Kubectl
+from xpushare.transport.kubectl import Kubectl
 from xpushare.transport.local import LocalHost
 
 pytestmark = [pytest.mark.lab]

@@ -20,7 +20,8 @@ from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from xpushare.backends.k8s import K8sBackend
 from xpushare.inventory import schema
-from xpushare.transport.kubectl import Kubectl, KubeNotFound
+from xpushare.transport.kube_errors import KubeNotFound
+from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.kube_errors import KubeError
+from xpushare.transport.kubectl import Kubectl
 from xpushare.transport.manifest_yaml import GO_NUMBER, dump_manifests
 
 pytest_plugins = ["tests.lab.fixtures"]  # lab_cluster, lab_kubectl

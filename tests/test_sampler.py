@@ -43,6 +43,7 @@ def _load_sampler() -> ModuleType:
 
 
 ns = _load_sampler()
+src = sys.modules["_sampler_sources"]  # its sources, imported by the sampler from its own directory
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -51,19 +52,19 @@ ns = _load_sampler()
 
 
 def test_parse_query_gpu_fixture_busy() -> None:
-    rows = ns.parse_query_gpu_csv((SAMPLES / "nvidia_smi_query_busy.csv").read_text())
-    assert rows == [ns.GpuSample(0, H200_UUID, 100.0, 1605 * MIB, 143771 * MIB)]
+    rows = src.parse_query_gpu_csv((SAMPLES / "nvidia_smi_query_busy.csv").read_text())
+    assert rows == [src.GpuSample(0, H200_UUID, 100.0, 1605 * MIB, 143771 * MIB)]
 
 
 def test_parse_query_gpu_fixture_idle() -> None:
-    rows = ns.parse_query_gpu_csv((SAMPLES / "nvidia_smi_query_idle.csv").read_text())
+    rows = src.parse_query_gpu_csv((SAMPLES / "nvidia_smi_query_idle.csv").read_text())
     assert len(rows) == 1
     assert (rows[0].sm_util_pct, rows[0].mem_used_bytes, rows[0].mem_total_bytes) == (0.0, 0, 143771 * MIB)
 
 
 def test_parse_query_gpu_fixture_uuid_matches_nvidia_smi_l() -> None:
     listed = (SAMPLES / "nvidia_smi_L.txt").read_text()
-    rows = ns.parse_query_gpu_csv((SAMPLES / "nvidia_smi_query_busy.csv").read_text())
+    rows = src.parse_query_gpu_csv((SAMPLES / "nvidia_smi_query_busy.csv").read_text())
     assert f"GPU {rows[0].gpu_index}: " in listed and f"(UUID: {rows[0].uuid})" in listed
 
 
@@ -77,16 +78,16 @@ def test_parse_query_gpu_fixture_uuid_matches_nvidia_smi_l() -> None:
     ],
 )
 def test_parse_query_gpu_with_and_without_header_and_units(text: str) -> None:
-    rows = ns.parse_query_gpu_csv(text)
+    rows = src.parse_query_gpu_csv(text)
     assert rows == [
-        ns.GpuSample(0, "GPU-a", 37.0, 1605 * MIB, 143771 * MIB),
-        ns.GpuSample(1, "GPU-b", None, 0, 143771 * MIB),
+        src.GpuSample(0, "GPU-a", 37.0, 1605 * MIB, 143771 * MIB),
+        src.GpuSample(1, "GPU-b", None, 0, 143771 * MIB),
     ]
 
 
 def test_parse_query_gpu_reordered_header() -> None:
     text = "memory.total [MiB], uuid, index\n16384 MiB, GPU-t4, 3\n"
-    assert ns.parse_query_gpu_csv(text) == [ns.GpuSample(3, "GPU-t4", None, None, 16384 * MIB)]
+    assert src.parse_query_gpu_csv(text) == [src.GpuSample(3, "GPU-t4", None, None, 16384 * MIB)]
 
 
 @pytest.mark.parametrize(
@@ -101,32 +102,32 @@ def test_parse_query_gpu_reordered_header() -> None:
 )
 def test_parse_query_gpu_rejects_malformed(text: str) -> None:
     with pytest.raises(ValueError):
-        ns.parse_query_gpu_csv(text)
+        src.parse_query_gpu_csv(text)
 
 
 def test_parse_query_gpu_empty() -> None:
-    assert ns.parse_query_gpu_csv("") == []
-    assert ns.parse_query_gpu_csv("\n  \n") == []
+    assert src.parse_query_gpu_csv("") == []
+    assert src.parse_query_gpu_csv("\n  \n") == []
 
 
 def test_parse_compute_apps_fixture() -> None:
     text = (SAMPLES / "nvidia_smi_compute_apps.csv").read_text()
-    assert ns.parse_compute_apps_csv(text, {H200_UUID: 0}) == [ns.ProcSample(0, 478, 610 * MIB, H200_UUID)]
+    assert src.parse_compute_apps_csv(text, {H200_UUID: 0}) == [src.ProcSample(0, 478, 610 * MIB, H200_UUID)]
     # a UUID that the GPU query did not list keeps the row, without an index
-    assert ns.parse_compute_apps_csv(text, {}) == [ns.ProcSample(None, 478, 610 * MIB, H200_UUID)]
+    assert src.parse_compute_apps_csv(text, {}) == [src.ProcSample(None, 478, 610 * MIB, H200_UUID)]
 
 
 def test_parse_compute_apps_noheader() -> None:
     text = "478, GPU-a, 610\n479, GPU-b, [N/A]\n"
-    assert ns.parse_compute_apps_csv(text, {"GPU-a": 0, "GPU-b": 1}) == [
-        ns.ProcSample(0, 478, 610 * MIB, "GPU-a"),
-        ns.ProcSample(1, 479, None, "GPU-b"),
+    assert src.parse_compute_apps_csv(text, {"GPU-a": 0, "GPU-b": 1}) == [
+        src.ProcSample(0, 478, 610 * MIB, "GPU-a"),
+        src.ProcSample(1, 479, None, "GPU-b"),
     ]
 
 
 @pytest.mark.parametrize("text", ["", "No running processes found\n", "pid, gpu_uuid, used_gpu_memory [MiB]\n"])
 def test_parse_compute_apps_nothing_running(text: str) -> None:
-    assert ns.parse_compute_apps_csv(text, {}) == []
+    assert src.parse_compute_apps_csv(text, {}) == []
 
 
 @pytest.mark.parametrize(
@@ -144,19 +145,19 @@ def test_parse_compute_apps_nothing_running(text: str) -> None:
     ],
 )
 def test_parse_mem_bytes(text: str, expected: int | None) -> None:
-    assert ns.parse_mem_bytes(text) == expected
+    assert src.parse_mem_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["-1 MiB", "12 MB", "abc", "1 2"])
 def test_parse_mem_bytes_rejects(text: str) -> None:
     with pytest.raises(ValueError):
-        ns.parse_mem_bytes(text)
+        src.parse_mem_bytes(text)
 
 
 @given(st.integers(min_value=0, max_value=10**7))
 @settings(max_examples=50, deadline=None)
 def test_parse_mem_bytes_units_agree(mib: int) -> None:
-    assert ns.parse_mem_bytes(f"{mib} MiB") == ns.parse_mem_bytes(str(mib)) == mib * MIB
+    assert src.parse_mem_bytes(f"{mib} MiB") == src.parse_mem_bytes(str(mib)) == mib * MIB
 
 
 @pytest.mark.parametrize(
@@ -169,14 +170,14 @@ def test_parse_mem_bytes_units_agree(mib: int) -> None:
     ],
 )
 def test_normalize_field(cell: str, field: str) -> None:
-    assert ns.normalize_field(cell) == field
+    assert src.normalize_field(cell) == field
 
 
 def test_csv_rows_format() -> None:
-    sample = ns.Sample(
+    sample = src.Sample(
         1700000000.123456,
-        [ns.GpuSample(0, "GPU-a", 37.5, 10, 20), ns.GpuSample(1, "GPU-b", None, None, 20)],
-        [ns.ProcSample(None, 42, None)],
+        [src.GpuSample(0, "GPU-a", 37.5, 10, 20), src.GpuSample(1, "GPU-b", None, None, 20)],
+        [src.ProcSample(None, 42, None)],
     )
     assert ns.gpu_rows(sample) == [
         ["1700000000.123", "0", "GPU-a", "37.5", "10", "20"],
@@ -187,8 +188,8 @@ def test_csv_rows_format() -> None:
 
 @pytest.mark.parametrize(("value", "disabled"), [(None, False), ("", False), ("0", False), ("1", True), ("yes", True)])
 def test_nvml_disabled(value: str | None, disabled: bool) -> None:
-    env = {} if value is None else {ns.NO_NVML_ENV: value}
-    assert ns.nvml_disabled(env) is disabled
+    env = {} if value is None else {src.NO_NVML_ENV: value}
+    assert src.nvml_disabled(env) is disabled
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -239,13 +240,13 @@ class FakeNvml:
 
 def test_nvml_backend_sample() -> None:
     fake = FakeNvml()
-    backend = ns.NvmlBackend(fake)
+    backend = src.NvmlBackend(fake)
     sample = backend.sample()
     assert sample.gpus == [
-        ns.GpuSample(0, "GPU-fake-0", 87.0, MIB, 16 * 1024 * MIB),
-        ns.GpuSample(1, "GPU-fake-1", None, 2 * MIB, 16 * 1024 * MIB),
+        src.GpuSample(0, "GPU-fake-0", 87.0, MIB, 16 * 1024 * MIB),
+        src.GpuSample(1, "GPU-fake-1", None, 2 * MIB, 16 * 1024 * MIB),
     ]
-    assert sample.procs == [ns.ProcSample(0, 100, 5 * MIB, "GPU-fake-0"), ns.ProcSample(0, 101, None, "GPU-fake-0")]
+    assert sample.procs == [src.ProcSample(0, 100, 5 * MIB, "GPU-fake-0"), src.ProcSample(0, 101, None, "GPU-fake-0")]
     assert len(sample.errors) == 1 and "Not Supported" in sample.errors[0]
     backend.close()
     backend.close()
@@ -349,7 +350,7 @@ def fake_smi_dir(tmp_path: Path) -> Path:
 
 def _env(path_first: Path | None, **extra: str) -> dict[str, str]:
     env = dict(os.environ, **extra)
-    env.pop(ns.NO_NVML_ENV, None)
+    env.pop(src.NO_NVML_ENV, None)
     env.update(extra)
     if path_first is not None:
         env["PATH"] = f"{path_first}{os.pathsep}{env.get('PATH', '')}"
@@ -367,7 +368,7 @@ def test_no_gpu_on_this_machine_writes_no_gpu_txt(tmp_path: Path) -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("nvidia-smi present: this machine may have a GPU")
     try:
-        module = ns.import_pynvml()
+        module = src.import_pynvml()
         module.nvmlInit()
     except Exception:
         pass
@@ -386,12 +387,12 @@ def test_no_gpu_hermetic(tmp_path: Path) -> None:
     """NVML disabled and no nvidia-smi on PATH: no_gpu.txt names both reasons, exit 0."""
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    env = _env(None, **{ns.NO_NVML_ENV: "1"})
+    env = _env(None, **{src.NO_NVML_ENV: "1"})
     env["PATH"] = str(empty)
     proc = _sampler(["--count", "2", "--out-dir", str(tmp_path / "out")], env)
     assert proc.returncode == 0, proc.stderr
     lines = (tmp_path / "out" / "no_gpu.txt").read_text().splitlines()
-    assert f"NVML: disabled by {ns.NO_NVML_ENV}='1'" in lines
+    assert f"NVML: disabled by {src.NO_NVML_ENV}='1'" in lines
     assert any(line.startswith("nvidia-smi not found") for line in lines)
 
 
@@ -400,7 +401,7 @@ def test_fake_nvidia_smi_fallback(tmp_path: Path, fake_smi_dir: Path) -> None:
     before = time.time()
     proc = _sampler(
         ["--count", "2", "--interval-s", "0.1", "--out-dir", str(out)],
-        _env(fake_smi_dir, **{ns.NO_NVML_ENV: "1"}),
+        _env(fake_smi_dir, **{src.NO_NVML_ENV: "1"}),
     )
     after = time.time()
     assert proc.returncode == 0, proc.stderr
@@ -427,14 +428,14 @@ def test_fake_nvidia_smi_fallback(tmp_path: Path, fake_smi_dir: Path) -> None:
         * 2
     )
     source = (out / "sampler_source.txt").read_text()
-    assert "backend=nvidia-smi" in source and ns.NO_NVML_ENV in source
+    assert "backend=nvidia-smi" in source and src.NO_NVML_ENV in source
     assert not (out / "no_gpu.txt").exists()
 
 
 def test_failing_nvidia_smi_is_recorded_as_no_gpu(tmp_path: Path, fake_smi_dir: Path) -> None:
     out = tmp_path / "out"
     proc = _sampler(
-        ["--count", "2", "--out-dir", str(out)], _env(fake_smi_dir, **{ns.NO_NVML_ENV: "1", "FAKE_SMI_FAIL": "1"})
+        ["--count", "2", "--out-dir", str(out)], _env(fake_smi_dir, **{src.NO_NVML_ENV: "1", "FAKE_SMI_FAIL": "1"})
     )
     assert proc.returncode == 0, proc.stderr
     text = (out / "no_gpu.txt").read_text()
@@ -446,7 +447,7 @@ def test_duration_stops_sampling(tmp_path: Path, fake_smi_dir: Path) -> None:
     started = time.perf_counter()
     proc = _sampler(
         ["--duration-s", "0.5", "--interval-s", "0.2", "--out-dir", str(out)],
-        _env(fake_smi_dir, **{ns.NO_NVML_ENV: "1"}),
+        _env(fake_smi_dir, **{src.NO_NVML_ENV: "1"}),
     )
     assert proc.returncode == 0, proc.stderr
     assert time.perf_counter() - started < 15
@@ -459,7 +460,7 @@ def test_signal_stops_cleanly(tmp_path: Path, fake_smi_dir: Path, signum: int) -
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, str(SAMPLER), "--interval-s", "0.1", "--out-dir", str(out)],
-        env=_env(fake_smi_dir, **{ns.NO_NVML_ENV: "1"}),
+        env=_env(fake_smi_dir, **{src.NO_NVML_ENV: "1"}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -490,4 +491,4 @@ def test_help_lists_flags() -> None:
     text = ns.build_parser().format_help()
     for flag in ("--out-dir", "--interval-s", "--duration-s", "--count", "--nvidia-smi"):
         assert flag in text
-    assert ns.NO_NVML_ENV in text
+    assert src.NO_NVML_ENV in text

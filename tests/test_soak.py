@@ -28,7 +28,7 @@ from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
 from xpushare.soak.runner import _carry_soak_forward
-from xpushare.transport.kubectl import KubeError, KubeUnavailable
+from xpushare.transport.kube_errors import KubeError, KubeUnavailable
 
 T0 = 1_795_000_000.0
 MIB = 2**20

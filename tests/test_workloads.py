@@ -29,6 +29,7 @@ WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "workloads"
 sys.path.insert(0, str(WORKLOADS_DIR))
 
 import _common as c  # noqa: E402
+import _output as o  # noqa: E402
 
 # Patterns of sut-interfaces.md §11 item 11 / §12, copied verbatim.
 RUNTIME_RE = re.compile(r"--- (?P<sec>[0-9.]+) seconds ---")
@@ -637,13 +638,13 @@ def test_table_memory_intent(model: str) -> None:
     row = c.MODEL_DEFAULTS[model]
     memory = c.MODEL_MEMORY_BYTES[model]
     assert memory is not None
-    w1 = c.tensor_bytes(int(row["w1"]["n"]), 4)
+    w1 = o.tensor_bytes(int(row["w1"]["n"]), 4)
     assert 0.70 <= w1 / memory <= 0.75, w1 / memory
     # must stay below xpushare's physical allocatable (total - 1536 MiB, spec §7 item 3)
     assert w1 < memory - 1536 * c.MIB
     for key in ("w2", "w3", "w5", "w6"):
-        assert c.tensor_bytes(int(row[key]["n"]), 4) / c.GIB == pytest.approx(2.92, abs=0.01)
-    assert c.tensor_bytes(int(row["w7"]["n"]), 3) == pytest.approx(0.45e9, rel=0.02)
+        assert o.tensor_bytes(int(row[key]["n"]), 4) / c.GIB == pytest.approx(2.92, abs=0.01)
+    assert o.tensor_bytes(int(row["w7"]["n"]), 3) == pytest.approx(0.45e9, rel=0.02)
     assert row["w4"]["mib"] * c.MIB / memory == pytest.approx(0.125, abs=0.005)
     assert row["oversub"]["factor"] > 1.0
 
@@ -698,7 +699,7 @@ def test_apply_model_defaults_keeps_flags() -> None:
 
 def test_format_progress_matches_spec_regex() -> None:
     now = datetime.datetime(2026, 1, 2, 3, 4, 5)
-    seg = c.format_progress(250, 1000, 12.5, now)
+    seg = o.format_progress(250, 1000, 12.5, now)
     assert seg.startswith("[XPUSHARE][INFO][2026-01-02 03:04:05] ")
     m = TQDM_RE.search(seg)
     assert m is not None, seg
@@ -710,14 +711,14 @@ def test_format_progress_matches_spec_regex() -> None:
         "00:37",
         "20.00",
     )
-    start = TQDM_RE.search(c.format_progress(0, 10, 0.0, now))
+    start = TQDM_RE.search(o.format_progress(0, 10, 0.0, now))
     assert start is not None and (start["rate"], start["remain"]) == ("?", "?")
-    assert c.format_interval(3725) == "1:02:05"
+    assert o.format_interval(3725) == "1:02:05"
 
 
 def test_progress_segments_separated_by_cr() -> None:
     buf = io.StringIO()
-    prog = c.Progress(3, stream=buf, mininterval_s=0.0)
+    prog = o.Progress(3, stream=buf, mininterval_s=0.0)
     for _ in range(3):
         prog.update()
     prog.close()
@@ -726,7 +727,7 @@ def test_progress_segments_separated_by_cr() -> None:
     segments = text.rstrip("\n").split("\r")
     assert [TQDM_RE.search(s)["n"] for s in segments] == ["0", "1", "2", "3", "3"]  # type: ignore[index]
     silent = io.StringIO()
-    off = c.Progress(3, enabled=False, stream=silent)
+    off = o.Progress(3, enabled=False, stream=silent)
     off.update()
     off.close()
     assert silent.getvalue() == ""
@@ -735,7 +736,7 @@ def test_progress_segments_separated_by_cr() -> None:
 @given(st.floats(min_value=1e-3, max_value=1e6, allow_nan=False))
 @settings(max_examples=50, deadline=None)
 def test_runtime_line_round_trips(seconds: float) -> None:
-    line = c.format_runtime(seconds)
+    line = o.format_runtime(seconds)
     m = RUNTIME_RE.fullmatch(line)
     assert m is not None, line
     assert float(m["sec"]) == seconds
@@ -744,7 +745,7 @@ def test_runtime_line_round_trips(seconds: float) -> None:
 @given(st.floats(min_value=0.05, max_value=1e5), st.integers(min_value=0, max_value=10**9))
 @settings(max_examples=50, deadline=None)
 def test_quota_probe_line(elapsed: float, iterations: int) -> None:
-    m = PROBE_RE.fullmatch(c.format_quota_probe(elapsed, iterations))
+    m = PROBE_RE.fullmatch(o.format_quota_probe(elapsed, iterations))
     assert m is not None
     assert float(m[1]) == round(elapsed, 1)
     assert int(m[2]) == iterations
@@ -813,6 +814,6 @@ def test_readme_defaults_table_matches_model_table() -> None:
         key, dest = by_script[script], flag.replace("-", "_")
         for model, cell in zip(models, [x.strip() for x in cells.split("|")], strict=True):
             value = c.MODEL_DEFAULTS[model][key].get(dest)
-            assert cell == ("(device)" if value is None else c._fmt_num(value)), (script, flag, model)
+            assert cell == ("(device)" if value is None else c.format_num(value)), (script, flag, model)
         seen.add((key, dest))
     assert seen == {(key, dest) for key in SCRIPTS for dest in c.MODEL_DEFAULTS["cpu"][key]}

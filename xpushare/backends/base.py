@@ -272,7 +272,7 @@ class KubeAccess(ABC):
     cluster itself (scheduler pods and their ``/metrics``, DaemonSets, nodes) rather than on their pods.
 
     Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts.
-    Errors: :class:`~xpushare.transport.kubectl.KubeError` from kubectl,
+    Errors: :class:`~xpushare.transport.kube_errors.KubeError` from kubectl,
     :class:`~xpushare.model.errors.TransportError` from SSH, unless a method says otherwise.
     """
 
@@ -334,7 +334,7 @@ class KubeAccess(ABC):
     def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
         """The scheduler pods' log since :attr:`case_start` (``kubectl logs -l <scheduler> --since-time``),
         each line prefixed with ``[pod/<name>/<container>]`` when ``prefix``, with kubectl's RFC 3339
-        timestamp when ``timestamps``. Raises :class:`~xpushare.transport.kubectl.KubeError`."""
+        timestamp when ``timestamps``. Raises :class:`~xpushare.transport.kube_errors.KubeError`."""
 
     @abstractmethod
     def case_pods(self) -> list[PodRecord]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xpushare.model.errors import HarvestIncomplete, RemoteNotFound, XpushareError
-from xpushare.transport.kubectl import KubeNotFound
+from xpushare.transport.kube_errors import KubeNotFound
 
 __all__ = ["HARVEST_ERRORS", "complete", "fault", "is_absent", "note"]
 

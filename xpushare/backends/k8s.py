@@ -58,8 +58,8 @@ from xpushare.transport import interrupt, kube_lease
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
+from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import KubeError, KubePodStuck, KubeTimeout
 from xpushare.transport.manifest_yaml import dump_manifests
 
 MANIFESTS = manifests_dir()

@@ -15,8 +15,9 @@ from xpushare.backends.base import KubeAccess, SchedulerFacts, SchedulerRestart
 from xpushare.evidence.scrape_capture import curl_capture_argv, failed_capture_text, with_curl_note
 from xpushare.inventory.sut import SutNames
 from xpushare.model.errors import TransportError, XpushareError
+from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import Kubectl, KubeError
+from xpushare.transport.kubectl import Kubectl
 
 __all__ = ["curl_scheduler", "restart_scheduler", "scheduler_facts", "scheduler_pods"]
 

@@ -29,7 +29,7 @@ from xpushare.model.errors import TransportError, UsageError
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kubectl import KubeError
+from xpushare.transport.kube_errors import KubeError
 
 __all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "spawn_prefixes"]
 

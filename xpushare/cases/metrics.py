@@ -39,7 +39,7 @@ the judgments rebuild the same match from the stored ``pods.json`` and ``pods/<p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
@@ -64,6 +64,7 @@ from xpushare.cases.metrics_support import (
     stored_client,
     stored_probe_client,
 )
+from xpushare.evidence.client_match import ClientMatch
 from xpushare.evidence.metrics_target import (
     NodeCapture,
     ScrapeTarget,
@@ -128,6 +129,17 @@ def _met001(run: CaseRun) -> None:
         target.close()
 
 
+def _settle_mid(run: CaseRun, target: ScrapeTarget, pod: str,
+                judge: Callable[[Evidence, ClientMatch, str | None], Verdict]) -> None:
+    """Settle ``metrics_mid.txt`` on the live probe ``pod`` (:func:`settle_scrape`: poll until
+    ``judge(evidence, client, prefix)`` passes, or ``met_settle_s`` runs out); the kept capture's Unix time
+    goes to ``plan["mid_at"]``. Raises what the capture raises."""
+    prefix, client = run.plan["prefix"], live_match(run, pod)
+    record = settle_scrape(run, target, "metrics_mid.txt", lambda ev: passes(judge(ev, client, prefix)))
+    run.plan["mid_at"] = record.t
+    run.save_plan()
+
+
 def _met002(run: CaseRun) -> None:
     begin_case(run)
     if run.cluster.mode != "k8s":
@@ -152,11 +164,8 @@ def _met002(run: CaseRun) -> None:
     pod, node = start_probe(run)
     target = probe_target(run, node)
     try:
-        prefix, client = run.plan["prefix"], live_match(run, pod)
-        record = settle_scrape(run, target, "metrics_mid.txt",
-                         lambda ev: passes(judge_met002(ev, run.params, client=client, prefix=prefix)))
-        run.plan["mid_at"] = record.t
-        run.save_plan()
+        _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met002(ev, run.params, client=client,
+                                                                               prefix=prefix))
     finally:
         target.close()
 
@@ -176,11 +185,7 @@ def _met003(run: CaseRun) -> None:
             sampler = None
             run.plan["sampler"] = {"node": node, "error": str(exc)}
         th = {**run.params, "met003_require_nvml": False}  # settle on the page alone; NVML is judged after
-        prefix, client = run.plan["prefix"], live_match(run, pod)
-        record = settle_scrape(run, target, "metrics_mid.txt",
-                         lambda ev: passes(judge_met003(ev, th, client=client, prefix=prefix)))
-        run.plan["mid_at"] = record.t
-        run.save_plan()
+        _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met003(ev, th, client=client, prefix=prefix))
         run.sleep(float(run.params["met003_sampler_tail_s"]))
     finally:
         if sampler is not None:
@@ -199,12 +204,9 @@ def _met004(run: CaseRun) -> None:
                              memory_limit_env=env)
     target = probe_target(run, node)
     try:
-        prefix, client = run.plan["prefix"], live_match(run, pod)
-        record = settle_scrape(run, target, "metrics_mid.txt", lambda ev: passes(judge_met004(
+        _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met004(
             ev, run.params, client=client, core_limit=core, memory_limit=memory, memory_limit_env=env,
-            prefix=prefix)))
-        run.plan["mid_at"] = record.t
-        run.save_plan()
+            prefix=prefix))
     finally:
         target.close()
 

@@ -97,7 +97,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
     if kube is None:
         return None
     from xpushare.backends.k8s_names import dns1123
-    from xpushare.transport.kubectl import KubeError
+    from xpushare.transport.kube_errors import KubeError
 
     wanted = {dns1123(p): p for p in pods}
     seen: dict[str, str] = {}

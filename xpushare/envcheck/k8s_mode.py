@@ -68,13 +68,10 @@ def _wait_logs(kubectl: Any, sel: str, wanted: Sequence[str], step: str, timeout
 
 def run_k8s(ctx: RunContext, kubectl: Any, *, limit: str | None) -> ExitStatus:
     """In-cluster mode through ``kubectl`` (a :class:`~xpushare.transport.kubectl.Kubectl`); returns the exit status."""
-    from xpushare.transport.kubectl import KubeError, KubePodStuck, KubeTimeout
+    from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
 
     p = ctx.params
-    settings = manifests.K8sSettings(image=p.image, python=p.python or "python3", scripts=p.scripts,
-                                     workdir=p.workdir, gpu_resource=p.gpu_resource, node_selector=p.node_selector,
-                                     host_network=p.host_network, workload_kind=p.workload_kind,
-                                     runtime_class=p.runtime_class)
+    settings = p.k8s_settings()
     label_sel = ",".join(f"{k}={v}" for k, v in p.node_selector.items()) or None
     all_nodes = kubectl.list_nodes(label_sel)
     names = node_filter([n.name for n in all_nodes], limit)

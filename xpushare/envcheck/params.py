@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from xpushare.envcheck.manifests import K8sSettings
 from xpushare.model.errors import UsageError
 
 MIB = 1 << 20
+_POD_DEFAULTS = K8sSettings()
 
 # ---------------------------------------------------------------------------------------------- parameters
 
@@ -56,14 +58,21 @@ class EnvcheckParams:
     smoke_procs: int = 2
     python: str | None = None
     """Interpreter on the nodes (default: the inventory's ``python``; ``python3`` in pods)."""
-    image: str = "sglang:v0.5.7"
-    scripts: str = "configmap"
-    workdir: str = "/xpushare"
-    gpu_resource: str = "nvidia.com/gpu"
+    # The pods' look in Kubernetes mode: K8sSettings' fields, with its defaults.
+    image: str = _POD_DEFAULTS.image
+    scripts: str = _POD_DEFAULTS.scripts
+    workdir: str = _POD_DEFAULTS.workdir
+    gpu_resource: str = _POD_DEFAULTS.gpu_resource
     node_selector: dict[str, str] = field(default_factory=dict)
-    host_network: bool = True
-    workload_kind: str = "pod"
-    runtime_class: str | None = None
+    host_network: bool = _POD_DEFAULTS.host_network
+    workload_kind: str = _POD_DEFAULTS.workload_kind
+    runtime_class: str | None = _POD_DEFAULTS.runtime_class
+
+    def k8s_settings(self) -> K8sSettings:
+        """The :class:`~xpushare.envcheck.manifests.K8sSettings` of these parameters (``python``: ``python3``
+        when unset)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(K8sSettings) if f.name != "python"}
+        return K8sSettings(python=self.python or _POD_DEFAULTS.python, **values)
 
     def to_dict(self) -> dict[str, Any]:
         return {f"envcheck_{k}": (list(v) if isinstance(v, tuple) else v)

@@ -40,8 +40,8 @@ from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
+from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import KubeError
 from xpushare.transport.local import LocalHost
 
 __all__ = [
@@ -312,8 +312,8 @@ class NodeCapture:
 def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s: float = 1.0) -> NodeCapture:
     """The node sampler (``workloads/node_sampler.py``, NVML per GPU and per process) as a :class:`NodeCapture`.
 
-    Copies the script with the ``_common.py`` it imports into a folder of its own in the host's spawn
-    directory first (removed after); outputs land in the case dir as
+    Copies the script with the modules it imports (``_common.py``, ``_sampler_sources.py``) into a folder of
+    its own in the host's spawn directory first (removed after); outputs land in the case dir as
     ``sampler/<node>_gpu.csv``, ``_procs.csv``, ``_no_gpu.txt``, ``_sampler_source.txt`` (the names
     MET-003's judgment reads). Raises :class:`~xpushare.model.errors.TransportError` when the copy fails.
     """
@@ -322,7 +322,7 @@ def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s
         home = host.run(["sh", "-c", "pwd"], timeout=30, check=True).stdout.strip()
         spawn_dir = f"{home}/{spawn_dir}"
     script_dir = f"{spawn_dir}/{name}-script"
-    for file in ("node_sampler.py", "_common.py"):
+    for file in ("node_sampler.py", "_common.py", "_sampler_sources.py"):
         host.put(WORKLOADS / file, f"{script_dir}/{file}")
     out_dir = f"{name}-out"
     outputs = {f"{out_dir}/{f}": f"sampler/{node}_{f}"

@@ -21,8 +21,8 @@ from xpushare.judge.quantity import parse_quantity
 from xpushare.legacy import tables
 from xpushare.legacy.backend import BASELINE_WORKLOADS, W2, PodExtra, legacy_backend
 from xpushare.model.errors import TransportError, UsageError, XpushareError
+from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import STUCK_REASONS
-from xpushare.transport.kubectl import KubeError
 
 # ------------------------------------------------------------------------------------------------ helpers
 

@@ -59,7 +59,7 @@ from xpushare.report import artifacts
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kubectl import KubeError
+from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.manifest_yaml import dump_manifests
 
 #: Deploy parameters and their defaults (a cluster's inventory ``params`` and ``--set`` override them).

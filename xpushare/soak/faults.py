@@ -27,8 +27,8 @@ from xpushare.backends.base import KubeAccess, PodRecord, PodSpec, SchedulerFact
 from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.model.errors import XpushareError
 from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
+from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
-from xpushare.transport.kubectl import KubeError
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
     from xpushare.cases.base import CaseRun

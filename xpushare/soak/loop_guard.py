@@ -16,7 +16,7 @@ from xpushare.model.errors import HostKeyMismatch, TransportError
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop_settings import SoakSettings
 from xpushare.transport import interrupt
-from xpushare.transport.kubectl import KubeError, KubeTimeout, KubeUnavailable
+from xpushare.transport.kube_errors import KubeError, KubeTimeout, KubeUnavailable
 
 __all__ = ["OpGuard", "OpState"]
 

@@ -18,7 +18,7 @@ from xpushare.soak.loop_settings import SoakSettings
 from xpushare.soak.loop_text import mib
 from xpushare.soak.loop_trends import LiveTrends
 from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
-from xpushare.transport.kubectl import KubeError
+from xpushare.transport.kube_errors import KubeError
 
 __all__ = ["Sampler"]
 

@@ -10,7 +10,7 @@ prints the ``/proc`` status and FD count of every scheduler process (``pgrep -f`
 and the scheduler's ``/metrics`` fetched with curl from that node (:func:`node_script`).
 
 Errors: every method may raise :class:`~xpushare.model.errors.TransportError` (SSH) or
-:class:`~xpushare.transport.kubectl.KubeError` (kubectl); the loop turns them into gaps and retries with backoff.
+:class:`~xpushare.transport.kube_errors.KubeError` (kubectl); the loop turns them into gaps and retries with backoff.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from xpushare.collect import procstat
 from xpushare.evidence.scrape_capture import scrape_command, split_trailer
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.model.errors import TransportError, XpushareError
-from xpushare.transport.kubectl import KubeError
+from xpushare.transport.kube_errors import KubeError
 
 __all__ = [
     "BackendSoakOps",

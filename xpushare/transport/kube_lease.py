@@ -20,8 +20,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from xpushare.model.lease import Holder, LeaseSettings, Observed, live_holder
+from xpushare.transport.kube_errors import KubeAlreadyExists, KubeConflict, KubeNotFound
 from xpushare.transport.kube_objects import parse_time
-from xpushare.transport.kubectl import KubeAlreadyExists, KubeConflict, Kubectl, KubeNotFound
+from xpushare.transport.kubectl import Kubectl
 
 LEASE_NAME = "xpushare-run"
 KIND = "leases.coordination.k8s.io"

@@ -13,13 +13,11 @@ argv always starts with the cluster's connection flags, so nothing depends on th
 Views (:class:`~xpushare.transport.kube_objects.Pod`, ``Node``, ``DaemonSetStatus``) are parsed from
 ``kubectl -o json`` by :mod:`~xpushare.transport.kube_objects`.
 
-Errors: a non-zero exit becomes :class:`KubeError` (with the argv, stderr and exit code), or a subclass
-picked from kubectl's stderr: :class:`KubeNotFound` (``Error from server (NotFound)``),
-:class:`KubeAlreadyExists`, :class:`KubeTimeout` (``timed out waiting``; also raised by
-:meth:`Kubectl.wait_pods` with the last pods seen), :class:`KubeUnavailable` (API server unreachable) and its
-:class:`KubeRequestTimeout` (the server did not answer within ``--request-timeout``: "kubectl get timed out");
-:class:`KubePodStuck` when a waited-for pod can never start (image pull / container creation errors).
-:class:`KubeConflict` when an update carries a ``resourceVersion`` that changed meanwhile (a lost race).
+Errors: a non-zero exit becomes a :class:`~xpushare.transport.kube_errors.KubeError` (with the argv, stderr and
+exit code) or the subclass :func:`~xpushare.transport.kube_errors.classify` picks from kubectl's stderr
+(not found, already exists, conflict, API server unavailable, request timeout, ``timed out waiting``);
+:meth:`Kubectl.wait_pods` raises ``KubeTimeout`` with the last pods seen, or ``KubePodStuck`` when a waited-for
+pod can never start (image pull / container creation errors).
 Transport failures (:class:`~xpushare.model.errors.TransportError`) pass through unchanged.
 
 Pitfalls handled here (sut-interfaces.md §11, bash-harness.md §6):
@@ -40,8 +38,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from xpushare.model.errors import XpushareError
 from xpushare.transport.base import CommandResult
+from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout, classify
 from xpushare.transport.kube_objects import (
     STUCK_REASONS,
     DaemonSetStatus,
@@ -54,107 +52,6 @@ from xpushare.transport.kube_objects import (
     parse_pod,
     split_prefixed_logs,
 )
-
-# ------------------------------------------------------------------------------------- errors
-
-
-_GLOBAL_WITH_VALUE = frozenset({"--kubeconfig", "--context", "--request-timeout", "-n", "--namespace"})
-
-
-def _verb(argv: Sequence[str]) -> str:
-    """The kubectl verb of an argv (first word after the executable and the global flags)."""
-    skip = False
-    for arg in argv[1:]:
-        if skip:
-            skip = False
-        elif arg in _GLOBAL_WITH_VALUE:
-            skip = True
-        elif not arg.startswith("-"):
-            return arg
-    return "?"
-
-
-class KubeError(XpushareError):
-    """kubectl exited non-zero (or a wait failed): the argv, kubectl's stderr and its exit code."""
-
-    def __init__(self, command: Sequence[str], stderr: str, exit_code: int, message: str | None = None) -> None:
-        self.command = list(command)
-        self.stderr = stderr
-        self.exit_code = exit_code
-        tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-        super().__init__(message or f"kubectl {_verb(self.command)} failed (exit {exit_code}): {tail}")
-
-
-class KubeNotFound(KubeError):
-    """The object does not exist (``Error from server (NotFound)``)."""
-
-
-class KubeAlreadyExists(KubeError):
-    """``create`` of an object that exists (``Error from server (AlreadyExists)``)."""
-
-
-class KubeConflict(KubeError):
-    """An update of an object that changed since it was read (``Error from server (Conflict)``)."""
-
-
-class KubeUnavailable(KubeError):
-    """kubectl could not reach the API server (refused, no route, TLS, or request timeout)."""
-
-
-class KubeRequestTimeout(KubeUnavailable):
-    """The API server did not answer within kubectl's ``--request-timeout`` (a hanging or overloaded server)."""
-
-
-class KubeTimeout(KubeError):
-    """A wait ran out: kubectl's ``timed out waiting for the condition``, or :meth:`Kubectl.wait_pods`.
-
-    ``pods`` holds the last pods observed (empty when the timeout came from kubectl itself).
-    """
-
-    def __init__(self, command: Sequence[str], stderr: str, exit_code: int, message: str | None = None,
-                 pods: Sequence[Pod] = ()) -> None:
-        super().__init__(command, stderr, exit_code, message)
-        self.pods: tuple[Pod, ...] = tuple(pods)
-
-
-class KubePodStuck(KubeError):
-    """A waited-for pod can never get there (image pull or container-creation error, admission failure).
-
-    ``pods`` holds the pods of the last observation.
-    """
-
-    def __init__(self, command: Sequence[str], message: str, pods: Sequence[Pod]) -> None:
-        super().__init__(command, message, -1, message)
-        self.pods: tuple[Pod, ...] = tuple(pods)
-
-
-#: kubectl's own request timeout fired (Go's http client deadline), as opposed to a refused connection.
-_REQUEST_TIMEOUT_RE = re.compile(r"Client\.Timeout exceeded|context deadline exceeded")
-_TIMEOUT_RE = re.compile(r"timed out waiting|context deadline exceeded|\(Timeout\)")
-_UNAVAILABLE_RE = re.compile(
-    r"Unable to connect to the server|The connection to the server .* was refused|no route to host|"
-    r"Client\.Timeout exceeded|i/o timeout|\(ServiceUnavailable\)"
-)
-
-
-def classify(command: Sequence[str], stderr: str, exit_code: int) -> KubeError:
-    """The typed exception for a failed kubectl call, from its stderr."""
-    if "(NotFound)" in stderr:
-        return KubeNotFound(command, stderr, exit_code)
-    if "(AlreadyExists)" in stderr:
-        return KubeAlreadyExists(command, stderr, exit_code)
-    if "(Conflict)" in stderr:
-        return KubeConflict(command, stderr, exit_code)
-    if _UNAVAILABLE_RE.search(stderr) and _REQUEST_TIMEOUT_RE.search(stderr):
-        limit = command[command.index("--request-timeout") + 1] if "--request-timeout" in command[:-1] else "?"
-        tail = stderr.strip().splitlines()[-1]
-        return KubeRequestTimeout(command, stderr, exit_code, f"kubectl {_verb(command)} timed out after {limit} "
-                                  f"(--request-timeout; the API server did not answer): {tail}")
-    if _UNAVAILABLE_RE.search(stderr):
-        return KubeUnavailable(command, stderr, exit_code)
-    if _TIMEOUT_RE.search(stderr):
-        return KubeTimeout(command, stderr, exit_code)
-    return KubeError(command, stderr, exit_code)
 
 
 def _items(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:

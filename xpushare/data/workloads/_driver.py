@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 import _common as c
+import _output as o
 
 Body = Callable[[argparse.Namespace, c.Device, float], float | None]
 """``body(args, device, start)``: the workload; returns the runtime in seconds, or None (see run_workload)."""
@@ -159,7 +160,7 @@ def run_workload(parser: argparse.ArgumentParser, body: Body, argv: Sequence[str
         model = c.resolve_model(args.gpu_model, dev)
         args._model = model
         effective = c.apply_model_defaults(args, model, args._workload)
-        sys.stderr.write(c.format_info(args._workload, dev, model, effective) + "\n")
+        sys.stderr.write(o.format_info(args._workload, dev, model, effective) + "\n")
         sys.stderr.flush()
         start = time.perf_counter()
         runtime = body(args, dev, start)
@@ -170,7 +171,7 @@ def run_workload(parser: argparse.ArgumentParser, body: Body, argv: Sequence[str
         traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
         return 1
-    sys.stdout.write(c.PASS_MARKER + "\n" + c.format_runtime(runtime) + "\n")
+    sys.stdout.write(c.PASS_MARKER + "\n" + o.format_runtime(runtime) + "\n")
     sys.stdout.flush()
     return 0
 
@@ -222,7 +223,7 @@ def run_steps(
         sleep_s: seconds to sleep after each iteration (after its progress update; 0: none).
         progress: show the progress line on stderr.
     """
-    bar = c.Progress(steps, enabled=progress)
+    bar = o.Progress(steps, enabled=progress)
     for i in range(1, steps + 1):
         step()
         if sync_every and i % sync_every == 0:
@@ -264,8 +265,8 @@ def add_loop(
         z = dev.add(x, y)
 
     run_steps(dev, steps, step, sync_every=sync_every, sleep_s=sleep_s, progress=progress)
-    c.check_value("z[0, 0]", dev.item(z, 0), 3.0)
-    c.check_value("z[-1, -1]", dev.item(z, -1), 3.0)
+    o.check_value("z[0, 0]", dev.item(z, 0), 3.0)
+    o.check_value("z[-1, -1]", dev.item(z, -1), 3.0)
 
 
 def add_body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
@@ -292,5 +293,5 @@ def matmul_loop(dev: c.Device, n: int, steps: int, *, sync_every: int = 0, progr
     y = dev.full((n, n), 1.0)
     z = dev.empty((n, n))
     run_steps(dev, steps, lambda: dev.matmul(x, y, out=z), sync_every=sync_every, progress=progress)
-    c.check_value("z[0, 0]", dev.item(z, 0), float(n))
-    c.check_value("z[-1, -1]", dev.item(z, -1), float(n))
+    o.check_value("z[0, 0]", dev.item(z, 0), float(n))
+    o.check_value("z[-1, -1]", dev.item(z, -1), float(n))

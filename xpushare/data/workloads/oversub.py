@@ -30,6 +30,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
 import _driver as d
+import _output as o
 
 FACTOR = d.SizeFlag("--factor", c.positive_float, "multiple of the total memory to allocate.")
 CHUNK_MIB = d.SizeFlag("--chunk-mib", c.positive_int, "size of one chunk in MiB.", " MiB")
@@ -105,7 +106,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
         f"chunk_bytes={sizes[0]:d} chunks={len(sizes):d}",
         flush=True,
     )
-    progress = c.Progress(2 * len(sizes), enabled=args.progress)
+    progress = o.Progress(2 * len(sizes), enabled=args.progress)
     chunks = []
     for size in sizes:
         chunks.append(dev.full((size // c.FP32_BYTES,), 1.0))
@@ -116,9 +117,9 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
         progress.update()
     dev.sync()
     progress.close()
-    c.check_value("chunk[0][0]", dev.item(chunks[0], 0), 1.0)
-    c.check_value("chunk[1][-1]", dev.item(chunks[1], -1), 2.0)
-    c.check_value("chunk[-1][0]", dev.item(chunks[-1], 0), 2.0)
+    o.check_value("chunk[0][0]", dev.item(chunks[0], 0), 1.0)
+    o.check_value("chunk[1][-1]", dev.item(chunks[1], -1), 2.0)
+    o.check_value("chunk[-1][0]", dev.item(chunks[-1], 0), 2.0)
     allocated = sum(dev.numel(t) * c.FP32_BYTES for t in chunks)
     print(f"{c.OVERSUB_PREFIX} allocated_bytes={allocated:d}", flush=True)
 

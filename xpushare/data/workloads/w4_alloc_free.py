@@ -25,6 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
 import _driver as d
+import _output as o
 
 ROUNDS = d.SizeFlag("--rounds", c.positive_int, "allocate/free rounds.")
 MIB = d.SizeFlag("--mib", c.positive_int, "MiB allocated per round (one fp32 block).", " MiB")
@@ -66,13 +67,13 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
     """
     elements = max(1, args.mib * c.MIB // c.FP32_BYTES)
     print(format_report(0, dev.mem_info()), flush=True)
-    progress = c.Progress(args.rounds, enabled=args.progress)
+    progress = o.Progress(args.rounds, enabled=args.progress)
     for round_no in range(1, args.rounds + 1):
         value = float(round_no % 251)
         block = dev.full((elements,), value)
         dev.sync()
-        c.check_value(f"round {round_no} block[0]", dev.item(block, 0), value)
-        c.check_value(f"round {round_no} block[-1]", dev.item(block, -1), value)
+        o.check_value(f"round {round_no} block[0]", dev.item(block, 0), value)
+        o.check_value(f"round {round_no} block[-1]", dev.item(block, -1), value)
         dev.free(block)
         del block
         if args.empty_cache:

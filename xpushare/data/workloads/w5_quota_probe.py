@@ -25,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
 import _driver as d
+import _output as o
 
 DURATION_S = d.SizeFlag("--duration-s", c.positive_float, "seconds to run the add loop.", " s")
 INTERVAL_S = d.SizeFlag("--interval-s", c.positive_float, "maximum seconds between two probe lines.", " s")
@@ -66,7 +67,7 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
         if now >= next_probe:
             dev.sync()
             now = time.perf_counter()
-            print(c.format_quota_probe(now - loop_start, iterations), flush=True)
+            print(o.format_quota_probe(now - loop_start, iterations), flush=True)
             printed_at = iterations
             while next_probe <= now:
                 next_probe += interval
@@ -75,8 +76,8 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> float:
     dev.sync()
     elapsed = time.perf_counter() - loop_start
     if printed_at != iterations:
-        print(c.format_quota_probe(elapsed, iterations), flush=True)
-    c.check_value("z[0, 0]", dev.item(z, 0), 3.0)
+        print(o.format_quota_probe(elapsed, iterations), flush=True)
+    o.check_value("z[0, 0]", dev.item(z, 0), 3.0)
     return elapsed
 
 
