@@ -174,3 +174,26 @@ def test_lab_run_writes_events_and_debug_log(lab_inventory: Path, tmp_path: Path
     assert any("lab-master$ " in line and "kubectl" in line for line in log.splitlines() if "xpushare.commands" in line)
     assert " -> exit 0 in " in log and "paramiko" in log  # the SSH library's records land here, not on stderr
     assert "paramiko" not in proc.stderr
+
+
+def test_lab_and_local_in_one_run(lab_inventory: Path, tmp_path: Path) -> None:
+    """``--cluster lab,local``: both clusters run concurrently into one run directory and one report; ``local``
+    (host mode, no client library, no annotations) SKIPs what the lab PASSes, and the run's verdict covers both."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "func", "--cluster", "lab,local", "--inventory", str(lab_inventory),
+         "--run-id", "both", "--root", str(tmp_path), "--case", "FUNC-004", "--case", "FUNC-010"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    rd = tmp_path / ".tmplog" / "both" / "xpushare"
+    got = {(p.parts[-4], p.parent.name): json.loads(p.read_text())["status"] for p in rd.glob("*/*/*/result.json")}
+    assert got == {("lab", "FUNC-004"): "PASS", ("lab", "FUNC-010"): "PASS", ("local", "FUNC-004"): "SKIP",
+                   ("local", "FUNC-010"): "SKIP"}, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0
+    assert json.loads((rd / "run.json").read_text())["clusters"] == ["lab", "local"]
+    junit = (rd / "junit.xml").read_text()
+    assert 'name="lab.functional"' in junit and 'name="local.functional"' in junit
+    rows = (rd / "case-summary.tsv").read_text().splitlines()[1:]
+    assert sorted(r.split("\t")[0] for r in rows) == ["lab", "lab", "local", "local"]
+    assert "release_ready: **NO**" in (rd / "run-report.md").read_text()  # local's SKIPs of required cases
+    events = [json.loads(line) for line in (rd / "events.jsonl").read_text().splitlines()]
+    assert {e["cluster"] for e in events if e["event"] == "case_ended"} == {"lab", "local"}

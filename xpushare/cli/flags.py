@@ -26,10 +26,11 @@ LIMIT_HELP = ("hosts as a node set: 'c1-gpu[1-3,5]', globs 'c1-gpu*', '&' inters
               "('c1-gpu*!c1-gpu3'), '@FILE' (names/patterns, one a line)")
 
 RUN_HELP: dict[str, str] = {
-    "cluster": "cluster name from the inventory, e.g. local, c1, lab (default: $XPUSHARE_CLUSTER, else "
-    "xpushare.cluster of the config)",
+    "cluster": "cluster name from the inventory, e.g. local, c1, lab, or a comma list (lab,local) run "
+    "concurrently into one run (default: $XPUSHARE_CLUSTER, else xpushare.cluster of the config)",
     "case": "case ids or globs, comma-separated or repeated, e.g. --case FUNC-001,FUNC-002 or --case 'FUNC-00*'",
-    "maxfail": "stop after this many FAIL/ERROR cases; the rest are recorded as not run",
+    "maxfail": "stop after this many FAIL/ERROR cases (counted over every cluster of the run); the rest are "
+    "recorded as not run",
     "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue (last: the latest)",
     "resume": "re-run only the cases whose latest verdict is not PASS, in the same run dir",

@@ -7,7 +7,8 @@ Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``
 case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``). ``--wait`` waits for
-another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`).
+another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`). ``--cluster c1,c2`` runs
+several clusters concurrently into one run (:mod:`xpushare.engine.clusters`).
 """
 
 from __future__ import annotations
@@ -181,8 +182,9 @@ def _matrix(flags: SuiteFlags) -> Scope:
     return Scope(suites=_listed(flags.extra["suite"]), case_ids=flags.cases)
 
 
+_CLUSTER_HELP = "cluster name from the inventory, e.g. c1, lab, or a comma list c1,c2 (default: $XPUSHARE_CLUSTER)"
 _STABILITY_HELP = {
-    "cluster": "cluster name from the inventory, e.g. c1, lab (default: $XPUSHARE_CLUSTER)",
+    "cluster": _CLUSTER_HELP,
     "case": "run only this case id (repeatable)",
     "playbook": "preset from playbooks/ or a YAML path",
     "set": "override a parameter/threshold: --set name=value (repeatable), e.g. --set stab_duration_s=3600",
@@ -196,7 +198,7 @@ perf = suite_task(
     "Run the performance suite PERF-001..011 (baseline, quota precision, overhead, latency, scale) and judge it.",
     by_suite("performance"),
     help={
-        "cluster": "cluster name from the inventory, e.g. c1, lab (default: $XPUSHARE_CLUSTER)",
+        "cluster": _CLUSTER_HELP,
         "case": "run only this case id (repeatable), e.g. --case PERF-011 --case PERF-004",
         "set": "override a parameter/threshold (repeatable), e.g. --set perf_quota_tolerance=0.1 "
         "--set perf_baseline_min_s=120 (see docs/performance.md)",

@@ -1,16 +1,18 @@
-"""The run driver: one run of selected cases on one cluster (backend, progress, interrupts, exit status), run ids
-and resume, and re-judging a stored run.
+"""The run driver: one run of selected cases on one or more clusters (backend, progress, interrupts, exit status),
+run ids and resume, and re-judging a stored run.
 
-A run: select cases (:mod:`~xpushare.engine.plan`) -> make the cluster's backend -> for each case the lifecycle of
-:mod:`~xpushare.engine.lifecycle` -> the run's reports (:mod:`xpushare.report`). Ctrl-C (or SIGTERM/SIGHUP) ends the
-run with status 130 (143/129), resumable with ``--resume``.
+A run: select cases (:mod:`~xpushare.engine.plan`) -> make each cluster's backend -> for each case the lifecycle of
+:mod:`~xpushare.engine.lifecycle` -> the run's reports (:mod:`xpushare.report`). Several clusters
+(``--cluster c1,c2``) run concurrently, one thread each (:mod:`~xpushare.engine.clusters`), into the same run
+directory (``<run>/<cluster>/...``) and one report. Ctrl-C (or SIGTERM/SIGHUP) ends the run with status 130
+(143/129), resumable with ``--resume``.
 """
 
 from __future__ import annotations
 
-import errno
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +25,7 @@ from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.engine import dry_run, lease
+from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.lifecycle import jsonable, judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.evidence import events
@@ -66,31 +69,39 @@ def capabilities_of(cluster: ClusterSpec) -> frozenset[str]:
 
 
 class Progress:
-    """Live progress: a rich spinner on a terminal, plain lines otherwise (CI, pipes)."""
+    """Live progress: a rich spinner on a terminal, plain lines otherwise (CI, pipes). ``label`` (a cluster name)
+    prefixes every line and turns the spinner off: several clusters print lines concurrently."""
 
-    def __init__(self, out: TextIO) -> None:
+    _lock = threading.Lock()  # one whole line at a time from the clusters' threads
+
+    def __init__(self, out: TextIO, label: str | None = None) -> None:
         self.console = Console(file=out)
-        self.live = self.console.is_terminal
+        self.live = self.console.is_terminal and label is None
+        self.prefix = f"{label}: " if label else ""
         self._status: Any = None
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            print(f"[xpushare] {self.prefix}{text}", file=self.console.file, flush=True)
 
     def start(self, text: str) -> None:
         if self.live:
             self._status = self.console.status(text)
             self._status.start()
         else:
-            print(f"[xpushare] {text}", file=self.console.file, flush=True)
+            self._line(text)
 
     def done(self, line: str) -> None:
         if self._status is not None:
             self._status.stop()
             self._status = None
-        print(f"[xpushare] {line}", file=self.console.file, flush=True)
-
+        self._line(line)
 
 
 @dataclass
 class RunRequest:
-    """Everything a ``func``/``combo``/... task asks of the engine."""
+    """Everything a ``func``/``combo``/... task asks of the engine. ``cluster``: one inventory cluster name or a
+    comma list (``c1,c2``) of clusters to run concurrently."""
 
     cluster: str
     suites: Sequence[str] = ()
@@ -108,7 +119,8 @@ class RunRequest:
     output: str = "table"
     """The dry run's format: table | json | yaml (:mod:`xpushare.report.output`)."""
     maxfail: int | None = None
-    """Stop after this many FAIL/ERROR cases (None: run every case); the rest are recorded as not run."""
+    """Stop after this many FAIL/ERROR cases, counted across all clusters of the run (None: run every case); the
+    rest are recorded as not run."""
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
@@ -130,23 +142,26 @@ def _run_cases(
     selection: Selection,
     overrides: Mapping[str, Any],
     progress: Progress,
-    maxfail: int | None = None,
+    budget: Budget,
 ) -> bool:
     """Run the cases in order; return True when Ctrl-C stopped the run.
 
-    After ``maxfail`` FAIL/ERROR cases the remaining ones are recorded as not run (INTERRUPTED records, so
-    they count against the run and ``--resume`` runs them), not left out of the reports."""
+    Once ``budget`` 's ``--maxfail`` is reached the remaining cases are recorded as not run (INTERRUPTED
+    records, so they count against the run and ``--resume`` runs them), not left out of the reports; once the
+    budget is halted (another cluster's run directory write failed) the rest is left."""
     interrupted = False
-    failures = 0
     try:
         try:
             backend.prepare_run(run_id)
         except KeyboardInterrupt:
             return True
         for case in cases:
+            if budget.halted:
+                break
             params = case_params(case, cluster, selection, overrides)
-            if maxfail is not None and failures >= maxfail:
-                reason = f"not run: --maxfail {maxfail} reached ({failures} FAIL/ERROR case(s) before it)"
+            if budget.exhausted():
+                reason = (f"not run: --maxfail {budget.maxfail} reached ({budget.failures} FAIL/ERROR case(s) "
+                          "before it)")
                 record = record_not_run(case, run_id=run_id, run_dir=run_dir, cluster=cluster, params=params,
                                         required=case.case_id in selection.required, reason=reason)
                 progress.done(f"{case.case_id} {record['status']:<11} {0.0:7.1f}s  {record['summary']}")
@@ -157,7 +172,7 @@ def _run_cases(
                                                backend=backend, params=params,
                                                required=case.case_id in selection.required)
             progress.done(f"{case.case_id} {record['status']:<11} {record['duration_s']:7.1f}s  {record['summary']}")
-            failures += record["status"] in ("FAIL", "ERROR")
+            budget.count(record["status"])
             if interrupted:
                 break
     except KeyboardInterrupt:
@@ -187,43 +202,50 @@ def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = 
 
 
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
-    """Run the selected cases on one cluster and write the run directory and reports.
+    """Run the selected cases on each cluster of ``request.cluster`` and write the run directory and reports.
 
-    Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input (before anything
-    runs), :class:`~xpushare.model.errors.LeaseHeld` when another live run holds the cluster (unless
-    ``request.wait``). Returns the exit status (see :func:`exit_status_for`).
+    Several clusters run concurrently into one run directory and one report (their leases are all taken before
+    anything starts); a cluster whose run raised is reported after the others finished and the report was
+    written. Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input (before
+    anything runs), :class:`~xpushare.model.errors.LeaseHeld` when another live run holds one of the clusters
+    (unless ``request.wait``), :class:`RunDirectoryFull` when the run directory fills up (every cluster stops).
+    Returns the exit status over every cluster's cases (see :func:`exit_status_for`).
     """
-    cluster = schema.load(request.inventory_path).cluster(request.cluster)
+    inventory = schema.load(request.inventory_path)
+    clusters = [inventory.cluster(name) for name in cluster_names(request.cluster)]
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
     overrides = parse_overrides(request.overrides)
     check_overrides(selection.cases, overrides)
     run_id = resolve_run_id(request.run_id, resume=request.resume, what="run", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
-    cases = selection.cases
+    todo = {c.name: list(selection.cases) for c in clusters}
     if request.resume:
         if not run_dir.exists():
             raise UsageError(f"--resume: no run {run_id!r} under {request.root}")
         latest = artifacts.latest_statuses(run_dir)
-        cases = [c for c in cases if latest.get((cluster.name, c.suite, c.case_id)) != "PASS"]
+        todo = {name: [c for c in cases if latest.get((name, c.suite, c.case_id)) != "PASS"]
+                for name, cases in todo.items()}
     if request.dry_run:
-        planned = dry_run.plan_run(cases, cluster, selection, overrides, capabilities_of(cluster), request.root)
-        print(dry_run.render(planned, request.output), file=out)
+        plans = [dry_run.plan_run(todo[c.name], c, selection, overrides, capabilities_of(c), request.root)
+                 for c in clusters]
+        print(dry_run.render_all(plans, request.output), file=out)
         return ExitStatus.OK
-    with lease.held(cluster, run_id, wait=request.wait, out=out):
-        return _run_held(request, cluster, selection, overrides, run_id, run_dir, cases, out)
+    with lease.held_all(clusters, run_id, wait=request.wait, out=out):
+        return _run_held(request, clusters, selection, overrides, run_id, run_dir, todo, out)
 
 
-def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
-              run_id: str, run_dir: Path, cases: Sequence[CaseDef], out: TextIO) -> ExitStatus:
-    """The part of :func:`run` done while the run holds the cluster's lease: from the run directory on."""
+def _run_held(request: RunRequest, clusters: Sequence[ClusterSpec], selection: Selection,
+              overrides: Mapping[str, Any], run_id: str, run_dir: Path, todo: Mapping[str, Sequence[CaseDef]],
+              out: TextIO) -> ExitStatus:
+    """The part of :func:`run` done while the run holds the clusters' leases: from the run directory on."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # Every selected case, so that a report of a run that ended early still counts the ones it never reached.
     selected = [{"cluster": cluster.name, "suite": c.suite, "case_id": c.case_id, "title": c.title}
-                for c in selection.cases]
+                for cluster in clusters for c in selection.cases]
     meta = {
         "run_id": run_id,
         "tool_version": __version__,
-        "clusters": [cluster.name],
+        "clusters": [c.name for c in clusters],
         "selection": selection.label,
         "required": sorted(selection.required),
         "selected": selected,
@@ -238,8 +260,10 @@ def _run_held(request: RunRequest, cluster: ClusterSpec, selection: Selection, o
         meta["selected"] = [s for s in previous.get("selected") or []
                             if (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
         meta["started"] = previous.get("started", meta["started"])
+        earlier = [str(name) for name in previous.get("clusters") or []]
+        meta["clusters"] = earlier + [c.name for c in clusters if c.name not in earlier]
     with disk_full_stops_the_run(run_dir, run_id):
-        return _run_and_report(cluster, selection, overrides, run_id, run_dir, cases, meta, out, request.maxfail)
+        return _run_and_report(clusters, selection, overrides, run_id, run_dir, todo, meta, out, request.maxfail)
 
 
 @contextmanager
@@ -252,7 +276,7 @@ def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if not disk_full(exc):
             raise
         where = f" writing {exc.filename}" if exc.filename else ""
         raise RunDirectoryFull(f"the run directory is full ({exc.strerror}{where}): the run stopped; what was "
@@ -260,24 +284,62 @@ def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
                                "--resume") from None
 
 
-def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mapping[str, Any],
-                    run_id: str, run_dir: Path, cases: Sequence[CaseDef], meta: dict[str, Any],
+def _cluster_job(cluster: ClusterSpec, cases: Sequence[CaseDef], run_id: str, run_dir: Path, selection: Selection,
+                 overrides: Mapping[str, Any], progress: Progress, budget: Budget) -> Callable[[], bool]:
+    """One cluster's part of a run, as a job for the thread that runs it: make the backend, run the cases (every
+    event they emit carries the cluster); True when interrupted. A full run directory halts ``budget`` (every
+    other cluster stops before its next case) and is raised."""
+
+    def job() -> bool:
+        with events.cluster(cluster.name):
+            try:
+                return _run_cases(cases, run_id, run_dir, cluster, make_backend(cluster), selection, overrides,
+                                  progress, budget)
+            except OSError as exc:
+                if disk_full(exc):
+                    budget.halt(f"the run directory is full ({cluster.name})")
+                raise
+
+    return job
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0]
+
+
+def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overrides: Mapping[str, Any],
+                    run_id: str, run_dir: Path, todo: Mapping[str, Sequence[CaseDef]], meta: dict[str, Any],
                     out: TextIO, maxfail: int | None = None) -> ExitStatus:
     """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports."""
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
-    progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(cases)} case(s) -> {run_dir}")
+    for cluster in clusters:
+        progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(todo[cluster.name])} case(s) "
+                      f"-> {run_dir}")
+    budget = Budget(maxfail)
+    several = len(clusters) > 1
+    jobs = {c.name: _cluster_job(c, todo[c.name], run_id, run_dir, selection, overrides,
+                                 Progress(out, label=c.name) if several else progress, budget) for c in clusters}
+    errors: dict[str, BaseException] = {}
     with command_log.debug_log(run_dir / DEBUG_LOG), events.recording(run_dir):
-        events.emit("run_started", run_id=run_id, cluster=cluster.name, mode=cluster.mode,
-                    cases=[c.case_id for c in cases], resume=bool(meta.get("resume")))
+        for cluster in clusters:
+            events.emit("run_started", run_id=run_id, cluster=cluster.name, mode=cluster.mode,
+                        cases=[c.case_id for c in todo[cluster.name]], resume=bool(meta.get("resume")))
         try:
-            backend = make_backend(cluster)
             with interrupt.installed():
-                interrupted = _run_cases(cases, run_id, run_dir, cluster, backend, selection, overrides, progress,
-                                         maxfail)
+                if several:
+                    outcome = run_concurrently(jobs)
+                    interrupted, errors = outcome.interrupted, outcome.errors
+                else:
+                    interrupted = next(iter(jobs.values()))()
+            full = [error for error in errors.values() if disk_full(error)]
+            if full:
+                raise full[0]
         except XpushareError as exc:
-            events.emit("error", case_id=None, step="run", message=str(exc))
+            events.emit("error", case_id=None, cluster=clusters[0].name, step="run", message=str(exc))
             raise
+        for name, error in errors.items():
+            events.emit("error", case_id=None, cluster=name, step="run", message=_first_line(error))
         results = artifacts.load_results(run_dir)
         status = exit_status_for(results, interrupted)
         events.emit("run_ended", run_id=run_id, exit_status=int(status), interrupted=interrupted,
@@ -293,6 +355,10 @@ def _run_and_report(cluster: ClusterSpec, selection: Selection, overrides: Mappi
     progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown} and {paths.html.name}")
     if interrupted:
         progress.done(f"interrupted: continue with --run-id {run_id} --resume")
+    for name, error in errors.items():  # the first is raised below; each cluster's own is named here
+        progress.done(f"{name}: stopped: {_first_line(error)}")
+    if errors:
+        raise next(iter(errors.values()))
     return status
 
 

@@ -4,7 +4,8 @@ The plan lists the selected cases in run order, which of them will SKIP and why 
 a capability the cluster's backend lacks, a case not implemented, a disruptive case without
 ``--allow-disruptive``; a case may still SKIP at run time on what it finds, e.g. the GPU model), each parameter's
 resolved value and the layer it came from (:func:`xpushare.engine.plan.resolved_params`), and the expected
-duration (``-`` where none is known).
+duration (``-`` where none is known). A run of several clusters (``--cluster c1,c2``) has one plan per cluster
+(:func:`render_all`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from xpushare.engine.plan import Selection, resolved_params
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.report import history, output
 
-__all__ = ["DISRUPTIVE_SKIP", "expected_duration_s", "plan_run", "render"]
+__all__ = ["DISRUPTIVE_SKIP", "expected_duration_s", "plan_run", "render", "render_all"]
 
 DISRUPTIVE_SKIP = "needs --allow-disruptive (allow_disruptive is false)"
 
@@ -84,3 +85,11 @@ def _text(plan: Mapping[str, Any]) -> str:
 def render(plan: Mapping[str, Any], fmt: str) -> str:
     """The plan of :func:`plan_run` in ``fmt`` (table | json | yaml)."""
     return output.render(plan, fmt, text=_text(plan))
+
+
+def render_all(plans: Sequence[Mapping[str, Any]], fmt: str) -> str:
+    """The plans of a run's clusters (one :func:`plan_run` each, in ``--cluster`` order) in ``fmt``: one plan as
+    :func:`render` gives it; several as one table per cluster, or in json/yaml a list of the plans."""
+    if len(plans) == 1:
+        return render(plans[0], fmt)
+    return output.render(list(plans), fmt, text="\n\n".join(_text(plan) for plan in plans))

@@ -4,7 +4,9 @@
 releases it at the end. A cluster held by another live run stops the new run with :class:`LeaseHeld`
 (exit 2, one line naming the holder), or, with ``--wait``, the new run waits until the lease is free. A
 lease not renewed for the stale time may be taken (the taker says so); so may one whose holder ran on this
-machine and whose process is gone (a run killed with SIGKILL, resumed at once).
+machine and whose process is gone (a run killed with SIGKILL, resumed at once). A run of several clusters
+(``--cluster c1,c2``) holds every cluster's lease (:func:`held_all`); two of its clusters that keep their lease in
+one place (two clusters on one machine) share it.
 
 Where the lease lives (:func:`store_for`): k8s mode, a ``Lease`` in the test namespace
 (:mod:`xpushare.transport.kube_lease`); host mode, a lock file on the first GPU host
@@ -25,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TextIO
 
@@ -75,8 +77,9 @@ def stale_reason(seen: Observed, settings: LeaseSettings, me: Holder) -> str | N
 
 
 def acquire(store: LeaseStore, me: Holder, settings: LeaseSettings, *, cluster: str, wait: bool,
-            say: Callable[[str], None], sleep: Callable[[float], None] = time.sleep) -> None:
-    """Take the lease of ``cluster`` in ``store`` for ``me``.
+            say: Callable[[str], None], sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Take the lease of ``cluster`` in ``store`` for ``me``; True once taken, False when ``me`` (the same
+    token) holds it already: another cluster of the same run keeps its lease in the same place.
 
     Free: create it. Stale (see :func:`stale_reason`): take it and ``say`` whose it was. Held by a live run:
     raise :class:`LeaseHeld`, or with ``wait`` ``say`` so once and poll every ``settings.renew_s`` seconds
@@ -89,16 +92,18 @@ def acquire(store: LeaseStore, me: Holder, settings: LeaseSettings, *, cluster: 
     races = 0
     while True:
         if store.create(me, settings):
-            return
+            return True
         seen = store.read()
         if seen is None:  # released between our create and read
             races += 1
+        elif seen.holder is not None and seen.holder.token == me.token:
+            return False
         else:
             reason = stale_reason(seen, settings, me)
             if reason is not None:
                 if store.take(me, settings, seen):
                     say(f"took the lease of cluster {cluster} from {seen.describe()}: {reason}")
-                    return
+                    return True
                 races += 1
             elif not wait:
                 raise LeaseHeld(f"cluster {cluster} is in use by {seen.describe()} ({store.where}); "
@@ -196,8 +201,11 @@ def store_for(cluster: ClusterSpec) -> tuple[LeaseStore, Host]:
 
 
 @contextlib.contextmanager
-def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO = sys.stderr) -> Iterator[Renewal]:
+def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO = sys.stderr,
+         holder: Holder | None = None) -> Iterator[Renewal]:
     """Hold ``cluster``'s lease for ``run_id`` during the block (see the module docstring); lines to ``out``.
+    ``holder``: the run's holder when it holds other clusters' leases too (default: a new one); a lease it
+    holds already in the same place is left to the block that took it (neither renewed nor released here).
 
     Raises:
         LeaseHeld: another live run holds it and not ``wait``. UsageError: bad lease parameters.
@@ -210,9 +218,12 @@ def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO =
 
     store, conn = store_for(cluster)
     try:
-        me = new_holder(run_id)
-        acquire(store, me, settings, cluster=cluster.name, wait=wait, say=say)
+        me = holder or new_holder(run_id)
+        taken = acquire(store, me, settings, cluster=cluster.name, wait=wait, say=say)
         renewal = Renewal(store, me, settings, cluster=cluster.name, say=say)
+        if not taken:
+            yield renewal  # not started: the block that took the lease renews and releases it
+            return
         renewal.start()
         try:
             yield renewal
@@ -224,6 +235,19 @@ def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO =
                 say(f"warning: lease of cluster {cluster.name} not released ({exc}); it goes stale by itself")
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def held_all(clusters: Sequence[ClusterSpec], run_id: str, *, wait: bool = False,
+             out: TextIO = sys.stderr) -> Iterator[list[Renewal]]:
+    """Hold the lease of every cluster in ``clusters`` for ``run_id`` during the block (:func:`held` each, one
+    holder for the run), taken in name order so that two runs of overlapping clusters never wait on each other
+    in a circle. One held by another live run releases those taken and raises before the block runs (with
+    ``wait``: waits for it). Yields the renewals in name order; raises what :func:`held` raises."""
+    me = new_holder(run_id)
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(held(c, run_id, wait=wait, out=out, holder=me))
+               for c in sorted(clusters, key=lambda c: c.name)]
 
 
 def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:

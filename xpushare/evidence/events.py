@@ -6,6 +6,11 @@ Each line is ``{"ts": "2025-01-31T12:00:00.123456+00:00", "event": NAME, ...fiel
 
 The run driver opens the stream (:func:`recording`); code below it reports through :func:`emit`, which writes to
 the stream of the run in progress and does nothing outside a run. :func:`read` gives the events back.
+
+Every event of a cluster's cases carries ``cluster`` (the driver runs each cluster's cases inside
+:func:`cluster`), and every event of a case carries ``case_id`` (:func:`case`). Both scopes belong to the thread
+that opens them: several clusters of one run (``--cluster c1,c2``) run in threads of their own and share one
+stream.
 """
 
 from __future__ import annotations
@@ -13,19 +18,19 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from xpushare.backends.base import PodRecord
 
-__all__ = ["EVENTS", "FILE_NAME", "EventWriter", "case", "emit", "pod_phases", "read", "recording"]
+__all__ = ["EVENTS", "FILE_NAME", "EventWriter", "case", "cluster", "emit", "pod_phases", "read", "recording"]
 
 FILE_NAME = "events.jsonl"
 
 EVENTS = (
-    "run_started",  # run_id, cluster, mode, cases (ids in order), resume
+    "run_started",  # run_id, cluster, mode, cases (ids in order), resume; one per cluster of the run
     "run_ended",  # run_id, exit_status, interrupted, counts {status: n}
     "case_started",  # case_id, suite, attempt
     "case_ended",  # case_id, suite, status, summary, duration_s
@@ -34,7 +39,7 @@ EVENTS = (
     "harvest_ended",  # case_id, files (count), step (harvest | cleanup)
     "error",  # case_id (or null), step, message
 )
-"""Every event name, with its fields."""
+"""Every event name, with its fields; every event but ``run_ended`` also has ``cluster``."""
 
 
 class EventWriter:
@@ -65,7 +70,7 @@ class EventWriter:
 
 
 _active: EventWriter | None = None
-_case: str | None = None
+_scope = threading.local()  # this thread's case_id and cluster (see case() and cluster())
 
 
 @contextmanager
@@ -82,24 +87,33 @@ def recording(run_dir: Path) -> Iterator[EventWriter]:
 
 
 @contextmanager
-def case(case_id: str) -> Iterator[None]:
-    """Events emitted while the block runs carry ``case_id`` unless they give their own."""
-    global _case
-    previous, _case = _case, case_id
+def _scoped(key: str, value: str) -> Iterator[None]:
+    previous = getattr(_scope, key, None)
+    setattr(_scope, key, value)
     try:
         yield
     finally:
-        _case = previous
+        setattr(_scope, key, previous)
+
+
+def case(case_id: str) -> AbstractContextManager[None]:
+    """Events this thread emits while the block runs carry ``case_id`` unless they give their own."""
+    return _scoped("case_id", case_id)
+
+
+def cluster(name: str) -> AbstractContextManager[None]:
+    """Events this thread emits while the block runs carry ``cluster`` (the cluster's name) unless they give
+    their own."""
+    return _scoped("cluster", name)
 
 
 def emit(event: str, **fields: Any) -> None:
     """Write an event to the stream of the run in progress (none outside :func:`recording`: nothing written);
-    inside :func:`case`, ``case_id`` is added when not given."""
+    inside :func:`case` / :func:`cluster`, ``case_id`` / ``cluster`` is added when not given."""
     writer = _active
     if writer is not None:
-        if _case is not None:
-            fields.setdefault("case_id", _case)
-        writer.emit(event, **fields)
+        scoped = {key: getattr(_scope, key, None) for key in ("cluster", "case_id")}
+        writer.emit(event, **{**{k: v for k, v in scoped.items() if v is not None}, **fields})
 
 
 def pod_phases(records: Sequence[PodRecord], waited_for: str) -> None:
