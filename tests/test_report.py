@@ -397,3 +397,15 @@ def test_release_no_for_silent_cluster_interrupted_run_or_nothing_passed(tmp_pat
 def test_md_escape() -> None:
     assert markdown.md_escape("a|b\nc\\d<e>&") == "a\\|b<br>c\\\\d&lt;e&gt;&amp;"
     assert split_md_row("| " + markdown.md_escape("x\\|y|z\\") + " | 2 |") == [markdown.md_escape("x\\|y|z\\"), "2"]
+
+
+def test_release_says_it_covers_only_the_selected_cases(tmp_path: Path) -> None:
+    run = make_run(tmp_path, ALL_PASS[:1])
+    artifacts.write_run_meta(run, {"run_id": "r1", "selection": "case=FUNC-001",
+                                   "selected": [{"cluster": "c1", "suite": "functional", "case_id": "FUNC-001"}]})
+    section = release_section(run)
+    assert "release_ready: **YES**" in section
+    assert "covers the 1 case(s) this run selected (selection: case=FUNC-001), not the cases of the matrix" in section
+    assert "covers the 1 case(s) this run selected (selection: case=FUNC-001)" in (run / "report.html").read_text()
+    bare = make_run(tmp_path / "bare", ALL_PASS)  # no run.json: the cases of the stored results
+    assert "covers the 3 case(s) this run selected, not" in release_section(bare)

@@ -32,6 +32,7 @@ from xpushare.report.summaries import (
     pass_rate,
     record_status,
     release_decision,
+    release_scope,
     suite_groups,
 )
 
@@ -189,6 +190,7 @@ def render_html(
         "pass_rate": "n/a" if rate is None else f"{rate * 100:.1f}%",
         "ready": decision.ready,
         "reasons": list(decision.reasons),
+        "scope": release_scope(results, meta),
         "groups": groups,
         "cases": [_case(run_dir, r, i) for i, r in enumerate(results)],
         "markdown_href": href("run-report.md"),

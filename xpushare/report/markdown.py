@@ -24,6 +24,7 @@ from xpushare.report.summaries import (
     record_duration,
     record_status,
     release_decision,
+    release_scope,
     suite_groups,
 )
 
@@ -196,6 +197,7 @@ def render_markdown(
         out.append("Every required case ran and no case is FAIL, ERROR or INTERRUPTED.")
     else:
         out += ["Reasons:", ""] + [f"- {md_escape(reason)}" for reason in decision.reasons]
+    out += ["", md_escape(release_scope(results, meta))]
     not_required = [r for r in results if str(r["case_id"]) not in required and record_status(r) is Status.SKIP]
     if not_required:
         out += ["", "Skipped cases that are not required: " + ", ".join(md_escape(case_where(r)) for r in not_required)]

@@ -262,5 +262,17 @@ def release_decision(
     return ReleaseDecision(not reasons, tuple(reasons))
 
 
+def release_scope(results: Sequence[Result], meta: Mapping[str, Any]) -> str:
+    """The one line that says what a release decision covers: the cases this run selected (``run.json``'s
+    ``selected`` and ``selection``; the case ids of ``results`` for a run.json without them), never the cases of
+    the matrix outside that selection. Shared by ``run-report.md`` and ``report.html``."""
+    selected = meta.get("selected") or []
+    ids = {str(s.get("case_id")) for s in selected if isinstance(s, Mapping)} or {str(r["case_id"]) for r in results}
+    selection = meta.get("selection")
+    how = f" (selection: {selection})" if selection else ""
+    return (f"The decision covers the {len(ids)} case(s) this run selected{how}, not the cases of the matrix "
+            "outside that selection.")
+
+
 
 
