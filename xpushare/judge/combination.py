@@ -38,7 +38,7 @@ from typing import Any
 
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import Exposition
-from xpushare.collect.scheduler_log import SchedulerLogSummary
+from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,
