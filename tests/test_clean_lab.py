@@ -19,15 +19,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
-from tests.lab.env import LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
-from tests.lab.sshd import SshLab
+from tests.lab.env import LAB_OPTIONS
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from xpushare.engine.lease import live_run_ids
 from xpushare.inventory import schema
 from xpushare.transport.kubectl import Kubectl
@@ -39,16 +37,12 @@ RUN = "killed"
 LONG_W2 = 'workload_args={w2_medium_add: [--n, "2048", --iters, "30000", --no-progress]}'
 
 
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "clean-kube", **LAB_OPTIONS)
+kube_lab = kube_lab_fixture("clean-kube", **LAB_OPTIONS)
 
 
-@pytest.fixture(scope="module")
-def inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # a lease that would stay fresh for the whole test: only its dead holder lets the next run take it
-    return write_inventory(tmp_path_factory.mktemp("clean-inv") / "inventory.yaml", ssh_lab, kube_lab,
-                           params={"pod_workload_configmap": True, "lease_renew_s": 1, "lease_stale_s": 600})
+# a lease that would stay fresh for the whole test: only its dead holder lets the next run take it
+inventory = inventory_fixture("clean-inv", params={"pod_workload_configmap": True, "lease_renew_s": 1,
+                                                   "lease_stale_s": 600})
 
 
 def invoke(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

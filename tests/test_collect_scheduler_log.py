@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xpushare.collect import scheduler_log, scheduler_log_parser
-from xpushare.collect.scheduler_log import LimitChange, SchedulerLogParser
+from xpushare.collect import scheduler_log, scheduler_log_parser, scheduler_log_records
+from xpushare.collect.scheduler_log_parser import SchedulerLogParser
+from xpushare.collect.scheduler_log_records import LimitChange
 
 SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 FIXTURES = Path(__file__).parent / "fixtures" / "collect"
@@ -56,18 +57,18 @@ def test_real_sample() -> None:
 
 
 @pytest.fixture(scope="module")
-def ts_summary() -> scheduler_log.SchedulerLogSummary:
+def ts_summary() -> scheduler_log_records.SchedulerLogSummary:
     return scheduler_log.parse_file(FIXTURES / "scheduler_timestamps.log")
 
 
-def test_timestamps_and_duration(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_timestamps_and_duration(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     assert ts_summary.first_ts == datetime(2026, 2, 14, 10, 0, 0, 0, tzinfo=timezone.utc)
     assert ts_summary.last_ts == datetime(2026, 2, 14, 10, 0, 20, tzinfo=timezone.utc)
     assert ts_summary.duration_s == pytest.approx(20.0, abs=1e-6)
     assert ts_summary.registrations[0].ts == datetime(2026, 2, 14, 10, 0, 1, 500700, tzinfo=timezone.utc)
 
 
-def test_registrations_and_gpu_map(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_registrations_and_gpu_map(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     assert [(r.cid, r.gpu, r.namespace, r.pod) for r in ts_summary.registrations] == [
         ("a309de43403205dc", GPU_A, "default", "xpf-a-1"),
         ("f2a9071d95ed7ff5", GPU_B, "team-b", "xpf-b-1"),
@@ -80,7 +81,7 @@ def test_registrations_and_gpu_map(ts_summary: scheduler_log.SchedulerLogSummary
     assert ts_summary.active_clients == ("a309de43403205dc", "0123456789abcdef")
 
 
-def test_lock_traffic_counts(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_lock_traffic_counts(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     s = ts_summary
     assert s.lock_ok == 2
     # 2 generic DROP_LOCK lines (throttle + overload); the "for fallback to serial mode" line that
@@ -99,7 +100,7 @@ def test_lock_traffic_counts(ts_summary: scheduler_log.SchedulerLogSummary) -> N
     assert s.disconnected_clients == frozenset({"f2a9071d95ed7ff5"})
 
 
-def test_limit_changes(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_limit_changes(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     changes = [(c.kind, c.namespace, c.pod, c.old, c.new, c.initial) for c in ts_summary.limit_changes]
     assert changes == [
         ("compute", "default", "xpf-a-1", None, 40, True),
@@ -117,7 +118,7 @@ def test_limit_changes(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
     assert core.ts == datetime(2026, 2, 14, 10, 0, 10, tzinfo=timezone.utc)
 
 
-def test_levels_mode_and_fatal(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_levels_mode_and_fatal(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     s = ts_summary
     assert s.scheduling_mode == "SERIAL"
     assert s.debug_mode is False
@@ -128,12 +129,12 @@ def test_levels_mode_and_fatal(ts_summary: scheduler_log.SchedulerLogSummary) ->
     assert s.fatal_lines[0].lineno == 52  # the last line
 
 
-def test_rates(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_rates(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     r = ts_summary.rates()  # over the 20 s timestamp span
     assert r["lock_ok"] == pytest.approx(2 / 20.0)
     assert r["drop_lock"] == pytest.approx(2 / 20.0)
     assert r["req_lock"] == pytest.approx(2 / 20.0)
-    assert set(r) == set(scheduler_log.RATE_KEYS)
+    assert set(r) == set(scheduler_log_records.RATE_KEYS)
     assert ts_summary.rates(4.0)["lock_ok"] == 0.5
     with pytest.raises(ValueError):
         ts_summary.rates(0)
@@ -155,9 +156,9 @@ def test_nvshare_generation() -> None:
     assert "nvshare-cross-gpu-1" in table and " - " in table.splitlines()[-1] + " "
 
 
-def test_distribution_table_layout(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_distribution_table_layout(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     lines = ts_summary.distribution_table().splitlines()
-    assert lines[0] == scheduler_log.DISTRIBUTION_TITLE
+    assert lines[0] == scheduler_log_records.DISTRIBUTION_TITLE
     assert [c.strip() for c in lines[1].split("|")] == ["Pod Name", "Client ID", "GPU UUID"]
     assert set(lines[2]) <= {"-", "+"}
     rows = [[c.strip() for c in ln.split("|")] for ln in lines[3:]]
@@ -226,7 +227,7 @@ def test_event_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(s.fatal_lines) == 1 and s.fatal_count == 3
 
 
-def test_to_dict_is_json_ready(ts_summary: scheduler_log.SchedulerLogSummary) -> None:
+def test_to_dict_is_json_ready(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
     import json
 
     d = json.loads(json.dumps(ts_summary.to_dict()))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -26,15 +27,7 @@ class FakeHost(Host):
     def spawn_dir(self) -> str:
         return "/nonexistent"
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        check: bool = False,
-        stdin: str | None = None,
-    ) -> CommandResult:
+    def run(self, argv: Sequence[str], **_options: Any) -> CommandResult:  # the options do not matter here
         if self.down:
             raise HostUnreachable(self.name, "connection refused")
         time.sleep(self.delay)

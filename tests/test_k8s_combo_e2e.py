@@ -39,29 +39,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.lab.cluster import LabCluster
-from tests.lab.env import LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
-from tests.lab.sshd import SshLab
+from tests.lab.env import LAB_OPTIONS
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [f"COMBO-00{i}" for i in range(1, 9)]
 MIB = 2**20
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "combo-kube", **LAB_OPTIONS)
+kube_lab = kube_lab_fixture("combo-kube", **LAB_OPTIONS)
 
 
-@pytest.fixture(scope="module")
-def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("combo-inv") / "inventory.yaml"
-    return write_inventory(path, ssh_lab, kube_lab)
+lab_inventory = inventory_fixture("combo-inv")
 
 
 def run_combo(

@@ -33,31 +33,24 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
-from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_OPTIONS, met008_n, write_inventory
-from tests.lab.kubelab import started_kube_lab
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_OPTIONS, met008_n
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
-from tests.lab.sshd import SshLab
 from xpushare.collect.metrics import parse_exposition
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [f"MET-{i:03d}" for i in range(1, 9)]
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "met-kube", **LAB_OPTIONS)
+kube_lab = kube_lab_fixture("met-kube", **LAB_OPTIONS)
 
 
-@pytest.fixture(scope="module")
-def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("met-inv") / "inventory.yaml"
-    return write_inventory(path, ssh_lab, kube_lab)
+lab_inventory = inventory_fixture("met-inv")
 
 
 def kubectl_for(lab: LabCluster) -> Kubectl:

@@ -33,16 +33,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.lab.cluster import LabCluster
-from tests.lab.env import LAB_OPTIONS, LAB_WORKLOAD_ARGS, write_inventory
-from tests.lab.kubelab import started_kube_lab
-from tests.lab.sshd import SshLab
+from tests.lab.env import LAB_OPTIONS, LAB_WORKLOAD_ARGS
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,15 +51,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PERF_PARAMS: dict[str, Any] = {"workload_args": {**LAB_WORKLOAD_ARGS, "w5_quota_probe": ["--n", "2048"]}}
 
 
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "perf-kube", **LAB_OPTIONS)
+kube_lab = kube_lab_fixture("perf-kube", **LAB_OPTIONS)
 
 
-@pytest.fixture(scope="module")
-def inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("perf-inv") / "inventory.yaml"
-    return write_inventory(path, ssh_lab, kube_lab, params=PERF_PARAMS)
+inventory = inventory_fixture("perf-inv", params=PERF_PARAMS)
 
 
 @pytest.fixture(scope="module")

@@ -49,8 +49,8 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from tests.lab.env import LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab, started_ssh_lab
+from tests.lab.env import LAB_OPTIONS
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture, started_ssh_lab
 from tests.lab.sshd import SshLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -78,15 +78,8 @@ def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     yield from started_ssh_lab(tmp_path_factory, "stab-ssh")
 
 
-@pytest.fixture(scope="module")
-def stab_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "stab-kube", **LAB_OPTIONS)
-
-
-@pytest.fixture(scope="module")
-def inv(stab_ssh: SshLab, stab_kube: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_inventory(tmp_path_factory.mktemp("stab-inv") / "inventory.yaml", stab_ssh, stab_kube,
-                           params=LAB_PARAMS)
+stab_kube = kube_lab_fixture("stab-kube", **LAB_OPTIONS)
+inv = inventory_fixture("stab-inv", ssh="stab_ssh", kube="stab_kube", params=LAB_PARAMS)
 
 
 def invoke_argv(inv: Path, root: Path, *args: str) -> list[str]:

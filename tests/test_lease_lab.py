@@ -9,15 +9,13 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
-from tests.lab.env import LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
-from tests.lab.sshd import SshLab
+from tests.lab.env import LAB_OPTIONS
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from xpushare.backends.k8s import K8sBackend
 from xpushare.inventory import schema
 from xpushare.transport.kube_errors import KubeNotFound
@@ -29,15 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LONG_W2 = 'workload_args={w2_medium_add: [--n, "2048", --iters, "30000", --no-progress]}'
 
 
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "lease-kube", **LAB_OPTIONS)
+kube_lab = kube_lab_fixture("lease-kube", **LAB_OPTIONS)
 
 
-@pytest.fixture(scope="module")
-def inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_inventory(tmp_path_factory.mktemp("lease-inv") / "inventory.yaml", ssh_lab, kube_lab,
-                           params={"lease_renew_s": 1, "lease_stale_s": 30})
+inventory = inventory_fixture("lease-inv", params={"lease_renew_s": 1, "lease_stale_s": 30})
 
 
 def func(inventory: Path, root: Path, run_id: str, case: str, *extra: str) -> list[str]:

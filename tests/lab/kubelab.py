@@ -1,7 +1,8 @@
-"""Lab clusters for test modules: the availability check and the body of a module's own lab fixture.
+"""Lab clusters for test modules: the availability check, the body of a module's own lab fixture and the
+factories of a module's own lab and inventory fixtures.
 
-Plain functions (no fixtures, no asserts), so test modules may import them; the shared fixtures that use
-them live in :mod:`tests.lab.fixtures`.
+Plain functions (no asserts), so test modules may import them; the shared fixtures that use them live in
+:mod:`tests.lab.fixtures`.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
+from tests.lab.env import write_inventory
 from tests.lab.sshd import SshLab, lab_unavailable_reason
 
 
@@ -73,3 +76,33 @@ def started_ssh_lab(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iter
         lab.write_known_hosts()
         lab.write_ssh_config()
         yield lab
+
+
+def kube_lab_fixture(name: str, **options: Any) -> Any:
+    """A module-scoped fixture of a lab cluster of the module's own (:func:`started_kube_lab` in directory
+    ``name``, ``options`` its keyword arguments), registered under the name the module gives it::
+
+        kube_lab = kube_lab_fixture("combo-kube", **LAB_OPTIONS)
+    """
+
+    @pytest.fixture(scope="module")
+    def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+        yield from started_kube_lab(tmp_path_factory, name, **options)
+
+    return kube_lab
+
+
+def inventory_fixture(name: str, *, ssh: str = "ssh_lab", kube: str = "kube_lab", **kw: Any) -> Any:
+    """A module-scoped fixture of the inventory (:func:`tests.lab.env.write_inventory`, ``kw`` its keyword
+    arguments) of the SSH lab of fixture ``ssh`` and the lab cluster of fixture ``kube``, written to
+    ``inventory.yaml`` in a fresh directory ``name``::
+
+        lab_inventory = inventory_fixture("combo-inv")
+    """
+
+    @pytest.fixture(scope="module")
+    def inventory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return write_inventory(tmp_path_factory.mktemp(name) / "inventory.yaml", request.getfixturevalue(ssh),
+                               request.getfixturevalue(kube), **kw)
+
+    return inventory

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from invoke import Context, task
 
@@ -31,13 +32,7 @@ def put(c: Context, src: str, dest: str, cluster: str | None = None, role: str =
         forks: str | None = None, inventory_: str | None = None) -> None:
     """Copy a local file to the selected hosts in parallel: invoke put --cluster c1 --role gpu ./w.py /tmp/"""
 
-    def body() -> ExitStatus | int | None:
-        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        spec = schema.load(inventory_).cluster(flags.required("--cluster", cluster))
-        selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.put_files(selected, src, dest, forks=n_forks, out=sys.stdout)
-
-    guarded(body)
+    _copy(adhoc.put_files, src, dest, cluster, role, limit, forks, inventory_)
 
 
 @task(help={**_HELP, "src": "remote file to fetch",
@@ -46,10 +41,18 @@ def get(c: Context, src: str, dest: str, cluster: str | None = None, role: str =
         limit: str | None = None, forks: str | None = None, inventory_: str | None = None) -> None:
     """Copy a file from the selected hosts in parallel, a copy per host: invoke get --cluster c1 /tmp/x.log out/"""
 
+    _copy(adhoc.get_files, src, dest, cluster, role, limit, forks, inventory_)
+
+
+def _copy(copy: Callable[..., ExitStatus], src: str, dest: str, cluster: str | None, role: str, limit: str | None,
+          forks: str | None, inventory_: str | None) -> None:
+    """The body of ``put`` and ``get``: ``copy`` (:func:`adhoc.put_files` or :func:`adhoc.get_files`) between
+    here and the selected hosts, under :func:`guarded`."""
+
     def body() -> ExitStatus | int | None:
         n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
         spec = schema.load(inventory_).cluster(flags.required("--cluster", cluster))
         selected = select_hosts(spec, role=role, limit=limit)
-        return adhoc.get_files(selected, src, dest, forks=n_forks, out=sys.stdout)
+        return copy(selected, src, dest, forks=n_forks, out=sys.stdout)
 
     guarded(body)

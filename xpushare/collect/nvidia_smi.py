@@ -155,6 +155,11 @@ class CsvRow:
             return None
         return n if math.isfinite(n) else None
 
+    def integer(self, *names: str) -> int | None:
+        """:meth:`number` truncated to an ``int`` (an index, a pid); ``None`` if absent or not numeric."""
+        n = self.number(*names)
+        return int(n) if n is not None else None
+
     def memory_bytes(self, *names: str) -> int | None:
         """A memory field in bytes: the value's unit suffix, else the header unit, else MiB (what
         nvidia-smi prints, also under ``nounits``). ``None`` if absent or not numeric."""
@@ -189,8 +194,7 @@ class GpuQuery(CsvRow):
     @property
     def index(self) -> int | None:
         """GPU index (``index``)."""
-        n = self.number("index")
-        return int(n) if n is not None else None
+        return self.integer("index")
 
     @property
     def uuid(self) -> str | None:
@@ -240,8 +244,7 @@ class ComputeApp(CsvRow):
     @property
     def pid(self) -> int | None:
         """Host PID of the process."""
-        n = self.number("pid")
-        return int(n) if n is not None else None
+        return self.integer("pid")
 
     @property
     def process_name(self) -> str | None:

@@ -26,10 +26,10 @@ What is counted and how (all per §4):
   before a registration is its own). Removal lines carry the id only.
 
 This module is the public face: :func:`parse_lines`/:func:`parse_text`/:func:`parse_file`, the kubectl
-argv (:func:`command`), the line scan that needs no state machine (:func:`logged_allocations`), and the
-names of :mod:`~xpushare.collect.scheduler_log_records` (the records and
-:class:`SchedulerLogSummary`) and :mod:`~xpushare.collect.scheduler_log_parser` (:class:`SchedulerLogParser`,
-its handlers and caps), re-exported so that callers import from here.
+argv (:func:`command`) and the line scan that needs no state machine (:func:`logged_allocations`). The
+records and :class:`~xpushare.collect.scheduler_log_records.SchedulerLogSummary` live in
+:mod:`~xpushare.collect.scheduler_log_records`, :class:`~xpushare.collect.scheduler_log_parser.SchedulerLogParser`
+(its handlers and caps) in :mod:`~xpushare.collect.scheduler_log_parser`; callers import them from there.
 """
 
 from __future__ import annotations
@@ -40,27 +40,9 @@ from os import PathLike
 
 from xpushare.collect.pod_log import parse_timestamp
 from xpushare.collect.scheduler_log_parser import SchedulerLogParser
-from xpushare.collect.scheduler_log_records import (
-    DISTRIBUTION_TITLE,
-    RATE_KEYS,
-    LimitChange,
-    LimitSend,
-    LockSpan,
-    LogLine,
-    Registration,
-    SchedulerLogSummary,
-)
+from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 
 __all__ = [
-    "DISTRIBUTION_TITLE",
-    "RATE_KEYS",
-    "LimitChange",
-    "LimitSend",
-    "LockSpan",
-    "LogLine",
-    "Registration",
-    "SchedulerLogParser",
-    "SchedulerLogSummary",
     "command",
     "logged_allocations",
     "parse_file",

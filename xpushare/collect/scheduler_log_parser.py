@@ -1,7 +1,7 @@
 """The streaming state machine behind :mod:`xpushare.collect.scheduler_log`: :class:`SchedulerLogParser`,
 its line handlers (one per first word of a message, sut-interfaces.md §4, §12) and the caps on what it keeps.
 
-Callers import :class:`SchedulerLogParser` from :mod:`xpushare.collect.scheduler_log`; the caps
+Most callers want :func:`xpushare.collect.scheduler_log.parse_text` and its kin; the caps
 (:data:`MAX_EVENTS`, :data:`MAX_FATAL`, :data:`MAX_HEADS`) live here, where the parser reads them.
 """
 

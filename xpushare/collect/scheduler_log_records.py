@@ -3,7 +3,6 @@
 :class:`Registration`, :class:`LimitChange`, :class:`LimitSend` and :class:`LogLine` are the events the
 parser (:mod:`xpushare.collect.scheduler_log_parser`) keeps; :class:`SchedulerLogSummary` is its frozen
 result, with the derived rates, the legacy distribution table and a JSON-ready dict. Pure data, no I/O.
-Callers import these names from :mod:`xpushare.collect.scheduler_log`.
 """
 
 from __future__ import annotations

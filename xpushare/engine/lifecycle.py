@@ -25,6 +25,7 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts, history
+from xpushare.report.output import plain
 from xpushare.transport import interrupt
 
 
@@ -46,6 +47,33 @@ def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str |
     if case.act is None or case.judge is None:
         return f"not implemented in this version (comes with {case.implemented_by})"
     return None
+
+
+def run_alone(
+    case: CaseDef,
+    *,
+    run_id: str,
+    run_dir: Path,
+    cluster: ClusterSpec,
+    backend: Backend,
+    params: dict[str, Any],
+) -> tuple[dict[str, Any] | None, bool]:
+    """Run ``case`` as the one required case of run ``run_id`` (a legacy script, a soak) under
+    :func:`interrupt.installed`: ``backend.prepare_run`` first (host mode too: it finds the GPUs and puts the
+    workloads on the hosts), :func:`run_case`, the backend closed whatever happened. Return the stored record
+    (None when Ctrl-C came before there was one) and whether Ctrl-C stopped the case."""
+    record: dict[str, Any] | None = None
+    interrupted = False
+    with interrupt.installed():
+        try:
+            backend.prepare_run(run_id)
+            record, interrupted = run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster, backend=backend,
+                                           params=params, required=True)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            backend.close()
+    return record, interrupted
 
 
 def run_case(
@@ -269,15 +297,8 @@ def with_idle_check(verdict: Verdict, ev: Evidence) -> Verdict:
     return verdict
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` with dict keys as strings, tuples as lists and anything not JSON as its ``str``."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
+#: ``value`` as JSON holds it: mapping keys as strings, tuples as lists, anything else not plain as its ``str``.
+jsonable = plain
 
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from xpushare.backends.base import Backend, PodRecord
 from xpushare.collect import client_lines
 from xpushare.collect.metrics import Exposition, Sample
-from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary
+from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 
 __all__ = [
     "KEY_HOST_PID",
@@ -208,7 +208,7 @@ def registrations_of(summary: SchedulerLogSummary, match: ClientMatch) -> list[t
 
 def workload_labels(registrations: Iterable[Registration], matches: Sequence[ClientMatch]) -> dict[str, str]:
     """``client id -> "<workload> (matched by <key>)"`` for the registrations of our workloads (others left
-    out), e.g. for :meth:`~xpushare.collect.scheduler_log.SchedulerLogSummary.distribution_table`."""
+    out), e.g. for :meth:`~xpushare.collect.scheduler_log_records.SchedulerLogSummary.distribution_table`."""
     out: dict[str, str] = {}
     for r in registrations:
         for m in matches:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xpushare.backends.base import PodRecord, read_pod_records
-from xpushare.collect.scheduler_log import Registration, SchedulerLogSummary, parse_text
+from xpushare.collect.scheduler_log import parse_text
+from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.evidence.client_match import client_match, registrations_of
 from xpushare.model.atomic_file import atomic_write_text
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import Exposition
-from xpushare.collect.scheduler_log import SchedulerLogSummary
+from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,
@@ -218,6 +218,13 @@ def _check_initial_limits(sched: SchedulerLogSummary | None, pod: str, ns: str, 
                  f"not applied: {', '.join(missing)}" if missing else "")
 
 
+def _at_least(name: str, expected: str, found: Sequence[Any], minimum: int, observed: dict[str, Any],
+              shortfall: str) -> Check:
+    """Check ``name``: at least ``minimum`` of ``found`` (``shortfall``: the detail when there are fewer)."""
+    ok = len(found) >= minimum
+    return Check(name, expected, observed, ok, "" if ok else shortfall)
+
+
 def _mid_captures(ev: Evidence, plan: Mapping[str, Any], checks: list[Check]) -> list[Exposition] | None:
     """The ``metrics_mid`` captures of the plan parsed (their check appended to ``checks``); None when that check
     is not ok (nothing to judge the quota series on)."""
@@ -277,17 +284,14 @@ def judge_all_on(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -
     facts = {p: pod_progress(ev, p) for p in names}
     passed = [p for p, f in facts.items() if f["phase"] == "Succeeded" and f["exit_code"] == 0 and f["pass_marker"]
               and f["runtime_s"] is not None]
-    ok = len(passed) >= minimum
-    checks.append(Check("success_count", f"pods passed >= {minimum} of {len(names)}",
-                        {"passed": passed, "facts": facts}, ok,
-                        "" if ok else f"{len(passed)}/{len(names)} passed"))
+    checks.append(_at_least("success_count", f"pods passed >= {minimum} of {len(names)}", passed, minimum,
+                            {"passed": passed, "facts": facts}, f"{len(passed)}/{len(names)} passed"))
     exps = _mid_captures(ev, plan, checks)
     if exps is not None:
         seen = set().union(*(pods_in_capture(e, ns) for e in exps)) if exps else set()
         observed = [p for p in quotas if p in seen]
-        ok = len(observed) >= minimum
-        checks.append(Check("pods_observed", f"pods with series in metrics_mid >= {minimum}",
-                            {"observed": observed}, ok, "" if ok else f"{len(observed)}/{len(quotas)} seen"))
+        checks.append(_at_least("pods_observed", f"pods with series in metrics_mid >= {minimum}", observed, minimum,
+                                {"observed": observed}, f"{len(observed)}/{len(quotas)} seen"))
         checks += _quota_series_checks(exps, quotas, observed, ns)
     sched = scheduler_summary(ev)
     if sched is None:
@@ -376,10 +380,8 @@ def judge_multi_gpu(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         checks.append(Check("distinct_gpus", f"distinct registration GPUs >= {minimum}", metrics, None,
                             "no registration GPU for any pod (scheduler.log without 'on GPU')"))
     else:
-        ok = len(distinct) >= minimum
-        checks.append(Check("distinct_gpus", f"distinct registration GPUs >= {minimum}",
-                            {"gpus": distinct, "gpus_available": available}, ok,
-                            "" if ok else f"all pods on {distinct}"))
+        checks.append(_at_least("distinct_gpus", f"distinct registration GPUs >= {minimum}", distinct, minimum,
+                                {"gpus": distinct, "gpus_available": available}, f"all pods on {distinct}"))
     exps = _mid_captures(ev, plan, checks)
     if exps is not None:
         checks += _quota_series_checks(exps, quotas, list(quotas), ns)

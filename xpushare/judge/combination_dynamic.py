@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xpushare.collect import client_lines, pod_log
-from xpushare.collect.scheduler_log import LimitChange, SchedulerLogSummary
+from xpushare.collect.scheduler_log_records import LimitChange, SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xpushare.collect.metrics import Exposition, Sample, parse_exposition
-from xpushare.collect.scheduler_log import SchedulerLogSummary, parse_text
+from xpushare.collect.scheduler_log import parse_text
+from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.evidence.scrape_capture import read_capture, split_capture
 from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds

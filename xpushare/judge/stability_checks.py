@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from xpushare.collect.pod_log import strip_timestamp
-from xpushare.collect.scheduler_log import SchedulerLogParser, SchedulerLogSummary
+from xpushare.collect.scheduler_log_parser import SchedulerLogParser
+from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.stability_evidence import (
     SoakData,

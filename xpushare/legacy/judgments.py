@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import dmon, nvidia_smi, scheduler_log
+from xpushare.collect import dmon, nvidia_smi, scheduler_log, scheduler_log_records
 from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_rejected
@@ -30,7 +30,7 @@ from xpushare.legacy import tables
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
-def _scheduler(ev: Evidence) -> scheduler_log.SchedulerLogSummary | None:
+def _scheduler(ev: Evidence) -> scheduler_log_records.SchedulerLogSummary | None:
     text = ev.text("scheduler.log")
     return scheduler_log.parse_text(text) if text is not None else None
 
@@ -58,7 +58,7 @@ def pod_metrics(ev: Evidence, pods: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def pod_gpus(summary: scheduler_log.SchedulerLogSummary, namespace: str) -> dict[str, str | None]:
+def pod_gpus(summary: scheduler_log_records.SchedulerLogSummary, namespace: str) -> dict[str, str | None]:
     """Pod -> GPU key of its last registration in ``namespace`` (``None`` for the nvshare generation)."""
     return {pod: gpu for (ns, pod), gpu in summary.pod_gpu.items() if ns == namespace}
 

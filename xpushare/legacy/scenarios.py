@@ -59,7 +59,6 @@ from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.model.verdict import Verdict
 from xpushare.report import artifacts, build
-from xpushare.transport import interrupt
 
 SUITE = "legacy"
 
@@ -230,19 +229,10 @@ def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
     print(f"===== Running Test: {sc.title} ({sc.script}) -> {run_dir} =====", file=out, flush=True)
     backend = LegacyK8sBackend(cluster)
     backend.case_params = params
-    record: dict[str, Any] | None = None
-    interrupted = False
     STREAMS.append(out)
     try:
-        with interrupt.installed():
-            try:
-                backend.prepare_run(run_id)
-                record, interrupted = lifecycle.run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
-                                                      backend=backend, params=params, required=True)
-            except KeyboardInterrupt:
-                interrupted = True
-            finally:
-                backend.close()
+        record, interrupted = lifecycle.run_alone(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
+                                                  backend=backend, params=params)
     finally:
         STREAMS.pop()
     case_dir = artifacts.case_dir(run_dir, cluster.name, SUITE, case.case_id)

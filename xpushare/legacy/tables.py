@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
-from xpushare.collect.scheduler_log import DISTRIBUTION_TITLE, parse_text
+from xpushare.collect.scheduler_log import parse_text
+from xpushare.collect.scheduler_log_records import DISTRIBUTION_TITLE
 from xpushare.transport.kube_objects import split_prefixed_logs
 
 RULE = "=" * 90

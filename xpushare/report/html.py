@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,10 @@ from xpushare.report.markdown import fmt_duration
 from xpushare.report.summaries import (
     STATUS_ORDER,
     Result,
-    aggregate_status,
-    counts,
-    default_required,
+    fmt_rate,
     pass_rate,
     record_status,
-    release_decision,
-    release_scope,
-    suite_groups,
+    run_overview,
 )
 
 TEMPLATE = "report.html.j2"
@@ -160,26 +156,12 @@ def render_html(
     """Text of ``report.html`` for the run in ``run_dir`` (``results`` from
     :func:`~xpushare.report.artifacts.load_results`, ``meta`` from ``run.json``). ``required`` and ``now`` as in
     :func:`xpushare.report.build.build`. Raises ``jinja2.TemplateError`` only if the shipped template is broken."""
-    meta = meta or {}
-    now = now or datetime.now(timezone.utc)
-    c = counts(results)
-    required = default_required(results) if required is None else set(required)
-    decision = release_decision(results, required, clusters=meta.get("clusters") or (),
-                                interrupted=bool(meta.get("interrupted")))
-    clusters = sorted({str(r["cluster"]) for r in results} | {str(x) for x in meta.get("clusters") or []},
-                      key=artifacts.natural_key)
-    groups = []
-    for (cluster, suite), group in suite_groups(results).items():
-        gc = counts(group)
-        rate = pass_rate(gc)
-        groups.append({"cluster": cluster, "suite": suite, "counts": gc, "total": len(group),
-                       "status": aggregate_status(record_status(r) for r in group).value,
-                       "rate": "n/a" if rate is None else f"{rate * 100:.1f}%"})
-    rate = pass_rate(c)
+    view = run_overview(results, meta, required, now)
+    meta, c, decision = view.meta, view.counts, view.decision
     context = {
         "run_id": run_id,
-        "generated": now.isoformat(timespec="seconds"),
-        "clusters": clusters,
+        "generated": view.now.isoformat(timespec="seconds"),
+        "clusters": view.clusters,
         "suites": sorted({str(r["suite"]) for r in results}, key=artifacts.suite_rank),
         "meta": {k: str(meta[k]) for k in ("started", "ended", "tool_version", "exit_status", "selection")
                  if meta.get(k) is not None},
@@ -187,11 +169,11 @@ def render_html(
         "statuses": [s.value for s in STATUS_ORDER],
         "counts": c,
         "total": len(results),
-        "pass_rate": "n/a" if rate is None else f"{rate * 100:.1f}%",
+        "pass_rate": fmt_rate(pass_rate(c)),
         "ready": decision.ready,
         "reasons": list(decision.reasons),
-        "scope": release_scope(results, meta),
-        "groups": groups,
+        "scope": view.scope,
+        "groups": view.suites,
         "cases": [_case(run_dir, r, i) for i, r in enumerate(results)],
         "markdown_href": href("run-report.md"),
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +14,14 @@ from xpushare.model.verdict import Status
 from xpushare.report import artifacts
 from xpushare.report.summaries import (
     Result,
-    aggregate_status,
     case_where,
     cell_text,
-    counts,
-    default_required,
     failure_text,
+    fmt_rate,
     pass_rate,
     record_duration,
     record_status,
-    release_decision,
-    release_scope,
-    suite_groups,
+    run_overview,
 )
 
 # --------------------------------------------------------------------------------------------- markdown
@@ -61,10 +57,6 @@ def fmt_duration(record: Result) -> str:
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
-
-
-def _fmt_rate(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{rate * 100:.1f}%"
 
 
 def _case_rows(run_dir: Path, results: Sequence[Result]) -> list[str]:
@@ -112,14 +104,9 @@ def render_markdown(
     now: datetime | None = None,
 ) -> str:
     """Text of ``run-report.md``; links are relative to ``run_dir`` (where the file is written)."""
-    meta = meta or {}
-    now = now or datetime.now(timezone.utc)
-    c = counts(results)
-    clusters = sorted({str(r["cluster"]) for r in results} | set(meta.get("clusters") or []), key=artifacts.natural_key)
-    decision = release_decision(
-        results, required, clusters=meta.get("clusters") or (), interrupted=bool(meta.get("interrupted"))
-    )
-    required = default_required(results) if required is None else set(required)
+    view = run_overview(results, meta, required, now)
+    meta, now, c, required, clusters, decision = (view.meta, view.now, view.counts, view.required, view.clusters,
+                                                  view.decision)
     ran = sum(c.values()) - c["SKIP"]
 
     out = [f"# xpushare test report: run {md_escape(run_id)}", "", "## Overview", ""]
@@ -135,18 +122,14 @@ def render_markdown(
         out.append("- **the run was interrupted**; `--resume` runs the unfinished cases")
     out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
     out.append(
-        f"- pass rate: {_fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "
+        f"- pass rate: {fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "
         "the pass rate is PASS / (all cases except SKIP), so ERROR and INTERRUPTED count against it and SKIP "
         "is left out; no status other than PASS is ever counted as a pass)"
     )
     out.append(f"- release_ready: **{'YES' if decision.ready else 'NO'}** (see Release recommendation)")
 
     out += ["", "## Results per cluster and suite", ""]
-    rows = []
-    for (cluster, suite), group in suite_groups(results).items():
-        gc = counts(group)
-        status = aggregate_status(record_status(r) for r in group).value
-        rows.append([cluster, suite, status, *gc.values(), len(group), _fmt_rate(pass_rate(gc))])
+    rows = [[g.cluster, g.suite, g.status, *g.counts.values(), g.total, g.rate] for g in view.suites]
     out += _md_table(["Cluster", "Suite", "Status", *c.keys(), "TOTAL", "Pass rate"], rows)
 
     out += ["", "## Cases", "", *_case_rows(run_dir, results)]
@@ -197,7 +180,7 @@ def render_markdown(
         out.append("Every required case ran and no case is FAIL, ERROR or INTERRUPTED.")
     else:
         out += ["Reasons:", ""] + [f"- {md_escape(reason)}" for reason in decision.reasons]
-    out += ["", md_escape(release_scope(results, meta))]
+    out += ["", md_escape(view.scope)]
     not_required = [r for r in results if str(r["case_id"]) not in required and record_status(r) is Status.SKIP]
     if not_required:
         out += ["", "Skipped cases that are not required: " + ", ".join(md_escape(case_where(r)) for r in not_required)]

@@ -58,7 +58,7 @@ def render(data: Sequence[Mapping[str, Any]] | Mapping[str, Any], fmt: str, *, t
     if fmt == "json":
         return json.dumps(data, indent=2, default=str)
     if fmt == "yaml":
-        return yaml.safe_dump(_plain(data), sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip()
+        return yaml.safe_dump(plain(data), sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip()
     if fmt == "table":
         if text is not None:
             return text
@@ -68,12 +68,13 @@ def render(data: Sequence[Mapping[str, Any]] | Mapping[str, Any], fmt: str, *, t
     raise ValueError(f"unknown output format {fmt!r}")
 
 
-def _plain(value: Any) -> Any:
-    """``value`` with only YAML-safe types (tuples as lists, anything else not plain as its ``str``)."""
+def plain(value: Any) -> Any:
+    """``value`` with only JSON- and YAML-safe types: mapping keys as strings, tuples as lists, anything else
+    not plain as its ``str``."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)

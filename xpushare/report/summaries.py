@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -274,5 +275,52 @@ def release_scope(results: Sequence[Result], meta: Mapping[str, Any]) -> str:
             "outside that selection.")
 
 
+def fmt_rate(rate: float | None) -> str:
+    """A :func:`pass_rate` as the reports print it: ``97.5%``, or ``n/a`` when no case ran to a verdict."""
+    return "n/a" if rate is None else f"{rate * 100:.1f}%"
 
 
+@dataclass(frozen=True)
+class SuiteLine:
+    """One (cluster, suite) of a run as the reports list it: its counts, aggregate status and pass rate."""
+
+    cluster: str
+    suite: str
+    counts: dict[str, int]
+    total: int
+    status: str
+    rate: str
+
+
+@dataclass(frozen=True)
+class RunOverview:
+    """What ``run-report.md`` and ``report.html`` both say of a run before its cases."""
+
+    meta: Mapping[str, Any]
+    now: datetime
+    counts: dict[str, int]
+    required: set[str]
+    clusters: list[str]
+    decision: ReleaseDecision
+    scope: str
+    suites: list[SuiteLine]
+
+
+def run_overview(results: Sequence[Result], meta: Mapping[str, Any] | None = None, required: set[str] | None = None,
+                 now: datetime | None = None) -> RunOverview:
+    """The :class:`RunOverview` of ``results`` (``meta`` from ``run.json``; ``required`` defaults to
+    :func:`default_required`, ``now`` to the current time): the clusters of the results and of ``meta``, the
+    :func:`release_decision` with its :func:`release_scope`, and a :class:`SuiteLine` per :func:`suite_groups` group."""
+    meta = meta or {}
+    required = default_required(results) if required is None else set(required)
+    clusters = sorted({str(r["cluster"]) for r in results} | {str(x) for x in meta.get("clusters") or []},
+                      key=artifacts.natural_key)
+    decision = release_decision(results, required, clusters=meta.get("clusters") or (),
+                                interrupted=bool(meta.get("interrupted")))
+    suites = []
+    for (cluster, suite), group in suite_groups(results).items():
+        gc = counts(group)
+        suites.append(SuiteLine(cluster, suite, gc, len(group), aggregate_status(record_status(r) for r in group).value,
+                                fmt_rate(pass_rate(gc))))
+    return RunOverview(meta, now or datetime.now(timezone.utc), counts(results), required, clusters, decision,
+                       release_scope(results, meta), suites)

@@ -34,7 +34,6 @@ from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
 from xpushare.soak.checkpoint import Checkpoint
-from xpushare.transport import interrupt
 
 __all__ = ["SoakRequest", "soak"]
 
@@ -137,20 +136,11 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     dur = float(params["stab_duration_s"])
     progress.done(f"soak {case_id} on {cluster.name} for {dur / 3600:.2f} h{' (resumed)' if request.resume else ''} "
                   f"-> {case_dir}")
+    params_text = json.dumps(params, indent=1, default=str) + "\n"
+    wrapped = replace(case, act=act if request.resume else _with_params_file(act, params_text))
     backend = driver.make_backend(cluster)
-    interrupted = False
-    record: dict[str, Any] = {}
-    with interrupt.installed():
-        try:
-            backend.prepare_run(run_id)  # host mode too: it finds the GPUs and puts the workloads on the hosts
-            params_text = json.dumps(params, indent=1, default=str) + "\n"
-            wrapped = replace(case, act=act if request.resume else _with_params_file(act, params_text))
-            record, interrupted = lifecycle.run_case(wrapped, run_id=run_id, run_dir=run_dir, cluster=cluster,
-                                                  backend=backend, params=params, required=True)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            backend.close()
+    record, interrupted = lifecycle.run_alone(wrapped, run_id=run_id, run_dir=run_dir, cluster=cluster,
+                                              backend=backend, params=params)
     results = artifacts.load_results(run_dir)
     status = driver.exit_status_for(results, interrupted)
     meta.update(ended=_now(), interrupted=interrupted, exit_status=int(status), counts=summaries.counts(results))

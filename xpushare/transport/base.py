@@ -18,19 +18,24 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from invoke.exceptions import CommandTimedOut
 from invoke.runners import Local
 
 from xpushare.model.errors import (
     CommandFailed,
+    CommandTimeout,
+    ConnectionLost,
     RemoteNotFound,
     TransportError,
 )
+from xpushare.transport import command_log
 
 
 class TextSink(Protocol):
@@ -105,6 +110,43 @@ def finished(host: str, argv: Sequence[str], res: Any, start: float, *, check: b
     if check and not result.ok:
         raise CommandFailed(host, list(argv), result.exit_code, result.stderr)
     return result
+
+
+def logged_run(
+    host: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    timeout: float | None,
+    execute: Callable[[str], Any],
+    *,
+    lost: tuple[type[BaseException], ...] = (),
+    on_fault: Callable[[], None] | None = None,
+) -> tuple[Any, float]:
+    """Run ``argv`` (``env`` prefixed, :func:`env_argv`) as one quoted line through ``execute`` (an invoke/Fabric
+    ``run``), its start, end or failure in :mod:`~xpushare.transport.command_log`; return the ``Result`` and the
+    ``time.monotonic()`` before it (for :func:`finished`).
+
+    invoke's ``CommandTimedOut`` raises :class:`CommandTimeout`, an exception of ``lost`` :class:`ConnectionLost`;
+    ``on_fault`` is called first (e.g. to drop a connection)."""
+    words = env_argv(argv, env)
+    line = shlex.join(words)
+    start = time.monotonic()
+    command_log.started(host, words)
+    try:
+        res = execute(line)
+    except CommandTimedOut as exc:
+        command_log.failed(host, words, exc, time.monotonic() - start)
+        if on_fault is not None:
+            on_fault()
+        raise CommandTimeout(host, f"{argv[0]!r} timed out after {timeout} s") from None
+    except lost as exc:
+        command_log.failed(host, words, exc, time.monotonic() - start)
+        if on_fault is not None:
+            on_fault()
+        raise ConnectionLost(host, f"connection lost during {argv[0]!r}: {exc}") from None
+    assert res is not None
+    command_log.ended(host, words, res.exited, time.monotonic() - start)
+    return res, start
 
 
 def env_argv(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:

@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from invoke import Config as InvokeConfig
 from invoke import Context
-from invoke.exceptions import CommandTimedOut
 from invoke.runners import Local
 
 from xpushare.model.errors import (
-    CommandTimeout,
     RemoteNotFound,
     TransportError,
 )
-from xpushare.transport import command_log
 from xpushare.transport.base import (
     CommandResult,
     Host,
     TextSink,
-    env_argv,
     finished,
+    logged_run,
     read_in_memory_stdin,
     runner_options,
 )
@@ -63,17 +58,8 @@ class LocalHost(Host):
         out_stream: TextSink | None = None,
         err_stream: TextSink | None = None,
     ) -> CommandResult:
-        words = env_argv(argv, env)
-        line = shlex.join(words)
-        start = time.monotonic()
-        command_log.started(self.name, words)
-        try:
-            res = self._context.run(line, **runner_options(timeout, stdin, out_stream, err_stream))
-        except CommandTimedOut as exc:
-            command_log.failed(self.name, words, exc, time.monotonic() - start)
-            raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
-        assert res is not None
-        command_log.ended(self.name, words, res.exited, time.monotonic() - start)
+        options = runner_options(timeout, stdin, out_stream, err_stream)
+        res, start = logged_run(self.name, argv, env, timeout, lambda line: self._context.run(line, **options))
         return finished(self.name, argv, res, start, check=check)
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import shlex
 import socket
 import sys
 import threading
@@ -22,24 +21,21 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 from fabric.runners import Remote
-from invoke.exceptions import CommandTimedOut
 
 from xpushare.inventory.schema import SshOptions
 from xpushare.model.errors import (
-    CommandTimeout,
     ConnectionLost,
     HostKeyMismatch,
     HostUnreachable,
     RemoteNotFound,
     TransportError,
 )
-from xpushare.transport import command_log
 from xpushare.transport.base import (
     CommandResult,
     Host,
     TextSink,
-    env_argv,
     finished,
+    logged_run,
     read_in_memory_stdin,
     runner_options,
 )
@@ -233,22 +229,10 @@ class SshHost(Host):
         err_stream: TextSink | None = None,
     ) -> CommandResult:
         conn = self.connection()
-        words = env_argv(argv, env)
-        line = shlex.join(words)
-        start = time.monotonic()
-        command_log.started(self.name, words)
-        try:
-            res = conn.run(line, **runner_options(timeout, stdin, out_stream, err_stream))
-        except CommandTimedOut as exc:
-            command_log.failed(self.name, words, exc, time.monotonic() - start)
-            self._drop()  # the channel was closed under a possibly stalled transport: start afresh
-            raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s") from None
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            command_log.failed(self.name, words, exc, time.monotonic() - start)
-            self._drop()
-            raise ConnectionLost(self.name, f"connection lost during {argv[0]!r}: {exc}") from None
-        assert res is not None
-        command_log.ended(self.name, words, res.exited, time.monotonic() - start)
+        options = runner_options(timeout, stdin, out_stream, err_stream)
+        # On a timeout the channel was closed under a possibly stalled transport: start afresh, as on a lost one.
+        res, start = logged_run(self.name, argv, env, timeout, lambda line: conn.run(line, **options),
+                                lost=(OSError, EOFError, paramiko.SSHException), on_fault=self._drop)
         if res.exited == -1 or not conn.is_connected:
             # The channel closed without an exit status: the session or the connection died.
             self._drop()
