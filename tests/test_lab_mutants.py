@@ -12,7 +12,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -24,6 +26,7 @@ from tests.lab.sut import OUTPUTS, build_sut, default_source
 REQUIRED = ("no-core-enforcement", "quota-generous-30", "quota-stingy-30", "metrics-missing",
             "leak-per-registration")
 NAMES = sorted(MUTANTS)
+T = TypeVar("T")
 
 
 def _base() -> Path:
@@ -43,6 +46,17 @@ def _lab_required(reason: str) -> None:
     if os.environ.get("XPUSHARE_REQUIRE_LAB") == "1":
         pytest.fail(reason, pytrace=False)
     pytest.skip(reason)
+
+
+def _or_lab_required(make: Callable[[], T], missing: str) -> T:
+    """``make()``; a :class:`BuildError` that starts with ``missing`` (the machine lacks a tool) is
+    :func:`_lab_required`, any other is raised."""
+    try:
+        return make()
+    except BuildError as exc:
+        if str(exc).startswith(missing):
+            _lab_required(str(exc))
+        raise
 
 
 def test_required_mutants_exist() -> None:
@@ -74,22 +88,12 @@ def test_patch_applies_exactly_to_upstream(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_mutant_tree_differs_and_builds(name: str) -> None:
     base = _base()
-    try:
-        tree = mutant_tree(name)
-    except BuildError as exc:
-        if str(exc).startswith("cannot apply"):
-            _lab_required(str(exc))
-        raise
+    tree = _or_lab_required(lambda: mutant_tree(name), "cannot apply")
     assert mutant_tree(name) == tree, "a second call reuses the patched copy"
     assert content_hash(tree, tree_files(tree), "x") != content_hash(base, tree_files(base), "x")
     for rel in _patched_files(name):
         assert (tree / rel).read_bytes() != (base / rel).read_bytes(), rel
-    try:
-        built = build_mutant(name)
-    except BuildError as exc:
-        if str(exc).startswith("cannot build"):
-            _lab_required(str(exc))
-        raise
+    built = _or_lab_required(lambda: build_mutant(name), "cannot build")
     assert all((built.directory / out).is_file() for out in OUTPUTS)
     assert built.source == tree.resolve()
     assert built.digest != build_sut(base).digest

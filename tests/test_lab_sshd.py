@@ -253,22 +253,19 @@ def test_stop_leaves_no_process_of_ours(tmp_path: Path) -> None:
     lab.stop()  # idempotent
 
 
+def _lab_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.lab.sshd ARGS`` from the repository root (60 s at most; a failure is returned, not raised)."""
+    return subprocess.run([sys.executable, "-m", "tests.lab.sshd", *args], cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
 @pytest.mark.slow
 def test_cli_up_and_down(tmp_path: Path) -> None:
     if lab_unavailable_reason() is not None:
         pytest.skip(str(lab_unavailable_reason()))
     workdir = tmp_path / "cli-lab"
-    cli = [sys.executable, "-m", "tests.lab.sshd"]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    up = subprocess.run(
-        [*cli, "up", "--hosts", "3", "--base", "127.0.2.1", "--workdir", str(workdir)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    up = _lab_cli("up", "--hosts", "3", "--base", "127.0.2.1", "--workdir", str(workdir))
     data = json.loads((workdir / "lab.json").read_text()) if (workdir / "lab.json").exists() else {}
     pids = [h["pid"] for h in data.get("hosts", [])]
     try:
@@ -282,35 +279,17 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
         assert not any(_gone(p) for p in pids)
         result = _ssh(workdir / "ssh_config", "lab-host02", "echo hi")
         assert (result.returncode, result.stdout) == (0, "hi\n"), result.stderr
-        again = subprocess.run(
-            [*cli, "up", "--hosts", "1", "--workdir", str(workdir)],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        again = _lab_cli("up", "--hosts", "1", "--workdir", str(workdir))
         assert again.returncode == 1 and "already up" in again.stderr
     finally:
-        down = subprocess.run(
-            [*cli, "down", "--workdir", str(workdir)],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        down = _lab_cli("down", "--workdir", str(workdir))
         leaked = [p for p in pids if not _gone(p)]
         for pid in leaked:  # never leave the detached daemons behind, even if `down` is broken
             os.kill(pid, signal.SIGKILL)
     assert down.returncode == 0, down.stderr
     assert leaked == []
     assert not (workdir / "lab.json").exists()
-    twice = subprocess.run(
-        [*cli, "down", "--workdir", str(workdir)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
-    )
+    twice = _lab_cli("down", "--workdir", str(workdir))
     assert twice.returncode == 0 and "nothing to stop" in twice.stdout
 
 

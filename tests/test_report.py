@@ -23,28 +23,15 @@ NASTY = "quota 30|60\tratio=1.5\nsecond line \\t literal, C:\\path | \x1b[31mred
 # One case per status on two clusters; FUNC-002's summary has a pipe, a tab, a newline and backslashes.
 MIXED: list[dict[str, Any]] = [
     dict(cluster="c1", suite="functional", case_id="FUNC-001", status="PASS", summary="ok", duration_s=10.0),
-    dict(
-        cluster="c1",
-        suite="functional",
-        case_id="FUNC-002",
-        status="FAIL",
-        summary=NASTY,
-        duration_s=5.5,
-        checks=[
-            {"name": "order", "expression": "runtime_30 > runtime_60", "values": {"runtime_30": 9}, "ok": False},
-            {"name": "health", "expression": "HTTP_CODE == 200", "values": {"HTTP_CODE": 200}, "ok": True},
-        ],
-        evidence=["pods/p30.log", "metrics_mid.txt"],
-    ),
+    dict(cluster="c1", suite="functional", case_id="FUNC-002", status="FAIL", summary=NASTY, duration_s=5.5,
+         checks=[
+             {"name": "order", "expression": "runtime_30 > runtime_60", "values": {"runtime_30": 9}, "ok": False},
+             {"name": "health", "expression": "HTTP_CODE == 200", "values": {"HTTP_CODE": 200}, "ok": True},
+         ],
+         evidence=["pods/p30.log", "metrics_mid.txt"]),
     dict(cluster="c1", suite="performance", case_id="PERF-001", status="SKIP", summary="SKIP: no GPU", duration_s=0.5),
-    dict(
-        cluster="c2",
-        suite="metrics",
-        case_id="MET-001",
-        status="ERROR",
-        summary="kubectl timed out",
-        error="timeout 30s",
-    ),
+    dict(cluster="c2", suite="metrics", case_id="MET-001", status="ERROR", summary="kubectl timed out",
+         error="timeout 30s"),
     dict(cluster="c2", suite="stability", case_id="STAB-001", status="INTERRUPTED", summary="Ctrl-C", duration_s=2.0),
 ]
 

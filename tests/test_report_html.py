@@ -9,6 +9,7 @@ import pytest
 
 from xpushare.model.verdict import Check
 from xpushare.report import artifacts, build, html, plots
+from xpushare.report.summaries import run_overview
 
 HOSTILE = '<script>alert("x")</script> & </details>'
 
@@ -40,6 +41,12 @@ def _run(tmp_path: Path) -> Path:
     return run_dir
 
 
+def _page(run_dir: Path) -> str:
+    """``report.html`` of ``run_dir`` as :func:`build.build` renders it."""
+    results = artifacts.load_results(run_dir)
+    return html.render_html(run_dir, results, run_overview(results), run_id="h1")
+
+
 def test_build_writes_a_self_contained_escaped_page(tmp_path: Path) -> None:
     run_dir = _run(tmp_path)
     paths = build.build(run_dir)
@@ -60,7 +67,7 @@ def test_build_writes_a_self_contained_escaped_page(tmp_path: Path) -> None:
 
 def test_cases_fail_and_error_open_and_counts_are_shown(tmp_path: Path) -> None:
     run_dir = _run(tmp_path)
-    page = html.render_html(run_dir, artifacts.load_results(run_dir), run_id="h1")
+    page = _page(run_dir)
     opened = re.findall(r'<details class="case (\w+)"[^>]*?(open)?>', page.replace("\n", " "))
     assert sorted(s for s, o in opened if o) == ["ERROR", "FAIL"], opened
     assert re.search(r'<div class="n">1</div><div>PASS</div>', page)
@@ -70,7 +77,7 @@ def test_cases_fail_and_error_open_and_counts_are_shown(tmp_path: Path) -> None:
 def test_a_png_over_the_cap_is_linked_not_embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = _run(tmp_path)
     monkeypatch.setattr(html, "MAX_EMBEDDED_PNG", 10)
-    page = html.render_html(run_dir, artifacts.load_results(run_dir), run_id="h1")
+    page = _page(run_dir)
     assert "data:image/png" not in page and "not embedded" in page
 
 

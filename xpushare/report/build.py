@@ -20,6 +20,7 @@ from xpushare.report.summaries import (
     case_summary_rows,
     format_tsv,
     never_run,
+    run_overview,
     run_summary_rows,
 )
 
@@ -62,9 +63,9 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
     # junit counts every selected case: those the run never reached too (required ones as errors)
     xml = ET.tostring(junit_tree([*results, *never_run(meta, results)], run_id), encoding="unicode")
     artifacts.atomic_write_text(paths.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n")
-    text = render_markdown(run_dir, results, run_id=run_id, meta=meta, required=required, now=now)
-    artifacts.atomic_write_text(paths.markdown, text)
-    page = render_html(run_dir, results, run_id=run_id, meta=meta, required=required, now=now)
+    view = run_overview(results, meta, required, now)  # one overview: both files say the same of the run
+    artifacts.atomic_write_text(paths.markdown, render_markdown(run_dir, results, view, run_id=run_id))
+    page = render_html(run_dir, results, view, run_id=run_id)
     artifacts.atomic_write_text(paths.html, page)
     return paths
 

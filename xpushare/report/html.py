@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,10 @@ from xpushare.report.markdown import fmt_duration
 from xpushare.report.summaries import (
     STATUS_ORDER,
     Result,
+    RunOverview,
     fmt_rate,
     pass_rate,
     record_status,
-    run_overview,
 )
 
 TEMPLATE = "report.html.j2"
@@ -144,19 +143,10 @@ def _case(run_dir: Path, record: Result, index: int) -> dict[str, Any]:
     }
 
 
-def render_html(
-    run_dir: Path,
-    results: Sequence[Result],
-    *,
-    run_id: str,
-    meta: Mapping[str, Any] | None = None,
-    required: set[str] | None = None,
-    now: datetime | None = None,
-) -> str:
+def render_html(run_dir: Path, results: Sequence[Result], view: RunOverview, *, run_id: str) -> str:
     """Text of ``report.html`` for the run in ``run_dir`` (``results`` from
-    :func:`~xpushare.report.artifacts.load_results`, ``meta`` from ``run.json``). ``required`` and ``now`` as in
-    :func:`xpushare.report.build.build`. Raises ``jinja2.TemplateError`` only if the shipped template is broken."""
-    view = run_overview(results, meta, required, now)
+    :func:`~xpushare.report.artifacts.load_results`, ``view`` their :func:`~xpushare.report.summaries.run_overview`).
+    Raises ``jinja2.TemplateError`` only if the shipped template is broken."""
     meta, c, decision = view.meta, view.counts, view.decision
     context = {
         "run_id": run_id,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from xpushare.model.verdict import Status
 from xpushare.report import artifacts
 from xpushare.report.summaries import (
     Result,
+    RunOverview,
     case_where,
     cell_text,
     failure_text,
@@ -21,7 +21,6 @@ from xpushare.report.summaries import (
     pass_rate,
     record_duration,
     record_status,
-    run_overview,
 )
 
 # --------------------------------------------------------------------------------------------- markdown
@@ -94,17 +93,9 @@ def _plots(run_dir: Path, results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def render_markdown(
-    run_dir: Path,
-    results: Sequence[Result],
-    *,
-    run_id: str,
-    meta: Mapping[str, Any] | None = None,
-    required: set[str] | None = None,
-    now: datetime | None = None,
-) -> str:
-    """Text of ``run-report.md``; links are relative to ``run_dir`` (where the file is written)."""
-    view = run_overview(results, meta, required, now)
+def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview, *, run_id: str) -> str:
+    """Text of ``run-report.md`` (``view``: the :func:`~xpushare.report.summaries.run_overview` of ``results``);
+    links are relative to ``run_dir`` (where the file is written)."""
     meta, now, c, required, clusters, decision = (view.meta, view.now, view.counts, view.required, view.clusters,
                                                   view.decision)
     ran = sum(c.values()) - c["SKIP"]
