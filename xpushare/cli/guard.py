@@ -6,6 +6,7 @@ stderr and a documented exit status (:class:`~xpushare.model.exit_status.ExitSta
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -24,7 +25,7 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     :class:`XpushareError` (:class:`~xpushare.model.errors.LeaseHeld`, the cluster held by another run: 2),
     2 (USAGE) for a local path that cannot be used (``OSError``) or read as text,
     128 + the signal for Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.transport.interrupt`, handled for
-    the whole body).
+    the whole body), 141 when standard output's reader went away (:func:`pipe_closed`).
     """
     try:
         with interrupt.installed():
@@ -32,6 +33,8 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     except XpushareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise Exit(code=int(exc.exit_status)) from None
+    except BrokenPipeError:
+        raise Exit(code=pipe_closed()) from None
     except OSError as exc:  # a local file the task needs (run dir, inventory, output) cannot be used
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
@@ -45,6 +48,16 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
         raise Exit(code=interrupt.exit_status()) from None
     if status:
         raise Exit(code=int(status))
+
+
+def pipe_closed() -> int:
+    """Standard output's reader went away (``invoke cases | head``): point stdout at ``/dev/null`` so that
+    Python's flush at exit does not fail again (the Python documentation's advice for SIGPIPE), and return
+    :attr:`ExitStatus.PIPE_CLOSED` (141). No message: the reader asked for no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return int(ExitStatus.PIPE_CLOSED)
 
 
 def remainder_argv(argv: list[str] | None = None) -> list[str]:

@@ -6,7 +6,8 @@ directory, with the tasks, flags, help and exit statuses of :mod:`xpushare.cli.c
 Both commands report a command line Invoke cannot parse (an unknown flag, a missing required flag, a flag
 without its value) as one ``error:`` line and exit status 2 (USAGE), like every other usage error:
 :class:`XpushareProgram` has that policy, and :func:`adopt` gives it to ``invoke``'s own program (``tasks.py``);
-Invoke would print its parser's message and exit 1.
+Invoke would print its parser's message and exit 1. A listing whose reader went away (``--list | head``) ends
+quietly with status 141, as a task's output does (:func:`xpushare.cli.guard.pipe_closed`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from invoke.exceptions import Exit, ParseError
 
 from xpushare import __version__
 from xpushare.cli.collection import namespace
+from xpushare.cli.guard import pipe_closed
 from xpushare.model.exit_status import ExitStatus
 
 __all__ = ["XpushareConfig", "XpushareProgram", "adopt", "main", "parse_error_line", "program", "usage_exit"]
@@ -83,6 +85,14 @@ class XpushareProgram(Program):
         except ParseError as exc:
             raise usage_exit(exc, self) from None
 
+    def parse_cleanup(self) -> None:
+        """Invoke's step that prints ``--list`` and ``--help``; a reader that went away (``xpushare --list |
+        head``) ends it quietly with status 141 (:func:`~xpushare.cli.guard.pipe_closed`)."""
+        try:
+            super().parse_cleanup()
+        except BrokenPipeError:
+            raise SystemExit(pipe_closed()) from None
+
     def run(self, argv: list[str] | None = None, exit: bool = True) -> None:
         """Invoke's run; a config file that is not YAML (Invoke reads them before any task) is one ``error:``
         line and exit status 2 instead of a traceback."""
@@ -102,8 +112,9 @@ def adopt(prog: Program) -> Program:
     :class:`XpushareProgram`) the same parse-error policy; returns ``prog``.
 
     The one hook on a third-party object: it wraps that instance's ``parse_tasks`` step (the one that parses
-    the task names and their flags, run after ``tasks.py`` is loaded). Adopting twice is harmless: the inner
-    wrapper already turned the ``ParseError`` into an ``Exit``.
+    the task names and their flags, run after ``tasks.py`` is loaded), and its ``parse_cleanup`` step (``--list``
+    and ``--help``) for a closed output pipe, as :class:`XpushareProgram` does. Adopting twice is harmless: the
+    inner wrapper already turned the ``ParseError`` into an ``Exit``.
     """
     parse: Callable[[], None] = prog.parse_tasks
 
@@ -113,7 +124,16 @@ def adopt(prog: Program) -> Program:
         except ParseError as exc:
             raise usage_exit(exc, prog) from None
 
+    cleanup: Callable[[], None] = prog.parse_cleanup
+
+    def parse_cleanup() -> None:
+        try:
+            cleanup()
+        except BrokenPipeError:
+            raise SystemExit(pipe_closed()) from None
+
     prog.parse_tasks = parse_tasks  # type: ignore[method-assign]
+    prog.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
     return prog
 
 

@@ -25,3 +25,6 @@ class ExitStatus(IntEnum):
     """Interrupted by SIGHUP (the terminal closed), handled as Ctrl-C."""
     TERMINATED = 143
     """Interrupted by SIGTERM (``timeout``, CI, systemd, Kubernetes), handled as Ctrl-C."""
+    PIPE_CLOSED = 141
+    """The reader of standard output went away (``xpushare cases | head``): 128 + SIGPIPE, as a shell reports
+    a command killed by it; nothing more is printed."""
