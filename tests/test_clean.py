@@ -134,3 +134,27 @@ def _check_clean_after_sigkill(tmp_path: Path, env: dict[str, str], spawn: Path,
     assert _invoke("report", "--run-id", "k9", "--root", str(tmp_path), env=env, root=tmp_path).returncode == 0
     junit = (tmp_path / ".tmplog/k9/xpushare/junit.xml").read_text()
     assert 'tests="2"' in junit and 'errors="2"' in junit
+
+
+def test_a_pid_reused_since_the_crash_is_left_running(tmp_path: Path) -> None:
+    """After a crash, cleaning may come much later; the pid in a pid file may then name an unrelated process,
+    which must never be killed. Here the pid file is an hour old and its pid is a process started now."""
+    spawn = tmp_path / "spawn"
+    spawn.mkdir()
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    pid_file = spawn / "xp-r1-FUNC-001-w2.pid"
+    pid_file.write_text(f"{stranger.pid}\n")
+    an_hour_ago = time.time() - 3600
+    os.utime(pid_file, (an_hour_ago, an_hour_ago))
+    host = LocalHost(spawn_dir=str(spawn))
+    try:
+        removed = clean_host(host, "r1")
+        assert removed.error is None and removed.stopped == []
+        assert removed.spared == [f"xp-r1-FUNC-001-w2 (pid {stranger.pid})"]
+        assert "left running (pid reused by another process)" in "\n".join(removed.lines())
+        assert _alive(stranger.pid)
+        assert not pid_file.exists()  # the run's record is gone: a second clean finds nothing
+        assert clean_host(host, "r1").lines() == ["localhost: nothing left"]
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -11,7 +11,8 @@ Where a run leaves things, and how they are found again:
   its log (:meth:`xpushare.transport.base.Host.spawn`), its process-group id inside; the samplers' output
   directories and the metrics capture scripts are ``<spawn dir>/xp-<run id>-...`` directories. These pid files
   and entries are the per-run record on each host: a pid file's process group is stopped (TERM, then KILL
-  after about 2 s), then every entry of the run is removed.
+  after about 2 s), then every entry of the run is removed. A pid that now names a process started after its
+  pid file was written (the pid was reused since the crash) is left running and reported (``spared``).
 
 Runs still alive are left alone: the caller names them (``invoke clean`` asks the cluster's lease,
 :func:`xpushare.engine.lease.live_run_ids`).
@@ -33,21 +34,33 @@ from xpushare.transport.kube_errors import KubeError
 
 __all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "spawn_prefixes"]
 
-# Lists the spawn dir's ``xp-`` entries; for a pid file also its pid and whether that process still lives.
-_LIST = (
+# ``ours P F``: whether pid P still names the process group the pid file F recorded. A live process P counts
+# only if it started no later than F was written (+2 s): after a crash, cleaning may come days later, and P may
+# by then be an unrelated process. With no process P, a live group P is still ours: Linux does not give a
+# process group's id to a new process while that group exists.
+_OURS = (
+    'ours() { if e=$(ps -o etimes= -p "$1" 2>/dev/null); then e=$(echo $e); '
+    '[ $(( $(date +%s) - e )) -le $(( $(stat -c %Y "$2" 2>/dev/null || echo 0) + 2 )) ]; '
+    'else kill -0 -"$1" 2>/dev/null; fi; }; '
+)
+# Lists the spawn dir's ``xp-`` entries; for a pid file also its pid and its state: 1 ours and running,
+# 2 the pid now names another process (left alone), 0 gone.
+_LIST = _OURS + (
     'cd "$1" 2>/dev/null || exit 0; for f in xp-*; do [ -e "$f" ] || continue; case "$f" in *.pid) '
-    'p=$(cat "$f" 2>/dev/null); a=0; [ -n "$p" ] && kill -0 "$p" 2>/dev/null && a=1; '
+    'p=$(cat "$f" 2>/dev/null); a=0; if [ -n "$p" ]; then if ours "$p" "$f"; then a=1; '
+    'elif kill -0 "$p" 2>/dev/null; then a=2; fi; fi; '
     'printf "PID|%s|%s|%s\\n" "$f" "$p" "$a";; *) printf "ENT|%s\\n" "$f";; esac; done'
 )
-# Stops the process groups of the named pid files (TERM, ~2 s, KILL), then removes the named entries.
-_REMOVE = (
-    'cd "$1" || exit 97; shift; for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); '
-    '[ -n "$p" ] && { kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; };; esac; done; i=0; '
-    'alive() { for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); [ -n "$p" ] && '
-    's=$(ps -o stat= -p "$p" 2>/dev/null) && case "$s" in Z*) ;; *) return 0;; esac;; esac; done; return 1; }; '
-    'while alive "$@" && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; '
-    'for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); '
-    '[ -n "$p" ] && { kill -KILL -"$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; };; esac; done; rm -rf -- "$@"'
+# Stops the process groups of the named pid files that are still ours (TERM, ~2 s, KILL), then removes the
+# named entries.
+_REMOVE = _OURS + (
+    'cd "$1" || exit 97; shift; pids=""; for f in "$@"; do case "$f" in *.pid) p=$(cat "$f" 2>/dev/null); '
+    '[ -n "$p" ] && ours "$p" "$f" && pids="$pids $p";; esac; done; '
+    'for p in $pids; do kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done; i=0; '
+    'alive() { for p in $pids; do s=$(ps -o stat= -p "$p" 2>/dev/null) && '
+    'case "$s" in Z*) ;; *) return 0;; esac; done; return 1; }; '
+    'while alive && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; '
+    'for p in $pids; do kill -KILL -"$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done; rm -rf -- "$@"'
 )
 
 
@@ -55,13 +68,15 @@ _REMOVE = (
 class Removed:
     """What was removed in one place (``where``: a host name, or ``<cluster> (kubernetes)``).
 
-    ``stopped``: ``name (pid N)`` of each process group that was still running; ``objects``: Kubernetes
-    objects as ``kind/name``; ``entries``: files and directories removed from the spawn dir; ``error``: why
-    this place could not be cleaned (then the rest may be incomplete).
+    ``stopped``: ``name (pid N)`` of each process group that was still running; ``spared``: ``name (pid N)`` of
+    each pid file whose pid now names a process started after the file was written (pid reuse: not the run's,
+    left running); ``objects``: Kubernetes objects as ``kind/name``; ``entries``: files and directories removed
+    from the spawn dir; ``error``: why this place could not be cleaned (then the rest may be incomplete).
     """
 
     where: str
     stopped: list[str] = field(default_factory=list)
+    spared: list[str] = field(default_factory=list)
     objects: list[str] = field(default_factory=list)
     entries: list[str] = field(default_factory=list)
     error: str | None = None
@@ -73,7 +88,8 @@ class Removed:
     def lines(self) -> list[str]:
         """What was removed, one line per kind, each starting with ``where``; ``nothing left`` when empty."""
         out = [f"{self.where}: {what}: {', '.join(items)}" for what, items in (
-            ("deleted", self.objects), ("stopped", self.stopped), ("removed", self.entries)) if items]
+            ("deleted", self.objects), ("stopped", self.stopped),
+            ("left running (pid reused by another process)", self.spared), ("removed", self.entries)) if items]
         if self.error:
             out.append(f"{self.where}: error: {self.error}")
         return out or [f"{self.where}: nothing left"]
@@ -105,8 +121,8 @@ def clean_host(host: Host, run_id: str | None, live: Collection[str] = ()) -> Re
             if not fields[0] or not _belongs(fields[0], run_id, live):
                 continue
             names.append(fields[0])
-            if kind == "PID" and len(fields) == 3 and fields[2] == "1":
-                out.stopped.append(f"{fields[0][:-4]} (pid {fields[1]})")
+            if kind == "PID" and len(fields) == 3 and fields[2] in ("1", "2"):
+                (out.stopped if fields[2] == "1" else out.spared).append(f"{fields[0][:-4]} (pid {fields[1]})")
         if names:
             host.run(["sh", "-c", _REMOVE, "sh", host.spawn_dir, *names], timeout=60, check=True)
         out.entries = names
