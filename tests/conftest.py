@@ -31,8 +31,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # Runs on the built-in `local` cluster take its lease (a lock file in the temporary directory, see
     # xpushare.engine.lease): each pytest process (xdist worker) gets a directory of its own, so tests that run
-    # concurrently never refuse each other; tests of the lease itself set XPUSHARE_LEASE_DIR themselves.
-    os.environ.setdefault("XPUSHARE_LEASE_DIR", tempfile.mkdtemp(prefix="xpushare-lease-"))
+    # concurrently never refuse each other; tests of the lease itself set XPUSHARE_LEASE_DIR themselves. Workers
+    # inherit the controller's environment, so a worker makes its own directory inside the controller's.
+    base = os.environ.get("XPUSHARE_LEASE_DIR") or tempfile.mkdtemp(prefix="xpushare-lease-")
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    os.environ["XPUSHARE_LEASE_DIR"] = tempfile.mkdtemp(prefix=f"{worker}-", dir=base) if worker else base
     src = config.getoption("--sut-src")
     if src:  # the lab's builds read it (tests.lab.sut.default_source), in xdist workers too
         os.environ["XPUSHARE_SUT_SRC"] = str(Path(src).expanduser().resolve())
