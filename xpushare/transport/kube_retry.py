@@ -40,18 +40,21 @@ DEFAULT_BACKOFF_S = 1.0
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """``retries`` further attempts of a read, the first after ``backoff_s``, each next one after twice as long."""
+    """How a read is repeated after a transient failure (the cluster's parameters: :meth:`from_params`)."""
 
+    #: further attempts after the first one
     retries: int = DEFAULT_RETRIES
+    #: seconds before the first retry; each next one waits twice as long
     backoff_s: float = DEFAULT_BACKOFF_S
+
+    def delay(self, retry: int) -> float:
+        """Seconds before retry number ``retry`` (1-based)."""
+        return self.backoff_s * 2 ** (retry - 1)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> RetryPolicy:
-        """The policy of a cluster's parameters ``kubectl_read_retries`` / ``kubectl_retry_backoff_s`` (3 / 1).
-
-        Raises:
-            UsageError: not a whole number of retries >= 0, or a backoff that is not a number of seconds >= 0.
-        """
+        """The policy of a cluster's ``kubectl_read_retries`` / ``kubectl_retry_backoff_s`` (3 / 1); a
+        ``UsageError`` when the first is not a whole number >= 0 or the second not a number of seconds >= 0."""
         retries = params.get("kubectl_read_retries", DEFAULT_RETRIES)
         backoff = params.get("kubectl_retry_backoff_s", DEFAULT_BACKOFF_S)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -59,10 +62,6 @@ class RetryPolicy:
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not 0 <= backoff < float("inf"):
             raise UsageError(f"kubectl_retry_backoff_s must be a number of seconds >= 0, not {backoff!r}")
         return cls(retries, float(backoff))
-
-    def delay(self, retry: int) -> float:
-        """Seconds before retry number ``retry`` (1-based)."""
-        return self.backoff_s * 2 ** (retry - 1)
 
 
 def run_read(once: Callable[[], CommandResult], argv: Sequence[str], *, host: str, policy: RetryPolicy,
