@@ -60,6 +60,7 @@ from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
 from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kube_retry import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 from xpushare.transport.manifest_yaml import dump_manifests
 
 MANIFESTS = manifests_dir()
@@ -75,6 +76,9 @@ K8S_DEFAULTS: dict[str, Any] = {
     "metrics_port": 9402,
     "vgpus_per_gpu": 10,
     "kubectl_request_timeout_s": 30,  # kubectl's --request-timeout: an API server that does not answer in time
+    # reads retried after a 5xx/429 or a lost connection, the first after the backoff, doubling (kube_retry)
+    "kubectl_read_retries": DEFAULT_RETRIES,
+    "kubectl_retry_backoff_s": DEFAULT_BACKOFF_S,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.model.errors import UsageError
 from xpushare.transport.base import Host
+from xpushare.transport.kube_retry import RetryPolicy
 from xpushare.transport.kubectl import Kubectl
 
 __all__ = ["kubectl_for", "master_spec"]
@@ -30,7 +31,13 @@ def kubectl_for(cluster: ClusterSpec, master: Host, *, namespace: str | None = N
                 request_timeout_s: float | None = None) -> Kubectl:
     """kubectl run on ``master`` (a connected host of ``cluster``) with the cluster's binary, kubeconfig and
     context; its default namespace is ``namespace``, else the inventory's ``namespace`` (the workloads');
-    ``request_timeout_s``: kubectl's ``--request-timeout`` (None: the Kubectl default)."""
+    ``request_timeout_s``: kubectl's ``--request-timeout`` (None: the Kubectl default). Reads are retried after a
+    transient failure as the cluster's ``kubectl_read_retries`` / ``kubectl_retry_backoff_s`` say.
+
+    Raises:
+        UsageError: those parameters are not valid (:meth:`RetryPolicy.from_params`).
+    """
     extra = {} if request_timeout_s is None else {"request_timeout_s": request_timeout_s}
     return Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                   namespace=cluster.namespace if namespace is None else namespace, **extra)
+                   namespace=cluster.namespace if namespace is None else namespace,
+                   retry=RetryPolicy.from_params(cluster.params), **extra)

@@ -2,9 +2,11 @@
 
 Every :meth:`~xpushare.transport.base.Host.run` (SSH or this machine, kubectl included: it runs through a host)
 reports to the logger ``xpushare.commands``: the quoted command line when it starts (INFO), its exit status and
-seconds when it ends (DEBUG), or the error that ended it (DEBUG). :func:`set_verbosity` shows these on stderr
-(``-v``: the lines, ``-vv``: also the ends); :func:`debug_log` writes them, with every library logger (paramiko,
-invoke, fabric), to a file while a run lasts. Library loggers never reach the terminal.
+seconds when it ends (DEBUG), or the error that ended it (DEBUG); a kubectl read retried after a transient failure
+(:mod:`~xpushare.transport.kube_retry`) adds a line per retry and one for how it ended (INFO).
+:func:`set_verbosity` shows these on stderr (``-v``: the lines, ``-vv``: also the ends); :func:`debug_log` writes
+them, with every library logger (paramiko, invoke, fabric), to a file while a run lasts. Library loggers never
+reach the terminal.
 
 Secrets are never written: a word ``NAME=value`` whose name mentions a password, token, secret or key keeps
 its name and loses its value (``env API_TOKEN=***``).
@@ -20,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LOGGER", "debug_log", "ended", "failed", "redact", "set_verbosity", "started"]
+__all__ = ["LOGGER", "debug_log", "ended", "failed", "redact", "retried", "retrying", "set_verbosity", "started"]
 
 LOGGER = logging.getLogger("xpushare.commands")
 """The logger of command lines (INFO: started; DEBUG: ended or failed)."""
@@ -60,6 +62,18 @@ def ended(host: str, argv: Sequence[str], exit_code: int, seconds: float) -> Non
 def failed(host: str, argv: Sequence[str], error: BaseException, seconds: float) -> None:
     """Log that ``argv`` on ``host`` ended without an exit status (timeout, connection lost) after ``seconds``."""
     LOGGER.debug("%s$ %s -> %s after %.3f s", host, redact(argv), type(error).__name__, seconds)
+
+
+def retrying(host: str, what: str, attempt: int, attempts: int, reason: str, delay_s: float) -> None:
+    """Log that attempt ``attempt`` of ``attempts`` of ``what`` (``kubectl get``) on ``host`` failed transiently with
+    ``reason`` and is retried after ``delay_s`` (INFO: shown with ``-v``)."""
+    LOGGER.info("%s$ %s: attempt %d of %d failed (%s); retrying in %gs", host, what, attempt, attempts, reason,
+                delay_s)
+
+
+def retried(host: str, argv: Sequence[str], outcome: str, attempt: int, attempts: int) -> None:
+    """Log how a retried command ended (``outcome``: ``succeeded``, ``failed (exit 1)``) on attempt ``attempt``."""
+    LOGGER.info("%s$ %s -> %s on attempt %d of %d", host, redact(argv), outcome, attempt, attempts)
 
 
 def set_verbosity(level: int) -> None:

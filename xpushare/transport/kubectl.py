@@ -8,7 +8,10 @@ argv always starts with the cluster's connection flags, so nothing depends on th
     [kubectl, "--kubeconfig", <path>, "--context", <ctx>, "--request-timeout", "30s", "-n", <ns>, <verb> ...]
 
 (``--kubeconfig``/``--context`` only when the inventory names them). Every call counts in
-:attr:`Kubectl.calls` (reported per case as "kubectl calls").
+:attr:`Kubectl.calls` (reported per case as "kubectl calls"); a read that failed transiently (a 5xx or 429 of the
+API server, a lost connection) is repeated with backoff (:mod:`~xpushare.transport.kube_retry`), each attempt a
+call, the retries of reads that returned also
+counted in :attr:`Kubectl.retries`, and each retry logged.
 
 Views (:class:`~xpushare.transport.kube_objects.Pod`, ``Node``, ``DaemonSetStatus``) are parsed from
 ``kubectl -o json`` by :mod:`~xpushare.transport.kube_objects`.
@@ -52,6 +55,7 @@ from xpushare.transport.kube_objects import (
     parse_pod,
     split_prefixed_logs,
 )
+from xpushare.transport.kube_retry import RetryPolicy, run_read
 
 
 def _items(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -95,20 +99,24 @@ class Kubectl:
         context: ``--context`` (None: the kubeconfig's current context).
         namespace: default ``-n`` of namespaced calls.
         request_timeout_s: ``--request-timeout`` of ordinary calls; waits and streams raise it.
+        retry: how reads are retried after a transient failure (None: 3 retries, 1 s backoff doubling).
     """
 
     #: Seconds the transport waits beyond kubectl's own limit before it gives up on the command.
     TRANSPORT_MARGIN_S = 15.0
 
     def __init__(self, host: Host, *, kubectl: str = "kubectl", kubeconfig: str | None = None,
-                 context: str | None = None, namespace: str = "default", request_timeout_s: float = 30) -> None:
+                 context: str | None = None, namespace: str = "default", request_timeout_s: float = 30,
+                 retry: RetryPolicy | None = None) -> None:
         self.host = host
         self.kubectl = kubectl
         self.kubeconfig = kubeconfig
         self.context = context
         self.namespace = namespace
         self.request_timeout_s = request_timeout_s
+        self.retry = RetryPolicy() if retry is None else retry
         self.calls = 0
+        self.retries = 0
         self._lock = threading.Lock()
 
     # -- argv and running
@@ -132,16 +140,26 @@ class Kubectl:
             wait_s: float | None = None, check: bool = True) -> CommandResult:
         """Run kubectl ``args``; ``wait_s`` is how long kubectl itself may wait (raises the timeouts).
 
+        A read (``get``, ``logs``, ...) that fails transiently is made again (:mod:`~xpushare.transport.kube_retry`).
+
         Raises:
-            KubeError (or a subclass, see :func:`classify`) when ``check`` and kubectl exits non-zero.
+            KubeError (or a subclass, see :func:`classify`) when ``check`` and kubectl exits non-zero (the message
+            says how many attempts were made when there were several); ``ConnectionLost`` of the last attempt.
         """
         request_timeout = self.request_timeout_s if wait_s is None else max(self.request_timeout_s, wait_s + 5)
         argv = self.argv(args, namespace=namespace, request_timeout_s=request_timeout)
+        timeout = request_timeout + (wait_s or 0) + self.TRANSPORT_MARGIN_S
+
+        def once() -> CommandResult:
+            with self._lock:
+                self.calls += 1
+            return self.host.run(argv, timeout=timeout, stdin=stdin)
+
+        result, made = run_read(once, argv, host=self.host.name, policy=self.retry)
         with self._lock:
-            self.calls += 1
-        result = self.host.run(argv, timeout=request_timeout + (wait_s or 0) + self.TRANSPORT_MARGIN_S, stdin=stdin)
+            self.retries += made - 1
         if check and not result.ok:
-            raise classify(argv, result.stderr, result.exit_code)
+            raise classify(argv, result.stderr, result.exit_code, attempts=made)
         return result
 
     def get_json(self, args: Sequence[str], *, namespace: Any = _USE_DEFAULT) -> dict[str, Any]:
