@@ -196,6 +196,7 @@ def test_ssh_session_killed_mid_case(inventory: Path, ssh: SshLab, tmp_path: Pat
     assert rec["status"] == "PASS" and o.status == 0, o.explain()
     assert "kubectl get: attempt 1 of 4 failed (ConnectionLost" in o.debug_log, o.debug_log[-3000:]
     assert "succeeded on attempt 2 of 4" in o.debug_log
+    assert rec["kubectl_retries"] >= 1 and "kubectl read(s) retried after a transient API failure" in rec["summary"]
     assert {"pods.json", "scheduler.log", "cluster_snapshot.txt", "manifests.yaml"} <= o.files(), o.files()
     assert any(f.startswith("pods/") for f in o.files()), o.files()
     assert_no_traceback(o)
@@ -298,6 +299,8 @@ def test_api_server_500_for_a_moment_is_ridden_out(ssh: SshLab, kube_lab: LabClu
     retries = [ln for ln in o.debug_log.splitlines() if "failed (kubectl get" in ln and "retrying in" in ln]
     assert retries and all("InternalError" in ln for ln in retries), o.debug_log[-3000:]
     assert "succeeded on attempt" in o.debug_log
+    assert rec["kubectl_retries"] >= 1 and "retried after a transient API failure" in rec["summary"]  # it says so
+    assert "retries of reads after a transient API failure" in (o.case_dir / "analysis.txt").read_text()
     assert_no_traceback(o)
     assert_run_reported(o)
 

@@ -29,6 +29,9 @@ class HarvestBackend:
     def kubectl_calls(self) -> int | None:
         return None
 
+    def kubectl_retries(self) -> int | None:
+        return None
+
     def begin_case(self, case_dir: Path, case_id: str) -> None:
         pass
 

@@ -167,6 +167,11 @@ class Backend(ABC):
         """kubectl invocations so far (None where there is no kubectl)."""
         return None
 
+    def kubectl_retries(self) -> int | None:
+        """Of :meth:`kubectl_calls`, the retries of reads after a transient API failure
+        (:mod:`xpushare.transport.kube_retry`; None where there is no kubectl)."""
+        return None
+
     def kubernetes(self) -> KubeAccess | None:
         """The Kubernetes-only operations of this backend, or None where workloads are not pods."""
         return None

@@ -110,6 +110,9 @@ class K8sBackend(Backend, KubeAccess):
     def kubectl_calls(self) -> int | None:
         return self.kubectl.calls
 
+    def kubectl_retries(self) -> int | None:
+        return self.kubectl.retries
+
     def kubernetes(self) -> KubeAccess:
         return self
 

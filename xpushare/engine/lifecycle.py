@@ -96,7 +96,7 @@ def run_case(
     case_dir.mkdir(parents=True, exist_ok=True)
     started, t0 = utc_now(), time.monotonic()
     events.emit("case_started", suite=case.suite, attempt=attempt)
-    calls0 = backend.kubectl_calls()
+    calls0, retries0 = backend.kubectl_calls(), backend.kubectl_retries()
     interrupted = False
     error: str | None = None
     reason = skip_reason(case, backend.capabilities, cluster.mode)
@@ -158,7 +158,10 @@ def run_case(
             verdict.status = Status.ERROR
             error = f"evidence incomplete: {harvest_fault}"
     ended = utc_now()
-    calls1 = backend.kubectl_calls()
+    calls1, retries1 = backend.kubectl_calls(), backend.kubectl_retries()
+    retried = None if retries0 is None or retries1 is None else retries1 - retries0
+    if retried:  # the verdict stands, but says that the API server failed on the way (each retry: debug.log)
+        verdict.summary += f" ({retried} kubectl read(s) retried after a transient API failure)"
     record = {
         "run_id": run_id,
         "cluster": cluster.name,
@@ -181,12 +184,13 @@ def run_case(
         "operation": f"{case.workload}: {case.operation}".strip(": "),
         "sampling": case.sampling,
         "kubectl_calls": None if calls0 is None or calls1 is None else calls1 - calls0,
+        "kubectl_retries": retried,
         "error": error,
     }
     artifacts.write_result(case_dir, record)
     artifacts.write_analysis(case_dir, record)
     events.emit("case_ended", suite=case.suite, status=record["status"], summary=record["summary"],
-                duration_s=record["duration_s"])
+                duration_s=record["duration_s"], kubectl_retries=retried)
     return record, interrupted
 
 
@@ -215,7 +219,7 @@ def record_not_run(
         "summary": reason, "started": now, "ended": now, "duration_s": 0.0, "phases_s": {},
         "thresholds": jsonable(params), "metrics": {}, "checks": [], "evidence": [], "required": required,
         "operation": f"{case.workload}: {case.operation}".strip(": "), "sampling": case.sampling,
-        "kubectl_calls": None, "error": None, "not_run": True,
+        "kubectl_calls": None, "kubectl_retries": None, "error": None, "not_run": True,
     }
     artifacts.write_result(case_dir, record)
     artifacts.write_analysis(case_dir, record)

@@ -13,7 +13,7 @@ its ``status`` is one of the five :class:`~xpushare.model.verdict.Status` values
 never as PASS. Record keys (the engine's contract)::
 
     run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
-    thresholds metrics checks evidence required operation sampling kubectl_calls error
+    thresholds metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
 
 Names used as path components (run id, cluster, suite, case id) must match ``[A-Za-z0-9._-]{1,64}`` and
 must not be ``.`` or ``..``; anything else raises ``ValueError`` so no name can leave the run directory.
@@ -308,7 +308,10 @@ def render_analysis(record: Mapping[str, Any]) -> str:
     calls = r.get("kubectl_calls")
     sampling = _indent(str(r.get("sampling") or "(not recorded)"))
     if calls is not None:
-        sampling += f"\n  kubectl calls: {calls}"
+        retried = r.get("kubectl_retries")
+        sampling += f"\n  kubectl calls: {calls}" + (
+            f" ({retried} of them retries of reads after a transient API failure; debug.log names each)" if retried
+            else "")
     phases = r.get("phases_s")
     if phases:  # where the case's time went: begin, act, harvest, cleanup, judge (seconds)
         sampling += "\n  phases: " + ", ".join(f"{k} {format_value(v)} s" for k, v in phases.items())
