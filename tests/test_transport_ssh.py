@@ -84,6 +84,28 @@ def test_command_timeout_then_next_command_works(node1: SshHost) -> None:
     assert node1.run(["echo", "again"], timeout=20).stdout == "again\n"
 
 
+def test_a_timeout_reported_as_a_plain_result_is_still_a_timeout(node1: SshHost,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """invoke's runner returns a result without an exit status (-1) instead of raising CommandTimedOut when its
+    timer thread has not ended yet as the channel closes (seen under CI load): past the timeout, that is a
+    CommandTimeout, not a lost connection; before it, a lost connection."""
+    conn = node1.connection()
+
+    def closed_after(seconds: float) -> object:
+        def run(line: str, **options: object) -> object:
+            time.sleep(seconds)
+            return type("Result", (), {"exited": -1, "stdout": "", "stderr": ""})()
+        return run
+
+    monkeypatch.setattr(conn, "run", closed_after(0.3))
+    with pytest.raises(CommandTimeout, match=r"timed out after 0\.2 s"):
+        node1.run(["sleep", "30"], timeout=0.2)
+    conn = node1.connection()  # the first was dropped: a new one
+    monkeypatch.setattr(conn, "run", closed_after(0.0))
+    with pytest.raises(ConnectionLost, match="no exit status"):
+        node1.run(["sleep", "30"], timeout=20)
+
+
 def test_unreachable_is_distinct_from_failed(ssh_lab: SshLab, tmp_path: Path) -> None:
     h = ssh_lab.host("lab-node2")
     opts = SshOptions(user=h.user, port=ssh_lab.closed_port("127.0.0.13"), identity=str(h.identity),

@@ -24,6 +24,7 @@ from fabric.runners import Remote
 
 from xpushare.inventory.schema import SshOptions
 from xpushare.model.errors import (
+    CommandTimeout,
     ConnectionLost,
     HostKeyMismatch,
     HostUnreachable,
@@ -234,8 +235,11 @@ class SshHost(Host):
         res, start = logged_run(self.name, argv, env, timeout, lambda line: conn.run(line, **options),
                                 lost=(OSError, EOFError, paramiko.SSHException), on_fault=self._drop)
         if res.exited == -1 or not conn.is_connected:
-            # The channel closed without an exit status: the session or the connection died.
+            # The channel closed without an exit status: the session or the connection died, or our timeout closed
+            # it (invoke reports that as a plain result when its timer thread has not ended yet: a race under load).
             self._drop()
+            if timeout is not None and time.monotonic() - start >= timeout:
+                raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s")
             raise ConnectionLost(self.name, f"connection lost during {argv[0]!r} (no exit status)")
         return finished(self.name, argv, res, start, check=check)
 
