@@ -26,7 +26,7 @@ from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.engine import dry_run, lease
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
-from xpushare.engine.lifecycle import jsonable, judge_case, record_not_run, run_case, utc_now
+from xpushare.engine.lifecycle import judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.evidence import events
 from xpushare.inventory import schema
@@ -35,6 +35,7 @@ from xpushare.model.errors import RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
+from xpushare.report.output import plain
 from xpushare.transport import command_log, interrupt
 
 DEBUG_LOG = "debug.log"
@@ -386,9 +387,9 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
         record.update(
             status=verdict.status.value,
             summary=verdict.summary,
-            thresholds=jsonable(params),
-            metrics=jsonable(verdict.metrics),
-            checks=jsonable(verdict.to_dict()["checks"]),
+            thresholds=plain(params),
+            metrics=plain(verdict.metrics),
+            checks=plain(verdict.to_dict()["checks"]),
             evidence=sorted(set(record.get("evidence") or []) | set(verdict.evidence)),
             rejudged=utc_now().isoformat(),
         )

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
-from xpushare.engine.lifecycle import jsonable, skip_reason
+from xpushare.engine.lifecycle import skip_reason
 from xpushare.engine.plan import Selection, resolved_params
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.report import history, output
+from xpushare.report.output import plain
 
 __all__ = ["DISRUPTIVE_SKIP", "expected_duration_s", "plan_run", "render", "render_all"]
 
@@ -57,7 +58,7 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
             "case_id": case.case_id, "suite": case.suite, "title": case.title,
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
             "expected_duration_s": expected_duration_s(case, cluster.name, root),
-            "params": {name: {"value": jsonable(value), "source": source}
+            "params": {name: {"value": plain(value), "source": source}
                        for name, (value, source) in sorted(resolved.items())},
         })
     return {"cluster": cluster.name, "mode": cluster.mode, "selection": selection.label, "cases": planned}

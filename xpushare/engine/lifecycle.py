@@ -176,9 +176,9 @@ def run_case(
         "ended": ended.isoformat(),
         "duration_s": round(time.monotonic() - t0, 3),
         "phases_s": _phase_durations(t0, phases),
-        "thresholds": jsonable(params),
-        "metrics": jsonable(verdict.metrics),
-        "checks": jsonable(verdict.to_dict()["checks"]),
+        "thresholds": plain(params),
+        "metrics": plain(verdict.metrics),
+        "checks": plain(verdict.to_dict()["checks"]),
         "evidence": sorted(set(verdict.evidence) | set(harvested)),
         "required": required,
         "operation": f"{case.workload}: {case.operation}".strip(": "),
@@ -217,7 +217,7 @@ def record_not_run(
         "run_id": run_id, "cluster": cluster.name, "suite": case.suite, "case_id": case.case_id,
         "title": case.title, "mode": cluster.mode, "attempt": attempt, "status": Status.INTERRUPTED.value,
         "summary": reason, "started": now, "ended": now, "duration_s": 0.0, "phases_s": {},
-        "thresholds": jsonable(params), "metrics": {}, "checks": [], "evidence": [], "required": required,
+        "thresholds": plain(params), "metrics": {}, "checks": [], "evidence": [], "required": required,
         "operation": f"{case.workload}: {case.operation}".strip(": "), "sampling": case.sampling,
         "kubectl_calls": None, "kubectl_retries": None, "error": None, "not_run": True,
     }
@@ -301,8 +301,6 @@ def with_idle_check(verdict: Verdict, ev: Evidence) -> Verdict:
     return verdict
 
 
-#: ``value`` as JSON holds it: mapping keys as strings, tuples as lists, anything else not plain as its ``str``.
-jsonable = plain
 
 
 
