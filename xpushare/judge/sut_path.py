@@ -25,6 +25,7 @@ PREREQUISITE_MARKERS = re.compile(
     r"^.*(ModuleNotFoundError|ImportError: |error while loading shared libraries|"
     r"No module named |can't open file .*\.py).*$", re.MULTILINE)
 _PRELOAD_REFUSED = re.compile(r"^.*ld\.so: object .* from LD_PRELOAD cannot be preloaded.*$", re.MULTILINE)
+_LIBRARY_LINE = re.compile(r"^\[(XPUSHARE|NVSHARE)\]\[(INFO|WARN|DEBUG|FATAL)\]: .*$", re.MULTILINE)
 _STARTED = ("Running", "Succeeded", "Failed")
 
 
@@ -46,37 +47,59 @@ def sut_expected(ev: Evidence) -> bool:
 def sut_path_check(ev: Evidence) -> Check | None:
     """``sut_in_path``: every workload that started was registered by the scheduler, with the library loaded.
 
-    Per started pod (phase Running/Succeeded/Failed): the dynamic loader did not refuse the preload (its
-    ``ld.so: object ... cannot be preloaded`` line), the workload did not fail before it reached the GPU
-    (:func:`before_gpu`), and its registration is in ``scheduler.log`` (client id, GPU key; matched by pod in
-    Kubernetes, by host pid / client id in host mode). ``ok`` is None (ERROR: "SUT not in the path") when a pod
-    fails any of these; None is returned when the SUT is not expected (:func:`sut_expected`).
+    Per started pod (phase Running/Succeeded/Failed), from its output and ``scheduler.log``:
+
+    * registered (client id, GPU key; matched by pod in Kubernetes, by host pid / client id in host mode): in
+      the path;
+    * the dynamic loader refused the preload (``ld.so: object ... cannot be preloaded``), the workload failed
+      before it reached the GPU (:func:`before_gpu`), or neither a registration nor any line of the client
+      library (``[XPUSHARE][...]``) is there: not in the path, ``ok`` None (ERROR "SUT not in the path"), since
+      a verdict then judges a system that never ran;
+    * the library ran (its lines are in the output) but the scheduler never registered the client: the SUT
+      failed, ``ok`` False (FAIL), a verdict on the SUT.
+
+    Without ``scheduler.log`` no registration can be checked: ``ok`` None. Returns None when the SUT is not
+    expected in the path (:func:`sut_expected`).
     """
     if not sut_expected(ev):
         return None
+    values: dict[str, object] = {}
+    if ev.text("scheduler.log") is None:
+        return Check("sut_in_path", "every started workload registered with the scheduler, library loaded",
+                     values, None, "SUT not in the path: cannot be established without scheduler.log "
+                     "(host mode: the inventory's scheduler.log_file)")
     missing: dict[str, str] = {}
+    unregistered: dict[str, str] = {}
     seen: dict[str, str] = {}
     for pod in ev.pods:
         if pod.phase not in _STARTED:
             continue
         log = ev.logs.get(pod.name, "")
         a = ev.assignment(pod.name)
+        registered = a is not None and a.source == SOURCE_REGISTRATION
         refused = _PRELOAD_REFUSED.search(log)
         early = before_gpu(log)
         if refused:
             missing[pod.name] = f"preload refused ({refused.group(0).strip()[:200]})"
-        elif early and (a is None or a.source != SOURCE_REGISTRATION):
+        elif registered and a is not None:
+            seen[pod.name] = f"client {', '.join(a.client_ids)} on GPU {a.registered_key} ({a.matched_by})"
+        elif early:
             missing[pod.name] = f"the workload failed before it reached the GPU ({early[:200]})"
-        elif a is None or a.source != SOURCE_REGISTRATION:
-            missing[pod.name] = "no registration in scheduler.log"
+        elif (line := _LIBRARY_LINE.search(log)) is not None:
+            unregistered[pod.name] = f"the client library ran ({line.group(0).strip()[:120]}) but never registered"
         else:
-            seen[pod.name] = (f"client {', '.join(a.client_ids)} on GPU {a.registered_key} "
-                              f"({a.matched_by})")
-    detail = ""
+            missing[pod.name] = "no registration in scheduler.log and no line of the client library in its output"
+    values = {"registered": seen, "not_in_path": missing, "not_registered": unregistered}
     if missing:
         detail = "SUT not in the path: " + "; ".join(f"{p}: {why}" for p, why in sorted(missing.items()))
+        ok: bool | None = None
+    elif unregistered:
+        detail = "the scheduler did not register: " + "; ".join(f"{p}: {w}" for p, w in sorted(unregistered.items()))
+        ok = False
+    else:
+        detail, ok = "", True
     return Check("sut_in_path", "every started workload registered with the scheduler, library loaded",
-                 {"registered": seen, "not_in_path": missing}, None if missing else True, detail)
+                 values, ok, detail)
 
 
 def gpu_identity_check(ev: Evidence) -> Check | None:
@@ -109,13 +132,16 @@ def with_sut_checks(verdict: Verdict, ev: Evidence) -> Verdict:
     """``verdict`` with :func:`sut_path_check` and :func:`gpu_identity_check` added (those that apply).
 
     A PASS or FAIL whose workloads the SUT never saw becomes ERROR "SUT not in the path: <pod>: <why> (was ...)":
-    it is not a verdict on the SUT. A wrong GPU identity turns PASS, SKIP or FAIL into FAIL naming the
+    it is not a verdict on the SUT; a PASS where the library ran but the scheduler did not register a client
+    becomes FAIL. A wrong GPU identity turns PASS, SKIP or FAIL into FAIL naming the
     disagreement (an ERROR stays ERROR: its evidence is not trusted). Returns the same object, updated.
     """
     path, identity = sut_path_check(ev), gpu_identity_check(ev)
     verdict.checks += [c for c in (path, identity) if c is not None]
     if path is not None and path.ok is None and verdict.status in (Status.PASS, Status.FAIL):
         verdict.status, verdict.summary = Status.ERROR, f"{path.detail} (was {verdict.status}: {verdict.summary})"
+    elif path is not None and path.ok is False and verdict.status is Status.PASS:
+        verdict.status, verdict.summary = Status.FAIL, f"sut_in_path: {path.detail} (was PASS: {verdict.summary})"
     elif identity is not None and identity.ok is False and verdict.status is not Status.ERROR:
         was = "" if verdict.status is Status.FAIL else f" (was {verdict.status}: {verdict.summary})"
         lead = f"gpu_identity: {identity.detail}"
