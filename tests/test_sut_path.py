@@ -106,8 +106,12 @@ def test_a_workload_the_sut_never_saw_is_error(log: str, why: str) -> None:
     assert verdict.summary.endswith("(was PASS: pod passed)")
 
 
-def test_a_loaded_library_the_scheduler_never_registered_is_a_fail() -> None:
-    ev = host_evidence({"a": (10, None)}, [(0, 10)])
+@pytest.mark.parametrize("stamp", ["", "2026-11-27T02:51:59.140707Z "])
+def test_a_loaded_library_the_scheduler_never_registered_is_a_fail(stamp: str) -> None:
+    """The scheduler is down: the library ran (its lines, with kubectl's timestamps in Kubernetes) but nothing
+    registered the client. That is the SUT failing, not a test that never reached it."""
+    log = f"{stamp}[XPUSHARE][INFO]: initialize_client backend=cuda\n{stamp}[XPUSHARE][FATAL]: Condition failed\n"
+    ev = host_evidence({"a": (10, None)}, [(0, 10)], logs={"a": log})
     verdict = with_sut_checks(Verdict(Status.PASS, "pod passed"), ev)
     assert verdict.status is Status.FAIL and "never registered" in verdict.summary
 

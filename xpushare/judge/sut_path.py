@@ -25,7 +25,8 @@ PREREQUISITE_MARKERS = re.compile(
     r"^.*(ModuleNotFoundError|ImportError: |error while loading shared libraries|"
     r"No module named |can't open file .*\.py).*$", re.MULTILINE)
 _PRELOAD_REFUSED = re.compile(r"^.*ld\.so: object .* from LD_PRELOAD cannot be preloaded.*$", re.MULTILINE)
-_LIBRARY_LINE = re.compile(r"^\[(XPUSHARE|NVSHARE)\]\[(INFO|WARN|DEBUG|FATAL)\]: .*$", re.MULTILINE)
+# Anywhere on a line: Kubernetes pod logs carry a timestamp first (``kubectl logs --timestamps``).
+_LIBRARY_LINE = re.compile(r"\[(XPUSHARE|NVSHARE)\]\[(INFO|WARN|DEBUG|FATAL)\]: .*$", re.MULTILINE)
 _STARTED = ("Running", "Succeeded", "Failed")
 
 
