@@ -8,14 +8,13 @@ MET-003's comparison with the MEM_UPDATE lines of the scheduler's debug log, ``d
 DROP_LOCK counter against the log's DROP_LOCK lines; the ``scheduler_down`` fault fails
 MET-001 (FAIL or ERROR). ``counter-as-gauge`` and ``label-missing`` are caught by ``invoke metrics-check``
 (tests/test_metrics_check_lab.py), by no MET case in this lab: no MET case judges a family's TYPE, and in
-Kubernetes the probe is matched by pod, so ``host_pid`` is only read by MET-003's NVML cross-check, which the lab
-cannot make (below).
+Kubernetes the probe is matched by pod, so ``host_pid`` is only read by MET-003's NVML cross-check.
 
 Lab-sized parameters (the ``lab`` cluster's, :func:`tests.lab.env.lab_params`): short durations (MET-006 10 s,
 MET-007 10 s, MET-008 6 s); the W5 probe at ``--n 1024`` (16 MiB of buffers: it fits the 64 MiB the library leaves
-on the lab's 1600 MiB GPU). ``met003_require_nvml: false``: the SSH sessions of the lab's node hosts have no NVML
-(the simulated driver is only in the pods' environment), so the node sampler records ``no_gpu.txt`` and MET-003
-judges the page alone. ``met006_dmon_command``: the simulated GPU's ``nvidia-smi dmon -s u -d 1`` with the probe
+on the lab's 1600 MiB GPU). The SSH sessions of the lab's node hosts have no driver of their own: the node sampler
+gets the node's simulated NVML through ``node_sampler_env`` (and ``node_sampler_python``), so MET-003 checks the
+exporter's per-process memory against NVML. ``met006_dmon_command``: the simulated GPU's ``nvidia-smi dmon -s u -d 1`` with the probe
 node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of the device's kernel timeline over the last
 second) that the real scheduler exports as ``gpu_utilization_ratio``, independently of the scheduler. MET-008: the
 seed's alert ratio 0.8; the probe (oversubscription on) is sized so that its buffers plus the 256 MiB the simulated
@@ -116,10 +115,12 @@ def test_healthy_lab_metrics_suite(lab_inventory: Path, kube_lab: LabCluster, tm
         assert plan["target"]["node"] == plan["node"] and plan["target"]["fetched_from"] == plan["node"], cid
         assert plan["target"]["url"] == f"http://{kube_lab.scheduler_address(plan['node'])}:9402", cid
     node3 = json.loads((case / "MET-003/plan.json").read_text())["node"]
-    assert (case / f"MET-003/sampler/{node3}_no_gpu.txt").is_file()  # the sampler ran on the probe's node
-    assert "NVML cross-check not possible" in got["MET-003"]["summary"]
+    # the sampler read the probe node's simulated NVML: the exporter's per-process memory is checked against it
+    assert (case / f"MET-003/sampler/{node3}_procs.csv").is_file()
+    assert "NVML cross-check not possible" not in got["MET-003"]["summary"]
     checked = {c["name"] for c in got["MET-003"]["checks"] if c["ok"]}
     assert "managed_matches_scheduler_log" in checked  # the lab's schedulers log in debug mode
+    assert "nvml_process_memory_matches" in checked, got["MET-003"]["checks"]
     m3 = got["MET-003"]["metrics"]
     # the library's allocations (W5 at n 1024: 4 buffers of 4 MiB) and NVML's view (plus the 256 MiB context)
     assert list(m3["client_managed_allocated_bytes"].values()) == [16 * 2**20], m3

@@ -23,7 +23,7 @@ __all__ = ["node_evidence", "pod_environs", "pod_logs"]
 
 #: The node's ``nvidia-smi``, or a line saying there is none (a host without GPUs is not a fault).
 NVIDIA_SMI = ["sh", "-c", "command -v nvidia-smi >/dev/null || { echo 'nvidia-smi: not found'; exit 0; }; nvidia-smi"]
-SAMPLER_FILES = ("gpu.csv", "procs.csv", "no_gpu.txt")
+SAMPLER_FILES = ("gpu.csv", "procs.csv", "pids.csv", "no_gpu.txt")
 
 
 def pod_logs(case_dir: Path, pods: Iterable[tuple[str, Host, str]], faults: list[str]) -> list[str]:

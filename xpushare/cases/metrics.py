@@ -179,7 +179,9 @@ def _met003(run: CaseRun) -> None:
     sampler: NodeCapture | None = None
     try:
         try:
-            sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"), run.cluster.python, node)
+            sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"),
+                                      str(run.params.get("node_sampler_python") or run.cluster.python), node,
+                                      env=dict(run.params.get("node_sampler_env") or {}))
             sampler.start()
             run.plan["sampler"] = {"node": node, "started_at": sampler.started_at, "argv": list(sampler.argv)}
         except TransportError as exc:  # evidence missing: the judgment says so (ERROR unless NVML not required)
@@ -396,7 +398,8 @@ register(CaseDef(
     "W5 probe and the node sampler on its node; /metrics snapshot once the three memory views show",
     "metrics_mid.txt (managed / NVML / GPU used > 0), sampler/<node>_procs.csv, _gpu.csv (NVML), "
     "scheduler.log (MEM_UPDATE lines, debug mode)",
-    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0), act=_met003, judge=_judge003,
+    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={}),
+    act=_met003, judge=_judge003,
 ))
 register(CaseDef(
     "MET-004", SUITE, "Quota metrics equal the configuration", "W5",

@@ -3,7 +3,8 @@
 Formats (written by the sampler, one row per GPU / per compute process and sample):
 
 * ``gpu.csv``: ``timestamp,gpu_index,uuid,sm_util_pct,mem_used_bytes,mem_total_bytes``;
-* ``procs.csv``: ``timestamp,gpu_index,pid,used_bytes``.
+* ``procs.csv``: ``timestamp,gpu_index,pid,used_bytes``;
+* ``pids.csv``: ``timestamp,pid,hostname,pod_uid`` (once per pid: its ``HOSTNAME`` and cgroup pod UID).
 
 ``timestamp`` is Unix time in seconds; ``pid`` is the host pid NVML reports (the node's pid namespace);
 memory is bytes; an empty cell is an unavailable value. Rows that do not parse are skipped.
@@ -15,7 +16,7 @@ import csv
 import io
 from dataclasses import dataclass
 
-__all__ = ["GpuRow", "ProcRow", "gpu_rows", "index_to_uuid", "proc_rows"]
+__all__ = ["GpuRow", "PidRow", "ProcRow", "gpu_rows", "index_to_uuid", "pid_rows", "proc_rows"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,17 @@ class ProcRow:
     gpu_index: int
     pid: int
     used_bytes: float | None
+
+
+@dataclass(frozen=True)
+class PidRow:
+    """One process the sampler named: Unix time (s) first seen, host pid, HOSTNAME, cgroup pod UID (``""``:
+    unreadable)."""
+
+    t: float
+    pid: int
+    hostname: str
+    pod_uid: str
 
 
 def _number(text: str | None) -> float | None:
@@ -62,6 +74,18 @@ def proc_rows(text: str) -> list[ProcRow]:
         try:
             out.append(ProcRow(float(r["timestamp"]), int(r["gpu_index"]), int(r["pid"]),
                                _number(r.get("used_bytes"))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def pid_rows(text: str) -> list[PidRow]:
+    """The rows of a ``pids.csv`` (header required)."""
+    out: list[PidRow] = []
+    for r in csv.DictReader(io.StringIO(text)):
+        try:
+            out.append(PidRow(float(r["timestamp"]), int(r["pid"]), (r.get("hostname") or "").strip(),
+                              (r.get("pod_uid") or "").strip()))
         except (KeyError, TypeError, ValueError):
             continue
     return out

@@ -174,7 +174,8 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
                     read: Callable[[str], str | None] | None = None) -> dict[str, GpuAssignment]:
     """Each pod's GPU: where NVML saw its process, else the scheduler's registration (the last one matched).
 
-    With ``read`` (case-relative name -> text) every record with a ``host_pid`` also gets NVML's placement
+    With ``read`` (case-relative name -> text) every record with a ``host_pid`` (host mode), or whose node's
+    sampler named its processes (Kubernetes: by the pod's name), also gets NVML's placement
     (:mod:`xpushare.evidence.nvml_placement`, the node sampler's files): NVML is the truth of where a
     workload ran, so the pod's ``gpu`` is the UUID NVML saw it on; otherwise the registration's key, resolved
     to the node's UUID where NVML gave the node's GPUs (so pods seen and unseen by NVML compare).
@@ -194,7 +195,11 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
         if mode != "host" or scheduler_node is None or r.node == scheduler_node:
             match = client_match(mode, r.name, namespace=r.namespace, record=r, log=logs.get(r.name))
             found = registrations_of(summary, match) if match.usable else []
-        nvml = nvml_placement(read, r.node, r.host_pid) if read is not None and r.host_pid is not None else None
+        nvml = None
+        if read is not None and r.host_pid is not None:
+            nvml = nvml_placement(read, r.node, r.host_pid)
+        elif read is not None and mode == "k8s" and r.node is not None and read(f"sampler/{r.node}_pids.csv"):
+            nvml = nvml_placement(read, r.node, None, pod=r.name)
         if found:
             reg, key = found[-1]
             a = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu,
@@ -214,7 +219,8 @@ def write_gpu_mapping(ev: Evidence) -> list[str]:
     """``gpu_mapping.txt`` of the case dir from the derived registrations, for people and reports; nothing
     without a case dir, a scheduler log or pods. Tab-separated, ``-`` where a pod never registered:
 
-    * k8s: ``pod node gpu_uuid``;
+    * k8s: ``pod node gpu_uuid nvml_gpu_uuid agree``: the registration's GPU, the GPU(s) NVML saw the pod's
+      processes on (named by the node sampler by HOSTNAME) and whether they agree;
     * host: ``pod node gpu_key matched_by key_gpu_uuid nvml_gpu_uuid agree``: the SUT's registered key and
       what matched it (``host_pid <pid>`` / ``client_id <id16>``), the UUID that key names on the node, the
       GPU(s) NVML saw the process on, and whether the two agree (``yes``, ``NO``, ``-``: one is unknown).
@@ -226,14 +232,14 @@ def write_gpu_mapping(ev: Evidence) -> list[str]:
         a = ev.assignments.get(r.name)
         reg = a if a is not None and a.source == SOURCE_REGISTRATION else None
         gpu = (reg.registered_key if reg else None) or "-"
+        nvml = ",".join(a.nvml.uuids) if a is not None and a.nvml is not None and a.nvml.uuids else "-"
+        agree = {True: "yes", False: "NO", None: "-"}[a.identity_agrees if a is not None else None]
         if ev.mode == "host":
-            nvml = ",".join(a.nvml.uuids) if a is not None and a.nvml is not None and a.nvml.uuids else "-"
-            agree = {True: "yes", False: "NO", None: "-"}[a.identity_agrees if a is not None else None]
             rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{(reg.matched_by if reg else None) or '-'}\t"
                         f"{(a.key_gpu if a is not None else None) or '-'}\t{nvml}\t{agree}")
         else:
-            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}")
+            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{nvml}\t{agree}")
     header = ("pod\tnode\tgpu_key\tmatched_by\tkey_gpu_uuid\tnvml_gpu_uuid\tagree" if ev.mode == "host"
-              else "pod\tnode\tgpu_uuid")
+              else "pod\tnode\tgpu_uuid\tnvml_gpu_uuid\tagree")
     atomic_write_text(ev.case_dir / "gpu_mapping.txt", header + "\n" + "\n".join(rows) + "\n")
     return ["gpu_mapping.txt"]
