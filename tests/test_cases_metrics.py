@@ -488,8 +488,9 @@ def counted_drops(case_dir: Path, *, logged: int, counted: int) -> Verdict:
         f"[XPUSHARE][INFO]: Throttling client {cid} (Used: 36/35 ms, weighted, wall=36, billed=36, concurrent=1)\n"
         f"[XPUSHARE][INFO]: Sent DROP_LOCK to client {cid}\n"), encoding="utf-8")
     end = case_dir / "metrics_end.txt"
-    end.write_text(re.sub(r"(?m)^xpushare_scheduler_drop_lock_total \d+$", f"xpushare_scheduler_drop_lock_total {counted}",
-                          end.read_text(encoding="utf-8")), encoding="utf-8")
+    family = "xpushare_scheduler_drop_lock_total"
+    end.write_text(re.sub(rf"(?m)^{family} \d+$", f"{family} {counted}", end.read_text(encoding="utf-8")),
+                   encoding="utf-8")
     return lifecycle.judge_case(REGISTRY["MET-004"], case_dir, params_for("MET-004"))
 
 

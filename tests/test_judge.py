@@ -199,7 +199,8 @@ def test_k8s_spread_from_registrations_passes(tmp_path: Path) -> None:
     assert set(values["gpu_source"].values()) == {f"registration (pod default/func-003-w2-{i})" for i in range(1, 5)}
     assert "gpu_mapping.txt" in v.evidence
     # no node sampler in this fixture: nothing NVML says to compare (the last two columns)
-    assert (case / "gpu_mapping.txt").read_text().splitlines()[1] == "func-003-w2-1\tlab-node1\tGPU-lab-lab-node1-0\t-\t-"
+    row = "func-003-w2-1\tlab-node1\tGPU-lab-lab-node1-0\t-\t-"
+    assert (case / "gpu_mapping.txt").read_text().splitlines()[1] == row
 
 
 def test_k8s_packing_device_plugin_fails_the_spread(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ Lab-sized parameters (the ``lab`` cluster's, :func:`tests.lab.env.lab_params`): 
 MET-007 10 s, MET-008 6 s); the W5 probe at ``--n 1024`` (16 MiB of buffers: it fits the 64 MiB the library leaves
 on the lab's 1600 MiB GPU). The SSH sessions of the lab's node hosts have no driver of their own: the node sampler
 gets the node's simulated NVML through ``node_sampler_env`` (and ``node_sampler_python``), so MET-003 checks the
-exporter's per-process memory against NVML. ``met006_dmon_command``: the simulated GPU's ``nvidia-smi dmon -s u -d 1`` with the probe
-node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of the device's kernel timeline over the last
-second) that the real scheduler exports as ``gpu_utilization_ratio``, independently of the scheduler. MET-008: the
+exporter's per-process memory against NVML. ``met006_dmon_command``: the simulated GPU's
+``nvidia-smi dmon -s u -d 1`` with the probe node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of
+the device's kernel timeline over the last second) that the real scheduler exports as ``gpu_utilization_ratio``,
+independently of the scheduler. MET-008: the
 seed's alert ratio 0.8; the probe (oversubscription on) is sized so that its buffers plus the 256 MiB the simulated
 driver counts for its context are 85 % of the GPU (``--n`` 8505, 1104 MiB of buffers, ratio 0.85).
 
