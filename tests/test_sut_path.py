@@ -167,3 +167,46 @@ def test_host_backend_decides_the_gpu_variables(setting: str, want_cuda: str, wa
 def test_visible_devices_must_be_a_known_choice(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="visible_devices"):
         inventory(tmp_path, "visible_devices: all")
+
+
+def k8s_evidence(registered: str, nvml_index: int) -> Evidence:
+    """A pod ``p`` on ``n1`` registered on GPU ``registered``; NVML saw its process (named by HOSTNAME) on
+    ``nvml_index``."""
+    sched = (f"[XPUSHARE][INFO]: Registered client 00000000000000aa on GPU {registered} with Pod name = p, "
+             "Pod namespace = default\n")
+    files = {"scheduler.log": sched, "sampler/n1_gpu.csv": GPU_CSV, "sampler/n1_procs.csv": procs_csv((nvml_index, 77)),
+             "sampler/n1_pids.csv": "timestamp,pid,hostname,pod_uid\n1.5,77,p,\n1.5,78,other,\n"}
+    return Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", namespace="default")], {"p": ""}, files,
+                               mode="k8s")
+
+
+def test_kubernetes_placement_comes_from_nvml_by_the_pods_hostname() -> None:
+    ev = k8s_evidence(U1, 1)
+    assert ev.pods[0].gpu == U1
+    check = gpu_identity_check(ev)
+    assert check is not None and check.ok is True
+    wrong = with_sut_checks(Verdict(Status.PASS, "ok"), k8s_evidence(U0, 1))
+    assert wrong.status is Status.FAIL and f"SUT key {U0} -> {U0}; NVML {U1}" in wrong.summary
+
+
+def test_node_sampler_names_a_process_by_hostname_and_pod_uid(tmp_path: Path) -> None:
+    import importlib.util
+    import sys
+
+    from xpushare.data import workloads_dir
+
+    sys.path.insert(0, str(workloads_dir()))
+    try:
+        spec = importlib.util.spec_from_file_location("node_sampler_under_test", workloads_dir() / "node_sampler.py")
+        assert spec is not None and spec.loader is not None
+        sampler = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sampler)
+    finally:
+        sys.path.remove(str(workloads_dir()))
+    proc = tmp_path / "42"
+    proc.mkdir()
+    (proc / "environ").write_bytes(b"PATH=/bin\0HOSTNAME=func-003-w2-1\0")
+    uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    (proc / "cgroup").write_text(f"0::/kubepods.slice/kubepods-besteffort-pod{uid.replace('-', '_')}.slice/cri-x\n")
+    assert sampler.pid_identity(42, str(tmp_path)) == ("func-003-w2-1", uid)
+    assert sampler.pid_identity(43, str(tmp_path)) == ("", "")
