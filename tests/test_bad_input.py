@@ -87,6 +87,7 @@ CORPUS: dict[str, list[str]] = {
     "metrics-url-bad-port": ["metrics-check", "--url", "http://127.0.0.1:99999"],
     "metrics-url-text-port": ["metrics-check", "--url", "http://127.0.0.1:port"],
     "metrics-neither": ["metrics-check"],
+    "get-dot-dot": ["get", "--cluster", "local", "/..", F + "/got"],
     "metrics-url-and-load": ["metrics-check", "--url", "http://127.0.0.1:9", "--load"],
     # --- inventories
     "inventory-missing": ["hosts", "--inventory", F + "/nope.yaml"],

@@ -300,7 +300,7 @@ def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
 def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: int, out: TextIO) -> ExitStatus:
     """Copy ``remote`` from every host in parallel to a per-host local path (:func:`local_copy_path`); a failed
     copy leaves no partial file. Raises :class:`UsageError` for a remote path naming no file."""
-    if not PurePosixPath(remote).name or remote.endswith("/"):
+    if PurePosixPath(remote).name in ("", ".", "..") or remote.endswith(("/", "/.", "/..")):
         raise UsageError(f"get: {remote!r}: give the remote file's path, not a directory")
     def one(host: Host) -> str:
         path = local_copy_path(local_dir, host.name, remote)
