@@ -13,7 +13,8 @@ from xpushare.inventory import schema
 from xpushare.inventory.selection import expand, select_hosts
 from xpushare.model.errors import InventoryError, UsageError
 
-HOST = "clusters:\n  c9:\n    mode: host\n    hosts:\n      c9-gpu1: {{address: 127.0.0.1, roles: [gpu, master]{extra}}}\n"
+HOST = ("clusters:\n  c9:\n    mode: host\n    hosts:\n"
+        "      c9-gpu1: {{address: 127.0.0.1, roles: [gpu, master]{extra}}}\n")
 
 
 def inv(extra: str = "", cluster: str = "") -> str:

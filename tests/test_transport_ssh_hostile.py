@@ -81,7 +81,7 @@ def test_identity_must_be_a_private_file(tmp_path: Path) -> None:
     key.chmod(0o600)
     assert usable_identity("h1", str(key)) == str(key)
     key.chmod(0o644)
-    with pytest.raises(UsageError, match="accessible by others.*chmod 600"):
+    with pytest.raises(UsageError, match=r"accessible by others.*chmod 600"):
         usable_identity("h1", str(key))
     with pytest.raises(UsageError, match="not found"):
         usable_identity("h1", str(tmp_path / "missing"))
@@ -92,7 +92,7 @@ def test_identity_must_be_a_private_file(tmp_path: Path) -> None:
 def test_an_unusable_identity_is_refused_before_connecting(tmp_path: Path) -> None:
     opts = SshOptions(identity=str(tmp_path / "missing"), known_hosts=str(tmp_path / "kh"), connect_retries=1)
     host = SshHost("h1", "127.0.0.1", opts, sleep=lambda s: None)
-    with pytest.raises(UsageError, match="h1: identity file .* not found"):
+    with pytest.raises(UsageError, match=r"h1: identity file .* not found"):
         host.connection()
 
 

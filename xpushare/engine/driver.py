@@ -25,6 +25,7 @@ from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.engine import dry_run, lease
+from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.lifecycle import judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
@@ -214,6 +215,8 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """
     inventory = schema.load(request.inventory_path)
     clusters = [inventory.cluster(name) for name in cluster_names(request.cluster)]
+    for cluster in clusters:
+        check_cluster_params(cluster)
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
     overrides = parse_overrides(request.overrides)
     check_overrides(selection.cases, overrides)
