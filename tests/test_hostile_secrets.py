@@ -64,7 +64,7 @@ def test_curl_never_sees_a_password_on_its_command_line() -> None:
         pass
 
     class Recorder(LocalHost):
-        def run(self, argv, **kw):  # type: ignore[no-untyped-def, override]
+        def run(self, argv, **kw):
             seen.append((list(argv), kw.get("stdin")))
             raise Seen
 

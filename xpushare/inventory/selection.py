@@ -19,7 +19,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from xpushare.inventory import nodesets
 from xpushare.inventory.schema import ROLES, ClusterSpec, HostSpec
-from xpushare.model import strict_yaml
+from xpushare.model import bounded_read
 from xpushare.model.errors import UsageError
 
 #: The biggest ``@FILE`` host file read (bytes).
@@ -94,7 +94,7 @@ def _from_file(path: str, names: Sequence[str], depth: int) -> set[str]:
     if depth > 0:
         raise UsageError(f"--limit @{path}: a host file cannot name another host file")
     try:
-        lines = strict_yaml.read_text(Path(path).expanduser(), limit=MAX_HOST_FILE_BYTES).splitlines()
+        lines = bounded_read.read_text(Path(path).expanduser(), limit=MAX_HOST_FILE_BYTES).splitlines()
     except OSError as exc:
         raise UsageError(f"--limit @{path}: cannot read the host file ({exc.strerror or exc})") from None
     except UnicodeDecodeError:

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from xpushare.model import bounded_read
+
 #: The biggest YAML file read (bytes): far beyond any inventory or playbook, small enough never to exhaust memory.
 MAX_BYTES = 4 * 1024 * 1024
 
@@ -23,7 +25,7 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
             except TypeError:  # an unhashable key: the base constructor says so
@@ -40,13 +42,6 @@ def load(text: str) -> Any:
 
 
 def read_text(path: Path, *, limit: int = MAX_BYTES) -> str:
-    """The UTF-8 text of ``path``, read at most ``limit`` bytes (``/dev/zero`` included).
-
-    Raises:
-        OSError: it cannot be read. UnicodeDecodeError: it is not UTF-8. ValueError: it is larger than ``limit``.
-    """
-    with path.open("rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit // 1024} KiB")
-    return data.decode("utf-8")
+    """The UTF-8 text of ``path``, read at most ``limit`` bytes (``/dev/zero`` included):
+    :func:`xpushare.model.bounded_read.read_text`."""
+    return bounded_read.read_text(path, limit=limit)

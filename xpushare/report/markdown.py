@@ -111,6 +111,11 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
             out.append(f"- {key.replace('_', ' ')}: {md_escape(meta[key])}")
     if meta.get("interrupted"):
         out.append("- **the run was interrupted**; `--resume` runs the unfinished cases")
+    rejudged = artifacts.rejudgment_label(meta.get("rejudgments") or [])
+    if rejudged:
+        out.append(f"- **{md_escape(rejudged)}**: the verdicts below are that re-judgment's (exit status "
+                   f"{md_escape((meta.get('rejudgments') or [{}])[-1].get('exit_status'))}); the run's own verdicts "
+                   f"are kept in each re-judged case's `{artifacts.ORIGINAL_RESULT_FILE}`")
     out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
     out.append(
         f"- pass rate: {fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "

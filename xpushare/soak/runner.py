@@ -107,6 +107,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         overrides["stab_duration_s"] = request.duration_s
     run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
+    driver.refuse_reuse(run_dir, run_id, resume=request.resume)
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = plan.case_params(case, cluster, selection, overrides)
     act = case.act
