@@ -153,3 +153,25 @@ def test_a_rejudgment_is_stored_beside_the_runs_own_verdicts(tmp_path: Path) -> 
     record = json.loads((case / "result.json").read_text())
     assert record["status"] == "PASS" and record["thresholds"]["func002_min_overlap_ratio"] == 0.5
     assert len(record["rejudgments"]) == 2 and (case / "result.original.json").read_text() == own
+
+
+def test_no_record_text_makes_a_link_in_run_report_md() -> None:
+    from xpushare.report.markdown import md_escape
+
+    text = md_escape("[click](javascript:alert(1)) and [x]: <javascript:y>")
+    assert "](" not in text.replace("\\](", "") and "\\[click\\]" in text and "<javascript" not in text
+
+
+def test_a_full_disk_in_judge_or_report_is_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from invoke.exceptions import Exit
+
+    from xpushare.cli.guard import guarded
+
+    def full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "run-report.md")
+
+    with pytest.raises(Exit) as info:
+        guarded(full)
+    assert info.value.code == 1

@@ -27,10 +27,11 @@ from xpushare.report.summaries import (
 
 
 def md_escape(value: Any) -> str:
-    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, newlines as ``<br>``,
-    other control characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
+    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, ``[`` and ``]`` too (so
+    no text of a record can make a link, ``[x](javascript:...)`` included), newlines as ``<br>``, other control
+    characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
     text = "" if value is None else str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return artifacts.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
 
