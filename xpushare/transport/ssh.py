@@ -93,6 +93,14 @@ class _IgnorePolicy(paramiko.MissingHostKeyPolicy):
             )
 
 
+#: A command (its argv after the script) that ends with its SSH session: a watcher reads the session's input, which
+#: sshd closes when the session goes, and then sends the command SIGTERM; the command reads /dev/null. Exit status
+#: and output are the command's.
+ENDS_WITH_SESSION = (
+    'exec 3<&0 0</dev/null; "$@" 3<&- & p=$!; { cat <&3 >/dev/null 2>&1; kill -TERM "$p" 2>/dev/null; } & w=$!; '
+    'exec 3<&-; wait "$p"; rc=$?; kill "$w" 2>/dev/null; exit "$rc"'
+)
+
 #: What a lost connection raises while a command runs (also from invoke's I/O threads: :func:`_run_on`).
 _LOST: tuple[type[BaseException], ...] = (OSError, EOFError, paramiko.SSHException)
 
@@ -134,7 +142,12 @@ class SshHost(Host):
         *,
         spawn_dir: str = ".xpushare/spawn",
         sleep: Callable[[float], None] = time.sleep,
+        interruptible: bool = False,
     ) -> None:
+        """``interruptible``: a command without input runs under :data:`ENDS_WITH_SESSION`, so that it ends when its
+        session does (Ctrl-C, SIGTERM or SIGHUP here, a timeout, a lost connection); otherwise it keeps running
+        on the host without its session, like any command without a terminal under sshd."""
+        self._interruptible = interruptible
         self.name = name
         self.target = target
         self.ssh = ssh
@@ -247,6 +260,8 @@ class SshHost(Host):
         err_stream: TextSink | None = None,
     ) -> CommandResult:
         conn = self.connection()
+        if self._interruptible and stdin is None:
+            argv = ["sh", "-c", ENDS_WITH_SESSION, "sh", *argv]
         options = runner_options(timeout, stdin, out_stream, err_stream)
         # On a timeout the channel was closed under a possibly stalled transport: start afresh, as on a lost one.
         res, start = logged_run(self.name, argv, env, timeout, lambda line: _run_on(conn, line, options),
