@@ -82,3 +82,40 @@ def test_over_ssh_an_interrupted_command_ends_with_its_session(ssh_lab: SshLab, 
         checker.run(["pkill", "-f", marker])
         checker.close()
         host.close()
+
+
+@pytest.mark.lab
+def test_invoke_run_over_ssh_on_sigterm_ends_the_remote_command_without_a_traceback(ssh_lab: SshLab,
+                                                                                      tmp_path: Path) -> None:
+    h = ssh_lab.host("lab-node1")
+    known = ssh_lab.write_known_hosts(tmp_path / "known_hosts")
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(
+        "clusters:\n  labc:\n    mode: host\n    hosts:\n"
+        f"      lab-node1: {{address: {h.address}, port: {h.port}, user: {h.user}, identity: {h.identity}, "
+        f"roles: [gpu, master], ssh: {{known_hosts: {known}, host_key_policy: strict}}}}\n")
+    seconds = f"61.{uuid.uuid4().int % 10**6:06d}"
+    opts = SshOptions(user=h.user, port=h.port, identity=str(h.identity), host_key_policy="strict",
+                      known_hosts=str(known), connect_timeout=5)
+    checker = SshHost("lab-node1", h.address, opts)
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "run", "--cluster", "labc", "--inventory",
+                             str(inventory), "--", "sleep", seconds], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while checker.run(["pgrep", "-f", f"^sleep {seconds}"]).exit_code != 0:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143, err
+        assert "Traceback" not in err and "EOFError" not in err, err
+        deadline = time.monotonic() + 10
+        while checker.run(["pgrep", "-f", f"^sleep {seconds}"]).exit_code == 0:
+            assert time.monotonic() < deadline, "the remote command kept running"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        checker.run(["pkill", "-f", f"^sleep {seconds}"])
+        checker.close()

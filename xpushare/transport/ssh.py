@@ -57,6 +57,16 @@ class _BulkRemote(Remote):
     read_our_stdin = read_in_memory_stdin
 
 
+class _InterruptibleRemote(_BulkRemote):
+    """A remote runner that ends the session on Ctrl-C/SIGTERM/SIGHUP: without a terminal there is no way to signal
+    the command, and Fabric's answer (re-raise, then wait for the output threads) waits for the command's end. The
+    closed session ends a command run under :data:`ENDS_WITH_SESSION`."""
+
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        self.channel.close()
+        raise interrupt
+
+
 
 _known_hosts_lock = threading.Lock()
 _ignore_warned = False
@@ -162,7 +172,7 @@ class SshHost(Host):
 
     def _new_connection(self) -> Connection:
         opts = self.ssh
-        overrides = {"runners": {"remote": _BulkRemote}}
+        overrides = {"runners": {"remote": _InterruptibleRemote if self._interruptible else _BulkRemote}}
         if opts.ssh_config:
             config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides)
         else:
