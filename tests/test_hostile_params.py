@@ -51,3 +51,10 @@ def test_inventory_params_are_checked_like_set(params: str, word: str) -> None:
 def test_good_inventory_params_pass() -> None:
     check_cluster_params(cluster("{pod_timeout_s: 120, pod_image: img, lease_stale_s: 30, envcheck_x: 1, "
                                  "probe_image: busybox, kubectl_read_retries: 2}"))
+
+
+def test_a_failing_value_is_never_printed_rounded_onto_its_threshold() -> None:
+    from xpushare.judge.thresholds import shown
+
+    assert shown(0.9995, 0.99999) == "0.9995"
+    assert shown(0.42, 0.5) == "0.42" and shown(1.49999, 1.5, digits=4) == "1.49999"
