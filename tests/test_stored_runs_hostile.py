@@ -175,3 +175,16 @@ def test_a_full_disk_in_judge_or_report_is_exit_1(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(Exit) as info:
         guarded(full)
     assert info.value.code == 1
+
+
+def test_last_and_the_run_list_survive_a_run_json_symlinked_to_a_device(tmp_path: Path) -> None:
+    from xpushare.report.runs import list_runs
+
+    good = artifacts.run_dir(tmp_path, "good")
+    good.mkdir(parents=True)
+    artifacts.write_run_meta(good, {"run_id": "good", "started": "2026-01-01T00:00:00+00:00"})
+    bad = artifacts.run_dir(tmp_path, "bad")
+    bad.mkdir(parents=True)
+    (bad / "run.json").symlink_to("/dev/zero")
+    assert set(artifacts.stored_run_ids(tmp_path)) == {"good", "bad"}
+    assert {info.run_id for info in list_runs(tmp_path)} == {"good", "bad"}

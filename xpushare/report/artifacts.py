@@ -107,8 +107,8 @@ def stored_run_ids(root: Path) -> list[str]:
 
 def _started_ts(path: Path) -> float:
     """Unix time the run in ``path`` started (run.json ``started``), else the directory's mtime."""
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-        started = json.loads((path / RUN_META_FILE).read_text(encoding="utf-8")).get("started")
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
+        started = _read_json(path / RUN_META_FILE).get("started")
         when = datetime.fromisoformat(str(started))
         return (when if when.tzinfo else when.astimezone()).timestamp()
     return path.stat().st_mtime
