@@ -15,6 +15,7 @@ from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS
 from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model import strict_yaml
 from xpushare.model.errors import UsageError
 
 PLAYBOOK_DIR = playbooks_dir()
@@ -49,13 +50,17 @@ def load_playbook(name_or_path: str) -> dict[str, Any]:
         known = ", ".join(sorted(p.stem for p in PLAYBOOK_DIR.glob("*.yaml")))
         raise UsageError(f"playbook {name_or_path!r} not found (known: {known})")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = strict_yaml.load(strict_yaml.read_text(path)) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: bad YAML: {getattr(exc, 'problem', exc)}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text (a playbook is YAML)") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: bad YAML: nested too deeply") from None
+    except ValueError as exc:  # larger than a playbook can be
+        raise UsageError(f"{path}: {exc} (a playbook is a small YAML file)") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping")
     unknown = set(data) - {"description", "cases", "suites", "required", "params", "clusters"}
