@@ -2,7 +2,8 @@
 and the stored-run readers (run.json, result.json). Any generated input gives a clean result or the one error a
 task prints as one ``error:`` line with exit status 2 (:class:`UsageError`, :class:`InventoryError`,
 :class:`StoredRunDamaged`), never another exception, within bounded time (hypothesis' deadline) and memory (the
-inputs are small; what they ask for, ranges and counts, must not be expanded blindly).
+inputs are small; what they ask for, ranges and counts, must not be expanded blindly; an example taking 20 s
+fails).
 
 The example counts are modest (CI has 2 cores); ``XPUSHARE_PROPERTY_EXAMPLES`` raises them for a longer search.
 """
@@ -30,7 +31,7 @@ from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build
 
 EXAMPLES = int(os.environ.get("XPUSHARE_PROPERTY_EXAMPLES", "60"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=5000, derandomize=True,
+SETTINGS = settings(max_examples=EXAMPLES, deadline=20_000, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 # Keys of the inventory's mappings, so that generated mappings often reach the checks behind them.
