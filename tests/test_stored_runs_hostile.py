@@ -81,6 +81,7 @@ DAMAGED = {
     "required-a-number": b'{"required": 5}',
     "required-of-numbers": b'{"required": [5]}',
     "selected-of-text": b'{"selected": ["a"]}',
+    "rejudgments-of-null": b'{"rejudgments": [{}, null]}',  # found by tests/test_property_inputs.py
     "binary": bytes(range(256)),
     "deep": b"[" * 100000,
 }

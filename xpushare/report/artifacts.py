@@ -426,6 +426,8 @@ def _read_json(path: Path) -> Any:
 def _wrong_field(record: Mapping[str, Any]) -> str | None:
     for name, types in _RECORD_FIELDS.items():
         value = record.get(name)
+        if name == "rejudgments" and isinstance(value, list) and not all(isinstance(e, dict) for e in value):
+            return f"{RESULT_FILE} field 'rejudgments' holds a non-mapping"
         if name in record and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
             return f"{RESULT_FILE} field {name!r} is a {type(record[name]).__name__}"
     return None
@@ -509,7 +511,7 @@ def read_run_meta(run_dir: Path) -> dict[str, Any] | None:
     Raises:
         StoredRunDamaged: (a ``ValueError`` and a usage error: exit 2) it cannot be read, is not a JSON object, is
         larger than :data:`MAX_RECORD_BYTES`, or a field has the wrong type (``required: 5``; its list items must
-        be text, ``selected`` items mappings).
+        be text, ``selected`` and ``rejudgments`` items mappings).
     """
     path = Path(run_dir) / RUN_META_FILE
     try:
@@ -526,7 +528,7 @@ def read_run_meta(run_dir: Path) -> dict[str, Any] | None:
         bad = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
         if not bad and name in ("clusters", "required") and value is not None:
             bad = not all(isinstance(item, str) for item in value)
-        if not bad and name == "selected" and value is not None:
+        if not bad and name in ("selected", "rejudgments") and value is not None:
             bad = not all(isinstance(item, dict) for item in value)
         if bad:
             raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} (field {name!r} is a {type(value).__name__})")
