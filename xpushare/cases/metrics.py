@@ -87,6 +87,7 @@ from xpushare.judge.metrics import (
     judge_met007,
     judge_met008,
 )
+from xpushare.judge.metrics_counters import COUNTER_END_FILE, drop_lock_check, with_counter_checks
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
@@ -207,6 +208,8 @@ def _met004(run: CaseRun) -> None:
         _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met004(
             ev, run.params, client=client, core_limit=core, memory_limit=memory, memory_limit_env=env,
             prefix=prefix))
+        run.sleep(float(run.params["met004_counter_window_s"]))  # the throttled probe keeps sending DROP_LOCKs
+        target.capture(run.case_dir, "/metrics", COUNTER_END_FILE)
     finally:
         target.close()
 
@@ -332,9 +335,15 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 
 def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return skipped_verdict(plan) or judge_met004(ev, th, client=stored_probe_client(ev, plan),
-                                          core_limit=plan.get("core_limit"), memory_limit=plan.get("memory_limit"),
-                                          memory_limit_env=plan.get("memory_limit_env"), prefix=plan.get("prefix"))
+    skipped = skipped_verdict(plan)
+    if skipped is not None:
+        return skipped
+    verdict = judge_met004(ev, th, client=stored_probe_client(ev, plan), core_limit=plan.get("core_limit"),
+                           memory_limit=plan.get("memory_limit"), memory_limit_env=plan.get("memory_limit_env"),
+                           prefix=plan.get("prefix"))
+    verdict = with_counter_checks(verdict, [drop_lock_check(ev, th, plan.get("prefix"))])
+    verdict.evidence = sorted(set(verdict.evidence) | {"metrics_mid.txt", COUNTER_END_FILE, "scheduler.log"})
+    return verdict
 
 
 def _judge005(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -391,9 +400,12 @@ register(CaseDef(
 ))
 register(CaseDef(
     "MET-004", SUITE, "Quota metrics equal the configuration", "W5",
-    "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot",
-    "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations",
-    requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None),
+    "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot, and another "
+    "met004_counter_window_s later (drop_lock_total against the log's DROP_LOCK lines)",
+    "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations; "
+    "metrics_end.txt - metrics_mid.txt: scheduler_drop_lock_total vs scheduler.log DROP_LOCK lines",
+    requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None,
+                                   met004_counter_window_s=5.0, met_counter_slack=2),
     act=_met004, judge=_judge004,
 ))
 register(CaseDef(

@@ -83,7 +83,12 @@ _CLUSTER_KEYS = {
     "params",
     "python",
     "workdir",
+    "visible_devices",
 }
+#: How the host backend sets ``NVIDIA_VISIBLE_DEVICES`` for a workload (``CUDA_VISIBLE_DEVICES`` is always the
+#: assigned GPU's index): ``unset`` removes it (a bare-metal user launching with ``CUDA_VISIBLE_DEVICES``), ``uuid``
+#: sets it to the assigned GPU's UUID (what the device plugin gives a pod in Kubernetes).
+VISIBLE_DEVICES = ("unset", "uuid")
 _SCHEDULER_KEYS = {"metrics_url", "log_file", "process_name", "binary", "state_dir", "env"}
 _GPU_KEYS = {"model", "memory_gib", "count"}
 _TOP_KEYS = {"defaults", "clusters"}
@@ -172,6 +177,9 @@ class ClusterSpec:
     python: str = "python3"
     workdir: str | None = None
     """Where workloads and samplers live on the hosts (host mode); default: a temp dir per run."""
+    visible_devices: str = "unset"
+    """Host mode: ``NVIDIA_VISIBLE_DEVICES`` of a workload, one of :data:`VISIBLE_DEVICES` (whatever the tool's
+    or the host's own environment holds)."""
 
     def by_role(self, role: str) -> list[HostSpec]:
         """Hosts that carry ``role`` (``master``, ``gpu``) or every host for ``all``."""
@@ -463,6 +471,8 @@ class _Parser:
             params=params,
             python=self.opt_text(raw.get("python"), f"{kp}.python") or "python3",
             workdir=self.opt_text(raw.get("workdir"), f"{kp}.workdir"),
+            visible_devices=self.choice(raw.get("visible_devices"), f"{kp}.visible_devices", VISIBLE_DEVICES,
+                                        "unset"),
         )
 
     def hosts(self, value: Any, kp: str, cluster_ssh: SshOptions) -> list[HostSpec]:
