@@ -4,6 +4,7 @@ timeout; over SSH the remote command kept running without its session."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -20,6 +21,13 @@ from xpushare.model.errors import TransportError
 from xpushare.transport.ssh import SshHost
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _kill_remote(host: SshHost, pattern: str) -> None:
+    """Kill, by pid, what a failed test left running on the lab host (its own uniquely named command)."""
+    pids = host.run(["pgrep", "-f", pattern]).stdout.split()
+    if pids:
+        host.run(["kill", "-KILL", *pids])
 
 
 def _started(marker: str, deadline_s: float = 20) -> None:
@@ -48,7 +56,9 @@ def test_run_on_local_ends_its_command_on_a_signal(sig: signal.Signals, status: 
     finally:
         if proc.poll() is None:
             proc.kill()
-        subprocess.run(["pkill", "-f", marker], capture_output=True)
+        for pid in subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)  # this test's own command, if it outlived the test
 
 
 @pytest.mark.lab
@@ -79,7 +89,7 @@ def test_over_ssh_an_interrupted_command_ends_with_its_session(ssh_lab: SshLab, 
             assert time.monotonic() < deadline, "the remote command outlived its session"
             time.sleep(0.2)
     finally:
-        checker.run(["pkill", "-f", marker])
+        _kill_remote(checker, marker)
         checker.close()
         host.close()
 
@@ -117,5 +127,5 @@ def test_invoke_run_over_ssh_on_sigterm_ends_the_remote_command_without_a_traceb
     finally:
         if proc.poll() is None:
             proc.kill()
-        checker.run(["pkill", "-f", f"^sleep {seconds}"])
+        _kill_remote(checker, f"^sleep {seconds}")
         checker.close()
