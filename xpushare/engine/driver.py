@@ -420,7 +420,7 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
         case_dir = artifacts.case_dir(run_dir, record["cluster"], record["suite"], record["case_id"])
         original = artifacts.keep_original_result(case_dir)
         first = artifacts.load_one_result(run_dir, original) if original else record
-        params = dict(first.get("thresholds") or {})
+        params = dict(first.get("thresholds") or record.get("thresholds") or {})
         params.update({k: v for k, v in values.items() if k in params})
         verdict = judge_case(case, case_dir, params, record.get("mode"))
         old = record["status"]
