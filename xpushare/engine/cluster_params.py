@@ -11,8 +11,9 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import InventoryError
 
 #: Cluster settings read by their owners rather than by cases: the lease (``lease_*``), ``invoke envcheck``
-#: (``envcheck_*``), ``invoke legacy.deploy`` (``deploy_*``) and ``invoke metrics-check``.
-OWNED_PREFIXES = ("lease_", "envcheck_", "deploy_", "metrics_check_")
+#: (``envcheck_*``), ``invoke legacy.deploy`` (``deploy_*``), the legacy scenarios (``legacy_*``) and ``invoke
+#: metrics-check``.
+OWNED_PREFIXES = ("lease_", "envcheck_", "deploy_", "legacy_", "metrics_check_")
 OWNED_NAMES = frozenset({"probe_image"})
 
 
