@@ -158,3 +158,19 @@ def test_a_pid_reused_since_the_crash_is_left_running(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_one_clean_removes_what_dying_wrappers_write_after_the_listing(tmp_path: Path) -> None:
+    """A wrapper that gets TERM writes its last files (``.end``, ``.rc``) as it dies, after clean listed the spawn
+    dir: one ``clean`` still leaves nothing (it needed three passes)."""
+    spawn = tmp_path / "spawn"
+    host = LocalHost(spawn_dir=str(spawn))
+    script = ('trap \'date > xp-r9-FUNC-001-w2.end; echo 143 > xp-r9-FUNC-001-w2.rc; exit 143\' TERM; '
+              'sleep 300 & wait')
+    pid = host.spawn("xp-r9-FUNC-001-w2", ["sh", "-c", script]).pid
+    time.sleep(0.3)  # the trap is set
+    removed = clean_host(host, "r9")
+    assert removed.error is None and removed.stopped == [f"xp-r9-FUNC-001-w2 (pid {pid})"]
+    assert "xp-r9-FUNC-001-w2.rc" in removed.entries
+    assert list(spawn.iterdir()) == []
+    assert clean_host(host, "r9").lines() == ["localhost: nothing left"]

@@ -74,8 +74,9 @@ def test_failing_case_exit_1_then_resume_reruns_only_non_pass(tmp_path: Path) ->
     first = invoke("func", "--cluster", "local", "--run-id", "r2", "--case", "FUNC-001", *BROKEN, root=tmp_path)
     assert first.returncode == 1
     assert result(tmp_path, "r2", "FUNC-001")["status"] == "FAIL"
-    # Adding a case to the run: the run still holds a FAIL, so its exit status stays 1.
-    assert invoke("func", "--cluster", "local", "--run-id", "r2", "--case", "FUNC-002", *FAST,
+    # Adding a case to the run (--resume: a stored run is never rewritten without it): the run still holds a
+    # FAIL, so its exit status stays 1.
+    assert invoke("func", "--cluster", "local", "--run-id", "r2", "--resume", "--case", "FUNC-002", *FAST,
                   root=tmp_path).returncode == 1
     assert result(tmp_path, "r2", "FUNC-002")["status"] == "PASS"
     passed_at = result(tmp_path, "r2", "FUNC-002")["started"]

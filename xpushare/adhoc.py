@@ -22,6 +22,7 @@ from xpushare.inventory.selection import fold
 from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import output
+from xpushare.transport import interrupt
 from xpushare.transport.base import CommandResult, Host
 from xpushare.transport.fanout import HostOutcome, fan_out
 from xpushare.transport.hosts import connect
@@ -133,8 +134,10 @@ def run_adhoc(
 
     ``stream``: instead of the folded output, print each host's lines as they come, ``host: line`` (stdout to
     ``out``, stderr to ``err``, default ``sys.stderr``), like pdsh.
+
+    Ctrl-C, SIGTERM or SIGHUP end the commands (here and on the hosts) and raise ``KeyboardInterrupt``.
     """
-    conns = [connect(h) for h in hosts]
+    conns = [connect(h, interruptible=True) for h in hosts]
     lock = threading.Lock()
 
     def one(host: Host) -> CommandResult:
@@ -153,6 +156,7 @@ def run_adhoc(
     finally:
         for c in conns:
             c.close()
+    interrupt.check()  # a command ended by Ctrl-C/SIGTERM/SIGHUP: the task ends as interrupted (128 + the signal)
     failed = [o.value is not None and not o.value.ok for o in outcomes]
     if fmt != "table":
         records = [{"host": o.host, "status": _status_word(o), "exit": o.value.exit_code if o.value else None,
@@ -300,7 +304,7 @@ def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
 def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: int, out: TextIO) -> ExitStatus:
     """Copy ``remote`` from every host in parallel to a per-host local path (:func:`local_copy_path`); a failed
     copy leaves no partial file. Raises :class:`UsageError` for a remote path naming no file."""
-    if not PurePosixPath(remote).name or remote.endswith("/"):
+    if PurePosixPath(remote).name in ("", ".", "..") or remote.endswith(("/", "/.", "/..")):
         raise UsageError(f"get: {remote!r}: give the remote file's path, not a directory")
     def one(host: Host) -> str:
         path = local_copy_path(local_dir, host.name, remote)

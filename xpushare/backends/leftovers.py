@@ -108,24 +108,34 @@ def _belongs(name: str, run_id: str | None, live: Collection[str]) -> bool:
     return run_id is None or any(name.startswith(p) for p in spawn_prefixes(run_id))
 
 
+#: How many times :func:`clean_host` lists and removes: a stopped process's wrapper may still write its last
+#: files (``<name>.end``, ``<name>.rc``) while it dies, after the listing they would have been in.
+CLEAN_ROUNDS = 3
+
+
 def clean_host(host: Host, run_id: str | None, live: Collection[str] = ()) -> Removed:
     """Stop and remove what runs left in ``host``'s spawn dir: the run ``run_id``'s, or (None) every run's but
-    the ``live`` ones'. Transport errors are caught into :attr:`Removed.error`."""
+    the ``live`` ones'; listed and removed again (up to :data:`CLEAN_ROUNDS` times) while stopping left new
+    entries, so that one ``invoke clean`` leaves nothing. Transport errors are caught into :attr:`Removed.error`."""
     out = Removed(host.name)
     try:
-        listing = host.run(["sh", "-c", _LIST, "sh", host.spawn_dir], timeout=60, check=True)
-        names: list[str] = []
-        for line in listing.stdout.splitlines():
-            kind, _, rest = line.partition("|")
-            fields = rest.split("|")
-            if not fields[0] or not _belongs(fields[0], run_id, live):
-                continue
-            names.append(fields[0])
-            if kind == "PID" and len(fields) == 3 and fields[2] in ("1", "2"):
-                (out.stopped if fields[2] == "1" else out.spared).append(f"{fields[0][:-4]} (pid {fields[1]})")
-        if names:
+        for _ in range(CLEAN_ROUNDS):
+            listing = host.run(["sh", "-c", _LIST, "sh", host.spawn_dir], timeout=60, check=True)
+            names: list[str] = []
+            for line in listing.stdout.splitlines():
+                kind, _, rest = line.partition("|")
+                fields = rest.split("|")
+                if not fields[0] or not _belongs(fields[0], run_id, live):
+                    continue
+                names.append(fields[0])
+                if kind == "PID" and len(fields) == 3 and fields[2] in ("1", "2"):
+                    (out.stopped if fields[2] == "1" else out.spared).append(f"{fields[0][:-4]} (pid {fields[1]})")
+            if not names:
+                break
             host.run(["sh", "-c", _REMOVE, "sh", host.spawn_dir, *names], timeout=60, check=True)
-        out.entries = names
+            out.entries += [n for n in names if n not in out.entries]
+            if not out.stopped:
+                break  # nothing was running: nothing can write after the removal
     except TransportError as exc:
         out.error = str(exc)
     return out

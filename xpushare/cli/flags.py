@@ -52,16 +52,21 @@ def required(flag: str, value: str | None) -> str:
     return str(value)
 
 
+#: The longest duration a seconds flag takes (about 115 days): longer ones overflow the timers that wait on them.
+MAX_SECONDS = 1e7
+
+
 def seconds(flag: str, value: object, default: float) -> float:
-    """A duration in seconds (float > 0, finite) from the flag's text; ``default`` when not given."""
+    """A duration in seconds (float > 0, finite, at most :data:`MAX_SECONDS`) from the flag's text; ``default``
+    when not given."""
     if value is None:
         return default
     try:
         number = float(str(value))
     except ValueError:
         raise UsageError(f"{flag} takes a number of seconds, not {value!r}") from None
-    if not math.isfinite(number) or number <= 0:
-        raise UsageError(f"{flag} must be a number of seconds > 0, not {value!r}")
+    if not math.isfinite(number) or number <= 0 or number > MAX_SECONDS:
+        raise UsageError(f"{flag} must be a number of seconds > 0 and at most {MAX_SECONDS:g}, not {value!r}")
     return number
 
 
@@ -81,11 +86,11 @@ def count(flag: str, value: object, default: int, *, minimum: int = 1) -> int:
 
 def http_url(flag: str, value: str) -> str:
     """An ``http://`` or ``https://`` URL with a host (``http://HOST:PORT``); a port, when given, in 1..65535."""
-    parts = urlsplit(value.strip())
     try:
+        parts = urlsplit(value.strip())
         port = parts.port
-    except ValueError:
-        port = -1
+    except ValueError:  # an unclosed '[' of an IPv6 address, a port out of range or not a number
+        raise UsageError(f"{flag} takes an http(s) URL such as http://HOST:9402, not {value!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or port in (-1, 0):
         raise UsageError(f"{flag} takes an http(s) URL such as http://HOST:9402, not {value!r}")
     return value.strip()

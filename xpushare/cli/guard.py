@@ -6,6 +6,7 @@ stderr and a documented exit status (:class:`~xpushare.model.exit_status.ExitSta
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -23,7 +24,8 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
 
     Raises :class:`invoke.exceptions.Exit` with the status when it is not 0: the error's own status for an
     :class:`XpushareError` (:class:`~xpushare.model.errors.LeaseHeld`, the cluster held by another run: 2),
-    2 (USAGE) for a local path that cannot be used (``OSError``) or read as text,
+    2 (USAGE) for a local path that cannot be used (``OSError``) or read as text, 1 when the local file system is
+    full (``ENOSPC``, ``EDQUOT``: as a run whose run directory fills up),
     128 + the signal for Ctrl-C, SIGTERM and SIGHUP (130, 143, 129: :mod:`xpushare.transport.interrupt`, handled for
     the whole body), 141 when standard output's reader went away (:func:`pipe_closed`).
     """
@@ -38,7 +40,9 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
     except OSError as exc:  # a local file the task needs (run dir, inventory, output) cannot be used
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
-        raise Exit(code=int(ExitStatus.USAGE)) from None
+        # A full file system is no mistake of the user's: exit 1, as a run that fills its run directory does.
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise Exit(code=int(ExitStatus.FAILED if full else ExitStatus.USAGE)) from None
     except UnicodeDecodeError as exc:  # a local file the task reads is binary, not text
         print(f"error: a file given is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
         raise Exit(code=int(ExitStatus.USAGE)) from None

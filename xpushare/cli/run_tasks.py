@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from invoke import Context, task
@@ -14,6 +15,10 @@ from xpushare.model.exit_status import ExitStatus
 from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["cases_", "judge", "report", "soak"]
+
+
+#: The longest soak ``--hours``/``--minutes`` may ask for (seconds): a year.
+MAX_SOAK_S = 365 * 86400.0
 
 
 @task(
@@ -45,6 +50,8 @@ def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = N
                 duration = float(hours or 0) * 3600 + float(minutes or 0) * 60
             except ValueError:
                 raise UsageError("--hours/--minutes take a number") from None
+            if not math.isfinite(duration) or not 0 < duration <= MAX_SOAK_S:
+                raise UsageError(f"--hours/--minutes must give a duration > 0 and at most {MAX_SOAK_S / 86400:g} days")
         request = SoakRequest(cluster=cluster, case=case, duration_s=duration, run_id=run_id, resume=resume,
                               overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root))
         return run_soak(request)

@@ -25,6 +25,7 @@ from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.engine import dry_run, lease
+from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.lifecycle import judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
@@ -202,6 +203,16 @@ def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = 
         raise UsageError(str(exc)) from None
 
 
+def refuse_reuse(run_dir: Path, run_id: str, *, resume: bool) -> None:
+    """A stored run is never rewritten unless asked: without ``resume``, a run id whose directory already holds
+    something raises :class:`UsageError` (one line: continue it with ``--resume``, or give a new id)."""
+    if resume or not run_dir.is_dir():
+        return
+    if any(run_dir.iterdir()):
+        raise UsageError(f"run {run_id!r} is already stored in {run_dir}: continue it with --run-id {run_id} "
+                         "--resume, or give a new --run-id (a stored run is never rewritten)")
+
+
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """Run the selected cases on each cluster of ``request.cluster`` and write the run directory and reports.
 
@@ -214,11 +225,14 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """
     inventory = schema.load(request.inventory_path)
     clusters = [inventory.cluster(name) for name in cluster_names(request.cluster)]
+    for cluster in clusters:
+        check_cluster_params(cluster)
     selection = select(suites=request.suites, case_ids=request.case_ids, playbook=request.playbook)
     overrides = parse_overrides(request.overrides)
     check_overrides(selection.cases, overrides)
     run_id = resolve_run_id(request.run_id, resume=request.resume, what="run", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
+    refuse_reuse(run_dir, run_id, resume=request.resume)
     todo = {c.name: list(selection.cases) for c in clusters}
     if request.resume:
         if not run_dir.exists():
@@ -322,17 +336,23 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
     jobs = {c.name: _cluster_job(c, todo[c.name], run_id, run_dir, selection, overrides,
                                  Progress(out, label=c.name) if several else progress, budget) for c in clusters}
     errors: dict[str, BaseException] = {}
-    with command_log.debug_log(run_dir / DEBUG_LOG), events.recording(run_dir):
+    interrupted = False
+    # A signal after the last case (while run.json's end and the reports are written) is recorded, not raised:
+    # the reports are written whole, then the run ends as interrupted (128 + the signal).
+    with interrupt.deferred(), command_log.debug_log(run_dir / DEBUG_LOG), events.recording(run_dir):
         for cluster in clusters:
             events.emit("run_started", run_id=run_id, cluster=cluster.name, mode=cluster.mode,
                         cases=[c.case_id for c in todo[cluster.name]], resume=bool(meta.get("resume")))
         try:
-            with interrupt.installed():
-                if several:
-                    outcome = run_concurrently(jobs)
-                    interrupted, errors = outcome.interrupted, outcome.errors
-                else:
-                    interrupted = next(iter(jobs.values()))()
+            try:
+                with interrupt.installed():
+                    if several:
+                        outcome = run_concurrently(jobs)
+                        interrupted, errors = outcome.interrupted, outcome.errors
+                    else:
+                        interrupted = next(iter(jobs.values()))()
+            except KeyboardInterrupt:  # between the last case and the end of the block
+                interrupted = True
             full = [error for error in errors.values() if disk_full(error)]
             if full:
                 raise full[0]
@@ -341,16 +361,21 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
             raise
         for name, error in errors.items():
             events.emit("error", case_id=None, cluster=name, step="run", message=_first_line(error))
+        interrupted = interrupted or interrupt.requested()
         results = artifacts.load_results(run_dir)
         status = exit_status_for(results, interrupted)
         events.emit("run_ended", run_id=run_id, exit_status=int(status), interrupted=interrupted,
                     counts=summaries.counts(results))
-    meta.update(
-        ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status), counts=summaries.counts(results)
-    )
-    artifacts.write_run_meta(run_dir, meta)
-    required: list[str] = meta["required"]  # run.json keeps it a sorted list
-    paths = build.build(run_dir, required=set(required))
+        meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
+                    counts=summaries.counts(results))
+        artifacts.write_run_meta(run_dir, meta)
+        required: list[str] = meta["required"]  # run.json keeps it a sorted list
+        paths = build.build(run_dir, required=set(required))
+        if interrupt.requested() and not interrupted:  # the signal came while the reports were written
+            interrupted, status = True, exit_status_for(results, True)
+            meta.update(interrupted=True, exit_status=int(status))
+            artifacts.write_run_meta(run_dir, meta)
+            paths = build.build(run_dir, required=set(required))
     counts = summaries.counts(results)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
     progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown} and {paths.html.name}")
@@ -366,39 +391,62 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
 def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out: TextIO = sys.stdout) -> ExitStatus:
     """Re-judge a stored run with other parameters, offline (no cluster is touched), and rebuild reports.
 
-    Cases that ended SKIP, ERROR (harness) or INTERRUPTED keep their status: there is no evidence to judge.
+    Cases that ended SKIP, ERROR (harness) or INTERRUPTED keep their status: there is no evidence to judge. The
+    run's own verdicts are never lost: the first re-judgment of a case keeps its ``result.json`` whole as
+    ``result.original.json``; each re-judgment starts from those original parameters with this call's
+    ``overrides`` (never from an earlier re-judgment's), is listed in the case's ``rejudgments`` (when, the
+    overrides, the status before and after) and in run.json's ``rejudgments`` (when, the overrides, the exit
+    status it gives), and every report says the verdicts were re-judged and with what. run.json's own
+    ``exit_status`` stays the run's.
+
+    Raises:
+        UsageError: no such run, a bad override; :class:`~xpushare.model.errors.StoredRunDamaged` for a run.json
+        that cannot be read.
     """
     try:
         run_dir = artifacts.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     values = parse_overrides(overrides)
+    meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)
     check_overrides([REGISTRY[r["case_id"]] for r in results if r["case_id"] in REGISTRY], values)
+    at = utc_now().isoformat()
+    entry = {"at": at, "overrides": plain(values)}
     for record in results:
         case = REGISTRY.get(record["case_id"])
         if case is None or case.judge is None or record["status"] in ("SKIP", "INTERRUPTED") or record.get("error"):
             continue
-        params = dict(record.get("thresholds") or {})
-        params.update({k: v for k, v in values.items() if k in params})
         case_dir = artifacts.case_dir(run_dir, record["cluster"], record["suite"], record["case_id"])
+        original = artifacts.keep_original_result(case_dir)
+        first = artifacts.load_one_result(run_dir, original) if original else record
+        params = dict(first.get("thresholds") or record.get("thresholds") or {})
+        params.update({k: v for k, v in values.items() if k in params})
         verdict = judge_case(case, case_dir, params, record.get("mode"))
         old = record["status"]
+        history = [*(record.get("rejudgments") or []),
+                   {**entry, "status_before": old, "status": verdict.status.value,
+                    "original_status": first.get("status")}]
         record.update(
             status=verdict.status.value,
-            summary=verdict.summary,
+            summary=f"{artifacts.rejudgment_label(history)}: {verdict.summary}",
             thresholds=plain(params),
             metrics=plain(verdict.metrics),
             checks=plain(verdict.to_dict()["checks"]),
             evidence=sorted(set(record.get("evidence") or []) | set(verdict.evidence)),
-            rejudged=utc_now().isoformat(),
+            rejudged=at,
+            rejudgments=history,
         )
+        record.pop("case_log_dir", None)
         artifacts.write_result(case_dir, record)
         artifacts.write_analysis(case_dir, record)
         change = "" if old == record["status"] else f" (was {old})"
-        print(f"[xpushare] {record['case_id']} {record['status']}{change}  {record['summary']}", file=out)
-    meta = artifacts.read_run_meta(run_dir) or {}
+        print(f"[xpushare] {record['case_id']} {record['status']}{change}  {verdict.summary}", file=out)
+    status = exit_status_for(artifacts.load_results(run_dir), False)
+    if meta:
+        meta["rejudgments"] = [*(meta.get("rejudgments") or []), {**entry, "exit_status": int(status)}]
+        artifacts.write_run_meta(run_dir, meta)
     build.build(run_dir, required=set(meta.get("required") or []) or None)
-    return exit_status_for(artifacts.load_results(run_dir), False)
+    return status
 
 

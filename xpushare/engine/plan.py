@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -14,6 +15,7 @@ from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS
 from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model import strict_yaml
 from xpushare.model.errors import UsageError
 
 PLAYBOOK_DIR = playbooks_dir()
@@ -48,13 +50,17 @@ def load_playbook(name_or_path: str) -> dict[str, Any]:
         known = ", ".join(sorted(p.stem for p in PLAYBOOK_DIR.glob("*.yaml")))
         raise UsageError(f"playbook {name_or_path!r} not found (known: {known})")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = strict_yaml.load(strict_yaml.read_text(path)) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: bad YAML: {getattr(exc, 'problem', exc)}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text (a playbook is YAML)") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: bad YAML: nested too deeply") from None
+    except ValueError as exc:  # larger than a playbook can be
+        raise UsageError(f"{path}: {exc} (a playbook is a small YAML file)") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping")
     unknown = set(data) - {"description", "cases", "suites", "required", "params", "clusters"}
@@ -163,22 +169,42 @@ def resolved_params(
     return params
 
 
-def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> None:
-    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly), and its value of the
-    parameter's type (:func:`value_fits`), before anything runs or is stored. Raises :class:`UsageError`."""
+def parameter_defaults(cases: Sequence[CaseDef]) -> dict[str, list[Any]]:
+    """Each parameter name of the common parameters and of ``cases``, with every default it has among them."""
     defaults: dict[str, list[Any]] = {name: [value] for name, value in COMMON_PARAMS.items()}
     for c in cases:
         for name, value in c.params.items():
             defaults.setdefault(name, []).append(value)
+    return defaults
+
+
+def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> None:
+    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly), and its value of the
+    parameter's type (:func:`value_fits`), before anything runs or is stored. Raises :class:`UsageError`."""
+    defaults = parameter_defaults(cases)
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         raise UsageError(
             f"unknown parameter(s) for --set: {', '.join(unknown)} (known: {', '.join(sorted(defaults))})")
     for name, value in overrides.items():
-        measured = name.endswith(_UNIT_SUFFIXES)
-        if not any(value_fits(default, value, measured=measured) for default in defaults[name]):
-            want = _KIND_WORDS.get(type(defaults[name][0]), type(defaults[name][0]).__name__)
-            raise UsageError(f"bad --set {name}={value!r}: expected {want} (default {defaults[name][0]!r})")
+        problem = value_problem(name, defaults[name], value)
+        if problem:
+            raise UsageError(f"bad --set {name}={value!r}: {problem}")
+
+
+def value_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
+    """Why ``value`` cannot be parameter ``name`` 's (whose defaults among the cases are ``defaults``), as
+    ``expected ...``; None when it can (:func:`value_fits` for one of them)."""
+    measured = name.endswith(_UNIT_SUFFIXES)
+    if any(value_fits(default, value, measured=measured) for default in defaults):
+        return None
+    kind = next((d for d in defaults if d is not None), defaults[0])
+    want = _KIND_WORDS.get(type(kind), type(kind).__name__)
+    if measured and isinstance(value, (int, float)) and not isinstance(value, bool):
+        want = f"a finite quantity 0..{MAX_QUANTITY:g}"
+    elif isinstance(value, float) and not math.isfinite(value):
+        want = f"{want}, finite"
+    return f"expected {want} (default {kind!r})"
 
 
 _KIND_WORDS: dict[type, str] = {
@@ -189,6 +215,9 @@ _KIND_WORDS: dict[type, str] = {
 
 _UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_ratio", "_factor")
 
+#: The largest value a quantity parameter (a name ending in a unit: ``_s``, ``_pct``, ``_ratio`` ...) takes.
+MAX_QUANTITY = 1e9
+
 
 def value_fits(default: Any, value: Any, *, measured: bool = False) -> bool:
     """Whether an override ``value`` (a parsed YAML scalar, list or mapping) may replace a parameter whose
@@ -196,7 +225,13 @@ def value_fits(default: Any, value: Any, *, measured: bool = False) -> bool:
 
     The same kind: a whole number is also a number; any value replaces a ``None`` default; a text parameter
     takes any scalar (``--set tag=1.0``); a whole-number default takes a fraction only when ``measured`` (a
-    count such as ``perf001_repeats`` does not)."""
+    count such as ``perf001_repeats`` does not). A number is never NaN or infinite, and a ``measured`` one is
+    0..:data:`MAX_QUANTITY` (a negative timeout or ratio would blame the system under test)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    if measured and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and not 0 <= value <= MAX_QUANTITY:
+        return False
     if default is None:
         return True
     if isinstance(default, bool) or isinstance(value, bool):

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from http.client import HTTPException
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from xpushare.evidence.scrape_capture import TIMED_TRAILER, CurlResponse, curl_argv, parse_curl_output, scrape_command
 from xpushare.model.errors import TransportError, XpushareError
@@ -54,19 +55,38 @@ def urllib_fetcher(timeout_s: float = 10.0) -> Fetch:
             return exc.code, exc.headers.get("Content-Type") if exc.headers else None, body
         except (urllib.error.URLError, OSError, HTTPException, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise FetchError(f"GET {url}: {reason}") from None
+            raise FetchError(f"GET {without_credentials(url)[0]}: {reason}") from None
 
     return fetch
 
 
+def without_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@`` part, and that part as a curl config line (``user = "u:p"``, for
+    ``curl -K -`` on standard input) or None when it has none: credentials never travel on a command line (``ps``
+    on the node, ``debug.log``)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = unquote(f"{parts.username or ''}:{parts.password or ''}")
+    quoted = user.replace("\\", "\\\\").replace('"', '\\"')
+    return urlunsplit(parts._replace(netloc=netloc)), f'user = "{quoted}"\n'
+
+
 def _curl(host: Host, argv: list[str], url: str, timeout_s: float,
           trailer: Callable[[str], tuple[str, float | None]]) -> tuple[CurlResponse, float | None]:
-    """Run a curl ``argv`` on ``host``; ``trailer`` splits any line after ``CONTENT_TYPE=`` off the output.
+    """Run a curl ``argv`` (whose last word is ``url``) on ``host``; ``trailer`` splits any line after
+    ``CONTENT_TYPE=`` off the output. Credentials in ``url`` go to curl on its standard input
+    (:func:`without_credentials`).
 
     Raises :class:`FetchError` on a transport failure or when curl printed no status (``000``, no trailer).
     """
+    bare, config = without_credentials(url)
+    url = bare
+    if config is not None:
+        argv = [argv[0], "-K", "-", *argv[1:-1], bare]
     try:
-        res = host.run(argv, timeout=timeout_s + 15)
+        res = host.run(argv, timeout=timeout_s + 15, stdin=config)
     except TransportError as exc:
         raise FetchError(f"curl on {host.name}: {exc}") from None
     out, seconds = trailer(res.stdout)

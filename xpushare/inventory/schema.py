@@ -26,6 +26,7 @@ and the offending key.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -34,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
+from xpushare.inventory import nodesets
+from xpushare.model import strict_yaml
 from xpushare.model.errors import InventoryError
 
 DEFAULT_INVENTORY = Path("inventory/inventory.yaml")
@@ -93,7 +95,17 @@ _TOP_KEYS = {"defaults", "clusters"}
 _DEFAULT_KEYS = {"ssh", "params"}
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+#: A cluster name names a directory of every run (at most 64 characters, like a run id).
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: A Kubernetes namespace (an RFC 1123 label).
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+#: The most GPUs a host may declare (``gpus``: a count, or indices below it).
+MAX_GPUS = 1024
+#: The most connection attempts ``connect_retries`` may ask for.
+MAX_CONNECT_RETRIES = 100
+#: The longest time in seconds an SSH option may give (``connect_timeout``, ``keepalive_s``): one day.
+MAX_SSH_SECONDS = 86400.0
 
 
 @dataclass(frozen=True)
@@ -216,14 +228,15 @@ def expand_host_pattern(pattern: str) -> list[str]:
     """Expand a host key with ranges into names: ``node[1:3]``, ``node[01-03]`` (zero padding kept), and
     ClusterShell's node sets, ``n[1-3,5]``, ``rack[1:2]-gpu[1:2]`` (``:`` and ``-`` both mark a range).
 
-    Raises :class:`ValueError` for a pattern ClusterShell cannot parse (a descending range included).
+    Raises :class:`ValueError` for a pattern ClusterShell cannot parse (a descending range included) or one of more
+    than :data:`~xpushare.inventory.nodesets.MAX_NODES` hosts.
     """
     if "[" not in pattern and "]" not in pattern:
         return [pattern]
     ranged = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(":", "-"), pattern)
     try:
-        return list(NodeSet(ranged, resolver=RESOLVER_NOGROUP))
-    except NodeSetException as exc:
+        return nodesets.expand(ranged)
+    except ValueError as exc:
         raise ValueError(f"bad host range {pattern!r}: {exc}") from None
 
 
@@ -261,11 +274,13 @@ def load(path: str | os.PathLike[str] | None = None) -> Inventory:
 
 def _read(file: Path) -> Inventory:
     try:
-        text = file.read_text(encoding="utf-8")
+        text = strict_yaml.read_text(file)
     except OSError as exc:
         raise InventoryError(f"{file}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise InventoryError(f"{file}: not UTF-8 text (an inventory is YAML)") from None
+    except ValueError as exc:
+        raise InventoryError(f"{file}: {exc} (an inventory is a small YAML file)") from None
     return parse(text, source=file)
 
 
@@ -273,7 +288,9 @@ def parse(text: str, *, source: Path | str = "<inventory>") -> Inventory:
     """Parse inventory YAML text. Raises :class:`InventoryError` naming ``source`` and the problem."""
     where = str(source)
     try:
-        data = yaml.safe_load(text)
+        data = strict_yaml.load(text)
+    except RecursionError:
+        raise InventoryError(f"{where}: bad YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         pos = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -289,7 +306,8 @@ class _Parser:
         self.where = where
 
     def fail(self, key_path: str, problem: str) -> InventoryError:
-        return InventoryError(f"{self.where}: {key_path}: {problem}")
+        shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in key_path)  # one line, whatever keys hold
+        return InventoryError(f"{self.where}: {shown}: {problem}")
 
     def mapping(self, value: Any, key_path: str, allowed: Iterable[str]) -> dict[str, Any]:
         if value is None:
@@ -331,12 +349,13 @@ class _Parser:
             )
         for key in ("connect_timeout", "keepalive_s"):
             if key in raw:
-                raw[key] = self.number(raw[key], f"{key_path}.{key}")
+                raw[key] = self.number(raw[key], f"{key_path}.{key}", most=MAX_SSH_SECONDS)
         if "connect_retries" in raw:
-            raw["connect_retries"] = int(self.number(raw["connect_retries"], f"{key_path}.connect_retries"))
+            raw["connect_retries"] = self.count(raw["connect_retries"], f"{key_path}.connect_retries",
+                                                MAX_CONNECT_RETRIES)
         for key in ("user", "identity", "known_hosts", "ssh_config"):
             if key in raw and raw[key] is not None:
-                raw[key] = str(raw[key])
+                raw[key] = self.text(raw[key], f"{key_path}.{key}")
         return replace(base, **raw)
 
     def env_map(self, value: Any, key_path: str) -> dict[str, str]:
@@ -352,10 +371,43 @@ class _Parser:
             raise self.fail(key_path, f"port must be an integer 1..65535, got {value!r}")
         return value
 
-    def number(self, value: Any, key_path: str) -> float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise self.fail(key_path, f"expected a non-negative number, got {value!r}")
+    def number(self, value: Any, key_path: str, *, most: float = math.inf) -> float:
+        """A finite number 0..``most``."""
+        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                or not 0 <= value <= most):
+            bound = "" if most == math.inf else f" up to {most:g}"
+            raise self.fail(key_path, f"expected a non-negative number{bound}, got {value!r}")
         return float(value)
+
+    def count(self, value: Any, key_path: str, most: int) -> int:
+        """A whole number 0..``most``."""
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
+            raise self.fail(key_path, f"expected a whole number 0..{most}, got {value!r}")
+        return value
+
+    def text(self, value: Any, key_path: str) -> str:
+        """A one-line text value (a number is taken as its text; a list, mapping or boolean is refused)."""
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise self.fail(key_path, f"expected a text value, got {type(value).__name__} {value!r}")
+        text = str(value)
+        if "\n" in text or "\r" in text or "\0" in text:
+            raise self.fail(key_path, f"expected one line, got {text!r}")
+        return text
+
+    def opt_text(self, value: Any, key_path: str) -> str | None:
+        return None if value is None else self.text(value, key_path)
+
+    def gpus(self, value: Any, key_path: str) -> tuple[int, ...]:
+        """``gpus``: a count 0..:data:`MAX_GPUS` or a list of distinct indices below it."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return tuple(range(self.count(value, key_path, MAX_GPUS)))
+        if (not isinstance(value, list) or len(value) > MAX_GPUS
+                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < MAX_GPUS for g in value)):
+            raise self.fail(key_path, f"expected a count 0..{MAX_GPUS} or a list of GPU indices 0..{MAX_GPUS - 1}, "
+                                      f"got {value!r}")
+        if len(set(value)) != len(value):
+            raise self.fail(key_path, f"a GPU index is given twice in {value!r}")
+        return tuple(value)
 
     def inventory(self, data: Any) -> Inventory:
         top = self.mapping(data, "(top level)", _TOP_KEYS)
@@ -367,8 +419,11 @@ class _Parser:
             raise self.fail("clusters", "expected a mapping of cluster names")
         clusters: dict[str, ClusterSpec] = {LOCAL_CLUSTER: local_cluster()}
         for name, body in clusters_raw.items():
-            if not isinstance(name, str) or not _HOSTNAME.match(name):
-                raise self.fail("clusters", f"bad cluster name {name!r}")
+            if not isinstance(name, str) or not _CLUSTER_NAME.fullmatch(name):
+                raise self.fail("clusters", f"bad cluster name {name!r} (1-64 characters of [A-Za-z0-9._-])")
+            if name == LOCAL_CLUSTER:
+                raise self.fail("clusters", f"{LOCAL_CLUSTER!r} is the built-in cluster of this machine; give yours "
+                                            "another name")
             clusters[name] = self.cluster(name, body, base_ssh, base_params)
         return Inventory(clusters, Path(self.where))
 
@@ -383,7 +438,13 @@ class _Parser:
         gpu = self.mapping(raw.get("gpu"), f"{kp}.gpu", _GPU_KEYS)
         memory = gpu.get("memory_gib")
         if memory is not None:
-            memory = self.number(memory, f"{kp}.gpu.memory_gib")
+            memory = self.number(memory, f"{kp}.gpu.memory_gib", most=1e6)
+        if gpu.get("count") is not None:
+            self.count(gpu["count"], f"{kp}.gpu.count", MAX_GPUS)
+        namespace = self.opt_text(raw.get("namespace"), f"{kp}.namespace") or "default"
+        if not _NAMESPACE.fullmatch(namespace):
+            raise self.fail(f"{kp}.namespace", f"{namespace!r} is not a Kubernetes namespace name "
+                                               "(lower-case letters, digits and '-', at most 63)")
         cluster_ssh = self.ssh(raw.get("ssh"), f"{kp}.ssh", base_ssh)
         hosts = self.hosts(raw.get("hosts"), kp, cluster_ssh)
         if mode == "k8s" and not any("master" in h.roles for h in hosts):
@@ -396,19 +457,20 @@ class _Parser:
             mode=mode,
             sut=sut,
             backend=backend,
-            gpu_model=str(gpu["model"]) if gpu.get("model") is not None else None,
+            gpu_model=self.opt_text(gpu.get("model"), f"{kp}.gpu.model"),
             gpu_memory_gib=memory,
             hosts=tuple(hosts),
-            kubeconfig=_opt_str(raw.get("kubeconfig")),
-            context=_opt_str(raw.get("context")),
-            namespace=str(raw.get("namespace") or "default"),
-            kubectl=str(raw.get("kubectl") or "kubectl"),
-            sut_lib=_opt_str(raw.get("sut_lib")),
-            scheduler=SchedulerSpec(**{k: _opt_str(v) for k, v in sched.items() if k != "env"},
+            kubeconfig=self.opt_text(raw.get("kubeconfig"), f"{kp}.kubeconfig"),
+            context=self.opt_text(raw.get("context"), f"{kp}.context"),
+            namespace=namespace,
+            kubectl=self.opt_text(raw.get("kubectl"), f"{kp}.kubectl") or "kubectl",
+            sut_lib=self.opt_text(raw.get("sut_lib"), f"{kp}.sut_lib"),
+            scheduler=SchedulerSpec(**{k: self.opt_text(v, f"{kp}.scheduler.{k}") for k, v in sched.items()
+                                       if k != "env"},
                                     env=self.env_map(sched.get("env"), f"{kp}.scheduler.env")),
             params=params,
-            python=str(raw.get("python") or "python3"),
-            workdir=_opt_str(raw.get("workdir")),
+            python=self.opt_text(raw.get("python"), f"{kp}.python") or "python3",
+            workdir=self.opt_text(raw.get("workdir"), f"{kp}.workdir"),
             visible_devices=self.choice(raw.get("visible_devices"), f"{kp}.visible_devices", VISIBLE_DEVICES,
                                         "unset"),
         )
@@ -438,7 +500,7 @@ class _Parser:
             if not roles or not isinstance(roles, list):
                 raise self.fail(hp, "missing 'roles' (a list of: master, gpu)")
             for role in roles:
-                if role not in ROLES:
+                if not isinstance(role, str) or role not in ROLES:
                     raise self.fail(f"{hp}.roles", f"bad role {role!r} (allowed: {', '.join(ROLES)})")
             if raw.get("address") is not None and len(names) > 1:
                 raise self.fail(hp, "a host range cannot share one 'address'; give hosts one by one")
@@ -446,14 +508,10 @@ class _Parser:
             direct = {k: raw[k] for k in ("port", "user", "identity") if k in raw}
             if direct:
                 ssh = self.ssh(direct, hp, ssh)
-            gpus = raw.get("gpus")
-            if gpus is not None:
-                if isinstance(gpus, int) and not isinstance(gpus, bool):
-                    gpus = list(range(gpus))
-                if not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus):
-                    raise self.fail(f"{hp}.gpus", "expected a count or a list of GPU indices")
+            gpus = None if raw.get("gpus") is None else self.gpus(raw["gpus"], f"{hp}.gpus")
+            address = self.opt_text(raw.get("address"), f"{hp}.address")
             for name in names:
-                if not _HOSTNAME.match(name):
+                if not _HOSTNAME.fullmatch(name):
                     raise self.fail(hp, f"bad host name {name!r}")
                 if name in seen:
                     raise self.fail(hp, f"duplicate host name {name!r}")
@@ -462,9 +520,9 @@ class _Parser:
                     HostSpec(
                         name=name,
                         roles=tuple(roles),
-                        address=_opt_str(raw.get("address")),
+                        address=address,
                         ssh=ssh,
-                        gpus=tuple(gpus) if gpus is not None else None,
+                        gpus=gpus,
                         local=local,
                     )
                 )
@@ -473,7 +531,3 @@ class _Parser:
 
 def _any_keys(value: Any) -> Iterable[str]:
     return value.keys() if isinstance(value, dict) else ()
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)

@@ -15,10 +15,15 @@ from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
+from xpushare.inventory import nodesets
 from xpushare.inventory.schema import ROLES, ClusterSpec, HostSpec
+from xpushare.model import bounded_read
 from xpushare.model.errors import UsageError
+
+#: The biggest ``@FILE`` host file read (bytes).
+MAX_HOST_FILE_BYTES = 1024 * 1024
 
 # The operators of a node set outside brackets; inside them a ',' separates ranges.
 _TOKEN = re.compile(r"[,&!^]|[^,&!^\[]+(?:\[[^\]]*\][^,&!^\[]*)*(?:\[[^\]]*$)?")
@@ -80,8 +85,8 @@ def _operand(token: str, pattern: str, names: Sequence[str], depth: int) -> set[
     if "*" in token or "?" in token:
         return {n for n in names if fnmatchcase(n, token)}
     try:
-        return set(NodeSet(token, resolver=RESOLVER_NOGROUP))
-    except NodeSetException as exc:
+        return set(nodesets.expand(token))
+    except ValueError as exc:
         raise UsageError(f"--limit {pattern!r}: bad host pattern {token!r} ({exc})") from None
 
 
@@ -89,15 +94,22 @@ def _from_file(path: str, names: Sequence[str], depth: int) -> set[str]:
     if depth > 0:
         raise UsageError(f"--limit @{path}: a host file cannot name another host file")
     try:
-        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--limit @{path}: cannot read the host file ({getattr(exc, 'strerror', None) or exc})") \
-            from None
+        lines = bounded_read.read_text(Path(path).expanduser(), limit=MAX_HOST_FILE_BYTES).splitlines()
+    except OSError as exc:
+        raise UsageError(f"--limit @{path}: cannot read the host file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--limit @{path}: the host file is not UTF-8 text") from None
+    except ValueError as exc:
+        raise UsageError(f"--limit @{path}: the host file is {exc}") from None
     chosen: set[str] = set()
-    for line in lines:
+    for number, line in enumerate(lines, start=1):
         line = line.split("#", 1)[0].strip()
-        if line:
+        if not line:
+            continue
+        try:
             chosen |= _evaluate(line, names, depth=depth + 1)
+        except UsageError:  # the line itself is not repeated: a host file may be something else by mistake
+            raise UsageError(f"--limit @{path}: line {number} is not a host pattern") from None
     return chosen
 
 
@@ -115,6 +127,9 @@ def select_hosts(cluster: ClusterSpec, *, role: str = "all", limit: str | None =
         every = [h.name for h in cluster.hosts]
         chosen = expand(limit, every)
         unknown = chosen - set(every)
+        if unknown and "@" in limit:  # names read from a file are not repeated (it may hold anything)
+            raise UsageError(f"--limit {limit!r}: {len(unknown)} name(s) of the host file are no host of cluster "
+                             f"{cluster.name!r} (hosts: {fold(every)})")
         if unknown:
             raise UsageError(f"--limit {limit!r}: no such host in cluster {cluster.name!r}: {fold(unknown)} "
                              f"(hosts: {fold(every)})")

@@ -23,6 +23,7 @@ from xpushare.judge.checks import (
     overlap_ratio,
     pod_progress,
 )
+from xpushare.judge.thresholds import shown
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 LOCK_SHARED = "lock-span overlap / shorter span > 0 (the lock went back to the first holder)"
@@ -128,7 +129,8 @@ def judge_same_gpu_pair(
             f"overlap / shorter_interval >= {minimum}",
             {"pair": pair, "overlap_ratio": ratio, "intervals": {r.name: [r.started, r.finished] for r in (a, b) if r}},
             None if ratio is None else ratio >= minimum,
-            "run intervals unknown" if ratio is None else ("" if ratio >= minimum else f"overlap {ratio:.2f}"),
+            "run intervals unknown" if ratio is None
+            else ("" if ratio >= minimum else f"overlap {shown(ratio, minimum)}"),
         )
     )
     lock = check_lock_shared(ev, pair)

@@ -26,6 +26,7 @@ from xpushare.judge.metrics_evidence import (
     read_first_capture,
 )
 from xpushare.judge.stats import percentile
+from xpushare.judge.thresholds import shown
 from xpushare.model.verdict import Check, Verdict
 
 
@@ -112,7 +113,7 @@ def judge_met006(ev: Evidence, th: Mapping[str, Any], *, node: str | None = None
                         {"max_util": max_util, "samples": len(series)},
                         None if max_util is None else max_util >= min_util,
                         "no sample for that GPU" if max_util is None
-                        else ("" if max_util >= min_util else f"peak {max_util:.2f}")))
+                        else ("" if max_util >= min_util else f"peak {shown(max_util, min_util)}")))
     dmon_names = [f"remote_{node}_dmon.txt"] if node else find_evidence(ev, "remote_", "_dmon.txt")
     dmon_texts = [(n, t) for n in dmon_names if (t := ev.text(n)) is not None]
     metrics: dict[str, Any] = {"max_gpu_util_ratio": max_util, "gpu_index": gpu}

@@ -19,6 +19,7 @@ from xpushare.collect import client_lines, pod_log
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
+from xpushare.judge.thresholds import shown
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
@@ -360,11 +361,12 @@ def check_higher_quota_faster(r_low: float, r_high: float, *, q_low: object, q_h
     min_ratio = float(th.get(ratio_param, 1.0))
     ratio = r_low / r_high if r_high else None
     ok = ratio is not None and r_low > r_high and ratio >= min_ratio
-    shown = round(ratio, 4) if ratio is not None else None
+    rounded = round(ratio, 4) if ratio is not None else None
+    text = shown(ratio, min_ratio, digits=4) if ratio is not None else "unknown"
     return Check("higher_quota_faster", f"runtime_{q_low} > runtime_{q_high} and runtime_{q_low} / runtime_{q_high} "
                  f">= {ratio_param} ({min_ratio:g})", {f"runtime_{q_low}": r_low, f"runtime_{q_high}": r_high,
-                                                       "ratio": shown}, ok,
-                 "" if ok else f"{r_low:.2f} s vs {r_high:.2f} s: ratio {shown} < {min_ratio:g}"), ratio
+                                                       "ratio": rounded}, ok,
+                 "" if ok else f"{r_low:.2f} s vs {r_high:.2f} s: ratio {text} < {min_ratio:g}"), ratio
 
 
 def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:

@@ -66,3 +66,14 @@ METRICS: dict[str, Any] = {
 def threshold(th: Mapping[str, Any], key: str, table: Mapping[str, Any]) -> Any:
     """``th[key]`` when the case set it, else the default of ``table`` (KeyError when neither has it)."""
     return th[key] if key in th else table[key]
+
+
+def shown(value: float, bound: float, *, digits: int = 2) -> str:
+    """``value`` with ``digits`` decimals, or more (up to 9) until it no longer reads the same as ``bound``: a
+    failing value is never printed rounded onto its threshold (``0.9995`` against ``0.99999`` is ``0.9995``, not
+    ``1.00``)."""
+    for places in range(digits, 10):
+        text = f"{value:.{places}f}"
+        if text != f"{bound:.{places}f}":
+            return text
+    return repr(value)

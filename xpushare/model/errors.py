@@ -89,3 +89,9 @@ class HarvestIncomplete(XpushareError):
 
 class RunDirectoryFull(XpushareError):
     """The run directory's file system is full (``ENOSPC``/``EDQUOT``): the run stops, keeping what it wrote."""
+
+
+class StoredRunDamaged(UsageError, ValueError):
+    """A stored run's file (``run.json``, ``result.json``) cannot be read as what it must be: truncated, not a JSON
+    object, a field of the wrong type, too large. Exit 2 with one line naming the file; also a ``ValueError`` for
+    callers that treat a bad stored run as bad input."""

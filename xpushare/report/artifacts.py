@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from xpushare import __version__
-from xpushare.model import atomic_file
+from xpushare.model import atomic_file, bounded_read
+from xpushare.model.errors import StoredRunDamaged
 from xpushare.model.verdict import Status
 
 #: Suites in report order (seed 000 section 12). Unknown suite names sort after these, alphabetically.
@@ -43,9 +44,14 @@ SUITES: tuple[str, ...] = ("functional", "combination", "performance", "metrics"
 RESULT_FILE = "result.json"
 ANALYSIS_FILE = "analysis.txt"
 RUN_META_FILE = "run.json"
+#: The verdict a case had when its run ended, kept whole beside ``result.json`` by the first re-judgment.
+ORIGINAL_RESULT_FILE = "result.original.json"
 ATTEMPTS_DIR = "attempts"
 #: The run id that names the latest stored run wherever a stored run is taken (:func:`resolve_run_id`).
 LAST = "last"
+
+#: The biggest result.json or run.json read (bytes): far beyond a real one; a larger one is damaged.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _STATUSES = {s.value for s in Status}
@@ -101,8 +107,8 @@ def stored_run_ids(root: Path) -> list[str]:
 
 def _started_ts(path: Path) -> float:
     """Unix time the run in ``path`` started (run.json ``started``), else the directory's mtime."""
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-        started = json.loads((path / RUN_META_FILE).read_text(encoding="utf-8")).get("started")
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
+        started = _read_json(path / RUN_META_FILE).get("started")
         when = datetime.fromisoformat(str(started))
         return (when if when.tzinfo else when.astimezone()).timestamp()
     return path.stat().st_mtime
@@ -332,6 +338,31 @@ def render_analysis(record: Mapping[str, Any]) -> str:
     return show_controls("\n".join(parts))
 
 
+def keep_original_result(case_dir: Path) -> Path | None:
+    """Before a re-judgment rewrites ``result.json``: copy it, once, to :data:`ORIGINAL_RESULT_FILE` beside it (a
+    later re-judgment keeps the first copy: it is the verdict of the run itself). Returns the copy's path, or None
+    without a result.json."""
+    source = Path(case_dir) / RESULT_FILE
+    target = Path(case_dir) / ORIGINAL_RESULT_FILE
+    if not source.is_file():
+        return None
+    if not target.exists():
+        atomic_write_text(target, source.read_text(encoding="utf-8"))
+    return target
+
+
+def rejudgment_label(rejudgments: Iterable[Mapping[str, Any]]) -> str:
+    """How the latest re-judgment of a run or case is shown in reports: ``re-judged 2026-...Z with a=1, b=2``
+    (``with the stored parameters`` when it overrode none); empty for none."""
+    entries = [e for e in rejudgments if isinstance(e, Mapping)]
+    if not entries:
+        return ""
+    last = entries[-1]
+    overrides = last.get("overrides") or {}
+    given = ", ".join(f"{k}={format_value(v)}" for k, v in overrides.items()) if isinstance(overrides, dict) else ""
+    return f"re-judged {last.get('at', '?')} with {given or 'the stored parameters'}"
+
+
 def write_analysis(case_dir: Path, record: Mapping[str, Any]) -> Path:
     """Write ``<case_dir>/analysis.txt`` (see :func:`render_analysis`) atomically; return the path."""
     return atomic_write_text(Path(case_dir) / ANALYSIS_FILE, render_analysis(record))
@@ -377,14 +408,44 @@ def _broken_record(rel: Path, message: str) -> dict[str, Any]:
     }
 
 
+# The types of the record fields readers rely on (a field of another type makes the record a broken one).
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "cluster": (str,), "suite": (str,), "case_id": (str,), "status": (str,), "summary": (str,),
+    "title": (str,), "mode": (str, type(None)), "thresholds": (dict, type(None)), "metrics": (dict, type(None)),
+    "checks": (list, type(None)), "evidence": (list, type(None)), "duration_s": (int, float, type(None)),
+    "attempt": (int, type(None)), "required": (bool, type(None)), "error": (str, type(None)),
+    "phases_s": (dict, type(None)), "rejudgments": (list, type(None)),
+}
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in ``path``, read at most :data:`MAX_RECORD_BYTES`. Raises OSError, UnicodeDecodeError, ValueError."""
+    return json.loads(bounded_read.read_text(path, limit=MAX_RECORD_BYTES))
+
+
+def _wrong_field(record: Mapping[str, Any]) -> str | None:
+    for name, types in _RECORD_FIELDS.items():
+        value = record.get(name)
+        if name == "rejudgments" and isinstance(value, list) and not all(isinstance(e, dict) for e in value):
+            return f"{RESULT_FILE} field 'rejudgments' holds a non-mapping"
+        if name in record and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            return f"{RESULT_FILE} field {name!r} is a {type(record[name]).__name__}"
+    return None
+
+
 def _load_one(run_dir: Path, path: Path) -> dict[str, Any]:
     rel = path.parent.relative_to(run_dir)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record = _read_json(path)
+    except IsADirectoryError:
+        record = _broken_record(rel, f"{RESULT_FILE} is not a file")
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         record = _broken_record(rel, f"unreadable {RESULT_FILE}: {exc}")
     if not isinstance(record, dict):
         record = _broken_record(rel, f"{RESULT_FILE} is not a JSON object")
+    wrong = _wrong_field(record)
+    if wrong:
+        record = _broken_record(rel, wrong)
     cluster, suite, case_id = rel.parts
     record.setdefault("cluster", cluster)
     record.setdefault("suite", suite)
@@ -394,6 +455,12 @@ def _load_one(run_dir: Path, path: Path) -> dict[str, Any]:
         record["status"] = Status.ERROR.value
     record["case_log_dir"] = rel.as_posix()
     return record
+
+
+def load_one_result(run_dir: Path, path: Path) -> dict[str, Any]:
+    """The record in ``path`` (a ``result.json`` or ``result.original.json`` of a case of ``run_dir``), read like
+    :func:`load_results` reads each: a damaged file is an ERROR record saying so."""
+    return _load_one(Path(run_dir), Path(path))
 
 
 def load_results(run_dir: Path) -> list[dict[str, Any]]:
@@ -407,7 +474,7 @@ def load_results(run_dir: Path) -> list[dict[str, Any]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    records = [_load_one(run_dir, p) for p in run_dir.glob(f"*/*/*/{RESULT_FILE}") if p.is_file()]
+    records = [_load_one(run_dir, p) for p in run_dir.glob(f"*/*/*/{RESULT_FILE}")]
     return sorted(records, key=result_sort_key)
 
 
@@ -428,13 +495,41 @@ def write_run_meta(run_dir: Path, meta: Mapping[str, Any]) -> Path:
     return _write_json(Path(run_dir) / RUN_META_FILE, {"tool_version": __version__, **meta})
 
 
+# The types of the run.json fields readers rely on.
+_META_FIELDS: dict[str, tuple[type, ...]] = {
+    "run_id": (str, type(None)), "clusters": (list, type(None)), "selection": (str, type(None)),
+    "required": (list, type(None)), "selected": (list, type(None)), "started": (str, type(None)),
+    "ended": (str, type(None)), "exit_status": (int, type(None)), "counts": (dict, type(None)),
+    "interrupted": (bool, type(None)), "resume": (bool, type(None)), "argv": (list, type(None)),
+    "rejudgments": (list, type(None)),
+}
+
+
 def read_run_meta(run_dir: Path) -> dict[str, Any] | None:
-    """The ``run.json`` dict, or None if there is none. ``ValueError`` if it is not a JSON object."""
+    """The ``run.json`` dict, or None if there is none.
+
+    Raises:
+        StoredRunDamaged: (a ``ValueError`` and a usage error: exit 2) it cannot be read, is not a JSON object, is
+        larger than :data:`MAX_RECORD_BYTES`, or a field has the wrong type (``required: 5``; its list items must
+        be text, ``selected`` and ``rejudgments`` items mappings).
+    """
     path = Path(run_dir) / RUN_META_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _read_json(path)
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} ({detail.splitlines()[0]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path.name} is not a JSON object")
+        raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} (not a JSON object)")
+    for name, types in _META_FIELDS.items():
+        value = data.get(name)
+        bad = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        if not bad and name in ("clusters", "required") and value is not None:
+            bad = not all(isinstance(item, str) for item in value)
+        if not bad and name in ("selected", "rejudgments") and value is not None:
+            bad = not all(isinstance(item, dict) for item in value)
+        if bad:
+            raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} (field {name!r} is a {type(value).__name__})")
     return data

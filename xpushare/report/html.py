@@ -153,8 +153,11 @@ def render_html(run_dir: Path, results: Sequence[Result], view: RunOverview, *, 
         "generated": view.now.isoformat(timespec="seconds"),
         "clusters": view.clusters,
         "suites": sorted({str(r["suite"]) for r in results}, key=artifacts.suite_rank),
-        "meta": {k: str(meta[k]) for k in ("started", "ended", "tool_version", "exit_status", "selection")
-                 if meta.get(k) is not None},
+        "meta": {**{k: str(meta[k]) for k in ("started", "ended", "tool_version", "exit_status", "selection")
+                    if meta.get(k) is not None},
+                 **({"re-judged": artifacts.rejudgment_label(meta["rejudgments"]) + " (exit status "
+                     f"{meta['rejudgments'][-1].get('exit_status')}; the run's own verdicts kept)"}
+                    if meta.get("rejudgments") else {})},
         "interrupted": bool(meta.get("interrupted")),
         "statuses": [s.value for s in STATUS_ORDER],
         "counts": c,

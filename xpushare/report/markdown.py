@@ -27,10 +27,11 @@ from xpushare.report.summaries import (
 
 
 def md_escape(value: Any) -> str:
-    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, newlines as ``<br>``,
-    other control characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
+    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, ``[`` and ``]`` too (so
+    no text of a record can make a link, ``[x](javascript:...)`` included), newlines as ``<br>``, other control
+    characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
     text = "" if value is None else str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return artifacts.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
 
@@ -111,6 +112,11 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
             out.append(f"- {key.replace('_', ' ')}: {md_escape(meta[key])}")
     if meta.get("interrupted"):
         out.append("- **the run was interrupted**; `--resume` runs the unfinished cases")
+    rejudged = artifacts.rejudgment_label(meta.get("rejudgments") or [])
+    if rejudged:
+        out.append(f"- **{md_escape(rejudged)}**: the verdicts below are that re-judgment's (exit status "
+                   f"{md_escape((meta.get('rejudgments') or [{}])[-1].get('exit_status'))}); the run's own verdicts "
+                   f"are kept in each re-judged case's `{artifacts.ORIGINAL_RESULT_FILE}`")
     out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
     out.append(
         f"- pass rate: {fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "

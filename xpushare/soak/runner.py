@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from xpushare import __version__
 from xpushare.cases import REGISTRY
 from xpushare.engine import driver, lifecycle, plan
+from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
@@ -97,6 +98,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     if case_id not in SOAK_CASES:
         raise UsageError(f"invoke soak runs one of {', '.join(SOAK_CASES)}, not {request.case!r}")
     cluster = schema.load(request.inventory_path).cluster(request.cluster)
+    check_cluster_params(cluster)
     selection = plan.select(case_ids=[case_id])
     case = REGISTRY[case_id]
     overrides = parse_overrides(request.overrides)
@@ -107,6 +109,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         overrides["stab_duration_s"] = request.duration_s
     run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
+    driver.refuse_reuse(run_dir, run_id, resume=request.resume)
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = plan.case_params(case, cluster, selection, overrides)
     act = case.act

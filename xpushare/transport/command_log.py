@@ -9,7 +9,7 @@ them, with every library logger (paramiko, invoke, fabric), to a file while a ru
 reach the terminal.
 
 Secrets are never written: a word ``NAME=value`` whose name mentions a password, token, secret or key keeps
-its name and loses its value (``env API_TOKEN=***``).
+its name and loses its value (``env API_TOKEN=***``), and a URL's password is masked (``http://user:***@host``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LOGGER", "debug_log", "ended", "failed", "redact", "retried", "retrying", "set_verbosity", "started"]
+__all__ = ["LOGGER", "debug_log", "ended", "failed", "mask_url_passwords", "redact", "retried", "retrying",
+           "set_verbosity", "started"]
 
 LOGGER = logging.getLogger("xpushare.commands")
 """The logger of command lines (INFO: started; DEBUG: ended or failed)."""
 
 _SECRET_WORD = re.compile(r"(?i)^([A-Za-z_][A-Za-z0-9_.-]*(?:pass(?:word|wd)?|token|secret|key)[A-Za-z0-9_]*)=(.+)$")
 _SECRET_FLAG = re.compile(r"(?i)^(--(?:password|token|client-key-data|secret)[A-Za-z0-9-]*)=(.+)$")
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/@\s:]*):[^/@\s]*@")
 _TERMINAL_MARK = "_xpushare_terminal"
 _FORMAT = "%(asctime)s %(levelname)-5s %(name)s %(threadName)s: %(message)s"
 
@@ -45,8 +47,13 @@ def redact(argv: Sequence[str]) -> str:
     out = []
     for word in argv:
         match = _SECRET_WORD.match(word) or _SECRET_FLAG.match(word)
-        out.append(f"{match.group(1)}=***" if match else word)
+        out.append(f"{match.group(1)}=***" if match else mask_url_passwords(word))
     return shlex.join(out)
+
+
+def mask_url_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***`` (``http://u:***@h:9402/metrics``)."""
+    return _URL_PASSWORD.sub(r"\1:***@", text)
 
 
 def started(host: str, argv: Sequence[str]) -> None:
@@ -93,10 +100,14 @@ def set_verbosity(level: int) -> None:
 
 class _BestEffortFileHandler(logging.FileHandler):
     """A FileHandler whose write errors (a full run directory) are dropped: logging's default prints a traceback
-    per record on stderr, and the run reports the full directory itself (engine/driver.py), in one line."""
+    per record on stderr, and the run reports the full directory itself (engine/driver.py), in one line. Every
+    record's URL passwords are masked (:func:`mask_url_passwords`), a library's records included."""
 
     def handleError(self, record: logging.LogRecord) -> None:
         return None
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_url_passwords(super().format(record))
 
 
 @contextmanager

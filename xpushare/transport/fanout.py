@@ -37,7 +37,8 @@ def fan_out(
 ) -> list[HostOutcome[T]]:
     """Run ``operation(host)`` on every host, at most ``forks`` at once; outcomes in the hosts' order.
 
-    Transport errors are captured per host; any other exception (a bug) propagates.
+    Transport errors are captured per host; any other exception (a bug) propagates. ``KeyboardInterrupt`` (Ctrl-C,
+    SIGTERM, SIGHUP in the calling thread) closes every host, so that commands in flight end, and propagates.
     """
     if forks < 1:
         raise ValueError("forks must be >= 1")
@@ -50,5 +51,12 @@ def fan_out(
 
     if len(hosts) <= 1:
         return [one(h) for h in hosts]
-    with ThreadPoolExecutor(max_workers=min(forks, len(hosts)), thread_name_prefix="xpushare-fanout") as pool:
+    pool = ThreadPoolExecutor(max_workers=min(forks, len(hosts)), thread_name_prefix="xpushare-fanout")
+    try:
         return list(pool.map(one, hosts))
+    except KeyboardInterrupt:  # Ctrl-C/SIGTERM reach this thread only: end the commands the workers wait on
+        for host in hosts:
+            host.close()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

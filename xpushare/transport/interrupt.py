@@ -45,9 +45,30 @@ def installed() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if signal.getsignal(signal.SIGINT) is not _handler:  # the outermost block starts from no request
+    if signal.getsignal(signal.SIGINT) not in (_handler, _recording):  # the outermost block starts from no request
         _received.clear()
     previous = {s: signal.signal(s, _handler) for s in HANDLED}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _recording(signum: int, frame: FrameType | None) -> None:
+    if not _received:
+        _received.append(signum)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block a handled signal is recorded (:func:`requested`, :func:`received`) but raises nothing, so
+    the block finishes (the run's reports after its last case); the caller checks :func:`requested` after it.
+    Main thread only (a no-op elsewhere); the handlers in place before are restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _recording) for s in HANDLED}
     try:
         yield
     finally:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from xpushare.model.errors import (
     RemoteNotFound,
     TransportError,
 )
+from xpushare.transport import interrupt as interrupt_requests
 from xpushare.transport.base import (
     CommandResult,
     Host,
@@ -34,14 +38,36 @@ class _BulkLocal(Local):
     read_our_stdin = read_in_memory_stdin
 
 
+class _InterruptibleLocal(_BulkLocal):
+    """A runner whose command ends when Ctrl-C, SIGTERM or SIGHUP reaches us: invoke's own answer (``\x03`` on the
+    command's stdin) reaches no command without a terminal, so the command gets the signal itself (SIGTERM for
+    SIGTERM and SIGHUP, SIGINT for Ctrl-C), and SIGKILL if it is still there after :data:`KILL_AFTER_S`."""
+
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        signum = signal.SIGINT if interrupt_requests.received() in (None, signal.SIGINT) else signal.SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signum)
+        timer = threading.Timer(KILL_AFTER_S, self.kill)
+        timer.daemon = True
+        timer.start()
+
+
+#: Seconds between the signal a command of an interruptible host gets and its SIGKILL.
+KILL_AFTER_S = 2.0
+
+
 
 class LocalHost(Host):
     """This machine, through invoke's local runner (no SSH)."""
 
-    def __init__(self, name: str = "localhost", spawn_dir: str | None = None) -> None:
+    def __init__(self, name: str = "localhost", spawn_dir: str | None = None, *, interruptible: bool = False) -> None:
+        """``interruptible``: Ctrl-C, SIGTERM or SIGHUP (:mod:`~xpushare.transport.interrupt`) ends the command
+        that runs (``invoke run``); otherwise the command runs to its end and the caller sees the request at its
+        next wait (a run's cleanup commands must finish)."""
         self.name = name
         self._spawn_dir = spawn_dir or str(Path(tempfile.gettempdir()) / f"xpushare-spawn-{os.getuid()}")
-        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": _BulkLocal}}))
+        runner = _InterruptibleLocal if interruptible else _BulkLocal
+        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": runner}}))
 
     @property
     def spawn_dir(self) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 from fabric.runners import Remote
+from invoke.exceptions import ThreadException
 
 from xpushare.inventory.schema import SshOptions
 from xpushare.model.errors import (
@@ -40,6 +41,7 @@ from xpushare.transport.base import (
     read_in_memory_stdin,
     runner_options,
 )
+from xpushare.transport.ssh_files import load_known_hosts, usable_identity
 
 # paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
 # configured, Python's last-resort handler would print ~60 lines per attempt on the terminal. The error
@@ -53,6 +55,16 @@ class _BulkRemote(Remote):
 
     read_chunk_size = 65536
     read_our_stdin = read_in_memory_stdin
+
+
+class _InterruptibleRemote(_BulkRemote):
+    """A remote runner that ends the session on Ctrl-C/SIGTERM/SIGHUP: without a terminal there is no way to signal
+    the command, and Fabric's answer (re-raise, then wait for the output threads) waits for the command's end. The
+    closed session ends a command run under :data:`ENDS_WITH_SESSION`."""
+
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        self.channel.close()
+        raise interrupt
 
 
 
@@ -91,6 +103,31 @@ class _IgnorePolicy(paramiko.MissingHostKeyPolicy):
             )
 
 
+#: A command (its argv after the script) that ends with its SSH session: a watcher reads the session's input, which
+#: sshd closes when the session goes, and then sends the command SIGTERM; the command reads /dev/null. Exit status
+#: and output are the command's.
+ENDS_WITH_SESSION = (
+    'exec 3<&0 0</dev/null; "$@" 3<&- & p=$!; { cat <&3 >/dev/null 2>&1; kill -TERM "$p" 2>/dev/null; } & w=$!; '
+    'exec 3<&-; wait "$p"; rc=$?; kill "$w" 2>/dev/null; exit "$rc"'
+)
+
+#: What a lost connection raises while a command runs (also from invoke's I/O threads: :func:`_run_on`).
+_LOST: tuple[type[BaseException], ...] = (OSError, EOFError, paramiko.SSHException)
+
+
+def _run_on(conn: Connection, line: str, options: Mapping[str, object]) -> object:
+    """``conn.run(line, **options)``; a connection lost under one of invoke's I/O threads (its stdin writer meets
+    ``OSError: Socket is closed``) is re-raised as that thread's error, which :func:`logged_run` turns into
+    :class:`ConnectionLost` like a loss seen by the main thread."""
+    try:
+        return conn.run(line, **options)
+    except ThreadException as exc:
+        for wrapped in exc.exceptions:
+            if isinstance(wrapped.value, _LOST):
+                raise wrapped.value from None
+        raise
+
+
 def _is_unreachable(exc: BaseException) -> bool:
     return isinstance(
         exc,
@@ -115,7 +152,12 @@ class SshHost(Host):
         *,
         spawn_dir: str = ".xpushare/spawn",
         sleep: Callable[[float], None] = time.sleep,
+        interruptible: bool = False,
     ) -> None:
+        """``interruptible``: a command without input runs under :data:`ENDS_WITH_SESSION`, so that it ends when its
+        session does (Ctrl-C, SIGTERM or SIGHUP here, a timeout, a lost connection); otherwise it keeps running
+        on the host without its session, like any command without a terminal under sshd."""
+        self._interruptible = interruptible
         self.name = name
         self.target = target
         self.ssh = ssh
@@ -130,7 +172,7 @@ class SshHost(Host):
 
     def _new_connection(self) -> Connection:
         opts = self.ssh
-        overrides = {"runners": {"remote": _BulkRemote}}
+        overrides = {"runners": {"remote": _InterruptibleRemote if self._interruptible else _BulkRemote}}
         if opts.ssh_config:
             config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides)
         else:
@@ -140,9 +182,7 @@ class SshHost(Host):
             "auth_timeout": opts.connect_timeout,
         }
         if opts.identity:
-            key = os.path.expanduser(opts.identity)
-            if os.path.exists(key):
-                connect_kwargs["key_filename"] = [key]
+            connect_kwargs["key_filename"] = [usable_identity(self.name, opts.identity)]
         conn = Connection(
             self.target,
             user=opts.user,
@@ -156,9 +196,9 @@ class SshHost(Host):
         known = Path(os.path.expanduser(opts.known_hosts))
         if policy != "ignore" and known.exists():
             try:
-                client.load_host_keys(str(known))
-            except (OSError, paramiko.SSHException) as exc:
-                raise TransportError(self.name, f"cannot read known_hosts {known}: {exc}") from None
+                load_known_hosts(client.get_host_keys(), known)
+            except OSError as exc:
+                raise TransportError(self.name, f"cannot read known_hosts {known}: {exc.strerror}") from None
         if policy == "strict":
             client.set_missing_host_key_policy(_StrictPolicy())
         elif policy == "ignore":
@@ -230,10 +270,12 @@ class SshHost(Host):
         err_stream: TextSink | None = None,
     ) -> CommandResult:
         conn = self.connection()
+        if self._interruptible and stdin is None:
+            argv = ["sh", "-c", ENDS_WITH_SESSION, "sh", *argv]
         options = runner_options(timeout, stdin, out_stream, err_stream)
         # On a timeout the channel was closed under a possibly stalled transport: start afresh, as on a lost one.
-        res, start = logged_run(self.name, argv, env, timeout, lambda line: conn.run(line, **options),
-                                lost=(OSError, EOFError, paramiko.SSHException), on_fault=self._drop)
+        res, start = logged_run(self.name, argv, env, timeout, lambda line: _run_on(conn, line, options),
+                                lost=_LOST, on_fault=self._drop)
         if res.exited == -1 or not conn.is_connected:
             # The channel closed without an exit status: the session or the connection died, or our timeout closed
             # it (invoke reports that as a plain result when its timer thread has not ended yet: a race under load).
@@ -254,10 +296,15 @@ class SshHost(Host):
             raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+        """Copy ``remote`` to ``local`` through a temporary file beside it, renamed once the whole file arrived: a
+        failed copy never truncates or replaces a file already at ``local``."""
         conn = self.connection()
-        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        target = Path(local)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f".{target.name}.part-{os.getpid()}-{threading.get_ident()}")
         try:
-            conn.get(remote, str(local))
+            conn.get(remote, str(part))
+            os.replace(part, target)
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc}") from None
         except (EOFError, paramiko.SSHException) as exc:
@@ -266,6 +313,8 @@ class SshHost(Host):
             raise ConnectionLost(self.name, f"connection lost during get {remote}: {detail}") from None
         except OSError as exc:
             raise TransportError(self.name, f"get {remote} -> {local}: {exc}") from None
+        finally:
+            part.unlink(missing_ok=True)
 
     def close(self) -> None:
         self._drop()
