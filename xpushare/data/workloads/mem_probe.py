@@ -37,7 +37,7 @@ the probe never asks for more than the card has: managed memory asked beyond the
 and xpushare's library turns cuMemAlloc into managed allocations. Without NVML, --max-bytes is required.
 
 --rounds/--interval-s repeat the measurement in the same process (round r starts --interval-s x r seconds
-after the first), so a quota changed while the probe runs is measured by the rounds after the change.
+after the first, which starts --start-delay-s after the CUDA set-up), so a quota changed while the probe runs is measured by the rounds after the change.
 --touch writes every block (``cuMemsetD8_v2``, ``fill_``) so that managed pages are really placed on the
 device; ``auto`` touches on a real GPU and not on the lab's simulated one (whose memory is host memory).
 
@@ -484,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--touch", choices=("auto", "on", "off"), default="auto", help="write every block")
     p.add_argument("--rounds", type=c.positive_int, default=1, help="measurements in this process (default 1)")
     p.add_argument("--interval-s", type=c.non_negative_float, default=10.0, help="seconds between round starts")
+    p.add_argument("--start-delay-s", type=c.non_negative_float, default=0.0,
+                   help="seconds between the CUDA set-up (the client's registration) and round 0")
     p.add_argument("--phase", default="start", help="label printed on the first round's line")
     p.add_argument("--phase-labels", default="", help="comma-separated labels of rounds 0, 1, ... (else --phase)")
     return p
@@ -516,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
         setup_error = Attempt(args.path, 0, args.step_mib * c.MIB, status="unavailable", error=str(exc))
     except RuntimeError as exc:
         setup_error = Attempt(args.path, 0, args.step_mib * c.MIB, status="error", error=str(exc))
+    if setup_error is None:
+        time.sleep(args.start_delay_s)
+    start = time.perf_counter()
     for round_no in range(args.rounds if setup_error is None else 1):
         target = start + round_no * args.interval_s
         while time.perf_counter() < target:
