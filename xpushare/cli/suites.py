@@ -1,5 +1,5 @@
-"""The suite tasks (``func``, ``combo``, ``perf``, ``metrics``, ``stab``, ``leak``, ``fail``, ``iso``, ``matrix``), built by
-one factory, :func:`suite_task`.
+"""The suite tasks (``func``, ``combo``, ``perf``, ``metrics``, ``stab``, ``leak``, ``fail``, ``iso``, ``matrix``),
+built by one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
 ``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``; help in

@@ -37,7 +37,8 @@ the probe never asks for more than the card has: managed memory asked beyond the
 and xpushare's library turns cuMemAlloc into managed allocations. Without NVML, --max-bytes is required.
 
 --rounds/--interval-s repeat the measurement in the same process (round r starts --interval-s x r seconds
-after the first, which starts --start-delay-s after the CUDA set-up), so a quota changed while the probe runs is measured by the rounds after the change.
+after the first, which starts --start-delay-s after the CUDA set-up), so a quota changed while the probe
+runs is measured by the rounds after the change.
 --touch writes every block (``cuMemsetD8_v2``, ``fill_``) so that managed pages are really placed on the
 device; ``auto`` touches on a real GPU and not on the lab's simulated one (whose memory is host memory).
 
@@ -48,6 +49,7 @@ Output (stdout): the probe lines, PASS, then ``--- <seconds> seconds ---``. Exit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import re
@@ -401,10 +403,8 @@ def measure(probe: DriverPath | TorchPath, attempt: Attempt) -> None:
     held: list[Block] = []
     try:
         fill(probe.alloc, attempt, held)
-        try:
+        with contextlib.suppress(RuntimeError):
             attempt.mem_free, attempt.mem_total = probe.mem_info()
-        except RuntimeError:
-            pass
     finally:
         while held:
             probe.free(held.pop())
@@ -534,8 +534,9 @@ def main(argv: list[str] | None = None) -> int:
                 attempt = one_round(args, probe, drv)
             except Unavailable as exc:
                 attempt = Attempt(args.path, 0, args.step_mib * c.MIB, status="unavailable", error=str(exc))
-            except Exception as exc:  # noqa: BLE001 - every failure becomes a line, never a silent pass
-                attempt = Attempt(args.path, 0, args.step_mib * c.MIB, status="error", error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # every failure becomes a line, never a silent pass
+                error = f"{type(exc).__name__}: {exc}"
+                attempt = Attempt(args.path, 0, args.step_mib * c.MIB, status="error", error=error)
         ok = ok and attempt.status == "ok"
         print(format_line(attempt, round_no, phase, elapsed), flush=True)
     if not ok:
