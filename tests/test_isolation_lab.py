@@ -59,5 +59,5 @@ def test_iso_suite_on_the_real_sut_in_host_mode(tmp_path: Path) -> None:
     assert m9["accepted_bytes"] == 2 * quota and m9["detail"] == f"parent:{quota},child:{quota}", m9
     assert "node prerequisite" in got["ISO-006"]["summary"], got["ISO-006"]["summary"]
     assert proc.returncode == 1, detail
-    report = (tmp_path / ".tmplog" / "iso" / "run-report.md").read_text()
+    report = (tmp_path / ".tmplog" / "iso" / "xpushare" / "run-report.md").read_text()
     assert "## Isolation" in report and "| cuMemAllocManaged | 256 MiB (env) | bypassed | 3.000 |" in report, report
