@@ -16,6 +16,7 @@ from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.evidence.store import Evidence
 from xpushare.judge import isolation
 from xpushare.judge.quantity import parse_quantity
+from xpushare.judge.thresholds import ISOLATION
 from xpushare.model.verdict import Verdict
 
 MEM_PROBE = "mem_probe"
@@ -25,9 +26,7 @@ ISO_PARAMS: dict[str, Any] = {
     "iso_memory_limit": "1Gi",
     "iso_step_mib": 64,
     "iso_cap_factor": 3,
-    # the quota holds to within this share of it (the library checks sum + size > limit exactly; 2 % allows
-    # an allocator that rounds blocks up)
-    "iso_memory_tolerance_ratio": 0.02,
+    **ISOLATION,
     "iso_free_margin_mib": 512,
     # the annotation reaches the library just after its registration (docs/findings.md, 13): the probe
     # measures the path, so it starts after that

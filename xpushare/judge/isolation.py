@@ -22,6 +22,7 @@ from typing import Any
 
 from xpushare.collect.mem_probe import MemProbeLine, parse_text
 from xpushare.evidence.store import Evidence
+from xpushare.judge import quota as quota_judge
 from xpushare.judge.checks import check_terminal
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
@@ -31,7 +32,9 @@ __all__ = [
     "check_held",
     "check_probe_line",
     "check_usable",
+    "judge_dynamic_memory",
     "judge_memory_path",
+    "phase_lines",
     "probe_lines",
     "tolerance_bytes",
 ]
@@ -157,3 +160,66 @@ def phase_lines(
         elif when >= boundary + settle_s:
             after.append(line)
     return before, after
+
+
+def judge_dynamic_memory(
+    ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any], *, require_pass: bool
+) -> Verdict:
+    """FUNC-010/011: the log-line checks of :func:`xpushare.judge.quota.judge_dynamic`, plus what the probe could
+    hold through ``cuMemAlloc`` in each phase.
+
+    ``plan``: ``pods`` (the probe), ``memory_limits_bytes`` (the initial quota, then one per change, in order),
+    ``changes``. Phases: the last probe line before the first annotate call (``annotations.jsonl``) is judged
+    against the initial quota; for each change, the first line begun ``dynamic_probe_settle_s`` or more after
+    its annotate call (and before the next call) against the new quota: held (accepted <= Q + T) and usable
+    (accepted >= Q - step). So a raise whose new room cannot be used, or a decrease that still lets the old
+    quota through, is FAIL whatever the log lines say. A phase without a probe line is not evaluable (ERROR).
+    Thresholds: ``iso_memory_tolerance_ratio``, ``dynamic_probe_settle_s`` and those of ``judge_dynamic``.
+    """
+    base = quota_judge.judge_dynamic(ev, th, plan, kind="memory", require_pass=require_pass)
+    pod = plan["pods"][0]
+    limits = [int(b) for b in plan.get("memory_limits_bytes") or []]
+    times = [float(c["time"]) for c in quota_judge.annotation_calls(ev)]
+    lines = [x for x in probe_lines(ev, pod) if x.status == "ok"]
+    record = ev.pod(pod)
+    started = record.started if record is not None else None
+    settle = float(th["dynamic_probe_settle_s"])
+    checks = list(base.checks)
+    phases: dict[str, Any] = {}
+    if not limits:
+        checks.append(Check("probe_phases", "plan.json records memory_limits_bytes", {}, None,
+                            "plan.json has no memory_limits_bytes: no behaviour to judge"))
+    for i, quota in enumerate(limits):
+        label = "initial" if i == 0 else f"change{i}"
+        chosen = _phase_line(lines, started, times, i, settle)
+        if chosen is None:
+            checks.append(Check(f"{label}_measured", "a probe line in the phase", {"quota_bytes": quota}, None,
+                                f"no probe measurement in phase {label} (quota {_mib(quota)})"))
+            continue
+        checks += [check_held(chosen, quota, tolerance_bytes(th, quota), name=f"{label}_held"),
+                   check_usable(chosen, quota, name=f"{label}_usable")]
+        phases[label] = {"quota_bytes": quota, "accepted_bytes": chosen.accepted_bytes, "round": chosen.round,
+                         "accuracy": round(chosen.accepted_bytes / quota, 4)}
+    status, summary = combine(checks, pass_summary=base.summary)
+    if status is Status.PASS and phases:
+        summary += "; probe held " + ", ".join(
+            f"{_mib(p['accepted_bytes'])} of {_mib(p['quota_bytes'])}" for p in phases.values())
+    return Verdict(status, summary, checks, dict(th), {**base.metrics, "probe_phases": phases}, base.evidence)
+
+
+def _phase_line(
+    lines: Sequence[MemProbeLine], started: float | None, times: Sequence[float], phase: int, settle_s: float
+) -> MemProbeLine | None:
+    """Phase 0: the last line before the first annotate call; phase i: the first line begun ``settle_s`` or more
+    after call i (1-based) and before call i + 1. None when the phase has no line (or its call is missing)."""
+    if phase == 0:
+        if not times:
+            return None
+        before, _ = phase_lines(lines, started, times[0], settle_s)
+        return before[-1] if before else None
+    if phase - 1 >= len(times):
+        return None
+    _, after = phase_lines(lines, started, times[phase - 1], settle_s)
+    if phase < len(times):
+        after, _ = phase_lines(after, started, times[phase], 0.0)  # only those before the next call
+    return after[0] if after else None

@@ -9,7 +9,8 @@ flushed, to stdout:
         step_bytes=<int> cap_bytes=<int> accepted_bytes=<int> refused_bytes=<int> mem_free_bytes=<int>
         mem_total_bytes=<int> detail=<token> error=<text to the end of the line>
 
-(one line; ``refused_bytes`` 0 and ``error=none`` when the cap was reached without a refusal; ``mem_*`` is
+(one line; ``elapsed_s``: seconds since the script started, when the round began; ``refused_bytes`` 0 and
+``error=none`` when the cap was reached without a refusal; ``mem_*`` is
 what ``cuMemGetInfo`` (``torch.cuda.mem_get_info`` on the PyTorch paths) said while the blocks were held, -1
 when it could not be asked; ``status=unavailable`` when the path's prerequisite is missing on the node (no
 torch, no CUDA, a driver without the entry point), ``error`` when the path failed otherwise.)
@@ -498,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return 0 if exc.code == 0 else 1
     labels = [s for s in args.phase_labels.split(",") if s] if args.phase_labels else []
-    start = time.perf_counter()
+    began = time.perf_counter()  # elapsed_s counts from here (the process start, near enough)
     ok = True
     probe: DriverPath | TorchPath | None = None
     drv: Driver | None = None
@@ -526,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         while time.perf_counter() < target:
             time.sleep(min(0.2, target - time.perf_counter()))
         phase = labels[round_no] if round_no < len(labels) else (args.phase if round_no == 0 else f"round{round_no}")
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - began
         if setup_error is not None:
             attempt = setup_error
         else:
