@@ -246,7 +246,11 @@ class Driver:
 
 
 def nvml_free_bytes(uuid: str) -> int | None:
-    """The device's free memory from NVML (``nvmlDeviceGetMemoryInfo``), None when NVML cannot tell."""
+    """The device's free memory from NVML (``nvmlDeviceGetMemoryInfo``), None when NVML cannot tell.
+
+    The device is found by ``uuid`` (``cuDeviceGetUuid``), else by the first token of ``NVIDIA_VISIBLE_DEVICES``
+    (what a device plugin gives a container), else it is NVML's only device.
+    """
 
     class _Memory(ctypes.Structure):
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
@@ -256,7 +260,14 @@ def nvml_free_bytes(uuid: str) -> int | None:
         if nvml.nvmlInit_v2() != 0:
             return None
         handle = ctypes.c_void_p()
-        if nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) != 0:
+        visible = os.environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        count = ctypes.c_uint()
+        found = nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) == 0
+        if not found and visible.startswith(("GPU-", "MIG-")):
+            found = nvml.nvmlDeviceGetHandleByUUID(visible.encode(), ctypes.byref(handle)) == 0
+        if not found and nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 and count.value == 1:
+            found = nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+        if not found:
             return None
         mem = _Memory()
         if nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) != 0:
