@@ -428,20 +428,22 @@ _CHILD_ACCEPTED = re.compile(r"\bstatus=(\S+) .*\baccepted_bytes=(\d+) refused_b
 
 
 def run_child(args: argparse.Namespace) -> tuple[str, int, int, str]:
-    """This script as a child process on path cuMemAlloc, one round: (status, accepted, refused, error)."""
+    """This script as a child process on path cuMemAlloc, one round, with the same start delay (so the quota of
+    its own registration is in force): (status, accepted, refused, error)."""
     argv = [sys.executable, os.path.abspath(__file__), "--path", "cuMemAlloc", "--rounds", "1",
             "--step-mib", str(args.step_mib), "--cap-factor", str(args.cap_factor),
             "--quota-bytes", str(args.quota_bytes), "--free-margin-mib", str(args.free_margin_mib),
-            "--touch", args.touch, "--phase", "child"]
+            "--touch", args.touch, "--phase", "child", "--start-delay-s", str(args.start_delay_s)]
     if args.max_bytes:
         argv += ["--max-bytes", str(args.max_bytes)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    sys.stderr.flush()
+    # stderr (the client library's lines) goes to this process's: the child's evidence stays in the log
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=600, check=False)
     for line in proc.stdout.splitlines():
         m = _CHILD_ACCEPTED.search(line) if line.startswith(MEM_PROBE_PREFIX) else None
         if m:
             return m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
-    tail = " ".join(proc.stderr.split()[-30:])
-    return "error", 0, 0, f"child exited {proc.returncode} without a probe line: {tail}"
+    return "error", 0, 0, f"child exited {proc.returncode} without a probe line (its output is above)"
 
 
 def cap_for(args: argparse.Namespace, real_free: int | None) -> int:
