@@ -23,6 +23,7 @@ import pytest
 
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
+from tests.lab.mutants import build_mutant
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -61,3 +62,21 @@ def test_iso_suite_on_the_real_sut_in_host_mode(tmp_path: Path) -> None:
     assert proc.returncode == 1, detail
     report = (tmp_path / ".tmplog" / "iso" / "xpushare" / "run-report.md").read_text()
     assert "## Isolation" in report and "| cuMemAllocManaged | 256 MiB (env) | bypassed | 3.000 |" in report, report
+
+
+@pytest.mark.lab
+def test_iso_cumemalloc_fails_when_the_limit_is_not_enforced(tmp_path: Path) -> None:
+    """The ``memory-limit-ignored`` mutant (the limit parsed and logged, never applied): ISO-001 FAILs with the
+    probe's whole cap (3 x 256 MiB) held."""
+    require_lab("host-mode lab", unavailable_reason())
+    build = build_mutant("memory-limit-ignored")
+    with HostLab(tmp_path / "lab", nodes=("hl-iso2",), base_address="127.0.77.1") as lab:
+        inv = lab.write_inventory(tmp_path / "inventory.yaml", params={
+            "iso_memory_limit": "256Mi", "iso_start_delay_s": 0.2})
+        lab.set_sut("hl-iso2", build.directory)
+        proc = _invoke("iso", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "ignored", "--root",
+                       str(tmp_path), "--case", "ISO-001")
+    case = tmp_path / ".tmplog" / "ignored" / "xpushare" / CLUSTER / "isolation" / "ISO-001"
+    got = json.loads((case / "result.json").read_text())
+    assert got["status"] == "FAIL" and "quota_held" in got["summary"], proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert got["metrics"]["accepted_bytes"] == 3 * 256 * MIB and got["metrics"]["held"] is False
