@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_error: Attempt | None = None
     try:
         if args.path in TORCH_PATHS:
-            probe = TorchPath(args.path, args.touch == "on")
+            probe = TorchPath(args.path, args.touch != "off")  # torch with CUDA: a real GPU
             try:
                 drv = Driver()  # the card's UUID for NVML; same process, same client of the library
             except (Unavailable, RuntimeError):
