@@ -62,6 +62,8 @@ def test_iso_suite_on_the_real_sut_in_host_mode(tmp_path: Path) -> None:
     assert proc.returncode == 1, detail
     report = (tmp_path / ".tmplog" / "iso" / "xpushare" / "run-report.md").read_text()
     assert "## Isolation" in report and "| cuMemAllocManaged | 256 MiB (env) | bypassed | 3.000 |" in report, report
+    html = (tmp_path / ".tmplog" / "iso" / "xpushare" / "report.html").read_text()
+    assert '<section id="isolation">' in html and "<td>bypassed</td>" in html
 
 
 @pytest.mark.lab
