@@ -37,7 +37,7 @@ def _invoke(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.lab
 def test_iso_suite_on_the_real_sut_in_host_mode(tmp_path: Path) -> None:
     require_lab("host-mode lab", unavailable_reason())
-    cases = ("ISO-001", "ISO-002", "ISO-003", "ISO-004", "ISO-005", "ISO-006", "ISO-009")
+    cases = ("ISO-001", "ISO-002", "ISO-003", "ISO-004", "ISO-005", "ISO-006", "ISO-009", "ISO-010")
     with HostLab(tmp_path / "lab", nodes=("hl-iso",), base_address="127.0.76.1") as lab:
         inv = lab.write_inventory(tmp_path / "inventory.yaml", params={
             "iso_memory_limit": "256Mi", "iso_start_delay_s": 0.2})
@@ -49,11 +49,11 @@ def test_iso_suite_on_the_real_sut_in_host_mode(tmp_path: Path) -> None:
     got: dict[str, dict[str, Any]] = {c: json.loads((suite / c / "result.json").read_text()) for c in cases}
     status = {c: r["status"] for c, r in got.items()}
     assert status == {"ISO-001": "PASS", "ISO-002": "FAIL", "ISO-003": "FAIL", "ISO-004": "FAIL",
-                      "ISO-005": "FAIL", "ISO-006": "ERROR", "ISO-009": "FAIL"}, (status, detail)
+                      "ISO-005": "FAIL", "ISO-006": "ERROR", "ISO-009": "FAIL", "ISO-010": "FAIL"}, (status, detail)
     quota = 256 * MIB
     m1 = got["ISO-001"]["metrics"]
     assert m1["accepted_bytes"] == quota and m1["accuracy"] == 1.0 and "OUT_OF_MEMORY" in m1["refused_error"], m1
-    for c in ("ISO-002", "ISO-003", "ISO-004", "ISO-005"):
+    for c in ("ISO-002", "ISO-003", "ISO-004", "ISO-005", "ISO-010"):
         m = got[c]["metrics"]
         assert m["accepted_bytes"] == 3 * quota and m["held"] is False, (c, m)
     m9 = got["ISO-009"]["metrics"]

@@ -46,7 +46,7 @@ def _probe(tmp_path: Path, *args: str, nvml: bool = True) -> MemProbeLine:
     return line
 
 
-@pytest.mark.parametrize("path", ["cuMemAlloc", "cuMemAllocPitch", "cuMemAllocAsync", "cuMemCreate"])
+@pytest.mark.parametrize("path", ["cuMemAlloc", "cuMemAllocPitch", "cuMemAllocAsync", "cuMemPool", "cuMemCreate"])
 def test_each_device_path_is_refused_past_the_card(tmp_path: Path, path: str) -> None:
     line = _probe(tmp_path, "--path", path, "--max-bytes", str(4 * GIB), "--free-margin-mib", "0")
     assert line.status == "ok" and line.cap_bytes == 2 * GIB - CONTEXT, line  # NVML free: the card less a context

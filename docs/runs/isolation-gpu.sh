@@ -33,7 +33,7 @@ inv=()
 
 # The probe alone (no LD_PRELOAD): every path should hold its whole cap (3 x 1 GiB) here.
 : >"$OUT/probe-baseline.txt"
-for path in cuMemAlloc cuMemAllocManaged cuMemAllocPitch cuMemAllocAsync cuMemCreate torch-default \
+for path in cuMemAlloc cuMemAllocManaged cuMemAllocPitch cuMemAllocAsync cuMemPool cuMemCreate torch-default \
             torch-expandable torch-async; do
   env -u LD_PRELOAD timeout 60 "$PY" "$PROBE" --path "$path" --quota-bytes "$QUOTA_BYTES" --cap-factor 3 \
     >>"$OUT/probe-baseline.txt" 2>&1

@@ -1,4 +1,4 @@
-"""ISO-001..009: the memory quota judged by what a workload can hold, one allocation path per case (issue 26).
+"""ISO-001..010: the memory quota judged by what a workload can hold, one allocation path per case (issue 26).
 
 Each case runs the memory probe (``workloads/mem_probe.py``) once, on one path, under the memory quota
 ``iso_memory_limit``: by ``<PREFIX>_GPU_MEMORY_LIMIT`` in host mode, by the pod's memory annotation in
@@ -47,6 +47,8 @@ PATHS: tuple[tuple[str, str, str, str], ...] = (
      "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"),
     ("ISO-009", "child-process", "Memory quota across a child process",
      "a process and its child under one quota (data loaders, launchers)"),
+    ("ISO-010", "cuMemPool", "Memory quota on an explicit memory pool",
+     "cuMemPoolCreate + cuMemAllocFromPoolAsync (cudaMallocFromPoolAsync: RMM, CuPy and JAX pools)"),
 )
 
 

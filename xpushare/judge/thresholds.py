@@ -34,7 +34,7 @@ COMBINATION: dict[str, Any] = {
     "combo008_effective_tolerance_pct": 2.0,
 }
 
-#: Thresholds of what a memory probe may hold under a memory quota (ISO-001..009, FUNC-010/011; issue 26).
+#: Thresholds of what a memory probe may hold under a memory quota (ISO-001..010, FUNC-010/011; issue 26).
 ISOLATION: dict[str, Any] = {
     # The library refuses when sum + size > limit, exactly; 2 % of the quota allows an allocator that rounds
     # blocks up. held: accepted <= quota x (1 + this).

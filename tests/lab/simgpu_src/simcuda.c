@@ -84,6 +84,7 @@ enum {
 #define STREAM_MAGIC 0x4d525453u
 #define MODULE_MAGIC 0x444f4d53u
 #define EVENT_MAGIC 0x544e5645u
+#define POOL_MAGIC 0x4c4f4f50u
 
 enum kernel_kind { KERNEL_WORK = 1, KERNEL_SLEEP = 2, KERNEL_SPIN = 3 };
 
@@ -953,6 +954,47 @@ SIMGPU_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
   return do_free(dptr);
 }
 
+/* Explicit memory pools: CUmemPoolProps starts with allocType (1 = pinned), handleTypes, location {type
+ * (1 = device), id}. Allocations from a pool count on the pool's device like cuMemAlloc_v2 (release threshold
+ * 0: a freed block goes back to the device at once). */
+struct simgpu_pool_props {
+  int alloc_type;
+  int handle_types;
+  int location_type;
+  int location_id;
+};
+
+struct CUmemPool_st {
+  uint32_t magic;
+  int dev;
+};
+
+SIMGPU_API CUresult cuMemPoolCreate(struct CUmemPool_st** pool, const struct simgpu_pool_props* props) {
+  struct CUmemPool_st* p;
+  REQUIRE_INIT();
+  if (pool == NULL || props == NULL || props->alloc_type != 1 || props->location_type != 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(props->location_id)) return CUDA_ERROR_INVALID_DEVICE;
+  p = new_handle(sizeof(*p), POOL_MAGIC);
+  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  p->dev = props->location_id;
+  *pool = p;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemPoolDestroy(struct CUmemPool_st* pool) { return retire(pool, POOL_MAGIC); }
+
+SIMGPU_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, struct CUmemPool_st* pool,
+                                            CUstream s) {
+  struct CUctx_st* c;
+  struct CUstream_st* real;
+  REQUIRE_INIT();
+  if (!live(pool, POOL_MAGIC)) return CUDA_ERROR_INVALID_VALUE;
+  SIMGPU_TRY(stream_target(s, &c, &real));
+  if (c->dev != pool->dev) return CUDA_ERROR_INVALID_VALUE; /* the simulation serves the context's device */
+  return do_alloc(dptr, bytesize, 1);
+}
+
 /* CUmemAllocationProp: type (1 = pinned), requestedHandleTypes, location {type (1 = device), id}, ... */
 struct simgpu_mem_prop {
   int type;
@@ -1225,7 +1267,8 @@ static const struct {
     ENSIMGPU_TRY(cuMemAllocPitch_v2), ENSIMGPU_TRY(cuMemAllocAsync), ENSIMGPU_TRY(cuMemFreeAsync),
     ENSIMGPU_TRY(cuMemGetAllocationGranularity), ENSIMGPU_TRY(cuMemCreate), ENSIMGPU_TRY(cuMemRelease),
     ENSIMGPU_TRY(cuMemAddressReserve), ENSIMGPU_TRY(cuMemAddressFree), ENSIMGPU_TRY(cuMemMap), ENSIMGPU_TRY(cuMemUnmap),
-    ENSIMGPU_TRY(cuMemSetAccess),
+    ENSIMGPU_TRY(cuMemSetAccess), ENSIMGPU_TRY(cuMemPoolCreate), ENSIMGPU_TRY(cuMemPoolDestroy),
+    ENSIMGPU_TRY(cuMemAllocFromPoolAsync),
     ENSIMGPU_TRY(cuMemAdvise), ENSIMGPU_TRY(cuMemPrefetchAsync), ENSIMGPU_TRY(cuMemcpy), ENSIMGPU_TRY(cuMemcpyAsync),
     ENSIMGPU_TRY(cuMemcpyHtoD_v2), ENSIMGPU_TRY(cuMemcpyDtoH_v2), ENSIMGPU_TRY(cuMemcpyDtoD_v2),
     ENSIMGPU_TRY(cuMemcpyHtoDAsync_v2), ENSIMGPU_TRY(cuMemcpyDtoHAsync_v2), ENSIMGPU_TRY(cuMemcpyDtoDAsync_v2),

@@ -22,6 +22,7 @@ Paths (one per process, so that PyTorch's allocator settings take effect before 
 ``cuMemAllocManaged`` ``cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)``
 ``cuMemAllocPitch``  ``cuMemAllocPitch_v2`` (rows of 1 MiB, element size 4)
 ``cuMemAllocAsync``  ``cuMemAllocAsync`` / ``cuMemFreeAsync`` on the legacy stream (the device's default pool)
+``cuMemPool``        an explicit pool: ``cuMemPoolCreate`` + ``cuMemAllocFromPoolAsync`` / ``cuMemFreeAsync``
 ``cuMemCreate``      virtual memory management: ``cuMemCreate`` + ``cuMemAddressReserve`` + ``cuMemMap`` +
                      ``cuMemSetAccess``; freed by ``cuMemUnmap``, ``cuMemAddressFree``, ``cuMemRelease``
 ``torch-default``    ``torch.empty`` with PyTorch's default caching allocator
@@ -65,7 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sit
 import _common as c
 
 MEM_PROBE_PREFIX = "[XPUSHARE][MEM_PROBE]"
-DRIVER_PATHS = ("cuMemAlloc", "cuMemAllocManaged", "cuMemAllocPitch", "cuMemAllocAsync", "cuMemCreate")
+DRIVER_PATHS = ("cuMemAlloc", "cuMemAllocManaged", "cuMemAllocPitch", "cuMemAllocAsync", "cuMemPool", "cuMemCreate")
 TORCH_PATHS = {
     "torch-default": None,
     "torch-expandable": "expandable_segments:True",
@@ -92,6 +93,9 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "cuMemAllocAsync": (_PTR_U64, ctypes.c_size_t, ctypes.c_void_p),
     "cuMemFreeAsync": (_U64, ctypes.c_void_p),
     "cuStreamSynchronize": (ctypes.c_void_p,),
+    "cuMemPoolCreate": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p),
+    "cuMemPoolDestroy": (ctypes.c_void_p,),
+    "cuMemAllocFromPoolAsync": (_PTR_U64, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p),
     "cuMemGetAllocationGranularity": (_PTR_SIZE, ctypes.c_void_p, ctypes.c_int),
     "cuMemCreate": (ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t, ctypes.c_void_p, ctypes.c_ulonglong),
     "cuMemRelease": (ctypes.c_ulonglong,),
@@ -129,6 +133,20 @@ class _AllocationProp(ctypes.Structure):
         ("location", _MemLocation),
         ("win32HandleMetaData", ctypes.c_void_p),
         ("allocFlags", _AllocFlags),
+    ]
+
+
+class _PoolProps(ctypes.Structure):
+    """``CUmemPoolProps``: a pool of pinned memory on one device."""
+
+    _fields_ = [
+        ("allocType", ctypes.c_int),
+        ("handleTypes", ctypes.c_int),
+        ("location", _MemLocation),
+        ("win32SecurityAttributes", ctypes.c_void_p),
+        ("maxSize", ctypes.c_size_t),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 54),
     ]
 
 
@@ -288,6 +306,13 @@ class DriverPath:
         self.path = path
         self.touch = touch
         self._stream = ctypes.c_void_p(None)
+        if path == "cuMemPool":
+            props = _PoolProps()
+            props.allocType = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
+            props.location.type = 1  # CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = drv.device
+            self._pool = ctypes.c_void_p()
+            drv.call("cuMemPoolCreate", ctypes.byref(self._pool), ctypes.byref(props))
         if path == "cuMemCreate":
             self._prop = _AllocationProp()
             self._prop.type = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
@@ -317,6 +342,10 @@ class DriverPath:
             block = ("free", int(ptr.value), int(pitch.value) * rows)
         elif self.path == "cuMemAllocAsync":
             d.alloc_call("cuMemAllocAsync", ctypes.byref(ptr), nbytes, self._stream)
+            d.call("cuStreamSynchronize", self._stream)
+            block = ("free_async", int(ptr.value), nbytes)
+        elif self.path == "cuMemPool":
+            d.alloc_call("cuMemAllocFromPoolAsync", ctypes.byref(ptr), nbytes, self._pool, self._stream)
             d.call("cuStreamSynchronize", self._stream)
             block = ("free_async", int(ptr.value), nbytes)
         else:  # cuMemCreate
