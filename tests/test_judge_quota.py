@@ -96,7 +96,7 @@ class ActBackend:
         return []
 
     def read_log(self, case_dir: Path, pod: str) -> str:
-        return "[XPUSHARE][QUOTA_PROBE] elapsed=10.0s it=3900 it_per_sec=390.00\n"
+        return "[XPUSHARE][QUOTA_PROBE] elapsed=10.0s it=3900 it_per_sec=390.00\n" + mem_probe_line(0, 3.1, 4 * GIB)
 
     def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
         keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
@@ -237,6 +237,30 @@ def w5_probes(loop: float, duration: float, interval: float,
              f"it_per_sec={done(loop + el) / el:.2f}") for el in marks]
 
 
+PROBE_STEP = 64 << 20
+
+
+def mem_probe_line(round_no: int, elapsed: float, accepted: int, cap: int = 12 * GIB) -> str:
+    """A memory probe line (workloads/mem_probe.py) on path cuMemAlloc; refused at ``accepted`` below the cap."""
+    oom = "cuMemAlloc_v2 returned CUDA_ERROR_OUT_OF_MEMORY(2)"
+    refused, error = (PROBE_STEP, oom) if accepted < cap else (0, "none")
+    return (f"[XPUSHARE][MEM_PROBE] path=cuMemAlloc round={round_no} phase=round{round_no} elapsed_s={elapsed:.3f} "
+            f"status=ok step_bytes={PROBE_STEP} cap_bytes={cap} accepted_bytes={accepted} refused_bytes={refused} "
+            f"mem_free_bytes=0 mem_total_bytes={accepted} detail=- error={error}")
+
+
+def mem_probes(loop: float, duration: float, interval: float, limits: Sequence[tuple[float, int]],
+               cap: int) -> list[tuple[float, str]]:
+    """The memory probe's rounds every ``interval`` s from ``loop``; each accepts the limit in force then
+    (``limits`` = [(from unix s, bytes)]), capped at ``cap``."""
+    out = []
+    for k in range(int(duration // interval) + 1):
+        at = loop + k * interval
+        limit = [b for since, b in limits if since <= at][-1]
+        out.append((at + 0.05, mem_probe_line(k, at - T0, min(limit, cap), cap)))
+    return out
+
+
 def pod_update_lines(kind: str, old: int, new: int, mode: str) -> list[str]:
     """What the client library logs when an update reaches it (sut-interfaces.md §7).
 
@@ -275,13 +299,16 @@ def case_dynamic(
     probe_interval: float | None = None,
     alive: bool = True,
     drop: Sequence[str] = (),
+    enforced: Sequence[int] | None = None,
 ) -> Path:
     """FUNC-010/011/012: one W5 pod, its annotation changed while it runs, as ``_dynamic`` in functional.py does.
 
     Per planned change ``i``: ``latency[i]`` s after the annotate call the scheduler logs the change (None: it
     never does), and the pod logs ``pod_update[i]`` 0.1 s later; throughput ``rates[i + 1]`` starts then
     (``rates[0]`` before). ``sched_target`` / ``sched_new`` replace the ``<ns>/<pod>`` / value of the scheduler's
-    change lines. ``drop``: case files that were not collected.
+    change lines. ``drop``: case files that were not collected. Memory cases: the memory probe's rounds accept the
+    limit in force (from the pod's update line on), or ``enforced[i]`` in phase i when given (a library that logs
+    a change it does not apply); ``enforced=[]`` leaves the probe lines out.
     """
     case_dir, plan, backend = act_case(root, case_id, ANNOTATE_AT)
     params = REGISTRY[case_id].params
@@ -317,6 +344,7 @@ def case_dynamic(
         pod_lines.append((T0 + 0.6, f"{INFO}Memory limit updated: 0 -> {memory} bytes ({memory / GIB:.2f} GiB)"))
     old = {"core": core or 100, "memory": memory or 0}
     switches = [(LOOP, rates[0])]
+    in_force = [(T0, memory or 0)]
     for i, ((kind, new), when) in enumerate(zip(changes, times, strict=True)):
         key = "compute" if kind == "core" else "memory"
         delay = latency[i]
@@ -333,8 +361,15 @@ def case_dynamic(
                           (seen, f"{INFO}Sent UPDATE_LIMIT to client {cid}")]
         pod_lines += [(seen + 0.1, text) for text in pod_update_lines(key, old[kind], new, pod_update[i])]
         switches.append((seen + 0.1, rates[i + 1]))
+        in_force.append((seen + 0.1, new))
         old[kind] = new
-    pod_lines += w5_probes(LOOP, duration, interval, switches)
+    if memory is None:
+        pod_lines += w5_probes(LOOP, duration, interval, switches)
+    elif enforced is None or enforced:
+        if enforced is not None:
+            in_force = [(since, b) for (since, _), b in zip(in_force, enforced, strict=True)]
+        cap = int(params["dynamic_probe_cap_factor"] * max(plan["memory_limits_bytes"]))
+        pod_lines += mem_probes(LOOP, duration, interval, in_force, cap)
     tail = list(ending) if ending is not None else ["PASS", f"--- {duration + 0.21!r} seconds ---"]
     pod_lines += [(LOOP + duration + 0.1, text) for text in tail]
 
@@ -504,7 +539,7 @@ def test_memory_change_applied_in_place_within_latency(tmp_path: Path, case_id: 
     v = judge(case_dynamic(tmp_path, case_id), case_id)
     assert v.status is Status.PASS, v.summary
     assert v.metrics["latency_s"] == {value: HEALTHY_LATENCY[0]}
-    assert v.summary.endswith(f"latency max {HEALTHY_LATENCY[0]:.1f} s")
+    assert f"; latency max {HEALTHY_LATENCY[0]:.1f} s; probe held " in v.summary, v.summary
     new = gib(value)
     assert {c.name for c in v.checks} >= {f"memory_change_logged[{new}]", f"memory_update_in_pod[{new}]",
                                            f"memory_latency[{new}]", "scheduler_alive"}
@@ -556,7 +591,7 @@ def test_func010_latency_bound_is_inclusive_and_a_parameter(tmp_path: Path) -> N
 def test_memory_change_broken(tmp_path: Path, case_id: str, kw: dict[str, Any], status: Status,
                               words: list[str]) -> None:
     if "sched_target" in kw:
-        kw = {**kw, "sched_target": kw["sched_target"].format(pod=f"{case_id.lower()}-w5")}
+        kw = {**kw, "sched_target": kw["sched_target"].format(pod=f"{case_id.lower()}-probe")}
     v = judge(case_dynamic(tmp_path, case_id, **kw), case_id)
     assert v.status is status, v.summary
     assert all(w in v.summary for w in words), v.summary
@@ -574,7 +609,7 @@ def test_memory_change_too_slow_records_the_latency(tmp_path: Path, case_id: str
 def test_memory_limit_from_a_restart_is_not_a_change_in_place(tmp_path: Path, case_id: str) -> None:
     # The pod was re-created with the new annotation: the library shows the new limit (delivered at registration),
     # but the scheduler logged an initial limit, not a change in place.
-    pod, new = f"{case_id.lower()}-w5", {"FUNC-010": 8 * GIB, "FUNC-011": 2 * GIB}[case_id]
+    pod, new = f"{case_id.lower()}-probe", {"FUNC-010": 8 * GIB, "FUNC-011": 2 * GIB}[case_id]
     again = ANNOTATE_AT[0] + 9
     extra = [(again, f"{INFO}Applying initial memory limit for {NS}/{pod}: {new} bytes"),
              (again, f"{INFO}Registered client {client_id(7)} on GPU {GPU0} with Pod name = {pod}, "
@@ -590,6 +625,31 @@ def test_memory_change_without_annotate_times_is_not_pass(tmp_path: Path, case_i
     assert v.status is not Status.PASS, v.summary
 
 
+@pytest.mark.parametrize(("case_id", "first", "then"), [("FUNC-010", 4, 8), ("FUNC-011", 8, 2)])
+def test_memory_change_judged_by_what_the_probe_held(tmp_path: Path, case_id: str, first: int, then: int) -> None:
+    v = judge(case_dynamic(tmp_path, case_id), case_id)
+    assert v.status is Status.PASS, v.summary
+    assert v.metrics["probe_phases"]["initial"]["accepted_bytes"] == first * GIB
+    assert v.metrics["probe_phases"]["change1"]["accepted_bytes"] == then * GIB
+    a, b = first * 1024, then * 1024
+    assert v.summary.endswith(f"probe held {a} MiB of {a} MiB, {b} MiB of {b} MiB"), v.summary
+
+
+@pytest.mark.parametrize(("case_id", "failed"), [("FUNC-010", "change1_usable"), ("FUNC-011", "change1_held")])
+def test_a_change_logged_but_not_enforced_fails(tmp_path: Path, case_id: str, failed: str) -> None:
+    """The ``memory-limit-frozen`` mutant's behaviour: every log line right, the first limit still enforced."""
+    initial = {"FUNC-010": 4 * GIB, "FUNC-011": 8 * GIB}[case_id]
+    v = judge(case_dynamic(tmp_path, case_id, enforced=[initial, initial]), case_id)
+    assert v.status is Status.FAIL and failed in v.summary, v.summary
+    assert check(v, f"memory_update_in_pod[{ {'FUNC-010': 8, 'FUNC-011': 2}[case_id] * GIB}]").ok is True
+
+
+@pytest.mark.parametrize("case_id", MEMORY_CASES)
+def test_memory_change_without_probe_measurements_is_error(tmp_path: Path, case_id: str) -> None:
+    v = judge(case_dynamic(tmp_path, case_id, enforced=[]), case_id)
+    assert v.status is Status.ERROR and "no probe measurement in phase initial" in v.summary, v.summary
+
+
 REJECTED_2GI = [f"{WARN}cuMemAlloc rejected: 2147483648 + 784334848 = 2931818496 would exceed limit 2147483648 bytes "
                 "(2048.00 MiB)", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 748.00 MiB"]
 
@@ -602,11 +662,10 @@ def test_func010_pod_must_pass_after_the_raise(tmp_path: Path) -> None:
     assert v.status is Status.FAIL and "pods_succeeded" in v.summary, v.summary
 
 
-def test_func011_quota_rejection_after_lowering_is_expected(tmp_path: Path) -> None:
+def test_func011_probe_that_died_on_a_refusal_fails(tmp_path: Path) -> None:
+    # The memory probe takes a refusal as its measurement and goes on: a pod that died of one did not.
     v = judge(case_dynamic(tmp_path, "FUNC-011", phase="Failed", code=1, ending=REJECTED_2GI), "FUNC-011")
-    assert v.status is Status.PASS, v.summary
-    facts = check(v, "pod_no_crash").values
-    assert facts["refused"] is True and facts["phase"] == "Failed"
+    assert v.status is Status.FAIL and "pods_succeeded" in v.summary, v.summary
 
 
 @pytest.mark.parametrize(
@@ -621,7 +680,7 @@ def test_func011_quota_rejection_after_lowering_is_expected(tmp_path: Path) -> N
 def test_func011_failure_other_than_a_quota_rejection_fails(tmp_path: Path, phase: str, code: int,
                                                             ending: list[str]) -> None:
     v = judge(case_dynamic(tmp_path, "FUNC-011", phase=phase, code=code, ending=ending), "FUNC-011")
-    assert v.status is Status.FAIL and "pod_no_crash" in v.summary, v.summary
+    assert v.status is Status.FAIL and "pods_succeeded" in v.summary, v.summary
 
 
 # ------------------------------------------------------------------------------------------------ FUNC-012

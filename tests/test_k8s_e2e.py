@@ -76,6 +76,9 @@ def results(root: Path, run_id: str) -> dict[str, dict]:
 
 #: Healthy-lab cases: placement, quota rejection and dynamic changes.
 CI_CASES = ("FUNC-001", "FUNC-002", "FUNC-004", "FUNC-006", "FUNC-007", "FUNC-010", "FUNC-012")
+#: What the unmodified SUT gets on them: FUNC-010 FAILs on a defect of the SUT (docs/findings.md 18: a raised
+#: memory quota cannot be used past the first one); tests/test_k8s_isolation_e2e.py has the details.
+CI_EXPECTED = {**dict.fromkeys(CI_CASES, "PASS"), "FUNC-010": "FAIL"}
 #: Cases judged on runtime ratios of duty-cycled processes or on many pods.
 TIMING_CASES = ("FUNC-003", "FUNC-005", "FUNC-008", "FUNC-009", "FUNC-011")
 
@@ -84,8 +87,9 @@ def test_healthy_lab_functional_cases(lab_inventory: Path, tmp_path: Path) -> No
     proc = run_func(lab_inventory, tmp_path, "healthy", *CI_CASES)
     got = results(tmp_path, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
-    assert statuses == dict.fromkeys(CI_CASES, "PASS"), proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0
+    assert statuses == CI_EXPECTED, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert got["FUNC-010"]["summary"].startswith("change1_usable:"), got["FUNC-010"]["summary"]
+    assert proc.returncode == 1  # the finding's FAIL
     assert got["FUNC-002"]["kubectl_calls"] > 0
     case = tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-012"
     for name in ("scheduler.log", "metrics.txt", "metrics_health.txt", "scheduler_proc.txt", "cluster_snapshot.txt",
@@ -181,13 +185,13 @@ def test_lab_and_local_in_one_run(lab_inventory: Path, tmp_path: Path) -> None:
     (host mode, no client library, no annotations) SKIPs what the lab PASSes, and the run's verdict covers both."""
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "func", "--cluster", "lab,local", "--inventory", str(lab_inventory),
-         "--run-id", "both", "--root", str(tmp_path), "--case", "FUNC-004", "--case", "FUNC-010"],
+         "--run-id", "both", "--root", str(tmp_path), "--case", "FUNC-004", "--case", "FUNC-011"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     rd = tmp_path / ".tmplog" / "both" / "xpushare"
     got = {(p.parts[-4], p.parent.name): json.loads(p.read_text())["status"] for p in rd.glob("*/*/*/result.json")}
-    assert got == {("lab", "FUNC-004"): "PASS", ("lab", "FUNC-010"): "PASS", ("local", "FUNC-004"): "SKIP",
-                   ("local", "FUNC-010"): "SKIP"}, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert got == {("lab", "FUNC-004"): "PASS", ("lab", "FUNC-011"): "PASS", ("local", "FUNC-004"): "SKIP",
+                   ("local", "FUNC-011"): "SKIP"}, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0
     assert json.loads((rd / "run.json").read_text())["clusters"] == ["lab", "local"]
     junit = (rd / "junit.xml").read_text()

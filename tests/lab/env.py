@@ -64,6 +64,17 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "func006_memory_limit": "1Mi",
         "dynamic_step_s": 8,
         "probe_interval_s": 1,
+        # FUNC-010/011's memory probe: limits the 1600 MiB card can show (1.5 x 512 MiB under its free 1344 MiB
+        # less 64), measured from 7 s after each change (the watcher's 5 s period and the UPDATE_LIMIT round trip)
+        "func010_memory_limits": ["256Mi", "512Mi"],
+        "func011_memory_limits": ["512Mi", "256Mi"],
+        "dynamic_probe_free_margin_mib": 64,
+        "dynamic_probe_start_delay_s": 1,
+        "dynamic_probe_settle_s": 7,
+        # isolation: 3 x 256 MiB fits the card's free memory, so a bypass shows as 768 MiB
+        "iso_memory_limit": "256Mi",
+        "iso_free_margin_mib": 64,
+        "iso_start_delay_s": 1,
         # combination
         "max_probe_gap_s": 3,
         "combo001_memory_limit": "32Mi",

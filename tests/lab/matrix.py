@@ -84,6 +84,7 @@ ROWS: tuple[Row, ...] = (
     Row("annotations-never-reread", ("FUNC-010", "FUNC-011", "FUNC-012", "COMBO-004", "COMBO-005", "STAB-003",
                                      "STAB-004")),
     Row("annotations-reread-60s", ("FUNC-012", "MET-005")),
+    Row("memory-limit-frozen", ("FUNC-010", "FUNC-011")),
     # STAB-002 with more pods than nodes: the lab's default rounds put one pod on each node's scheduler
     Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002", "FAIL-004"),
         sets=("stab002_pods_small=2", "stab002_pods_large=4")),
@@ -120,7 +121,7 @@ HOST_MODE: dict[str, str] = {
 UNCAUGHT: dict[str, str] = {}
 
 #: Cases the unmodified SUT fails, and the defect of docs/findings.md behind it (a finding, never tuned away).
-HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "PERF-004": 15}
+HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "PERF-004": 15, "FUNC-010": 18}
 
 #: Cases that no breakage of the lab can turn FAIL, and why.
 UNREACHABLE: dict[str, str] = {

@@ -23,7 +23,7 @@ from xpushare.model.verdict import Verdict
 from xpushare.transport import interrupt
 
 #: Suite ids (directory names under a run) and the aliases accepted by ``--suite``.
-SUITES = ("functional", "combination", "performance", "metrics", "stability")
+SUITES = ("functional", "combination", "performance", "metrics", "stability", "isolation")
 SUITE_ALIASES = {
     "func": "functional",
     "combo": "combination",
@@ -32,6 +32,7 @@ SUITE_ALIASES = {
     "stab": "stability",
     "leak": "stability",
     "fail": "stability",
+    "iso": "isolation",
 }
 
 

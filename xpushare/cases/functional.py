@@ -13,8 +13,11 @@ from typing import Any
 
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.collect.mem_probe import MEM_PROBE_PREFIX
 from xpushare.evidence.store import Evidence
-from xpushare.judge import functional, quota
+from xpushare.judge import functional, isolation, quota
+from xpushare.judge.quantity import parse_quantity
+from xpushare.judge.thresholds import ISOLATION
 from xpushare.model.verdict import Verdict
 
 W2 = "w2_medium_add"
@@ -225,7 +228,20 @@ register(
     )
 )
 W5 = "w5_quota_probe"
+MEM_PROBE = "mem_probe"
 _DYNAMIC = {"dynamic_max_latency_s": 15, "dynamic_step_s": 30, "probe_interval_s": 10}
+#: FUNC-010/011's memory probe: blocks, cap (x the largest limit), the card's memory never asked for, the wait
+#: after its registration (the annotation arrives just after it: docs/findings.md 13), and how long after an
+#: annotate call a measurement counts for the new limit (the seed's 15 s latency bound).
+_DYNAMIC_MEMORY = {
+    **_DYNAMIC,
+    "dynamic_probe_step_mib": 64,
+    "dynamic_probe_cap_factor": 1.5,
+    "dynamic_probe_free_margin_mib": 512,
+    "dynamic_probe_start_delay_s": 3,
+    "dynamic_probe_settle_s": 15,
+    **ISOLATION,
+}
 
 
 def _func008(run: CaseRun) -> None:
@@ -240,16 +256,30 @@ def _func009(run: CaseRun) -> None:
     run.run_pods(colocated_pair(run, "w2", W2, {"core_limit": 30}, {"core_limit": 60}))
 
 
-def _dynamic(run: CaseRun, initial: dict[str, Any], changes: list[tuple[str, str, int]]) -> None:
-    """One W5 pod; after it runs, annotate each change and hold ``dynamic_step_s`` before the next.
+def _dynamic(
+    run: CaseRun,
+    initial: dict[str, Any],
+    changes: list[tuple[str, str, int]],
+    *,
+    probe: tuple[str, str, tuple[str, ...]] | None = None,
+) -> None:
+    """One W5 pod (or ``probe``: pod name, workload, flags); after it runs, annotate each change and hold
+    ``dynamic_step_s`` before the next.
 
-    ``plan``: pods, namespace, changes ({key, value, new}), probe_started (the first QUOTA_PROBE line was seen
-    within ``pod_timeout_s``; saved before the first annotate call, the judgment ERRORs without it).
+    ``plan``: pods, namespace, changes ({key, value, new}), probe_started (the first QUOTA_PROBE line, or the
+    memory probe's first line, was seen within ``pod_timeout_s``; saved before the first annotate call, the
+    judgment ERRORs without it).
     """
     step = float(run.params["dynamic_step_s"])
     duration = step * (len(changes) + 1) + step / 2
-    args = ("--duration-s", f"{duration:g}", "--interval-s", str(run.params["probe_interval_s"]))
-    spec = run.pod("w5", W5, args=args, **initial)
+    marker = "[XPUSHARE][QUOTA_PROBE]"
+    if probe is None:
+        w5_args = ("--duration-s", f"{duration:g}", "--interval-s", str(run.params["probe_interval_s"]))
+        spec = run.pod("w5", W5, args=w5_args, **initial)
+    else:
+        name, workload, probe_args = probe
+        spec = run.pod(name, workload, args=probe_args, **initial)
+        marker = MEM_PROBE_PREFIX
     run.plan.update(
         pods=[spec.name],
         namespace=run.cluster.namespace,
@@ -259,9 +289,7 @@ def _dynamic(run: CaseRun, initial: dict[str, Any], changes: list[tuple[str, str
     run.backend.start_pods(run.case_dir, [spec])
     run.backend.wait_running(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
     # Phases start when the probe loop runs (imports under a low quota can take a while).
-    run.plan["probe_started"] = run.wait_for_line(
-        spec.name, "[XPUSHARE][QUOTA_PROBE]", float(run.params["pod_timeout_s"])
-    )
+    run.plan["probe_started"] = run.wait_for_line(spec.name, marker, float(run.params["pod_timeout_s"]))
     run.save_plan()
     run.sleep(step)
     for key, value, _new in changes:
@@ -270,12 +298,37 @@ def _dynamic(run: CaseRun, initial: dict[str, Any], changes: list[tuple[str, str
     run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
 
 
+def _dynamic_memory(run: CaseRun, limits: list[str]) -> None:
+    """The memory probe (path ``cuMemAlloc``) under ``limits[0]``, annotated with each later limit while it runs.
+
+    The probe measures every ``probe_interval_s`` from its first line to the end of the last step (about
+    ``dynamic_step_s`` x (changes + 1.5)), up to ``dynamic_probe_cap_factor`` x the largest limit, so each phase
+    has measurements; ``plan["memory_limits_bytes"]`` lists the limits in bytes for the judgment.
+    """
+    sizes = [parse_quantity(x) for x in limits]
+    step, interval = float(run.params["dynamic_step_s"]), float(run.params["probe_interval_s"])
+    rounds = int((step * len(limits) + step / 2) // interval) + 1
+    args = (
+        "--path", "cuMemAlloc",
+        "--quota-bytes", str(max(sizes)),
+        "--cap-factor", f"{float(run.params['dynamic_probe_cap_factor']):g}",
+        "--step-mib", str(int(run.params["dynamic_probe_step_mib"])),
+        "--free-margin-mib", str(int(run.params["dynamic_probe_free_margin_mib"])),
+        "--start-delay-s", f"{float(run.params['dynamic_probe_start_delay_s']):g}",
+        "--rounds", str(rounds),
+        "--interval-s", f"{interval:g}",
+    )
+    run.plan["memory_limits_bytes"] = sizes
+    changes = [("memory", v, b) for v, b in zip(limits[1:], sizes[1:], strict=True)]
+    _dynamic(run, {"memory_limit": limits[0]}, changes, probe=("probe", MEM_PROBE, args))
+
+
 def _func010(run: CaseRun) -> None:
-    _dynamic(run, {"memory_limit": "4Gi"}, [("memory", "8Gi", 8 * 2**30)])
+    _dynamic_memory(run, [str(x) for x in run.params["func010_memory_limits"]])
 
 
 def _func011(run: CaseRun) -> None:
-    _dynamic(run, {"memory_limit": "8Gi"}, [("memory", "2Gi", 2 * 2**30)])
+    _dynamic_memory(run, [str(x) for x in run.params["func011_memory_limits"]])
 
 
 def _func012(run: CaseRun) -> None:
@@ -283,11 +336,12 @@ def _func012(run: CaseRun) -> None:
 
 
 def _judge_mem_up(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=True)
+    return isolation.judge_dynamic_memory(ev, th, plan, require_pass=True)
 
 
 def _judge_mem_down(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return quota.judge_dynamic(ev, th, plan, kind="memory", require_pass=False)
+    # the probe takes a refusal as its measurement and ends with PASS: any other ending is a failure
+    return isolation.judge_dynamic_memory(ev, th, plan, require_pass=True)
 
 
 register(
@@ -326,11 +380,13 @@ register(
         "FUNC-010",
         "functional",
         "Dynamic memory quota up",
-        "W5",
-        "W5 with gpu-memory-limit 4Gi; annotate 8Gi while it runs",
-        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated), annotations.jsonl",
+        "mem_probe",
+        "memory probe (cuMemAlloc) with gpu-memory-limit 4Gi; annotate 8Gi while it runs (func010_memory_limits); "
+        "it measures what it can hold every probe_interval_s",
+        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated, MEM_PROBE accepted/refused per "
+        "phase), annotations.jsonl",
         requires=_K8S,
-        params=dict(_DYNAMIC),
+        params={**_DYNAMIC_MEMORY, "func010_memory_limits": ["4Gi", "8Gi"]},
         act=_func010,
         judge=_judge_mem_up,
     )
@@ -340,11 +396,12 @@ register(
         "FUNC-011",
         "functional",
         "Dynamic memory quota down",
-        "W5",
-        "W5 with gpu-memory-limit 8Gi; annotate 2Gi while it runs",
-        "scheduler.log, pods/*.log, scheduler_proc.txt, annotations.jsonl",
+        "mem_probe",
+        "memory probe (cuMemAlloc) with gpu-memory-limit 8Gi; annotate 2Gi while it runs (func011_memory_limits); "
+        "it measures what it can hold every probe_interval_s",
+        "scheduler.log, pods/*.log (MEM_PROBE accepted/refused per phase), scheduler_proc.txt, annotations.jsonl",
         requires=_K8S,
-        params=dict(_DYNAMIC),
+        params={**_DYNAMIC_MEMORY, "func011_memory_limits": ["8Gi", "2Gi"]},
         act=_func011,
         judge=_judge_mem_down,
     )

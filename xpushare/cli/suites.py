@@ -1,5 +1,5 @@
-"""The suite tasks (``func``, ``combo``, ``perf``, ``metrics``, ``stab``, ``leak``, ``fail``, ``matrix``), built by
-one factory, :func:`suite_task`.
+"""The suite tasks (``func``, ``combo``, ``perf``, ``metrics``, ``stab``, ``leak``, ``fail``, ``iso``, ``matrix``),
+built by one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
 ``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``; help in
@@ -225,11 +225,21 @@ fail = suite_task(
     flags=[Flag("allow_disruptive", False, "really inject the faults (restart DaemonSets, drain a node); "
                 "without it every FAIL case is SKIP")],
 )
+iso = suite_task(
+    "iso",
+    "Run the isolation suite ISO-001..010: the memory quota judged by what a probe can hold on each allocation path.",
+    by_suite("isolation"),
+    help={
+        "case": "run only this case id (repeatable), e.g. --case ISO-001 --case ISO-007",
+        "set": "override a parameter/threshold (repeatable), e.g. --set iso_memory_limit=2Gi --set iso_step_mib=32 "
+        "(see docs/isolation.md)",
+    },
+)
 matrix = suite_task(
     "matrix", "Run any selection of the case matrix: --suite, --case and --playbook combined.", _matrix,
     flags=[Flag("suite", None, "suite to run (repeatable): functional|func, combination|combo, performance|perf, "
-                "metrics|met, stability|stab", repeatable=True)],
+                "metrics|met, stability|stab, isolation|iso", repeatable=True)],
 )
 
-SUITE_TASKS: tuple[Task, ...] = (func, combo, perf, metrics, stab, leak, fail, matrix)
+SUITE_TASKS: tuple[Task, ...] = (func, combo, perf, metrics, stab, leak, fail, iso, matrix)
 """Every suite task, for the collection (:mod:`xpushare.cli.collection`)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["COMBINATION", "METRICS", "threshold"]
+__all__ = ["COMBINATION", "ISOLATION", "METRICS", "threshold"]
 
 #: Thresholds of COMBO-001..008 with the seed's values (seed 000 §6, §17.3).
 COMBINATION: dict[str, Any] = {
@@ -32,6 +32,13 @@ COMBINATION: dict[str, Any] = {
     # effective compute quota against config x min(1, 100 / sum of limits on the same GPU).
     "combo008_min_gpus": 2,
     "combo008_effective_tolerance_pct": 2.0,
+}
+
+#: Thresholds of what a memory probe may hold under a memory quota (ISO-001..010, FUNC-010/011; issue 26).
+ISOLATION: dict[str, Any] = {
+    # The library refuses when sum + size > limit, exactly; 2 % of the quota allows an allocator that rounds
+    # blocks up. held: accepted <= quota x (1 + this).
+    "iso_memory_tolerance_ratio": 0.02,
 }
 
 #: Thresholds and parameters of MET-001..008 with the seed's values (seed 000 §6, §11, §17.5;

@@ -39,7 +39,7 @@ from xpushare.model.errors import StoredRunDamaged
 from xpushare.model.verdict import Status
 
 #: Suites in report order (seed 000 section 12). Unknown suite names sort after these, alphabetically.
-SUITES: tuple[str, ...] = ("functional", "combination", "performance", "metrics", "stability")
+SUITES: tuple[str, ...] = ("functional", "combination", "performance", "metrics", "stability", "isolation")
 
 RESULT_FILE = "result.json"
 ANALYSIS_FILE = "analysis.txt"

@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 
 from xpushare.data import templates_dir
-from xpushare.report import artifacts
+from xpushare.report import artifacts, isolation_table
 from xpushare.report.markdown import fmt_duration
 from xpushare.report.summaries import (
     STATUS_ORDER,
@@ -169,5 +169,7 @@ def render_html(run_dir: Path, results: Sequence[Result], view: RunOverview, *, 
         "groups": view.suites,
         "cases": [_case(run_dir, r, i) for i, r in enumerate(results)],
         "markdown_href": href("run-report.md"),
+        "isolation_header": isolation_table.HEADER,
+        "isolation_rows": isolation_table.isolation_rows(results),
     }
     return _environment().get_template(TEMPLATE).render(**context)

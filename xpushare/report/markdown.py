@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts
+from xpushare.report import artifacts, isolation_table
 from xpushare.report.summaries import (
     Result,
     RunOverview,
@@ -146,6 +146,12 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
         for k, v in (r.get("metrics") or {}).items()
     ]
     out += _md_table(["Cluster", "Case", "Metric", "Value"], metric_rows) if metric_rows else ["No metrics recorded."]
+
+    iso_rows = isolation_table.isolation_rows(results)
+    if iso_rows:
+        out += ["", "## Isolation", "", "What a workload could hold on each allocation path under its memory quota "
+                "(docs/isolation.md): held = accepted <= quota + tolerance; accuracy = accepted / quota.", ""]
+        out += _md_table(isolation_table.HEADER, iso_rows)
 
     out += [
         "",

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "simgpu.h"
 
@@ -83,6 +84,7 @@ enum {
 #define STREAM_MAGIC 0x4d525453u
 #define MODULE_MAGIC 0x444f4d53u
 #define EVENT_MAGIC 0x544e5645u
+#define POOL_MAGIC 0x4c4f4f50u
 
 enum kernel_kind { KERNEL_WORK = 1, KERNEL_SLEEP = 2, KERNEL_SPIN = 3 };
 
@@ -126,6 +128,7 @@ struct allocation {
   size_t size;
   int dev;
   struct CUctx_st* ctx;
+  int fd; /* cuMemCreate: the memfd backing the physical allocation (ptr = its host view); else -1 */
   struct allocation* next;
 };
 
@@ -245,6 +248,7 @@ static void free_ctx_allocations(struct CUctx_st* c) {
     if (a->ctx == c) {
       *pp = a->next;
       munmap(a->ptr, a->size);
+      if (a->fd >= 0) close(a->fd);
       simgpu_mem_sub(a->dev, a->size);
       free(a);
     } else {
@@ -306,6 +310,7 @@ static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
   a->size = bytesize;
   a->dev = c->dev;
   a->ctx = c;
+  a->fd = -1;
   pthread_mutex_lock(&g_mutex);
   a->next = g_allocations;
   g_allocations = a;
@@ -860,14 +865,14 @@ SIMGPU_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsign
   return do_alloc(dptr, bytesize, 0);
 }
 
-SIMGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
+static CUresult do_free(CUdeviceptr dptr) {
   struct allocation** pp;
   struct allocation* found = NULL;
   REQUIRE_INIT();
   if (dptr == 0) return CUDA_SUCCESS;
   pthread_mutex_lock(&g_mutex);
   for (pp = &g_allocations; *pp != NULL; pp = &(*pp)->next) {
-    if ((CUdeviceptr)(uintptr_t)(*pp)->ptr == dptr) {
+    if ((*pp)->fd < 0 && (CUdeviceptr)(uintptr_t)(*pp)->ptr == dptr) {
       found = *pp;
       *pp = found->next;
       break;
@@ -880,6 +885,8 @@ SIMGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
   free(found);
   return CUDA_SUCCESS;
 }
+
+SIMGPU_API CUresult cuMemFree_v2(CUdeviceptr dptr) { return do_free(dptr); }
 
 SIMGPU_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   struct CUctx_st* c;
@@ -907,6 +914,220 @@ SIMGPU_API CUresult cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice d
   REQUIRE_INIT();
   if (ptr == 0) return CUDA_ERROR_INVALID_VALUE;
   if (device != -1 && !valid_dev(device)) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+/* -- more allocation paths: pitch, stream-ordered (default pool), virtual memory management --
+ * Each counts device memory exactly as cuMemAlloc_v2 does (the device total is checked), as the real
+ * driver's physical allocations do; only cuMemAllocManaged may oversubscribe. */
+
+#define SIMGPU_PITCH_ALIGN 512
+#define SIMGPU_VMM_GRANULARITY ((size_t)2 << 20)
+
+SIMGPU_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                       unsigned int element_size) {
+  size_t p;
+  REQUIRE_INIT();
+  if (pitch == NULL || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (element_size != 4 && element_size != 8 && element_size != 16) return CUDA_ERROR_INVALID_VALUE;
+  p = (width + SIMGPU_PITCH_ALIGN - 1) / SIMGPU_PITCH_ALIGN * SIMGPU_PITCH_ALIGN;
+  if (height > SIZE_MAX / p) return CUDA_ERROR_INVALID_VALUE;
+  *pitch = p;
+  return do_alloc(dptr, p * height, 1);
+}
+
+/* Stream-ordered allocation from the device's default pool (release threshold 0: the memory goes back
+ * at once; the simulation has no pool reuse). */
+SIMGPU_API CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream s) {
+  struct CUctx_st* c;
+  struct CUstream_st* real;
+  REQUIRE_INIT();
+  SIMGPU_TRY(stream_target(s, &c, &real));
+  return do_alloc(dptr, bytesize, 1);
+}
+
+SIMGPU_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
+  struct CUctx_st* c;
+  struct CUstream_st* real;
+  REQUIRE_INIT();
+  SIMGPU_TRY(stream_target(s, &c, &real));
+  return do_free(dptr);
+}
+
+/* Explicit memory pools: CUmemPoolProps starts with allocType (1 = pinned), handleTypes, location {type
+ * (1 = device), id}. Allocations from a pool count on the pool's device like cuMemAlloc_v2 (release threshold
+ * 0: a freed block goes back to the device at once). */
+struct simgpu_pool_props {
+  int alloc_type;
+  int handle_types;
+  int location_type;
+  int location_id;
+};
+
+struct CUmemPool_st {
+  uint32_t magic;
+  int dev;
+};
+
+SIMGPU_API CUresult cuMemPoolCreate(struct CUmemPool_st** pool, const struct simgpu_pool_props* props) {
+  struct CUmemPool_st* p;
+  REQUIRE_INIT();
+  if (pool == NULL || props == NULL || props->alloc_type != 1 || props->location_type != 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(props->location_id)) return CUDA_ERROR_INVALID_DEVICE;
+  p = new_handle(sizeof(*p), POOL_MAGIC);
+  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  p->dev = props->location_id;
+  *pool = p;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemPoolDestroy(struct CUmemPool_st* pool) { return retire(pool, POOL_MAGIC); }
+
+SIMGPU_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, struct CUmemPool_st* pool,
+                                            CUstream s) {
+  struct CUctx_st* c;
+  struct CUstream_st* real;
+  REQUIRE_INIT();
+  if (!live(pool, POOL_MAGIC)) return CUDA_ERROR_INVALID_VALUE;
+  SIMGPU_TRY(stream_target(s, &c, &real));
+  if (c->dev != pool->dev) return CUDA_ERROR_INVALID_VALUE; /* the simulation serves the context's device */
+  return do_alloc(dptr, bytesize, 1);
+}
+
+/* CUmemAllocationProp: type (1 = pinned), requestedHandleTypes, location {type (1 = device), id}, ... */
+struct simgpu_mem_prop {
+  int type;
+  int requested_handle_types;
+  int location_type;
+  int location_id;
+};
+
+SIMGPU_API CUresult cuMemGetAllocationGranularity(size_t* granularity, const struct simgpu_mem_prop* prop,
+                                                  int option) {
+  REQUIRE_INIT();
+  (void)option;
+  if (granularity == NULL || prop == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->type != 1 || prop->location_type != 1) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(prop->location_id)) return CUDA_ERROR_INVALID_DEVICE;
+  *granularity = SIMGPU_VMM_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+
+/* A physical allocation: counted on prop's device; a memfd so that cuMemMap shows its contents. */
+SIMGPU_API CUresult cuMemCreate(unsigned long long* handle, size_t size, const struct simgpu_mem_prop* prop,
+                                unsigned long long flags) {
+  struct CUctx_st* c;
+  struct allocation* a;
+  void* p;
+  int fd, rc;
+  SIMGPU_TRY(check_current(handle != NULL && prop != NULL && size != 0 && flags == 0, &c));
+  if (prop->type != 1 || prop->location_type != 1) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(prop->location_id)) return CUDA_ERROR_INVALID_DEVICE;
+  if (size % SIMGPU_VMM_GRANULARITY != 0) return CUDA_ERROR_INVALID_VALUE;
+  rc = simgpu_mem_add(prop->location_id, size, 1);
+  if (rc == 1) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc != 0) return CUDA_ERROR_UNKNOWN;
+  fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
+  p = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  a = (p == MAP_FAILED) ? NULL : malloc(sizeof(*a));
+  if (a == NULL) {
+    if (p != MAP_FAILED) munmap(p, size);
+    if (fd >= 0) close(fd);
+    simgpu_mem_sub(prop->location_id, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  a->ptr = p;
+  a->size = size;
+  a->dev = prop->location_id;
+  a->ctx = c;
+  a->fd = fd;
+  pthread_mutex_lock(&g_mutex);
+  a->next = g_allocations;
+  g_allocations = a;
+  pthread_mutex_unlock(&g_mutex);
+  *handle = (unsigned long long)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+static struct allocation* find_handle_locked(unsigned long long handle) {
+  for (struct allocation* a = g_allocations; a != NULL; a = a->next)
+    if (a->fd >= 0 && (unsigned long long)(uintptr_t)a->ptr == handle) return a;
+  return NULL;
+}
+
+SIMGPU_API CUresult cuMemRelease(unsigned long long handle) {
+  struct allocation** pp;
+  struct allocation* found = NULL;
+  REQUIRE_INIT();
+  pthread_mutex_lock(&g_mutex);
+  for (pp = &g_allocations; *pp != NULL; pp = &(*pp)->next) {
+    if ((*pp)->fd >= 0 && (unsigned long long)(uintptr_t)(*pp)->ptr == handle) {
+      found = *pp;
+      *pp = found->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_mutex);
+  if (found == NULL) return CUDA_ERROR_INVALID_VALUE;
+  munmap(found->ptr, found->size); /* mappings made by cuMemMap keep the memfd's pages until unmapped */
+  close(found->fd);
+  simgpu_mem_sub(found->dev, found->size);
+  free(found);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                       unsigned long long flags) {
+  void* p;
+  (void)alignment;
+  (void)addr;
+  REQUIRE_INIT();
+  if (ptr == NULL || size == 0 || flags != 0 || size % SIMGPU_VMM_GRANULARITY != 0) return CUDA_ERROR_INVALID_VALUE;
+  p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *ptr = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  REQUIRE_INIT();
+  if (ptr == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  return munmap((void*)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIMGPU_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle,
+                             unsigned long long flags) {
+  struct allocation* a;
+  int fd = -1;
+  REQUIRE_INIT();
+  if (ptr == 0 || size == 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_mutex);
+  a = find_handle_locked(handle);
+  if (a != NULL && offset <= a->size && size <= a->size - offset) fd = a->fd;
+  pthread_mutex_unlock(&g_mutex);
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (mmap((void*)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd,
+           (off_t)offset) == MAP_FAILED)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  REQUIRE_INIT();
+  if (ptr == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (mmap((void*)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+      MAP_FAILED)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+/* Access is always read/write in the simulation; the descriptors are checked for shape only. */
+SIMGPU_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void* desc, size_t count) {
+  REQUIRE_INIT();
+  if (ptr == 0 || size == 0 || desc == NULL || count == 0) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
 
@@ -1043,6 +1264,11 @@ static const struct {
     ENSIMGPU_TRY(cuModuleLoadData), ENSIMGPU_TRY(cuModuleLoadDataEx), ENSIMGPU_TRY(cuModuleLoadFatBinary),
     ENSIMGPU_TRY(cuModuleUnload), ENSIMGPU_TRY(cuModuleGetFunction), ENSIMGPU_TRY(cuLaunchKernel),
     ENSIMGPU_TRY(cuMemAlloc_v2), ENSIMGPU_TRY(cuMemAllocManaged), ENSIMGPU_TRY(cuMemFree_v2), ENSIMGPU_TRY(cuMemGetInfo_v2),
+    ENSIMGPU_TRY(cuMemAllocPitch_v2), ENSIMGPU_TRY(cuMemAllocAsync), ENSIMGPU_TRY(cuMemFreeAsync),
+    ENSIMGPU_TRY(cuMemGetAllocationGranularity), ENSIMGPU_TRY(cuMemCreate), ENSIMGPU_TRY(cuMemRelease),
+    ENSIMGPU_TRY(cuMemAddressReserve), ENSIMGPU_TRY(cuMemAddressFree), ENSIMGPU_TRY(cuMemMap), ENSIMGPU_TRY(cuMemUnmap),
+    ENSIMGPU_TRY(cuMemSetAccess), ENSIMGPU_TRY(cuMemPoolCreate), ENSIMGPU_TRY(cuMemPoolDestroy),
+    ENSIMGPU_TRY(cuMemAllocFromPoolAsync),
     ENSIMGPU_TRY(cuMemAdvise), ENSIMGPU_TRY(cuMemPrefetchAsync), ENSIMGPU_TRY(cuMemcpy), ENSIMGPU_TRY(cuMemcpyAsync),
     ENSIMGPU_TRY(cuMemcpyHtoD_v2), ENSIMGPU_TRY(cuMemcpyDtoH_v2), ENSIMGPU_TRY(cuMemcpyDtoD_v2),
     ENSIMGPU_TRY(cuMemcpyHtoDAsync_v2), ENSIMGPU_TRY(cuMemcpyDtoHAsync_v2), ENSIMGPU_TRY(cuMemcpyDtoDAsync_v2),
