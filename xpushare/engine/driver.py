@@ -11,15 +11,12 @@ directory (``<run>/<cluster>/...``) and one report. Ctrl-C (or SIGTERM/SIGHUP) e
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
-
-from rich.console import Console
 
 from xpushare import __version__
 from xpushare.backends.base import Backend
@@ -28,6 +25,7 @@ from xpushare.engine import dry_run, lease
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.lifecycle import judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
+from xpushare.engine.progress import Progress, expected_line
 from xpushare.evidence import events
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -67,36 +65,6 @@ def capabilities_of(cluster: ClusterSpec) -> frozenset[str]:
 
         return K8sBackend.capabilities
     raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} is not available in this version")
-
-
-class Progress:
-    """Live progress: a rich spinner on a terminal, plain lines otherwise (CI, pipes). ``label`` (a cluster name)
-    prefixes every line and turns the spinner off: several clusters print lines concurrently."""
-
-    _lock = threading.Lock()  # one whole line at a time from the clusters' threads
-
-    def __init__(self, out: TextIO, label: str | None = None) -> None:
-        self.console = Console(file=out)
-        self.live = self.console.is_terminal and label is None
-        self.prefix = f"{label}: " if label else ""
-        self._status: Any = None
-
-    def _line(self, text: str) -> None:
-        with self._lock:
-            print(f"[xpushare] {self.prefix}{text}", file=self.console.file, flush=True)
-
-    def start(self, text: str) -> None:
-        if self.live:
-            self._status = self.console.status(text)
-            self._status.start()
-        else:
-            self._line(text)
-
-    def done(self, line: str) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-        self._line(line)
 
 
 @dataclass
@@ -144,6 +112,7 @@ def _run_cases(
     overrides: Mapping[str, Any],
     progress: Progress,
     budget: Budget,
+    plans: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> bool:
     """Run the cases in order; return True when Ctrl-C stopped the run.
 
@@ -156,7 +125,7 @@ def _run_cases(
             backend.prepare_run(run_id)
         except KeyboardInterrupt:
             return True
-        for case in cases:
+        for number, case in enumerate(cases, 1):
             if budget.halted:
                 break
             params = case_params(case, cluster, selection, overrides)
@@ -167,8 +136,11 @@ def _run_cases(
                                         required=case.case_id in selection.required, reason=reason)
                 progress.done(f"{case.case_id} {record['status']:<11} {0.0:7.1f}s  {record['summary']}")
                 continue
-            progress.start(f"{case.case_id} {case.title} ...")
-            with events.case(case.case_id):
+            planned = (plans or {}).get(case.case_id, {})
+            with events.case(case.case_id), progress.case(case.case_id, case.title,
+                                                          planned.get("expected_duration_s"),
+                                                          position=f"{number}/{len(cases)}",
+                                                          skip=planned.get("plan") == "SKIP"):
                 record, interrupted = run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
                                                backend=backend, params=params,
                                                required=case.case_id in selection.required)
@@ -286,7 +258,8 @@ def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
 
 
 def _cluster_job(cluster: ClusterSpec, cases: Sequence[CaseDef], run_id: str, run_dir: Path, selection: Selection,
-                 overrides: Mapping[str, Any], progress: Progress, budget: Budget) -> Callable[[], bool]:
+                 overrides: Mapping[str, Any], progress: Progress, budget: Budget,
+                 plans: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[], bool]:
     """One cluster's part of a run, as a job for the thread that runs it: make the backend, run the cases (every
     event they emit carries the cluster); True when interrupted. A full run directory halts ``budget`` (every
     other cluster stops before its next case) and is raised."""
@@ -295,7 +268,7 @@ def _cluster_job(cluster: ClusterSpec, cases: Sequence[CaseDef], run_id: str, ru
         with events.cluster(cluster.name):
             try:
                 return _run_cases(cases, run_id, run_dir, cluster, make_backend(cluster), selection, overrides,
-                                  progress, budget)
+                                  progress, budget, plans)
             except OSError as exc:
                 if disk_full(exc):
                     budget.halt(f"the run directory is full ({cluster.name})")
@@ -314,13 +287,18 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
     """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports."""
     artifacts.write_run_meta(run_dir, meta)
     progress = Progress(out)
+    root = run_dir.parents[2]  # run_dir is <root>/.tmplog/<run id>/xpushare (report/artifacts.run_dir)
+    plans = {c.name: dry_run.plan_run(todo[c.name], c, selection, overrides, capabilities_of(c), root)["cases"]
+             for c in clusters}
     for cluster in clusters:
         progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(todo[cluster.name])} case(s) "
-                      f"-> {run_dir}")
+                      f"-> {run_dir}; {expected_line(plans[cluster.name])}")
     budget = Budget(maxfail)
     several = len(clusters) > 1
     jobs = {c.name: _cluster_job(c, todo[c.name], run_id, run_dir, selection, overrides,
-                                 Progress(out, label=c.name) if several else progress, budget) for c in clusters}
+                                 Progress(out, label=c.name) if several else progress, budget,
+                                 {p["case_id"]: p for p in plans[c.name]})
+            for c in clusters}
     errors: dict[str, BaseException] = {}
     with command_log.debug_log(run_dir / DEBUG_LOG), events.recording(run_dir):
         for cluster in clusters:
@@ -353,7 +331,10 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
     paths = build.build(run_dir, required=set(required))
     counts = summaries.counts(results)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-    progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown} and {paths.html.name}")
+    decision = summaries.release_decision(results, set(required), clusters=meta["clusters"], interrupted=interrupted)
+    ready = "YES" if decision.ready else f"NO ({len(decision.reasons)} reason(s) in run-report.md)"
+    progress.done(f"done: {summary or 'no cases'}; release_ready: {ready}; report: {paths.markdown} and "
+                  f"{paths.html.name}")
     if interrupted:
         progress.done(f"interrupted: continue with --run-id {run_id} --resume")
     for name, error in errors.items():  # the first is raised below; each cluster's own is named here

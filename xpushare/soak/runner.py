@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from xpushare import __version__
 from xpushare.cases import REGISTRY
 from xpushare.engine import driver, lifecycle, plan
+from xpushare.engine.progress import Progress
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
@@ -132,7 +133,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         "resume": request.resume,
     }
     artifacts.write_run_meta(run_dir, meta)
-    progress = driver.Progress(out)
+    progress = Progress(out)
     dur = float(params["stab_duration_s"])
     progress.done(f"soak {case_id} on {cluster.name} for {dur / 3600:.2f} h{' (resumed)' if request.resume else ''} "
                   f"-> {case_dir}")
