@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from invoke import Context, task
+from invoke import Context
 
-from xpushare.cli import flags
+from xpushare.cli import defaults
 from xpushare.cli.flags import INVENTORY_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 
@@ -19,7 +20,6 @@ __all__ = ["clean"]
         "run_id": "only this run's leftovers (default: every run's that is not alive)",
         "inventory": INVENTORY_HELP,
     },
-    auto_shortflags=False,
 )
 def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inventory_: str | None = None) -> None:
     """Remove what dead runs left: pods and ConfigMaps (by label), processes (by pid file), files on the hosts."""
@@ -30,7 +30,7 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
         from xpushare.inventory import schema
         from xpushare.report.artifacts import validate_run_id
 
-        name = flags.required("--cluster", cluster)
+        name = defaults.cluster(c, cluster)
         if run_id is not None:
             try:
                 validate_run_id(run_id)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from invoke import Collection, Context, task
+from invoke import Collection, Context
 
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError, XpushareError
 
 __all__ = ["lab"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from invoke import Context, task
+from invoke import Context
 
 from xpushare.cli.flags import ROOT_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 
 __all__ = ["diff", "runs"]

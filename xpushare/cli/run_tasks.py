@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invoke import Context, task
+from invoke import Context
 
+from xpushare.cli import defaults
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report.output import OUTPUT_HELP, output_format, render
@@ -29,11 +31,10 @@ __all__ = ["cases_", "judge", "report", "soak"]
         "inventory": INVENTORY_HELP,
     },
     iterable=["set_"],
-    auto_shortflags=False,
 )
-def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = None, minutes: str | None = None,
-         run_id: str | None = None, resume: bool = False, set_: list[str] | None = None, root: str = ".",
-         inventory_: str | None = None) -> None:
+def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: str | None = None,
+         minutes: str | None = None, run_id: str | None = None, resume: bool = False, set_: list[str] | None = None,
+         root: str = ".", inventory_: str | None = None) -> None:
     """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
     from xpushare.soak.runner import SoakRequest
     from xpushare.soak.runner import soak as run_soak
@@ -45,8 +46,8 @@ def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = N
                 duration = float(hours or 0) * 3600 + float(minutes or 0) * 60
             except ValueError:
                 raise UsageError("--hours/--minutes take a number") from None
-        request = SoakRequest(cluster=cluster, case=case, duration_s=duration, run_id=run_id, resume=resume,
-                              overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root))
+        request = SoakRequest(cluster=defaults.cluster(c, cluster), case=case, duration_s=duration, run_id=run_id,
+                              resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root))
         return run_soak(request)
 
     guarded(body)

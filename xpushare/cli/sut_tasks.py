@@ -10,12 +10,14 @@ import os
 import sys
 from pathlib import Path
 
-from invoke import Collection, Context, task
+from invoke import Collection, Context
 from tabulate import tabulate
 
 from xpushare import deploy as sut_ops
+from xpushare.cli import defaults
 from xpushare.cli.flags import INVENTORY_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.deploy import k8s as k8s_sut
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -29,9 +31,7 @@ HELP = {"cluster": "cluster name from the inventory (required), e.g. bm1, c1", "
 
 
 def _cluster(name: str | None, inventory_path: str | None) -> ClusterSpec:
-    if not name:
-        raise UsageError("--cluster is required")
-    return schema.load(inventory_path).cluster(name)
+    return schema.load(inventory_path).cluster(defaults.cluster(None, name))
 
 
 def sut_source(explicit: str | None) -> Path | None:
