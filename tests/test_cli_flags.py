@@ -65,7 +65,8 @@ def test_first_sentence_is_joined_onto_the_first_line() -> None:
     doc = "Deploy the SUT: Kubernetes,\n    or host mode. More text\n    here."
     assert first_sentence_first(doc) == "Deploy the SUT: Kubernetes, or host mode.\nMore text\nhere."
     assert first_sentence_first("Use e.g. this one. Rest").startswith("Use e.g. this one.\n")
-    assert first_sentence_first("Copy: invoke get x.log\n    out/\n\n    More.") == "Copy: invoke get x.log out/\n\nMore."
+    wrapped = "Copy: invoke get x.log\n    out/\n\n    More."
+    assert first_sentence_first(wrapped) == "Copy: invoke get x.log out/\n\nMore."
 
 
 @pytest.mark.parametrize("args", [["judge", "--help"], ["legacy.small", "-h"], ["soak", "--help"],

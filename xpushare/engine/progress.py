@@ -117,7 +117,7 @@ class Progress:
         e.g. ``3/12``, and the expected time, or ``will SKIP`` when ``skip``), then :func:`case_line` every second
         on a terminal or every ``tick_s`` otherwise. The caller prints the verdict line with :meth:`done` after
         the block."""
-        with activity.tracked() as state:
+        with activity.tracked(case_id) as state:
             started = self.clock()
             ahead = ("will SKIP" if skip else f"expected ~{duration(expected_s)}" if expected_s is not None
                      else "no estimate")

@@ -3,8 +3,9 @@
 The code that waits (a backend's pod wait, the lifecycle's phases) says what it waits for with :func:`note` or
 :func:`pods`; the run's progress (:mod:`xpushare.engine.progress`) reads it with :func:`current` from another
 thread and prints it (``waiting for 3 pod(s) to finish: 1 Running, 2 Succeeded``). Each case's thread has its own
-state, so several clusters of one run (one thread each) never mix theirs. Nothing is printed or stored here, and
-nothing raises: a note outside a tracked thread goes nowhere.
+state, so several clusters of one run (one thread each) never mix theirs. Each change is also one line of the
+logical actions' log (:data:`xpushare.transport.command_log.ACTIONS`: ``-v`` and ``debug.log``). Nothing raises: a
+note outside a tracked thread changes no state.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["Activity", "current", "note", "pods", "tracked"]
+from xpushare.transport import command_log
+
+__all__ = ["Activity", "action", "current", "note", "pods", "tracked"]
 
 
 @dataclass
 class Activity:
     """One thread's activity: ``phase`` (begin, act, harvest, cleanup, judge) and ``waiting`` (one line: what it
-    waits for, ``""`` when it waits for nothing in particular)."""
+    waits for, ``""`` when it waits for nothing in particular); ``label`` (a case id) starts its log lines."""
 
     phase: str = ""
     waiting: str = ""
+    label: str = ""
 
 
 _local = threading.local()
@@ -32,9 +36,10 @@ _lock = threading.Lock()
 
 
 @contextmanager
-def tracked() -> Iterator[Activity]:
-    """Make a fresh :class:`Activity` this thread's own while the block runs; yields it for the reader."""
-    state = Activity()
+def tracked(label: str = "") -> Iterator[Activity]:
+    """Make a fresh :class:`Activity` (its log lines start with ``label``) this thread's own while the block runs;
+    yields it for the reader."""
+    state = Activity(label=label)
     previous = getattr(_local, "state", None)
     _local.state = state
     try:
@@ -49,10 +54,21 @@ def note(*, phase: str | None = None, waiting: str | None = None) -> None:
     if state is None:
         return
     with _lock:
+        before = (state.phase, state.waiting)
         if phase is not None:
             state.phase, state.waiting = phase, ""
         if waiting is not None:
             state.waiting = waiting
+        after = (state.phase, state.waiting)
+    if after != before:  # a poll that saw nothing new logs nothing
+        command_log.ACTIONS.info("%s", ": ".join(part for part in (state.label, *after) if part))
+
+
+def action(text: str) -> None:
+    """Log one logical action (``FUNC-003: start 2 pod(s): w2-1, w2-2``: this thread's label first), shown with
+    ``-v`` and kept in ``debug.log``."""
+    state: Activity | None = getattr(_local, "state", None)
+    command_log.ACTIONS.info("%s", f"{state.label}: {text}" if state is not None and state.label else text)
 
 
 def pods(phases: Iterable[str], *, count: int, until: str) -> None:
@@ -67,4 +83,4 @@ def pods(phases: Iterable[str], *, count: int, until: str) -> None:
 def current(state: Activity) -> Activity:
     """A copy of ``state`` taken under the lock (the reader's consistent view)."""
     with _lock:
-        return Activity(state.phase, state.waiting)
+        return Activity(state.phase, state.waiting, state.label)
