@@ -111,10 +111,12 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
         "no_load": "idle part only (--cluster)",
         "min_families": "minimum number of families with # HELP and # TYPE (default 25)",
         "inventory": INVENTORY_HELP,
+        "output": OUTPUT_HELP,
     },
 )
 def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
-                  no_load: bool = False, min_families: str | None = None, inventory_: str | None = None) -> None:
+                  no_load: bool = False, min_families: str | None = None, inventory_: str | None = None,
+                  output: str | None = None) -> None:
     """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
 
     def body() -> ExitStatus | int | None:
@@ -122,11 +124,13 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
 
         if not url and not cluster:
             raise UsageError("give --url http://HOST:PORT or --cluster NAME")
+        fmt = output_format(output)
         families = flags.count("--min-families", min_families, 25, minimum=0)
         target = flags.http_url("--url", url) if url else None
         spec = schema.load(inventory_).cluster(cluster) if cluster else None
         want = True if load else (False if no_load else None)
-        return checklist.metrics_check_task(target, spec, load=want, min_families=families, out=sys.stdout)
+        return checklist.metrics_check_task(target, spec, load=want, min_families=families, out=sys.stdout,
+                                            fmt=fmt)
 
     guarded(body)
 
