@@ -144,6 +144,8 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "fail_drain_timeout_s": 60,
         "fail_drain_grace_s": 1,
         "fail004_pods": 2,
+        # legacy scripts (invoke legacy.*): W2 holds 64 MiB here, so the limit that must refuse it is under that
+        "legacy_memlimit_low": "32Mi",
     }
 
 
