@@ -146,6 +146,7 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "fail004_pods": 2,
         # legacy scripts (invoke legacy.*): W2 holds 64 MiB here, so the limit that must refuse it is under that
         "legacy_memlimit_low": "32Mi",
+        "legacy_dynamic_low": "32Mi",
     }
 
 
