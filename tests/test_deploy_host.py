@@ -48,8 +48,13 @@ def test_layout_names_every_missing_setting_with_an_example() -> None:
         host_sut.HostSutLayout.of(bare.cluster("bm1"))
     message = str(exc.value)
     assert "\n" not in message
-    for key in ("sut_lib", "scheduler.binary", "scheduler.log_file", "scheduler.metrics_url", "scheduler.state_dir"):
+    for key in ("sut_lib", "scheduler.log_file", "scheduler.metrics_url"):
         assert key in message
+    assert "scheduler.binary" not in message and "scheduler.state_dir" not in message  # defaulted
+    minimal = schema.parse(cluster_text(Path("/x"), 9402).replace("      binary: /x/bin/xpushare-scheduler\n", "")
+                           .replace("      state_dir: /x/state\n", ""))
+    layout = host_sut.HostSutLayout.of(minimal.cluster("bm1"))
+    assert (layout.scheduler, layout.state_dir) == ("/usr/local/bin/xpushare-scheduler", "/var/lib/xpushare")
     relative = schema.parse(cluster_text(Path("/x"), 9402).replace("/x/state", "state"))
     with pytest.raises(UsageError, match=r"scheduler\.state_dir must be absolute"):
         host_sut.HostSutLayout.of(relative.cluster("bm1"))
