@@ -31,6 +31,7 @@ from xpushare.model.errors import (
     RemoteNotFound,
     TransportError,
 )
+from xpushare.transport import exec_copy
 from xpushare.transport.base import (
     CommandResult,
     Host,
@@ -123,6 +124,8 @@ class SshHost(Host):
         self._sleep = sleep
         self._lock = threading.Lock()
         self._conn: Connection | None = None
+        self.sftp = True
+        """False once the host refused an SFTP channel: ``put``/``get`` copy through ``cat`` from then on."""
 
     @property
     def spawn_dir(self) -> str:
@@ -243,29 +246,62 @@ class SshHost(Host):
             raise ConnectionLost(self.name, f"connection lost during {argv[0]!r} (no exit status)")
         return finished(self.name, argv, res, start, check=check)
 
+    def _no_sftp(self, conn: Connection, exc: BaseException) -> paramiko.Transport | None:
+        """The live transport when ``exc`` was the server refusing SFTP (the channel closed, the connection up):
+        copies then go through ``cat`` (:mod:`~xpushare.transport.exec_copy`); None when the connection died."""
+        transport = conn.client.get_transport()
+        if isinstance(exc, paramiko.SSHException) and transport is not None and transport.is_active():
+            self.sftp = False
+            return transport
+        return None
+
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         conn = self.connection()
         parent = os.path.dirname(remote)
         if parent:
             self.run(["mkdir", "-p", parent], timeout=30, check=True)
         try:
-            conn.put(str(local), remote)
+            if self.sftp:
+                conn.put(str(local), remote)
+                return
         except (OSError, paramiko.SSHException) as exc:
-            raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
+            if self._no_sftp(conn, exc) is None:
+                raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
+        try:
+            exec_copy.exec_put(conn.client.get_transport(), local, remote)
+        except (OSError, paramiko.SSHException) as exc:
+            raise TransportError(self.name, f"put {local} -> {remote} (no SFTP on the host: copied with cat): "
+                                            f"{exc}") from None
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         conn = self.connection()
         Path(local).parent.mkdir(parents=True, exist_ok=True)
+        if not self.sftp:
+            return self._get_by_cat(conn, remote, local)
         try:
             conn.get(remote, str(local))
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc}") from None
         except (EOFError, paramiko.SSHException) as exc:
+            if self._no_sftp(conn, exc) is not None:
+                return self._get_by_cat(conn, remote, local)
             self._drop()
             detail = str(exc) or type(exc).__name__
             raise ConnectionLost(self.name, f"connection lost during get {remote}: {detail}") from None
         except OSError as exc:
             raise TransportError(self.name, f"get {remote} -> {local}: {exc}") from None
+
+    def _get_by_cat(self, conn: Connection, remote: str, local: str | os.PathLike[str]) -> None:
+        try:
+            exec_copy.exec_get(conn.client.get_transport(), remote, local)
+        except exec_copy.ExecCopyError as exc:
+            if "No such file" in exc.stderr:
+                raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.stderr.strip()}") from None
+            raise TransportError(self.name, f"get {remote} (no SFTP on the host: copied with cat): {exc}") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._drop()
+            raise ConnectionLost(self.name, f"connection lost during get {remote} (no SFTP on the host: copied "
+                                            f"with cat): {exc or type(exc).__name__}") from None
 
     def close(self) -> None:
         self._drop()
