@@ -26,12 +26,17 @@ from xpushare.report.summaries import (
 # --------------------------------------------------------------------------------------------- markdown
 
 
+_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+
+
 def md_escape(value: Any) -> str:
-    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, newlines as ``<br>``,
-    other control characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
+    """Text safe inside a markdown table cell: ``\\`` and ``|`` escaped, ``<`` as ``&lt;`` (no HTML tag can
+    start), ``&`` as ``&amp;`` only where it would read as an entity (``&lt;``); ``>`` stays as written, so that
+    ``>=`` reads as itself in the file too; newlines as ``<br>``, other control characters escaped
+    (:func:`~xpushare.report.artifacts.show_controls`)."""
     text = "" if value is None else str(value)
     text = text.replace("\\", "\\\\").replace("|", "\\|")
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _ENTITY.sub("&amp;", text).replace("<", "&lt;")
     return artifacts.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
 
 
@@ -135,7 +140,7 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
 
     out += ["", "## Key metrics", ""]
     metric_rows = [
-        [r["cluster"], r["case_id"], k, artifacts.format_value(v)]
+        [r["cluster"], r["case_id"], k, artifacts.format_value(v, str(k))]
         for r in results
         for k, v in (r.get("metrics") or {}).items()
     ]
