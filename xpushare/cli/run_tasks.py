@@ -70,17 +70,14 @@ def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".
 
 @task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP})
 def report(c: Context, run_id: str, root: str = ".") -> None:
-    """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run."""
+    """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run.
+
+    With matplotlib installed it also draws the plots the run lacks (a run made without it)."""
 
     def body() -> None:
-        from xpushare.report import artifacts, build
+        from xpushare.engine import driver
 
-        try:
-            run_dir = artifacts.stored_run_dir(Path(root), run_id)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        meta = artifacts.read_run_meta(run_dir) or {}
-        paths = build.build(run_dir, required=set(meta.get("required") or []) or None)
+        paths = driver.rebuild_reports(run_id, root=Path(root))
         print(paths.markdown)
         print(paths.html)
 

@@ -344,6 +344,45 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
     return status
 
 
+PLOTTED_SUITES = ("performance",)
+"""Suites whose judgments draw plots (:mod:`xpushare.report.plots`) next to their evidence."""
+
+
+def draw_missing_plots(run_dir: Path) -> list[str]:
+    """Draw the plots a stored run lacks: each PASS/FAIL case of :data:`PLOTTED_SUITES` without a PNG in its case
+    directory is judged again on its evidence with its stored thresholds (the judgment draws them; the stored
+    verdict is left as it is). Nothing when matplotlib is not installed. Returns the case ids drawn for."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    drawn = []
+    for record in artifacts.load_results(run_dir):
+        case = REGISTRY.get(record["case_id"])
+        if (case is None or case.judge is None or case.suite not in PLOTTED_SUITES
+                or record["status"] not in ("PASS", "FAIL") or record.get("error")):
+            continue
+        case_dir = artifacts.case_dir(run_dir, record["cluster"], record["suite"], record["case_id"])
+        if any(case_dir.glob("*.png")):
+            continue
+        judge_case(case, case_dir, dict(record.get("thresholds") or {}), record.get("mode"))
+        if any(case_dir.glob("*.png")):
+            drawn.append(str(record["case_id"]))
+    return drawn
+
+
+def rebuild_reports(run_id: str, *, root: Path = Path(".")) -> build.ReportPaths:
+    """``invoke report``: draw the plots a stored run lacks (:func:`draw_missing_plots`), then rebuild its summaries
+    and reports from the stored records. Raises :class:`UsageError` for an unknown run."""
+    try:
+        run_dir = artifacts.stored_run_dir(root, run_id)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    draw_missing_plots(run_dir)
+    meta = artifacts.read_run_meta(run_dir) or {}
+    return build.build(run_dir, required=set(meta.get("required") or []) or None)
+
+
 def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out: TextIO = sys.stdout) -> ExitStatus:
     """Re-judge a stored run with other parameters, offline (no cluster is touched), and rebuild reports.
 
