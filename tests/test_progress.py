@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from xpushare.engine.progress import Progress, case_line, duration, expected_line
 from xpushare.transport import activity
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_duration_reads_as_a_person_writes_it() -> None:
@@ -21,6 +27,7 @@ def test_expected_line_sums_history_and_names_what_it_cannot_estimate() -> None:
     assert line.startswith("expected ~2m10s (2 case(s) from earlier runs") and "no estimate for 1 case(s)" in line
     assert "1 will SKIP" in line
     assert expected_line([{"plan": "RUN", "expected_duration_s": None}]).startswith("expected: unknown")
+    assert expected_line([{"plan": "SKIP", "expected_duration_s": None}]) == "expected ~0s (1 will SKIP)"
 
 
 def test_case_line_says_elapsed_expected_phase_and_what_it_waits_for() -> None:
@@ -51,3 +58,13 @@ def test_a_running_case_prints_a_line_every_tick_in_plain_output() -> None:
 
 def test_a_note_outside_a_tracked_thread_goes_nowhere() -> None:
     activity.note(phase="act", waiting="x")  # no state: nothing raised
+
+
+def test_a_run_with_output_json_prints_one_record_and_its_progress_on_stderr(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "invoke", "func", "--cluster", "local", "--case", "FUNC-009", "-o",
+                           "json", "--root", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["counts"]["SKIP"] == 1 and record["release_ready"] is False and record["release_reasons"]
+    assert [c["case_id"] for c in record["cases"]] == ["FUNC-009"]
+    assert "[xpushare] done: SKIP 1; release_ready: NO" in proc.stderr

@@ -42,7 +42,8 @@ RUN_HELP: dict[str, str] = {
     "wait": "when another run holds the cluster's lease, wait until it is free instead of stopping (exit 2)",
     "dry_run": "print the cases, each parameter's value and its source, and which cases will SKIP and why; "
     "contact no host",
-    "output": "format of --dry-run: table (default) | json | yaml",
+    "output": "table (default) | json | yaml: the plan of --dry-run, or after a run one record of its result "
+    "(progress lines then go to stderr)",
     "verbose": VERBOSE_HELP,
 }
 

@@ -33,7 +33,7 @@ from xpushare.model.errors import RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
-from xpushare.report.output import plain
+from xpushare.report.output import plain, render
 from xpushare.transport import command_log, interrupt
 
 DEBUG_LOG = "debug.log"
@@ -203,7 +203,9 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
                  for c in clusters]
         print(dry_run.render_all(plans, request.output), file=out)
         return ExitStatus.OK
-    with lease.held_all(clusters, run_id, wait=request.wait, out=out):
+    # --output json|yaml on a run: the progress goes to stderr, the result record alone to ``out`` (result_record)
+    lines = out if request.output == "table" else sys.stderr
+    with lease.held_all(clusters, run_id, wait=request.wait, out=lines):
         return _run_held(request, clusters, selection, overrides, run_id, run_dir, todo, out)
 
 
@@ -236,7 +238,8 @@ def _run_held(request: RunRequest, clusters: Sequence[ClusterSpec], selection: S
         earlier = [str(name) for name in previous.get("clusters") or []]
         meta["clusters"] = earlier + [c.name for c in clusters if c.name not in earlier]
     with disk_full_stops_the_run(run_dir, run_id):
-        return _run_and_report(clusters, selection, overrides, run_id, run_dir, todo, meta, out, request.maxfail)
+        return _run_and_report(clusters, selection, overrides, run_id, run_dir, todo, meta, out, request.maxfail,
+                               request.output)
 
 
 @contextmanager
@@ -283,9 +286,11 @@ def _first_line(exc: BaseException) -> str:
 
 def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overrides: Mapping[str, Any],
                     run_id: str, run_dir: Path, todo: Mapping[str, Sequence[CaseDef]], meta: dict[str, Any],
-                    out: TextIO, maxfail: int | None = None) -> ExitStatus:
-    """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports."""
+                    out: TextIO, maxfail: int | None = None, fmt: str = "table") -> ExitStatus:
+    """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports.
+    ``fmt`` json or yaml: the progress lines on stderr, then :func:`result_record` alone on ``out``."""
     artifacts.write_run_meta(run_dir, meta)
+    result_out, out = out, (out if fmt == "table" else sys.stderr)
     progress = Progress(out)
     root = run_dir.parents[2]  # run_dir is <root>/.tmplog/<run id>/xpushare (report/artifacts.run_dir)
     plans = {c.name: dry_run.plan_run(todo[c.name], c, selection, overrides, capabilities_of(c), root)["cases"]
@@ -339,9 +344,24 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
         progress.done(f"interrupted: continue with --run-id {run_id} --resume")
     for name, error in errors.items():  # the first is raised below; each cluster's own is named here
         progress.done(f"{name}: stopped: {_first_line(error)}")
+    if fmt != "table":
+        print(render(result_record(run_id, run_dir, status, results, decision, paths.markdown), fmt), file=result_out)
     if errors:
         raise next(iter(errors.values()))
     return status
+
+
+def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Sequence[Mapping[str, Any]],
+                  decision: summaries.ReleaseDecision, report: Path) -> dict[str, Any]:
+    """What ``--output json|yaml`` prints after a run: ``{"run_id", "run_dir", "exit_status", "counts",
+    "release_ready", "release_reasons", "report", "cases": [{"cluster", "suite", "case_id", "status", "summary",
+    "duration_s"}]}`` (paths as text, durations in seconds)."""
+    return {
+        "run_id": run_id, "run_dir": str(run_dir), "exit_status": int(status), "counts": summaries.counts(results),
+        "release_ready": decision.ready, "release_reasons": list(decision.reasons), "report": str(report),
+        "cases": [{key: r.get(key) for key in ("cluster", "suite", "case_id", "status", "summary", "duration_s")}
+                  for r in results],
+    }
 
 
 PLOTTED_SUITES = ("performance",)

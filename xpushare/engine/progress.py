@@ -65,7 +65,7 @@ def expected_line(plan: Sequence[Mapping[str, Any]]) -> str:
         parts.append(f"no estimate for {unknown} case(s): no earlier run of them on this cluster")
     if skipping:
         parts.append(f"{skipping} will SKIP")
-    head = f"expected ~{duration(sum(known))}" if known else "expected: unknown"
+    head = f"expected ~{duration(sum(known))}" if known or not unknown else "expected: unknown"
     return f"{head} ({'; '.join(parts)})" if parts else head
 
 
