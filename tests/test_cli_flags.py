@@ -45,6 +45,12 @@ def test_a_short_flag_means_one_long_flag_in_every_task() -> None:
     assert meaning["o"] == {"output"} and meaning["v"] == {"verbose"} and meaning["c"] == {"cluster"}
 
 
+def test_every_task_takes_a_counting_v() -> None:
+    for name, task in TASKS.items():
+        [verbose] = [a for a in task.get_arguments() if a.names[0] == "verbose"]
+        assert verbose.incrementable and tuple(verbose.names) == ("verbose", "v"), name
+
+
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_help_after_every_task_prints_its_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as ended:

@@ -11,6 +11,7 @@ positional arguments (Invoke would take ``--help`` as their value).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -20,7 +21,9 @@ from invoke import Context, Program, Task
 from invoke import task as invoke_task
 
 from xpushare.cli import defaults
+from xpushare.cli.flags import VERBOSE_HELP
 from xpushare.cli.guard import guarded
+from xpushare.transport import command_log
 
 __all__ = ["HELP_WORDS", "SHORT_FLAGS", "Count", "XTask", "first_sentence_first", "help_first", "task"]
 
@@ -57,6 +60,10 @@ class XTask(Task):
 
     def __init__(self, body: Callable[..., Any], *args: Any, cluster_default: bool = True, **kwargs: Any) -> None:
         kwargs["auto_shortflags"] = False
+        if "verbose" not in inspect.signature(body).parameters:
+            body = _with_verbose(body)
+        kwargs["help"] = {"verbose": VERBOSE_HELP, **(kwargs.get("help") or {})}
+        kwargs["incrementable"] = sorted({"verbose", *(kwargs.get("incrementable") or ())})
         super().__init__(body, *args, **kwargs)
         self.cluster_default = cluster_default
         self.__doc__ = first_sentence_first(self.__doc__ or "")
@@ -94,6 +101,22 @@ def first_sentence_first(doc: str) -> str:
     head, rest = text[:cut], text[cut:].lstrip(" ")
     rest = rest[1:] if rest.startswith("\n") else rest
     return " ".join(head.split()) + ("\n" + rest if rest.strip() else "")
+
+
+def _with_verbose(body: Callable[..., Any]) -> Callable[..., Any]:
+    """``body`` with a ``verbose`` flag (``-v``, ``-vv``, ``-vvv``) that sets what stderr shows
+    (:func:`xpushare.transport.command_log.set_verbosity`) before the body runs: every task has the same ``-v``."""
+    signature = inspect.signature(body)
+    P = inspect.Parameter
+    params = [*signature.parameters.values(), P("verbose", P.POSITIONAL_OR_KEYWORD, default=0)]
+
+    @functools.wraps(body)
+    def with_verbose(*args: Any, verbose: int = 0, **kwargs: Any) -> Any:
+        command_log.set_verbosity(int(verbose or 0))
+        return body(*args, **kwargs)
+
+    with_verbose.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return with_verbose
 
 
 def _fill_defaults(c: Context, kwargs: dict[str, Any], *, cluster: bool) -> None:
