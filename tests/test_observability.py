@@ -100,6 +100,14 @@ def test_ping_json() -> None:
     assert record["status"] == "ok" and record["hostname"] and isinstance(record["gpus"], list)
 
 
+def test_ping_errors_read_as_one_line_in_their_own_column() -> None:
+    from xpushare.adhoc import error_text
+
+    assert error_text(OSError(None, "Unable to connect to port 22 on 10.0.0.10")) == (
+        "Unable to connect to port 22 on 10.0.0.10")
+    assert error_text(None) == ""
+
+
 # ------------------------------------------------------------------------------------------------ events
 
 

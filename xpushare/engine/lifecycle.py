@@ -41,7 +41,7 @@ def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str |
     if CAP_KUBERNETES in missing:
         return "needs Kubernetes (this cluster runs in host mode)"
     if "client-library" in missing:
-        return "needs the nvshare client library (set sut_lib in the inventory)"
+        return "needs the SUT's client library (set sut_lib in the inventory; invoke deploy installs it)"
     if missing:
         return f"needs {', '.join(sorted(missing))}"
     if case.act is None or case.judge is None:

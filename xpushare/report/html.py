@@ -164,7 +164,7 @@ def render_html(run_dir: Path, results: Sequence[Result], view: RunOverview, *, 
         "reasons": list(decision.reasons),
         "scope": view.scope,
         "groups": view.suites,
-        "cases": [_case(run_dir, r, i) for i, r in enumerate(results)],
+        "cases": [_case(run_dir, r, i) for i, r in enumerate(results, 1)],  # #case-1 is the first case
         "markdown_href": href("run-report.md"),
     }
     return _environment().get_template(TEMPLATE).render(**context)
