@@ -262,6 +262,6 @@ def monitor_cell(phase: str, log_tail: str | None) -> str:
 
 
 def banner(text: str) -> str:
-    """A 42-``=`` framed line as the scripts end with (``✅ 测试通过：...``)."""
+    """A 42-``=`` framed line as the scripts end with (``PASS: ...``)."""
     rule = "=" * 42
     return f"{rule}\n{text}\n{rule}"

@@ -59,6 +59,27 @@ class _BulkRemote(Remote):
 
 _known_hosts_lock = threading.Lock()
 _ignore_warned = False
+_parsed_lock = threading.Lock()
+_parsed: dict[str, tuple[tuple[int, int], paramiko.HostKeys]] = {}
+
+
+def known_host_keys(path: Path) -> paramiko.HostKeys:
+    """The parsed known_hosts file ``path``, parsed once while its size and modification time stay the same.
+
+    Each connection used to parse the whole file (paramiko's ``load_host_keys``): with one line per host of a
+    fan-out that is N parses of N lines, 100 ms a connection at 1,000 hosts. Raises ``OSError`` or
+    ``paramiko.SSHException`` for a file that cannot be read."""
+    stat = path.stat()
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    with _parsed_lock:
+        hit = _parsed.get(str(path))
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+    keys = paramiko.HostKeys()
+    keys.load(str(path))
+    with _parsed_lock:
+        _parsed[str(path)] = (stamp, keys)
+    return keys
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -158,10 +179,14 @@ class SshHost(Host):
         policy = opts.host_key_policy
         known = Path(os.path.expanduser(opts.known_hosts))
         if policy != "ignore" and known.exists():
+            # only this host's keys, under the name paramiko looks up ("[host]:port" off port 22)
+            label = conn.host if int(conn.port) == 22 else f"[{conn.host}]:{conn.port}"
             try:
-                client.load_host_keys(str(known))
+                found = known_host_keys(known).lookup(label)
             except (OSError, paramiko.SSHException) as exc:
                 raise TransportError(self.name, f"cannot read known_hosts {known}: {exc}") from None
+            for key_type, host_key in (found or {}).items():
+                client.get_host_keys().add(label, key_type, host_key)
         if policy == "strict":
             client.set_missing_host_key_policy(_StrictPolicy())
         elif policy == "ignore":
