@@ -150,7 +150,7 @@ def run_adhoc(
             e.close()
 
     try:
-        outcomes = fan_out(conns, one, forks=forks)
+        outcomes = fan_out(conns, one, forks=forks, close_each=True)
     finally:
         for c in conns:
             c.close()
@@ -206,7 +206,7 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
         return _ping_one(host, None)
 
     try:
-        outcomes = fan_out(conns, op, forks=forks)
+        outcomes = fan_out(conns, op, forks=forks, close_each=True)
     finally:
         for c in conns:
             c.close()
@@ -277,7 +277,7 @@ def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], str], forks:
     """Connect to every host, run ``copy`` on each in parallel (:func:`fan_out`), close the connections."""
     conns = [connect(h) for h in hosts]
     try:
-        return fan_out(conns, copy, forks=forks)
+        return fan_out(conns, copy, forks=forks, close_each=True)
     finally:
         for c in conns:
             c.close()
