@@ -4,6 +4,7 @@ SUT (built from its source) on a ``connection: local`` host, its scheduler super
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -134,6 +135,10 @@ def test_status_exits_1_for_a_running_scheduler_whose_healthz_fails(
     assert "running (pid 4242, process, /healthz 500)" in out.getvalue()
     monkeypatch.setattr("xpushare.deploy.connect", lambda spec: ScriptedHost(spec.name, "200"))
     assert run_on_cluster(cluster, "status", out=out) == 0, out.getvalue()
+    out = io.StringIO()
+    assert run_on_cluster(cluster, "status", out=out, fmt="json") == 0
+    [record] = json.loads(out.getvalue())  # sut.status --output json
+    assert record["host"] == "box" and record["result"] == "ok" and "/healthz 200" in record["detail"]
 
 
 def test_wait_healthy_asks_for_the_manager_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

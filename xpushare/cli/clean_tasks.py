@@ -10,6 +10,7 @@ from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["clean"]
 
@@ -19,9 +20,11 @@ __all__ = ["clean"]
         "cluster": "cluster name from the inventory (required), e.g. c1",
         "run_id": "only this run's leftovers (default: every run's that is not alive)",
         "inventory": INVENTORY_HELP,
+        "output": OUTPUT_HELP + " (per place: where, deleted, stopped, spared, removed, error)",
     },
 )
-def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inventory_: str | None = None) -> None:
+def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inventory_: str | None = None,
+          output: str | None = None) -> None:
     """Remove what dead runs left: pods and ConfigMaps (by label), processes (by pid file), files on the hosts."""
 
     def body() -> ExitStatus:
@@ -30,6 +33,7 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
         from xpushare.inventory import schema
         from xpushare.report.artifacts import validate_run_id
 
+        fmt = output_format(output)
         name = defaults.cluster(c, cluster)
         if run_id is not None:
             try:
@@ -38,7 +42,10 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
                 raise UsageError(f"--run-id: {exc}") from None
         spec = schema.load(inventory_).cluster(name)
         removed = leftovers.clean(spec, run_id, lease.live_run_ids(spec))
-        for place in removed:
+        if fmt != "table":
+            print(render([{"where": p.where, "deleted": p.objects, "stopped": p.stopped, "spared": p.spared,
+                           "removed": p.entries, "error": p.error} for p in removed], fmt))
+        for place in removed if fmt == "table" else ():
             for line in place.lines():
                 print(line)
         # Nothing found is a success; a place that could not be cleaned is not.
