@@ -29,12 +29,15 @@ __all__ = ["cases_", "judge", "report", "soak"]
         "set": "override a parameter: --set sample_interval_s=10 (repeatable)",
         "root": ROOT_HELP,
         "inventory": INVENTORY_HELP,
+        "dry_run": "print the case, each parameter's value and its source, and whether it would SKIP; contact no "
+                   "host",
+        "output": "format of --dry-run: " + OUTPUT_HELP,
     },
     iterable=["set_"],
 )
 def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: str | None = None,
          minutes: str | None = None, run_id: str | None = None, resume: bool = False, set_: list[str] | None = None,
-         root: str = ".", inventory_: str | None = None) -> None:
+         root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None) -> None:
     """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
     from xpushare.soak.runner import SoakRequest
     from xpushare.soak.runner import soak as run_soak
@@ -47,7 +50,8 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
             except ValueError:
                 raise UsageError("--hours/--minutes take a number") from None
         request = SoakRequest(cluster=defaults.cluster(c, cluster), case=case, duration_s=duration, run_id=run_id,
-                              resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root))
+                              resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root),
+                              dry_run=dry_run, output=output_format(output))
         return run_soak(request)
 
     guarded(body)

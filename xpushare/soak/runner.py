@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from xpushare import __version__
 from xpushare.cases import REGISTRY
-from xpushare.engine import driver, lifecycle, plan
+from xpushare.engine import driver, dry_run, lifecycle, plan
 from xpushare.engine.progress import Progress
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
@@ -54,6 +54,10 @@ class SoakRequest:
     overrides: tuple[str, ...] = ()
     inventory_path: str | None = None
     root: Path = Path(".")
+    dry_run: bool = False
+    """Print the plan (the case, each parameter's value and source, whether it would SKIP) and run nothing."""
+    output: str = "table"
+    """The dry run's format: table | json | yaml."""
 
 
 def _now() -> str:
@@ -106,6 +110,11 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         if request.duration_s <= 0:
             raise UsageError("--hours/--minutes must be positive")
         overrides["stab_duration_s"] = request.duration_s
+    if request.dry_run:
+        planned = dry_run.plan_run([case], cluster, selection, overrides, driver.capabilities_of(cluster),
+                                   request.root)
+        print(dry_run.render_all([planned], request.output), file=out)
+        return ExitStatus.OK
     run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
