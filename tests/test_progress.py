@@ -22,8 +22,9 @@ def test_duration_reads_as_a_person_writes_it() -> None:
 
 
 def test_expected_line_sums_history_and_names_what_it_cannot_estimate() -> None:
-    plan: list[dict[str, Any]] = [{"plan": "RUN", "expected_duration_s": 60.0}, {"plan": "RUN", "expected_duration_s": 70.0},
-            {"plan": "RUN", "expected_duration_s": None}, {"plan": "SKIP", "expected_duration_s": None}]
+    plan: list[dict[str, Any]] = [
+        {"plan": "RUN", "expected_duration_s": 60.0}, {"plan": "RUN", "expected_duration_s": 70.0},
+        {"plan": "RUN", "expected_duration_s": None}, {"plan": "SKIP", "expected_duration_s": None}]
     line = expected_line(plan)
     assert line.startswith("expected ~2m10s (2 case(s) from earlier runs") and "no estimate for 1 case(s)" in line
     assert "1 will SKIP" in line
