@@ -143,6 +143,11 @@ class K8sBackend(Backend, KubeAccess):
             self.gpu_hosts[name] = connect(self.gpu_specs[name])
         return self.gpu_hosts[name]
 
+    def dmon_spawn(self, host: str) -> str:
+        """The spawn name of the case's dmon stream on GPU host ``host``; it names the host, so hosts that share one
+        home directory (the test lab's, several sshd on one machine) never stop each other's stream."""
+        return f"{self.prefix}-dmon-{host}"
+
     def nvidia_smi_argv(self, host: str, *args: str) -> list[str]:
         """argv of ``nvidia-smi *args`` on GPU host ``host``: the ``node_nvidia_smi`` parameter (``{host}``
         replaced by the host's name) when set, else ``nvidia-smi``."""
@@ -187,7 +192,7 @@ class K8sBackend(Backend, KubeAccess):
                 self.master.spawn(self.stream_name, argv)
         for name in sorted(self.smi_hosts):
             host = self.gpu_host(name)
-            spawn = f"{self.prefix}-dmon"
+            spawn = self.dmon_spawn(name)
             with contextlib.suppress(TransportError):
                 log = host.stop(spawn)
                 local = dest / f"dmon-{name}-{tag}.txt"
@@ -258,8 +263,8 @@ class K8sBackend(Backend, KubeAccess):
             self.stream_name = ""
         for name in sorted(self.smi_hosts):
             try:
-                self.gpu_host(name).spawn(f"{self.prefix}-dmon", self.nvidia_smi_argv(name, "dmon", "-s", "u", "-d",
-                                                                                       "1"))
+                self.gpu_host(name).spawn(self.dmon_spawn(name), self.nvidia_smi_argv(name, "dmon", "-s", "u", "-d",
+                                                                                        "1"))
             except TransportError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
 
@@ -435,7 +440,7 @@ class K8sBackend(Backend, KubeAccess):
         files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
                                             self.case_start, faults)
         nodes = sorted({r.node for r in records if r.node})
-        files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, f"{self.prefix}-dmon",
+        files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, self.dmon_spawn,
                                            self.nvidia_smi_argv)
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
         return harvest_faults.complete(files, faults)
@@ -449,7 +454,7 @@ class K8sBackend(Backend, KubeAccess):
             note(case_dir, f"cleanup: {exc}")
         for name in sorted(self.smi_hosts):
             try:
-                self.gpu_host(name).stop(f"{self.prefix}-dmon")
+                self.gpu_host(name).stop(self.dmon_spawn(name))
             except TransportError:
                 continue
         # The stream and dmon outputs were pulled into the case dir: remove them from the hosts.
