@@ -10,6 +10,7 @@ the exporter serves.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -479,16 +480,37 @@ def test_met003_nvml_cross_check_from_the_sampler(tmp_path: Path) -> None:
     assert v.status is Status.FAIL and "nvml_process_memory_matches" in v.summary
 
 
+def counted_drops(case_dir: Path, *, logged: int, counted: int) -> Verdict:
+    """MET-004 judged again after the harvest: ``logged`` DROP_LOCK lines (each with a throttle) in
+    scheduler.log, and ``counted`` more on the counter of ``metrics_end.txt`` than on ``metrics_mid.txt``."""
+    cid = "0123456789abcdef"
+    (case_dir / "scheduler.log").write_text(logged * (
+        f"[XPUSHARE][INFO]: Throttling client {cid} (Used: 36/35 ms, weighted, wall=36, billed=36, concurrent=1)\n"
+        f"[XPUSHARE][INFO]: Sent DROP_LOCK to client {cid}\n"), encoding="utf-8")
+    end = case_dir / "metrics_end.txt"
+    family = "xpushare_scheduler_drop_lock_total"
+    end.write_text(re.sub(rf"(?m)^{family} \d+$", f"{family} {counted}", end.read_text(encoding="utf-8")),
+                   encoding="utf-8")
+    return lifecycle.judge_case(REGISTRY["MET-004"], case_dir, params_for("MET-004"))
+
+
 def test_met004_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
     state, backend = k8s
-    v, plan, _ = act_and_judge("MET-004", backend, k8s_cluster(), tmp_path)
+    v, plan, case_dir = act_and_judge("MET-004", backend, k8s_cluster(), tmp_path, met004_counter_window_s=0)
+    # no scheduler.log harvested here: the counter cannot be checked against the log, never a silent PASS
+    assert v.status is Status.ERROR and v.summary.startswith("drop_lock_counted: counter cross-check not possible")
+    assert (case_dir / "metrics_end.txt").is_file()
+    v = counted_drops(case_dir, logged=3, counted=3)
     assert v.status is Status.PASS, v.summary
     assert (plan["core_limit"], plan["memory_limit"]) == (35, "4Gi")  # T4: 4Gi (seed 000 MET-004)
     spec = backend.specs[-1]
     assert (spec.core_limit, spec.memory_limit) == (35, "4Gi")
     assert v.metrics["metric_memory_quota_bytes"] == 4 * GIB
+    assert counted_drops(case_dir, logged=3, counted=0).summary.startswith("drop_lock_counted: ")  # not counted
+    assert counted_drops(case_dir, logged=3, counted=9).status is Status.FAIL  # counts more than it sent
     state.memory_from_annotation = False  # the exporter shows 0 where 8Gi is configured
-    v, _, _ = act_and_judge("MET-004", backend, k8s_cluster(), tmp_path / "b", met004_memory_limit="8Gi")
+    v, _, _ = act_and_judge("MET-004", backend, k8s_cluster(), tmp_path / "b", met004_memory_limit="8Gi",
+                            met004_counter_window_s=0)
     assert v.status is Status.FAIL and "memory_quota_matches" in v.summary
 
 

@@ -439,9 +439,10 @@ def test_gpu_mapping_is_derived_at_judgment_from_registrations_by_pid(tmp_path: 
     ev = Evidence.load(tmp_path, "host")
     assert write_gpu_mapping(ev) == ["gpu_mapping.txt"]
     rows = [ln.split("\t") for ln in (tmp_path / "gpu_mapping.txt").read_text().splitlines()]
-    assert rows == [["pod", "node", "gpu_key", "matched_by"],
-                    ["func-002-w2-a", "localhost", KEY, f"host_pid {PID_A} and client_id {CID_A}"],
-                    ["func-002-w2-b", "localhost", "-", "-"]]  # pid 4242 never registered
+    # no node sampler files: no NVML placement to compare with (the last three columns say so)
+    assert rows == [["pod", "node", "gpu_key", "matched_by", "key_gpu_uuid", "nvml_gpu_uuid", "agree"],
+                    ["func-002-w2-a", "localhost", KEY, f"host_pid {PID_A} and client_id {CID_A}", "-", "-", "-"],
+                    ["func-002-w2-b", "localhost", "-", "-", "-", "-", "-"]]  # pid 4242 never registered
     # The judgments see the registration's GPU; the unregistered pod keeps the key of the tool's placement.
     a, b = ev.assignment("func-002-w2-a"), ev.assignment("func-002-w2-b")
     assert a is not None and (a.gpu, a.source, a.recorded) == (KEY, SOURCE_REGISTRATION, UUID)

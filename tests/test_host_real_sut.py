@@ -343,7 +343,9 @@ def spread_case(tmp_path: Path, mutant: str | None = None) -> tuple[dict[str, An
         proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
                       str(tmp_path), "--case", "FUNC-003")
     case = tmp_path / ".tmplog" / "spread" / "xpushare" / CLUSTER / "functional" / "FUNC-003"
-    return json.loads((case / "result.json").read_text()), case, proc.stdout[-3000:] + proc.stderr[-2000:]
+    detail = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert (case / "result.json").is_file(), detail
+    return json.loads((case / "result.json").read_text()), case, detail
 
 
 @LAB
@@ -359,21 +361,31 @@ def test_spread_case_in_host_mode_judges_the_registrations(tmp_path: Path) -> No
         p: f"registration (host_pid {pid}" for p, pid in pids.items()}, spread
     rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
     assert sorted(r[2] for r in rows) == ["0", "0", "1", "1"], rows
+    assert [r[6] for r in rows] == ["yes"] * 4 and all(r[4] == r[5] for r in rows), rows  # SUT key == NVML
     assert (case / "scheduler_node.txt").read_text().strip() == "hl-solo"
+    identity = next(c for c in got["checks"] if c["name"] == "gpu_identity")
+    path = next(c for c in got["checks"] if c["name"] == "sut_in_path")
+    assert identity["ok"] is True and len(identity["values"]["agree"]) == 4, identity
+    assert path["ok"] is True and len(path["values"]["registered"]) == 4, path
+    env = (case / "pods" / "func-003-w2-1.environ.txt").read_text()
+    assert "CUDA_VISIBLE_DEVICES=" in env and "NVIDIA_VISIBLE_DEVICES" not in env and "LD_PRELOAD=" in env, env
 
 
 @LAB
 def test_spread_case_fails_when_every_client_registers_on_one_gpu(tmp_path: Path) -> None:
     """The library of the ``gpu-key-ignores-cuda-visible-devices`` mutant ignores the CUDA_VISIBLE_DEVICES
-    the tool placed each workload with: the tool still spreads them over both GPUs, but the scheduler
-    registers all of them under one key (``default``), so FUNC-003 FAILs on the registrations."""
+    the tool placed each workload with: the workloads still run on both GPUs (NVML, through the node sampler,
+    sees them there), but the scheduler registers all of them under one key (``default``), so FUNC-003 FAILs
+    on the SUT's GPU identity, naming each disagreement, while the spread itself (NVML's truth) holds."""
     got, case, detail = spread_case(tmp_path, "gpu-key-ignores-cuda-visible-devices")
-    assert got["status"] == "FAIL" and "spread_over_gpus" in got["summary"], detail
+    assert got["status"] == "FAIL" and got["summary"].startswith("gpu_identity: the SUT's GPU identity is wrong"), \
+        detail
+    identity = next(c for c in got["checks"] if c["name"] == "gpu_identity")
+    assert identity["ok"] is False and len(identity["values"]["disagree"]) == 4, identity
     spread = next(c for c in got["checks"] if c["name"] == "spread_over_gpus")
-    assert spread["ok"] is False and spread["values"]["distinct_gpus"] == 1, spread
+    assert spread["ok"] is True and spread["values"]["distinct_gpus"] == 2, spread
     pods = json.loads((case / "pods.json").read_text())
     assert sorted(p["gpu_key"] for p in pods) == ["0", "0", "1", "1"], pods  # the tool's placement spread
-    assert {p: s.split(" and ")[0] for p, s in spread["values"]["gpu_source"].items()} == {
-        p["name"]: f"registration (host_pid {p['host_pid']}" for p in pods}, spread
     rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
     assert [r[2] for r in rows] == ["default"] * 4, rows
+    assert [r[6] for r in rows] == ["NO"] * 4 and len({r[5] for r in rows}) == 2, rows

@@ -4,19 +4,20 @@ The lab runs the upstream ``xpushare-scheduler`` and ``libxpushare.so`` on simul
 "The real SUT"). ``invoke metrics --cluster lab`` passes MET-001..008 on the healthy lab; the SUT's bugs, as
 mutant builds (tests/lab/mutants), turn exactly the cases that judge them: ``metrics-missing`` fails MET-002,
 ``healthz-500`` fails MET-001 and MET-007, ``values-off-10`` (managed allocation exported 10 % high) fails
-MET-003's comparison with the MEM_UPDATE lines of the scheduler's debug log; the ``scheduler_down`` fault fails
+MET-003's comparison with the MEM_UPDATE lines of the scheduler's debug log, ``drop-lock-not-counted`` fails MET-004's
+DROP_LOCK counter against the log's DROP_LOCK lines; the ``scheduler_down`` fault fails
 MET-001 (FAIL or ERROR). ``counter-as-gauge`` and ``label-missing`` are caught by ``invoke metrics-check``
 (tests/test_metrics_check_lab.py), by no MET case in this lab: no MET case judges a family's TYPE, and in
-Kubernetes the probe is matched by pod, so ``host_pid`` is only read by MET-003's NVML cross-check, which the lab
-cannot make (below).
+Kubernetes the probe is matched by pod, so ``host_pid`` is only read by MET-003's NVML cross-check.
 
 Lab-sized parameters (the ``lab`` cluster's, :func:`tests.lab.env.lab_params`): short durations (MET-006 10 s,
 MET-007 10 s, MET-008 6 s); the W5 probe at ``--n 1024`` (16 MiB of buffers: it fits the 64 MiB the library leaves
-on the lab's 1600 MiB GPU). ``met003_require_nvml: false``: the SSH sessions of the lab's node hosts have no NVML
-(the simulated driver is only in the pods' environment), so the node sampler records ``no_gpu.txt`` and MET-003
-judges the page alone. ``met006_dmon_command``: the simulated GPU's ``nvidia-smi dmon -s u -d 1`` with the probe
-node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of the device's kernel timeline over the last
-second) that the real scheduler exports as ``gpu_utilization_ratio``, independently of the scheduler. MET-008: the
+on the lab's 1600 MiB GPU). The SSH sessions of the lab's node hosts have no driver of their own: the node sampler
+gets the node's simulated NVML through ``node_sampler_env`` (and ``node_sampler_python``), so MET-003 checks the
+exporter's per-process memory against NVML. ``met006_dmon_command``: the simulated GPU's
+``nvidia-smi dmon -s u -d 1`` with the probe node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of
+the device's kernel timeline over the last second) that the real scheduler exports as ``gpu_utilization_ratio``,
+independently of the scheduler. MET-008: the
 seed's alert ratio 0.8; the probe (oversubscription on) is sized so that its buffers plus the 256 MiB the simulated
 driver counts for its context are 85 % of the GPU (``--n`` 8505, 1104 MiB of buffers, ratio 0.85).
 
@@ -115,16 +116,20 @@ def test_healthy_lab_metrics_suite(lab_inventory: Path, kube_lab: LabCluster, tm
         assert plan["target"]["node"] == plan["node"] and plan["target"]["fetched_from"] == plan["node"], cid
         assert plan["target"]["url"] == f"http://{kube_lab.scheduler_address(plan['node'])}:9402", cid
     node3 = json.loads((case / "MET-003/plan.json").read_text())["node"]
-    assert (case / f"MET-003/sampler/{node3}_no_gpu.txt").is_file()  # the sampler ran on the probe's node
-    assert "NVML cross-check not possible" in got["MET-003"]["summary"]
+    # the sampler read the probe node's simulated NVML: the exporter's per-process memory is checked against it
+    assert (case / f"MET-003/sampler/{node3}_procs.csv").is_file()
+    assert "NVML cross-check not possible" not in got["MET-003"]["summary"]
     checked = {c["name"] for c in got["MET-003"]["checks"] if c["ok"]}
     assert "managed_matches_scheduler_log" in checked  # the lab's schedulers log in debug mode
+    assert "nvml_process_memory_matches" in checked, got["MET-003"]["checks"]
     m3 = got["MET-003"]["metrics"]
     # the library's allocations (W5 at n 1024: 4 buffers of 4 MiB) and NVML's view (plus the 256 MiB context)
     assert list(m3["client_managed_allocated_bytes"].values()) == [16 * 2**20], m3
     assert list(m3["client_nvml_used_bytes"].values()) == [16 * 2**20 + DEFAULT_CONTEXT_BYTES], m3
     assert got["MET-004"]["metrics"]["metric_core_quota_percent"] == 35
     assert got["MET-004"]["metrics"]["metric_memory_quota_bytes"] == 8 * 2**30
+    drops = next(c for c in got["MET-004"]["checks"] if c["name"] == "drop_lock_counted")
+    assert drops["ok"] is True and drops["values"]["delta"] > 0 and drops["values"]["log_throttles"] > 0, drops
     assert 0 < got["MET-005"]["metrics"]["dynamic_quota_metric_latency_sec"] <= 15
     plan6 = json.loads((case / "MET-006/plan.json").read_text())
     assert plan6["dmon"]["source"] == "met006_dmon_command"
@@ -152,6 +157,20 @@ def test_metrics_missing_fails_met002(lab_inventory: Path, kube_lab: LabCluster,
     failed = {c["name"] for c in got["checks"] if c["ok"] is False}
     # without client_info the probe cannot be found either: the page is judged all the same
     assert failed == {"probe_client_seen", "required_metrics_present"}, got["checks"]
+    assert proc.returncode == 1
+
+
+def test_drop_lock_not_counted_fails_met004(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    """The ``drop-lock-not-counted`` build sends and logs every DROP_LOCK (the 35 % probe is throttled) but
+    ``scheduler_drop_lock_total`` stays 0: MET-004's counter-against-log check FAILs (seed 002 §4)."""
+    wait_idle(kube_lab)
+    with kube_lab.running_mutant("drop-lock-not-counted"):
+        proc = run_metrics(lab_inventory, tmp_path, "drops", "MET-004")
+    got = results(tmp_path, "drops")["MET-004"]
+    assert got["status"] == "FAIL", got["summary"]
+    failed = [c for c in got["checks"] if c["ok"] is False]
+    assert [c["name"] for c in failed] == ["drop_lock_counted"], got["checks"]
+    assert failed[0]["values"]["delta"] == 0 and failed[0]["values"]["log_drop_lock_lines"] > 0, failed[0]
     assert proc.returncode == 1
 
 

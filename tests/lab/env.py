@@ -84,7 +84,12 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "met_settle_s": 20,
         "met_poll_s": 0.5,
         "met_probe_duration_s": 120,
-        "met003_require_nvml": False,  # the SSH node hosts have no simulated driver in their sessions
+        # the node sampler (every case, and MET-003's) reads the node's simulated NVML: the SSH sessions of the
+        # node hosts have no driver of their own, so it gets the node's devices and the stub library, and the
+        # interpreter that has nvidia-ml-py
+        "node_sampler_python": sys.executable,
+        "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
+                             "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
         "met005_before_s": 2,
         "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
         "met006_duration_s": 10,

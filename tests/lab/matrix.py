@@ -98,6 +98,7 @@ ROWS: tuple[Row, ...] = (
     Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004")),
     Row("utilization-smoothing-halved", ("MET-006",)),
     Row("gpu-memory-sampled-once", ("MET-008",)),
+    Row("drop-lock-not-counted", ("MET-004",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
         faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
@@ -110,8 +111,9 @@ ROWS: tuple[Row, ...] = (
 #: Mutants only a host-mode cluster can show (the Kubernetes lab's device plugin sets what they get wrong), and the
 #: test that catches them on the host-mode lab (tests/lab/hostlab.py).
 HOST_MODE: dict[str, str] = {
-    "gpu-key-ignores-cuda-visible-devices": "host-mode FUNC-003 FAIL (`spread_over_gpus`): every client registers on "
-                                            "the first GPU; tests/test_host_real_sut.py",
+    "gpu-key-ignores-cuda-visible-devices": "host-mode FUNC-003 FAIL (`gpu_identity`): every client registers as "
+                                            "`default` while NVML sees the processes on both GPUs; "
+                                            "tests/test_host_real_sut.py",
 }
 
 #: Mutants no case catches, and why (they stay in the score's denominator).

@@ -174,8 +174,16 @@ class HostBackend(Backend):
         uuid = dict(self.gpus.get(host) or []).get(idx) if idx is not None else None
         return host, idx, uuid
 
-    def pod_env(self, spec: PodSpec, gpu_index: int | None) -> dict[str, str]:
-        """Environment of a workload process: SUT variables, preload library, GPU placement."""
+    def pod_env(self, spec: PodSpec, gpu_index: int | None, gpu_uuid: str | None = None) -> dict[str, str]:
+        """Environment of a workload process: SUT variables, preload library, GPU placement.
+
+        The GPU is decided here whatever the tool's or the host's environment holds: with the inventory's
+        ``visible_devices: unset`` (default) ``CUDA_VISIBLE_DEVICES`` is the assigned GPU's index and
+        ``NVIDIA_VISIBLE_DEVICES`` is removed (:meth:`unset_vars`); with ``uuid`` both are the GPU's UUID, as a
+        Kubernetes device plugin gives a pod (a UUID selects the same GPU whether or not a container runtime
+        narrowed the visible set). The client library takes its GPU key from ``NVIDIA_VISIBLE_DEVICES`` first
+        (its ``read_visible_device``), so a value left over from the tool's environment would name every
+        workload's GPU ``0``."""
         env = {self.names.env_debug: "1", "PYTHONUNBUFFERED": "1"}
         if spec.oversub:  # presence-based in the SUT: omit the variable to disable (sut-interfaces §11.2)
             env[self.names.env_oversub] = "1"
@@ -184,9 +192,17 @@ class HostBackend(Backend):
         if self.cluster.sut_lib:
             env["LD_PRELOAD"] = self.cluster.sut_lib
         if gpu_index is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+            by_uuid = self.cluster.visible_devices == "uuid" and gpu_uuid is not None
+            env["CUDA_VISIBLE_DEVICES"] = gpu_uuid if by_uuid and gpu_uuid else str(gpu_index)
+            if by_uuid and gpu_uuid:
+                env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuid
         env.update(dict(spec.env))
         return env
+
+    def unset_vars(self, env: dict[str, str], gpu_index: int | None) -> list[str]:
+        """Variables removed from a workload's environment (``env -u``): ``NVIDIA_VISIBLE_DEVICES`` when the
+        backend placed the workload on a GPU and :meth:`pod_env` did not set it."""
+        return ["NVIDIA_VISIBLE_DEVICES"] if gpu_index is not None and "NVIDIA_VISIBLE_DEVICES" not in env else []
 
     def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
         if any(p.core_limit is not None or p.memory_limit is not None for p in pods):
@@ -194,10 +210,12 @@ class HostBackend(Backend):
         for spec in pods:
             host_name, idx, uuid = self._choose(spec)
             spawn_name = f"{self.case_prefix}-{procs.safe(spec.name)}"
-            env = self.pod_env(spec, idx)
+            env = self.pod_env(spec, idx, uuid)
             self.placed[spec.name] = _Placed(spec, host_name, idx, uuid, spawn_name, procs.gpu_key(env))
             host = self.hosts[host_name]
+            unset = [arg for name in self.unset_vars(env, idx) for arg in ("-u", name)]
             argv = [
+                *(["env", *unset] if unset else []),
                 "sh",
                 "-c",
                 procs.WRAPPER,
@@ -300,8 +318,9 @@ class HostBackend(Backend):
                 files.append("pods.json")
             except TransportError as exc:
                 harvest_faults.fault(case_dir, "pods", exc, faults)
-        files += host_harvest.pod_logs(
-            case_dir, [(p.spec.name, self.hosts[p.host], p.spawn_name) for p in self.placed.values()], faults)
+        spawned = [(p.spec.name, self.hosts[p.host], p.spawn_name) for p in self.placed.values()]
+        files += host_harvest.pod_logs(case_dir, spawned, faults)
+        files += host_harvest.pod_environs(case_dir, spawned, faults)
         for name, host in self.hosts.items():
             files += host_harvest.node_evidence(case_dir, name, host, self.case_prefix, faults)
         files += self.scheduler.harvest(case_dir, self.log_offset, faults)

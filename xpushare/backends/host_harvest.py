@@ -14,14 +14,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from xpushare.backends.harvest_faults import fault, is_absent
+from xpushare.evidence import workload_env
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError
 from xpushare.transport.base import Host
 
-__all__ = ["node_evidence", "pod_logs"]
+__all__ = ["node_evidence", "pod_environs", "pod_logs"]
 
 #: The node's ``nvidia-smi``, or a line saying there is none (a host without GPUs is not a fault).
 NVIDIA_SMI = ["sh", "-c", "command -v nvidia-smi >/dev/null || { echo 'nvidia-smi: not found'; exit 0; }; nvidia-smi"]
-SAMPLER_FILES = ("gpu.csv", "procs.csv", "no_gpu.txt")
+SAMPLER_FILES = ("gpu.csv", "procs.csv", "pids.csv", "no_gpu.txt")
 
 
 def pod_logs(case_dir: Path, pods: Iterable[tuple[str, Host, str]], faults: list[str]) -> list[str]:
@@ -34,6 +36,26 @@ def pod_logs(case_dir: Path, pods: Iterable[tuple[str, Host, str]], faults: list
             files.append(str(local.relative_to(case_dir)))
         except TransportError as exc:
             fault(case_dir, f"pod {pod} log", exc, faults)
+    return files
+
+
+def pod_environs(case_dir: Path, pods: Iterable[tuple[str, Host, str]], faults: list[str]) -> list[str]:
+    """``pods/<pod>.environ.txt`` of each ``(pod, host, spawn name)``: the environment the workload process really
+    had (``<spawn>.environ``, read from ``/proc`` while it ran; :mod:`xpushare.evidence.workload_env` redacts it).
+    A pod that ended before any poll saw it has none (an absence, not a fault)."""
+    files: list[str] = []
+    for pod, host, spawn_name in pods:
+        rel = workload_env.environ_file(pod)
+        raw = case_dir / "pods" / f".{pod}.environ.raw"
+        try:
+            host.get(f"{host.spawn_dir}/{spawn_name}.environ", raw)
+            atomic_write_text(case_dir / rel, workload_env.render(raw.read_bytes()))
+            files.append(rel)
+        except TransportError as exc:
+            if not is_absent(exc):
+                fault(case_dir, f"pod {pod} environment", exc, faults)
+        finally:
+            raw.unlink(missing_ok=True)
     return files
 
 

@@ -3,7 +3,8 @@ reads them (see :mod:`xpushare.backends.host`).
 
 Each pod ``<n>`` runs under :data:`WRAPPER`: ``<n>.start`` and ``<n>.end`` (``date +%s.%N``), ``<n>.rc`` (exit
 code) and ``<n>.hostpid`` (the workload process's pid, the one whose socket the scheduler sees: SO_PEERCRED,
-``client_info{host_pid}``, sut-interfaces.md §6.3). :data:`POLL` prints one ``name|rc|start|end|pid`` row a pod
+``client_info{host_pid}``) and ``<name>.environ`` (its environment, read by :data:`POLL`).
+:data:`POLL` prints one ``name|rc|start|end|pid`` row a pod
 (``-`` for a missing file), read by :func:`poll_rows` and :func:`phase`.
 """
 
@@ -20,8 +21,13 @@ WRAPPER = (
     'n=$1; shift; date +%s.%N > "$n.start"; sh -c \'echo $$ > "$0.hostpid"; exec "$@"\' "$n" "$@"; rc=$?; '
     'date +%s.%N > "$n.end"; echo $rc > "$n.rc"'
 )
+# A running pod's environment is read from ``/proc/<pid>/environ`` once (``<name>.environ``, NUL-separated) at the
+# first poll that finds its pid: what the workload really got, whatever the tool meant to give it.
 POLL = (
     'cd "$1" || exit 97; shift; for n in "$@"; do '
+    '[ -s "$n.environ" ] || { p=$(cat "$n.hostpid" 2>/dev/null) && [ -n "$p" ] && '
+    'cat "/proc/$p/environ" > "$n.environ.part" 2>/dev/null && mv -f "$n.environ.part" "$n.environ"; '
+    'rm -f "$n.environ.part"; }; '
     'printf "%s|%s|%s|%s|%s\\n" "$n" "$(cat "$n.rc" 2>/dev/null || echo -)" '
     '"$(cat "$n.start" 2>/dev/null || echo -)" "$(cat "$n.end" 2>/dev/null || echo -)" '
     '"$(cat "$n.hostpid" 2>/dev/null || echo -)"; done'

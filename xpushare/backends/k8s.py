@@ -50,6 +50,7 @@ from xpushare.backends.harvest_faults import note
 from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.evidence import events
+from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
@@ -82,6 +83,11 @@ K8S_DEFAULTS: dict[str, Any] = {
     # argv of nvidia-smi on the GPU hosts ("{host}" is the inventory host name), for hosts whose nvidia-smi is not
     # on the login PATH or is a stand-in (the test lab's simulated GPUs); None: "nvidia-smi" where it is found
     "node_nvidia_smi": None,
+    # the node sampler on each GPU node (NVML per process, the pods' pids by HOSTNAME): its interpreter (None: the
+    # cluster's python) and extra environment, where a node's driver library is not on the SSH session's default
+    # path ("{node}" is the node's name)
+    "node_sampler_python": None,
+    "node_sampler_env": {},
 }
 
 
@@ -102,6 +108,8 @@ class K8sBackend(Backend, KubeAccess):
         self.gpu_specs = {h.name: h for h in cluster.by_role("gpu")}
         self.gpu_hosts: dict[str, Host] = {}
         self.node_host: dict[str, str] = {}
+        self.samplers: list[NodeCapture] = []
+        """The node samplers of the current case (started by :meth:`begin_case`, pulled back at harvest)."""
         self.smi_hosts: set[str] = set()
         self.run_id = ""
         self.case_id = ""
@@ -267,6 +275,18 @@ class K8sBackend(Backend, KubeAccess):
                                                                                         "1"))
             except TransportError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
+        self.samplers = []
+        for node, host_name in sorted(self.node_host.items()):
+            if host_name not in self.gpu_specs:
+                continue
+            try:  # NVML's view of each pod's process: the second source of placement (evidence/nvml_placement)
+                python = str(self.params["node_sampler_python"] or self.cluster.python)
+                sampler = sampler_capture(self.gpu_host(host_name), f"{self.prefix}-sampler", python, node,
+                                          env=dict(self.params["node_sampler_env"] or {}))
+                sampler.start()
+                self.samplers.append(sampler)
+            except TransportError as exc:
+                print(f"warning: node sampler on {node} not started ({exc})", file=sys.stderr)
 
     def render_pod(self, spec: PodSpec) -> dict[str, Any]:
         """The pod manifest of a :class:`PodSpec` (manifests/pod.yaml filled in structurally)."""
@@ -442,6 +462,9 @@ class K8sBackend(Backend, KubeAccess):
         nodes = sorted({r.node for r in records if r.node})
         files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, self.dmon_spawn,
                                            self.nvidia_smi_argv)
+        for sampler in self.samplers:
+            files += sampler.stop(case_dir)
+        self.samplers = []
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
         return harvest_faults.complete(files, faults)
 
@@ -457,6 +480,9 @@ class K8sBackend(Backend, KubeAccess):
                 self.gpu_host(name).stop(self.dmon_spawn(name))
             except TransportError:
                 continue
+        for sampler in self.samplers:  # not harvested (an interrupted case): stop it, keep what it wrote
+            sampler.stop(case_dir)
+        self.samplers = []
         # The stream and dmon outputs were pulled into the case dir: remove them from the hosts.
         for host in [self.master, *(self.gpu_host(n) for n in sorted(self.smi_hosts))]:
             try:

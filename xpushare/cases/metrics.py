@@ -87,6 +87,7 @@ from xpushare.judge.metrics import (
     judge_met007,
     judge_met008,
 )
+from xpushare.judge.metrics_counters import COUNTER_END_FILE, drop_lock_check, with_counter_checks
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
@@ -178,7 +179,9 @@ def _met003(run: CaseRun) -> None:
     sampler: NodeCapture | None = None
     try:
         try:
-            sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"), run.cluster.python, node)
+            sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"),
+                                      str(run.params.get("node_sampler_python") or run.cluster.python), node,
+                                      env=dict(run.params.get("node_sampler_env") or {}))
             sampler.start()
             run.plan["sampler"] = {"node": node, "started_at": sampler.started_at, "argv": list(sampler.argv)}
         except TransportError as exc:  # evidence missing: the judgment says so (ERROR unless NVML not required)
@@ -207,6 +210,8 @@ def _met004(run: CaseRun) -> None:
         _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met004(
             ev, run.params, client=client, core_limit=core, memory_limit=memory, memory_limit_env=env,
             prefix=prefix))
+        run.sleep(float(run.params["met004_counter_window_s"]))  # the throttled probe keeps sending DROP_LOCKs
+        target.capture(run.case_dir, "/metrics", COUNTER_END_FILE)
     finally:
         target.close()
 
@@ -332,9 +337,15 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 
 def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return skipped_verdict(plan) or judge_met004(ev, th, client=stored_probe_client(ev, plan),
-                                          core_limit=plan.get("core_limit"), memory_limit=plan.get("memory_limit"),
-                                          memory_limit_env=plan.get("memory_limit_env"), prefix=plan.get("prefix"))
+    skipped = skipped_verdict(plan)
+    if skipped is not None:
+        return skipped
+    verdict = judge_met004(ev, th, client=stored_probe_client(ev, plan), core_limit=plan.get("core_limit"),
+                           memory_limit=plan.get("memory_limit"), memory_limit_env=plan.get("memory_limit_env"),
+                           prefix=plan.get("prefix"))
+    verdict = with_counter_checks(verdict, [drop_lock_check(ev, th, plan.get("prefix"))])
+    verdict.evidence = sorted(set(verdict.evidence) | {"metrics_mid.txt", COUNTER_END_FILE, "scheduler.log"})
+    return verdict
 
 
 def _judge005(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -387,13 +398,17 @@ register(CaseDef(
     "W5 probe and the node sampler on its node; /metrics snapshot once the three memory views show",
     "metrics_mid.txt (managed / NVML / GPU used > 0), sampler/<node>_procs.csv, _gpu.csv (NVML), "
     "scheduler.log (MEM_UPDATE lines, debug mode)",
-    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0), act=_met003, judge=_judge003,
+    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={}),
+    act=_met003, judge=_judge003,
 ))
 register(CaseDef(
     "MET-004", SUITE, "Quota metrics equal the configuration", "W5",
-    "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot",
-    "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations",
-    requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None),
+    "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot, and another "
+    "met004_counter_window_s later (drop_lock_total against the log's DROP_LOCK lines)",
+    "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations; "
+    "metrics_end.txt - metrics_mid.txt: scheduler_drop_lock_total vs scheduler.log DROP_LOCK lines",
+    requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None,
+                                   met004_counter_window_s=5.0, met_counter_slack=2),
     act=_met004, judge=_judge004,
 ))
 register(CaseDef(

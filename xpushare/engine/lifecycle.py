@@ -22,11 +22,16 @@ from xpushare.cases.base import CaseRun, load_plan
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.judge.sut_path import with_sut_checks
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts, history
 from xpushare.report.output import plain
 from xpushare.transport import activity, interrupt
+
+#: Suites whose verdicts are about the SUT's sharing, quotas, placement or metrics: each of their cases first
+#: establishes that the SUT was in every workload's path and that its GPU identity of each is NVML's.
+SUT_JUDGING_SUITES = frozenset({"functional", "combination", "performance", "metrics"})
 
 
 def utc_now() -> datetime:
@@ -279,13 +284,16 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
     """Apply the case's judgment to its stored evidence; a judgment that crashes is ERROR.
 
     The pod -> GPU mapping is derived from the stored evidence here (:meth:`Evidence.load`, ``mode`` the
-    cluster's) and written to ``gpu_mapping.txt``, which then joins the verdict's evidence.
+    cluster's) and written to ``gpu_mapping.txt``, which then joins the verdict's evidence. Cases of
+    :data:`SUT_JUDGING_SUITES` get the SUT-in-the-path and GPU-identity checks (:func:`with_sut_checks`).
     """
     assert case.judge is not None
     try:
         ev = Evidence.load(case_dir, mode)
         mapping = write_gpu_mapping(ev)
         verdict = case.judge(ev, params, load_plan(case_dir))
+        if case.suite in SUT_JUDGING_SUITES:
+            verdict = with_sut_checks(verdict, ev)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
     except Exception as exc:

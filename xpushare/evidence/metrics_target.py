@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
-from xpushare.transport.base import Host
+from xpushare.transport.base import Host, env_argv
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
@@ -309,13 +309,16 @@ class NodeCapture:
         return files
 
 
-def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s: float = 1.0) -> NodeCapture:
+def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s: float = 1.0,
+                    env: Mapping[str, str] | None = None) -> NodeCapture:
     """The node sampler (``workloads/node_sampler.py``, NVML per GPU and per process) as a :class:`NodeCapture`.
 
     Copies the script with the modules it imports (``_common.py``, ``_sampler_sources.py``) into a folder of
     its own in the host's spawn directory first (removed after); outputs land in the case dir as
-    ``sampler/<node>_gpu.csv``, ``_procs.csv``, ``_no_gpu.txt``, ``_sampler_source.txt`` (the names
-    MET-003's judgment reads). Raises :class:`~xpushare.model.errors.TransportError` when the copy fails.
+    ``sampler/<node>_gpu.csv``, ``_procs.csv``, ``_pids.csv``, ``_no_gpu.txt``, ``_sampler_source.txt`` (the
+    names MET-003's judgment and :mod:`xpushare.evidence.nvml_placement` read). ``env``: extra variables of the
+    sampler (``{node}`` in a value is replaced by ``node``), e.g. where a node's driver library lives. Raises
+    :class:`~xpushare.model.errors.TransportError` when the copy fails.
     """
     spawn_dir = host.spawn_dir
     if not spawn_dir.startswith("/"):
@@ -326,8 +329,9 @@ def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s
         host.put(WORKLOADS / file, f"{script_dir}/{file}")
     out_dir = f"{name}-out"
     outputs = {f"{out_dir}/{f}": f"sampler/{node}_{f}"
-               for f in ("gpu.csv", "procs.csv", "no_gpu.txt", "sampler_source.txt")}
-    argv = [python, f"{script_dir}/node_sampler.py", "--out-dir", out_dir, "--interval-s", f"{interval_s:g}"]
+               for f in ("gpu.csv", "procs.csv", "pids.csv", "no_gpu.txt", "sampler_source.txt")}
+    argv = env_argv([python, f"{script_dir}/node_sampler.py", "--out-dir", out_dir, "--interval-s", f"{interval_s:g}"],
+                    {k: str(v).replace("{node}", node) for k, v in (env or {}).items()})
     return NodeCapture(host, name, argv, outputs=outputs, remove=[script_dir, out_dir])
 
 

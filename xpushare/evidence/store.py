@@ -16,7 +16,7 @@ current parser, and :func:`write_gpu_mapping` writes ``gpu_mapping.txt`` from it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from xpushare.backends.base import PodRecord, read_pod_records
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.evidence.client_match import client_match, registrations_of
+from xpushare.evidence.nvml_placement import NvmlPlacement, key_uuid, nvml_placement
 from xpushare.model.atomic_file import atomic_write_text
 
 __all__ = [
@@ -66,14 +67,37 @@ class GpuAssignment:
     matched_by: str | None = None
     recorded: str | None = None
     client_ids: tuple[str, ...] = ()
+    registered_key: str | None = None
+    """The GPU key of the matched registration (the SUT's account), None without one."""
+    nvml: NvmlPlacement | None = None
+    """NVML's placement of the process (host mode, from the node sampler); None where no pid is known."""
+
+    @property
+    def nvml_gpu(self) -> str | None:
+        """The one GPU UUID NVML saw the process on (None: not seen, several, or no NVML evidence)."""
+        return self.nvml.uuid if self.nvml is not None else None
+
+    @property
+    def key_gpu(self) -> str | None:
+        """The UUID the SUT's registered key names on the pod's node (None: no registration, or the key names
+        no GPU there; see :func:`xpushare.evidence.nvml_placement.key_uuid`)."""
+        return key_uuid(self.registered_key, self.nvml.gpus if self.nvml is not None else {})
+
+    @property
+    def identity_agrees(self) -> bool | None:
+        """Whether the SUT's registered GPU is the GPU NVML saw the process on (None: one of them unknown)."""
+        if self.registered_key is None or self.nvml is None or not self.nvml.uuids:
+            return None
+        return self.key_gpu is not None and self.key_gpu in self.nvml.uuids and len(self.nvml.uuids) == 1
 
     def describe(self) -> str:
-        """``registration (host_pid 478)``, ``pods.json: tool placement, no registration`` ..."""
+        """``registration (host_pid 478); NVML GPU-...``, ``pods.json: tool placement, no registration`` ..."""
+        nvml = f"; NVML {', '.join(self.nvml.uuids)}" if self.nvml is not None and self.nvml.uuids else ""
         if self.source == SOURCE_REGISTRATION:
-            return f"registration ({self.matched_by})"
+            return f"registration ({self.matched_by}){nvml}"
         if self.source == SOURCE_RECORDED:
-            return f"pods.json {self.gpu} (no registration in the evidence)"
-        return "unknown (no registration, no GPU in pods.json)"
+            return f"pods.json {self.gpu} (no registration in the evidence){nvml}"
+        return f"unknown (no registration, no GPU in pods.json){nvml}"
 
 
 @dataclass
@@ -120,7 +144,8 @@ class Evidence:
         ev.mode = mode or ("host" if any(p.host_pid is not None for p in ev.pods) else "k8s")
         # without a scheduler log nothing registered: every pod keeps the GPU pods.json recorded
         ev.assignments = gpu_assignments(ev.pods, parse_text(ev.text("scheduler.log") or ""), ev.mode, ev.logs,
-                                         scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None)
+                                         scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None,
+                                         read=ev.text)
         ev.pods = [dataclasses.replace(p, gpu=ev.assignments[p.name].gpu) for p in ev.pods]
         return ev
 
@@ -145,9 +170,15 @@ class Evidence:
 
 
 def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, mode: str,
-                    logs: Mapping[str, str] | None = None, *,
-                    scheduler_node: str | None = None) -> dict[str, GpuAssignment]:
-    """Each pod's GPU from the scheduler's registration lines (the last one matched wins).
+                    logs: Mapping[str, str] | None = None, *, scheduler_node: str | None = None,
+                    read: Callable[[str], str | None] | None = None) -> dict[str, GpuAssignment]:
+    """Each pod's GPU: where NVML saw its process, else the scheduler's registration (the last one matched).
+
+    With ``read`` (case-relative name -> text) every record with a ``host_pid`` (host mode), or whose node's
+    sampler named its processes (Kubernetes: by the pod's name), also gets NVML's placement
+    (:mod:`xpushare.evidence.nvml_placement`, the node sampler's files): NVML is the truth of where a
+    workload ran, so the pod's ``gpu`` is the UUID NVML saw it on; otherwise the registration's key, resolved
+    to the node's UUID where NVML gave the node's GPUs (so pods seen and unseen by NVML compare).
 
     * ``k8s``: matched by pod name and, when the record has one, namespace;
     * host: by ``host_pid`` and by the ``Client ID`` lines of the pod's own log (``logs``); pods are
@@ -164,14 +195,23 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
         if mode != "host" or scheduler_node is None or r.node == scheduler_node:
             match = client_match(mode, r.name, namespace=r.namespace, record=r, log=logs.get(r.name))
             found = registrations_of(summary, match) if match.usable else []
+        nvml = None
+        if read is not None and r.host_pid is not None:
+            nvml = nvml_placement(read, r.node, r.host_pid)
+        elif read is not None and mode == "k8s" and r.node is not None and read(f"sampler/{r.node}_pids.csv"):
+            nvml = nvml_placement(read, r.node, None, pod=r.name)
         if found:
             reg, key = found[-1]
-            out[r.name] = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu,
-                                        tuple(dict.fromkeys(f.cid for f, _ in found)))
-            continue
-        recorded = (r.gpu_key or r.gpu) if mode == "host" and any_registration else r.gpu
-        out[r.name] = GpuAssignment(r.name, r.node, recorded, SOURCE_RECORDED if recorded is not None else SOURCE_NONE,
-                                    None, r.gpu)
+            a = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu,
+                              tuple(dict.fromkeys(f.cid for f, _ in found)), reg.gpu, nvml)
+        else:
+            recorded = (r.gpu_key or r.gpu) if mode == "host" and any_registration else r.gpu
+            a = GpuAssignment(r.name, r.node, recorded, SOURCE_RECORDED if recorded is not None else SOURCE_NONE,
+                              None, r.gpu, nvml=nvml)
+        if nvml is not None and nvml.gpus:  # one namespace of GPU names for every pod: the node's UUIDs
+            gpu = a.nvml_gpu or key_uuid(a.gpu, nvml.gpus) or a.gpu
+            a = dataclasses.replace(a, gpu=gpu)
+        out[r.name] = a
     return out
 
 
@@ -179,8 +219,11 @@ def write_gpu_mapping(ev: Evidence) -> list[str]:
     """``gpu_mapping.txt`` of the case dir from the derived registrations, for people and reports; nothing
     without a case dir, a scheduler log or pods. Tab-separated, ``-`` where a pod never registered:
 
-    * k8s: ``pod node gpu_uuid``;
-    * host: ``pod node gpu_key matched_by`` (``host_pid <pid>`` / ``client_id <id16>``).
+    * k8s: ``pod node gpu_uuid nvml_gpu_uuid agree``: the registration's GPU, the GPU(s) NVML saw the pod's
+      processes on (named by the node sampler by HOSTNAME) and whether they agree;
+    * host: ``pod node gpu_key matched_by key_gpu_uuid nvml_gpu_uuid agree``: the SUT's registered key and
+      what matched it (``host_pid <pid>`` / ``client_id <id16>``), the UUID that key names on the node, the
+      GPU(s) NVML saw the process on, and whether the two agree (``yes``, ``NO``, ``-``: one is unknown).
     """
     if ev.case_dir is None or not ev.pods or ev.text("scheduler.log") is None:
         return []
@@ -188,11 +231,15 @@ def write_gpu_mapping(ev: Evidence) -> list[str]:
     for r in ev.pods:
         a = ev.assignments.get(r.name)
         reg = a if a is not None and a.source == SOURCE_REGISTRATION else None
-        gpu = (reg.gpu if reg else None) or "-"
+        gpu = (reg.registered_key if reg else None) or "-"
+        nvml = ",".join(a.nvml.uuids) if a is not None and a.nvml is not None and a.nvml.uuids else "-"
+        agree = {True: "yes", False: "NO", None: "-"}[a.identity_agrees if a is not None else None]
         if ev.mode == "host":
-            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{(reg.matched_by if reg else None) or '-'}")
+            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{(reg.matched_by if reg else None) or '-'}\t"
+                        f"{(a.key_gpu if a is not None else None) or '-'}\t{nvml}\t{agree}")
         else:
-            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}")
-    header = "pod\tnode\tgpu_key\tmatched_by" if ev.mode == "host" else "pod\tnode\tgpu_uuid"
+            rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{nvml}\t{agree}")
+    header = ("pod\tnode\tgpu_key\tmatched_by\tkey_gpu_uuid\tnvml_gpu_uuid\tagree" if ev.mode == "host"
+              else "pod\tnode\tgpu_uuid\tnvml_gpu_uuid\tagree")
     atomic_write_text(ev.case_dir / "gpu_mapping.txt", header + "\n" + "\n".join(rows) + "\n")
     return ["gpu_mapping.txt"]

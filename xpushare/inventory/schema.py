@@ -81,7 +81,12 @@ _CLUSTER_KEYS = {
     "params",
     "python",
     "workdir",
+    "visible_devices",
 }
+#: How the host backend sets ``NVIDIA_VISIBLE_DEVICES`` for a workload (``CUDA_VISIBLE_DEVICES`` is always the
+#: assigned GPU's index): ``unset`` removes it (a bare-metal user launching with ``CUDA_VISIBLE_DEVICES``), ``uuid``
+#: sets it to the assigned GPU's UUID (what the device plugin gives a pod in Kubernetes).
+VISIBLE_DEVICES = ("unset", "uuid")
 _SCHEDULER_KEYS = {"metrics_url", "log_file", "process_name", "binary", "state_dir", "env"}
 _GPU_KEYS = {"model", "memory_gib", "count"}
 _TOP_KEYS = {"defaults", "clusters"}
@@ -160,6 +165,9 @@ class ClusterSpec:
     python: str = "python3"
     workdir: str | None = None
     """Where workloads and samplers live on the hosts (host mode); default: a temp dir per run."""
+    visible_devices: str = "unset"
+    """Host mode: ``NVIDIA_VISIBLE_DEVICES`` of a workload, one of :data:`VISIBLE_DEVICES` (whatever the tool's
+    or the host's own environment holds)."""
 
     def by_role(self, role: str) -> list[HostSpec]:
         """Hosts that carry ``role`` (``master``, ``gpu``) or every host for ``all``."""
@@ -401,6 +409,8 @@ class _Parser:
             params=params,
             python=str(raw.get("python") or "python3"),
             workdir=_opt_str(raw.get("workdir")),
+            visible_devices=self.choice(raw.get("visible_devices"), f"{kp}.visible_devices", VISIBLE_DEVICES,
+                                        "unset"),
         )
 
     def hosts(self, value: Any, kp: str, cluster_ssh: SshOptions) -> list[HostSpec]:

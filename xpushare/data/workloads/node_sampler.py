@@ -8,6 +8,12 @@ flushing after every sample, to:
 
     <out-dir>/gpu.csv    timestamp,gpu_index,uuid,sm_util_pct,mem_used_bytes,mem_total_bytes
     <out-dir>/procs.csv  timestamp,gpu_index,pid,used_bytes
+    <out-dir>/pids.csv   timestamp,pid,hostname,pod_uid
+
+pids.csv names each compute process once, when it is first seen: its HOSTNAME variable (in Kubernetes the
+pod's name, set by the container runtime) from /proc/<pid>/environ, and the pod UID in its cgroup path
+(`.../pod<uid>/...`) from /proc/<pid>/cgroup; empty where unreadable. It is how a pod is found in NVML's
+process list without asking the system under test.
 
 timestamp is Unix time in seconds (float, 3 decimals) taken when the sample starts; sm_util_pct is the
 NVML/nvidia-smi `utilization.gpu` percentage (0-100); memory values are bytes; an unavailable value is an
@@ -39,6 +45,7 @@ import csv
 import datetime
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -60,6 +67,29 @@ ERRORS_TXT = "errors.txt"
 
 GPU_COLUMNS = ("timestamp", "gpu_index", "uuid", "sm_util_pct", "mem_used_bytes", "mem_total_bytes")
 PROC_COLUMNS = ("timestamp", "gpu_index", "pid", "used_bytes")
+PIDS_CSV = "pids.csv"
+PID_COLUMNS = ("timestamp", "pid", "hostname", "pod_uid")
+_POD_UID = re.compile(r"pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})")
+
+
+def pid_identity(pid: int, proc_root: str = "/proc") -> tuple[str, str]:
+    """``(HOSTNAME, pod UID)`` of host process ``pid`` from ``/proc/<pid>/environ`` and ``/proc/<pid>/cgroup``
+    (``""`` for what cannot be read: the process is gone, or belongs to another user)."""
+    hostname = uid = ""
+    try:
+        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as fh:
+            for entry in fh.read().split(b"\0"):
+                if entry.startswith(b"HOSTNAME="):
+                    hostname = entry[len(b"HOSTNAME="):].decode("utf-8", errors="replace")
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8", errors="replace") as fh:
+            m = _POD_UID.search(fh.read())
+            uid = m.group(1).replace("_", "-") if m else ""
+    except OSError:
+        pass
+    return hostname, uid
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -97,10 +127,13 @@ class CsvSink:
         OSError: the files cannot be opened.
     """
 
-    def __init__(self, out_dir: str) -> None:
+    def __init__(self, out_dir: str, identify: Callable[[int], tuple[str, str]] = pid_identity) -> None:
         self._files: list[TextIO] = []
         self._gpu = self._open(os.path.join(out_dir, GPU_CSV), GPU_COLUMNS)
         self._procs = self._open(os.path.join(out_dir, PROCS_CSV), PROC_COLUMNS)
+        self._pids = self._open(os.path.join(out_dir, PIDS_CSV), PID_COLUMNS)
+        self._identify = identify
+        self._named: set[int] = set()
 
     def _open(self, path: str, columns: Iterable[str]) -> Any:
         fh = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -112,14 +145,18 @@ class CsvSink:
         return writer
 
     def write(self, sample: Sample) -> None:
-        """Append the sample's rows and flush both files."""
+        """Append the sample's rows (and a ``pids.csv`` row per process not named yet) and flush the files."""
         self._gpu.writerows(gpu_rows(sample))
         self._procs.writerows(proc_rows(sample))
+        for p in sample.procs:
+            if p.pid is not None and p.pid not in self._named:
+                self._named.add(p.pid)
+                self._pids.writerow([f"{sample.timestamp:.3f}", p.pid, *self._identify(p.pid)])
         for fh in self._files:
             fh.flush()
 
     def close(self) -> None:
-        """Flush and close both files (idempotent)."""
+        """Flush and close the files (idempotent)."""
         for fh in self._files:
             if not fh.closed:
                 fh.flush()
