@@ -130,6 +130,9 @@ def _check_clean_after_sigkill(tmp_path: Path, env: dict[str, str], spawn: Path,
     assert list(spawn.iterdir()) == []  # pid files, logs and the sampler's directory are gone
     again = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
     assert (again.returncode, again.stdout.strip()) == (0, "localhost: nothing left")
+    as_json = _invoke("clean", "--cluster", "local", "--run-id", "k9", "-o", "json", env=env, root=tmp_path)
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == [
+        {"where": "localhost", "deleted": [], "stopped": [], "spared": [], "removed": [], "error": None}]
     # The report of the killed run counts both selected cases; neither has a result: both are errors.
     assert _invoke("report", "--run-id", "k9", "--root", str(tmp_path), env=env, root=tmp_path).returncode == 0
     junit = (tmp_path / ".tmplog/k9/xpushare/junit.xml").read_text()

@@ -4,6 +4,7 @@ SUT (built from its source) on a ``connection: local`` host, its scheduler super
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -48,8 +49,13 @@ def test_layout_names_every_missing_setting_with_an_example() -> None:
         host_sut.HostSutLayout.of(bare.cluster("bm1"))
     message = str(exc.value)
     assert "\n" not in message
-    for key in ("sut_lib", "scheduler.binary", "scheduler.log_file", "scheduler.metrics_url", "scheduler.state_dir"):
+    for key in ("sut_lib", "scheduler.log_file", "scheduler.metrics_url"):
         assert key in message
+    assert "scheduler.binary" not in message and "scheduler.state_dir" not in message  # defaulted
+    minimal = schema.parse(cluster_text(Path("/x"), 9402).replace("      binary: /x/bin/xpushare-scheduler\n", "")
+                           .replace("      state_dir: /x/state\n", ""))
+    layout = host_sut.HostSutLayout.of(minimal.cluster("bm1"))
+    assert (layout.scheduler, layout.state_dir) == ("/usr/local/bin/xpushare-scheduler", "/var/lib/xpushare")
     relative = schema.parse(cluster_text(Path("/x"), 9402).replace("/x/state", "state"))
     with pytest.raises(UsageError, match=r"scheduler\.state_dir must be absolute"):
         host_sut.HostSutLayout.of(relative.cluster("bm1"))
@@ -129,6 +135,10 @@ def test_status_exits_1_for_a_running_scheduler_whose_healthz_fails(
     assert "running (pid 4242, process, /healthz 500)" in out.getvalue()
     monkeypatch.setattr("xpushare.deploy.connect", lambda spec: ScriptedHost(spec.name, "200"))
     assert run_on_cluster(cluster, "status", out=out) == 0, out.getvalue()
+    out = io.StringIO()
+    assert run_on_cluster(cluster, "status", out=out, fmt="json") == 0
+    [record] = json.loads(out.getvalue())  # sut.status --output json
+    assert record["host"] == "box" and record["result"] == "ok" and "/healthz 200" in record["detail"]
 
 
 def test_wait_healthy_asks_for_the_manager_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

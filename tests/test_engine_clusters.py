@@ -22,6 +22,7 @@ from xpushare.cases import REGISTRY
 from xpushare.engine import driver
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.plan import select
+from xpushare.engine.progress import Progress
 from xpushare.evidence import events
 from xpushare.inventory.schema import local_cluster
 from xpushare.model.errors import UsageError
@@ -138,7 +139,7 @@ def test_a_budget_spent_on_another_cluster_records_this_clusters_cases_as_not_ru
     selection = select(case_ids=["FUNC-001", "FUNC-002"])
     cases = [REGISTRY["FUNC-001"], REGISTRY["FUNC-002"]]
     spent = Budget(maxfail=1, failures=1)  # the other cluster's FAIL
-    progress = driver.Progress(open(os.devnull, "w"), label="local")  # noqa: SIM115 - closed with the process
+    progress = Progress(open(os.devnull, "w"), label="local")  # noqa: SIM115 - closed with the process
     assert not driver._run_cases(cases, "r", tmp_path, local_cluster(), _NoBackend(),  # type: ignore[arg-type]
                                  selection, {}, progress, spent)
     for case in ("FUNC-001", "FUNC-002"):

@@ -274,6 +274,7 @@ def json_of(path: Path) -> Any:
     ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, 1, 2),  # one GPU: two pods share it
     ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, 2, 3),  # two GPUs: spread, and one is shared
     ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, None, 12),  # unknown: the seed's count
+    ({"func003_pods": None, "func003_pods_per_gpu": 1.5}, 0, 2),  # a CPU node: two pods, minutes not on 2 cores
     ({"func003_pods": 4, "func003_pods_per_gpu": 1.5}, 8, 4),  # an explicit count wins
 ])
 def test_func003_pod_count_follows_the_gpus(params: dict[str, Any], gpus: int | None, count: int) -> None:

@@ -127,3 +127,10 @@ def test_scheduler_scrape_notes_only_a_failed_curl(stderr: str, exit_code: int, 
         assert note is None and body == PAGE
     else:
         assert note is not None and note.startswith(want)
+
+
+def test_nvidia_smi_on_the_nodes_is_configurable() -> None:
+    assert backend().nvidia_smi_argv("g", "dmon", "-s", "u") == ["nvidia-smi", "dmon", "-s", "u"]
+    simulated = backend()
+    simulated.params["node_nvidia_smi"] = ["env", "SIMGPU_CONFIG=/lab/{host}/devices", "/lab/nvidia-smi"]
+    assert simulated.nvidia_smi_argv("g", "-L") == ["env", "SIMGPU_CONFIG=/lab/g/devices", "/lab/nvidia-smi", "-L"]

@@ -61,6 +61,7 @@ def fake_labs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(env, "SshLab", FakeSsh)
     monkeypatch.setattr(env, "LabCluster", FakeKube)
     monkeypatch.setattr(env, "reserve_address_block", lambda: (7, None))
+    monkeypatch.setattr(env, "source_tree", lambda source=None: Path(source or "/sut/src"))
 
 
 def test_lab_up_writes_exactly_the_lab_tests_parameter_set(fake_labs: None, tmp_path: Path) -> None:
@@ -84,3 +85,39 @@ def test_lab_inventory_overrides_only_what_a_test_names(fake_labs: None, tmp_pat
     assert base == env.lab_params(kube)  # type: ignore[arg-type]
     sized = env.lab_inventory(ssh, kube, params={"pod_timeout_s": 1})["clusters"]["lab"]["params"]  # type: ignore[arg-type]
     assert sized == {**base, "pod_timeout_s": 1}
+
+
+def test_lab_up_without_a_source_tree_starts_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tests.lab.sut import SourceMissing
+
+    def no_ssh(*_: Any, **__: Any) -> None:
+        raise AssertionError("an sshd lab was started without a SUT source tree")
+
+    monkeypatch.setattr(env, "SshLab", no_ssh)
+    with pytest.raises(SourceMissing):
+        env.up(tmp_path / ".lab", sut_src=str(tmp_path / "no-such-tree"))
+
+
+def test_a_failed_lab_start_stops_what_it_started(fake_labs: None, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    stopped: list[Path] = []
+
+    def failing_start(self: FakeKube) -> None:
+        raise RuntimeError("make failed")
+
+    monkeypatch.setattr(FakeKube, "start", failing_start)
+    monkeypatch.setattr(env, "down", stopped.append)
+    with pytest.raises(RuntimeError, match="make failed"):
+        env.up(tmp_path / ".lab")
+    assert stopped == [tmp_path / ".lab"]
+
+
+def test_lab_up_cli_says_how_to_pass_the_source_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "invoke", "lab.up", "--sut-src", str(tmp_path / "none")], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--sut-src DIR" in proc.stderr and str(tmp_path / "none") in proc.stderr

@@ -95,7 +95,7 @@ def test_memlimit_refusal_needs_a_real_rejection_line() -> None:
 def test_memlimit_summary_block() -> None:
     text = judgments.memlimit_summary({"Test 1 (1Gi limit)": "PASS", "Test 2 (4Gi limit)": "FAIL"})
     assert text.splitlines() == ["  Test 1 (1Gi limit): PASS", "  Test 2 (4Gi limit): FAIL",
-                                 "Total: 1 passed, 1 failed", "  ❌ Some tests failed!"]
+                                 "Total: 1 passed, 1 failed", "  Some tests failed."]
 
 
 GI = 2**30

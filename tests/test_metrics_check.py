@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -486,6 +487,12 @@ def test_urllib_fetcher_and_task_with_url(http_server: str) -> None:
     buf = io.StringIO()
     assert task.metrics_check_task(http_server + "/metrics", None, load=False, out=buf) is ExitStatus.OK
     assert "15/15 PASS" in buf.getvalue()
+    assert max(len(line) for line in buf.getvalue().splitlines()) <= 150  # long cells wrap
+    buf = io.StringIO()
+    assert task.metrics_check_task(http_server + "/metrics", None, out=buf, fmt="json") is ExitStatus.OK
+    record = json.loads(buf.getvalue())  # only the record: notes would go to stderr
+    assert record["status"] == "PASS" and record["passed"] == 15 and record["failed"] == 0
+    assert record["checks"][0].keys() == {"check", "expected", "observed", "result"}
 
 
 def test_urllib_fetcher_refused_raises_fetch_error() -> None:
@@ -563,8 +570,9 @@ def test_task_usage_errors_and_host_mode(http_server: str) -> None:
     nv = ClusterSpec("l", "host", "nvshare", "cuda", None, None, local,
                      scheduler=SchedulerSpec(metrics_url=http_server))
     buf = io.StringIO()
-    assert task.metrics_check_task(None, nv, load=False, out=buf) is ExitStatus.FAILED  # serves xpushare_ names
-    assert "every non-comment line starts with nvshare_" in buf.getvalue()
+    assert task.metrics_check_task(None, nv, load=False, out=buf, fmt="json") is ExitStatus.FAILED  # xpushare_ names
+    failed = [c["expected"] for c in json.loads(buf.getvalue())["checks"] if c["result"] == "FAIL"]
+    assert any("every non-comment line starts with nvshare_" in text for text in failed), failed
 
 
 def test_kube_probe_manifest() -> None:

@@ -20,7 +20,7 @@ from xpushare.evidence import events
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
 from xpushare.report import output
-from xpushare.transport import command_log
+from xpushare.transport import activity, command_log
 from xpushare.transport.local import LocalHost
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +100,14 @@ def test_ping_json() -> None:
     assert record["status"] == "ok" and record["hostname"] and isinstance(record["gpus"], list)
 
 
+def test_ping_errors_read_as_one_line_in_their_own_column() -> None:
+    from xpushare.adhoc import error_text
+
+    assert error_text(OSError(None, "Unable to connect to port 22 on 10.0.0.10")) == (
+        "Unable to connect to port 22 on 10.0.0.10")
+    assert error_text(None) == ""
+
+
 # ------------------------------------------------------------------------------------------------ events
 
 
@@ -146,11 +154,24 @@ def test_redact_hides_secret_values_only() -> None:
 def test_verbosity_levels_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     host = LocalHost()
     try:
-        command_log.set_verbosity(1)
+        command_log.set_verbosity(1)  # -v: logical actions, no command line
         host.run(["sh", "-c", "exit 4"])
+        with activity.tracked("FUNC-003"):
+            activity.note(phase="act")
+            activity.pods(["Running"], count=1, until="terminal")
+            activity.pods(["Running"], count=1, until="terminal")  # a poll that saw nothing new: no line
         err = capsys.readouterr().err
-        assert "localhost$ sh -c 'exit 4'" in err and "exit 4 in" not in err
-        command_log.set_verbosity(2)
+        assert "exit 4" not in err
+        assert err.splitlines() == ["~ FUNC-003: act", "~ FUNC-003: act: waiting for 1 pod(s) to finish: 1 Running"]
+        command_log.set_verbosity(2)  # -vv: command lines, cut short, a repeated poll once
+        long = ["sh", "-c", "true " + "x" * 400]
+        for _ in range(3):
+            host.run(long)
+        host.run(["true"])
+        err = capsys.readouterr().err
+        assert err.count("+ localhost$ sh -c") == 1 and "chars)..." in err and max(map(len, err.splitlines())) < 260
+        assert "(the command before ran 2 more time(s))\n+ localhost$ true\n" in err and "-> exit" not in err
+        command_log.set_verbosity(3)  # -vvv: everything
         host.run(["true"])
         err = capsys.readouterr().err
         assert "+ localhost$ true\n" in err and "+ localhost$ true -> exit 0 in" in err
@@ -220,7 +241,8 @@ def test_dry_run_contacts_no_host_and_stores_nothing(tmp_path: Path) -> None:
     assert [c["plan"] for c in plan["cases"]] == ["SKIP"] * 4 and plan["mode"] == "k8s"
     assert plan["cases"][0]["params"]["fail_pods"] == {"value": 2, "source": "--set"}
     assert proc.stderr == "" and not (tmp_path / ".tmplog").exists()  # no command ran, no run dir
-    allowed = invoke("fail", "-a", "--cluster", "c1", "--inventory", inventory, "--dry-run", "--root", str(tmp_path))
+    allowed = invoke("fail", "--allow-disruptive", "--cluster", "c1", "--inventory", inventory, "--dry-run",
+                     "--root", str(tmp_path))
     assert allowed.returncode == 0 and "4 case(s), 0 will SKIP; no host contacted" in allowed.stdout
     assert "allow_disruptive" in allowed.stdout and "--set" in allowed.stdout
     bad = invoke("func", "--cluster", "local", "--dry-run", "--set", "nope=1", "--root", str(tmp_path))
@@ -234,7 +256,7 @@ def test_local_run_writes_events_and_debug_log(tmp_path: Path) -> None:
     proc = invoke("func", "--cluster", "local", "--run-id", "obs", "--case", "FUNC-001", "--case", "FUNC-009",
                   "--root", str(tmp_path), "-v", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "+ localhost$ " in proc.stderr and " -> exit " not in proc.stderr  # -v: lines, not their ends
+    assert "+ localhost$ " not in proc.stderr and "~ FUNC-001: start 1 pod(s)" in proc.stderr  # -v: actions
     run_dir = tmp_path / ".tmplog" / "obs" / "xpushare"
     got = events.read(run_dir)
     names = [e["event"] for e in got]

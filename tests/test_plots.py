@@ -100,3 +100,18 @@ def test_case_judgment_without_matplotlib_notes_it(tmp_path: Path, monkeypatch: 
     v = performance._judge011(Evidence.load(case_dir), th, json.loads((case_dir / "plan.json").read_text()))
     assert v.status is Status.PASS and v.metrics["plot_notes"] == ["matplotlib not installed (test)"]
     assert not (case_dir / "runtime_vs_quota.png").exists()
+
+
+def test_report_draws_the_plots_a_run_made_without_matplotlib_lacks(tmp_path: Path) -> None:
+    from xpushare.engine import driver
+
+    case_dir = _case(tmp_path)
+    th = {**performance.COMMON, "perf_quota_tolerance": 0.08}
+    record = {"run_id": "p1", "cluster": "lab", "suite": "performance", "case_id": "PERF-011", "status": "PASS",
+              "summary": "stored", "evidence": [], "thresholds": th, "mode": "k8s"}
+    artifacts.write_result(case_dir, record)
+    assert not (case_dir / "runtime_vs_quota.png").exists()
+    paths = driver.rebuild_reports("p1", root=tmp_path)
+    assert is_png(case_dir / "runtime_vs_quota.png")
+    assert "lab/performance/PERF-011/runtime_vs_quota.png" in paths.markdown.read_text()
+    assert json.loads((case_dir / "result.json").read_text())["summary"] == "stored"  # the verdict is kept

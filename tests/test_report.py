@@ -284,7 +284,7 @@ def test_markdown_key_metrics_and_plots(tmp_path: Path) -> None:
     (cdir / "attempts" / "1" / "old.png").write_bytes(b"\x89PNG")
     text = build.build(run, now=NOW).markdown.read_text(encoding="utf-8")
     metrics = md_table(md_section(text, "Key metrics"))[1:]
-    assert ["c1", "PERF-001", "runtime_s", "12.346"] in metrics
+    assert ["c1", "PERF-001", "runtime_s", "12.346 s"] in metrics
     assert ["c1", "PERF-001", "ratio", "0.6667"] in metrics
     plots = md_section(text, "Plots")
     assert "(c1/performance/PERF-001/runtime.png)" in plots
@@ -382,7 +382,8 @@ def test_release_no_for_silent_cluster_interrupted_run_or_nothing_passed(tmp_pat
 
 
 def test_md_escape() -> None:
-    assert markdown.md_escape("a|b\nc\\d<e>&") == "a\\|b<br>c\\\\d&lt;e&gt;&amp;"
+    assert markdown.md_escape("a|b\nc\\d<e>&") == "a\\|b<br>c\\\\d&lt;e>&"
+    assert markdown.md_escape("ratio >= 0.8 & &lt;") == "ratio >= 0.8 & &amp;lt;"  # no literal &gt;= in the file
     assert split_md_row("| " + markdown.md_escape("x\\|y|z\\") + " | 2 |") == [markdown.md_escape("x\\|y|z\\"), "2"]
 
 
@@ -396,3 +397,15 @@ def test_release_says_it_covers_only_the_selected_cases(tmp_path: Path) -> None:
     assert "covers the 1 case(s) this run selected (selection: case=FUNC-001)" in (run / "report.html").read_text()
     bare = make_run(tmp_path / "bare", ALL_PASS)  # no run.json: the cases of the stored results
     assert "covers the 3 case(s) this run selected, not" in release_section(bare)
+
+
+def test_format_value_gives_numbers_their_units() -> None:
+    from xpushare.report.artifacts import format_value
+
+    shown = format_value({"ts": 1764211200.123456, "rss_bytes": 13201400.0, "ratio": 0.123456789012345,
+                          "runtime_s": 12.3456789, "xs": list(range(12))})
+    assert shown == ("{ts: 2025-11-27T02:40:00Z, rss_bytes: 12.6 MiB, ratio: 0.1235, runtime_s: 12.346 s, "
+                     "xs: [0, 1, 2, 3, 4, 5, 6, 7, ... (+4 more)]}")  # no 15-digit floats, epochs or 1.32e+07
+    assert format_value(13201400.0, "rss_bytes") == "12.6 MiB" and format_value(512, "x_bytes") == "512 B"
+    assert format_value(3.0) == "3" and format_value(30, "core_pct") == "30 %"
+    assert format_value(5, "count") == "5" and format_value(1e9 + 1, "fd_count") == "1000000001"

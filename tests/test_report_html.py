@@ -86,3 +86,16 @@ def test_an_empty_run_still_renders(tmp_path: Path) -> None:
     run_dir.mkdir(parents=True)
     page = build.build(run_dir).html.read_text()
     assert "no case results in this run" in page and "release_ready: <strong>NO</strong>" in page
+
+
+
+def test_case_anchors_count_from_one(tmp_path: Path) -> None:
+    from xpushare.report import artifacts, build
+
+    run_dir = artifacts.run_dir(tmp_path, "a1")
+    for case_id in ("FUNC-001", "FUNC-002"):
+        artifacts.write_result(artifacts.case_dir(run_dir, "c1", "functional", case_id),
+                               {"run_id": "a1", "cluster": "c1", "suite": "functional", "case_id": case_id,
+                                "status": "PASS", "summary": ""})
+    page = build.build(run_dir).html.read_text()
+    assert 'id="case-1"' in page and 'id="case-2"' in page and 'id="case-0"' not in page

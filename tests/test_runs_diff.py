@@ -68,6 +68,7 @@ def test_list_runs_counts_and_overall(two_runs: Path) -> None:
     assert runs["b"].overall == "FAIL" and runs["b"].counts["SKIP"] == 1
     assert runs["b"].suites == ("functional", "performance") and runs["b"].clusters == ("c1",)
     assert runs["c-empty"].overall == NO_CASES and runs["c-empty"].started is None
+    assert not runs["c-empty"].started_cases and runs["b"].started_cases
 
 
 def test_diff_reports_verdict_changes_and_metric_deltas(two_runs: Path) -> None:
@@ -75,9 +76,8 @@ def test_diff_reports_verdict_changes_and_metric_deltas(two_runs: Path) -> None:
     b = artifacts.load_results(artifacts.run_dir(two_runs, "b"))
     d = diff_results(a, b, a_id="zz-a", b_id="b")
     assert [(v.case, v.before, v.after) for v in d.verdict_changes] == [
-        ("functional/FUNC-002", "PASS", "FAIL"), ("functional/FUNC-004", None, "SKIP"),
-        ("performance/PERF-011", "FAIL", "PASS")]
-    assert d.unchanged == 1
+        ("functional/FUNC-002", "PASS", "FAIL"), ("performance/PERF-011", "FAIL", "PASS")]
+    assert d.unchanged == 1 and d.only_in_b == ["functional/FUNC-004"] and d.only_in_a == []  # not a change
     deltas = {(m.case, m.metric): m for m in d.metric_deltas}
     assert set(deltas) == {("functional/FUNC-001", "runtime_s"), ("performance/PERF-011", "ratios.25.error"),
                            ("performance/PERF-011", "q.1")}  # bools and equal numbers are not deltas
@@ -93,8 +93,8 @@ def test_diff_matches_single_cluster_runs_across_clusters(tmp_path: Path) -> Non
         ("functional/FUNC-001", "PASS", "FAIL")]
     both = [*a, {**b[0], "status": "PASS"}]
     changes = diff_results(both, b).verdict_changes
-    assert [(v.case, v.before, v.after) for v in changes] == [("c1/functional/FUNC-001", "PASS", None),
-                                                              ("c2/functional/FUNC-001", "PASS", "FAIL")]
+    assert [(v.case, v.before, v.after) for v in changes] == [("c2/functional/FUNC-001", "PASS", "FAIL")]
+    assert diff_results(both, b).only_in_a == ["c1/functional/FUNC-001"]
 
 
 def test_flat_numbers_skips_what_is_not_a_number() -> None:
@@ -111,10 +111,21 @@ def test_runs_and_diff_tasks(two_runs: Path) -> None:
     assert table.returncode == 0 and "PASS 2 FAIL 1" in table.stdout and "run id" in table.stdout
     shown = invoke("diff", "zz-a", "last", "--root", r)
     assert shown.returncode == 0, shown.stderr
-    assert "zz-a -> b: 3 verdict change(s), 1 case(s) unchanged, 3 metric change(s)" in shown.stdout
-    assert "+25.0%" in shown.stdout and "(absent)" in shown.stdout
+    assert "zz-a -> b: 2 verdict change(s), 1 case(s) unchanged, 3 metric change(s)" in shown.stdout
+    assert "+25.0%" in shown.stdout and "(absent)" not in shown.stdout
+    assert "not selected by zz-a (1 case(s) only in b): functional/FUNC-004" in shown.stdout
     as_json = json.loads(invoke("diff", "zz-a", "b", "--root", r, "--output", "json").stdout)
-    assert as_json["a"] == "zz-a" and len(as_json["verdict_changes"]) == 3
+    assert as_json["a"] == "zz-a" and len(as_json["verdict_changes"]) == 2 and as_json["only_in_b"]
+
+
+def test_runs_shows_the_selection_and_hides_runs_without_a_case(two_runs: Path) -> None:
+    store(two_runs, "refused", "2026-01-03T10:00:00+00:00", [])
+    meta = artifacts.read_run_meta(artifacts.run_dir(two_runs, "b")) or {}
+    artifacts.write_run_meta(artifacts.run_dir(two_runs, "b"), {**meta, "selection": "cases=FUNC-001,FUNC-004"})
+    table = invoke("runs", "--root", str(two_runs))
+    assert table.returncode == 0 and "refused" not in table.stdout and "cases=FUNC-001,FUNC-004" in table.stdout
+    assert "(1 run(s) without any case result not shown; --all shows them)" in table.stdout
+    assert "refused" in invoke("runs", "--root", str(two_runs), "--all").stdout
 
 
 @pytest.mark.parametrize("args", [

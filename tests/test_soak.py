@@ -557,3 +557,14 @@ def test_k8s_soak_ops_sample_the_pods_and_use_the_backend_for_pods(tmp_path: Pat
     assert ops.poll_pods() == ["record"]
     ops.end_round()
     assert calls[-1] == "forget"
+
+
+def test_soak_dry_run_prints_the_plan_and_stores_nothing(tmp_path: Path) -> None:
+    inventory = str(ROOT / "inventory" / "inventory.yaml")  # c1's addresses are placeholders: never contacted
+    proc = invoke("soak", "--cluster", "c1", "--inventory", inventory, "--minutes", "2", "--dry-run", "-o", "json",
+                  root=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    planned = json.loads(proc.stdout)["cases"][0]
+    assert planned["case_id"] == "STAB-002" and planned["params"]["stab_duration_s"] == {"value": 120.0,
+                                                                                          "source": "--set"}
+    assert not (tmp_path / ".tmplog").exists()

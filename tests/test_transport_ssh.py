@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from tests.lab.sshd import SshLab
 from xpushare.inventory.schema import SshOptions
-from xpushare.model.errors import CommandFailed, CommandTimeout, ConnectionLost, HostKeyMismatch, HostUnreachable
+from xpushare.model.errors import (
+    CommandFailed,
+    CommandTimeout,
+    ConnectionLost,
+    HostKeyMismatch,
+    HostUnreachable,
+    RemoteNotFound,
+)
 from xpushare.transport.local import LocalHost
 from xpushare.transport.ssh import SshHost
 
@@ -195,3 +202,24 @@ def test_local_host_same_interface(tmp_path: Path) -> None:
     assert not _alive(local, h.pid)
     with pytest.raises(CommandTimeout):
         local.run(["sleep", "10"], timeout=0.5)
+
+
+def test_a_host_without_sftp_copies_with_cat(node1: SshHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import paramiko
+    from fabric import Connection
+
+    def refused(*_: object, **__: object) -> None:  # what paramiko raises when sshd has no sftp subsystem
+        raise paramiko.SSHException("Channel closed.")
+
+    monkeypatch.setattr(Connection, "get", refused)
+    monkeypatch.setattr(Connection, "put", refused)
+    src = tmp_path / "src.bin"
+    src.write_bytes(bytes(range(256)) * 1000)
+    node1.put(src, f"{node1.spawn_dir}-files/nosftp.bin")
+    assert node1.sftp is False  # the first refusal is remembered: no SFTP attempt afterwards
+    node1.get(f"{node1.spawn_dir}-files/nosftp.bin", tmp_path / "back.bin")
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+    with pytest.raises(RemoteNotFound, match="No such file"):
+        node1.get(f"{node1.spawn_dir}-files/none.bin", tmp_path / "none.bin")
+    assert not (tmp_path / "none.bin").exists() and not (tmp_path / ".none.bin.part").exists()
+    assert node1.run(["true"]).ok  # the connection stayed up

@@ -7,6 +7,7 @@ Each function prints to the given stream and returns the :class:`~xpushare.model
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -152,7 +153,7 @@ def run_adhoc(
             e.close()
 
     try:
-        outcomes = fan_out(conns, one, forks=forks)
+        outcomes = fan_out(conns, one, forks=forks, close_each=True)
     finally:
         for c in conns:
             c.close()
@@ -209,7 +210,7 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
         return _ping_one(host, None)
 
     try:
-        outcomes = fan_out(conns, op, forks=forks)
+        outcomes = fan_out(conns, op, forks=forks, close_each=True)
     finally:
         for c in conns:
             c.close()
@@ -219,7 +220,8 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
     rows = []
     for o in outcomes:
         if o.value is None:
-            rows.append([o.host, "UNREACHABLE" if o.unreachable else "ERROR", "", "", str(o.error), "", "", ""])
+            rows.append([o.host, "UNREACHABLE" if o.unreachable else "ERROR", "", "", "", "", "", "",
+                         error_text(o.error)])
             continue
         connect_s, rtt_s, f = o.value
         gpus = f"{len(f.gpus)} x {f.gpus[0][1]}" if f.gpus else "-"
@@ -236,17 +238,26 @@ def ping(cluster: ClusterSpec, hosts: Sequence[HostSpec], *, forks: int, out: Te
                 f.kernel or "?",
                 f"{gpus}" + (f" ({f.driver})" if f.driver else ""),
                 kube,
+                "",
             ]
         )
-    headers = ["host", "status", "connect ms", "rtt ms", "hostname", "kernel", "GPUs (driver)", "kubectl"]
+    headers = ["host", "status", "connect ms", "rtt ms", "hostname", "kernel", "GPUs (driver)", "kubectl", "error"]
+    if not any(row[-1] for row in rows):  # the error column only when some host failed
+        headers, rows = headers[:-1], [row[:-1] for row in rows]
     print(tabulate(rows, headers=headers), file=out)
     return exit_status_of(outcomes, [False] * len(outcomes))
+
+
+def error_text(error: BaseException | None) -> str:
+    """A host's error as one readable line: the socket layer's ``[Errno None]`` prefix (an error without an errno)
+    left out."""
+    return re.sub(r"\[Errno None\] ?", "", str(error) if error is not None else "").strip()
 
 
 def _ping_record(o: HostOutcome[tuple[float, float, HostFacts]], master: bool) -> dict[str, Any]:
     record: dict[str, Any] = {"host": o.host, "status": "ok", "error": None}
     if o.value is None:
-        return {**record, "status": "UNREACHABLE" if o.unreachable else "ERROR", "error": str(o.error)}
+        return {**record, "status": "UNREACHABLE" if o.unreachable else "ERROR", "error": error_text(o.error)}
     connect_s, rtt_s, f = o.value
     return {**record, "connect_ms": round(connect_s * 1000, 1), "rtt_ms": round(rtt_s * 1000, 2),
             "hostname": f.hostname, "kernel": f.kernel, "gpus": [g[1] for g in f.gpus], "driver": f.driver,
@@ -270,7 +281,7 @@ def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], str], forks:
     """Connect to every host, run ``copy`` on each in parallel (:func:`fan_out`), close the connections."""
     conns = [connect(h) for h in hosts]
     try:
-        return fan_out(conns, copy, forks=forks)
+        return fan_out(conns, copy, forks=forks, close_each=True)
     finally:
         for c in conns:
             c.close()

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,7 +38,15 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     return took
 
 
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM/SIGHUP (``timeout``, a closed terminal) end the run as Ctrl-C does: the ``finally`` of :func:`main`
+    stops the lab's sshd daemons (without it a timeout left them all running)."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
@@ -45,8 +54,8 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated substrings of the tool names to run (default: all)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xpushare-bench-"))
-    lab = lab_up(work / "ssh", args.hosts, args.base, prefix="bench")
     try:
+        lab = lab_up(work / "ssh", args.hosts, args.base, prefix="bench")  # stops what it started when it fails
         hosts = list(lab.hosts.values())
         ssh_config = work / "ssh" / "ssh_config"
         known = work / "ssh" / "known_hosts"

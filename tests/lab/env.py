@@ -7,6 +7,7 @@ and by ``invoke lab.up`` / ``invoke lab.down`` for contributors (files in ``.lab
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_address_block
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.lab.sshd import SshLab
+from tests.lab.sut import source_tree
 from xpushare.cases.metrics_support import met008_size
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +30,8 @@ LAB_GPU_MEMORY_BYTES = (1536 + 64) * 2**20
 LAB_OPTIONS: dict[str, Any] = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 500}
 #: Workload sizes of the ``lab`` cluster, by simulated GPU time (W2/W6 at n 2048: 0.5 ms per add).
 LAB_WORKLOAD_ARGS: dict[str, list[str]] = {
+    # W1 is the legacy cross-gpu pods' workload: its progress line stays on (the legacy tables read its it/s)
+    "w1_large_add": ["--n", "2048", "--iters", "4000"],  # 2.0 s
     "w2_medium_add": ["--n", "2048", "--iters", "4000", "--no-progress"],  # 2.0 s
     "w3_idle_add": ["--n", "1024", "--steps", "50", "--sleep-s", "0.1", "--no-progress"],
     "w5_quota_probe": ["--n", "1024"],  # 16 MiB of buffers: fits the 64 MiB allocatable without a limit
@@ -156,6 +160,9 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "fail_drain_timeout_s": 60,
         "fail_drain_grace_s": 1,
         "fail004_pods": 2,
+        # legacy scripts (invoke legacy.*): W2 holds 64 MiB here, so the limit that must refuse it is under that
+        "legacy_memlimit_low": "32Mi",
+        "legacy_dynamic_low": "32Mi",
     }
 
 
@@ -206,19 +213,30 @@ def write_inventory(path: Path, ssh: SshLab, kube: LabCluster, **kw: Any) -> Pat
 
 
 def up(workdir: Path, *, sut_src: str | None = None) -> Path:
-    """Start the SSH lab and the Kubernetes lab detached under ``workdir``; return the inventory path."""
+    """Start the SSH lab and the Kubernetes lab detached under ``workdir``; return the inventory path.
+
+    The SUT source tree is checked before anything starts (:class:`tests.lab.sut.SourceMissing`); a start that
+    fails later stops what it had started (:func:`down`) before the error goes on, so no daemon is left.
+    """
+    source = source_tree(sut_src)
     workdir.mkdir(parents=True, exist_ok=True)
-    ssh = SshLab(workdir / "ssh", detached=True)
-    for name, address, _role in LAB_HOSTS:
-        ssh.add_host(name, address)
-    ssh.write_known_hosts()
-    ssh.write_ssh_config()
-    (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
-    block, _lock = reserve_address_block()
-    kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=sut_src, **LAB_OPTIONS,
-                      **lab_plan(block))
-    kube.start()
-    return write_inventory(workdir / "inventory.yaml", ssh, kube)
+    try:
+        ssh = SshLab(workdir / "ssh", detached=True)
+        (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
+        for name, address, _role in LAB_HOSTS:
+            ssh.add_host(name, address)
+            (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
+        ssh.write_known_hosts()
+        ssh.write_ssh_config()
+        block, _lock = reserve_address_block()
+        kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=str(source), **LAB_OPTIONS,
+                          **lab_plan(block))
+        kube.start()
+        return write_inventory(workdir / "inventory.yaml", ssh, kube)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the start's own error is the one to tell
+            down(workdir)
+        raise
 
 
 def down(workdir: Path) -> None:

@@ -54,16 +54,35 @@ def default_source() -> Path:
     return Path(explicit).expanduser().resolve() if explicit else DEFAULT_SUT_SRC
 
 
+class SourceMissing(BuildError):
+    """The SUT source tree to build is not there (no Makefile/scheduler.c); ``source`` is the path looked at."""
+
+    def __init__(self, source: Path) -> None:
+        super().__init__(f"not an xpushare source tree (no Makefile/scheduler.c): {source}")
+        self.source = source
+
+
+def source_tree(source: str | os.PathLike[str] | None = None) -> Path:
+    """The SUT source tree ``source`` (default :func:`default_source`) as an absolute path.
+
+    Raises:
+        SourceMissing: it has no Makefile or scheduler.c.
+    """
+    src = Path(source).expanduser().resolve() if source is not None else default_source()
+    if not (src / "Makefile").is_file() or not (src / "scheduler.c").is_file():
+        raise SourceMissing(src)
+    return src
+
+
 def build_sut(source: str | os.PathLike[str] | None = None) -> SutBuild:
     """Build (or reuse the cached build of) the SUT tree ``source``.
 
     Raises:
-        BuildError: the tree has no Makefile, a tool or header is missing (one line naming it), or
+        SourceMissing: the tree has no Makefile or scheduler.c.
+        BuildError: a tool or header is missing (one line naming it), or
             ``make`` failed (its last output lines in the message).
     """
-    src = Path(source).expanduser().resolve() if source is not None else default_source()
-    if not (src / "Makefile").is_file() or not (src / "scheduler.c").is_file():
-        raise BuildError(f"not an xpushare source tree (no Makefile/scheduler.c): {src}")
+    src = source_tree(source)
     files = tree_files(src)
     digest = content_hash(src, files, _RECIPE)
 

@@ -44,7 +44,7 @@ from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
-from xpushare.transport import interrupt
+from xpushare.transport import activity, interrupt
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.local import LocalHost
@@ -269,6 +269,8 @@ class HostBackend(Backend):
             records = self._poll()
             self._write_records(case_dir, records)
             wanted = [r for r in records if r.name in names]
+            activity.pods([r.phase for r in wanted], count=len(names),
+                          until="running" if "Running" in done else "terminal")
             if all(r.phase in done for r in wanted) or time.monotonic() >= deadline:
                 return wanted
             time.sleep(self.poll_s)

@@ -80,6 +80,9 @@ K8S_DEFAULTS: dict[str, Any] = {
     # reads retried after a 5xx/429 or a lost connection, the first after the backoff, doubling (kube_retry)
     "kubectl_read_retries": DEFAULT_RETRIES,
     "kubectl_retry_backoff_s": DEFAULT_BACKOFF_S,
+    # argv of nvidia-smi on the GPU hosts ("{host}" is the inventory host name), for hosts whose nvidia-smi is not
+    # on the login PATH or is a stand-in (the test lab's simulated GPUs); None: "nvidia-smi" where it is found
+    "node_nvidia_smi": None,
     # the node sampler on each GPU node (NVML per process, the pods' pids by HOSTNAME): its interpreter (None: the
     # cluster's python) and extra environment, where a node's driver library is not on the SSH session's default
     # path ("{node}" is the node's name)
@@ -148,6 +151,18 @@ class K8sBackend(Backend, KubeAccess):
             self.gpu_hosts[name] = connect(self.gpu_specs[name])
         return self.gpu_hosts[name]
 
+    def dmon_spawn(self, host: str) -> str:
+        """The spawn name of the case's dmon stream on GPU host ``host``; it names the host, so hosts that share one
+        home directory (the test lab's, several sshd on one machine) never stop each other's stream."""
+        return f"{self.prefix}-dmon-{host}"
+
+    def nvidia_smi_argv(self, host: str, *args: str) -> list[str]:
+        """argv of ``nvidia-smi *args`` on GPU host ``host``: the ``node_nvidia_smi`` parameter (``{host}``
+        replaced by the host's name) when set, else ``nvidia-smi``."""
+        configured = self.params["node_nvidia_smi"]
+        base = [str(word).replace("{host}", host) for word in configured] if configured else ["nvidia-smi"]
+        return [*base, *args]
+
     def host_for_node(self, node: str | None) -> str | None:
         """The inventory GPU host of a Kubernetes node: same name, else same address as its InternalIP."""
         if node is None:
@@ -185,13 +200,13 @@ class K8sBackend(Backend, KubeAccess):
                 self.master.spawn(self.stream_name, argv)
         for name in sorted(self.smi_hosts):
             host = self.gpu_host(name)
-            spawn = f"{self.prefix}-dmon"
+            spawn = self.dmon_spawn(name)
             with contextlib.suppress(TransportError):
                 log = host.stop(spawn)
                 local = dest / f"dmon-{name}-{tag}.txt"
                 host.get(log, local)
                 got.append(local)
-            host.spawn(spawn, ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+            host.spawn(spawn, self.nvidia_smi_argv(name, "dmon", "-s", "u", "-d", "1"))
         return got
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -216,6 +231,9 @@ class K8sBackend(Backend, KubeAccess):
             elif node.internal_ip and node.internal_ip in by_address:
                 self.node_host[node.name] = by_address[node.internal_ip]
         for name in self.gpu_specs:
+            if self.params["node_nvidia_smi"]:  # configured: no need to look for it
+                self.smi_hosts.add(name)
+                continue
             try:
                 res = self.gpu_host(name).run(["sh", "-c", "command -v nvidia-smi"], timeout=30)
             except TransportError as exc:
@@ -253,7 +271,8 @@ class K8sBackend(Backend, KubeAccess):
             self.stream_name = ""
         for name in sorted(self.smi_hosts):
             try:
-                self.gpu_host(name).spawn(f"{self.prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+                self.gpu_host(name).spawn(self.dmon_spawn(name), self.nvidia_smi_argv(name, "dmon", "-s", "u", "-d",
+                                                                                        "1"))
             except TransportError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
         self.samplers = []
@@ -441,7 +460,8 @@ class K8sBackend(Backend, KubeAccess):
         files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
                                             self.case_start, faults)
         nodes = sorted({r.node for r in records if r.node})
-        files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, f"{self.prefix}-dmon")
+        files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, self.dmon_spawn,
+                                           self.nvidia_smi_argv)
         for sampler in self.samplers:
             files += sampler.stop(case_dir)
         self.samplers = []
@@ -457,7 +477,7 @@ class K8sBackend(Backend, KubeAccess):
             note(case_dir, f"cleanup: {exc}")
         for name in sorted(self.smi_hosts):
             try:
-                self.gpu_host(name).stop(f"{self.prefix}-dmon")
+                self.gpu_host(name).stop(self.dmon_spawn(name))
             except TransportError:
                 continue
         for sampler in self.samplers:  # not harvested (an interrupted case): stop it, keep what it wrote

@@ -11,6 +11,7 @@ shared with host mode).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -57,10 +58,12 @@ def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kube
 
 
 def node_evidence(case_dir: Path, kube: KubeAccess, nodes: list[str], names: SutNames, smi_hosts: set[str],
-                  dmon_spawn: str) -> list[str]:
+                  dmon_spawn: Callable[[str], str],
+                  smi_argv: Callable[[str], list[str]] = lambda _host: ["nvidia-smi"]) -> list[str]:
     """Per node of ``nodes`` (the first without a suffix, the others ``_<node>``): ``metrics.txt`` and
     ``metrics_health.txt`` from its scheduler pod, ``scheduler_proc.txt``, and, on GPU hosts in ``smi_hosts``,
-    ``remote_<node>_nvidia_smi.txt`` and the dmon stream ``dmon_spawn`` as ``remote_<node>_dmon.txt``."""
+    ``remote_<node>_nvidia_smi.txt`` and the dmon stream ``dmon_spawn(host)`` as ``remote_<node>_dmon.txt``;
+    ``smi_argv(host)``: the argv of nvidia-smi on that host."""
     files: list[str] = []
     sched = kube.scheduler_pods()
     for i, node in enumerate(nodes):
@@ -78,10 +81,10 @@ def node_evidence(case_dir: Path, kube: KubeAccess, nodes: list[str], names: Sut
         files += scheduler_proc(case_dir, host, names.scheduler_binary, suffix)
         if host_name in smi_hosts:
             try:
-                smi = host.run(["nvidia-smi"], timeout=60)
+                smi = host.run(smi_argv(host_name), timeout=60)
                 (case_dir / f"remote_{node}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
                 files.append(f"remote_{node}_nvidia_smi.txt")
-                log = host.stop(dmon_spawn)
+                log = host.stop(dmon_spawn(host_name))
                 host.get(log, case_dir / f"remote_{node}_dmon.txt")
                 files.append(f"remote_{node}_dmon.txt")
             except TransportError as exc:

@@ -20,7 +20,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.verdict import Verdict
-from xpushare.transport import interrupt
+from xpushare.transport import activity, interrupt
 
 #: Suite ids (directory names under a run) and the aliases accepted by ``--suite``.
 SUITES = ("functional", "combination", "performance", "metrics", "stability", "isolation")
@@ -96,6 +96,7 @@ class CaseRun:
         self.plan.setdefault("pods", [])
         self.plan["pods"] += [p.name for p in pods]
         self.save_plan()
+        activity.action(f"start {len(pods)} pod(s): {', '.join(p.name for p in pods)}")
         self.backend.start_pods(self.case_dir, pods)
         return self.backend.wait_terminal(self.case_dir, [p.name for p in pods], float(self.params["pod_timeout_s"]))
 

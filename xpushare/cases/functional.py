@@ -70,9 +70,12 @@ def func003_pod_count(params: Mapping[str, Any], gpus: int | None) -> tuple[int,
     """FUNC-003's pod count and the rule that gave it: ``func003_pods`` when set; else
     ``func003_pods_per_gpu`` (the seed's 12 pods for 8 cards: 1.5) x the GPUs the pods can land on, rounded up
     and at least 2 (so that on one GPU the pods share it, and on more some GPU is shared by the pigeonhole);
-    the seed's 12 when the GPU count is unknown."""
+    2 on a node with no GPU (0: the workloads run on the CPU, where there is no spread to see and 12 pods take
+    minutes on 2 cores); the seed's 12 when the GPU count is unknown (None)."""
     if params.get("func003_pods") is not None:
         return int(params["func003_pods"]), "func003_pods"
+    if gpus == 0:
+        return 2, "2 on a node without GPUs (CPU)"
     if not gpus:
         return 12, "the seed's 12 (GPU count unknown)"
     per_gpu = float(params["func003_pods_per_gpu"])

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from invoke import Context, task
+from invoke import Context
 
 from xpushare import adhoc
 from xpushare.cli import defaults, flags
 from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
+from xpushare.cli.taskdef import task
 from xpushare.inventory import schema
 from xpushare.inventory.selection import select_hosts
 from xpushare.model.errors import UsageError
@@ -22,7 +23,8 @@ from xpushare.transport.fanout import DEFAULT_FORKS
 __all__ = ["envcheck", "hosts", "metrics_check", "ping", "run_"]
 
 
-@task(help={"cluster": "show one cluster only (default: all)", "inventory": INVENTORY_HELP, "output": OUTPUT_HELP})
+@task(help={"cluster": "show one cluster only (default: all)", "inventory": INVENTORY_HELP, "output": OUTPUT_HELP},
+      cluster_default=False)
 def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Print the resolved inventory: clusters, hosts, roles, addresses and SSH settings."""
 
@@ -109,10 +111,12 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
         "no_load": "idle part only (--cluster)",
         "min_families": "minimum number of families with # HELP and # TYPE (default 25)",
         "inventory": INVENTORY_HELP,
+        "output": OUTPUT_HELP,
     },
 )
 def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
-                  no_load: bool = False, min_families: str | None = None, inventory_: str | None = None) -> None:
+                  no_load: bool = False, min_families: str | None = None, inventory_: str | None = None,
+                  output: str | None = None) -> None:
     """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
 
     def body() -> ExitStatus | int | None:
@@ -120,11 +124,13 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
 
         if not url and not cluster:
             raise UsageError("give --url http://HOST:PORT or --cluster NAME")
+        fmt = output_format(output)
         families = flags.count("--min-families", min_families, 25, minimum=0)
         target = flags.http_url("--url", url) if url else None
         spec = schema.load(inventory_).cluster(cluster) if cluster else None
         want = True if load else (False if no_load else None)
-        return checklist.metrics_check_task(target, spec, load=want, min_families=families, out=sys.stdout)
+        return checklist.metrics_check_task(target, spec, load=want, min_families=families, out=sys.stdout,
+                                            fmt=fmt)
 
     guarded(body)
 
@@ -143,16 +149,17 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
     },
     iterable=["set_"],
 )
-def envcheck(c: Context, cluster: str, limit: str | None = None, forks: str | None = None, mode: str = "ssh",
-             run_id: str | None = None, skip_gpu: bool = False, set_: list[str] | None = None, root: str = ".",
-             inventory_: str | None = None) -> None:
+def envcheck(c: Context, cluster: str | None = None, limit: str | None = None, forks: str | None = None,
+             mode: str = "ssh", run_id: str | None = None, skip_gpu: bool = False, set_: list[str] | None = None,
+             root: str = ".", inventory_: str | None = None) -> None:
     """Node acceptance at scale: stack alignment, cuBLAS bf16, NCCL all-reduce, fleet report (docs/envcheck.md)."""
 
     def body() -> ExitStatus | int | None:
         from xpushare.envcheck import envcheck_task
 
-        n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        return envcheck_task(cluster, limit=limit, forks=n_forks, mode=mode, inventory_path=inventory_,
-                             run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout, overrides=set_ or (), root=root)
+        n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
+        return envcheck_task(defaults.cluster(c, cluster), limit=limit, forks=n_forks, mode=mode,
+                             inventory_path=inventory_, run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout,
+                             overrides=set_ or (), root=root)
 
     guarded(body)

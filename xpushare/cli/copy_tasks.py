@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from invoke import Context, task
+from invoke import Context
 
 from xpushare import adhoc
-from xpushare.cli import flags
+from xpushare.cli import defaults, flags
 from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.inventory import schema
 from xpushare.inventory.selection import select_hosts
 from xpushare.model.exit_status import ExitStatus
@@ -51,7 +52,7 @@ def _copy(copy: Callable[..., ExitStatus], src: str, dest: str, cluster: str | N
 
     def body() -> ExitStatus | int | None:
         n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        spec = schema.load(inventory_).cluster(flags.required("--cluster", cluster))
+        spec = schema.load(inventory_).cluster(defaults.cluster(None, cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return copy(selected, src, dest, forks=n_forks, out=sys.stdout)
 

@@ -28,10 +28,12 @@ from invoke import Context
 from xpushare.inventory.schema import INVENTORY_ENV
 from xpushare.model.errors import UsageError
 
-__all__ = ["CLUSTER_ENV", "SECTION", "cluster", "forks", "inventory", "settings", "timeout"]
+__all__ = ["CLUSTER_ENV", "CLUSTER_REQUIRED", "SECTION", "cluster", "configured_cluster", "forks", "inventory",
+           "settings", "timeout"]
 
 SECTION = "xpushare"
 CLUSTER_ENV = "XPUSHARE_CLUSTER"
+CLUSTER_REQUIRED = f"--cluster is required (or set ${CLUSTER_ENV}, or '{SECTION}.cluster' in the config)"
 #: Each key of the section and what its value must be.
 KEYS: dict[str, str] = {
     "cluster": "a cluster name (c1)",
@@ -71,15 +73,25 @@ def settings(c: Context | None) -> dict[str, Any]:
     return out
 
 
+def configured_cluster(c: Context | None) -> str | None:
+    """``$XPUSHARE_CLUSTER``, else the config's ``cluster``; None when neither gives one.
+
+    Raises:
+        UsageError: the config is bad.
+    """
+    chosen = os.environ.get(CLUSTER_ENV) or settings(c).get("cluster")
+    return str(chosen) if chosen and str(chosen).strip() else None
+
+
 def cluster(c: Context | None, flag: str | None) -> str:
     """``--cluster``, else ``$XPUSHARE_CLUSTER``, else the config's ``cluster``.
 
     Raises:
         UsageError: none of them gives a cluster, or the config is bad.
     """
-    chosen = flag or os.environ.get(CLUSTER_ENV) or settings(c).get("cluster")
+    chosen = flag or configured_cluster(c)
     if not chosen or not str(chosen).strip():
-        raise UsageError(f"--cluster is required (or set ${CLUSTER_ENV}, or '{SECTION}.cluster' in the config)")
+        raise UsageError(CLUSTER_REQUIRED)
     return str(chosen)
 
 

@@ -21,7 +21,9 @@ __all__ = ["INVENTORY_HELP", "LIMIT_HELP", "ROOT_HELP", "RUN_HELP", "VERBOSE_HEL
 
 INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
-VERBOSE_HELP = "-v: print each SSH/kubectl command line on stderr as it runs; -vv: also its exit status and seconds"
+VERBOSE_HELP = ("repeatable, on stderr: -v the logical actions (pods started, phases, waits); -vv also each "
+                "SSH/kubectl command line (cut short, repeated polls once); -vvv every line whole with its exit "
+                "status and seconds")
 LIMIT_HELP = ("hosts as a node set: 'c1-gpu[1-3,5]', globs 'c1-gpu*', '&' intersect, '!' exclude "
               "('c1-gpu*!c1-gpu3'), '@FILE' (names/patterns, one a line)")
 
@@ -40,7 +42,8 @@ RUN_HELP: dict[str, str] = {
     "wait": "when another run holds the cluster's lease, wait until it is free instead of stopping (exit 2)",
     "dry_run": "print the cases, each parameter's value and its source, and which cases will SKIP and why; "
     "contact no host",
-    "output": "format of --dry-run: table (default) | json | yaml",
+    "output": "table (default) | json | yaml: the plan of --dry-run, or after a run one record of its result "
+    "(progress lines then go to stderr)",
     "verbose": VERBOSE_HELP,
 }
 

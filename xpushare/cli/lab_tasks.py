@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from invoke import Collection, Context, task
+from invoke import Collection, Context
 
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError, XpushareError
 
 __all__ = ["lab"]
@@ -30,20 +31,27 @@ def _lab_env() -> ModuleType:
     return env
 
 
-@task(name="up", help={"sut-src": "xpushare source tree to build and run (default: the upstream tree; "
-                                   "any patched copy works)"})
+@task(name="up", help={"sut-src": "xpushare source tree to build and run (default: $XPUSHARE_SUT_SRC, else the "
+                                   "upstream tree; any patched copy works)"})
 def lab_up(c: Context, sut_src: str | None = None) -> None:
     """Start the test lab (3 sshd hosts, the lab Kubernetes cluster running the real SUT built from source)
-    and write .lab/inventory.yaml (cluster 'lab')."""
+    and write .lab/inventory.yaml (cluster 'lab').
+
+    Without a SUT source tree (``--sut-src``, ``$XPUSHARE_SUT_SRC`` or the upstream tree) it says how to give one,
+    exit status 2, before anything starts; a start that fails later stops what it had started (exit 1)."""
 
     def body() -> None:
         env = _lab_env()
         from tests.lab.build import BuildError
         from tests.lab.cluster import LabError
         from tests.lab.nodens import NamespaceError
+        from tests.lab.sut import SourceMissing
 
         try:
             inventory = env.up(LAB_DIR.absolute(), sut_src=sut_src)
+        except SourceMissing as exc:
+            raise UsageError(f"no xpushare source tree at {exc.source} (no Makefile/scheduler.c): pass the SUT's "
+                             "source with 'invoke lab.up --sut-src DIR' (or set $XPUSHARE_SUT_SRC)") from None
         except (BuildError, LabError, NamespaceError) as exc:
             raise XpushareError(str(exc).splitlines()[0]) from None
         print(f"lab up; inventory: {inventory}")

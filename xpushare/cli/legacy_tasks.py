@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from invoke import Collection, Context, task
+from invoke import Collection, Context
 
-from xpushare.cli import flags
+from xpushare.cli import defaults, flags
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 
 __all__ = ["baseline_compare", "deploy", "legacy"]
@@ -45,7 +46,7 @@ def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str 
         from xpushare.legacy.scenarios import LegacyRequest, run_scenario
 
         request = LegacyRequest(
-            scenario=name, cluster=flags.required("--cluster", cluster),
+            scenario=name, cluster=defaults.cluster(None, cluster),
             count=flags.count("N", count, 1) if count is not None else None,
             mode=mode, skip_setup=skip_setup, autocommit=autocommit, source=source, suffix=suffix,
             keep_sut=keep_sut, run_id=run_id, overrides=set_ or (), inventory_path=inventory_, root=Path(root),
@@ -74,7 +75,9 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
            autocommit: bool = False, source: str | None = None, run_id: str | None = None,
            set_: list[str] | None = None, root: str = ".", inventory_: str | None = None,
            sut_src: str | None = None) -> None:
-    """Deploy the SUT. Kubernetes: the setup pipeline of remote-test.sh (commit, sync, remote make, render,
+    """Deploy the SUT: the Kubernetes setup pipeline of remote-test.sh, or a host-mode build and start on each GPU host.
+
+    Kubernetes: the setup pipeline of remote-test.sh (commit, sync, remote make, render,
     redeploy the DaemonSets, verify the mode). Host mode: build the SUT from --sut-src on each GPU host, install
     it where the inventory says (sut_lib, scheduler.binary) and start the scheduler with its metrics on."""
 
@@ -83,7 +86,7 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
         from xpushare.inventory import schema
         from xpushare.legacy.deploy import DeployRequest, run_deploy
 
-        name = flags.required("--cluster", cluster)
+        name = defaults.cluster(None, cluster)
         spec = schema.load(inventory_).cluster(name)
         if spec.mode == "host":
             return deploy_host_mode(spec, sut_src or source)

@@ -22,6 +22,7 @@ from invoke.exceptions import Exit, ParseError
 from xpushare import __version__
 from xpushare.cli.collection import namespace
 from xpushare.cli.guard import pipe_closed
+from xpushare.cli.taskdef import help_first
 from xpushare.model.exit_status import ExitStatus
 
 __all__ = ["XpushareConfig", "XpushareProgram", "adopt", "main", "parse_error_line", "program", "usage_exit"]
@@ -81,7 +82,7 @@ class XpushareProgram(Program):
 
     def parse_tasks(self) -> None:
         try:
-            super().parse_tasks()
+            help_first(self, super().parse_tasks)
         except ParseError as exc:
             raise usage_exit(exc, self) from None
 
@@ -120,7 +121,7 @@ def adopt(prog: Program) -> Program:
 
     def parse_tasks() -> None:
         try:
-            parse()
+            help_first(prog, parse)
         except ParseError as exc:
             raise usage_exit(exc, prog) from None
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from invoke import Context, task
+from invoke import Context
 
 from xpushare.cli.flags import ROOT_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 
 __all__ = ["diff", "runs"]
@@ -31,9 +32,12 @@ def _number(value: float | None, *, percent: bool = False) -> str:
     return f"{value * 100:+.1f}%" if percent else f"{value:.6g}"
 
 
-@task(help={"output": OUTPUT_HELP, "root": ROOT_HELP})
-def runs(c: Context, output: str = "table", root: str = ".") -> None:
-    """List the stored runs, oldest first: run id, clusters, suites, start time, counts per status, overall status."""
+@task(help={"output": OUTPUT_HELP, "root": ROOT_HELP,
+            "all": "also the runs without any case result (refused or stopped before their first case)"})
+def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False) -> None:
+    """List the stored runs, oldest first: run id, clusters, selection, start time, counts per status, overall status.
+
+    Runs without any case result (a command refused before its first case) are left out unless ``--all``."""
 
     def body() -> None:
         from tabulate import tabulate
@@ -41,17 +45,21 @@ def runs(c: Context, output: str = "table", root: str = ".") -> None:
         from xpushare.report.runs import list_runs
 
         fmt = _output(output)
-        stored = list_runs(Path(root))
+        every = list_runs(Path(root))
+        stored = every if all_ else [r for r in every if r.started_cases]
+        hidden = len(every) - len(stored)
         if fmt == "json":
             print(json.dumps([r.to_dict() for r in stored], indent=2))
             return
         if not stored:
             print(f"no runs stored under {root}")
             return
-        rows = [[r.run_id, ",".join(r.clusters) or "-", ",".join(r.suites) or "-", r.started or "-",
+        rows = [[r.run_id, ",".join(r.clusters) or "-", r.selection or ",".join(r.suites) or "-", r.started or "-",
                  " ".join(f"{k} {v}" for k, v in r.counts.items() if v) or "-",
                  r.overall + (" (interrupted)" if r.interrupted else "")] for r in stored]
-        print(tabulate(rows, headers=["run id", "clusters", "suites", "started", "cases", "overall"]))
+        print(tabulate(rows, headers=["run id", "clusters", "selection", "started", "cases", "overall"]))
+        if hidden:
+            print(f"({hidden} run(s) without any case result not shown; --all shows them)")
 
     guarded(body)
 
@@ -75,10 +83,14 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
             print(json.dumps(result.to_dict(), indent=2))
             return
         print(f"{result.a} -> {result.b}: {len(result.verdict_changes)} verdict change(s), "
-              f"{result.unchanged} case(s) unchanged, {len(result.metric_deltas)} metric change(s)")
+              f"{result.unchanged} case(s) unchanged, {len(result.metric_deltas)} metric change(s) among the cases "
+              f"both ran")
         if result.verdict_changes:
-            rows = [[v.case, v.before or "(absent)", v.after or "(absent)"] for v in result.verdict_changes]
+            rows = [[v.case, v.before, v.after] for v in result.verdict_changes]
             print("\n" + tabulate(rows, headers=["case", result.a, result.b]))
+        for run, others, cases in ((result.b, result.a, result.only_in_a), (result.a, result.b, result.only_in_b)):
+            if cases:
+                print(f"\nnot selected by {run} ({len(cases)} case(s) only in {others}): {', '.join(cases)}")
         if result.metric_deltas:
             rows = [[m.case, m.metric, _number(m.before), _number(m.after), _number(m.delta),
                      _number(m.relative, percent=True)] for m in result.metric_deltas]

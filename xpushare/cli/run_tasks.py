@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from invoke import Context, task
+from invoke import Context
 
+from xpushare.cli import defaults
 from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report.output import OUTPUT_HELP, output_format, render
@@ -32,13 +34,15 @@ MAX_SOAK_S = 365 * 86400.0
         "set": "override a parameter: --set sample_interval_s=10 (repeatable)",
         "root": ROOT_HELP,
         "inventory": INVENTORY_HELP,
+        "dry_run": "print the case, each parameter's value and its source, and whether it would SKIP; contact no "
+                   "host",
+        "output": "format of --dry-run: " + OUTPUT_HELP,
     },
     iterable=["set_"],
-    auto_shortflags=False,
 )
-def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = None, minutes: str | None = None,
-         run_id: str | None = None, resume: bool = False, set_: list[str] | None = None, root: str = ".",
-         inventory_: str | None = None) -> None:
+def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: str | None = None,
+         minutes: str | None = None, run_id: str | None = None, resume: bool = False, set_: list[str] | None = None,
+         root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None) -> None:
     """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
     from xpushare.soak.runner import SoakRequest
     from xpushare.soak.runner import soak as run_soak
@@ -52,8 +56,9 @@ def soak(c: Context, cluster: str, case: str = "STAB-002", hours: str | None = N
                 raise UsageError("--hours/--minutes take a number") from None
             if not math.isfinite(duration) or not 0 < duration <= MAX_SOAK_S:
                 raise UsageError(f"--hours/--minutes must give a duration > 0 and at most {MAX_SOAK_S / 86400:g} days")
-        request = SoakRequest(cluster=cluster, case=case, duration_s=duration, run_id=run_id, resume=resume,
-                              overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root))
+        request = SoakRequest(cluster=defaults.cluster(c, cluster), case=case, duration_s=duration, run_id=run_id,
+                              resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root),
+                              dry_run=dry_run, output=output_format(output))
         return run_soak(request)
 
     guarded(body)
@@ -76,17 +81,14 @@ def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".
 
 @task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP})
 def report(c: Context, run_id: str, root: str = ".") -> None:
-    """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run."""
+    """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run.
+
+    With matplotlib installed it also draws the plots the run lacks (a run made without it)."""
 
     def body() -> None:
-        from xpushare.report import artifacts, build
+        from xpushare.engine import driver
 
-        try:
-            run_dir = artifacts.stored_run_dir(Path(root), run_id)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        meta = artifacts.read_run_meta(run_dir) or {}
-        paths = build.build(run_dir, required=set(meta.get("required") or []) or None)
+        paths = driver.rebuild_reports(run_id, root=Path(root))
         print(paths.markdown)
         print(paths.html)
 

@@ -23,6 +23,7 @@ from invoke import Task
 
 from xpushare.cli.flags import RUN_HELP, count
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import XTask
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import output
 from xpushare.transport import command_log
@@ -171,7 +172,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     body.__name__ = body.__qualname__ = name.replace("-", "_")
     helps = {**RUN_HELP, **(help or {}), **{f.name: f.help for f in flags}}
     repeatable = ["case", "set_", *(f.name for f in flags if f.repeatable)]
-    return Task(body, name=name, help=helps, iterable=repeatable, incrementable=["verbose"])
+    return XTask(body, name=name, help=helps, iterable=repeatable, incrementable=["verbose"])
 
 
 def _allow_disruptive(flags: SuiteFlags) -> tuple[str, ...]:

@@ -10,28 +10,30 @@ import os
 import sys
 from pathlib import Path
 
-from invoke import Collection, Context, task
+from invoke import Collection, Context
 from tabulate import tabulate
 
 from xpushare import deploy as sut_ops
+from xpushare.cli import defaults
 from xpushare.cli.flags import INVENTORY_HELP
 from xpushare.cli.guard import guarded
+from xpushare.cli.taskdef import task
 from xpushare.deploy import k8s as k8s_sut
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["deploy_host_mode", "sut", "undeploy"]
 
 SUT_SRC_ENV = "XPUSHARE_SUT_SRC"
-HELP = {"cluster": "cluster name from the inventory (required), e.g. bm1, c1", "inventory": INVENTORY_HELP}
+HELP = {"cluster": "cluster name from the inventory (required), e.g. bm1, c1", "inventory": INVENTORY_HELP,
+        "output": OUTPUT_HELP}
 
 
 def _cluster(name: str | None, inventory_path: str | None) -> ClusterSpec:
-    if not name:
-        raise UsageError("--cluster is required")
-    return schema.load(inventory_path).cluster(name)
+    return schema.load(inventory_path).cluster(defaults.cluster(None, name))
 
 
 def sut_source(explicit: str | None) -> Path | None:
@@ -45,50 +47,52 @@ def deploy_host_mode(cluster: ClusterSpec, sut_src: str | None) -> int:
     return sut_ops.run_on_cluster(cluster, "deploy", src=sut_source(sut_src), out=sys.stdout)
 
 
-def _act(cluster_name: str | None, inventory_path: str | None, action: str) -> int:
+def _act(cluster_name: str | None, inventory_path: str | None, action: str, output: str | None = None) -> int:
+    fmt = output_format(output)
     cluster = _cluster(cluster_name, inventory_path)
     if cluster.mode == "host":
-        return sut_ops.run_on_cluster(cluster, action, out=sys.stdout)
+        return sut_ops.run_on_cluster(cluster, action, out=sys.stdout, fmt=fmt)
     if action == "undeploy":
         raise UsageError(f"cluster {cluster.name}: undeploy is for host-mode clusters (a Kubernetes cluster's SUT "
                          "is its DaemonSets: delete their manifests with kubectl)")
     rows = k8s_sut.run_action(cluster, action)
-    print(tabulate(rows, headers=["daemonset", action, "ok"]))
+    print(render([{"daemonset": d, "result": r, "ok": ok} for d, r, ok in rows], fmt) if fmt != "table"
+          else tabulate(rows, headers=["daemonset", action, "ok"]))
     return 0 if all(ok for _, _, ok in rows) else int(ExitStatus.FAILED)
 
 
 @task(help=HELP)
-def undeploy(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+def undeploy(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Host mode: stop the scheduler and remove what ``invoke deploy`` installed on each GPU host (its log stays)."""
-    guarded(lambda: _act(cluster, inventory_, "undeploy"))
+    guarded(lambda: _act(cluster, inventory_, "undeploy", output))
 
 
 @task(help=HELP)
-def status(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+def status(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """The SUT's state: per GPU host the scheduler's pid and /healthz (host mode), or the DaemonSets' rollout
     (k8s). Exit 1 when a scheduler is not healthy."""
-    guarded(lambda: _act(cluster, inventory_, "status"))
+    guarded(lambda: _act(cluster, inventory_, "status", output))
 
 
 @task(help=HELP)
-def start(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+def start(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Start the SUT's scheduler (host mode: on each GPU host; k8s: un-park the DaemonSets) and wait until it
     is healthy / rolled out."""
-    guarded(lambda: _act(cluster, inventory_, "start"))
+    guarded(lambda: _act(cluster, inventory_, "start", output))
 
 
 @task(help=HELP)
-def stop(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+def stop(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Stop the SUT's scheduler (host mode: on each GPU host; k8s: park the DaemonSets on a node selector no node
     has, so their pods go away and the objects stay)."""
-    guarded(lambda: _act(cluster, inventory_, "stop"))
+    guarded(lambda: _act(cluster, inventory_, "stop", output))
 
 
 @task(help=HELP)
-def restart(c: Context, cluster: str | None = None, inventory_: str | None = None) -> None:
+def restart(c: Context, cluster: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Restart the SUT's scheduler (host mode: on each GPU host; k8s: ``kubectl rollout restart`` of the
     DaemonSets) and wait until it is healthy / rolled out."""
-    guarded(lambda: _act(cluster, inventory_, "restart"))
+    guarded(lambda: _act(cluster, inventory_, "restart", output))
 
 
 sut = Collection("sut", status, start, stop, restart)

@@ -15,6 +15,7 @@ from xpushare.deploy import host as host_sut
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report.output import render
 from xpushare.transport.base import Host
 from xpushare.transport.fanout import fan_out
 from xpushare.transport.hosts import connect
@@ -51,9 +52,11 @@ def _operation(action: str, layout: host_sut.HostSutLayout, src: Path | None,
     return op
 
 
-def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None, out: TextIO) -> int:
+def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None, out: TextIO,
+                   fmt: str = "table") -> int:
     """``action`` of :data:`ACTIONS` on every GPU host of a host-mode cluster, in parallel; one table row per
-    host. Returns the exit status: 0 when every host succeeded (``status``: every scheduler healthy), else
+    host (``fmt`` json/yaml: one record per host, ``{"host", "result": ok | failed | unreachable, "detail"}``).
+    Returns the exit status: 0 when every host succeeded (``status``: every scheduler healthy), else
     :attr:`ExitStatus.FAILED` (a host failed; the others still ran), or :attr:`ExitStatus.UNREACHABLE` when
     every failure was an unreachable host.
 
@@ -75,7 +78,10 @@ def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None
     rows = [(o.host, "ok" if o.error is None else ("unreachable" if o.unreachable else "failed"),
              o.value[0] if o.value is not None else str(o.error)) for o in outcomes]
     unhealthy = action == "status" and any(o.value is not None and not o.value[1] for o in outcomes)
-    print(tabulate(rows, headers=["host", action, "detail"]), file=out)
+    if fmt == "table":
+        print(tabulate(rows, headers=["host", action, "detail"]), file=out)
+    else:
+        print(render([{"host": h, "result": r, "detail": d} for h, r, d in rows], fmt), file=out)
     failed = [o for o in outcomes if o.error is not None]
     if failed and all(o.unreachable for o in failed):
         return int(ExitStatus.UNREACHABLE)

@@ -41,6 +41,12 @@ SUGGESTED = {
     "scheduler.metrics_url": "http://127.0.0.1:9402",
     "scheduler.state_dir": "/var/lib/xpushare",
 }
+#: Settings deploy defaults when the inventory leaves them out: paths only deploy, undeploy and ``sut.*`` use (the
+#: library, the log and the metrics URL are evidence a run reads from the inventory: those stay required).
+DEFAULTS = {
+    "scheduler.binary": "/usr/local/bin/xpushare-scheduler",
+    "scheduler.state_dir": "/var/lib/xpushare",
+}
 BUILD_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 30.0
 
@@ -80,6 +86,8 @@ class HostSutLayout:
     def of(cls, cluster: ClusterSpec) -> HostSutLayout:
         """The layout of a host-mode cluster.
 
+        ``scheduler.binary`` and ``scheduler.state_dir`` default to :data:`DEFAULTS`.
+
         Raises:
             UsageError: the cluster is not in host mode, or a setting deploy needs is missing, not an absolute
                 path, or too close to ``/`` for undeploy to remove (one line naming every such key).
@@ -88,8 +96,9 @@ class HostSutLayout:
             raise UsageError(f"cluster {cluster.name}: the SUT of a k8s cluster is its DaemonSets (invoke deploy "
                              "without host mode installs the manifests)")
         s = cluster.scheduler
-        given = {"sut_lib": cluster.sut_lib, "scheduler.binary": s.binary, "scheduler.log_file": s.log_file,
-                 "scheduler.metrics_url": s.metrics_url, "scheduler.state_dir": s.state_dir}
+        given = {"sut_lib": cluster.sut_lib, "scheduler.binary": s.binary or DEFAULTS["scheduler.binary"],
+                 "scheduler.log_file": s.log_file, "scheduler.metrics_url": s.metrics_url,
+                 "scheduler.state_dir": s.state_dir or DEFAULTS["scheduler.state_dir"]}
         missing = [k for k, v in given.items() if not v]
         if missing:
             raise UsageError(f"cluster {cluster.name}: deploy needs " + ", ".join(
@@ -108,8 +117,8 @@ class HostSutLayout:
             raise UsageError(f"cluster {cluster.name}: scheduler.metrics_url must be http://HOST:PORT, "
                              f"not {s.metrics_url!r}")
         base = f"http://{url.hostname}:{url.port}"
-        return cls(str(cluster.sut_lib), str(s.binary), str(s.log_file), f"{url.hostname}:{url.port}",
-                   f"{base}/healthz", str(s.state_dir), dict(s.env))
+        return cls(str(cluster.sut_lib), paths["scheduler.binary"], str(s.log_file), f"{url.hostname}:{url.port}",
+                   f"{base}/healthz", paths["scheduler.state_dir"], dict(s.env))
 
 
 # ------------------------------------------------------------------------------------------------ build

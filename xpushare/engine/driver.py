@@ -11,15 +11,12 @@ directory (``<run>/<cluster>/...``) and one report. Ctrl-C (or SIGTERM/SIGHUP) e
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
-
-from rich.console import Console
 
 from xpushare import __version__
 from xpushare.backends.base import Backend
@@ -29,6 +26,7 @@ from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.lifecycle import judge_case, record_not_run, run_case, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
+from xpushare.engine.progress import Progress, expected_line
 from xpushare.evidence import events
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -36,7 +34,7 @@ from xpushare.model.errors import RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts, build, summaries
-from xpushare.report.output import plain
+from xpushare.report.output import plain, render
 from xpushare.transport import command_log, interrupt
 
 DEBUG_LOG = "debug.log"
@@ -68,36 +66,6 @@ def capabilities_of(cluster: ClusterSpec) -> frozenset[str]:
 
         return K8sBackend.capabilities
     raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} is not available in this version")
-
-
-class Progress:
-    """Live progress: a rich spinner on a terminal, plain lines otherwise (CI, pipes). ``label`` (a cluster name)
-    prefixes every line and turns the spinner off: several clusters print lines concurrently."""
-
-    _lock = threading.Lock()  # one whole line at a time from the clusters' threads
-
-    def __init__(self, out: TextIO, label: str | None = None) -> None:
-        self.console = Console(file=out)
-        self.live = self.console.is_terminal and label is None
-        self.prefix = f"{label}: " if label else ""
-        self._status: Any = None
-
-    def _line(self, text: str) -> None:
-        with self._lock:
-            print(f"[xpushare] {self.prefix}{text}", file=self.console.file, flush=True)
-
-    def start(self, text: str) -> None:
-        if self.live:
-            self._status = self.console.status(text)
-            self._status.start()
-        else:
-            self._line(text)
-
-    def done(self, line: str) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-        self._line(line)
 
 
 @dataclass
@@ -145,6 +113,7 @@ def _run_cases(
     overrides: Mapping[str, Any],
     progress: Progress,
     budget: Budget,
+    plans: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> bool:
     """Run the cases in order; return True when Ctrl-C stopped the run.
 
@@ -157,7 +126,7 @@ def _run_cases(
             backend.prepare_run(run_id)
         except KeyboardInterrupt:
             return True
-        for case in cases:
+        for number, case in enumerate(cases, 1):
             if budget.halted:
                 break
             params = case_params(case, cluster, selection, overrides)
@@ -168,8 +137,11 @@ def _run_cases(
                                         required=case.case_id in selection.required, reason=reason)
                 progress.done(f"{case.case_id} {record['status']:<11} {0.0:7.1f}s  {record['summary']}")
                 continue
-            progress.start(f"{case.case_id} {case.title} ...")
-            with events.case(case.case_id):
+            planned = (plans or {}).get(case.case_id, {})
+            with events.case(case.case_id), progress.case(case.case_id, case.title,
+                                                          planned.get("expected_duration_s"),
+                                                          position=f"{number}/{len(cases)}",
+                                                          skip=planned.get("plan") == "SKIP"):
                 record, interrupted = run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
                                                backend=backend, params=params,
                                                required=case.case_id in selection.required)
@@ -245,7 +217,9 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
                  for c in clusters]
         print(dry_run.render_all(plans, request.output), file=out)
         return ExitStatus.OK
-    with lease.held_all(clusters, run_id, wait=request.wait, out=out):
+    # --output json|yaml on a run: the progress goes to stderr, the result record alone to ``out`` (result_record)
+    lines = out if request.output == "table" else sys.stderr
+    with lease.held_all(clusters, run_id, wait=request.wait, out=lines):
         return _run_held(request, clusters, selection, overrides, run_id, run_dir, todo, out)
 
 
@@ -278,7 +252,8 @@ def _run_held(request: RunRequest, clusters: Sequence[ClusterSpec], selection: S
         earlier = [str(name) for name in previous.get("clusters") or []]
         meta["clusters"] = earlier + [c.name for c in clusters if c.name not in earlier]
     with disk_full_stops_the_run(run_dir, run_id):
-        return _run_and_report(clusters, selection, overrides, run_id, run_dir, todo, meta, out, request.maxfail)
+        return _run_and_report(clusters, selection, overrides, run_id, run_dir, todo, meta, out, request.maxfail,
+                               request.output)
 
 
 @contextmanager
@@ -300,7 +275,8 @@ def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
 
 
 def _cluster_job(cluster: ClusterSpec, cases: Sequence[CaseDef], run_id: str, run_dir: Path, selection: Selection,
-                 overrides: Mapping[str, Any], progress: Progress, budget: Budget) -> Callable[[], bool]:
+                 overrides: Mapping[str, Any], progress: Progress, budget: Budget,
+                 plans: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[], bool]:
     """One cluster's part of a run, as a job for the thread that runs it: make the backend, run the cases (every
     event they emit carries the cluster); True when interrupted. A full run directory halts ``budget`` (every
     other cluster stops before its next case) and is raised."""
@@ -309,7 +285,7 @@ def _cluster_job(cluster: ClusterSpec, cases: Sequence[CaseDef], run_id: str, ru
         with events.cluster(cluster.name):
             try:
                 return _run_cases(cases, run_id, run_dir, cluster, make_backend(cluster), selection, overrides,
-                                  progress, budget)
+                                  progress, budget, plans)
             except OSError as exc:
                 if disk_full(exc):
                     budget.halt(f"the run directory is full ({cluster.name})")
@@ -324,17 +300,24 @@ def _first_line(exc: BaseException) -> str:
 
 def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overrides: Mapping[str, Any],
                     run_id: str, run_dir: Path, todo: Mapping[str, Sequence[CaseDef]], meta: dict[str, Any],
-                    out: TextIO, maxfail: int | None = None) -> ExitStatus:
-    """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports."""
+                    out: TextIO, maxfail: int | None = None, fmt: str = "table") -> ExitStatus:
+    """The rest of :func:`run` once the run directory exists: the cases, then run.json's end and the reports.
+    ``fmt`` json or yaml: the progress lines on stderr, then :func:`result_record` alone on ``out``."""
     artifacts.write_run_meta(run_dir, meta)
+    result_out, out = out, (out if fmt == "table" else sys.stderr)
     progress = Progress(out)
+    root = run_dir.parents[2]  # run_dir is <root>/.tmplog/<run id>/xpushare (report/artifacts.run_dir)
+    plans = {c.name: dry_run.plan_run(todo[c.name], c, selection, overrides, capabilities_of(c), root)["cases"]
+             for c in clusters}
     for cluster in clusters:
         progress.done(f"run {run_id} on {cluster.name} ({cluster.mode} mode): {len(todo[cluster.name])} case(s) "
-                      f"-> {run_dir}")
+                      f"-> {run_dir}; {expected_line(plans[cluster.name])}")
     budget = Budget(maxfail)
     several = len(clusters) > 1
     jobs = {c.name: _cluster_job(c, todo[c.name], run_id, run_dir, selection, overrides,
-                                 Progress(out, label=c.name) if several else progress, budget) for c in clusters}
+                                 Progress(out, label=c.name) if several else progress, budget,
+                                 {p["case_id"]: p for p in plans[c.name]})
+            for c in clusters}
     errors: dict[str, BaseException] = {}
     interrupted = False
     # A signal after the last case (while run.json's end and the reports are written) is recorded, not raised:
@@ -378,14 +361,71 @@ def _run_and_report(clusters: Sequence[ClusterSpec], selection: Selection, overr
             paths = build.build(run_dir, required=set(required))
     counts = summaries.counts(results)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-    progress.done(f"done: {summary or 'no cases'}; report: {paths.markdown} and {paths.html.name}")
+    decision = summaries.release_decision(results, set(required), clusters=meta["clusters"], interrupted=interrupted)
+    ready = "YES" if decision.ready else f"NO ({len(decision.reasons)} reason(s) in run-report.md)"
+    progress.done(f"done: {summary or 'no cases'}; release_ready: {ready}; report: {paths.markdown} and "
+                  f"{paths.html.name}")
     if interrupted:
         progress.done(f"interrupted: continue with --run-id {run_id} --resume")
     for name, error in errors.items():  # the first is raised below; each cluster's own is named here
         progress.done(f"{name}: stopped: {_first_line(error)}")
+    if fmt != "table":
+        print(render(result_record(run_id, run_dir, status, results, decision, paths.markdown), fmt), file=result_out)
     if errors:
         raise next(iter(errors.values()))
     return status
+
+
+def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Sequence[Mapping[str, Any]],
+                  decision: summaries.ReleaseDecision, report: Path) -> dict[str, Any]:
+    """What ``--output json|yaml`` prints after a run: ``{"run_id", "run_dir", "exit_status", "counts",
+    "release_ready", "release_reasons", "report", "cases": [{"cluster", "suite", "case_id", "status", "summary",
+    "duration_s"}]}`` (paths as text, durations in seconds)."""
+    return {
+        "run_id": run_id, "run_dir": str(run_dir), "exit_status": int(status), "counts": summaries.counts(results),
+        "release_ready": decision.ready, "release_reasons": list(decision.reasons), "report": str(report),
+        "cases": [{key: r.get(key) for key in ("cluster", "suite", "case_id", "status", "summary", "duration_s")}
+                  for r in results],
+    }
+
+
+PLOTTED_SUITES = ("performance",)
+"""Suites whose judgments draw plots (:mod:`xpushare.report.plots`) next to their evidence."""
+
+
+def draw_missing_plots(run_dir: Path) -> list[str]:
+    """Draw the plots a stored run lacks: each PASS/FAIL case of :data:`PLOTTED_SUITES` without a PNG in its case
+    directory is judged again on its evidence with its stored thresholds (the judgment draws them; the stored
+    verdict is left as it is). Nothing when matplotlib is not installed. Returns the case ids drawn for."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    drawn = []
+    for record in artifacts.load_results(run_dir):
+        case = REGISTRY.get(record["case_id"])
+        if (case is None or case.judge is None or case.suite not in PLOTTED_SUITES
+                or record["status"] not in ("PASS", "FAIL") or record.get("error")):
+            continue
+        case_dir = artifacts.case_dir(run_dir, record["cluster"], record["suite"], record["case_id"])
+        if any(case_dir.glob("*.png")):
+            continue
+        judge_case(case, case_dir, dict(record.get("thresholds") or {}), record.get("mode"))
+        if any(case_dir.glob("*.png")):
+            drawn.append(str(record["case_id"]))
+    return drawn
+
+
+def rebuild_reports(run_id: str, *, root: Path = Path(".")) -> build.ReportPaths:
+    """``invoke report``: draw the plots a stored run lacks (:func:`draw_missing_plots`), then rebuild its summaries
+    and reports from the stored records. Raises :class:`UsageError` for an unknown run."""
+    try:
+        run_dir = artifacts.stored_run_dir(root, run_id)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    draw_missing_plots(run_dir)
+    meta = artifacts.read_run_meta(run_dir) or {}
+    return build.build(run_dir, required=set(meta.get("required") or []) or None)
 
 
 def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out: TextIO = sys.stdout) -> ExitStatus:

@@ -27,7 +27,7 @@ from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts, history
 from xpushare.report.output import plain
-from xpushare.transport import interrupt
+from xpushare.transport import activity, interrupt
 
 #: Suites whose verdicts are about the SUT's sharing, quotas, placement or metrics: each of their cases first
 #: establishes that the SUT was in every workload's path and that its GPU identity of each is NVML's.
@@ -46,7 +46,7 @@ def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str |
     if CAP_KUBERNETES in missing:
         return "needs Kubernetes (this cluster runs in host mode)"
     if "client-library" in missing:
-        return "needs the nvshare client library (set sut_lib in the inventory)"
+        return "needs the SUT's client library (set sut_lib in the inventory; invoke deploy installs it)"
     if missing:
         return f"needs {', '.join(sorted(missing))}"
     if case.act is None or case.judge is None:
@@ -118,10 +118,12 @@ def run_case(
             "expected_duration_basis": expected.basis if expected else "no earlier PASS/FAIL of this case on this "
                                                                           "cluster under this root"})
         try:
+            activity.note(phase="begin")
             backend.begin_case(case_dir, case.case_id)
             if case.measures_gpu:
                 gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "before")
             phases["begin"] = time.monotonic()
+            activity.note(phase="act")
             case.act(run)
             interrupt.check()  # a Ctrl-C swallowed by a command runner still counts
         except KeyboardInterrupt:
@@ -136,10 +138,12 @@ def run_case(
                 events.emit("error", step="act", message=error)
             phases["act"] = time.monotonic()
             events.emit("harvest_started", step="harvest")
+            activity.note(phase="harvest")
             harvested, harvest_fault = _harvest(case_dir, backend)
             events.emit("harvest_ended", step="harvest", files=len(harvested))
             phases["harvest"] = time.monotonic()
             events.emit("harvest_started", step="cleanup")
+            activity.note(phase="cleanup")
             _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
             events.emit("harvest_ended", step="cleanup")
             if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
@@ -154,6 +158,7 @@ def run_case(
     elif error is not None:
         verdict = Verdict(Status.ERROR, f"harness/infrastructure error: {error}")
     else:
+        activity.note(phase="judge")
         verdict = judge_case(case, case_dir, params, cluster.mode)
         phases["judge"] = time.monotonic()
         if harvest_fault is not None:

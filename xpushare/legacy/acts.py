@@ -155,7 +155,7 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
         if host is None or host not in backend.smi_hosts:
             continue
         try:
-            res = backend.gpu_host(host).run(nvidia_smi.list_command(), timeout=60)
+            res = backend.gpu_host(host).run(backend.nvidia_smi_argv(host, *nvidia_smi.list_command()[1:]), timeout=60)
         except TransportError as exc:
             _say(f"warning: nvidia-smi -L on {host}: {exc}")
             continue

@@ -91,7 +91,7 @@ def memlimit_blocks(plan: Mapping[str, Any], ev: Evidence, results: Mapping[str,
     for test in plan.get("tests") or []:
         key = f"Test {test['n']} ({test['label']})"
         status = results.get(key, "ERROR")
-        mark = "[INFO] ✅" if status == "PASS" else "[ERROR] ❌"
+        mark = "[INFO]" if status == "PASS" else "[ERROR]"
         want = "refused" if test["expect"] == "rejected" else "passed"
         out.append(f"{mark} Test {test['n']} {'PASSED' if status == 'PASS' else status}: {test['label']} "
                    f"(pod {test['pod']} must be {want})")
@@ -129,7 +129,7 @@ def render_case_report(sc: Scenario, case_dir: Path, record: Mapping[str, Any], 
         parts.append(f"baseline file: {case_dir / 'baseline.yaml'} (use with invoke baseline-compare --baseline)")
     status, summary = record.get("status"), record.get("summary", "")
     if status == "PASS":
-        parts.append(tables.banner(f"✅ 测试通过 PASS: {sc.title}"))
+        parts.append(tables.banner(f"PASS: {sc.title}"))
     else:
-        parts.append(tables.banner(f"❌ {status}: {sc.title}\n{summary}"))
+        parts.append(tables.banner(f"{status}: {sc.title}\n{summary}"))
     return "\n\n".join(parts)

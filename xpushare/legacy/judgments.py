@@ -152,7 +152,7 @@ def memlimit_summary(results: Mapping[str, str]) -> str:
     lines = [f"  {name}: {status}" for name, status in results.items()]
     passed = sum(1 for v in results.values() if v == "PASS")
     lines.append(f"Total: {passed} passed, {len(results) - passed} failed")
-    lines.append("  ✅ All tests passed!" if passed == len(results) else "  ❌ Some tests failed!")
+    lines.append("  All tests passed." if passed == len(results) else "  Some tests failed.")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ from xpushare.transport.kube_objects import split_prefixed_logs
 RULE = "=" * 90
 DIST_RULE = "-" * 92
 POD_HEADER = ("Pod Name", "Status", "Duration", "Avg Speed", "MaxKernelWin")
-STATS_TITLE = "📊 统计分析 (statistics):"
+STATS_TITLE = "Statistics:"
 
 _KERNEL_WINDOW_RE = re.compile(r"Pending Kernel Window is (\d+)")
 
@@ -262,6 +262,6 @@ def monitor_cell(phase: str, log_tail: str | None) -> str:
 
 
 def banner(text: str) -> str:
-    """A 42-``=`` framed line as the scripts end with (``✅ 测试通过：...``)."""
+    """A 42-``=`` framed line as the scripts end with (``PASS: ...``)."""
     rule = "=" * 42
     return f"{rule}\n{text}\n{rule}"

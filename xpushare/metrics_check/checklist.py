@@ -21,13 +21,17 @@ from xpushare.metrics_check.endpoint import DEFAULT_NOTFOUND_PATH, EndpointEvide
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status
 
-__all__ = ["CONTENT_TYPE", "COUNTERS", "CheckLine", "answer_text", "check_line", "exit_status", "exposition_checks",
-           "idle_checks", "load_checks", "render_table", "shorten"]
+__all__ = ["CELL_WIDTHS", "CONTENT_TYPE", "COUNTERS", "CheckLine", "answer_text", "check_line", "exit_status",
+           "exposition_checks", "idle_checks", "load_checks", "render_table", "shorten"]
 
 #: The counters seed 002 §5 wants declared ``counter`` (suffixes).
 COUNTERS = ("scheduler_messages_total", "scheduler_drop_lock_total", "scheduler_client_disconnect_total")
 #: Content type of ``/metrics`` (sut-interfaces.md §6.1): media type and the version parameter.
 CONTENT_TYPE = "text/plain; version=0.0.4"
+
+
+CELL_WIDTHS = (None, 44, 50, None)
+"""Widest line of each column of :func:`render_table` (check, expected, observed, result)."""
 
 
 class CheckLine(NamedTuple):
@@ -294,9 +298,11 @@ def load_checks(exposition: Exposition, *, expected_clients: int, matches: Seque
 
 
 def render_table(lines: Sequence[CheckLine]) -> str:
-    """The checklist as a text table (tabulate ``simple``): check, expected, observed, result."""
+    """The checklist as a text table (tabulate ``simple``): check, expected, observed, result; long cells wrap
+    (at most :data:`CELL_WIDTHS` characters a line), so that the table fits a terminal of about 150 columns."""
     rows = [(ln.item, ln.expected, ln.observed, ln.status.value) for ln in lines]
-    return tabulate(rows, headers=["check", "expected", "observed", "result"], tablefmt="simple")
+    return tabulate(rows, headers=["check", "expected", "observed", "result"], tablefmt="simple",
+                    maxcolwidths=list(CELL_WIDTHS))
 
 
 def exit_status(lines: Sequence[CheckLine], *, unreachable: bool = False) -> ExitStatus:

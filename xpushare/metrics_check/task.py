@@ -23,6 +23,7 @@ from xpushare.metrics_check.probes import (
 )
 from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.report.output import render
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_objects import Pod
@@ -33,8 +34,12 @@ __all__ = ["metrics_check_task", "run_metrics_check"]
 
 def run_metrics_check(url: str, *, fetch: Fetch | None = None, prefix: str | None = None, min_families: int = 25,
                       load: ProbeLoad | None = None, expect_idle: bool = True, settle_s: float = 60.0,
-                      out: TextIO | None = None) -> ExitStatus:
+                      out: TextIO | None = None, fmt: str = "table") -> ExitStatus:
     """Check the exporter at ``url``, print the table (and a summary line) to ``out``; return the status.
+
+    ``fmt`` json or yaml prints instead one record: ``{"url", "status": PASS | FAIL | UNREACHABLE, "passed",
+    "failed", "error" (why it was unreachable, else null), "checks": [{"check", "expected", "observed",
+    "result"}]}``.
 
     ``load``: when given, the under-load part runs after the idle part (:func:`run_load_checks`).
     Exit statuses: 0 every line PASS; 1 some line FAIL; 3 the endpoint gave no response at all (the
@@ -47,9 +52,17 @@ def run_metrics_check(url: str, *, fetch: Fetch | None = None, prefix: str | Non
     if load is not None and not evidence.unreachable:
         lines += run_load_checks(metrics_scraper(evidence.base_url, fetch), load, prefix=prefix, settle_s=settle_s)
     status = exit_status(lines, unreachable=evidence.unreachable)
+    failed = sum(1 for ln in lines if not ln.ok)
+    if fmt != "table":
+        verdict = {ExitStatus.OK: "PASS", ExitStatus.UNREACHABLE: "UNREACHABLE"}.get(status, "FAIL")
+        record = {"url": evidence.base_url, "status": verdict, "passed": len(lines) - failed, "failed": failed,
+                  "error": evidence.metrics.error if status is ExitStatus.UNREACHABLE else None,
+                  "checks": [{"check": ln.item, "expected": ln.expected, "observed": ln.observed,
+                              "result": ln.status.value} for ln in lines]}
+        print(render(record, fmt), file=out)
+        return status
     print(f"metrics-check {evidence.base_url}", file=out)
     print(render_table(lines), file=out)
-    failed = sum(1 for ln in lines if not ln.ok)
     if status is ExitStatus.UNREACHABLE:
         print(f"UNREACHABLE: no response from {evidence.base_url} ({evidence.metrics.error})", file=out)
     else:
@@ -102,7 +115,7 @@ def _k8s_target(cluster: ClusterSpec, names: SutNames, out: TextIO) -> tuple[Kub
 
 def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, load: bool | None = None,
                        min_families: int = 25, out: TextIO | None = None, timeout_s: float = 10.0,
-                       settle_s: float | None = None) -> ExitStatus:
+                       settle_s: float | None = None, fmt: str = "table") -> ExitStatus:
     """Body of ``invoke metrics-check``: ``--url http://HOST:PORT`` or ``--cluster C``.
 
     ``load``: run the under-load part; ``None`` is the default of the target: off for ``--url``, on
@@ -122,16 +135,18 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
       host's scheduler and never show on the page); the probes' clients are matched by ``host_pid``
       (and ``client_id``), not by pod name (``none`` there).
 
-    The metric prefix is the cluster's generation (``sut``). Raises :class:`UsageError` for bad
-    flag combinations; returns the :class:`ExitStatus` of :func:`run_metrics_check`.
+    ``fmt``: table (the table and notes on ``out``) | json | yaml (only the result on ``out``, notes on stderr:
+    :func:`run_metrics_check`). The metric prefix is the cluster's generation (``sut``). Raises
+    :class:`UsageError` for bad flag combinations; returns the :class:`ExitStatus` of :func:`run_metrics_check`.
     """
     out = out or sys.stdout
+    notes = out if fmt == "table" else sys.stderr  # json/yaml: only the result on out
     if (url is None) == (cluster_spec is None):
         raise UsageError("give exactly one of --url or --cluster")
     if url is not None:
         if load is True:
             raise UsageError("--load needs --cluster: probe pods are started through the cluster")
-        return run_metrics_check(url, fetch=urllib_fetcher(timeout_s), min_families=min_families, out=out)
+        return run_metrics_check(url, fetch=urllib_fetcher(timeout_s), min_families=min_families, out=out, fmt=fmt)
     assert cluster_spec is not None
     cluster = cluster_spec
     load = True if load is None else load
@@ -141,8 +156,8 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
     prefix = names.metric_prefix.rstrip("_")
     probe: ProbeLoad | None = None
     if cluster.mode == "k8s":
-        kubectl, sched = _k8s_target(cluster, names, out)
-        fetch, where = _gpu_fetcher(cluster, _host_named(cluster, sched.node, sched.host_ip), timeout_s, out)
+        kubectl, sched = _k8s_target(cluster, names, notes)
+        fetch, where = _gpu_fetcher(cluster, _host_named(cluster, sched.node, sched.host_ip), timeout_s, notes)
         base = f"http://{sched.pod_ip}:9402"
         if load:
             probe = KubeProbeLoad(kubectl, names, node=sched.node, namespace=cluster.namespace,
@@ -152,16 +167,16 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
             raise UsageError(f"cluster {cluster.name}: host mode needs scheduler.metrics_url in the inventory")
         base = cluster.scheduler.metrics_url
         gpu = cluster.by_role("gpu")
-        fetch, where = _gpu_fetcher(cluster, gpu[0] if gpu else None, timeout_s, out)
+        fetch, where = _gpu_fetcher(cluster, gpu[0] if gpu else None, timeout_s, notes)
         if load and not cluster.sut_lib:
-            print("note: load part skipped: host mode without sut_lib (workloads would not register)", file=out)
+            print("note: load part skipped: host mode without sut_lib (workloads would not register)", file=notes)
         elif load:
             from xpushare.backends.host import HostBackend
 
             probe = BackendProbeLoad(HostBackend(cluster), Path(tempfile.mkdtemp(prefix="xpushare-metrics-check-")),
                                      node=gpu[0].name if gpu else None)
             print("note: host mode: probe clients are matched by host_pid / client_id (pod and namespace are "
-                  "'none' outside Kubernetes)", file=out)
-    print(f"fetching from {where}", file=out)
+                  "'none' outside Kubernetes)", file=notes)
+    print(f"fetching from {where}", file=notes)
     return run_metrics_check(base, fetch=fetch, prefix=prefix, min_families=min_families, load=probe,
-                             settle_s=settle_s, out=out)
+                             settle_s=settle_s, out=out, fmt=fmt)

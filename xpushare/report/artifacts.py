@@ -28,7 +28,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -241,24 +241,65 @@ def show_controls(text: str) -> str:
     return _INVISIBLE.sub(lambda m: escape_char(m.group(0)), text)
 
 
-def format_value(value: Any) -> str:
+_EPOCH_NAME = re.compile(r"(?:^|_)(?:ts|time|timestamp|at|when|started|ended|epoch)$")
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+#: Items of a list shown before ``... (+N more)``.
+LIST_ITEMS = 8
+
+
+def _plain_number(value: float) -> str:
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if 1 <= abs(value) < 1e15:
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{value:.4g}"
+
+
+def format_bytes(value: float) -> str:
+    """``13201400`` -> ``12.6 MiB``: bytes in the largest binary unit under the value, 3 significant digits."""
+    size, unit = float(value), 0
+    while abs(size) >= 1024 and unit < len(_BYTE_UNITS) - 1:
+        size, unit = size / 1024, unit + 1
+    return f"{int(size)} B" if unit == 0 else f"{size:.3g} {_BYTE_UNITS[unit]}"
+
+
+def _with_unit(name: str, value: float) -> str | None:
+    key = name.lower()
+    if _EPOCH_NAME.search(key) and 1e9 <= value < 1e11:  # a unix time stamp: 2001..5138
+        return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if key.endswith("bytes"):
+        return format_bytes(value)
+    if key.endswith(("_s", "seconds")):
+        return f"{_plain_number(float(value))} s"
+    if key.endswith(("_pct", "percent")):
+        return f"{_plain_number(float(value))} %"
+    return None
+
+
+def format_value(value: Any, name: str | None = None) -> str:
     """Readable text of a threshold or metric: ints as is; floats of magnitude 1 to 1e15 with at most 3
     decimals (trailing zeros dropped: ``12.5``, ``3``), other floats to 4 significant digits (``0.1235``,
-    ``1.2e-05``); bools ``true``/``false``; None ``n/a``; containers as compact JSON; else ``str()``."""
+    ``1.2e-05``); bools ``true``/``false``; None ``n/a``; else ``str()``.
+
+    ``name`` (the value's key) gives a number its unit: ``*bytes`` ``12.6 MiB``, ``*_s``/``*seconds`` ``2.5 s``,
+    ``*_pct``/``*percent`` ``30 %``, a unix time under a time-like name (``ts``, ``*_time``, ``started`` ...) as
+    ``2026-11-27T02:40:00Z``. Mappings read ``{key: value, ...}`` and lists ``[a, b, ...]`` (the first
+    :data:`LIST_ITEMS`, then ``... (+N more)``), each item formatted by these rules under its key."""
     if value is None:
         return "n/a"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-        if 1 <= abs(value) < 1e15:
-            return f"{value:.3f}".rstrip("0").rstrip(".")
-        return f"{value:.4g}"
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, (int, float)):
+        shown = _with_unit(name, value) if name and math.isfinite(value) else None
+        if shown is not None:
+            return shown
+        return str(value) if isinstance(value, int) else _plain_number(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {format_value(v, str(k))}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        items = [format_value(v, name) for v in value[:LIST_ITEMS]]
+        more = f", ... (+{len(value) - LIST_ITEMS} more)" if len(value) > LIST_ITEMS else ""
+        return "[" + ", ".join(items) + more + "]"
     return str(value)
 
 
@@ -279,7 +320,7 @@ def _judgment_lines(checks: Iterable[Any]) -> str:
         lines.append(f"{mark} {c.get('name', '?')}: {c.get('expression', '')}")
         values = c.get("values") or {}
         if values:
-            lines.append("         with " + ", ".join(f"{k} = {format_value(v)}" for k, v in values.items()))
+            lines.append("         with " + ", ".join(f"{k} = {format_value(v, str(k))}" for k, v in values.items()))
         if c.get("detail"):
             lines.append(_indent(str(c["detail"]), "         "))
     return "\n".join(lines) if lines else "  (no checks recorded)"
@@ -289,7 +330,7 @@ def _kv_lines(values: Mapping[str, Any] | None) -> str:
     if not values:
         return "  (none)"
     width = max(len(str(k)) for k in values)
-    return "\n".join(f"  {k!s:<{width}} = {format_value(v)}" for k, v in values.items())
+    return "\n".join(f"  {k!s:<{width}} = {format_value(v, str(k))}" for k, v in values.items())
 
 
 def render_analysis(record: Mapping[str, Any]) -> str:

@@ -74,7 +74,7 @@ def _checks(record: Result) -> list[dict[str, str]]:
             continue
         ok = check.get("ok")
         values = check.get("values") or {}
-        shown = ", ".join(f"{k} = {artifacts.format_value(v)}" for k, v in values.items()) \
+        shown = ", ".join(f"{k} = {artifacts.format_value(v, str(k))}" for k, v in values.items()) \
             if isinstance(values, Mapping) else artifacts.format_value(values)
         out.append({
             "state": "ok" if ok is True else "fail" if ok is False else "na",
@@ -90,7 +90,7 @@ def _checks(record: Result) -> list[dict[str, str]]:
 def _pairs(values: Any) -> list[tuple[str, str]]:
     if not isinstance(values, Mapping):
         return []
-    return [(str(k), artifacts.format_value(v)) for k, v in values.items()]
+    return [(str(k), artifacts.format_value(v, str(k))) for k, v in values.items()]
 
 
 def _case_files(run_dir: Path, record: Result) -> dict[str, Any]:
@@ -167,7 +167,7 @@ def render_html(run_dir: Path, results: Sequence[Result], view: RunOverview, *, 
         "reasons": list(decision.reasons),
         "scope": view.scope,
         "groups": view.suites,
-        "cases": [_case(run_dir, r, i) for i, r in enumerate(results)],
+        "cases": [_case(run_dir, r, i) for i, r in enumerate(results, 1)],  # #case-1 is the first case
         "markdown_href": href("run-report.md"),
         "isolation_header": isolation_table.HEADER,
         "isolation_rows": isolation_table.isolation_rows(results),

@@ -26,13 +26,18 @@ from xpushare.report.summaries import (
 # --------------------------------------------------------------------------------------------- markdown
 
 
+_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+
+
 def md_escape(value: Any) -> str:
-    """Text safe inside a markdown table cell: ``\\``, ``|``, ``&``, ``<``, ``>`` escaped, ``[`` and ``]`` too (so
-    no text of a record can make a link, ``[x](javascript:...)`` included), newlines as ``<br>``, other control
-    characters escaped (:func:`~xpushare.report.artifacts.show_controls`)."""
+    """Text safe inside a markdown table cell: ``\\``, ``|``, ``[`` and ``]`` escaped (so no text of a record can
+    make a link, ``[x](javascript:...)`` included), ``<`` as ``&lt;`` (no HTML tag can start), ``&`` as ``&amp;``
+    only where it would read as an entity (``&lt;``); ``>`` stays as written, so that ``>=`` reads as itself in the
+    file too; newlines as ``<br>``, other control characters escaped
+    (:func:`~xpushare.report.artifacts.show_controls`)."""
     text = "" if value is None else str(value)
     text = text.replace("\\", "\\\\").replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _ENTITY.sub("&amp;", text).replace("<", "&lt;")
     return artifacts.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
 
 
@@ -141,7 +146,7 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
 
     out += ["", "## Key metrics", ""]
     metric_rows = [
-        [r["cluster"], r["case_id"], k, artifacts.format_value(v)]
+        [r["cluster"], r["case_id"], k, artifacts.format_value(v, str(k))]
         for r in results
         for k, v in (r.get("metrics") or {}).items()
     ]

@@ -3,7 +3,8 @@ from their ``run.json`` and ``result.json`` files alone.
 
 A comparison matches the cases of run A and run B by (cluster, suite, case id); when each run covers exactly one
 cluster, by (suite, case id), so a run on ``c1`` compares with one on ``c2``. It reports every case whose status
-differs (a case present in one run only has ``None`` on the other side) and every number of the cases' ``metrics``
+differs among the cases both runs have (a case only one run selected is listed apart, as not selected by the
+other, never as a change) and every number of the cases' ``metrics``
 that differs, nested values flattened to dotted paths (``ratios.25.error``, ``steps.0.aggregate_runs_per_s``).
 """
 
@@ -26,7 +27,8 @@ NO_CASES = "NONE"
 class RunInfo:
     """One stored run: ``counts`` per status (PASS FAIL SKIP ERROR INTERRUPTED, every key present), ``overall``
     the aggregate status of its cases (FAIL > ERROR > INTERRUPTED > PASS > SKIP; :data:`NO_CASES` when none),
-    ``started``/``ended`` as run.json has them (ISO 8601) or None, ``interrupted`` from run.json."""
+    ``started``/``ended`` as run.json has them (ISO 8601) or None, ``interrupted`` from run.json, ``selection``
+    what the run selected as run.json says it (``suite=functional``, ``cases=FUNC-001,FUNC-002``) or None."""
 
     run_id: str
     clusters: tuple[str, ...]
@@ -36,6 +38,12 @@ class RunInfo:
     counts: dict[str, int]
     overall: str
     interrupted: bool
+    selection: str | None = None
+
+    @property
+    def started_cases(self) -> bool:
+        """Whether any case of the run has a result (a run refused before its first case has none)."""
+        return any(self.counts.values())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,11 +65,13 @@ def run_info(root: Path, run_id: str) -> RunInfo:
         counts=counts(results),
         overall=aggregate_status(record_status(r) for r in results).value if results else NO_CASES,
         interrupted=bool(meta.get("interrupted")),
+        selection=None if meta.get("selection") is None else str(meta["selection"]),
     )
 
 
 def list_runs(root: Path) -> list[RunInfo]:
-    """Every stored run under ``root``, oldest first (:func:`~xpushare.report.artifacts.stored_run_ids`).
+    """Every stored run under ``root``, oldest first (:func:`~xpushare.report.artifacts.stored_run_ids`), also the
+    ones without any case result (:attr:`RunInfo.started_cases`: ``invoke runs`` hides those unless ``--all``).
     A run whose run.json is damaged is listed with what its results say."""
     out = []
     for run_id in artifacts.stored_run_ids(root):
@@ -103,13 +113,19 @@ class MetricDelta:
 
 @dataclass(frozen=True)
 class RunDiff:
-    """The comparison of run ``a`` with run ``b``; ``unchanged`` counts the cases present in both with one status."""
+    """The comparison of run ``a`` with run ``b``: ``verdict_changes`` and ``metric_deltas`` of the cases both runs
+    have, ``unchanged`` the count of those with one status; a case only one run selected is in ``only_in_a`` or
+    ``only_in_b``, never a change."""
 
     a: str
     b: str
     verdict_changes: list[VerdictChange] = field(default_factory=list)
     metric_deltas: list[MetricDelta] = field(default_factory=list)
     unchanged: int = 0
+    only_in_a: list[str] = field(default_factory=list)
+    """Cases run A has and run B did not select (not verdict changes)."""
+    only_in_b: list[str] = field(default_factory=list)
+    """Cases run B has and run A did not select."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,8 +169,13 @@ def diff_results(a: Sequence[Result], b: Sequence[Result], *, a_id: str = "A", b
     changes: list[VerdictChange] = []
     deltas: list[MetricDelta] = []
     unchanged = 0
+    only_a: list[str] = []
+    only_b: list[str] = []
     for key in sorted(order, key=lambda k: order[k]):
         ra, rb = ka.get(key), kb.get(key)
+        if ra is None or rb is None:
+            (only_b if ra is None else only_a).append(key)
+            continue
         before = None if ra is None else record_status(ra).value
         after = None if rb is None else record_status(rb).value
         if before != after:
@@ -170,7 +191,7 @@ def diff_results(a: Sequence[Result], b: Sequence[Result], *, a_id: str = "A", b
             delta = None if va is None or vb is None else vb - va
             relative = None if delta is None or not va else delta / abs(va)
             deltas.append(MetricDelta(key, metric, va, vb, delta, relative))
-    return RunDiff(a_id, b_id, changes, deltas, unchanged)
+    return RunDiff(a_id, b_id, changes, deltas, unchanged, only_a, only_b)
 
 
 def diff_runs(root: Path, run_a: str, run_b: str) -> RunDiff:

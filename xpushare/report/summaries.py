@@ -189,7 +189,7 @@ def failure_text(record: Result) -> str:
     for c in record.get("checks") or []:
         if isinstance(c, Mapping) and c.get("ok") is not True:
             verdict = "FAIL" if c.get("ok") is False else "n.a."
-            values = ", ".join(f"{k}={artifacts.format_value(v)}" for k, v in (c.get("values") or {}).items())
+            values = ", ".join(f"{k}={artifacts.format_value(v, str(k))}" for k, v in (c.get("values") or {}).items())
             line = f"[{verdict}] {c.get('name', '?')}: {c.get('expression', '')}"
             lines.append(line + (f" with {values}" if values else ""))
             if c.get("detail"):

@@ -21,7 +21,7 @@ from typing import Any
 
 from xpushare.evidence.store import Evidence
 from xpushare.judge.stability import check_trend, load_soak, process_series
-from xpushare.report.artifacts import atomic_write_text
+from xpushare.report.artifacts import atomic_write_text, format_value
 
 __all__ = ["write_report"]
 
@@ -101,8 +101,9 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
             if not f.get("judged"):
                 lines.append(f"| {value} | {label} | {f.get('points')} | - | - | - | - | - |")
                 continue
-            lines.append(f"| {value} | {label} | {f['n']} | {f['first']:.6g} | {f['last']:.6g} | {f['per_hour']:.6g} | "
-                         f"{f['growth']:.6g} | {f['p_value']:.3g} |")
+            first, last, per_hour, growth = (format_value(f[k], value) for k in ("first", "last", "per_hour", "growth"))
+            lines.append(f"| {value} | {label} | {f['n']} | {first} | {last} | {per_hour} | {growth} | "
+                         f"{f['p_value']:.3g} |")
     rounds = [r for r in data.rounds if r.get("status") in ("completed", "timeout")]
     lines += ["", "## Rounds", "", f"{len(rounds)} round(s) judged; other: "
               f"{sum(1 for r in data.rounds if r not in rounds)}", ""]

@@ -26,8 +26,9 @@ from typing import Any, TextIO
 
 from xpushare import __version__
 from xpushare.cases import REGISTRY
-from xpushare.engine import driver, lifecycle, plan
+from xpushare.engine import driver, dry_run, lifecycle, plan
 from xpushare.engine.cluster_params import check_cluster_params
+from xpushare.engine.progress import Progress
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
@@ -54,6 +55,10 @@ class SoakRequest:
     overrides: tuple[str, ...] = ()
     inventory_path: str | None = None
     root: Path = Path(".")
+    dry_run: bool = False
+    """Print the plan (the case, each parameter's value and source, whether it would SKIP) and run nothing."""
+    output: str = "table"
+    """The dry run's format: table | json | yaml."""
 
 
 def _now() -> str:
@@ -107,6 +112,11 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         if request.duration_s <= 0:
             raise UsageError("--hours/--minutes must be positive")
         overrides["stab_duration_s"] = request.duration_s
+    if request.dry_run:
+        planned = dry_run.plan_run([case], cluster, selection, overrides, driver.capabilities_of(cluster),
+                                   request.root)
+        print(dry_run.render_all([planned], request.output), file=out)
+        return ExitStatus.OK
     run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak", root=request.root)
     run_dir = artifacts.run_dir(request.root, run_id)
     driver.refuse_reuse(run_dir, run_id, resume=request.resume)
@@ -135,7 +145,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         "resume": request.resume,
     }
     artifacts.write_run_meta(run_dir, meta)
-    progress = driver.Progress(out)
+    progress = Progress(out)
     dur = float(params["stab_duration_s"])
     progress.done(f"soak {case_id} on {cluster.name} for {dur / 3600:.2f} h{' (resumed)' if request.resume else ''} "
                   f"-> {case_dir}")

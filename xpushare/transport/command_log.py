@@ -1,12 +1,13 @@
-"""The log of every command the transport runs: ``-v``/``-vv`` on the terminal, ``debug.log`` in a run directory.
+"""The log of every command the transport runs and of the logical actions: ``-v``/``-vv``/``-vvv`` on the terminal,
+``debug.log`` in a run directory.
 
 Every :meth:`~xpushare.transport.base.Host.run` (SSH or this machine, kubectl included: it runs through a host)
 reports to the logger ``xpushare.commands``: the quoted command line when it starts (INFO), its exit status and
 seconds when it ends (DEBUG), or the error that ended it (DEBUG); a kubectl read retried after a transient failure
 (:mod:`~xpushare.transport.kube_retry`) adds a line per retry and one for how it ended (INFO).
-:func:`set_verbosity` shows these on stderr (``-v``: the lines, ``-vv``: also the ends); :func:`debug_log` writes
-them, with every library logger (paramiko, invoke, fabric), to a file while a run lasts. Library loggers never
-reach the terminal.
+:func:`set_verbosity` shows on stderr the actions (``-v``), the lines (``-vv``), the ends too (``-vvv``);
+:func:`debug_log` writes them, with every library logger (paramiko, invoke, fabric), to a file while a run lasts.
+Library loggers never reach the terminal.
 
 Secrets are never written: a word ``NAME=value`` whose name mentions a password, token, secret or key keeps
 its name and loses its value (``env API_TOKEN=***``), and a URL's password is masked (``http://user:***@host``).
@@ -22,11 +23,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LOGGER", "debug_log", "ended", "failed", "mask_url_passwords", "redact", "retried", "retrying",
-           "set_verbosity", "started"]
+__all__ = ["ACTIONS", "LOGGER", "SHORT_LINE", "debug_log", "ended", "failed", "mask_url_passwords", "redact",
+           "retried", "retrying", "set_verbosity", "started"]
 
 LOGGER = logging.getLogger("xpushare.commands")
 """The logger of command lines (INFO: started; DEBUG: ended or failed)."""
+ACTIONS = logging.getLogger("xpushare.actions")
+"""The logger of logical actions (INFO): what a case does and waits for (:mod:`xpushare.transport.activity`)."""
 
 _SECRET_WORD = re.compile(r"(?i)^([A-Za-z_][A-Za-z0-9_.-]*(?:pass(?:word|wd)?|token|secret|key)[A-Za-z0-9_]*)=(.+)$")
 _SECRET_FLAG = re.compile(r"(?i)^(--(?:password|token|client-key-data|secret)[A-Za-z0-9-]*)=(.+)$")
@@ -39,6 +42,7 @@ _FORMAT = "%(asctime)s %(levelname)-5s %(name)s %(threadName)s: %(message)s"
 for _name in ("paramiko", "invoke", "fabric"):
     logging.getLogger(_name).addHandler(logging.NullHandler())
 LOGGER.setLevel(logging.DEBUG)  # its records are cheap; handlers choose what they show
+ACTIONS.setLevel(logging.DEBUG)
 
 
 def redact(argv: Sequence[str]) -> str:
@@ -83,19 +87,59 @@ def retried(host: str, argv: Sequence[str], outcome: str, attempt: int, attempts
     LOGGER.info("%s$ %s -> %s on attempt %d of %d", host, redact(argv), outcome, attempt, attempts)
 
 
-def set_verbosity(level: int) -> None:
-    """Show command lines on stderr: 0 none, 1 (``-v``) each line as it starts, 2+ (``-vv``) also its exit status
-    and seconds. Replaces an earlier setting (one terminal handler at most)."""
-    for handler in list(LOGGER.handlers):
-        if getattr(handler, _TERMINAL_MARK, False):
-            LOGGER.removeHandler(handler)
-    if level <= 0:
-        return
+SHORT_LINE = 200
+"""At ``-vv`` a command line longer than this many characters is shown cut in the middle (``-vvv``: whole)."""
+
+
+class _Readable(logging.Filter):
+    """``-vv``'s view of command lines: each cut to :data:`SHORT_LINE` characters, and a line that repeats the one
+    before it (a poll) shown once, with the count of its repeats noted when another line comes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: str | None = None
+        self._repeats = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text == self._last:
+            self._repeats += 1
+            return False
+        note = f"(the command before ran {self._repeats} more time(s))\n+ " if self._repeats else ""
+        self._last, self._repeats = text, 0
+        if len(text) > SHORT_LINE:
+            half = SHORT_LINE // 2
+            text = f"{text[:half]} ...({len(text) - SHORT_LINE} chars)... {text[-half:]}"
+        record.msg, record.args = note + text, None
+        return True
+
+
+def _terminal(logger: logging.Logger, level: int, fmt: str, *filters: logging.Filter) -> None:
     handler = logging.StreamHandler(sys.stderr)
     setattr(handler, _TERMINAL_MARK, True)
-    handler.setFormatter(logging.Formatter("+ %(message)s"))
-    handler.setLevel(logging.INFO if level == 1 else logging.DEBUG)
-    LOGGER.addHandler(handler)
+    handler.setFormatter(logging.Formatter(fmt))
+    handler.setLevel(level)
+    for one in filters:
+        handler.addFilter(one)
+    logger.addHandler(handler)
+
+
+def set_verbosity(level: int) -> None:
+    """What ``-v`` shows on stderr: 0 nothing; 1 (``-v``) the logical actions (:data:`ACTIONS`: pods started,
+    phases, what a wait waits for); 2 (``-vv``) also each command line as it starts, cut to :data:`SHORT_LINE`
+    characters, a poll repeating the line before it shown once; 3+ (``-vvv``) every command line whole, with its
+    exit status and seconds. Replaces an earlier setting (one terminal handler per logger at most)."""
+    for logger in (LOGGER, ACTIONS):
+        for handler in list(logger.handlers):
+            if getattr(handler, _TERMINAL_MARK, False):
+                logger.removeHandler(handler)
+    if level <= 0:
+        return
+    _terminal(ACTIONS, logging.INFO, "~ %(message)s")
+    if level == 2:
+        _terminal(LOGGER, logging.INFO, "+ %(message)s", _Readable())
+    elif level >= 3:
+        _terminal(LOGGER, logging.DEBUG, "+ %(message)s")
 
 
 class _BestEffortFileHandler(logging.FileHandler):

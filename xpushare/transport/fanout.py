@@ -33,12 +33,15 @@ class HostOutcome(Generic[T]):
 
 
 def fan_out(
-    hosts: Sequence[Host], operation: Callable[[Host], T], *, forks: int = DEFAULT_FORKS
+    hosts: Sequence[Host], operation: Callable[[Host], T], *, forks: int = DEFAULT_FORKS, close_each: bool = False
 ) -> list[HostOutcome[T]]:
     """Run ``operation(host)`` on every host, at most ``forks`` at once; outcomes in the hosts' order.
 
-    Transport errors are captured per host; any other exception (a bug) propagates. ``KeyboardInterrupt`` (Ctrl-C,
-    SIGTERM, SIGHUP in the calling thread) closes every host, so that commands in flight end, and propagates.
+    ``close_each``: close each host's connection as soon as its operation ended (a one-shot fan-out such as
+    ``invoke run``), so that at most ``forks`` connections are open at once and memory stays flat with the host
+    count. Transport errors are captured per host; any other exception (a bug) propagates. ``KeyboardInterrupt``
+    (Ctrl-C, SIGTERM, SIGHUP in the calling thread) closes every host, so that commands in flight end, and
+    propagates.
     """
     if forks < 1:
         raise ValueError("forks must be >= 1")
@@ -48,6 +51,9 @@ def fan_out(
             return HostOutcome(host.name, value=operation(host))
         except TransportError as exc:
             return HostOutcome(host.name, error=exc)
+        finally:
+            if close_each:
+                host.close()
 
     if len(hosts) <= 1:
         return [one(h) for h in hosts]

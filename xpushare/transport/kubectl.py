@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from xpushare.transport import activity
 from xpushare.transport.base import CommandResult
 from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout, classify
 from xpushare.transport.kube_objects import (
@@ -237,6 +238,7 @@ class Kubectl:
         command = self.argv(["get", "pods", "-l", selector, "-o", "json"], namespace=namespace)
         while True:
             pods = self.list_pods(selector, namespace=namespace)
+            activity.pods([p.phase for p in pods], count=count, until=until)
             if len(pods) >= count and all(done(p) for p in pods):
                 return pods
             stuck = [p for p in pods if not done(p) and (p.waiting_reason in STUCK_REASONS

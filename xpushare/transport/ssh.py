@@ -32,6 +32,7 @@ from xpushare.model.errors import (
     RemoteNotFound,
     TransportError,
 )
+from xpushare.transport import exec_copy
 from xpushare.transport.base import (
     CommandResult,
     Host,
@@ -70,6 +71,27 @@ class _InterruptibleRemote(_BulkRemote):
 
 _known_hosts_lock = threading.Lock()
 _ignore_warned = False
+_parsed_lock = threading.Lock()
+_parsed: dict[str, tuple[tuple[int, int], paramiko.HostKeys]] = {}
+
+
+def known_host_keys(path: Path) -> paramiko.HostKeys:
+    """The parsed known_hosts file ``path``, parsed once while its size and modification time stay the same.
+
+    Each connection used to parse the whole file (paramiko's ``load_host_keys``): with one line per host of a
+    fan-out that is N parses of N lines, 100 ms a connection at 1,000 hosts. Raises ``OSError`` or
+    ``paramiko.SSHException`` for a file that cannot be read."""
+    stat = path.stat()
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    with _parsed_lock:
+        hit = _parsed.get(str(path))
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+    keys = paramiko.HostKeys()
+    load_known_hosts(keys, path)  # line by line: a malformed line of another host is skipped, as OpenSSH does
+    with _parsed_lock:
+        _parsed[str(path)] = (stamp, keys)
+    return keys
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -165,6 +187,8 @@ class SshHost(Host):
         self._sleep = sleep
         self._lock = threading.Lock()
         self._conn: Connection | None = None
+        self.sftp = True
+        """False once the host refused an SFTP channel: ``put``/``get`` copy through ``cat`` from then on."""
 
     @property
     def spawn_dir(self) -> str:
@@ -195,10 +219,14 @@ class SshHost(Host):
         policy = opts.host_key_policy
         known = Path(os.path.expanduser(opts.known_hosts))
         if policy != "ignore" and known.exists():
+            # only this host's keys, under the name paramiko looks up ("[host]:port" off port 22)
+            label = conn.host if int(conn.port) == 22 else f"[{conn.host}]:{conn.port}"
             try:
-                load_known_hosts(client.get_host_keys(), known)
-            except OSError as exc:
-                raise TransportError(self.name, f"cannot read known_hosts {known}: {exc.strerror}") from None
+                found = known_host_keys(known).lookup(label)
+            except (OSError, paramiko.SSHException) as exc:
+                raise TransportError(self.name, f"cannot read known_hosts {known}: {exc}") from None
+            for key_type, host_key in (found or {}).items():
+                client.get_host_keys().add(label, key_type, host_key)
         if policy == "strict":
             client.set_missing_host_key_policy(_StrictPolicy())
         elif policy == "ignore":
@@ -285,15 +313,32 @@ class SshHost(Host):
             raise ConnectionLost(self.name, f"connection lost during {argv[0]!r} (no exit status)")
         return finished(self.name, argv, res, start, check=check)
 
+    def _no_sftp(self, conn: Connection, exc: BaseException) -> paramiko.Transport | None:
+        """The live transport when ``exc`` was the server refusing SFTP (the channel closed, the connection up):
+        copies then go through ``cat`` (:mod:`~xpushare.transport.exec_copy`); None when the connection died."""
+        transport = conn.client.get_transport()
+        if isinstance(exc, paramiko.SSHException) and transport is not None and transport.is_active():
+            self.sftp = False
+            return transport
+        return None
+
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         conn = self.connection()
         parent = os.path.dirname(remote)
         if parent:
             self.run(["mkdir", "-p", parent], timeout=30, check=True)
         try:
-            conn.put(str(local), remote)
+            if self.sftp:
+                conn.put(str(local), remote)
+                return
         except (OSError, paramiko.SSHException) as exc:
-            raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
+            if self._no_sftp(conn, exc) is None:
+                raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
+        try:
+            exec_copy.exec_put(conn.client.get_transport(), local, remote)
+        except (OSError, paramiko.SSHException) as exc:
+            raise TransportError(self.name, f"put {local} -> {remote} (no SFTP on the host: copied with cat): "
+                                            f"{exc}") from None
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         """Copy ``remote`` to ``local`` through a temporary file beside it, renamed once the whole file arrived: a
@@ -301,6 +346,8 @@ class SshHost(Host):
         conn = self.connection()
         target = Path(local)
         target.parent.mkdir(parents=True, exist_ok=True)
+        if not self.sftp:
+            return self._get_by_cat(conn, remote, local)
         part = target.with_name(f".{target.name}.part-{os.getpid()}-{threading.get_ident()}")
         try:
             conn.get(remote, str(part))
@@ -308,6 +355,8 @@ class SshHost(Host):
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc}") from None
         except (EOFError, paramiko.SSHException) as exc:
+            if self._no_sftp(conn, exc) is not None:
+                return self._get_by_cat(conn, remote, local)
             self._drop()
             detail = str(exc) or type(exc).__name__
             raise ConnectionLost(self.name, f"connection lost during get {remote}: {detail}") from None
@@ -315,6 +364,18 @@ class SshHost(Host):
             raise TransportError(self.name, f"get {remote} -> {local}: {exc}") from None
         finally:
             part.unlink(missing_ok=True)
+
+    def _get_by_cat(self, conn: Connection, remote: str, local: str | os.PathLike[str]) -> None:
+        try:
+            exec_copy.exec_get(conn.client.get_transport(), remote, local)
+        except exec_copy.ExecCopyError as exc:
+            if "No such file" in exc.stderr:
+                raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.stderr.strip()}") from None
+            raise TransportError(self.name, f"get {remote} (no SFTP on the host: copied with cat): {exc}") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._drop()
+            raise ConnectionLost(self.name, f"connection lost during get {remote} (no SFTP on the host: copied "
+                                            f"with cat): {exc or type(exc).__name__}") from None
 
     def close(self) -> None:
         self._drop()
