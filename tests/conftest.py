@@ -124,6 +124,7 @@ LONG_MODULES = (
     "test_k8s_e2e.py",
     "test_k8s_stability_e2e.py",
     "test_k8s_metrics_e2e.py",
+    "test_lab_under_load.py",
     "test_host_real_sut.py",
     "test_metrics_check_lab.py",
     "test_envcheck_lab.py",
