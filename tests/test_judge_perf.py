@@ -465,6 +465,10 @@ def store_perf011(root: Path, run_id: str, runtimes: dict[str, float]) -> Path:
     (case_dir / "pods").mkdir(parents=True)
     names = {"base": "perf-011-base", **{q: f"perf-011-q{q}" for q in runtimes}}
     write_pod_records(case_dir, [rec(n) for n in names.values()])
+    # the scheduler registered every pod: the SUT was in each one's path (judge/sut_path.py)
+    (case_dir / "scheduler.log").write_text("".join(
+        f"[XPUSHARE][INFO]: Registered client {i:016x} on GPU GPU-lab-0 with Pod name = {n}, Pod namespace = default\n"
+        for i, n in enumerate(names.values(), 1)))
     (case_dir / "pods" / "perf-011-base.log").write_text(log(100.0))
     for q, v in runtimes.items():
         (case_dir / "pods" / f"perf-011-q{q}.log").write_text(log(v))
