@@ -37,12 +37,14 @@ MAX_SOAK_S = 365 * 86400.0
         "dry_run": "print the case, each parameter's value and its source, and whether it would SKIP; contact no "
                    "host",
         "output": "format of --dry-run: " + OUTPUT_HELP,
+        "wait": "when another run holds the cluster's lease, wait until it is free instead of stopping (exit 2)",
     },
     iterable=["set_"],
 )
 def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: str | None = None,
          minutes: str | None = None, run_id: str | None = None, resume: bool = False, set_: list[str] | None = None,
-         root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None) -> None:
+         root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None,
+         wait: bool = False) -> None:
     """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
     from xpushare.soak.runner import SoakRequest
     from xpushare.soak.runner import soak as run_soak
@@ -58,7 +60,7 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
                 raise UsageError(f"--hours/--minutes must give a duration > 0 and at most {MAX_SOAK_S / 86400:g} days")
         request = SoakRequest(cluster=defaults.cluster(c, cluster), case=case, duration_s=duration, run_id=run_id,
                               resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root),
-                              dry_run=dry_run, output=output_format(output))
+                              dry_run=dry_run, output=output_format(output), wait=wait)
         return run_soak(request)
 
     guarded(body)
