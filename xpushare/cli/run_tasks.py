@@ -71,18 +71,20 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
         "run_id": "the stored run to re-judge (required; last: the latest)",
         "set": "threshold override name=value (repeatable), e.g. --set func002_min_overlap_ratio=0.8",
         "root": ROOT_HELP,
+        "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, changes, report)",
     },
     iterable=["set_"],
 )
-def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".") -> None:
+def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".", output: str | None = None) -> None:
     """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports."""
     from xpushare.engine import driver
 
-    guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root)))
+    guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
 
 
-@task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP})
-def report(c: Context, run_id: str, root: str = ".") -> None:
+@task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP,
+            "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, report, html)"})
+def report(c: Context, run_id: str, root: str = ".", output: str | None = None) -> None:
     """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run.
 
     With matplotlib installed it also draws the plots the run lacks (a run made without it)."""
@@ -90,9 +92,10 @@ def report(c: Context, run_id: str, root: str = ".") -> None:
     def body() -> None:
         from xpushare.engine import driver
 
+        fmt = output_format(output)
         paths = driver.rebuild_reports(run_id, root=Path(root))
-        print(paths.markdown)
-        print(paths.html)
+        text = f"{paths.markdown}\n{paths.html}"
+        print(text if fmt == "table" else render(driver.stored_result_record(paths.markdown.parent, paths), fmt))
 
     guarded(body)
 
