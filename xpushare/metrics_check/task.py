@@ -249,7 +249,8 @@ def _closing_line(results: Sequence[SchedulerResult], status: ExitStatus, saved:
     one scheduler when nothing is saved: its own closing line says it all)."""
     if len(results) == 1 and saved is None:
         return ""
-    parts = ", ".join(f"{r.name} {_VERDICT.get(r.status, 'FAIL')}" + (f" ({r.failed} FAIL)" if r.failed else "")
+    parts = ", ".join(f"{r.name} {_VERDICT.get(r.status, 'FAIL')}"
+                      + (f" ({r.failed} FAIL)" if r.failed and r.status is ExitStatus.FAILED else "")
                       for r in results)
     where = f"; saved in {saved.path}" if saved is not None else ""
     return f"metrics-check: {len(results)} scheduler(s): {parts}: {_VERDICT.get(status, 'FAIL')}{where}"
