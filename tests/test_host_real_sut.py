@@ -341,9 +341,23 @@ def test_metrics_missing_mutant_fails_the_load_part(host_lab: HostLab, inventory
         host_lab.set_sut(NODE, None)
 
 
-def spread_case(tmp_path: Path, mutant: str | None = None) -> tuple[dict[str, Any], Path, str]:
+def unloadable_library_build(tmp_path: Path, lab: HostLab) -> Path:
+    """A build directory with the lab's real scheduler and a ``libxpushare.so`` the dynamic loader refuses (a text
+    file: what a wrong ``sut_lib`` path or a truncated copy gives)."""
+    build = tmp_path / "unloadable-build"
+    build.mkdir()
+    for item in lab.sut.directory.iterdir():
+        (build / item.name).symlink_to(item)
+    (build / "libxpushare.so").unlink()
+    (build / "libxpushare.so").write_text("not a shared object\n", encoding="utf-8")
+    return build
+
+
+def spread_case(tmp_path: Path, mutant: str | None = None, *, unloadable: bool = False
+                ) -> tuple[dict[str, Any], Path, str]:
     """FUNC-003 on a lab of one host with two simulated GPUs (its scheduler and library from ``mutant``'s
-    build, if given): ``(result.json, case directory, output tail)``."""
+    build, if given; with ``unloadable``, a library the loader refuses): ``(result.json, case directory, output
+    tail)``."""
     require_lab("host-mode lab", unavailable_reason())
     build = build_mutant(mutant) if mutant is not None else None
     w2 = ["--n", "512", "--iters", "300", "--no-progress"]  # 3.1 ms per kernel on a 1e9 B/s GPU: about 1 s
@@ -352,6 +366,8 @@ def spread_case(tmp_path: Path, mutant: str | None = None) -> tuple[dict[str, An
             "func003_pods": 4, "workload_args": {"w2_medium_add": w2}})
         if build is not None:  # the inventory's sut_lib is a link to the host's build: both switch
             lab.set_sut("hl-solo", build.directory)
+        if unloadable:
+            lab.set_sut("hl-solo", unloadable_library_build(tmp_path, lab))
         proc = invoke("func", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "spread", "--root",
                       str(tmp_path), "--case", "FUNC-003")
     case = tmp_path / ".tmplog" / "spread" / "xpushare" / CLUSTER / "functional" / "FUNC-003"
@@ -401,3 +417,15 @@ def test_spread_case_fails_when_every_client_registers_on_one_gpu(tmp_path: Path
     rows = [ln.split("\t") for ln in (case / "gpu_mapping.txt").read_text().splitlines()[1:]]
     assert [r[2] for r in rows] == ["default"] * 4, rows
     assert [r[6] for r in rows] == ["NO"] * 4 and len({r[5] for r in rows}) == 2, rows
+
+
+@LAB
+def test_spread_case_with_a_library_the_loader_refuses_is_error(tmp_path: Path) -> None:
+    """``sut_lib`` names a file the dynamic loader cannot preload: the workloads run without the SUT (the loader
+    only warns), so their success says nothing about it. FUNC-003 is ERROR "SUT not in the path", never PASS."""
+    got, case, detail = spread_case(tmp_path, unloadable=True)
+    assert got["status"] == "ERROR" and got["summary"].startswith("SUT not in the path: func-003-w2-1: preload "
+                                                                  "refused"), detail
+    path = next(c for c in got["checks"] if c["name"] == "sut_in_path")
+    assert path["ok"] is None and len(path["values"]["not_in_path"]) == 4, path
+    assert "cannot be preloaded" in (case / "pods" / "func-003-w2-1.log").read_text()

@@ -117,6 +117,24 @@ HOST_MODE: dict[str, str] = {
                                             "tests/test_host_real_sut.py",
 }
 
+#: Breakages of what every verdict about the SUT rests on (judge/sut_path.py: the SUT in each workload's path, its
+#: GPU identity against NVML) that no row of the lab's matrix carries, and where each is shown to turn the verdict.
+OUTSIDE_MATRIX: dict[str, str] = {
+    "a client library the loader refuses": "FUNC-003 ERROR `SUT not in the path: ... preload refused` on the host-mode "
+                                           "lab (tests/test_host_real_sut.py); FUNC-001/004 ERROR on two H200 "
+                                           "(docs/runs/2026-11-27-real-sut-2gpu), where FUNC-004 had passed on "
+                                           "PyTorch's own out-of-memory error",
+    "a node python without torch": "FUNC-004/006 ERROR `the workload failed before it reached the GPU "
+                                   "(ModuleNotFoundError ...)`, not FAIL (docs/runs/2026-11-27-real-sut-2gpu; "
+                                   "tests/test_sut_path.py)",
+    "a GPU key that ignores the assigned device": "`gpu-key-ignores-cuda-visible-devices`: FUNC-003 FAIL "
+                                                  "(`gpu_identity`, key `default` against NVML's two GPUs)",
+    "DROP_LOCK not counted": "`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against the "
+                             "scheduler log's DROP_LOCK lines)",
+    "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
+                                              "seed's ±8 % (tests/test_lab_under_load.py)",
+}
+
 #: Mutants no case catches, and why (they stay in the score's denominator).
 UNCAUGHT: dict[str, str] = {}
 
@@ -280,6 +298,11 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     if UNREACHABLE:
         lines += ["", "## Cases no breakage of the lab reaches", ""]
         lines += [f"- **{case}**: {why}" for case, why in sorted(UNREACHABLE.items())]
+    lines += ["", "## What every verdict about the SUT rests on", "",
+              "Each FUNC, COMBO, PERF and MET verdict also checks that the SUT was in every workload's path and that "
+              "its GPU identity of each is the GPU NVML saw (README, \"Two sources for every verdict about the "
+              "SUT\"). The breakages of those checks, and where each is shown:", ""]
+    lines += [f"- {what}: {how}" for what, how in OUTSIDE_MATRIX.items()]
     mutants = [r for r in rows if r.kind == "mutant"]
     caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
     caught_mutants += [m for m in HOST_MODE if m in MUTANTS]
