@@ -67,8 +67,9 @@ from xpushare.evidence.client_match import client_match, matched_clients, regist
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
-from xpushare.metrics_check import checklist, probes, task
+from xpushare.metrics_check import checklist, probes, targets, task
 from xpushare.model.exit_status import ExitStatus
+from xpushare.transport.base import CommandResult
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = "hl-node1"  # the first GPU host: its scheduler is the inventory's
@@ -93,14 +94,25 @@ def test_host_mode_probes_run_on_the_scrapes_host(monkeypatch: pytest.MonkeyPatc
     settle time comes from the cluster parameter."""
     seen: dict[str, Any] = {}
 
-    def fake_run(url: str, **kw: Any) -> ExitStatus:
-        seen.update(kw, url=url)
-        return ExitStatus.OK
+    class Up:
+        name = "gpu1"
 
-    monkeypatch.setattr(task, "_gpu_fetcher", lambda *a: (lambda u: (200, None, ""), "gpu1"))
-    monkeypatch.setattr(task, "run_metrics_check", fake_run)
+        def run(self, argv: Any, **kw: Any) -> CommandResult:
+            return CommandResult(self.name, tuple(argv), "", "", 0, 0.01)
+
+        def close(self) -> None:
+            pass
+
+    def fake_check(url: str, **kw: Any) -> task.SchedulerResult:
+        seen.update(kw, url=url)
+        return task.SchedulerResult(str(kw.get("name")), url, [], ExitStatus.OK)
+
+    monkeypatch.setattr(targets, "connect", lambda spec: Up())
+    monkeypatch.setattr(task, "check_scheduler", fake_check)
     cluster = _two_host_cluster(metrics_check_settle_s=7)
     assert task.metrics_check_task(None, cluster, out=io.StringIO()) is ExitStatus.OK
+    # metrics_url names gpu1's address: that one scheduler is checked, its probes pinned to gpu1
+    assert seen["name"] == "gpu1" and seen["url"] == "http://127.0.0.1:9402"
     assert isinstance(seen["load"], probes.BackendProbeLoad) and seen["load"].node == "gpu1"
     assert seen["settle_s"] == 7.0
     task.metrics_check_task(None, _two_host_cluster(), out=io.StringIO(), settle_s=3)

@@ -98,6 +98,20 @@ def test_a_host_of_any_inventory_can_be_this_machine() -> None:
     assert not far.local and far.target == "10.0.0.9"
 
 
+def test_roles_as_one_string_is_that_one_role() -> None:
+    """``roles: gpu`` (a string, as Ansible-like tools accept) means ``[gpu]``; a bad one names the role."""
+    inv = schema.parse(GOOD.replace("roles: [master]", "roles: master").replace("roles: [gpu]", "roles: gpu"))
+    c1 = inv.cluster("c1")
+    assert c1.host("c1-master").roles == ("master",)
+    assert [h.name for h in c1.by_role("gpu")] == ["c1-gpu1", "c1-gpu2"]
+    with pytest.raises(InventoryError, match="bad role 'boss'"):
+        schema.parse(GOOD.replace("roles: [master]", "roles: boss"))
+    with pytest.raises(InventoryError, match=r"roles: must be one of master, gpu or a list of them, not 3"):
+        schema.parse(GOOD.replace("roles: [master]", "roles: 3"))
+    with pytest.raises(InventoryError, match="missing 'roles'"):
+        schema.parse(GOOD.replace("roles: [master]", "roles: []"))
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -492,7 +492,10 @@ def test_urllib_fetcher_and_task_with_url(http_server: str) -> None:
     assert task.metrics_check_task(http_server + "/metrics", None, out=buf, fmt="json") is ExitStatus.OK
     record = json.loads(buf.getvalue())  # only the record: notes would go to stderr
     assert record["status"] == "PASS" and record["passed"] == 15 and record["failed"] == 0
-    assert record["checks"][0].keys() == {"check", "expected", "observed", "result"}
+    assert record["run_id"] is None and record["saved_to"] is None  # no root: nothing saved
+    (one,) = record["schedulers"]
+    assert one["status"] == "PASS" and one["url"] == http_server and one["fetched_from"] == "this machine"
+    assert one["checks"][0].keys() == {"check", "expected", "observed", "result"}
 
 
 def test_urllib_fetcher_refused_raises_fetch_error() -> None:
@@ -571,7 +574,7 @@ def test_task_usage_errors_and_host_mode(http_server: str) -> None:
                      scheduler=SchedulerSpec(metrics_url=http_server))
     buf = io.StringIO()
     assert task.metrics_check_task(None, nv, load=False, out=buf, fmt="json") is ExitStatus.FAILED  # xpushare_ names
-    failed = [c["expected"] for c in json.loads(buf.getvalue())["checks"] if c["result"] == "FAIL"]
+    failed = [c["expected"] for c in json.loads(buf.getvalue())["schedulers"][0]["checks"] if c["result"] == "FAIL"]
     assert any("every non-comment line starts with nvshare_" in text for text in failed), failed
 
 

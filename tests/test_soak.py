@@ -568,3 +568,40 @@ def test_soak_dry_run_prints_the_plan_and_stores_nothing(tmp_path: Path) -> None
     assert planned["case_id"] == "STAB-002" and planned["params"]["stab_duration_s"] == {"value": 120.0,
                                                                                           "source": "--set"}
     assert not (tmp_path / ".tmplog").exists()
+
+
+def test_soak_stops_on_a_held_lease_and_waits_for_it_with_wait(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``invoke soak`` holds the cluster's lease as the suite tasks do: another live run's lease stops it before
+    anything is written (exit 2), and ``--wait`` waits until that run releases it."""
+    import os
+    import socket
+    import threading
+    from dataclasses import replace
+
+    from xpushare.engine import lease
+    from xpushare.model.errors import LeaseHeld
+    from xpushare.model.lease import Holder, LeaseSettings
+    from xpushare.soak.runner import SoakRequest, soak
+    from xpushare.transport.local import LocalHost
+    from xpushare.transport.lock_file import LockFileStore
+
+    monkeypatch.setenv("XPUSHARE_LEASE_DIR", str(tmp_path))
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("clusters:\n  bm:\n    mode: host\n    params: {lease_renew_s: 0.2, lease_stale_s: 60}\n"
+                         "    hosts:\n      box: {connection: local, roles: [master, gpu]}\n", encoding="utf-8")
+    store = LockFileStore(LocalHost(), str(tmp_path / lease.LEASE_FILE))
+    busy = Holder(run_id="busy-run", user="ana", machine=socket.gethostname(), pid=os.getpid(),
+                  started="2026-01-01T12:00:00+00:00", token="t-busy")
+    assert store.create(busy, LeaseSettings(0.2, 60))
+    request = SoakRequest(cluster="bm", duration_s=60.0, inventory_path=str(inventory), root=tmp_path, run_id="s1")
+    with pytest.raises(LeaseHeld, match="busy-run"):
+        soak(request, out=io.StringIO())
+    assert not (tmp_path / ".tmplog" / "s1").exists()
+    threading.Timer(0.6, store.release, args=(busy,)).start()
+    out = io.StringIO()
+    status = soak(replace(request, wait=True), out=out)
+    assert status == 0, out.getvalue()
+    assert "waiting for it (--wait)" in out.getvalue()
+    assert next((tmp_path / ".tmplog" / "s1").rglob("result.json")).exists()
+    assert store.read() is None  # released at the end

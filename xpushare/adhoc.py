@@ -265,15 +265,25 @@ def _ping_record(o: HostOutcome[tuple[float, float, HostFacts]], master: bool) -
             "kubectl_server": f.kubectl_server if master else None}
 
 
-def _copy_report(outcomes: Sequence[HostOutcome[str]], out: TextIO) -> ExitStatus:
-    """One line per host, ``host: ok  PATH`` or ``host: UNREACHABLE|ERROR: why``; the exit status of
-    :func:`exit_status_of` (3 a host unreachable, 1 a copy failed)."""
-    for o in outcomes:
-        if o.error is None:
-            print(f"{o.host}: ok  {o.value}", file=out)
-        else:
-            word = "UNREACHABLE" if o.unreachable else "ERROR"
-            print(f"{o.host}: {word}: {_status_of_error(str(o.error))}", file=out)
+def copy_records(outcomes: Sequence[HostOutcome[str]]) -> list[dict[str, Any]]:
+    """One record per host of a ``put``/``get``: ``{"host", "status": ok | UNREACHABLE | ERROR, "path" (the copy's
+    path, remote for put, local for get; null on failure), "error" (why, one line; null when ok)}``."""
+    return [{"host": o.host, "status": "ok" if o.error is None else "UNREACHABLE" if o.unreachable else "ERROR",
+             "path": o.value if o.error is None else None,
+             "error": None if o.error is None else _status_of_error(str(o.error))} for o in outcomes]
+
+
+def _copy_report(outcomes: Sequence[HostOutcome[str]], out: TextIO, fmt: str = "table") -> ExitStatus:
+    """``fmt`` table: one line per host, ``host: ok  PATH`` or ``host: UNREACHABLE|ERROR: why``; json or yaml: the
+    :func:`copy_records` alone. Returns the exit status of :func:`exit_status_of` (3 a host unreachable, 1 a copy
+    failed)."""
+    records = copy_records(outcomes)
+    if fmt != "table":
+        print(output.render(records, fmt), file=out)
+    else:
+        for r in records:
+            print(f"{r['host']}: ok  {r['path']}" if r["error"] is None
+                  else f"{r['host']}: {r['status']}: {r['error']}", file=out)
     return exit_status_of(outcomes, [False] * len(outcomes))
 
 
@@ -287,9 +297,11 @@ def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], str], forks:
             c.close()
 
 
-def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out: TextIO) -> ExitStatus:
+def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out: TextIO,
+              fmt: str = "table") -> ExitStatus:
     """Copy the local file ``src`` to ``dest`` on every host in parallel (``dest`` ending in ``/``: a directory,
     the file keeps its name; its directory is created). Relative remote paths start in the login directory.
+    ``fmt``: table (a line per host) | json | yaml (:func:`copy_records`), on ``out``.
 
     Raises :class:`UsageError` when ``src`` is not a readable file (before any host is touched).
     """
@@ -301,7 +313,7 @@ def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out
         host.put(source, target)
         return target
 
-    return _copy_report(_copy_on_each(hosts, one, forks), out)
+    return _copy_report(_copy_on_each(hosts, one, forks), out, fmt)
 
 
 def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
@@ -312,9 +324,11 @@ def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
     return Path(local_dir).expanduser() / host / PurePosixPath(remote).name
 
 
-def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: int, out: TextIO) -> ExitStatus:
+def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: int, out: TextIO,
+              fmt: str = "table") -> ExitStatus:
     """Copy ``remote`` from every host in parallel to a per-host local path (:func:`local_copy_path`); a failed
-    copy leaves no partial file. Raises :class:`UsageError` for a remote path naming no file."""
+    copy leaves no partial file. ``fmt``: as for :func:`put_files`. Raises :class:`UsageError` for a remote path
+    naming no file."""
     if PurePosixPath(remote).name in ("", ".", "..") or remote.endswith(("/", "/.", "/..")):
         raise UsageError(f"get: {remote!r}: give the remote file's path, not a directory")
     def one(host: Host) -> str:
@@ -328,4 +342,4 @@ def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: 
             raise
         return str(path)
 
-    return _copy_report(_copy_on_each(hosts, one, forks), out)
+    return _copy_report(_copy_on_each(hosts, one, forks), out, fmt)

@@ -242,8 +242,8 @@ class MatrixLab:
                 output = proc.stdout + proc.stderr
             if METRICS_CHECK in row.cases:
                 check = subprocess.run([*invoke, "metrics-check", "--cluster", "lab", "--inventory",
-                                        str(self.inventory)], cwd=REPO, capture_output=True, text=True,
-                                       timeout=timeout_s)
+                                        str(self.inventory), "--root", str(self.root)], cwd=REPO,
+                                       capture_output=True, text=True, timeout=timeout_s)
                 failed = [line for line in check.stdout.splitlines() if "FAIL" in line]
                 status = {0: "PASS", 1: "FAIL", 3: "ERROR"}.get(check.returncode, "ERROR")
                 verdicts[METRICS_CHECK] = (status, "; ".join(failed)[:300] or (check.stderr.strip()[-300:]))

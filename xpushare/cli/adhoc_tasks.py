@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from invoke import Context
 
@@ -106,18 +107,25 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
     name="metrics-check",
     help={
         "url": "exporter base URL, e.g. http://HOST:9402 (fetched from this machine; no probe pods)",
-        "cluster": "cluster from the inventory (k8s: scheduler pod via kubectl, curl from its node)",
+        "cluster": "cluster from the inventory: every scheduler of it (k8s: each scheduler pod, curl from its node; "
+                   "host: each GPU host's scheduler.metrics_url) (default: $XPUSHARE_CLUSTER, else the config's)",
         "load": "run the under-load part (default: on for --cluster; refused with --url)",
         "no_load": "idle part only (--cluster)",
         "min_families": "minimum number of families with # HELP and # TYPE (default 25)",
         "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP,
+        "run_id": "run id: saved under .tmplog/<run-id>/metrics-check/ (default: YYYYmmdd-HHMMSS now; never an "
+                  "existing run's)",
+        "root": ROOT_HELP,
     },
 )
 def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
                   no_load: bool = False, min_families: str | None = None, inventory_: str | None = None,
-                  output: str | None = None) -> None:
-    """The seed 002 checklist of a scheduler's /metrics endpoint as PASS/FAIL lines (1: a FAIL, 3: unreachable)."""
+                  output: str | None = None, run_id: str | None = None, root: str = ".") -> None:
+    """The seed 002 checklist of every scheduler's /metrics endpoint as PASS/FAIL lines, one table per scheduler.
+
+    Exit status 1: a FAIL line, 3: a scheduler unreachable. What it fetched and the tables are saved under
+    .tmplog/<run-id>/metrics-check/ (docs/metrics-check.md)."""
 
     def body() -> ExitStatus | int | None:
         from xpushare.metrics_check import task as checklist
@@ -130,7 +138,7 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
         spec = schema.load(inventory_).cluster(cluster) if cluster else None
         want = True if load else (False if no_load else None)
         return checklist.metrics_check_task(target, spec, load=want, min_families=families, out=sys.stdout,
-                                            fmt=fmt)
+                                            fmt=fmt, root=Path(root), run_id=run_id)
 
     guarded(body)
 

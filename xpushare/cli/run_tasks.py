@@ -37,12 +37,14 @@ MAX_SOAK_S = 365 * 86400.0
         "dry_run": "print the case, each parameter's value and its source, and whether it would SKIP; contact no "
                    "host",
         "output": "format of --dry-run: " + OUTPUT_HELP,
+        "wait": "when another run holds the cluster's lease, wait until it is free instead of stopping (exit 2)",
     },
     iterable=["set_"],
 )
 def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: str | None = None,
          minutes: str | None = None, run_id: str | None = None, resume: bool = False, set_: list[str] | None = None,
-         root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None) -> None:
+         root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None,
+         wait: bool = False) -> None:
     """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
     from xpushare.soak.runner import SoakRequest
     from xpushare.soak.runner import soak as run_soak
@@ -58,7 +60,7 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
                 raise UsageError(f"--hours/--minutes must give a duration > 0 and at most {MAX_SOAK_S / 86400:g} days")
         request = SoakRequest(cluster=defaults.cluster(c, cluster), case=case, duration_s=duration, run_id=run_id,
                               resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root),
-                              dry_run=dry_run, output=output_format(output))
+                              dry_run=dry_run, output=output_format(output), wait=wait)
         return run_soak(request)
 
     guarded(body)
@@ -69,18 +71,20 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
         "run_id": "the stored run to re-judge (required; last: the latest)",
         "set": "threshold override name=value (repeatable), e.g. --set func002_min_overlap_ratio=0.8",
         "root": ROOT_HELP,
+        "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, changes, report)",
     },
     iterable=["set_"],
 )
-def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".") -> None:
+def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".", output: str | None = None) -> None:
     """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports."""
     from xpushare.engine import driver
 
-    guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root)))
+    guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
 
 
-@task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP})
-def report(c: Context, run_id: str, root: str = ".") -> None:
+@task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP,
+            "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, report, html)"})
+def report(c: Context, run_id: str, root: str = ".", output: str | None = None) -> None:
     """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run.
 
     With matplotlib installed it also draws the plots the run lacks (a run made without it)."""
@@ -88,9 +92,10 @@ def report(c: Context, run_id: str, root: str = ".") -> None:
     def body() -> None:
         from xpushare.engine import driver
 
+        fmt = output_format(output)
         paths = driver.rebuild_reports(run_id, root=Path(root))
-        print(paths.markdown)
-        print(paths.html)
+        text = f"{paths.markdown}\n{paths.html}"
+        print(text if fmt == "table" else render(driver.stored_result_record(paths.markdown.parent, paths), fmt))
 
     guarded(body)
 

@@ -389,6 +389,20 @@ def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Seque
     }
 
 
+def stored_result_record(run_dir: Path, paths: build.ReportPaths) -> dict[str, Any]:
+    """The :func:`result_record` of a stored run as its records and run.json say now (the exit status and the
+    release decision recomputed from them), plus ``"html"`` (the path of report.html): what ``invoke judge`` and
+    ``invoke report`` print with ``--output json|yaml``."""
+    meta = artifacts.read_run_meta(run_dir) or {}
+    results = artifacts.load_results(run_dir)
+    interrupted = bool(meta.get("interrupted"))
+    decision = summaries.release_decision(results, set(meta.get("required") or []) or None,
+                                          clusters=meta.get("clusters") or (), interrupted=interrupted)
+    run_id = str(meta.get("run_id") or run_dir.parent.name)
+    record = result_record(run_id, run_dir, exit_status_for(results, interrupted), results, decision, paths.markdown)
+    return {**record, "html": str(paths.html)}
+
+
 PLOTTED_SUITES = ("performance",)
 """Suites whose judgments draw plots (:mod:`xpushare.report.plots`) next to their evidence."""
 
@@ -428,7 +442,8 @@ def rebuild_reports(run_id: str, *, root: Path = Path(".")) -> build.ReportPaths
     return build.build(run_dir, required=set(meta.get("required") or []) or None)
 
 
-def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out: TextIO = sys.stdout) -> ExitStatus:
+def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out: TextIO = sys.stdout,
+            fmt: str = "table") -> ExitStatus:
     """Re-judge a stored run with other parameters, offline (no cluster is touched), and rebuild reports.
 
     Cases that ended SKIP, ERROR (harness) or INTERRUPTED keep their status: there is no evidence to judge. The
@@ -438,6 +453,10 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
     overrides, the status before and after) and in run.json's ``rejudgments`` (when, the overrides, the exit
     status it gives), and every report says the verdicts were re-judged and with what. run.json's own
     ``exit_status`` stays the run's.
+
+    ``fmt`` table: one line per re-judged case on ``out``. json or yaml: those lines on stderr, then one record alone
+    on ``out``: :func:`stored_result_record` plus ``"overrides"`` (name -> value) and ``"changes"`` (``[{"cluster",
+    "case_id", "before", "after"}]``, the cases whose status the re-judgment changed).
 
     Raises:
         UsageError: no such run, a bad override; :class:`~xpushare.model.errors.StoredRunDamaged` for a run.json
@@ -453,6 +472,8 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
     check_overrides([REGISTRY[r["case_id"]] for r in results if r["case_id"] in REGISTRY], values)
     at = utc_now().isoformat()
     entry = {"at": at, "overrides": plain(values)}
+    lines = out if fmt == "table" else sys.stderr
+    changes: list[dict[str, Any]] = []
     for record in results:
         case = REGISTRY.get(record["case_id"])
         if case is None or case.judge is None or record["status"] in ("SKIP", "INTERRUPTED") or record.get("error"):
@@ -481,12 +502,18 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
         artifacts.write_result(case_dir, record)
         artifacts.write_analysis(case_dir, record)
         change = "" if old == record["status"] else f" (was {old})"
-        print(f"[xpushare] {record['case_id']} {record['status']}{change}  {verdict.summary}", file=out)
+        if change:
+            changes.append({"cluster": record["cluster"], "case_id": record["case_id"], "before": old,
+                            "after": record["status"]})
+        print(f"[xpushare] {record['case_id']} {record['status']}{change}  {verdict.summary}", file=lines)
     status = exit_status_for(artifacts.load_results(run_dir), False)
     if meta:
         meta["rejudgments"] = [*(meta.get("rejudgments") or []), {**entry, "exit_status": int(status)}]
         artifacts.write_run_meta(run_dir, meta)
-    build.build(run_dir, required=set(meta.get("required") or []) or None)
+    paths = build.build(run_dir, required=set(meta.get("required") or []) or None)
+    if fmt != "table":
+        record = {**stored_result_record(run_dir, paths), "overrides": plain(values), "changes": changes}
+        print(render(record, fmt), file=out)
     return status
 
 

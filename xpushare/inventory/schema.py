@@ -397,6 +397,18 @@ class _Parser:
     def opt_text(self, value: Any, key_path: str) -> str | None:
         return None if value is None else self.text(value, key_path)
 
+    def roles(self, value: Any, key_path: str) -> list[str]:
+        """A host's ``roles``: a list of :data:`ROLES`, or one role as a string (``roles: gpu`` is ``[gpu]``, as
+        Ansible-like inventories accept); missing, empty or another type is an error naming the key."""
+        if value is None or value == [] or value == "":
+            raise self.fail(key_path, f"missing 'roles' (one of {', '.join(ROLES)}, or a list of them)")
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise self.fail(f"{key_path}.roles", f"must be one of {', '.join(ROLES)} or a list of them, "
+                            f"not {value!r}")
+        return value
+
     def gpus(self, value: Any, key_path: str) -> tuple[int, ...]:
         """``gpus``: a count 0..:data:`MAX_GPUS` or a list of distinct indices below it."""
         if isinstance(value, int) and not isinstance(value, bool):
@@ -496,9 +508,7 @@ class _Parser:
                     raise self.fail(hp, f"'connection: local' is this machine; it takes no {', '.join(given)}")
                 if len(names) > 1:
                     raise self.fail(hp, "'connection: local' is this machine: one host name, not a range")
-            roles = raw.get("roles")
-            if not roles or not isinstance(roles, list):
-                raise self.fail(hp, "missing 'roles' (a list of: master, gpu)")
+            roles = self.roles(raw.get("roles"), hp)
             for role in roles:
                 if not isinstance(role, str) or role not in ROLES:
                     raise self.fail(f"{hp}.roles", f"bad role {role!r} (allowed: {', '.join(ROLES)})")

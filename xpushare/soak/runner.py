@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from xpushare import __version__
-from xpushare.cases import REGISTRY
-from xpushare.engine import driver, dry_run, lifecycle, plan
+from xpushare.cases import REGISTRY, CaseDef
+from xpushare.engine import driver, dry_run, lease, lifecycle, plan
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.progress import Progress
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
+from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
@@ -59,6 +60,8 @@ class SoakRequest:
     """Print the plan (the case, each parameter's value and source, whether it would SKIP) and run nothing."""
     output: str = "table"
     """The dry run's format: table | json | yaml."""
+    wait: bool = False
+    """Wait for another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`)."""
 
 
 def _now() -> str:
@@ -95,9 +98,13 @@ def _resumable_act(case_act: Any) -> Any:
 def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """Run (or resume) a soak and write the run's reports. Returns the exit status (130 when interrupted).
 
+    The soak holds the cluster's lease (:func:`xpushare.engine.lease.held`) from before its run directory is
+    written until its reports are; ``request.wait`` waits for another live run's lease instead of stopping.
+
     Raises:
         UsageError: unknown case, a non-STAB case, ``--resume`` without a run or checkpoint, or a new soak
             into a run that already holds that case.
+        LeaseHeld: another live run holds the cluster's lease and not ``request.wait`` (exit 2; nothing written).
     """
     case_id = request.case.upper()
     if case_id not in SOAK_CASES:
@@ -137,6 +144,14 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     elif (case_dir / "soak").exists() or (case_dir / "result.json").exists():
         raise UsageError(f"run {run_id} already holds {case_id} on {cluster.name}: continue it with --resume, or "
                          "give another --run-id")
+    with lease.held(cluster, run_id, wait=request.wait, out=out):
+        return _soak_held(request, cluster, case, act, params, run_id, run_dir, case_dir, out)
+
+
+def _soak_held(request: SoakRequest, cluster: ClusterSpec, case: CaseDef, act: Any, params: dict[str, Any],
+               run_id: str, run_dir: Path, case_dir: Path, out: TextIO) -> ExitStatus:
+    """The part of :func:`soak` done while it holds the cluster's lease: from the run directory on."""
+    case_id = case.case_id
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = artifacts.read_run_meta(run_dir) if request.resume else None
     meta: dict[str, Any] = {
