@@ -167,12 +167,27 @@ def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]
 
 
 def check_lines(stdout: str) -> dict[str, tuple[str, str]]:
-    """``item -> (observed, PASS|FAIL)`` of a metrics-check table (columns are 2+ spaces apart)."""
-    out = {}
+    """``item -> (observed, PASS|FAIL)`` of every metrics-check table in ``stdout`` (tabulate ``simple``: the
+    dashes under the header give the columns; a row whose first column is blank continues the row above, as a long
+    cell wraps)."""
+    out: dict[str, tuple[str, str]] = {}
+    spans: list[tuple[int, int]] = []
+    item = ""
     for line in stdout.splitlines():
-        parts = re.split(r"\s{2,}", line.strip())
-        if len(parts) >= 4 and parts[-1] in ("PASS", "FAIL"):
-            out[parts[0]] = ("  ".join(parts[2:-1]), parts[-1])
+        if re.fullmatch(r"-+(  -+){3}", line.strip()):
+            spans = [m.span() for m in re.finditer(r"-+", line)]
+            continue
+        if not spans or not line.strip():
+            spans = spans if line.strip() or not spans else []
+            continue
+        cells = [line[a:b if i < len(spans) - 1 else None].strip() for i, (a, b) in enumerate(spans)]
+        if cells[0]:
+            item = cells[0]
+            if cells[-1] in ("PASS", "FAIL"):
+                out[item] = (cells[2], cells[-1])
+        elif item in out:
+            observed, status = out[item]
+            out[item] = (f"{observed} {cells[2]}".strip(), status)
     return out
 
 

@@ -281,7 +281,8 @@ class K8sBackend(Backend, KubeAccess):
                 continue
             try:  # NVML's view of each pod's process: the second source of placement (evidence/nvml_placement)
                 python = str(self.params["node_sampler_python"] or self.cluster.python)
-                sampler = sampler_capture(self.gpu_host(host_name), f"{self.prefix}-sampler", python, node,
+                # one name a node: the hosts of a cluster may share a home directory, and so a spawn directory
+                sampler = sampler_capture(self.gpu_host(host_name), f"{self.prefix}-sampler-{node}", python, node,
                                           env=dict(self.params["node_sampler_env"] or {}))
                 sampler.start()
                 self.samplers.append(sampler)
