@@ -480,17 +480,25 @@ def test_met003_nvml_cross_check_from_the_sampler(tmp_path: Path) -> None:
     assert v.status is Status.FAIL and "nvml_process_memory_matches" in v.summary
 
 
-def counted_drops(case_dir: Path, *, logged: int, counted: int) -> Verdict:
-    """MET-004 judged again after the harvest: ``logged`` DROP_LOCK lines (each with a throttle) in
-    scheduler.log, and ``counted`` more on the counter of ``metrics_end.txt`` than on ``metrics_mid.txt``."""
+def counted_drops(case_dir: Path, *, logged: int, counted: int, messages: int | None = None) -> Verdict:
+    """MET-004 judged again after the harvest: ``logged`` DROP_LOCKs (each with a throttle, a LOCK_RELEASED and
+    a REQ_LOCK received) in scheduler.log, ``counted`` more DROP_LOCKs and ``messages`` (default ``logged``) more
+    of each message type on the counters of ``metrics_end.txt`` than on ``metrics_mid.txt``."""
     cid = "0123456789abcdef"
     (case_dir / "scheduler.log").write_text(logged * (
         f"[XPUSHARE][INFO]: Throttling client {cid} (Used: 36/35 ms, weighted, wall=36, billed=36, concurrent=1)\n"
-        f"[XPUSHARE][INFO]: Sent DROP_LOCK to client {cid}\n"), encoding="utf-8")
+        f"[XPUSHARE][INFO]: Sent DROP_LOCK to client {cid}\n"
+        f"[XPUSHARE][INFO]: Received LOCK_RELEASED from {cid}\n"
+        f"[XPUSHARE][INFO]: Received REQ_LOCK from {cid}\n"), encoding="utf-8")
     end = case_dir / "metrics_end.txt"
-    family = "xpushare_scheduler_drop_lock_total"
-    end.write_text(re.sub(rf"(?m)^{family} \d+$", f"{family} {counted}", end.read_text(encoding="utf-8")),
-                   encoding="utf-8")
+    text = end.read_text(encoding="utf-8")
+    drops = "xpushare_scheduler_drop_lock_total"
+    text = re.sub(rf"(?m)^{drops} \d+$", f"{drops} {counted}", text)
+    for typ in ("REQ_LOCK", "LOCK_RELEASED"):
+        text = re.sub(rf'(?m)^xpushare_scheduler_messages_total{{type="{typ}"}} \d+$',
+                      f'xpushare_scheduler_messages_total{{type="{typ}"}} {logged if messages is None else messages}',
+                      text)
+    end.write_text(text, encoding="utf-8")
     return lifecycle.judge_case(REGISTRY["MET-004"], case_dir, params_for("MET-004"))
 
 
@@ -508,6 +516,8 @@ def test_met004_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     assert v.metrics["metric_memory_quota_bytes"] == 4 * GIB
     assert counted_drops(case_dir, logged=3, counted=0).summary.startswith("drop_lock_counted: ")  # not counted
     assert counted_drops(case_dir, logged=3, counted=9).status is Status.FAIL  # counts more than it sent
+    stuck = counted_drops(case_dir, logged=3, counted=3, messages=0)  # messages received but never counted
+    assert stuck.status is Status.FAIL and stuck.summary.startswith("messages_counted: "), stuck.summary
     state.memory_from_annotation = False  # the exporter shows 0 where 8Gi is configured
     v, _, _ = act_and_judge("MET-004", backend, k8s_cluster(), tmp_path / "b", met004_memory_limit="8Gi",
                             met004_counter_window_s=0)

@@ -130,6 +130,8 @@ def test_healthy_lab_metrics_suite(lab_inventory: Path, kube_lab: LabCluster, tm
     assert got["MET-004"]["metrics"]["metric_memory_quota_bytes"] == 8 * 2**30
     drops = next(c for c in got["MET-004"]["checks"] if c["name"] == "drop_lock_counted")
     assert drops["ok"] is True and drops["values"]["delta"] > 0 and drops["values"]["log_throttles"] > 0, drops
+    messages = next(c for c in got["MET-004"]["checks"] if c["name"] == "messages_counted")
+    assert messages["ok"] is True and set(messages["values"]["by_type"]) == {"REQ_LOCK", "LOCK_RELEASED"}, messages
     assert 0 < got["MET-005"]["metrics"]["dynamic_quota_metric_latency_sec"] <= 15
     plan6 = json.loads((case / "MET-006/plan.json").read_text())
     assert plan6["dmon"]["source"] == "met006_dmon_command"

@@ -87,7 +87,13 @@ from xpushare.judge.metrics import (
     judge_met007,
     judge_met008,
 )
-from xpushare.judge.metrics_counters import COUNTER_END_FILE, drop_lock_check, with_counter_checks
+from xpushare.judge.metrics_counters import (
+    COUNTER_END_FILE,
+    disconnect_check,
+    drop_lock_check,
+    messages_check,
+    with_counter_checks,
+)
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
@@ -343,7 +349,9 @@ def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     verdict = judge_met004(ev, th, client=stored_probe_client(ev, plan), core_limit=plan.get("core_limit"),
                            memory_limit=plan.get("memory_limit"), memory_limit_env=plan.get("memory_limit_env"),
                            prefix=plan.get("prefix"))
-    verdict = with_counter_checks(verdict, [drop_lock_check(ev, th, plan.get("prefix"))])
+    prefix = plan.get("prefix")
+    verdict = with_counter_checks(verdict, [drop_lock_check(ev, th, prefix), messages_check(ev, th, prefix),
+                                            disconnect_check(ev, th, prefix)])
     verdict.evidence = sorted(set(verdict.evidence) | {"metrics_mid.txt", COUNTER_END_FILE, "scheduler.log"})
     return verdict
 
@@ -406,7 +414,8 @@ register(CaseDef(
     "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot, and another "
     "met004_counter_window_s later (drop_lock_total against the log's DROP_LOCK lines)",
     "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations; "
-    "metrics_end.txt - metrics_mid.txt: scheduler_drop_lock_total vs scheduler.log DROP_LOCK lines",
+    "metrics_end.txt - metrics_mid.txt: scheduler_drop_lock_total, messages_total{REQ_LOCK, LOCK_RELEASED} and "
+    "client_disconnect_total vs scheduler.log's DROP_LOCK, Received and Removing client lines",
     requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None,
                                    met004_counter_window_s=5.0, met_counter_slack=2),
     act=_met004, judge=_judge004,

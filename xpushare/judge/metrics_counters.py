@@ -19,17 +19,30 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
-__all__ = ["COUNTER_END_FILE", "drop_lock_check", "with_counter_checks"]
+__all__ = ["COUNTER_END_FILE", "MESSAGE_TYPES", "disconnect_check", "drop_lock_check", "messages_check",
+           "with_counter_checks"]
+
+#: Messages a throttled client sends all the time (scheduler.c ``process_msg`` counts each one it receives in
+#: ``scheduler_messages_total{type}`` and logs ``Received <TYPE> from <client>``).
+MESSAGE_TYPES = ("REQ_LOCK", "LOCK_RELEASED")
 
 COUNTER_END_FILE = "metrics_end.txt"
 """The scrape that ends the counter interval (the one that starts it is ``metrics_mid.txt``)."""
 
 
-def _counter(text: str | None, prefix: str | None, family: str) -> float | None:
+def _counter(text: str | None, prefix: str | None, family: str, **labels: str) -> float | None:
     if text is None:
         return None
-    values = [s.value for s in parse_exposition(text, prefix).values(family)]
+    values = [s.value for s in parse_exposition(text, prefix).values(family, **labels)]
     return sum(values) if values else None
+
+
+def _deltas(ev: Evidence, prefix: str | None, family: str, **labels: str) -> tuple[float | None, list[str]]:
+    """The counter's rise from ``metrics_mid.txt`` to :data:`COUNTER_END_FILE` (None, and what is missing)."""
+    start = _counter(ev.text("metrics_mid.txt"), prefix, family, **labels)
+    end = _counter(ev.text(COUNTER_END_FILE), prefix, family, **labels)
+    missing = [n for n, v in (("metrics_mid.txt", start), (COUNTER_END_FILE, end)) if v is None]
+    return (None if start is None or end is None else end - start), missing
 
 
 def drop_lock_check(ev: Evidence, th: Mapping[str, Any], prefix: str | None) -> Check:
@@ -73,3 +86,54 @@ def with_counter_checks(verdict: Verdict, checks: list[Check]) -> Verdict:
     status, summary = combine(verdict.checks, pass_summary=verdict.summary)
     verdict.status, verdict.summary = status, summary
     return verdict
+
+
+def messages_check(ev: Evidence, th: Mapping[str, Any], prefix: str | None) -> Check:
+    """``messages_counted``: per type of :data:`MESSAGE_TYPES` the log shows, ``0 < Δ scheduler_messages_total{type}
+    <= 'Received <TYPE>' log lines + slack`` (the same interval and slack as :func:`drop_lock_check`). ``ok`` None
+    when a scrape or the log is missing, or the log shows none of these messages."""
+    slack = int(th.get("met_counter_slack", 2))
+    expression = f"0 < delta(scheduler_messages_total{{type}}) <= 'Received <type>' log lines + {slack}"
+    log_text = ev.text("scheduler.log")
+    if log_text is None:
+        return Check("messages_counted", expression, {"missing": ["scheduler.log"]}, None,
+                     "counter cross-check not possible: scheduler.log missing")
+    received = parse_text(log_text).received
+    by_type: dict[str, Any] = {}
+    wrong: list[str] = []
+    for typ in MESSAGE_TYPES:
+        logged = received.get(typ, 0)
+        if logged == 0:
+            continue
+        delta, missing = _deltas(ev, prefix, "scheduler_messages_total", type=typ)
+        if delta is None:
+            return Check("messages_counted", expression, {"missing": missing}, None,
+                         f"counter cross-check not possible: {', '.join(missing)} without messages_total{{type={typ}}}")
+        by_type[typ] = {"delta": delta, "log_lines": logged}
+        if not 0 < delta <= logged + slack:
+            wrong.append(f"{typ} rose by {delta:g} against {logged} 'Received {typ}' line(s)")
+    if not by_type:
+        return Check("messages_counted", expression, {}, None,
+                     f"counter cross-check not possible: no {' or '.join(MESSAGE_TYPES)} received in scheduler.log")
+    return Check("messages_counted", expression, {"by_type": by_type, "slack": slack,
+                                                  "sources": ["/metrics", "scheduler.log"]},
+                 not wrong, "; ".join(wrong))
+
+
+def disconnect_check(ev: Evidence, th: Mapping[str, Any], prefix: str | None) -> Check:
+    """``disconnects_counted``: ``Δ scheduler_client_disconnect_total <= 'Removing client' log lines + slack`` over
+    the same interval (a counter that counts disconnects that never happened). ``ok`` None when a scrape or the log
+    is missing."""
+    slack = int(th.get("met_counter_slack", 2))
+    expression = f"delta(scheduler_client_disconnect_total) <= 'Removing client' log lines + {slack}"
+    delta, missing = _deltas(ev, prefix, "scheduler_client_disconnect_total")
+    log_text = ev.text("scheduler.log")
+    if delta is None or log_text is None:
+        missing += [] if log_text is not None else ["scheduler.log"]
+        return Check("disconnects_counted", expression, {"missing": missing}, None,
+                     f"counter cross-check not possible: {', '.join(missing)} missing")
+    removed = len(parse_text(log_text).disconnected_clients)
+    values = {"delta": delta, "log_removals": removed, "slack": slack}
+    ok = 0 <= delta <= removed + slack
+    return Check("disconnects_counted", expression, values, ok,
+                 "" if ok else f"client_disconnect_total rose by {delta:g} against {removed} 'Removing client' line(s)")
