@@ -38,9 +38,10 @@ def _invoke(*args: str) -> subprocess.CompletedProcess[str]:
 def test_iso_suite_on_the_real_sut_in_host_mode(tmp_path: Path) -> None:
     require_lab("host-mode lab", unavailable_reason())
     cases = ("ISO-001", "ISO-002", "ISO-003", "ISO-004", "ISO-005", "ISO-006", "ISO-009", "ISO-010")
-    with HostLab(tmp_path / "lab", nodes=("hl-iso",), base_address="127.0.76.1") as lab:
+    with HostLab(tmp_path / "lab", nodes=("hl-iso",), base_address="127.0.78.1") as lab:
         inv = lab.write_inventory(tmp_path / "inventory.yaml", params={
-            "iso_memory_limit": "256Mi", "iso_start_delay_s": 0.2})
+            "iso_memory_limit": "256Mi", "iso_start_delay_s": 0.2,
+            "lease_path": str(lab.workdir / "run.lease")})  # not /tmp: other host labs of the machine share it
         args = [a for c in cases for a in ("--case", c)]
         proc = _invoke("iso", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "iso", "--root",
                        str(tmp_path), *args)
@@ -72,9 +73,10 @@ def test_iso_cumemalloc_fails_when_the_limit_is_not_enforced(tmp_path: Path) -> 
     probe's whole cap (3 x 256 MiB) held."""
     require_lab("host-mode lab", unavailable_reason())
     build = build_mutant("memory-limit-ignored")
-    with HostLab(tmp_path / "lab", nodes=("hl-iso2",), base_address="127.0.77.1") as lab:
+    with HostLab(tmp_path / "lab", nodes=("hl-iso2",), base_address="127.0.79.1") as lab:
         inv = lab.write_inventory(tmp_path / "inventory.yaml", params={
-            "iso_memory_limit": "256Mi", "iso_start_delay_s": 0.2})
+            "iso_memory_limit": "256Mi", "iso_start_delay_s": 0.2,
+            "lease_path": str(lab.workdir / "run.lease")})  # not /tmp: other host labs of the machine share it
         lab.set_sut("hl-iso2", build.directory)
         proc = _invoke("iso", "--cluster", CLUSTER, "--inventory", str(inv), "--run-id", "ignored", "--root",
                        str(tmp_path), "--case", "ISO-001")

@@ -344,8 +344,10 @@ class HostLab:
             "ssh": {"user": lab.user, "identity": str(lab.identity), "known_hosts": str(self.ssh.known_hosts_path),
                     "host_key_policy": "strict", "connect_timeout": 10},
             "hosts": hosts,
+            # the run lease in this lab's own directory: the default, in /tmp, is shared by every host lab of
+            # the machine, and two labs of one cluster name would refuse each other's runs
             "params": {"workload_args": {"w5_quota_probe": ["--n", "1024"]}, "pod_timeout_s": 120,
-                       **(params or {})},
+                       "lease_path": str(self.workdir / "run.lease"), **(params or {})},
         }}}
 
     def deploy_inventory(self, *, params: dict[str, Any] | None = None) -> dict[str, Any]:
