@@ -192,10 +192,10 @@ class HostBackend(Backend):
         if self.cluster.sut_lib:
             env["LD_PRELOAD"] = self.cluster.sut_lib
         if gpu_index is not None:
-            by_uuid = self.cluster.visible_devices == "uuid" and gpu_uuid is not None
-            env["CUDA_VISIBLE_DEVICES"] = gpu_uuid if by_uuid and gpu_uuid else str(gpu_index)
-            if by_uuid and gpu_uuid:
-                env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuid
+            if self.cluster.visible_devices == "uuid" and gpu_uuid:
+                env["CUDA_VISIBLE_DEVICES"] = env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuid
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
         env.update(dict(spec.env))
         return env
 
