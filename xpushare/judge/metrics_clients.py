@@ -5,14 +5,13 @@ configured quotas (MET-004) and a dynamic quota change (MET-005). Evidence and t
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from xpushare.collect.metrics import Exposition, parse_exposition
+from xpushare.collect.sampler_csv import gpu_rows, proc_rows
 from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence.client_match import ClientMatch, client_values
 from xpushare.evidence.scrape_capture import read_capture
@@ -46,21 +45,11 @@ class _NvmlRow:
 
 
 def _read_sampler(text: str, kind: str) -> list[_NvmlRow]:
-    """Rows of the node sampler's ``procs.csv`` (``kind="procs"``) or ``gpu.csv`` (``kind="gpu"``)."""
-    rows: list[_NvmlRow] = []
-    reader = csv.DictReader(io.StringIO(text))
-    for r in reader:
-        try:
-            t = float(r["timestamp"])
-            if kind == "procs":
-                key, used_text = str(int(r["pid"])), r.get("used_bytes") or ""
-            else:
-                key, used_text = (r.get("uuid") or "").strip(), r.get("mem_used_bytes") or ""
-            used = float(used_text) if used_text.strip() else None
-        except (KeyError, TypeError, ValueError):
-            continue
-        rows.append(_NvmlRow(t, key, (r.get("gpu_index") or "").strip(), used))
-    return rows
+    """Rows of the node sampler's ``procs.csv`` (``kind="procs"``) or ``gpu.csv`` (``kind="gpu"``), parsed by
+    :mod:`xpushare.collect.sampler_csv` (the one reader of the sampler's files)."""
+    if kind == "procs":
+        return [_NvmlRow(r.t, str(r.pid), str(r.gpu_index), r.used_bytes) for r in proc_rows(text)]
+    return [_NvmlRow(r.t, r.uuid, str(r.gpu_index), r.used_bytes) for r in gpu_rows(text)]
 
 
 def _in_range(value: float, seen: Sequence[float], tol: float) -> bool:
