@@ -255,7 +255,7 @@ def test_judge_modules_are_small() -> None:
 
 
 #: The only modules left flat in ``xpushare/``: the package, its ``__main__`` and the features built on the core
-#: (DESIGN.md "Layers"); everything else lives in its layer package.
+#: (docs/architecture.md "Layers"); everything else lives in its layer package.
 FLAT_MODULES = {"__init__.py", "__main__.py", "adhoc.py"}
 
 
