@@ -49,8 +49,9 @@ def _takes(task: Task, flag: str) -> bool:
 CLUSTER_TASKS = sorted(name for name, task in TASKS.items() if _takes(task, "cluster") and name not in FILTERS)
 
 
-def _run(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    argv = ["xpushare", name, *NEEDS.get(name, [])]
+def _run(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+         args: list[str] | None = None) -> tuple[int, str]:
+    argv = ["xpushare", name, *(NEEDS.get(name, []) if args is None else args)]
     monkeypatch.setattr(sys, "argv", argv)  # `run` reads the words after '--' from sys.argv
     try:
         program.run(argv)
@@ -101,6 +102,12 @@ def test_without_a_cluster_every_cluster_task_says_so_in_one_line(
     assert code == 2 and err.strip().splitlines() == [f"error: {REQUIRED.get(name, defaults.CLUSTER_REQUIRED)}"]
 
 
+def test_a_blank_run_id_is_refused_not_taken_for_every_run(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run("clean", monkeypatch, capsys, ["--cluster", "local", "--run-id="])
+    assert code == 2 and err.startswith("error: --run-id: invalid run id ''"), err
+
+
 def test_a_filter_cluster_takes_no_default(home: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("XPUSHARE_CLUSTER", "no-such-cluster")
@@ -112,7 +119,7 @@ def test_resolve_common_fills_each_common_flag(home: Path, monkeypatch: pytest.M
     c = Context(Config(overrides={"xpushare": {"cluster": "cfg", "inventory": "~/inv.yaml"}}))
     given: dict[str, object] = {"cluster": None, "inventory_": None, "root": "", "run_id": " "}
     defaults.resolve_common(c, given)
-    assert given == {"cluster": "cfg", "inventory_": str(home / "inv.yaml"), "root": ".", "run_id": None}
+    assert given == {"cluster": "cfg", "inventory_": str(home / "inv.yaml"), "root": ".", "run_id": " "}
     monkeypatch.setenv("XPUSHARE_CLUSTER", "env")
     given = {"cluster": None, "root": "runs", "run_id": "r1"}
     defaults.resolve_common(c, given)

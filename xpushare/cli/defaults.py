@@ -120,7 +120,9 @@ def resolve_common(c: Context | None, given: dict[str, Any], *, cluster_default:
       ``baseline-compare``: every cluster without it).
     - ``inventory_``: :func:`inventory` (``$XPUSHARE_INVENTORY`` is read by the inventory loader itself).
     - ``root``: :data:`DEFAULT_ROOT` when not given or blank.
-    - ``run_id``: None when not given or blank (the task's own default: a new id, or every run).
+    - ``run_id``: as given (each task checks it, ``last`` included where the task takes it); not given, the
+      task's own default (a new id, or every run). A blank ``--run-id`` stays blank, so it is refused as an
+      invalid run id and never read as "not given".
 
     A parameter the task does not take is left out. Raises :class:`UsageError` on a bad config.
     """
@@ -130,8 +132,6 @@ def resolve_common(c: Context | None, given: dict[str, Any], *, cluster_default:
         given["inventory_"] = inventory(c, None)
     if "root" in given and (given["root"] is None or not str(given["root"]).strip()):
         given["root"] = DEFAULT_ROOT
-    if "run_id" in given and given["run_id"] is not None and not str(given["run_id"]).strip():
-        given["run_id"] = None
 
 
 def inventory(c: Context | None, flag: str | None) -> str | None:
