@@ -1,5 +1,5 @@
 """Every task's help and short flags: one meaning per short flag, ``--help`` after any task, whole sentences in
-``--list``, ``$XPUSHARE_CLUSTER`` for every task that takes ``--cluster``."""
+``--list`` (``$XPUSHARE_CLUSTER`` for every task that takes ``--cluster``: tests/test_cli_common_flags.py)."""
 
 from __future__ import annotations
 
@@ -81,12 +81,3 @@ def test_help_of_tasks_with_positionals_under_invoke(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "Usage:" in proc.stdout, proc.stderr
-
-
-@pytest.mark.parametrize("args", [["clean"], ["sut.status"], ["legacy.small", "2"], ["soak"], ["envcheck"],
-                                  ["undeploy"], ["get", "/x", "out/"], ["deploy"]])
-def test_every_cluster_task_takes_the_cluster_from_the_environment(args: list[str]) -> None:
-    env = {"XPUSHARE_CLUSTER": "no-such-cluster", "PATH": "/usr/bin:/bin", "HOME": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env=env)
-    assert proc.returncode == 2 and "unknown cluster 'no-such-cluster'" in proc.stderr, proc.stderr

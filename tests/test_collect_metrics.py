@@ -28,7 +28,7 @@ def test_idle_sample() -> None:
     e = metrics.parse_exposition(text)
     assert e.ok and e.error is None and e.offending_line is None
     assert e.prefix == "xpushare"
-    # With a working sampler the exporter prints 36 families (sut-interfaces.md §6.2).
+    # With a working sampler the exporter prints 36 families (docs/sut/metrics.md §families).
     assert e.help_lines == text.count("# HELP ") == 36
     assert e.type_lines == 36
     assert len(e.family_names()) == 36
@@ -87,7 +87,7 @@ def test_clients_page() -> None:
     assert e.value("xpushare_client_memory_quota_bytes", client_id="a309de43403205dc") == 2147483648.0
     assert e.value("xpushare_client_info", pod="other", host_pid=20001) == 1.0  # non-str label values
     assert e.value("xpushare_scheduler_running_clients", gpu_index="1") == 0.0
-    # client_info.gpu_index is always -1 (sut-interfaces.md §6.3).
+    # client_info.gpu_index is always -1 (docs/sut/metrics.md §catalogue).
     assert {s.label("gpu_index") for s in e.values("xpushare_client_info")} == {"-1"}
 
 
@@ -96,7 +96,8 @@ def test_value_ambiguous_raises_and_missing_is_none() -> None:
     with pytest.raises(ValueError, match="3 series"):
         e.value("xpushare_client_info")
     assert e.value("xpushare_client_info", pod="nope") is None
-    assert e.value("xpushare_client_allocated_bytes") is None  # documented but not produced (§6.3)
+    assert e.value("xpushare_client_allocated_bytes") is None  # documented but not produced
+    # (docs/sut/metrics.md §catalogue)
     # sum: declared family with no matching series -> 0.0; absent metric -> None.
     assert e.sum("xpushare_client_info", pod="nope") == 0.0
     assert e.sum("xpushare_client_allocated_bytes") is None
@@ -214,7 +215,7 @@ def test_parse_curl_output_metrics() -> None:
 
 
 def test_parse_curl_output_404_and_failure() -> None:
-    # Body "Not Found\n" (sut-interfaces.md §6.1, sample notfound.txt).
+    # Body "Not Found\n" (docs/sut/metrics.md §http, sample notfound.txt).
     r = scrape_capture.parse_curl_output("Not Found\n\nHTTP_CODE=404\nCONTENT_TYPE=text/plain\n")
     assert r == ("Not Found\n", 404, "text/plain")
     # Connection refused: curl prints 000 and an empty content type.

@@ -109,7 +109,8 @@ def test_oom_log_has_no_pass_marker_because_of_bypass_only() -> None:
 
 
 def test_memory_limit_line_is_not_an_oom_marker() -> None:
-    """'GPU memory limit set to ...' contains 'memory limit' but is the startup INFO (§7)."""
+    """'GPU memory limit set to ...' contains 'memory limit' but is the startup INFO
+    (docs/sut/client.md §memory-quota)."""
     text = read(FIXTURES / "pod_memlimit_pass.log")
     assert "GPU memory limit set to" in text
     assert pod_log.oom_markers(text) == []

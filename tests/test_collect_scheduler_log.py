@@ -45,7 +45,8 @@ def test_real_sample() -> None:
     assert s.pod_gpu == {("none", "none"): "0"}
     assert s.sent == {"SCHED_ON": 2}
     assert s.received == {"REGISTER": 2, "MEM_UPDATE": 5}
-    assert s.lock_ok == 0 and s.drop_lock == 0  # unlimited clients never take the lock (§3.2)
+    assert s.lock_ok == 0 and s.drop_lock == 0  # unlimited clients never take the lock
+    # (docs/sut/client.md §lock-control)
     assert s.disconnects == 2 and s.active_clients == ()
     assert s.first_ts is None and s.duration_s is None  # captured without --timestamps
     with pytest.raises(ValueError):

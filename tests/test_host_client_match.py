@@ -13,7 +13,7 @@ gpu_index,host_pid}`` with ``namespace="none"``, ``pod="none"``, ``gpu_uuid="0"`
 first token of ``CUDA_VISIBLE_DEVICES``), ``gpu_index="-1"`` (never resolved) and the SO_PEERCRED pid;
 ``client_nvml_used_bytes`` carries ``host_pid`` too and is ``0`` because the exporter looks processes up
 on GPUs whose UUID prefix-matches the key, and ``0`` matches no ``GPU-...`` UUID; an unannotated
-client's ``client_memory_quota_bytes`` is the uninitialised field (sut-on-cpu.md). Sizes are the
+client's ``client_memory_quota_bytes`` is the uninitialised field (docs/sut/metrics.md §lifecycle). Sizes are the
 sample's (984 MiB / 550 MiB reported by MEM_UPDATE, GPU 100 % busy in dmon_u.txt).
 """
 
@@ -62,7 +62,7 @@ POD_A_LOG = (SAMPLES / "pod_a.log").read_text(encoding="utf-8")
 CID_A, PID_A = "0600a8daa2b6e910", 478  # pod_a.log's Client ID; nvidia-smi compute-apps pid
 CID_B, PID_B = "4bc9ebed1b560511", 479  # the other process of the capture
 KEY = "0"  # GPU key of both clients: CUDA_VISIBLE_DEVICES=0 (scheduler.log "on GPU 0")
-UNSET_QUOTA = 8386109761109976864  # client_memory_quota_bytes of a client without annotation (sut-on-cpu.md)
+UNSET_QUOTA = 8386109761109976864  # client_memory_quota_bytes of a client without annotation (docs/findings.md #1)
 PROBE = "metrics-check-1"
 
 

@@ -1,8 +1,9 @@
 """COMBO-001..008 judgments on evidence from a healthy and from a broken system (xpushare/judge/combination.py).
 
-Evidence is built in memory in the SUT's formats (sut-interfaces.md §4 scheduler lines with kubectl
-timestamps, §6.3 metric names and label sets, §7 library lines, §8.3 W5 probe lines). Every broken case
-is one the bash harness passed (bash-harness-cases.md §3), a lab fault or mutant, or a defect of the real
+Evidence is built in memory in the SUT's formats (docs/sut/log.md scheduler lines with kubectl
+timestamps, docs/sut/metrics.md §catalogue metric names and label sets, docs/sut/client.md §memory-quota library
+lines, docs/sut/workloads.md §inline W5 probe lines). Every broken case
+is one the bash harness passed (docs/sut/bash-harness.md §combination), a lab fault or mutant, or a defect of the real
 SUT (docs/findings.md).
 """
 
@@ -47,7 +48,8 @@ def sched(lines: Iterable[tuple[float, str]], level: str = "INFO") -> str:
 
 
 def capture(clients: Iterable[Mapping[str, Any]], *, missing: Iterable[str] = (), code: int = 200) -> str:
-    """A curl capture of /metrics (body + ``HTTP_CODE=`` trailer) with the client families of §6.3.
+    """A curl capture of /metrics (body + ``HTTP_CODE=`` trailer) with the client families of
+    docs/sut/metrics.md §catalogue.
 
     Each client: pod, gpu (uuid), cid, mem (bytes), core (config %), eff (effective %, default core).
     """

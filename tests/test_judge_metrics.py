@@ -1,7 +1,7 @@
 """MET-001..008 judgments (xpushare.judge_metrics) on healthy and broken evidence, and parser fuzzing.
 
 Pages are built from the captured idle page (tests/fixtures/samples/metrics_idle.txt) with the
-exporter's label sets (sut-interfaces.md §6.3); dmon captures follow the real samples' layouts.
+exporter's label sets (docs/sut/metrics.md §catalogue); dmon captures follow the real samples' layouts.
 """
 
 from __future__ import annotations

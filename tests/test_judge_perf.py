@@ -53,7 +53,7 @@ def test_ideal_factor_hard_cap_and_oversubscription_scaling() -> None:
     assert judge_perf.ideal_factor(25) == 4.0
     assert judge_perf.ideal_factor(100) == 1.0
     assert judge_perf.ideal_factor(30, [30, 60]) == pytest.approx(100 / 30)
-    # 70 + 60 = 130 > 100: budgets scaled by 100/130 (sut-interfaces.md §5.2: 53.8 % and 46.2 %)
+    # 70 + 60 = 130 > 100: budgets scaled by 100/130 (docs/sut/scheduler.md §compute-quota: 53.8 % and 46.2 %)
     assert 100 / judge_perf.ideal_factor(70, [70, 60]) == pytest.approx(53.846, abs=1e-3)
     with pytest.raises(ValueError):
         judge_perf.ideal_factor(0)

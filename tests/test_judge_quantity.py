@@ -1,4 +1,4 @@
-"""The quantity grammars of the system under test (xpushare/judge/quantity.py, sut-interfaces.md §5.1).
+"""The quantity grammars of the system under test (xpushare/judge/quantity.py, docs/sut/annotations.md §memory-limit).
 
 One memory grammar, the scheduler's ``parse_memory_size``: :func:`parse_quantity` raises where the
 scheduler ignores a value, :func:`annotation_bytes` gives 0 there; every judgment, case and legacy
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from xpushare.judge.quantity import GIB, MIB, annotation_bytes, core_limit_value, env_bytes, parse_quantity
 
-# The probe table of sut-interfaces.md §5.1: value -> bytes the scheduler applies (0: ignored).
+# The probe table of docs/sut/annotations.md §memory-limit: value -> bytes the scheduler applies (0: ignored).
 SCHEDULER_TABLE = [
     ("4Gi", 4 * GIB), ("4GiB", 4 * GIB), ("4gi", 4 * GIB), ("1.5Gi", 1610612736), ("512Mi", 512 * MIB),
     ("4096", 4096), ("4096Mi", 4 * GIB), ("4G", 0), ("4GB", 0), ("4096MB", 0), ("2 Gi", 2 * GIB), ("2Ti", 0),

@@ -7,8 +7,9 @@ cases, ``annotations.jsonl`` as K8sBackend.annotate does); the tests add ``pods.
 ``scheduler_proc.txt``, then judge the directory through the registered case as ``invoke judge`` does
 (Evidence.load + plan.json + the case's parameters).
 
-Line formats: sut-interfaces.md §4.2-§4.3 (scheduler registration and limit-change lines), §7 (client-library
-lines), §8.3 (W5 ``QUOTA_PROBE`` lines); the W2 pod logs are the real captured sample
+Line formats: docs/sut/log.md §registration, §dynamic-limits (scheduler registration and limit-change lines),
+docs/sut/client.md §memory-quota (client-library
+lines), docs/sut/workloads.md §inline (W5 ``QUOTA_PROBE`` lines); the W2 pod logs are the real captured sample
 ``tests/fixtures/samples/pod_a.log`` (captured from a real pod on an H200 node).
 """
 
@@ -58,7 +59,7 @@ def kubectl_log(lines: Iterable[tuple[float, str]], *, prefix: str = "", timesta
 
 
 def client_id(seed: int) -> str:
-    """A 16-hex-digit client id as the library draws it (sut-interfaces.md §4.2)."""
+    """A 16-hex-digit client id as the library draws it (docs/sut/log.md §registration)."""
     return f"{(seed * 0x9E3779B97F4A7C15) % 2**64:016x}"
 
 
@@ -209,7 +210,7 @@ def case009(root: Path, runtimes: Sequence[float | None] = HEALTHY_009, *,
 
 LOOP = T0 + 8.5  # the W5 probe loop starts after imports; probe lines every probe_interval_s from there
 ANNOTATE_AT = (T0 + 49.6, T0 + 79.8)  # act: first probe seen, +dynamic_step_s (30 s), annotate; +30 s, annotate
-HEALTHY_LATENCY = (6.2, 7.4)  # annotate call -> scheduler line (sut-interfaces.md §4.3: 5-10 s)
+HEALTHY_LATENCY = (6.2, 7.4)  # annotate call -> scheduler line (docs/sut/log.md §dynamic-limits: 5-10 s)
 INFO, DEBUG, WARN = "[XPUSHARE][INFO]: ", "[XPUSHARE][DEBUG]: ", "[XPUSHARE][WARN]: "
 
 
@@ -220,7 +221,8 @@ def gib(quantity: str) -> int:
 
 def w5_probes(loop: float, duration: float, interval: float,
               rates: Sequence[tuple[float, float]]) -> list[tuple[float, str]]:
-    """W5 ``QUOTA_PROBE`` lines; ``rates`` = [(from unix s, it/s)], the first from ``loop`` (§8.3).
+    """W5 ``QUOTA_PROBE`` lines; ``rates`` = [(from unix s, it/s)], the first from ``loop``
+    (docs/sut/workloads.md §inline).
 
     One line every ``interval`` s of the loop and one after the final synchronise; ``it`` is cumulative and
     ``it_per_sec`` the cumulative average, as w5_quota_probe.py prints them.
@@ -262,7 +264,7 @@ def mem_probes(loop: float, duration: float, interval: float, limits: Sequence[t
 
 
 def pod_update_lines(kind: str, old: int, new: int, mode: str) -> list[str]:
-    """What the client library logs when an update reaches it (sut-interfaces.md §7).
+    """What the client library logs when an update reaches it (docs/sut/client.md §memory-quota).
 
     ``mode``: ``both`` (debug on: DEBUG receipt + INFO application), ``applied``, ``received``, ``none``,
     ``ignored`` (WARN, compute), ``restart`` (the container restarted and came back with the new limit as its
@@ -431,7 +433,7 @@ def test_func008_step_margin_is_a_threshold(tmp_path: Path) -> None:
 
 
 def test_func008_pod_stuck_at_the_timeout_fails_without_a_runtime(tmp_path: Path) -> None:
-    # W2 at 25 % needs about the whole pod timeout (bash-harness-cases.md FUNC-008): no runtime line yet.
+    # W2 at 25 % needs about the whole pod timeout (docs/sut/bash-harness.md §functional): no runtime line yet.
     case_dir = case008(tmp_path, {**HEALTHY_008, "25": None}, phases={"25": ("Running", None)},
                        endings={"25": []})
     v = judge(case_dir, "FUNC-008")

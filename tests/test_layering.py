@@ -1,5 +1,5 @@
-"""The layout of ``xpushare/``: every module imports, no import cycles between xpushare modules, and no
-module of the judge layer over 600 lines.
+"""The layout of ``xpushare/``: every module imports, no import cycles between xpushare modules, every row of
+the layer table of docs/architecture.md holds, and no module of the judge layer over 600 lines.
 
 The import graph is built from the AST of every module (no import-time tricks can hide an edge):
 ``import a.b`` and ``from a.b import c`` are edges to ``a.b`` (to ``a.b.c`` when that is a module), plus
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -255,7 +257,7 @@ def test_judge_modules_are_small() -> None:
 
 
 #: The only modules left flat in ``xpushare/``: the package, its ``__main__`` and the features built on the core
-#: (DESIGN.md "Layers"); everything else lives in its layer package.
+#: (docs/architecture.md "Layers"); everything else lives in its layer package.
 FLAT_MODULES = {"__init__.py", "__main__.py", "adhoc.py"}
 
 
@@ -270,3 +272,87 @@ def test_layer_packages_have_an_init() -> None:
     dirs = {p.parent for p in all_modules().values()}
     missing = sorted(str(d.relative_to(PACKAGE)) for d in dirs if not (d / "__init__.py").exists())
     assert not missing, f"directories of modules without __init__.py: {missing}"
+
+
+# ------------------------------------------------------------------------------ the layer table of the docs
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table under docs/architecture.md "Layers": its floor (1 = the bottom), the packages on it
+    and the packages it may import (names as in :func:`unit_of`, without ``xpushare.``)."""
+
+    floor: int
+    packages: tuple[str, ...]
+    may_import: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.packages)
+
+
+def layer_table(text: str) -> list[Row]:
+    """The rows of the "Layers" table of ``text`` (docs/architecture.md), top to bottom: a row is a table line whose
+    first cell is a floor number; the backquoted names of its second cell are its packages, those of its last cell
+    what it may import ("nothing": none)."""
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if len(cells) != 4 or not cells[0].isdigit():
+            continue
+        names = re.findall(r"`([a-z_.]+)`", cells[1])
+        rows.append(Row(int(cells[0]), tuple(names), frozenset(re.findall(r"`([a-z_.]+)`", cells[3]))))
+    return rows
+
+
+ROWS = layer_table(ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def _short(unit: str) -> str:
+    return unit.removeprefix("xpushare.")
+
+
+def test_the_layer_table_names_every_package_once() -> None:
+    units, _ = package_graph()
+    in_code = {_short(u) for u in units if u != "xpushare"}
+    named = [p for row in ROWS for p in row.packages]
+    assert len(ROWS) >= 8 and len(named) == len(set(named)), f"a package on two rows: {named}"
+    assert set(named) == in_code, (f"packages missing from docs/architecture.md: {sorted(in_code - set(named))}; "
+                                   f"named there but not in the code: {sorted(set(named) - in_code)}")
+
+
+def test_the_floors_go_down_and_a_row_may_import_only_lower_floors() -> None:
+    floors = [row.floor for row in ROWS]
+    assert floors == sorted(floors, reverse=True) and len(set(floors)) == len(floors), floors
+    for i, row in enumerate(ROWS):
+        below = {p for lower in ROWS[i + 1:] for p in lower.packages}
+        assert row.may_import <= below, f"floor {row.floor} ({row.name}) may import higher or equal floors: " \
+            f"{sorted(row.may_import - below)}"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_every_row_of_the_layer_table_holds(row: Row) -> None:
+    """What each package of the row imports (other packages; :data:`ALLOWED_UPWARD` aside) is in the row's
+    "may import" cell. A permission no package of the row uses any more is reported, not failed."""
+    units, _ = package_graph()
+    wrong = {p: sorted(_short(d) for d in units[f"xpushare.{p}"] if _short(d) not in row.may_import)
+             for p in row.packages}
+    wrong = {p: d for p, d in wrong.items() if d}
+    assert not wrong, f"imports docs/architecture.md does not allow on floor {row.floor}: {wrong}"
+    used = {_short(d) for p in row.packages for d in units[f"xpushare.{p}"]}
+    if row.may_import - used:
+        warnings.warn(f"floor {row.floor} ({row.name}) may import {sorted(row.may_import - used)} but does not",
+                      stacklevel=1)
+
+
+def test_layer_table_parsing_and_a_broken_row() -> None:
+    text = ("# A\n\n## Layers\n\n| floor | packages | what | may import |\n|---|---|---|---|\n"
+            "| 2 | `engine`, `cases` | a `x` \\| y | `model` |\n| 1 | `model` | m | nothing |\n"
+            "\n## Next\n| 9 | `z` | | |\n")
+    assert layer_table(text) == [Row(2, ("engine", "cases"), frozenset({"model"})), Row(1, ("model",), frozenset())]
+    units, _ = package_graph()
+    engine_imports = {_short(d) for d in units["xpushare.engine"]}
+    assert not engine_imports <= {"model"}  # the row above would fail against the real engine

@@ -30,7 +30,7 @@ def test_scheduler_mode_is_set_once_in_the_env_list() -> None:
         c = doc["spec"]["template"]["spec"]["containers"][0]
         assert env_of(c, "XPUSHARE_SCHEDULING_MODE") == [{"name": "XPUSHARE_SCHEDULING_MODE", "value": mode}]
         assert c["image"] == "reg/xpushare-scheduler:abcd1234"
-        # The CUDA form: NVML injected, host pids (sut-interfaces.md §11 item 4).
+        # The CUDA form: NVML injected, host pids (docs/sut/README.md §pitfalls item 4).
         assert env_of(c, "NVIDIA_VISIBLE_DEVICES")[0]["value"] == "all"
         assert env_of(c, "NVIDIA_DRIVER_CAPABILITIES")[0]["value"] == "utility"
         assert doc["spec"]["template"]["spec"]["hostPID"] is True

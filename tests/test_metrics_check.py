@@ -2,8 +2,8 @@
 
 Real samples: tests/fixtures/samples/metrics_idle.txt (GET /metrics, no client), healthz.txt and
 notfound.txt (``curl -i`` of /healthz and of an unknown path). The /metrics Content-Type is the one
-sut-interfaces.md §6.1 documents (the sample holds the body only). Loaded pages are built from the idle
-sample by :func:`with_rows` with the exporter's label sets (sut-interfaces.md §6.3).
+docs/sut/metrics.md §http documents (the sample holds the body only). Loaded pages are built from the idle
+sample by :func:`with_rows` with the exporter's label sets (docs/sut/metrics.md §catalogue).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def test_foreign_sample_line_fails_the_prefix_line() -> None:
 def test_nvml_down() -> None:
     text = IDLE.replace("xpushare_nvml_up 1", "xpushare_nvml_up 0")
     assert failed(idle(text)) == ["nvml_up"]
-    # with no sampler backend the GPU block is only sampler_up 0 / nvml_up 0 (sut-interfaces.md §6.4)
+    # with no sampler backend the GPU block is only sampler_up 0 / nvml_up 0 (docs/sut/metrics.md §no-nvml)
     gpu_families = ("gpu_sampler_backend_info", "gpu_info", "gpu_memory_total_bytes", "gpu_memory_used_bytes",
                     "gpu_memory_free_bytes", "gpu_utilization_ratio", "gpu_memory_utilization_ratio",
                     "gpu_process_count")
@@ -451,7 +451,8 @@ def test_run_metrics_check_with_load() -> None:
 
 @pytest.fixture
 def http_server() -> Iterator[str]:
-    """A tiny exporter on 127.0.0.1 (random port) that serves the idle sample like the SUT (§6.1)."""
+    """A tiny exporter on 127.0.0.1 (random port) that serves the idle sample like the SUT
+    (docs/sut/metrics.md §http)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:

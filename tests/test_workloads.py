@@ -1,4 +1,5 @@
-"""Tests of the standalone workloads in ``workloads/`` (spec: sut-interfaces.md §8.1, §8.3, §11 item 11).
+"""Tests of the standalone workloads in ``workloads/`` (spec: docs/sut/workloads.md §output, §inline,
+docs/sut/README.md §pitfalls item 11).
 
 Every workload runs once as a subprocess on CPU with tiny sizes. The runs start together (module fixture)
 so that the ~2 s torch import of each overlaps; the in-process tests below never import torch.
@@ -31,7 +32,7 @@ sys.path.insert(0, str(WORKLOADS_DIR))
 import _common as c  # noqa: E402
 import _output as o  # noqa: E402
 
-# Patterns of sut-interfaces.md §11 item 11 / §12, copied verbatim.
+# Patterns of docs/sut/README.md §pitfalls item 11 / docs/sut/log.md §regex, copied verbatim.
 RUNTIME_RE = re.compile(r"--- (?P<sec>[0-9.]+) seconds ---")
 PROBE_RE = re.compile(r"\[XPUSHARE\]\[QUOTA_PROBE\] elapsed=([0-9.]+)s it=(\d+) it_per_sec=([0-9.]+)")
 TQDM_RE = re.compile(
@@ -640,7 +641,7 @@ def test_table_memory_intent(model: str) -> None:
     assert memory is not None
     w1 = o.tensor_bytes(int(row["w1"]["n"]), 4)
     assert 0.70 <= w1 / memory <= 0.75, w1 / memory
-    # must stay below xpushare's physical allocatable (total - 1536 MiB, spec §7 item 3)
+    # must stay below xpushare's physical allocatable (total - 1536 MiB, spec docs/sut/client.md §memory-quota item 3)
     assert w1 < memory - 1536 * c.MIB
     for key in ("w2", "w3", "w5", "w6"):
         assert o.tensor_bytes(int(row[key]["n"]), 4) / c.GIB == pytest.approx(2.92, abs=0.01)

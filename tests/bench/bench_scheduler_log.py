@@ -6,13 +6,15 @@ Run on demand (not collected by pytest: ``addopts`` ignores tests/bench):
     python tests/bench/bench_scheduler_log.py --mb 200 --mix nojson
 
 The log is written to a temporary directory (removed afterwards). Every line carries a kubectl
-``--timestamps`` prefix. The line mix follows sut-interfaces.md §4 for a scheduler with 8 limited
-clients on 2 GPUs in debug mode: per client and quota window the throttling cycle of §6.7 (REQ_LOCK,
+``--timestamps`` prefix. The line mix follows docs/sut/log.md for a scheduler with 8 limited
+clients on 2 GPUs in debug mode: per client and quota window the throttling cycle of docs/sut/metrics.md §samples
+(REQ_LOCK,
 LOCK_OK, Scheduled, Throttling, DROP_LOCK, LOCK_RELEASED, released, wait queue, promoted,
 MEM_AVAILABLE), MEM_UPDATE and try_schedule/Reset-quota debug lines, WARN ``k8s_api`` lines, every
 few windows a registration block (REGISTER ... Registered client) and limit changes, and, in the
 ``debug`` mix, one ``k8s_api: Response JSON: <pod JSON>`` line (a few KB) per client and watcher poll
-(§4.8). The ``nojson`` mix leaves the JSON lines out (what a normal-mode or ``grep -v JSON`` log
+(docs/sut/log.md §annotation-debug). The ``nojson`` mix leaves the JSON lines out (what a normal-mode or
+``grep -v JSON`` log
 looks like); it has far more lines per MB and is the harder case.
 
 Prints the file size, line count, parse time, MB/s (10**6 bytes per second), lines/s, and the peak

@@ -3,7 +3,7 @@
 
 The SUT's device plugin is not part of the scheduler/library source the lab builds, so the lab kubelet
 does its work (vGPU allocation and the container env, :mod:`tests.lab.kubelet`); this container only
-prints the greppable lines the real one prints (sut-interfaces.md §1.4) so its logs can be harvested.
+prints the greppable lines the real one prints (docs/sut/kubernetes.md §device-plugin) so its logs can be harvested.
 Reads the node's GPUs from ``$XPUSHARE_LAB_CONFIG`` (lab.json) and ``$NODE_NAME``.
 """
 

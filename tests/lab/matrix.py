@@ -64,7 +64,8 @@ class Row:
         return tuple(self.expect.get(case, ("FAIL",)))
 
 
-#: Scheduler configurations some rows need (environment of the real scheduler, sut-interfaces.md §3): a fixed
+#: Scheduler configurations some rows need (environment of the real scheduler, docs/sut/scheduler.md §environment): a
+#: fixed
 #: 1 s switch time with a 2 s compute window in serial mode makes the timer rotate the lock between the clients
 #: of one GPU (at the defaults it never does: finding 7 of docs/findings.md).
 SETTINGS: dict[str, dict[str, str]] = {

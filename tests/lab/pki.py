@@ -2,7 +2,7 @@
 
 The real scheduler reads pod annotations from ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``
 with peer verification against the service account's ``ca.crt`` (host-name verification off) and a bearer
-token (../shared/reference/sut-on-cpu.md, "Where quotas come from"). The lab makes one self-signed
+token (docs/sut/annotations.md §api-access). The lab makes one self-signed
 certificate (it is its own CA) for the API server's address and one random token, with the ``cryptography``
 package that paramiko already needs.
 """

@@ -185,7 +185,8 @@ class HostBackend(Backend):
         (its ``read_visible_device``), so a value left over from the tool's environment would name every
         workload's GPU ``0``."""
         env = {self.names.env_debug: "1", "PYTHONUNBUFFERED": "1"}
-        if spec.oversub:  # presence-based in the SUT: omit the variable to disable (sut-interfaces §11.2)
+        # presence-based in the SUT: omit the variable to disable (docs/sut/README.md §pitfalls item 2)
+        if spec.oversub:
             env[self.names.env_oversub] = "1"
         if spec.memory_limit_env:
             env[self.names.env_memory_limit] = spec.memory_limit_env

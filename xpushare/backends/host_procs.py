@@ -80,7 +80,7 @@ def phase(rc: str, start: str) -> str:
 
 
 def gpu_key(env: dict[str, str]) -> str | None:
-    """The GPU key the client library reports for this environment (sut-interfaces.md §4.2: the first
+    """The GPU key the client library reports for this environment (docs/sut/log.md §registration: the first
     comma/semicolon token of ``NVIDIA_VISIBLE_DEVICES``, else of ``CUDA_VISIBLE_DEVICES``); None when
     neither is set (the library would report ``default``, but the backend placed no GPU)."""
     for name in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):

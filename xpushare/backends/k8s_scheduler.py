@@ -3,7 +3,8 @@ of its HTTP endpoint at the pod IP from the GPU host of that node, its processes
 
 The scheduler pod's IP is reachable from the nodes, not necessarily from the master, so every request runs
 ``curl`` on the node's inventory GPU host (:meth:`KubeAccess.host_for_node`); the capture's format is
-:mod:`xpushare.evidence.scrape_capture`'s. Source: sut-interfaces.md §1 (names, labels), §6 (endpoints).
+:mod:`xpushare.evidence.scrape_capture`'s. Source: docs/sut/kubernetes.md (names, labels), docs/sut/metrics.md
+(endpoints).
 """
 
 from __future__ import annotations

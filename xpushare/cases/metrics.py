@@ -1,7 +1,8 @@
 """MET-001..008 (seed 000 §11, §16.5, §17.5; seed 002): the scheduler's metrics endpoint, judged on evidence.
 
 Every capture comes from the scheduler that serves the probe pod's node (one scheduler per GPU node,
-sut-interfaces.md §4.8), scraped on that node (:mod:`xpushare.evidence.metrics_target`); cases without a probe
+docs/sut/log.md §annotation-debug), scraped on that node (:mod:`xpushare.evidence.metrics_target`); cases without a
+probe
 (MET-001, MET-007, MET-002 in host mode) use the node named by ``met_node``, else the first GPU host
 of the inventory that runs a scheduler pod. The acts only act and collect; the judgments are the pure
 functions of :mod:`xpushare.judge.metrics`, fed with the plan (``plan.json``), so ``invoke judge``

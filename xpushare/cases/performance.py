@@ -1,4 +1,4 @@
-"""PERF-001..011: the performance suite (seed 000 sections 6 P1, 9, 16.4, 17.4; bash-harness-cases.md §4).
+"""PERF-001..011: the performance suite (seed 000 sections 6 P1, 9, 16.4, 17.4; docs/sut/bash-harness.md §performance).
 
 Every case is self-contained, so a stored run re-judges offline: a case that compares against a
 baseline runs its own baseline pod (the PERF-001 workload without a quota, on the same node) and keeps

@@ -39,7 +39,8 @@ OVERSUB = "oversub"
 
 
 def perf_workload(run: CaseRun) -> str:
-    """``perf_workload``, or for ``auto`` W7 on an NPU cluster and W6 otherwise (bash-harness-cases §4)."""
+    """``perf_workload``, or for ``auto`` W7 on an NPU cluster and W6 otherwise
+    (docs/sut/bash-harness.md §performance)."""
     chosen = str(run.params.get("perf_workload") or "auto")
     if chosen != "auto":
         return chosen

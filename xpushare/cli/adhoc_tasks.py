@@ -10,7 +10,7 @@ from invoke import Context
 
 from xpushare import adhoc
 from xpushare.cli import defaults, flags
-from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
+from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.cli.taskdef import task
 from xpushare.inventory import schema
@@ -31,7 +31,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
 
     def body() -> None:
         fmt = output_format(output)
-        inv = schema.load(defaults.inventory(c, inventory_))
+        inv = schema.load(inventory_)
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
         print(adhoc.hosts_table(clusters, fmt))
         if fmt == "table":
@@ -43,7 +43,7 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
 @task(
     name="run",
     help={
-        "cluster": "cluster name from the inventory (default: $XPUSHARE_CLUSTER, else the config's)",
+        "cluster": CLUSTER_HELP,
         "role": "master | gpu | all (default: all)",
         "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
@@ -68,7 +68,7 @@ def run_(c: Context, cluster: str | None = None, role: str = "all", limit: str |
         argv = remainder_argv()
         if not argv:
             raise UsageError("no command given: put it after '--', e.g. invoke run --cluster c1 -- uptime")
-        spec = schema.load(defaults.inventory(c, inventory_)).cluster(defaults.cluster(c, cluster))
+        spec = schema.load(inventory_).cluster(defaults.need_cluster(cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.run_adhoc(selected, argv, forks=n_forks, timeout=limit_s, out=sys.stdout, fmt=fmt,
                                stream=stream)
@@ -78,7 +78,7 @@ def run_(c: Context, cluster: str | None = None, role: str = "all", limit: str |
 
 @task(
     help={
-        "cluster": "cluster name from the inventory (default: $XPUSHARE_CLUSTER, else the config's)",
+        "cluster": CLUSTER_HELP,
         "role": "master | gpu | all (default: all)",
         "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
@@ -96,7 +96,7 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
         fmt = output_format(output)
         command_log.set_verbosity(verbose)
         n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
-        spec = schema.load(defaults.inventory(c, inventory_)).cluster(defaults.cluster(c, cluster))
+        spec = schema.load(inventory_).cluster(defaults.need_cluster(cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return adhoc.ping(spec, selected, forks=n_forks, out=sys.stdout, fmt=fmt)
 
@@ -145,7 +145,7 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
 
 @task(
     help={
-        "cluster": "cluster name from the inventory (required), e.g. local, c2",
+        "cluster": CLUSTER_HELP,
         "limit": LIMIT_HELP,
         "forks": f"nodes at once over SSH (default {DEFAULT_FORKS})",
         "mode": "ssh (fan-out over SSH, default) | k8s (DaemonSet + pods through kubectl on the master)",
@@ -166,7 +166,7 @@ def envcheck(c: Context, cluster: str | None = None, limit: str | None = None, f
         from xpushare.envcheck import envcheck_task
 
         n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
-        return envcheck_task(defaults.cluster(c, cluster), limit=limit, forks=n_forks, mode=mode,
+        return envcheck_task(defaults.need_cluster(cluster), limit=limit, forks=n_forks, mode=mode,
                              inventory_path=inventory_, run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout,
                              overrides=set_ or (), root=root)
 

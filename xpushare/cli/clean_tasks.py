@@ -5,7 +5,7 @@ from __future__ import annotations
 from invoke import Context
 
 from xpushare.cli import defaults
-from xpushare.cli.flags import INVENTORY_HELP
+from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
@@ -17,7 +17,7 @@ __all__ = ["clean"]
 
 @task(
     help={
-        "cluster": "cluster name from the inventory (required), e.g. c1",
+        "cluster": CLUSTER_HELP,
         "run_id": "only this run's leftovers (default: every run's that is not alive)",
         "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP + " (per place: where, deleted, stopped, spared, removed, error)",
@@ -34,7 +34,7 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
         from xpushare.report.artifacts import validate_run_id
 
         fmt = output_format(output)
-        name = defaults.cluster(c, cluster)
+        name = defaults.need_cluster(cluster)
         if run_id is not None:
             try:
                 validate_run_id(run_id)

@@ -9,7 +9,7 @@ from invoke import Context
 
 from xpushare import adhoc
 from xpushare.cli import defaults, flags
-from xpushare.cli.flags import INVENTORY_HELP, LIMIT_HELP
+from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, LIMIT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.inventory import schema
@@ -21,7 +21,7 @@ from xpushare.transport.fanout import DEFAULT_FORKS
 __all__ = ["get", "put"]
 
 _HELP = {
-    "cluster": "cluster name from the inventory (required)",
+    "cluster": CLUSTER_HELP,
     "role": "master | gpu | all (default: all)",
     "limit": LIMIT_HELP,
     "forks": f"hosts at once (default {DEFAULT_FORKS})",
@@ -56,7 +56,7 @@ def _copy(copy: Callable[..., ExitStatus], src: str, dest: str, cluster: str | N
     def body() -> ExitStatus | int | None:
         fmt = output_format(output)
         n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
-        spec = schema.load(inventory_).cluster(defaults.cluster(None, cluster))
+        spec = schema.load(inventory_).cluster(defaults.need_cluster(cluster))
         selected = select_hosts(spec, role=role, limit=limit)
         return copy(selected, src, dest, forks=n_forks, out=sys.stdout, fmt=fmt)
 

@@ -16,9 +16,11 @@ from urllib.parse import urlsplit
 
 from xpushare.model.errors import UsageError
 
-__all__ = ["INVENTORY_HELP", "LIMIT_HELP", "ROOT_HELP", "RUN_HELP", "VERBOSE_HELP", "count", "http_url", "required",
-           "seconds"]
+__all__ = ["CLUSTER_HELP", "INVENTORY_HELP", "LIMIT_HELP", "ROOT_HELP", "RUN_HELP", "VERBOSE_HELP", "count",
+           "http_url", "required", "seconds"]
 
+CLUSTER_HELP = ("cluster name from the inventory, e.g. c1 (default: $XPUSHARE_CLUSTER, else xpushare.cluster of the "
+                "config)")
 INVENTORY_HELP = "inventory YAML (default: $XPUSHARE_INVENTORY, else inventory/inventory.yaml)"
 ROOT_HELP = "directory that holds .tmplog/ (default: the current one)"
 VERBOSE_HELP = ("repeatable, on stderr: -v the logical actions (pods started, phases, waits); -vv also each "

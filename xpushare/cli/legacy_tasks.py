@@ -15,7 +15,7 @@ from typing import Any
 from invoke import Collection, Context
 
 from xpushare.cli import defaults, flags
-from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
@@ -23,7 +23,7 @@ from xpushare.model.errors import UsageError
 __all__ = ["baseline_compare", "deploy", "legacy"]
 
 COMMON_HELP = {
-    "cluster": "cluster name from the inventory (required; k8s mode), e.g. c1",
+    "cluster": CLUSTER_HELP,
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); several scenarios can share one run",
     "set": "parameter override name=value (repeatable): legacy_* scenario parameters, deploy_* setup parameters",
     "root": ROOT_HELP,
@@ -46,7 +46,7 @@ def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str 
         from xpushare.legacy.scenarios import LegacyRequest, run_scenario
 
         request = LegacyRequest(
-            scenario=name, cluster=defaults.cluster(None, cluster),
+            scenario=name, cluster=defaults.need_cluster(cluster),
             count=flags.count("N", count, 1) if count is not None else None,
             mode=mode, skip_setup=skip_setup, autocommit=autocommit, source=source, suffix=suffix,
             keep_sut=keep_sut, run_id=run_id, overrides=set_ or (), inventory_path=inventory_, root=Path(root),
@@ -86,7 +86,7 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
         from xpushare.inventory import schema
         from xpushare.legacy.deploy import DeployRequest, run_deploy
 
-        name = defaults.cluster(None, cluster)
+        name = defaults.need_cluster(cluster)
         spec = schema.load(inventory_).cluster(name)
         if spec.mode == "host":
             return deploy_host_mode(spec, sut_src or source)
@@ -107,6 +107,7 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
         "cluster": "only this cluster of the run (default: all)",
         "root": ROOT_HELP,
     },
+    cluster_default=False,
 )
 def baseline_compare(c: Context, run_id: str | None = None, baseline: str | None = None,
                      cluster: str | None = None, root: str = ".") -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from invoke import Context
 
 from xpushare.cli import defaults
-from xpushare.cli.flags import INVENTORY_HELP, ROOT_HELP
+from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
@@ -25,7 +25,7 @@ MAX_SOAK_S = 365 * 86400.0
 
 @task(
     help={
-        "cluster": "cluster name from the inventory (required), e.g. c2",
+        "cluster": CLUSTER_HELP,
         "case": "STAB-001..004 (default STAB-002: 16-32 mixed W2/W3 pods)",
         "hours": "soak duration in hours (default: the case's, 24 h for STAB-002)",
         "minutes": "soak duration in minutes (short runs; added to --hours)",
@@ -58,7 +58,7 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
                 raise UsageError("--hours/--minutes take a number") from None
             if not math.isfinite(duration) or not 0 < duration <= MAX_SOAK_S:
                 raise UsageError(f"--hours/--minutes must give a duration > 0 and at most {MAX_SOAK_S / 86400:g} days")
-        request = SoakRequest(cluster=defaults.cluster(c, cluster), case=case, duration_s=duration, run_id=run_id,
+        request = SoakRequest(cluster=defaults.need_cluster(cluster), case=case, duration_s=duration, run_id=run_id,
                               resume=resume, overrides=tuple(set_ or ()), inventory_path=inventory_, root=Path(root),
                               dry_run=dry_run, output=output_format(output), wait=wait)
         return run_soak(request)

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from invoke import Task
 
+from xpushare.cli import defaults
 from xpushare.cli.flags import RUN_HELP, count
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import XTask
@@ -115,16 +116,6 @@ def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     return driver.run(request)
 
 
-def _defaulted(c: Any, flags: SuiteFlags) -> SuiteFlags:
-    """``flags`` with ``--cluster``/``--inventory`` from the environment or the config when not given."""
-    from dataclasses import replace
-
-    from xpushare.cli import defaults
-
-    return replace(flags, cluster=defaults.cluster(c, flags.cluster or None),
-                   inventory=defaults.inventory(c, flags.inventory))
-
-
 def _listed(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(values or ())
 
@@ -141,7 +132,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
               ("root", "."), ("inventory_", None), ("wait", False), ("dry_run", False), ("output", None),
               ("verbose", 0), ("maxfail", None)]
-    # --cluster has no default here: it falls back to $XPUSHARE_CLUSTER, then the config (cli/defaults.py)
+    # --cluster has no default here: XTask resolves it (cli/defaults.py resolve_common)
     params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD, default=None)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
     params += [P(n, P.POSITIONAL_OR_KEYWORD, default=d) for n, d in shared]
@@ -155,14 +146,15 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
 
         def run() -> ExitStatus:
             parsed = SuiteFlags(
-                cluster=values["cluster"] or "", cases=_listed(values["case"]), playbook=values["playbook"],
+                cluster=defaults.need_cluster(values["cluster"]), cases=_listed(values["case"]),
+                playbook=values["playbook"],
                 run_id=values["run_id"], resume=bool(values["resume"]), overrides=_listed(values["set_"]),
                 root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
                 extra={f.name: values[f.name] for f in flags}, dry_run=bool(values["dry_run"]),
                 output=output.output_format(values["output"]), maxfail=values["maxfail"],
             )
             command_log.set_verbosity(int(values["verbose"] or 0))
-            return _run(_defaulted(values["c"], parsed), scope)
+            return _run(parsed, scope)
 
         guarded(run)
 

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from xpushare import deploy as sut_ops
 from xpushare.cli import defaults
-from xpushare.cli.flags import INVENTORY_HELP
+from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.deploy import k8s as k8s_sut
@@ -28,12 +28,12 @@ from xpushare.report.output import OUTPUT_HELP, output_format, render
 __all__ = ["deploy_host_mode", "sut", "undeploy"]
 
 SUT_SRC_ENV = "XPUSHARE_SUT_SRC"
-HELP = {"cluster": "cluster name from the inventory (required), e.g. bm1, c1", "inventory": INVENTORY_HELP,
+HELP = {"cluster": CLUSTER_HELP, "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP}
 
 
 def _cluster(name: str | None, inventory_path: str | None) -> ClusterSpec:
-    return schema.load(inventory_path).cluster(defaults.cluster(None, name))
+    return schema.load(inventory_path).cluster(defaults.need_cluster(name))
 
 
 def sut_source(explicit: str | None) -> Path | None:

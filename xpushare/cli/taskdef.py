@@ -53,10 +53,11 @@ class Count(int):
 
 class XTask(Task):
     """Invoke's task whose flags take their short forms from :data:`SHORT_FLAGS` only, and whose ``--cluster``
-    and ``--inventory`` default, when not given, to ``$XPUSHARE_CLUSTER``/``$XPUSHARE_INVENTORY`` and the config
-    (:mod:`xpushare.cli.defaults`), resolved here once for every task. ``cluster_default=False``: a task whose
-    ``--cluster`` is a filter (``hosts``: all clusters without it). A task given ``--url`` (``metrics-check``)
-    takes no default cluster."""
+    and ``--inventory`` default, when not given, to ``$XPUSHARE_CLUSTER``/``$XPUSHARE_INVENTORY`` and the config:
+    the common flags (``--cluster``, ``--inventory``, ``--root``, ``--run-id``) are resolved here once for every
+    task by :func:`xpushare.cli.defaults.resolve_common`. ``cluster_default=False``: a task whose ``--cluster`` is a
+    filter (``hosts``: all clusters without it). A task given ``--url`` (``metrics-check``) takes no default
+    cluster."""
 
     def __init__(self, body: Callable[..., Any], *args: Any, cluster_default: bool = True, **kwargs: Any) -> None:
         kwargs["auto_shortflags"] = False
@@ -70,7 +71,7 @@ class XTask(Task):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if args and isinstance(args[0], Context):
-            guarded(lambda: _fill_defaults(args[0], kwargs, cluster=self.cluster_default))
+            guarded(lambda: defaults.resolve_common(args[0], kwargs, cluster_default=self.cluster_default))
         return super().__call__(*args, **kwargs)
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
@@ -117,14 +118,6 @@ def _with_verbose(body: Callable[..., Any]) -> Callable[..., Any]:
 
     with_verbose.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     return with_verbose
-
-
-def _fill_defaults(c: Context, kwargs: dict[str, Any], *, cluster: bool) -> None:
-    """Put the configured cluster and inventory into a task call's ``kwargs`` where the flag was not given."""
-    if cluster and "cluster" in kwargs and not kwargs["cluster"] and not kwargs.get("url"):
-        kwargs["cluster"] = defaults.configured_cluster(c)
-    if "inventory_" in kwargs and not kwargs["inventory_"]:
-        kwargs["inventory_"] = defaults.inventory(c, None)
 
 
 def task(*args: Any, **kwargs: Any) -> Any:

@@ -1,6 +1,6 @@
 """Evidence collectors: for each kind of evidence, the remote argv that produces it and a pure parser.
 
-Every module here follows the same pattern (pyinfra-style "facts", DESIGN.md "Parsers are pure and
+Every module here follows the same pattern (pyinfra-style "facts", docs/architecture.md "Parsers are pure and
 fixture-tested"):
 
 * a ``command(...)``-style function returning the remote argv as ``list[str]`` (quoted once, later,
@@ -8,16 +8,18 @@ fixture-tested"):
 * pure parsers: text (or an iterable of lines) in, frozen dataclasses out; no I/O, no exceptions on
   malformed input (malformed parts are reported in the result instead).
 
-Modules (interfaces: sut-interfaces.md):
+Modules (interfaces: docs/sut/README.md):
 
-* :mod:`xpushare.collect.pod_log` -- workload pod output (§7, §8.1, §12): runtime, ``PASS``, OOM
+* :mod:`xpushare.collect.pod_log` -- workload pod output (docs/sut/client.md §memory-quota,
+docs/sut/workloads.md §output, docs/sut/log.md §regex): runtime, ``PASS``, OOM
   markers, quota probes, tqdm progress.
-* :mod:`xpushare.collect.client_lines` -- the client library's lines in it (§7, §12): client id, limit updates.
-* :mod:`xpushare.collect.scheduler_log` -- streaming scheduler-log summary (§4, §12): registrations,
+* :mod:`xpushare.collect.client_lines` -- the client library's lines in it (docs/sut/client.md §memory-quota,
+docs/sut/log.md §regex): client id, limit updates.
+* :mod:`xpushare.collect.scheduler_log` -- streaming scheduler-log summary (docs/sut/log.md, §regex): registrations,
   limit changes, lock/drop traffic, levels, the GPU distribution table.
-* :mod:`xpushare.collect.metrics` -- Prometheus exposition (§6) via ``prometheus_client.parser``;
+* :mod:`xpushare.collect.metrics` -- Prometheus exposition (docs/sut/metrics.md) via ``prometheus_client.parser``;
   HELP/TYPE presence, prefix check, lookups; curl scrape evidence.
-* :mod:`xpushare.collect.dmon` -- ``nvidia-smi dmon`` of any column layout (§9).
+* :mod:`xpushare.collect.dmon` -- ``nvidia-smi dmon`` of any column layout (docs/sut/workloads.md §dmon).
 * :mod:`xpushare.collect.nvidia_smi` -- ``nvidia-smi -L`` and ``--query-gpu`` /
   ``--query-compute-apps`` CSV.
 * :mod:`xpushare.collect.procstat` -- ``/proc/<pid>/status`` plus an FD count (seed 000 §10.2,

@@ -1,7 +1,7 @@
 """The client library's lines in a workload's output: its client id and its core- and memory-limit updates.
 
 Input as :mod:`xpushare.collect.pod_log` takes it (``kubectl logs [--timestamps]`` or a host-mode process's
-output); pure functions that never raise. Source: sut-interfaces.md §7 ("Other client-library lines"), §12.
+output); pure functions that never raise. Source: docs/sut/client.md §client-lines, docs/sut/log.md §regex.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _CLIENT_ID_RE = re.compile(r"Client ID = (?P<cid>[0-9a-f]{16})\b")
 def client_ids(text: str) -> list[str]:
     """Every ``Client ID = <id16>`` in order (one per CUDA process start; restarts add more).
 
-    Source: sut-interfaces.md §7 ("joins with the scheduler logs"), §12.
+    Source: docs/sut/client.md §client-lines ("joins the pod to the scheduler's log"), docs/sut/log.md §regex.
     """
     out: list[str] = []
     for _ts, line in timestamped_lines(text):
@@ -39,8 +39,8 @@ def client_ids(text: str) -> list[str]:
 def client_id(text: str) -> str | None:
     """The LAST ``Client ID = <id16>`` of the log (the most recent process), or ``None``.
 
-    16 lowercase hex digits, the id the scheduler logs in ``Registered client <id16>`` (§4.2).
-    Source: sut-interfaces.md §7, §12.
+    16 lowercase hex digits, the id the scheduler logs in ``Registered client <id16>`` (docs/sut/log.md §registration).
+    Source: docs/sut/client.md §memory-quota, docs/sut/log.md §regex.
     """
     ids = client_ids(text)
     return ids[-1] if ids else None
@@ -54,7 +54,7 @@ class CoreLimitUpdate:
     ``Received UPDATE_CORE_LIMIT: new core limit = <N>%``), ``"applied"`` (INFO ``Core limit updated
     dynamically to <N>%``) or ``"ignored"`` (WARN ``Ignoring invalid core limit update: <n>``).
     With debug on, one dynamic change yields both a ``received`` and an ``applied`` entry: count
-    ``applied`` to count changes. Source: sut-interfaces.md §7, bash-harness-cases.md §8.1.
+    ``applied`` to count changes. Source: docs/sut/client.md §memory-quota, docs/sut/bash-harness.md §pod-log-patterns.
     """
 
     kind: str
@@ -92,8 +92,8 @@ class MemoryLimitUpdate:
     ``kind``: ``"initial"`` (INFO ``GPU memory limit set to <bytes> bytes (<f2> GiB)``, from the
     ``XPUSHARE_GPU_MEMORY_LIMIT`` env), ``"received"`` (DEBUG ``Received UPDATE_LIMIT: new limit =
     <bytes> bytes``) or ``"applied"`` (INFO ``Memory limit updated: <old> -> <new> bytes (<f2>
-    GiB)``). ``old_bytes`` is only known for ``applied``. Source: sut-interfaces.md §7,
-    bash-harness-cases.md §8.1.
+    GiB)``). ``old_bytes`` is only known for ``applied``. Source: docs/sut/client.md §memory-quota,
+    docs/sut/bash-harness.md §pod-log-patterns.
     """
 
     kind: str

@@ -3,7 +3,8 @@
 Columns are located from the ``# gpu ...`` header line, never by a fixed index: under ``-s u`` the
 ``sm`` column is column 1, in the default layout (``gpu pwr gtemp mtemp sm ...``) it is column 4; the
 legacy ``analyze_dmon.py`` hard-coded index 4 and so measured the decoder under ``-s u``
-(sut-interfaces.md §9, §11 item 12). Rows are keyed by GPU index, ``-`` (and ``N/A``) is ``None``,
+(docs/sut/workloads.md §dmon, docs/sut/README.md §pitfalls item 12). Rows are keyed by GPU index, ``-`` (and ``N/A``)
+is ``None``,
 and dmon's periodic header repeats are handled (a repeated header may also change the layout, e.g. a
 concatenation of two captures). ``-o D``/``-o T`` date/time columns are handled like any other column.
 """
@@ -63,7 +64,7 @@ class DmonData:
     (lower-cased names / units as printed); ``headers``: number of header lines (dmon reprints
     them); ``malformed_count`` and ``malformed`` (first :data:`MAX_MALFORMED`): non-comment lines
     that could not be mapped (no header yet, wrong field count, e.g. a line cut off when dmon was
-    killed). Source: sut-interfaces.md §9.
+    killed). Source: docs/sut/workloads.md §dmon.
     """
 
     rows: tuple[DmonRow, ...]
@@ -105,7 +106,8 @@ def parse(text: str) -> DmonData:
     A ``#`` line containing the token ``gpu`` (case-insensitive) is a header and defines the
     columns of the rows after it; the ``#`` line after it (``# Idx % % ...``) gives units; other
     ``#`` lines are ignored. A data row must have exactly as many fields as its header.
-    Source: sut-interfaces.md §9 (producer ``nvidia-smi dmon -s u -d 1 -c 300``), §11 item 12.
+    Source: docs/sut/workloads.md §dmon (producer ``nvidia-smi dmon -s u -d 1 -c 300``), docs/sut/README.md §pitfalls
+    item 12.
     """
     columns: tuple[str, ...] = ()
     units: tuple[str, ...] = ()
@@ -158,7 +160,7 @@ def sm_series(parsed: DmonData, gpu: int | str = 0) -> list[float | None]:
     """SM utilisation in percent (0-100) of GPU ``gpu``, one value per sample, ``None`` for ``-``.
 
     Uses the ``sm`` column wherever the header puts it. Empty if the GPU has no rows or the layout
-    has no ``sm`` column (e.g. ``-s p``). Source: sut-interfaces.md §9, §11 item 12.
+    has no ``sm`` column (e.g. ``-s p``). Source: docs/sut/workloads.md §dmon, docs/sut/README.md §pitfalls item 12.
     """
     return parsed.series("sm", gpu)
 
@@ -171,7 +173,7 @@ def command(
     gpus: list[int] | None = None,
     options: str | None = None,
 ) -> list[str]:
-    """argv of ``nvidia-smi dmon`` (sut-interfaces.md §9: ``nvidia-smi dmon -s u -d 1 -c 300``).
+    """argv of ``nvidia-smi dmon`` (docs/sut/workloads.md §dmon: ``nvidia-smi dmon -s u -d 1 -c 300``).
 
     ``count``: samples per GPU (``-c``); ``interval_s``: seconds between samples (``-d``, >= 1);
     ``groups``: metric groups (``-s``; ``u`` = utilisation; ``None`` = dmon's default layout);

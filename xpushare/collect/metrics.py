@@ -6,11 +6,11 @@ family really had ``# HELP`` / ``# TYPE`` lines (the parser fills defaults), the
 first line it could not parse, and sample lines whose name lacks the expected prefix (the
 verification doc's ``grep -v "^#" | grep -v "^xpushare_"`` check, seed 002 §5).
 
-Names are prefix-agnostic (sut-interfaces.md §0): the exposition's prefix (``xpushare`` or
+Names are prefix-agnostic (docs/sut/README.md §naming): the exposition's prefix (``xpushare`` or
 ``nvshare``) is detected, and lookups accept either prefix, or none. Counter names work with and
 without ``_total`` (prometheus_client strips ``_total`` from counter *family* names).
 
-Interfaces: sut-interfaces.md §6 (exporter, metric catalogue, 36/28 families), §6.1 (HTTP), §11
+Interfaces: docs/sut/metrics.md (exporter, metric catalogue, 36/28 families), §http (HTTP), docs/sut/README.md §pitfalls
 item 8; seed 002 (metrics checklist).
 """
 
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 KNOWN_PREFIXES = ("xpushare", "nvshare")
-"""Metric prefixes of the two naming generations (sut-interfaces.md §0)."""
+"""Metric prefixes of the two naming generations (docs/sut/README.md §naming)."""
 
 _HELP_RE = re.compile(r"#\s+HELP\s+(?P<name>\S+)(?:[ \t]+(?P<doc>.*))?$")
 _TYPE_RE = re.compile(r"#\s+TYPE\s+(?P<name>\S+)(?:[ \t]+(?P<type>\S+))?")
@@ -44,7 +44,7 @@ class Sample:
 
     ``name`` is the sample name as written in the text (e.g. ``xpushare_scheduler_messages_total``);
     ``labels`` are ``(name, value)`` pairs in text order; ``value`` is a float (bytes, ratios 0-1,
-    percent, ms or counts, per the metric's catalogue entry in sut-interfaces.md §6.3);
+    percent, ms or counts, per the metric's catalogue entry in docs/sut/metrics.md §catalogue);
     ``family``: the declared family name. See :attr:`label_dict` and :meth:`label`.
     """
 
@@ -79,7 +79,7 @@ class Family:
     sample name of an undeclared sample; ``type``: the declared type (``gauge``, ``counter`` ...) or
     ``None`` without a ``# TYPE`` line; ``has_help``/``has_type``: whether those lines were in the
     raw text; ``help``: the HELP text or ``None``; ``samples``: in text order.
-    Source: sut-interfaces.md §6.2 (every family prints HELP and TYPE, even without samples).
+    Source: docs/sut/metrics.md §families (every family prints HELP and TYPE, even without samples).
     """
 
     name: str
@@ -102,7 +102,7 @@ class Exposition:
     * ``foreign_lines``: non-comment, non-blank lines whose metric name does not start with
       ``<prefix>_`` (if no prefix is known: lines starting with neither known prefix);
     * ``help_lines``/``type_lines``: counts of raw ``# HELP``/``# TYPE`` lines (seed 002 §5 expects
-      >= 25; the exporter prints 36 with a GPU sampler and 28 without, sut-interfaces.md §6.2).
+      >= 25; the exporter prints 36 with a GPU sampler and 28 without, docs/sut/metrics.md §families).
 
     Lookup helpers take a metric name with either known prefix or none, with or without ``_total``
     for counters, and label filters as keyword arguments (compared as strings).
@@ -222,7 +222,7 @@ class Exposition:
     def per_pod(self, name: str) -> dict[tuple[str, str], float]:
         """``(namespace, pod) -> value`` for a client metric, summed over the pod's clients.
 
-        Client series carry the labels ``namespace`` and ``pod`` (sut-interfaces.md §6.3; e.g.
+        Client series carry the labels ``namespace`` and ``pod`` (docs/sut/metrics.md §catalogue; e.g.
         ``xpushare_client_managed_allocated_bytes``). A pod with several CUDA processes has several
         series; their values are added (for ``client_info`` that counts the pod's clients). Series
         without both labels are ignored.
@@ -276,7 +276,7 @@ def parse_exposition(text: str, prefix: str | None = None) -> Exposition:
     ``None`` it is detected from the names (majority of the two known prefixes). Unparsable text
     gives ``error`` and ``offending_line``/``offending_lineno`` (the first line the parser rejected)
     and keeps the families parsed before it. Empty text parses to no families and no error.
-    Source: sut-interfaces.md §6; seed 002 §5 (HELP/TYPE counts, prefix check).
+    Source: docs/sut/metrics.md; seed 002 §5 (HELP/TYPE counts, prefix check).
     """
     raw_lines = text.split("\n")
     help_docs: dict[str, str] = {}

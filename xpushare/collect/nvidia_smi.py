@@ -8,8 +8,8 @@ prints MiB: value x 2**20); percentages in percent; ``[N/A]``, ``[Not Supported]
 Note that the CSV header names can differ from the requested field names (``used_memory`` is
 printed as ``used_gpu_memory [MiB]``, ``gpu_name`` as ``name``); the typed accessors accept both.
 
-Interfaces: sut-interfaces.md §9 (``nvidia_smi_L.txt``: ``GPU <i>: <name> (UUID: GPU-...)``, used to
-map UUID -> index), §11 item 4; seed 000 §10.2 (LEAK-003 GPU memory back to baseline).
+Interfaces: docs/sut/workloads.md §dmon (``nvidia_smi_L.txt``: ``GPU <i>: <name> (UUID: GPU-...)``, used to
+map UUID -> index), docs/sut/README.md §pitfalls item 4; seed 000 §10.2 (LEAK-003 GPU memory back to baseline).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class GpuEntry:
 
 
 def list_command() -> list[str]:
-    """argv ``["nvidia-smi", "-L"]`` (sut-interfaces.md §9 ``nvidia_smi_L.txt``)."""
+    """argv ``["nvidia-smi", "-L"]`` (docs/sut/workloads.md §dmon ``nvidia_smi_L.txt``)."""
     return ["nvidia-smi", "-L"]
 
 
@@ -108,7 +108,7 @@ def parse_list(text: str) -> list[GpuEntry]:
 
 
 def uuid_to_index(entries: list[GpuEntry]) -> dict[str, int]:
-    """``uuid -> index`` map (sut-interfaces.md §9 ``analyze_complex.py``: UUID -> index)."""
+    """``uuid -> index`` map (docs/sut/workloads.md §dmon ``analyze_complex.py``: UUID -> index)."""
     return {e.uuid: e.index for e in entries}
 
 

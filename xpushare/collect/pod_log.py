@@ -5,10 +5,12 @@ Input is the text of ``kubectl logs [--timestamps] <pod>`` (or a host-mode proce
 stdout/stderr). Every function is pure and never raises on malformed input; missing evidence is
 ``None`` or an empty list, so a judge can turn it into ERROR/FAIL (never PASS).
 
-Interfaces (sut-interfaces.md): §7 (OOM / rejection lines and the client-library lines), §8.1 (output
-contract: tqdm refreshes joined by ``\\r``, ``PASS``, ``--- <float> seconds ---``), §8.3 (W5
-``QUOTA_PROBE`` lines), §11 items 11 and 14, §12 (regexes). Both naming generations are accepted
-(``[XPUSHARE]`` and ``[NVSHARE]`` prefixes, §0).
+Interfaces: docs/sut/client.md §memory-quota (OOM / rejection lines and the client-library lines),
+docs/sut/workloads.md §output (output
+contract: tqdm refreshes joined by ``\\r``, ``PASS``, ``--- <float> seconds ---``), docs/sut/workloads.md §inline (W5
+``QUOTA_PROBE`` lines), docs/sut/README.md §pitfalls items 11 and 14, docs/sut/log.md §regex (regexes). Both naming
+generations are accepted
+(``[XPUSHARE]`` and ``[NVSHARE]`` prefixes, docs/sut/README.md §naming).
 
 kubectl ``--timestamps`` prefixes every *newline-separated* line with an RFC3339 timestamp and one
 space; :func:`strip_timestamp` removes it. A tqdm history is one such line (its refreshes are joined by
@@ -52,8 +54,8 @@ def parse_timestamp(text: str) -> datetime | None:
 
     Returns a timezone-aware :class:`datetime` (fractions beyond microseconds are truncated), or
     ``None`` if ``text`` is not exactly such a timestamp or names an impossible date. Never raises.
-    Source: kubectl ``logs --timestamps`` (RFC3339Nano); sut-interfaces.md §4 ("use kubectl logs
-    --timestamps"), §12 ("strip the kubectl --timestamps prefix first").
+    Source: kubectl ``logs --timestamps`` (RFC3339Nano); docs/sut/log.md ("use kubectl logs
+    --timestamps"), docs/sut/log.md §regex ("strip the kubectl --timestamps prefix first").
     """
     m = _TS_RE.fullmatch(text.strip())
     return _ts_from_match(m) if m else None
@@ -89,7 +91,7 @@ def strip_timestamp(line: str) -> tuple[datetime | None, str]:
 
     ``"2026-02-14T10:00:00.5Z PASS"`` -> ``(datetime(2026, 2, 14, 10, 0, 0, 500000, UTC), "PASS")``;
     a line without a (valid) prefix is returned unchanged with ``None``. Trailing ``\\n``/``\\r\\n`` is
-    not removed here. Never raises. Source: sut-interfaces.md §12 (header sentence).
+    not removed here. Never raises. Source: docs/sut/log.md §regex (header sentence).
     """
     m = _TS_PREFIX_RE.match(line)
     if m is None:
@@ -108,9 +110,9 @@ def timestamped_lines(text: str) -> Iterator[tuple[datetime | None, str]]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Runtime and pass marker (§8.1, §11 item 11)
+# Runtime and pass marker (docs/sut/workloads.md §output, docs/sut/README.md §pitfalls item 11)
 
-# §12 gives `--- (?P<sec>[0-9.]+) seconds ---`; an optional exponent is accepted as well, because
+# docs/sut/log.md §regex gives `--- (?P<sec>[0-9.]+) seconds ---`; an optional exponent is accepted as well, because
 # Python's repr of a float can be e.g. "1e-05".
 _RUNTIME_RE = re.compile(r"--- (?P<sec>[0-9.]+(?:[eE][-+]?[0-9]+)?) seconds ---")
 
@@ -120,8 +122,8 @@ def runtime_seconds(text: str) -> float | None:
 
     Returns ``None`` when there is no such line, or when the last one's number is not a valid
     non-negative finite float (e.g. ``--- 1.2.3 seconds ---``): an unparsable runtime is missing
-    evidence, never a pass. Source: sut-interfaces.md §8.1 (stdout contract), §8.3
-    (``xp_extract_runtime_seconds``: the last match), §12.
+    evidence, never a pass. Source: docs/sut/workloads.md §output (stdout contract), §inline
+    (``xp_extract_runtime_seconds``: the last match), docs/sut/log.md §regex.
     """
     last: str | None = None
     for _ts, line in timestamped_lines(text):
@@ -141,7 +143,7 @@ def runtime_seconds(text: str) -> float | None:
 def run_interval(text: str) -> tuple[float, float] | None:
     """The workload's run as ``(start, end)`` in unix seconds, from a log with timestamps: ``end`` is the time of
     the last ``--- <float> seconds ---`` line, ``start`` is ``end`` minus that runtime. None when the line, its
-    timestamp or the runtime is missing (a log fetched without ``--timestamps``). Source: sut-interfaces.md §8.1.
+    timestamp or the runtime is missing (a log fetched without ``--timestamps``). Source: docs/sut/workloads.md §output.
     """
     runtime = runtime_seconds(text)
     end: datetime | None = None
@@ -171,7 +173,7 @@ def has_pass_marker(text: str) -> bool:
 
     ``BYPASS``, ``PASSED`` or ``... PASS ...`` do not count. ``\\r``-separated segments are checked
     separately, because tqdm output on stderr (no trailing newline) can be merged in front of the
-    stdout ``PASS``. Source: sut-interfaces.md §8.1, §12 (``^PASS$``).
+    stdout ``PASS``. Source: docs/sut/workloads.md §output, docs/sut/log.md §regex (``^PASS$``).
     """
     for _ts, line in timestamped_lines(text):
         if "PASS" not in line:
@@ -183,7 +185,7 @@ def has_pass_marker(text: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# OOM and quota rejections (§7, §11 item 14)
+# OOM and quota rejections (docs/sut/client.md §memory-quota, docs/sut/README.md §pitfalls item 14)
 
 _REJECTION_RE = re.compile(
     r"(?P<api>\w+) rejected: (?P<sum>\d+) \+ (?P<req>\d+) "
@@ -209,7 +211,8 @@ def oom_markers(text: str) -> list[str]:
     Deliberately NOT matched: ``memory limit`` / ``GPU memory limit set to ...`` (the library's
     startup INFO: a false positive), a bare ``OOM`` word, and the legacy nvshare warning
     ``Memory allocations exceeded physical GPU memory capacity`` (an oversubscription warning, not
-    a rejection). Each line appears at most once. Source: sut-interfaces.md §7, §11 item 14, §12.
+    a rejection). Each line appears at most once. Source: docs/sut/client.md §memory-quota,
+    docs/sut/README.md §pitfalls item 14, docs/sut/log.md §regex.
     """
     out: list[str] = []
     for _ts, line in timestamped_lines(text):
@@ -220,7 +223,8 @@ def oom_markers(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Rejection:
-    """One library quota rejection line (sut-interfaces.md §7 steps 2-3, §12 "quota rejection").
+    """One library quota rejection line (docs/sut/client.md §memory-quota steps 2-3, docs/sut/log.md §regex "quota
+    rejection").
 
     ``api``: the hooked API (``cuMemAlloc``, ``aclrtMalloc`` ...). ``allocated_bytes``: bytes already
     held; ``requested_bytes``: the refused request; ``limit_bytes``: the quota (limit rejection) or
@@ -261,7 +265,7 @@ def rejections(text: str) -> list[Rejection]:
 
 
 # --------------------------------------------------------------------------------------------------
-# W5 quota probes (§8.3)
+# W5 quota probes (docs/sut/workloads.md §inline)
 
 _PROBE_RE = re.compile(
     r"\[(?:XPUSHARE|NVSHARE)\]\[QUOTA_PROBE\] elapsed=(?P<el>[0-9.]+)s it=(?P<it>\d+) "
@@ -271,7 +275,7 @@ _PROBE_RE = re.compile(
 
 @dataclass(frozen=True)
 class Probe:
-    """One W5 ``[XPUSHARE][QUOTA_PROBE]`` line (sut-interfaces.md §8.3, §12).
+    """One W5 ``[XPUSHARE][QUOTA_PROBE]`` line (docs/sut/workloads.md §inline, docs/sut/log.md §regex).
 
     ``elapsed_s``: seconds since the loop started; ``iterations``: cumulative iteration count;
     ``it_per_sec``: cumulative average rate (iterations per second) since the loop started, as
@@ -287,8 +291,8 @@ class Probe:
 def quota_probes(text: str) -> list[Probe]:
     """All quota-probe lines in order (``[XPUSHARE]`` or ``[NVSHARE]`` prefix). Never raises.
 
-    Lines whose numbers do not parse (``elapsed=1.2.3s``) are skipped. Source: sut-interfaces.md
-    §8.3 (W5), §11 item 11, §12.
+    Lines whose numbers do not parse (``elapsed=1.2.3s``) are skipped. Source: docs/sut/workloads.md §inline (W5),
+    docs/sut/README.md §pitfalls item 11, docs/sut/log.md §regex.
     """
     out: list[Probe] = []
     for ts, line in timestamped_lines(text):
@@ -303,7 +307,7 @@ def quota_probes(text: str) -> list[Probe]:
 
 
 # --------------------------------------------------------------------------------------------------
-# tqdm progress (§8.1)
+# tqdm progress (docs/sut/workloads.md §output)
 
 _TQDM_RE = re.compile(
     r"(?P<pct>\d+)%\|.*?\| (?P<n>\d+)/(?P<total>\d+) "
@@ -313,7 +317,7 @@ _TQDM_RE = re.compile(
 
 @dataclass(frozen=True)
 class TqdmSegment:
-    """One tqdm refresh (sut-interfaces.md §8.1, §12 "tqdm segment").
+    """One tqdm refresh (docs/sut/workloads.md §output, docs/sut/log.md §regex "tqdm segment").
 
     ``percent``: 0-100 as printed; ``n``/``total``: iterations done / planned; ``elapsed_s`` and
     ``remaining_s``: seconds (``remaining_s`` is ``None`` for ``?``); ``rate_it_s``: iterations per
@@ -373,11 +377,12 @@ def _tqdm_from_match(m: re.Match[str], ts: datetime | None) -> TqdmSegment | Non
 
 def last_tqdm(text: str) -> TqdmSegment | None:
     """The last tqdm refresh in the log: split every line on ``\\r`` and keep the last segment that
-    matches the §12 tqdm pattern (extended to ``s/it`` rates, ``?`` placeholders, the padding tqdm
+    matches the docs/sut/log.md §regex tqdm pattern (extended to ``s/it`` rates, ``?`` placeholders, the padding tqdm
     puts before the rate, e.g. ``[00:04<00:36,  4.00s/it]``, and a postfix).
 
     ``None`` if no segment matches. (The legacy bash took the *first* match, i.e. an early refresh;
-    sut-interfaces.md §10 "Extraction caveats".) Source: sut-interfaces.md §8.1, §11 item 11, §12.
+    docs/sut/legacy-scripts.md §drivers.) Source: docs/sut/workloads.md §output, docs/sut/README.md §pitfalls item 11,
+    docs/sut/log.md §regex.
     """
     found: TqdmSegment | None = None
     for ts, line in timestamped_lines(text):

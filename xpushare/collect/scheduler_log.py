@@ -1,25 +1,25 @@
 """Streaming parser of the scheduler log (``kubectl logs [--timestamps] -l name=xpushare-scheduler``).
 
-The log can be huge (debug mode writes a whole pod JSON per client every 5 s, sut-interfaces.md §4.8),
+The log can be huge (debug mode writes a whole pod JSON per client every 5 s, docs/sut/log.md §annotation-debug),
 so the parser is a state machine fed one line at a time, in constant memory apart from per-client
 state and capped event lists: a 1 GB file is parsed line by line (:func:`parse_file`).
 
-Interfaces (sut-interfaces.md): §0 (``[XPUSHARE]`` and ``[NVSHARE]`` prefixes; registration with or
-without `` on GPU <uuid>``), §4.1-§4.6 (line catalogue), §12 (regexes). Optional line prefixes that
+Interfaces: docs/sut/README.md §naming (``[XPUSHARE]`` and ``[NVSHARE]`` prefixes; registration with or
+without `` on GPU <uuid>``), docs/sut/log.md (line catalogue), §regex (regexes). Optional line prefixes that
 are stripped first: kubectl ``--prefix`` (``[pod/<name>/<container>] ``) and kubectl ``--timestamps``
 (RFC3339, see :func:`xpushare.collect.pod_log.strip_timestamp`).
 
-What is counted and how (all per §4):
+What is counted and how (all per docs/sut/log.md):
 
 * levels: the ``[<GEN>][<LEVEL>]: `` prefix; lines without it count under ``"OTHER"``;
-* sends: only the generic ``Sent <TYPE> to client <id>`` line (§4.6), matched on the whole message,
+* sends: only the generic ``Sent <TYPE> to client <id>`` line (docs/sut/log.md §send), matched on the whole message,
   so ``Sent DROP_LOCK to client <id> for fallback to serial mode`` (an extra line logged after the
-  generic one during overload preemption, §4.4) is counted separately as ``fallback_drops`` and
+  generic one during overload preemption, docs/sut/log.md §lock-traffic) is counted separately as ``fallback_drops`` and
   never twice;
 * receipts: ``Received <TYPE>[ from <id>...]``;
 * disconnects: ``Removing client <id16>|<UNREGISTERED>`` exactly (not ``... from wait queue``);
 * client identity: a registration carries the id, the GPU key, pod and namespace (``none``/``none``
-  outside Kubernetes, sut-on-cpu.md "Identity of a client") and, in debug mode only, the host pid of
+  outside Kubernetes, docs/sut/client.md §identity) and, in debug mode only, the host pid of
   the DEBUG line ``SO_PEERCRED: client fd=<fd> pid=<pid> (client reported pid=<pid>)`` (or
   ``SO_PEERCRED failed, using client-reported pid=<pid>``) that ``register_client`` logs before the
   ``Registered client`` line (scheduler.c; one client is registered at a time, so the last such line
@@ -80,7 +80,7 @@ def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
 def parse_lines(lines: Iterable[str]) -> SchedulerLogSummary:
     """Parse an iterable of lines (e.g. an open text file) in one pass, constant memory.
 
-    Lines may keep their ``\\n``. Never raises on content. Source: sut-interfaces.md §4, §12.
+    Lines may keep their ``\\n``. Never raises on content. Source: docs/sut/log.md, §regex.
     """
     return SchedulerLogParser().feed_lines(lines).summary()
 
@@ -112,14 +112,16 @@ def command(
     timestamps: bool = True,
     kubectl: str = "kubectl",
 ) -> list[str]:
-    """argv of ``kubectl logs`` for the scheduler, run on the master (sut-interfaces.md §4, §4.8).
+    """argv of ``kubectl logs`` for the scheduler, run on the master (docs/sut/log.md, §annotation-debug).
 
-    Use ``since_time`` (RFC3339, the case start) instead of ``--tail`` (§4.8); with a selector,
+    Use ``since_time`` (RFC3339, the case start) instead of ``--tail`` (docs/sut/log.md §annotation-debug); with a
+    selector,
     ``--tail=-1`` is added because kubectl otherwise returns only the last 10 lines per pod
-    (bash-harness.md §7 table) and ``--prefix`` (``[pod/<name>/<container>] ``, stripped by the
-    parser). Pass ``pod`` (the scheduler on the workload's node, §11 item 6; ``kubectl logs`` has no
+    (docs/sut/bash-harness.md §kubectl) and ``--prefix`` (``[pod/<name>/<container>] ``, stripped by the
+    parser). Pass ``pod`` (the scheduler on the workload's node, docs/sut/README.md §pitfalls item 6; ``kubectl logs``
+    has no
     field selector, so resolve it first) to read one pod. For the nvshare generation pass
-    ``namespace="nvshare-system", selector="name=nvshare-scheduler"`` (§0). Never raises.
+    ``namespace="nvshare-system", selector="name=nvshare-scheduler"`` (docs/sut/README.md §naming). Never raises.
     """
     argv = [kubectl, "-n", namespace, "logs"]
     if pod is not None:

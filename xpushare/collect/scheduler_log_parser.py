@@ -1,5 +1,5 @@
 """The streaming state machine behind :mod:`xpushare.collect.scheduler_log`: :class:`SchedulerLogParser`,
-its line handlers (one per first word of a message, sut-interfaces.md §4, §12) and the caps on what it keeps.
+its line handlers (one per first word of a message, docs/sut/log.md, §regex) and the caps on what it keeps.
 
 Most callers want :func:`xpushare.collect.scheduler_log.parse_text` and its kin; the caps
 (:data:`MAX_EVENTS`, :data:`MAX_FATAL`, :data:`MAX_HEADS`) live here, where the parser reads them.
@@ -33,7 +33,7 @@ MAX_FATAL = 50
 _LEVELS = ("INFO", "WARN", "DEBUG", "FATAL")
 _GENERATIONS = {"XPUSHARE": "xpushare", "NVSHARE": "nvshare"}
 
-# §12 patterns, applied to the message part (after "[GEN][LEVEL]: ").
+# docs/sut/log.md §regex patterns, applied to the message part (after "[GEN][LEVEL]: ").
 _REGISTER_RE = re.compile(
     r"Registered client (?P<cid>[0-9a-f]{16})(?: on GPU (?P<gpu>\S+))? with Pod name = (?P<pod>[^,]*), "
     r"Pod namespace = (?P<ns>\S*)"
@@ -68,12 +68,12 @@ MAX_HEADS = 4096
 class SchedulerLogParser:
     """Incremental parser: :meth:`feed_lines` (or :meth:`feed`) in order, then :meth:`summary`.
 
-    Canonical line grammar (both naming generations, sut-interfaces.md §0, §4):
+    Canonical line grammar (both naming generations, docs/sut/README.md §naming, docs/sut/log.md):
     ``[pod/<name>/<container>] `` (optional, kubectl ``--prefix``), then ``<RFC3339> `` (optional,
     kubectl ``--timestamps``: a token starting ``dddd-dd-ddT``), then ``[<GEN>][<LEVEL>]: <message>``.
     Trailing ``\\r``/``\\n`` are ignored. Lines without a known ``[GEN][LEVEL]: `` prefix count as
     ``OTHER`` and carry no events; FATAL lines are stored, not interpreted; events are recognised in
-    INFO/WARN/DEBUG messages by their first word, then by the §12 patterns.
+    INFO/WARN/DEBUG messages by their first word, then by the docs/sut/log.md §regex patterns.
 
     Memory is constant in the number of lines: counters, per-client/per-GPU maps, capped event
     lists and a capped cache of line heads. Never raises on any ``str`` input.

@@ -26,18 +26,20 @@ __all__ = [
 ]
 
 DISTRIBUTION_TITLE = "Scheduler Log Analysis (GPU Distribution):"
-"""Heading of the legacy distribution table (sut-interfaces.md §10.3 step 7)."""
+"""Heading of the legacy distribution table (docs/sut/legacy-scripts.md §drivers step 7)."""
 
 @dataclass(frozen=True)
 class Registration:
     """One ``Registered client <id16>[ on GPU <uuid>] with Pod name = <pod>, Pod namespace = <ns>``.
 
-    ``gpu`` is ``None`` for the nvshare generation (no `` on GPU`` part, §0); it is the GPU key the
-    client sent (a ``GPU-...`` UUID, ``default``, or an index such as ``0``, §4.2). Outside
+    ``gpu`` is ``None`` for the nvshare generation (no `` on GPU`` part, docs/sut/README.md §naming); it is the GPU
+    key the
+    client sent (a ``GPU-...`` UUID, ``default``, or an index such as ``0``, docs/sut/log.md §registration). Outside
     Kubernetes ``pod``/``namespace`` are ``none``. ``ts``: kubectl timestamp or ``None``;
     ``lineno``: 1-based line number in the stream. ``host_pid``: the pid of the preceding DEBUG
     ``SO_PEERCRED`` line of this registration (the SO_PEERCRED pid, or the client-reported pid when
-    that failed); ``None`` without debug logging. Source: sut-interfaces.md §4.2, §4.4, §12; scheduler.c.
+    that failed); ``None`` without debug logging. Source: docs/sut/log.md §registration, §lock-traffic, §regex;
+    scheduler.c.
     """
 
     cid: str
@@ -51,11 +53,12 @@ class Registration:
 
 @dataclass(frozen=True)
 class LimitChange:
-    """A limit change or initial limit for a pod (sut-interfaces.md §4.2 step 3/5, §4.3, §12).
+    """A limit change or initial limit for a pod (docs/sut/log.md §registration step 3/5, §dynamic-limits, §regex).
 
     ``kind``: ``"memory"`` (values in bytes) or ``"compute"`` (values in percent). ``initial``: True
     for ``Applying initial ... limit`` (then ``old`` is ``None``), False for ``... limit changed for
-    pod``. ``old`` can be garbage on the first change (§4.3 caveat, §11 item 9).
+    pod``. ``old`` can be garbage on the first change (docs/sut/log.md §dynamic-limits, docs/sut/README.md
+    §pitfalls item 9).
     """
 
     kind: str
@@ -72,7 +75,7 @@ class LimitChange:
 class LimitSend:
     """``Sending UPDATE_LIMIT to client <id16>: <bytes> bytes ...`` (``kind="memory"``, bytes) or
     ``Sending UPDATE_CORE_LIMIT to client <id16>: <N>%`` (``kind="compute"``, percent). Source:
-    sut-interfaces.md §4.2 step 5, §4.3, §12.
+    docs/sut/log.md §registration step 5, §dynamic-limits, §regex.
     """
 
     kind: str
@@ -97,7 +100,7 @@ class LockSpan:
     ``released from running_list``; None when it never released in the log), ``grants`` (LOCK_OKs).
 
     Times are kubectl ``--timestamps`` times (Unix s); lines without one are not counted. Source:
-    sut-interfaces.md §4.4 (lock traffic exists only for clients with a limit, §3.2).
+    docs/sut/log.md §lock-traffic (lock traffic exists only for clients with a limit, docs/sut/client.md §lock-control).
     """
 
     cid: str
@@ -131,7 +134,7 @@ class SchedulerLogSummary:
       ``"nvshare"`` (first prefix seen) or ``None``;
     * ``starts``: ``<gen>-scheduler started in ... mode`` lines (> 1 means a restart inside the
       log); ``debug_mode``: from the last such line; ``scheduling_mode``: ``AUTO``/``SERIAL``/
-      ``CONCURRENT`` from the last ``Scheduling mode: ...`` line (§4.1), ``scheduling_mode_line``
+      ``CONCURRENT`` from the last ``Scheduling mode: ...`` line (docs/sut/log.md §startup), ``scheduling_mode_line``
       its full text; ``metrics_enabled``: from ``Metrics exporter enabled``/``disabled``;
     * ``registrations`` (in order), ``registrations_total``; ``pod_gpu``: ``(namespace, pod) ->
       gpu`` (last registration wins); ``gpu_client_counts``: ``gpu -> number of distinct client
@@ -139,7 +142,7 @@ class SchedulerLogSummary:
     * ``limit_changes``, ``limit_sends`` (in order);
     * ``sent``: ``TYPE -> count`` of generic ``Sent <TYPE> to client`` lines; ``received``:
       ``TYPE -> count`` of ``Received <TYPE>`` lines; ``sent_by_client``: ``cid -> {TYPE: count}``;
-    * ``fallback_drops`` (overload preemption DROP_LOCKs, §4.4), ``throttles`` and
+    * ``fallback_drops`` (overload preemption DROP_LOCKs, docs/sut/log.md §lock-traffic), ``throttles`` and
       ``throttles_by_client``, ``admissions`` (``Scheduled client``), ``releases`` (``released from
       running_list``), ``promotions`` (``promoted from wait queue``), ``wait_queue_moves`` (``moved
       to wait queue``), ``disconnects`` (``Removing client <id>``, including ``<UNREGISTERED>``),
@@ -150,7 +153,7 @@ class SchedulerLogSummary:
     * ``lock_spans``: ``client_id -> LockSpan`` from the timestamped ``Sent LOCK_OK`` / ``released from
       running_list`` lines (clients never granted the lock are absent).
 
-    Source: sut-interfaces.md §4, §12; seed 000 §9.1 (LOCK/DROP frequency).
+    Source: docs/sut/log.md, §regex; seed 000 §9.1 (LOCK/DROP frequency).
     """
 
     lines: int
@@ -191,14 +194,15 @@ class SchedulerLogSummary:
 
     @property
     def lock_ok(self) -> int:
-        """Number of ``Sent LOCK_OK to client`` lines (admissions to the GPU lock, §4.4)."""
+        """Number of ``Sent LOCK_OK to client`` lines (admissions to the GPU lock, docs/sut/log.md §lock-traffic)."""
         return self.sent.get("LOCK_OK", 0)
 
     @property
     def drop_lock(self) -> int:
-        """Number of generic ``Sent DROP_LOCK to client`` lines (quota, TQ rotation, overload; §4.4).
+        """Number of generic ``Sent DROP_LOCK to client`` lines (quota, TQ rotation, overload;
+        docs/sut/log.md §lock-traffic).
 
-        Comparable to ``xpushare_scheduler_drop_lock_total`` (§6.3).
+        Comparable to ``xpushare_scheduler_drop_lock_total`` (docs/sut/metrics.md §events).
         """
         return self.sent.get("DROP_LOCK", 0)
 
@@ -257,7 +261,7 @@ class SchedulerLogSummary:
         :data:`DISTRIBUTION_TITLE` comes first. ``workloads``: ``client id -> text`` naming our
         workload of a client (:func:`xpushare.evidence.client_match.workload_labels`); given, a ``Workload``
         column follows (``-`` for other clients): outside Kubernetes every ``Pod Name`` is ``none``.
-        Source: sut-interfaces.md §10.3 step 7; seed 004.
+        Source: docs/sut/legacy-scripts.md §drivers step 7; seed 004.
         """
         rows: dict[str, list[str]] = {}
         for r in self.registrations:

@@ -13,7 +13,8 @@ session that restarts the scheduler one second after it exits (as the DaemonSet'
 files in ``scheduler.state_dir`` and the output appended to ``scheduler.log_file``.
 
 Every remote command is an argv (quoted once by the transport); scripts get their values as positional
-arguments, never pasted into the script text. Source: sut-interfaces.md §2 (scheduler environment), §6.1
+arguments, never pasted into the script text. Source: docs/sut/scheduler.md §environment (scheduler environment),
+docs/sut/metrics.md §http
 (``/healthz``); the SUT's Makefile.
 """
 

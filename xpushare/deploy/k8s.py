@@ -3,7 +3,7 @@ stop|restart`` act on them through kubectl on the master.
 
 ``stop`` adds the node selector :data:`STOP_LABEL` (a label no node carries) to both DaemonSets, so Kubernetes
 removes their pods and keeps the objects; ``start`` removes it again; ``restart`` is ``kubectl rollout restart``;
-every action but ``stop`` waits for the rollout. Source: sut-interfaces.md §1 (names, namespace, labels).
+every action but ``stop`` waits for the rollout. Source: docs/sut/kubernetes.md (names, namespace, labels).
 """
 
 from __future__ import annotations

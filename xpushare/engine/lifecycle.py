@@ -1,6 +1,6 @@
 """The case lifecycle: one case from a fresh case directory to its stored verdict.
 
-Lifecycle of a case (DESIGN.md "Evidence first, verdict second"):
+Lifecycle of a case (docs/architecture.md "Evidence first, verdict second"):
 prepare (fresh case dir, earlier attempt archived) -> act -> harvest evidence -> clean up (``finally``)
 -> judge (from the case dir only) -> ``result.json`` + ``analysis.txt``.
 A harness or infrastructure exception during ``act`` is ERROR; Ctrl-C is INTERRUPTED (evidence is

@@ -1,7 +1,8 @@
 """Which of the scheduler's clients are one of our workloads: the matching key, chosen by the cluster's mode.
 
 The scheduler knows a client by what the client library sent at REGISTER and by the socket peer
-(sut-interfaces.md §4.2, §4.7, §6.3; sut-on-cpu.md "Identity of a client"):
+(docs/sut/log.md §registration, docs/sut/protocol.md §message-types, docs/sut/metrics.md §catalogue;
+docs/sut/client.md §identity):
 
 * in Kubernetes (``mode: k8s``) the library sends the pod's name (``$HOSTNAME``) and namespace, so a
   workload is matched by the ``pod`` (and ``namespace``) label; the tool never knows the host pid of a

@@ -1,6 +1,6 @@
 """Where the MET cases look: the scheduler serving one node, scraped from that node, and node-side captures.
 
-The scheduler runs one instance per GPU node (sut-interfaces.md §4.8), so every MET capture comes from
+The scheduler runs one instance per GPU node (docs/sut/log.md §annotation-debug), so every MET capture comes from
 the scheduler of the node the probe pod runs on (or, for cases without a probe, of one chosen node):
 
 * :func:`k8s_target`: the scheduler pod on a Kubernetes node (``kubectl get pods -l name=<gen>-scheduler

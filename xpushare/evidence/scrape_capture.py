@@ -122,7 +122,7 @@ TIMED_TRAILER = FULL_TRAILER + r"TIME_TOTAL=%{time_total}\n"
 
 def curl_argv(url: str, timeout_s: float = 10.0, *, trailer: str = FULL_TRAILER, curl: str = "curl") -> list[str]:
     """``curl -sS -m <timeout_s> -o - -w <trailer> <url>``: a GET (never ``-I``: HEAD gets 404 from
-    ``/metrics``, sut-interfaces.md §6.1) whose stdout is the body then ``trailer``. ``timeout_s``: curl's
+    ``/metrics``, docs/sut/metrics.md §http) whose stdout is the body then ``trailer``. ``timeout_s``: curl's
     limit on the whole transfer, in seconds."""
     return [curl, "-sS", "-m", f"{timeout_s:g}", "-o", "-", "-w", trailer, url]
 
@@ -154,7 +154,7 @@ class CurlResponse(NamedTuple):
     ``http_code``: the status (``0`` when curl got no response: it prints ``000``), or ``None``
     when the trailer is missing (curl did not run to the end); ``content_type``: the
     ``Content-Type`` header (``text/plain; version=0.0.4; charset=utf-8`` for ``/metrics``,
-    sut-interfaces.md §6.1), ``None`` if the trailer is missing or the header was absent.
+    docs/sut/metrics.md §http), ``None`` if the trailer is missing or the header was absent.
     """
 
     body: str
@@ -200,7 +200,7 @@ def read_capture(text: str) -> CurlResponse:
 
     Accepts the trailer of :func:`scrape_command` (``HTTP_CODE=`` and
     ``CONTENT_TYPE=`` lines), a trailer with ``HTTP_CODE=`` only (the bash harness's
-    ``metrics_health.txt``, bash-harness-cases.md §1 item 6), or a bare body (code ``None``).
+    ``metrics_health.txt``, docs/sut/bash-harness.md §scraping), or a bare body (code ``None``).
     """
     parsed = parse_curl_output(text)
     if parsed.http_code is not None or parsed.content_type is not None:

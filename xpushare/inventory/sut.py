@@ -1,6 +1,6 @@
 """Names of the system under test, per naming generation (``nvshare`` → ``xpushare``).
 
-The two generations run the same design under different identifiers (sut-interfaces.md §0): the
+The two generations run the same design under different identifiers (docs/sut/README.md §naming): the
 system namespace, DaemonSet names and pod labels, the extended resource, annotation keys, environment
 variable names, the metric prefix, the socket and preload-library paths and the log prefix. The
 inventory names the generation per cluster; everything else asks :func:`sut_names` instead of
@@ -23,7 +23,7 @@ class SutNames:
     """Every identifier of one SUT generation (all plain strings; paths are container/host paths).
 
     ``register_has_gpu`` tells whether the scheduler's registration line carries ``on GPU <uuid>``
-    (the current xpushare code does; upstream nvshare does not, sut-interfaces.md §0).
+    (the current xpushare code does; upstream nvshare does not, docs/sut/README.md §naming).
     """
 
     generation: str

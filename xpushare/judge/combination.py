@@ -6,7 +6,7 @@ re-judges a stored run offline. Thresholds are named parameters
 (:data:`xpushare.judge.thresholds.COMBINATION` holds the seed's values; a key missing from ``th`` falls
 back to its default and the verdict records what it used).
 
-Each judgment is stricter than the bash harness (bash-harness-cases.md §3):
+Each judgment is stricter than the bash harness (docs/sut/bash-harness.md §combination):
 
 * COMBO-001: the pod is refused **by the quota** (the library's ``would exceed limit <quota> bytes``,
   not the physical limit and not "any failure"), it never held more than the quota (the rejection
@@ -22,9 +22,9 @@ Each judgment is stricter than the bash harness (bash-harness-cases.md §3):
   update line, within ``dynamic_max_latency_s`` (seed §6 P1: 15 s) of the call; a pod line alone or a
   line for another value does not count (bash counted pod-log lines, one update giving two).
 * COMBO-008 counts distinct GPUs from the registration lines (``client_info``'s ``gpu_index`` is always
-  ``-1``, sut-interfaces.md §11 item 8) and checks per-GPU isolation: each pod's quota series carry its
+  ``-1``, docs/sut/README.md §pitfalls item 8) and checks per-GPU isolation: each pod's quota series carry its
   own values, its ``gpu_uuid`` label is its registration GPU, and its effective compute quota is scaled
-  only by the limits of clients on its own GPU (§5.2).
+  only by the limits of clients on its own GPU (docs/sut/scheduler.md §compute-quota).
 
 Evidence files (relative to the case directory): ``pods.json``, ``pods/<pod>.log``, ``scheduler.log``
 (kubectl ``--timestamps``), ``annotations.jsonl`` (unix time of every annotate call), ``metrics_mid*.txt``,
@@ -204,7 +204,7 @@ def judge_compute_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
 
 def _check_initial_limits(sched: SchedulerLogSummary | None, pod: str, ns: str, *, memory_bytes: int | None,
                           core: int | None) -> Check:
-    """The scheduler applied the pod's annotations at registration (§4.2 step 3 and 5)."""
+    """The scheduler applied the pod's annotations at registration (docs/sut/log.md §registration steps 3 and 5)."""
     if sched is None:
         return Check(f"initial_limits_logged[{pod}]", "scheduler.log collected", {}, None, "no scheduler.log")
     found = {c.kind: c.new for c in sched.limit_changes if c.initial and c.pod == pod and c.namespace == ns}
@@ -312,13 +312,14 @@ def judge_all_on(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -
 
 
 def _gpu_match(a: str | None, b: str | None) -> bool:
-    """GPU keys agree (a UUID may be a prefix of the other, as NVML prefix-matches, §6.3)."""
+    """GPU keys agree (a UUID may be a prefix of the other, as NVML prefix-matches, docs/sut/metrics.md §catalogue)."""
     return bool(a and b and (a.startswith(b) or b.startswith(a)))
 
 
 def _check_effective_scaling(exps: Sequence[Exposition], pods: Sequence[str], ns: str, tol: float) -> Check:
     """Per capture (one scheduler, one node) and per GPU key: each case pod's effective compute quota equals
-    config x min(1, 100 / S), S = sum of the limits < 100 of the clients on **that** GPU (§5.2)."""
+    config x min(1, 100 / S), S = sum of the limits < 100 of the clients on **that** GPU
+    (docs/sut/scheduler.md §compute-quota)."""
     rows: dict[str, Any] = {}
     bad: list[str] = []
     for exp in exps:

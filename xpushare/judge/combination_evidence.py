@@ -108,7 +108,7 @@ def check_pod_quota_series(
     exps: Sequence[Exposition], pod: str, namespace: str, *, memory_bytes: int | None, core: int | None,
     name: str = "quota_metrics",
 ) -> Check:
-    """One pod's quota series in the captures equal its configuration (sut-interfaces.md §6.3).
+    """One pod's quota series in the captures equal its configuration (docs/sut/metrics.md §catalogue).
 
     ``client_info`` present (registered at the scraped scheduler); every ``client_memory_quota_bytes``
     series == ``memory_bytes`` and every ``client_core_quota_config_percent`` == ``core`` (skipped when

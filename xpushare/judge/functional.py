@@ -2,7 +2,7 @@
 to a Verdict.
 
 They follow seed 000 sections 7, 16.2 and 17.2 but are stricter than the bash harness where it was
-weak (bash-harness-cases.md): a pod "passes" only with exit 0, the ``PASS`` line and a parseable
+weak (docs/sut/bash-harness.md §functional): a pod "passes" only with exit 0, the ``PASS`` line and a parseable
 runtime; quota rejection is recognised from ``cuMemAlloc rejected:`` / ``CUDA out of memory`` /
 ``OutOfMemoryError`` and never from the words ``memory limit``; concurrency is proven by overlapping
 run intervals. No judgment reads live state, so ``invoke judge`` can re-run them offline.
@@ -39,7 +39,7 @@ def check_lock_shared(ev: Evidence, pair: Sequence[str]) -> Check | None:
     (0.5-1.0 on a healthy lab, three runs), so only its presence is judged; the ratio (overlap / shorter span)
     is recorded. A lock holder that is never made to drop the lock while the other waits (no time-slicing)
     gives disjoint spans, ratio 0: the other pod starved until it ended. None when neither pod's client took
-    the lock: unlimited clients never ask for it (sut-interfaces.md §3.2), so the log says nothing of turns.
+    the lock: unlimited clients never ask for it (docs/sut/client.md §lock-control), so the log says nothing of turns.
     Unevaluable (``ok=None``) when one pod held the lock and the other's client id is unknown (no registration
     matched it), since its lock lines cannot be attributed.
     """

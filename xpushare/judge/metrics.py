@@ -21,13 +21,13 @@ Evidence files (written by the case's actions; names relative to the case direct
 ============================  ===================================================================
 
 Every capture must come from the scheduler that serves the probe pod's node (a scheduler per node,
-sut-interfaces.md §4.8); the judgments prove it by finding the probe's own series. The probe's
+docs/sut/log.md §annotation-debug); the judgments prove it by finding the probe's own series. The probe's
 clients are found with a :class:`~xpushare.evidence.client_match.ClientMatch` (``client``), whose key depends
 on the mode (:func:`~xpushare.evidence.client_match.client_match`): the ``pod``/``namespace`` labels in
 Kubernetes, ``host_pid`` (and ``client_id``) in host mode, where every client's pod and namespace are
 ``none``. The ``probe_client_seen`` check and the PASS summary say which key matched
 (``matched by host_pid 12345``); the other client families are read by the matched ``client_id``.
-Metric names are prefix-agnostic (``xpushare_`` / ``nvshare_``, sut-interfaces.md §0): lookups go
+Metric names are prefix-agnostic (``xpushare_`` / ``nvshare_``, docs/sut/README.md §naming): lookups go
 through :class:`~xpushare.collect.metrics.Exposition`.
 """
 

@@ -95,7 +95,7 @@ def per_client(exp: Exposition, metric: str, clients: Iterable[Sample]) -> dict[
 def gpu_rows_for_key(exp: Exposition, metric: str, key: str | None) -> list[Sample]:
     """Device rows of a GPU metric for a client's GPU key.
 
-    The key is what the client reported (sut-interfaces.md §4.2): a UUID (NVML prefix-matches it, so
+    The key is what the client reported (docs/sut/log.md §registration): a UUID (NVML prefix-matches it, so
     either may be a prefix of the other), or an index such as ``0`` outside Kubernetes. With a single
     device row and no match, that row.
     """

@@ -63,7 +63,7 @@ def judge_met003(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch, no
     Views in ``metrics_mid.txt`` (else ``metrics.txt``), for the probe's clients (``client``, matched
     by pod in Kubernetes, by host_pid / client_id in host mode):
     ``client_nvml_used_bytes`` (NVML per process), ``client_managed_allocated_bytes`` (the library's
-    allocations; the seed's ``memory_need_estimated`` is not exported, sut-interfaces.md §6.3) and
+    allocations; the seed's ``memory_need_estimated`` is not exported, docs/sut/metrics.md §catalogue) and
     ``gpu_memory_used_bytes`` of the pod's GPU. Semantics: a process's NVML memory is part of its
     device's used memory (``nvml <= gpu_used``). NVML cross-check with the node sampler
     (``sampler/<node>_procs.csv`` by the pod's ``host_pid``, ``sampler/<node>_gpu.csv`` by UUID):
@@ -199,7 +199,7 @@ def judge_met004(ev: Evidence, th: Mapping[str, Any], *, client: ClientMatch,
     client of the probe (``client``: its match, by pod in Kubernetes) in ``metrics_mid.txt``:
     ``client_core_quota_config_percent`` = :func:`core_limit_value` (100 without an annotation),
     ``client_memory_quota_bytes`` = :func:`annotation_bytes` of the annotation; with only an env
-    limit, 0 (the exporter does not show env limits, sut-interfaces.md §6.3) unless
+    limit, 0 (the exporter does not show env limits, docs/sut/metrics.md §catalogue) unless
     ``met004_env_in_metrics`` (then the library's parse, :func:`env_bytes`).
     """
     keys = ["met004_env_in_metrics"]

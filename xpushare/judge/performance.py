@@ -5,7 +5,7 @@ Pure functions from a case's stored evidence (:class:`~xpushare.evidence.store.E
 ``plan.json`` to a :class:`~xpushare.model.verdict.Verdict`; nothing here reads live state, so
 ``invoke judge --run-id X --set perf_quota_tolerance=0.1`` re-judges a stored run offline.
 
-Quota model (sut-interfaces.md §5.2): a core limit is a hard cap. A pod at ``q`` % alone on its GPU runs
+Quota model (docs/sut/scheduler.md §compute-quota): a core limit is a hard cap. A pod at ``q`` % alone on its GPU runs
 ``100 / q`` times as long as the same workload without a limit (its baseline ``B``). Limits of one GPU
 that sum to ``S > 100`` are scaled by ``100 / S``. Hence the ideal runtime of a pod is
 ``B * 100 / q_eff`` and its **error** is ``runtime / ideal - 1`` (a fraction: -0.05 = 5 % faster than

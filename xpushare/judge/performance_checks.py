@@ -21,7 +21,7 @@ from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
 def ideal_factor(quota: float, co_quotas: Sequence[float] = ()) -> float:
-    """Ideal runtime / baseline runtime of a pod at ``quota`` % (hard cap, sut-interfaces.md §5.2).
+    """Ideal runtime / baseline runtime of a pod at ``quota`` % (hard cap, docs/sut/scheduler.md §compute-quota).
 
     ``co_quotas``: every limited quota on the same GPU, this pod's included; when they sum to
     ``S > 100`` each budget is scaled by ``100 / S``. A quota of 100 (or more) means no limit (factor 1).

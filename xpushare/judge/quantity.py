@@ -1,4 +1,4 @@
-"""The quantities the system under test reads from annotations and env variables (sut-interfaces.md §5.1).
+"""The quantities the system under test reads from annotations and env variables (docs/sut/annotations.md).
 
 One grammar for memory quantities, the scheduler's ``parse_memory_size``: a number (decimals allowed),
 optional spaces, then a case-insensitive suffix ``Gi``/``GiB`` (x2^30), ``Mi``/``MiB`` (x2^20),
@@ -59,7 +59,7 @@ def annotation_bytes(text: str | None) -> int:
 def env_bytes(text: str | None) -> int | None:
     """Bytes of ``<PREFIX>GPU_MEMORY_LIMIT`` as the client library parses it; ``None`` if unparsable.
 
-    Per the probe table of sut-interfaces.md §5.1: binary ``Ki``/``Mi``/``Gi`` (and ``KiB``...),
+    Per the probe table of docs/sut/annotations.md §memory-limit: binary ``Ki``/``Mi``/``Gi`` (and ``KiB``...),
     decimal ``K``/``M``/``G`` (and ``KB``...), bytes without a suffix or with ``B``; any other suffix
     is ignored (``2Ti`` is 2 bytes).
     """
@@ -77,7 +77,7 @@ def env_bytes(text: str | None) -> int | None:
 def core_limit_value(text: str | int | None) -> int:
     """The core limit the scheduler applies for an annotation value: ``atoi`` in 1..100, else 100.
 
-    sut-interfaces.md §5.1: ``"50%"`` is 50, ``"0.5"`` is 0 (invalid, so 100); absent is 100.
+    docs/sut/annotations.md §core-limit: ``"50%"`` is 50, ``"0.5"`` is 0 (invalid, so 100); absent is 100.
     """
     if text is None:
         return 100

@@ -206,7 +206,7 @@ def phase_throughput(
     begins (change ``i`` certainly in force; default ``boundaries[i]``), so ``starts[i] - boundaries[i]`` s
     after each change are counted in no phase. Both lists have one entry per change, in order.
 
-    Probe lines (seed 000 / ../shared/reference/sut-interfaces.md §8.3: ``elapsed=<s> it=<cumulative>
+    Probe lines (seed 000 / docs/sut/workloads.md §inline: ``elapsed=<s> it=<cumulative>
     it_per_sec=<cumulative average>``) are timed by their kubectl ``--timestamps``; each delta
     (iterations / s of the workload's ``elapsed``, between consecutive probes) counts in the phase that
     holds both of its probes, so an interval straddling a boundary or inside a skipped span counts nowhere.
@@ -235,8 +235,9 @@ def change_applied_at(ev: Evidence, *, pod: str, namespace: str, kind: str, new:
 
     ``kind``: ``compute`` (``new`` in percent) or ``memory`` (bytes). Source, in order: ``pod``, the
     client library's first update line with the new value (INFO applied, else DEBUG received;
-    sut-interfaces.md §7); ``scheduler``, the scheduler's ``<Compute|Memory> limit changed for pod
-    <ns>/<pod>: * -> <new>`` line (§4.3). Both are kubectl timestamps of the node, the clock of the probe
+    docs/sut/client.md §memory-quota); ``scheduler``, the scheduler's ``<Compute|Memory> limit changed for pod
+    <ns>/<pod>: * ->
+    <new>`` line (docs/sut/log.md §dynamic-limits). Both are kubectl timestamps of the node, the clock of the probe
     lines. ``(None, "none")`` when neither line is there with a timestamp.
     """
     log = ev.logs.get(pod)

@@ -42,7 +42,7 @@ ISOLATION: dict[str, Any] = {
 }
 
 #: Thresholds and parameters of MET-001..008 with the seed's values (seed 000 §6, §11, §17.5;
-#: bash-harness-cases.md §5 for ``XP_METRIC_*``).
+#: docs/sut/bash-harness.md §metrics for ``XP_METRIC_*``).
 METRICS: dict[str, Any] = {
     # MET-002: every required family must have samples while the probe client runs (else: declared).
     "met002_require_samples": True,
@@ -51,7 +51,7 @@ METRICS: dict[str, Any] = {
     "met003_nvml_tolerance_ratio": 0.10,
     "met003_window_s": 10.0,
     "met003_require_nvml": True,
-    # MET-004: the exporter shows annotation quotas only (sut-interfaces.md §6.3); set true when a
+    # MET-004: the exporter shows annotation quotas only (docs/sut/metrics.md §catalogue); set true when a
     # release exports env limits too.
     "met004_env_in_metrics": False,
     # MET-005: dynamic change visible in the metrics within 15 s (seed 000 §6 item 2, §11.1).

@@ -1,4 +1,4 @@
-"""Mirrors of the legacy ``tests/remote-test-*.sh`` scripts (sut-interfaces.md §10) as Invoke tasks.
+"""Mirrors of the legacy ``tests/remote-test-*.sh`` scripts (docs/sut/legacy-scripts.md) as Invoke tasks.
 
 * :mod:`xpushare.legacy.tables` -- the tables the scripts print (per-pod result rows, the scheduler's
   GPU distribution, Min/Max/Avg statistics), pure text formatting from stored evidence;

@@ -18,7 +18,7 @@ from xpushare.model.errors import UsageError
 
 W1, W2, W3 = "w1_large_add", "w2_medium_add", "w3_idle_add"
 
-#: The images the legacy manifests hard-code (sut-interfaces.md §1.5), for ``legacy_entrypoint``.
+#: The images the legacy manifests hard-code (docs/sut/kubernetes.md §images), for ``legacy_entrypoint``.
 LEGACY_IMAGES: dict[str, str] = {
     W1: "registry.cn-hangzhou.aliyuncs.com/lgytest1/xpushare:pytorch-add-5fed3e5b",
     W2: "registry.cn-hangzhou.aliyuncs.com/lgytest1/xpushare:pytorch-add-small-5fed3e5b",

@@ -1,4 +1,5 @@
-"""``invoke deploy``: the setup pipeline of ``remote-test.sh`` (sut-interfaces.md §10.2), step by step.
+"""``invoke deploy``: the setup pipeline of ``remote-test.sh`` (docs/sut/legacy-scripts.md §setup-pipeline), step by
+step.
 
 ====  ======================================  ============================================================
 step  banner                                  what it does
@@ -177,7 +178,7 @@ def _build_host(cluster: ClusterSpec, name: str | None) -> HostSpec:
 
 
 def cleanup_labels(names: SutNames) -> list[str]:
-    """The ``app=`` labels of every legacy test pod (sut-interfaces.md §10.2-10.10)."""
+    """The ``app=`` labels of every legacy test pod (docs/sut/legacy-scripts.md)."""
     g = names.generation
     apps = ("cross-gpu", "small-workload", "idle-small-workload", "memlimit-test", "manual-test", "complex-test",
             "remote-smoke")

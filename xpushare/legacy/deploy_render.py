@@ -67,7 +67,8 @@ def _container(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 def image_names(names: SutNames, registry: str, tag: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{scheduler, device_plugin, lib}`` images: ``<registry>/<gen>-<component>:<tag>`` (§1.5) or overrides."""
+    """``{scheduler, device_plugin, lib}`` images: ``<registry>/<gen>-<component>:<tag>``
+    (docs/sut/kubernetes.md §images) or overrides."""
     g = names.generation
     images = {
         "scheduler": f"{registry}/{g}-scheduler:{tag}",

@@ -6,12 +6,13 @@ missing (no pod record, no log, no scheduler log, no dmon capture) is unevaluabl
 ERROR, never PASS. Where a legacy script's rule was weaker, the stricter rule is used and named:
 
 * ``remote-test-memlimit.sh`` test 1 passed when the log matched ``memory limit`` -- the library's INFO
-  line, present whenever the variable is set (sut-interfaces.md §10.4): here it needs a real rejection /
+  line, present whenever the variable is set (docs/sut/legacy-scripts.md §memlimit): here it needs a real rejection /
   OOM line and a pod that did not pass;
 * ``remote-test-dynamic-limit.sh`` accepted any ``Memory limit changed`` line: here each annotated value
   must appear as the new value for the pod;
 * ``remote-test-compute-limit.sh`` / ``-complex.sh`` always exited 0 and read the decoder column of
-  ``dmon -s u`` (§9): here the ``sm`` column of the pod's own GPU is compared with the limits in force
+  ``dmon -s u`` (docs/sut/workloads.md §dmon): here the ``sm`` column of the pod's own GPU is compared with the limits
+  in force
   (the sum of the limits of the pods on that GPU, capped at 100) within ``legacy_util_tolerance``
   percentage points;
 * ``remote-test-complex2.sh`` had no verdict: here every pod must pass and get its initial core limit.

@@ -1,4 +1,4 @@
-"""The legacy scenarios: one per ``tests/remote-test-*.sh`` script (sut-interfaces.md §10), run through the
+"""The legacy scenarios: one per ``tests/remote-test-*.sh`` script (docs/sut/legacy-scripts.md), run through the
 engine's case lifecycle into ``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``.
 
 Each scenario is a :class:`~xpushare.cases.base.CaseDef` of suite ``legacy`` (not in the matrix
@@ -11,7 +11,7 @@ behind the ``legacy.*`` tasks: optional setup (:mod:`xpushare.legacy.deploy`), t
 
 Deliberate differences from the scripts (also in ``docs/legacy.md``):
 
-* pods use ``restartPolicy: Never`` (``OnFailure`` hides failures by restarting, §11 item 13);
+* pods use ``restartPolicy: Never`` (``OnFailure`` hides failures by restarting, docs/sut/README.md §pitfalls item 13);
 * workloads are the project's W1/W2/W3 (the image scripts' sizes: pytorch-add, -small, -idle-small) from
   the workloads ConfigMap; ``--set legacy_entrypoint=true`` runs the legacy images' own entrypoints;
 * ``dynamic-limit`` step 4 starts a second pod annotated with the low limit instead of ``kubectl exec``

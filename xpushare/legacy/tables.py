@@ -1,6 +1,6 @@
 """The tables the legacy scripts print, rebuilt from a case's stored evidence (pure text functions).
 
-Formats (sut-interfaces.md §10.3 "check_results output" and step 7; seed 004 shows them filled in):
+Formats (docs/sut/legacy-scripts.md §drivers "check_results output" and step 7; seed 004 shows them filled in):
 
 * per-pod rows ``%-30s | %-8s | %-12s | %-12s | %-12s`` -- pod, status, duration, speed, MaxKernelWin --
   between two lines of 90 ``=``, under the header ``Pod Name | Status | Duration | Avg Speed |
@@ -14,7 +14,7 @@ Formats (sut-interfaces.md §10.3 "check_results output" and step 7; seed 004 sh
   and a table ``Pod Name`` (30) ``| Client ID`` (18) ``| GPU UUID`` (40) over 92 dashes, one row per
   distinct client id of the ``Registered client`` lines.
 
-Where this is stricter than the scripts (their defects are in sut-interfaces.md §10.3 "Extraction
+Where this is stricter than the scripts (their defects are in docs/sut/legacy-scripts.md §drivers "Extraction
 caveats"): a pod is ``PASS`` only with phase Succeeded, the ``PASS`` line and a ``--- N seconds ---``
 runtime (the scripts accepted either the word or the phase); the speed is the rate of the *last* tqdm
 refresh after splitting the log on ``\\r`` (the scripts took the first match, an early refresh, and
@@ -51,7 +51,7 @@ class PodRow:
     ``finishedAt``, or, with ``estimated``, the elapsed field of the last tqdm refresh (the container had
     not terminated); ``rate_it_s``: iterations per second of the last tqdm refresh; ``runtime_s``: the
     workload's own ``--- N seconds ---``; ``max_kernel_window``: the largest ``Pending Kernel Window is
-    <n>`` of the log (client library debug line, sut-interfaces.md §7), ``None`` when absent.
+    <n>`` of the log (client library debug line, docs/sut/client.md §memory-quota), ``None`` when absent.
     """
 
     name: str

@@ -22,7 +22,9 @@ Three layers, kept apart, one module each (the package imports none of them: cal
 PASS, 1 any FAIL, 3 the endpoint did not answer at all); ``metrics_check_task`` is the task body behind
 ``invoke metrics-check --url URL`` / ``--cluster C``. Line by line: ``docs/metrics-check.md``.
 
-Sources: seed 002 (the checklist), sut-interfaces.md §6.1 (HTTP: routes, content type, HEAD is 404),
-§6.2 (36 families with a sampler, 28 without; HELP/TYPE always printed), §6.3 (catalogue, label sets,
-counters), §6.6 (expected samples), §0 (``nvshare_``/``xpushare_`` prefixes).
+Sources: seed 002 (the checklist), docs/sut/metrics.md §http (HTTP: routes, content type, HEAD is 404),
+docs/sut/metrics.md §families (36 families with a sampler, 28 without; HELP/TYPE always printed), §catalogue
+(catalogue, label sets,
+counters), docs/sut/metrics.md §samples (expected samples), docs/sut/README.md §naming (``nvshare_``/``xpushare_``
+prefixes).
 """

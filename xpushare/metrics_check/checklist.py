@@ -2,7 +2,7 @@
 endpoint (:func:`idle_checks`, :func:`exposition_checks`) and on a page with probe clients (:func:`load_checks`);
 the table (:func:`render_table`) and the exit status (:func:`exit_status`).
 
-Sources: seed 002 (the checklist), sut-interfaces.md §6.1-§6.6, ``data/required_metrics.yaml``.
+Sources: seed 002 (the checklist), docs/sut/metrics.md, ``data/required_metrics.yaml``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["CELL_WIDTHS", "CONTENT_TYPE", "COUNTERS", "CheckLine", "answer_text"
 
 #: The counters seed 002 §5 wants declared ``counter`` (suffixes).
 COUNTERS = ("scheduler_messages_total", "scheduler_drop_lock_total", "scheduler_client_disconnect_total")
-#: Content type of ``/metrics`` (sut-interfaces.md §6.1): media type and the version parameter.
+#: Content type of ``/metrics`` (docs/sut/metrics.md §http): media type and the version parameter.
 CONTENT_TYPE = "text/plain; version=0.0.4"
 
 
@@ -212,7 +212,7 @@ def _nvml_hint(exp: Exposition, clients: Sequence[Sample]) -> str:
 
     The exporter looks a client's process up on the GPUs whose UUID prefix-matches the client's GPU key
     (metrics_exporter.c); outside Kubernetes the key is the first token of ``CUDA_VISIBLE_DEVICES``
-    (sut-on-cpu.md), e.g. ``0``, which matches no ``GPU-...`` UUID.
+    (docs/sut/client.md §identity), e.g. ``0``, which matches no ``GPU-...`` UUID.
     """
     uuids = [u for s in exp.values("gpu_info") if (u := s.label("gpu_uuid"))]
     odd = sorted({k for c in clients if (k := c.label("gpu_uuid") or "")

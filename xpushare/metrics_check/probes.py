@@ -61,7 +61,7 @@ class KubeProbeLoad:
     """Probe pods through kubectl: ``<resource>: 1``, a core-limit annotation, pinned to ``node``.
 
     The pods request the generation's extended resource (so the device plugin makes them scheduler
-    clients) and carry ``<gen>.com/gpu-core-limit`` (so they request locks, sut-interfaces.md §3.2);
+    clients) and carry ``<gen>.com/gpu-core-limit`` (so they request locks, docs/sut/client.md §lock-control);
     they are labelled ``xpushare-metrics-check=<run_id>`` and deleted by that label.
     """
 

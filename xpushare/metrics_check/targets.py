@@ -1,6 +1,6 @@
 """Which schedulers ``invoke metrics-check`` checks, where each is fetched from, and its probe load.
 
-The scheduler runs one instance per GPU node (sut-interfaces.md §4.8), so ``--cluster`` checks every one:
+The scheduler runs one instance per GPU node (docs/sut/log.md §annotation-debug), so ``--cluster`` checks every one:
 
 * :func:`url_target`: ``--url``, the one exporter named, fetched from this machine;
 * :func:`k8s_targets`: every scheduler pod (``-l name=<gen>-scheduler -n <gen>-system``), GPU hosts of the inventory
@@ -37,7 +37,7 @@ from xpushare.transport.hosts import connect
 __all__ = ["METRICS_PORT", "SchedulerTarget", "close_all", "host_schedulers", "host_targets", "k8s_targets",
            "url_target"]
 
-#: The port of a scheduler pod's exporter (sut-interfaces.md §6.1).
+#: The port of a scheduler pod's exporter (docs/sut/metrics.md §http).
 METRICS_PORT = 9402
 
 

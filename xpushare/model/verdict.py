@@ -1,7 +1,7 @@
 """Verdict model shared by the engine, the judgments and the reports.
 
 A case ends in exactly one :class:`Status`. Only ``PASS`` counts as a pass anywhere: SKIP, ERROR and
-INTERRUPTED are reported as what they are (seed 000 section 6; landscape.md "Result states").
+INTERRUPTED are reported as what they are (seed 000 section 6; README.md "Runs, artifacts and verdicts").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The run directory on disk: paths, per-case ``result.json`` / ``analysis.txt``, attempts and ``run.json``.
 
-Layout (seed 000 section 13; bash-harness.md section 4.1, minus its defects)::
+Layout (seed 000 section 13; docs/sut/bash-harness.md §artifacts, minus its defects)::
 
     <root>/.tmplog/<run-id>/xpushare/              run_dir(): run.json, run-summary.tsv, case-summary.tsv,
     ├── <cluster>/<suite>/<case-id>/               case_dir(): result.json, analysis.txt, evidence files

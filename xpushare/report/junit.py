@@ -1,5 +1,5 @@
 """The run's ``junit.xml``: one ``<testsuite name="<cluster>.<suite>">`` per (cluster, suite) pair
-(landscape.md section 3), one ``<testcase>`` per case; text made safe for XML 1.0."""
+(the convention of Ansible's junit callback), one ``<testcase>`` per case; text made safe for XML 1.0."""
 
 from __future__ import annotations
 

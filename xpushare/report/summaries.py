@@ -6,11 +6,11 @@
   attempt), ``case_log_dir`` relative to the run directory.
 * ``run-summary.tsv``: ``cluster suite selector status``; per (cluster, suite) one ``all`` row with the
   aggregate status (:func:`aggregate_status`), then one row per case with the case id as selector.
-* ``junit.xml``: one ``<testsuite name="<cluster>.<suite>">`` per pair (landscape.md section 3).
+* ``junit.xml``: one ``<testsuite name="<cluster>.<suite>">`` per pair (the convention of Ansible's junit callback).
 * ``run-report.md``: overview, per-suite counts, cases, problems, key metrics, coverage, release
   recommendation, plots.
 
-TSV escaping (bash-harness.md section 9 item 17 is the defect this avoids): every field is written with
+TSV escaping (docs/sut/bash-harness.md §defects item 7 is the defect this avoids): every field is written with
 :func:`tsv_escape`, which replaces backslash, tab, newline and carriage return with ``\\\\``, ``\\t``, ``\\n``
 and ``\\r``, and any other control character (or U+2028/U+2029) with ``\\xNN``/``\\uNNNN``. A row is therefore
 always one line of tab-separated fields, whatever splits lines; :func:`read_tsv` undoes it. The csv module is

@@ -23,7 +23,7 @@ exit code) or the subclass :func:`~xpushare.transport.kube_errors.classify` pick
 pod can never start (image pull / container creation errors).
 Transport failures (:class:`~xpushare.model.errors.TransportError`) pass through unchanged.
 
-Pitfalls handled here (sut-interfaces.md §11, bash-harness.md §6):
+Pitfalls handled here (docs/sut/README.md §pitfalls, docs/sut/bash-harness.md §kubectl):
 ``kubectl logs -l`` prints only 10 lines per pod unless ``--tail=-1``; ``--since-time`` is sent with
 whole seconds; ``--request-timeout`` also cuts streams and waits, so long waits raise it; a label
 selector matching nothing is not an error (``No resources found`` on stderr, exit 0).

@@ -24,11 +24,11 @@ bodies use only the operations of :class:`Device`, so each runs on every device.
 
 Specs implemented here (paths relative to the shared reference folder):
 
-* ``sut-interfaces.md`` §8.1 - output contract of the image scripts: progress on stderr as a
+* docs/sut/workloads.md §output - output contract of the image scripts: progress on stderr as a
   ``[XPUSHARE][INFO][YYYY-MM-DD HH:MM:SS] <pct>%|<bar>| <n>/<total> [<elapsed><<remaining>, <rate>it/s]``
   line, refreshes separated by ``\\r``; stdout ``PASS`` then ``--- <float seconds> seconds ---`` (Python
   float repr) flushed at exit; exit code 0 on success, 1 on any exception (e.g. CUDA OOM).
-* ``sut-interfaces.md`` §8.3 - workloads W1..W7 and the NPU (``torch_npu``, ``npu:0``) variants;
+* docs/sut/workloads.md §inline - workloads W1..W7 and the NPU (``torch_npu``, ``npu:0``) variants;
   ``NPU not available`` means exit 1.
 * seed 000 §3 - W4 (allocate/free loop) and W5 (periodic throughput probe).
 """
@@ -46,7 +46,7 @@ MIB = 1 << 20
 FP32_BYTES = 4
 
 PASS_MARKER = "PASS"
-"""Printed alone on a stdout line after a successful run (spec §8.1)."""
+"""Printed alone on a stdout line after a successful run (spec docs/sut/workloads.md §output)."""
 
 PROGRESS_PREFIX = "[XPUSHARE][INFO]"
 QUOTA_PROBE_PREFIX = "[XPUSHARE][QUOTA_PROBE]"
@@ -60,18 +60,21 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu", "cudadrv")
 #
 # Intent (memory figures are what the workload keeps allocated on the device, fp32 = 4 bytes/element):
 #   w1      : 4 n x n tensors (x, y and two alternating z from `z = x + y`) ~= 73 % of the model's memory.
-#             T4 16 GiB -> n = 28000 -> 4 * 28000^2 * 4 B = 12.54e9 B = 11.7 GiB (spec §8.1 pytorch-add.py).
+#             T4 16 GiB -> n = 28000 -> 4 * 28000^2 * 4 B = 12.54e9 B = 11.7 GiB (spec docs/sut/workloads.md §images).
 #             n = sqrt(0.73 * memory / 16) rounded to a multiple of 1000.
-#   w2/w3/w5/w6 : n = 14000 on every model -> 4 tensors of 784,000,000 B ~= 2.92 GiB (spec §8.1/§8.3),
+#   w2/w3/w5/w6 : n = 14000 on every model -> 4 tensors of 784,000,000 B ~= 2.92 GiB (spec
+# docs/sut/workloads.md §output/§inline),
 #             a fixed absolute footprint so that several of them can share one GPU of any size.
 #   w5      : sync_every = 100 bounds the work queued ahead of the GPU to 100 adds (~0.7 s on a T4), so that
 #             probe lines and the end of the run are not late by the driver's whole launch queue (measured
 #             on an H100 with sync_every = 0: the first 1 s probe came at 1.8 s). 0 = legacy behaviour.
-#   w7      : n = 6144 -> 3 tensors of 151 MB ~= 0.45 GB (spec §8.3), compute-bound matmul.
+#   w7      : n = 6144 -> 3 tensors of 151 MB ~= 0.45 GB (spec docs/sut/workloads.md §inline), compute-bound matmul.
 #   w4      : one block of `mib` MiB ~= 12.5 % of the model's memory per allocate/free round.
-#   oversub : `factor` x the device's total memory, allocated in `chunk_mib` MiB chunks (spec §8.3 W4:
+#   oversub : `factor` x the device's total memory, allocated in `chunk_mib` MiB chunks (spec
+# docs/sut/workloads.md §inline W4:
 #             3 x 10.8 GB = 32.4 GB on a 16 GiB T4, ~2x); the total comes from the device at run time.
-# Iteration counts are the legacy T4 values on every GPU model (spec §8.1/§8.3 "_C1" values); faster GPUs
+# Iteration counts are the legacy T4 values on every GPU model (spec docs/sut/workloads.md §output/§inline "_C1"
+# values); faster GPUs
 # simply finish sooner. "cpu" holds tiny sizes so that each workload runs for about 1 s on a 2-core CPU.
 # Every size flag on the command line overrides the table.
 # ---------------------------------------------------------------------------------------------------------
@@ -301,7 +304,7 @@ class Device:
 
     def mem_info(self) -> tuple[int, int] | None:
         """``(free_bytes, total_bytes)`` as the driver reports them (under xpushare with a memory limit
-        the hooked cuMemGetInfo reports ``total = limit``, spec §7 item 4); None when unknown."""
+        the hooked cuMemGetInfo reports ``total = limit``, spec docs/sut/client.md §hooks); None when unknown."""
         raise NotImplementedError
 
     def empty_cache(self) -> None:
@@ -387,7 +390,8 @@ def select_device(requested: str) -> Device:
             ``torch.cuda.is_available()``, else cudadrv when ``libcuda.so.1`` is the simulated GPU, else
             CPU. The simulator's marker is checked first, before importing torch (~2 s): a process whose
             ``libcuda.so.1`` is the simulator has no real CUDA driver for torch, so the order is the same
-            without paying the import on the lab's pods. NPU only when asked explicitly (spec §8.3 NPU
+            without paying the import on the lab's pods. NPU only when asked explicitly (spec
+            docs/sut/workloads.md §inline NPU
             variants use ``npu:0``).
 
     Returns:

@@ -3,7 +3,7 @@
 A workload script is its docstring (its ``--help``), its size flags and, where its loop is its own, a
 ``body``; :func:`script` makes its ``build_parser`` and ``main`` from them. ``main`` (:func:`run_workload`)
 parses the flags, picks the device and the defaults row (``_common``), writes the INFO line, runs the body,
-and prints ``PASS`` and the runtime line (spec ``sut-interfaces.md`` §8.1). Like ``_common.py`` this module
+and prints ``PASS`` and the runtime line (spec docs/sut/workloads.md §output). Like ``_common.py`` this module
 uses only the standard library; the scripts import it from their own directory.
 """
 
@@ -36,7 +36,8 @@ class Main(Protocol):
 
 
 class WorkloadArgumentParser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors exit with status 1 (the workloads' failure code, spec §8.1)."""
+    """ArgumentParser whose usage errors exit with status 1 (the workloads' failure code, spec
+    docs/sut/workloads.md §output)."""
 
     def error(self, message: str) -> NoReturn:
         """Print usage and ``<prog>: error: <message>`` to stderr, then exit 1 (argparse would use 2)."""

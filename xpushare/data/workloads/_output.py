@@ -1,7 +1,7 @@
 """The workloads' output contract: the progress line, the INFO, runtime and quota-probe lines, value checks.
 
 Part of the workload scripts' folder (see ``_common.py``, which holds the line prefixes and markers);
-spec ``sut-interfaces.md`` §8.1 gives the formats.
+spec docs/sut/workloads.md §output gives the formats.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def format_interval(seconds: float) -> str:
 
 
 def format_progress(n: int, total: int, elapsed_s: float, now: datetime.datetime, width: int = 10) -> str:
-    """One progress refresh (spec §8.1): ``[XPUSHARE][INFO][YYYY-MM-DD HH:MM:SS] <pct>%|<bar>| n/total
+    """One progress refresh (spec docs/sut/workloads.md §output):
+    ``[XPUSHARE][INFO][YYYY-MM-DD HH:MM:SS] <pct>%|<bar>| n/total
     [<elapsed><<remaining>, <rate>it/s]``.
 
     Args:
@@ -67,7 +68,7 @@ class Progress:
     Args:
         total: planned iterations (> 0).
         enabled: False makes every method a no-op.
-        stream: where to write (stderr by default, spec §8.1).
+        stream: where to write (stderr by default, spec docs/sut/workloads.md §output).
         mininterval_s: minimum seconds between two refreshes.
     """
 
@@ -108,7 +109,8 @@ class Progress:
 
 
 def format_runtime(seconds: float) -> str:
-    """The runtime line ``--- <seconds> seconds ---`` with Python's float repr (spec §8.1), e.g.
+    """The runtime line ``--- <seconds> seconds ---`` with Python's float repr (spec docs/sut/workloads.md §output),
+    e.g.
     ``--- 95.28371238708496 seconds ---``. ``seconds`` is a float in seconds."""
     return f"--- {float(seconds)!r} seconds ---"
 
@@ -121,7 +123,8 @@ def format_info(workload: str, dev: Device, model: str, effective: dict[str, flo
 
 
 def format_quota_probe(elapsed_s: float, iterations: int) -> str:
-    """W5 probe line (spec §8.3): ``[XPUSHARE][QUOTA_PROBE] elapsed=<f1>s it=<int> it_per_sec=<f2>``.
+    """W5 probe line (spec docs/sut/workloads.md §inline):
+    ``[XPUSHARE][QUOTA_PROBE] elapsed=<f1>s it=<int> it_per_sec=<f2>``.
 
     Args:
         elapsed_s: seconds since the loop started (> 0 for a meaningful rate).

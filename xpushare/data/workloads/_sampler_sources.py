@@ -3,7 +3,8 @@ backends (:func:`open_backend` finds one that works).
 
 Part of the workload scripts' folder, imported by ``node_sampler.py`` from its own directory; standard
 library only (``pynvml`` is imported when NVML is tried). Units: memory in bytes, utilisation in percent
-(0-100), an unavailable value is None. Specs: sut-interfaces.md §6.4 (NVML may be unavailable), §9
+(0-100), an unavailable value is None. Specs: docs/sut/metrics.md §no-nvml (NVML may be unavailable),
+docs/sut/workloads.md §dmon
 (nvidia-smi tooling).
 """
 
@@ -69,7 +70,7 @@ class ProcSample:
     Attributes:
         gpu_index: index of its GPU, None when its UUID matches no GPU of the same sample.
         pid: process id as the driver reports it (the host pid unless the sampler shares the host's pid
-            namespace, spec §11 item 4).
+            namespace, spec docs/sut/README.md §pitfalls item 4).
         used_bytes: GPU memory used by the process in bytes, None when unavailable.
         gpu_uuid: the GPU's UUID as reported ("" when the source gives none).
     """

@@ -34,7 +34,8 @@ recorded as evidence rather than reported as a failure.
 Stops after --count samples, after --duration-s seconds, or on SIGTERM/SIGINT (files flushed and closed,
 exit 0). Exit 1 on an unexpected error (e.g. --out-dir not writable), 2 on a usage error.
 
-Specs: sut-interfaces.md §6.4 (NVML may be unavailable), §9 (nvidia-smi tooling), §11 item 4
+Specs: docs/sut/metrics.md §no-nvml (NVML may be unavailable), docs/sut/workloads.md §dmon (nvidia-smi tooling),
+docs/sut/README.md §pitfalls item 4
 (NVIDIA_VISIBLE_DEVICES / hostPID for NVML and host pids); seed 000 §5.2 (per-GPU memory baselines).
 """
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Oversubscription probe (spec: sut-interfaces.md §8.3 W4 inline probe, §7; seed 000 §1 item 1).
+"""Oversubscription probe (spec: docs/sut/workloads.md §inline W4 inline probe, docs/sut/client.md §memory-quota; seed
+000 §1 item 1).
 
 Allocates --factor x the device's total memory in fp32 chunks of --chunk-mib MiB, touches every chunk
 (`fill_(1.0)`), runs one add pass over them (`chunk[i] += chunk[0][:len(chunk[i])]` for every i >= 1, so each chunk is

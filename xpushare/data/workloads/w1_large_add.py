@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W1 - large-memory add (spec: sut-interfaces.md §8.1 `pytorch-add.py`, §8.3 W1; seed 000 §3 W1).
+"""W1 - large-memory add (spec: docs/sut/workloads.md §images `pytorch-add.py`, §inline W1; seed 000 §3 W1).
 
 Allocates fp32 n x n tensors x and y, then runs `z = x + y` --iters times without synchronising, then
 synchronises once. Because the new z is allocated while the previous one is still referenced, 4 tensors

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W2 - medium-memory sustained add (spec: sut-interfaces.md §8.1 `pytorch-add-small.py`, §8.3 W2).
+"""W2 - medium-memory sustained add (spec: docs/sut/workloads.md §images `pytorch-add-small.py`, §inline W2).
 
 fp32 n x n tensors x and y, `z = x + y` --iters times without synchronising, one synchronise at the end.
 4 tensors live (x, y, two alternating z): n = 14000 -> 4 * 784,000,000 B ~= 2.92 GiB on every GPU model.

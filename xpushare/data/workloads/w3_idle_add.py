@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W3 - medium-memory, low duty cycle (spec: sut-interfaces.md §8.1 `pytorch-add-idle-small.py`, §8.3 W3).
+"""W3 - medium-memory, low duty cycle (spec: docs/sut/workloads.md §images `pytorch-add-idle-small.py`, §inline W3).
 
 fp32 n x n tensors x and y; each of --steps steps runs `z = x + y`, synchronises and sleeps --sleep-s
 seconds, so the GPU is mostly idle (4000 x 0.1 s >= 400 s of wall time on a GPU). Memory as W2: n = 14000

@@ -9,7 +9,7 @@ cuMemAlloc/cuMemFree; --no-empty-cache keeps PyTorch's cache) and synchronises a
 Every --report-every rounds (and before round 1 and after the last round) it prints to stdout, flushed:
     [XPUSHARE][ALLOC_FREE] round=<int> free_bytes=<int> total_bytes=<int>
 from torch.cuda.mem_get_info() (cuMemGetInfo_v2 on cudadrv; under an xpushare memory limit: free = limit -
-allocated, total = limit; spec sut-interfaces.md §7 item 4), -1 on CPU. A free_bytes that keeps shrinking
+allocated, total = limit; spec docs/sut/client.md §hooks), -1 on CPU. A free_bytes that keeps shrinking
 between reports points at a leak in the accounting. Round 0 is the baseline before any allocation.
 
 Output (stdout): the report lines, PASS, then `--- <seconds> seconds ---`.

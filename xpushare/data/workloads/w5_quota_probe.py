@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W5 - quota probe (spec: sut-interfaces.md §8.3 W5; seed 000 §3 W5 `pytorch-quota-probe.py`).
+"""W5 - quota probe (spec: docs/sut/workloads.md §inline W5; seed 000 §3 W5 `pytorch-quota-probe.py`).
 
 fp32 n x n tensors x and y (n = 14000 -> ~2.92 GiB with the two alternating z); repeats `z = x + y` until
 --duration-s seconds have elapsed since the loop started. No per-iteration synchronise: only every
@@ -12,7 +12,7 @@ printed after the final synchronise unless the last one already counts every ite
 compute quota shows up as a change of slope of `it` over `elapsed` between consecutive lines.
 
 Output (stdout): probe lines, PASS, then `--- <seconds> seconds ---` measured from the loop start
-(spec §8.3 W5). Exit 0 on success, 1 on any error (the traceback goes to stderr).
+(spec docs/sut/workloads.md §inline W5). Exit 0 on success, 1 on any error (the traceback goes to stderr).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W6 - fixed-iteration add, bandwidth-bound perf baseline (spec: sut-interfaces.md §8.3 W6).
+"""W6 - fixed-iteration add, bandwidth-bound perf baseline (spec: docs/sut/workloads.md §inline W6).
 
 fp32 n x n tensors x and y, `z = x + y` --iters times, synchronising every --sync-every iterations and at
 the end. n = 14000 -> ~2.92 GiB (x, y, two alternating z). 60000 iterations on a T4 (the `_C1` value).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W7 - fixed-iteration matmul, compute-bound perf baseline (spec: sut-interfaces.md §8.3 W7).
+"""W7 - fixed-iteration matmul, compute-bound perf baseline (spec: docs/sut/workloads.md §inline W7).
 
 fp32 n x n tensors x, y, z; `torch.matmul(x, y, out=z)` --iters times, synchronising every --sync-every
 iterations and at the end. n = 6144 -> 3 x 151 MB ~= 0.45 GB. 2400 iterations on a T4 (the `_C1` value).
