@@ -243,7 +243,7 @@ def _phase_line(
 # ---------------------------------------------------------------------------------------------------------
 
 COMPUTE_HELD = "|busy_events / ideal_share - 1| <= tolerance"
-SOURCES_AGREE = "|busy_wall / busy_events - 1| <= iso_compute_sources_tolerance"
+SOURCES_AGREE = "0 < kernel_ms_events <= kernel_ms_wall x (1 + iso_compute_sources_tolerance)"
 
 
 @dataclass(frozen=True)
@@ -311,17 +311,19 @@ def check_compute_lines(lines: Sequence[ComputeProbeLine], pod: str, skip: int, 
 
 
 def check_sources_agree(share: ComputeShare, th: Mapping[str, Any], *, name: str = "clocks_agree") -> Check:
-    """The GPU's events and the process's clock give the same share (else the measurement is not evaluable)."""
+    """The GPU's events and the process's clock are consistent: the events' kernel time is positive and not longer
+    than the process saw a whole batch take per kernel (``kernel_ms_wall``, an upper bound that includes launch
+    overheads and waits). Otherwise the events cannot be trusted: not evaluable (ERROR), never a verdict."""
     tol = float(th["iso_compute_sources_tolerance"])
     values = {**share.figures(), "tolerance": tol}
-    if share.busy_events <= 0:
+    if share.kernel_ms_events <= 0:
         return Check(name, SOURCES_AGREE, values, None, "no GPU time measured by the events")
-    gap = share.busy_wall / share.busy_events - 1
+    gap = share.kernel_ms_events / share.kernel_ms_wall - 1 if share.kernel_ms_wall > 0 else float("inf")
     values["gap"] = round(gap, 4)
-    if abs(gap) > tol:
+    if gap > tol:
         return Check(name, SOURCES_AGREE, values, None,
-                     f"the events' share {share.busy_events:.3f} and the wall clock's {share.busy_wall:.3f} differ by "
-                     f"{gap:+.1%} (> ±{tol:.0%}): the measurement is not trustworthy")
+                     f"the events give {share.kernel_ms_events:.3f} ms per kernel, longer than the process's own clock "
+                     f"saw ({share.kernel_ms_wall:.3f} ms, {gap:+.1%} > {tol:.0%}): the measurement is not trustworthy")
     return Check(name, SOURCES_AGREE, values, True)
 
 
@@ -349,9 +351,11 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     ``iso_compute_skip_intervals`` on; the ideal share is ``1 / ideal_factor(core_limit, co_quotas)``
     (sut-interfaces.md §5.2: budgets scaled when the quotas of one GPU sum past 100). Checks: every pod ended,
     every pod succeeded (a probe whose status is not ok exits 1: its line is
-    the ERROR's reason), the probe measured, the two clocks agree (``iso_compute_sources_tolerance``; else ERROR), and
-    ``|share / ideal - 1|`` within ``perf_quota_tolerance`` alone or ``perf_mixed_tolerance`` beside a
-    neighbour (seed 000 §6 P1). With a neighbour, the pair must share one GPU (``pods.json`` node/gpu from
+    the ERROR's reason), the probe measured, the two clocks are consistent (:func:`check_sources_agree`,
+    ``iso_compute_sources_tolerance``; else ERROR), and ``|share / ideal - 1|`` within ``perf_quota_tolerance``
+    alone or ``perf_mixed_tolerance`` beside a neighbour (seed 000 §6 P1); beside a neighbour its share is
+    held to its own quota the same way (``neighbour_quota_held``: a path that takes the neighbour's time FAILs
+    even when its own share happens to match its quota). With a neighbour, the pair must share one GPU (``pods.json`` node/gpu from
     the registration lines): not co-located or unknown is SKIP, never PASS. Metrics for the isolation
     table: ``path``, ``core_limit``, ``held``, ``accuracy`` (share / ideal), the share's figures and, with a
     neighbour, its share.
@@ -371,12 +375,15 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     metrics: dict[str, Any] = {"path": plan.get("path"), "core_limit": int(q), "quota_source": plan.get("quota_source"),
                                "ideal_share": round(ideal, 4), "neighbour": neighbour,
                                "neighbour_core_limit": plan.get("neighbour_core_limit")}
+    neighbour_held: Check | None = None
     if neighbour:
         n_lines = compute_lines(ev, neighbour)
         checks.append(check_compute_lines(n_lines, neighbour, skip, name="neighbour_measured"))
         n_share = compute_share(n_lines, skip)
         if n_share is not None:
             metrics["neighbour_share"] = n_share.figures()
+            n_ideal = 1 / ideal_factor(co[1], co)
+            neighbour_held = check_compute_held(n_share, n_ideal, tol, tol_name, name="neighbour_quota_held")
     share = compute_share(lines, skip)
     held: Check | None = None
     if share is not None:
@@ -393,6 +400,10 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
                            f"({placement})", checks, dict(th), metrics, ev.pod_files())
     if held is not None:
         checks.append(held)
+    if neighbour and neighbour_held is not None:  # the probe's path must not take the neighbour's share either
+        checks.append(neighbour_held)
+        metrics["neighbour_held"] = neighbour_held.ok
+    if held is not None:
         metrics.update(held=held.ok, accuracy=round(share.busy_events / ideal, 4) if share else None,
                        error=held.values.get("error"))
     status, summary = combine(checks, pass_summary="")

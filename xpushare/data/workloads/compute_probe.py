@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Compute probe: the share of the GPU's time one kernel launch path really gets (issue 26, docs/isolation.md).
 
-Through one launch path (--path) it launches batches of --batch kernels of --kernel-ms each on a stream of its
-own, back to back, for --intervals intervals of --interval-s seconds, and prints one line per interval, flushed,
+Through one launch path (--path) it makes batches of --batch launches of kernels of --kernel-ms each on a stream
+of its own, back to back, for --intervals intervals of --interval-s seconds, and prints one line per interval, flushed,
 to stdout:
 
     [XPUSHARE][COMPUTE_PROBE] path=<path> interval=<int> phase=<label> elapsed_s=<f3> status=ok|unavailable|error
@@ -11,11 +11,14 @@ to stdout:
 
 (one line; ``elapsed_s``: seconds since the script started, when the interval began.) Two independent clocks:
 
-* **events** (the GPU's own clock): ``cuEventRecord`` before and after each batch, ``cuEventElapsedTime``;
-  ``kernel_ms_events`` = the shortest batch of the interval / ``--batch``: one kernel's time when it ran
-  undelayed (a batch delayed by a held lock or a neighbour's kernels is longer, never shorter);
-* **wall** (this process's clock): ``time.perf_counter`` around each batch's launches and its
-  ``cuEventSynchronize``; ``kernel_ms_wall`` the same minimum per kernel, launch overheads included.
+* **events** (the GPU's own clock): ``cuEventRecord`` before each launch and after the last, ``cuEventElapsedTime``
+  between consecutive events; ``kernel_ms_events`` = the shortest such gap of the interval per kernel: one
+  kernel's time when it followed the one before without a wait (a launch delayed by a held lock or a
+  neighbour's kernels shows a longer gap, never a shorter one);
+* **wall** (this process's clock): ``time.perf_counter`` around each batch's launches and its final
+  ``cuEventSynchronize``; ``kernel_ms_wall`` = the shortest batch of the interval per kernel, launch overheads
+  and any wait inside the batch included: an upper bound of the kernel's time, equal to it when a batch ran
+  without a wait.
 
 ``kernels_per_s`` = kernels / ``wall_s``; ``busy_events`` = kernels x ``kernel_ms_events`` / ``wall_s`` and
 ``busy_wall`` = kernels x ``kernel_ms_wall`` / ``wall_s``: the fraction of the interval the GPU spent on this
@@ -27,8 +30,8 @@ Paths (one per process):
 ``cuLaunchKernel``   ``cuLaunchKernel`` per kernel (PyTorch eager, cuBLAS/cuDNN, most CUDA programs)
 ``cuLaunchKernelEx`` ``cuLaunchKernelEx`` with a ``CUlaunchConfig`` per kernel (CUDA 12: CUTLASS cluster
                      launches on Hopper, Triton 3)
-``cuGraphLaunch``    one CUDA graph of --batch kernel nodes built with ``cuGraphCreate`` +
-                     ``cuGraphAddKernelNode``, ``cuGraphInstantiateWithFlags``, one ``cuGraphLaunch`` per batch
+``cuGraphLaunch``    one CUDA graph of --graph-nodes kernel nodes (default 2, a chain) built with ``cuGraphCreate``
+                     + ``cuGraphAddKernelNode``, ``cuGraphInstantiateWithFlags``; one ``cuGraphLaunch`` per launch
                      (torch.compile mode="reduce-overhead", TensorRT, vLLM/SGLang decode)
 ==================  ==========================================================================================
 
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import math
 import os
 import sys
@@ -139,13 +143,14 @@ class Prober:
         Unavailable: no driver or no entry point for the path; CudaDriverError: a set-up call failed.
     """
 
-    def __init__(self, path: str, kernel_ms: float, batch: int) -> None:
+    def __init__(self, path: str, kernel_ms: float, batch: int, graph_nodes: int = 2) -> None:
         try:
             lib = load_cuda_library(require_simulator=False)
         except RuntimeError as exc:
             raise Unavailable(str(exc)) from exc
         self.path = path
         self.batch = batch
+        self.per_launch = graph_nodes if path == "cuGraphLaunch" else 1
         self.simulated = hasattr(lib, SIMGPU_MARKER)
         self.drv = drv = CudaDriver(lib)
         try:
@@ -171,16 +176,16 @@ class Prober:
         self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._arg))
         self.stream = ctypes.c_void_p()
         drv.call("cuStreamCreate", ctypes.byref(self.stream), 0)
-        self.ev_start, self.ev_end = ctypes.c_void_p(), ctypes.c_void_p()
-        drv.call("cuEventCreate", ctypes.byref(self.ev_start), 0)
-        drv.call("cuEventCreate", ctypes.byref(self.ev_end), 0)
+        self.events = [ctypes.c_void_p() for _ in range(batch + 1)]  # one before each launch, one after the last
+        for event in self.events:
+            drv.call("cuEventCreate", ctypes.byref(event), 0)
         self._config = LaunchConfig(1, 1, 1, 1, 1, 1, 0, self.stream, None, 0)
         self._graph_exec = ctypes.c_void_p()
         if path == "cuGraphLaunch":
             self._build_graph()
 
     def _build_graph(self) -> None:
-        """A graph of ``batch`` kernel nodes, each depending on the one before, instantiated."""
+        """A graph of ``per_launch`` kernel nodes, each depending on the one before, instantiated."""
         drv = self.drv
         graph = ctypes.c_void_p()
         drv.call("cuGraphCreate", ctypes.byref(graph), 0)
@@ -192,7 +197,7 @@ class Prober:
             add_name = "cuGraphAddKernelNode"
             add = drv.fn(add_name)
         previous = ctypes.c_void_p()
-        for i in range(self.batch):
+        for i in range(self.per_launch):
             node = ctypes.c_void_p()
             deps = (ctypes.c_void_p * 1)(previous) if i else None
             drv.check(add_name, add(ctypes.byref(node), graph, deps, 1 if i else 0, ctypes.byref(node_params)))
@@ -200,31 +205,39 @@ class Prober:
         drv.call("cuGraphInstantiateWithFlags", ctypes.byref(self._graph_exec), graph, 0)
         drv.call("cuGraphDestroy", graph)  # the executable graph keeps its own copy
 
-    def _launch_batch(self) -> None:
+    def _launch_once(self) -> None:
+        """One launch through the path: one kernel, or one graph of ``per_launch`` kernels."""
         drv = self.drv
         if self.path == "cuLaunchKernel":
-            launch = drv.fn("cuLaunchKernel")
-            for _ in range(self.batch):
-                drv.check("cuLaunchKernel", launch(self.func, 1, 1, 1, 1, 1, 1, 0, self.stream, self._params, None))
+            rc = drv.fn("cuLaunchKernel")(self.func, 1, 1, 1, 1, 1, 1, 0, self.stream, self._params, None)
+            drv.check("cuLaunchKernel", rc)
         elif self.path == "cuLaunchKernelEx":
-            launch = drv.fn("cuLaunchKernelEx")
-            for _ in range(self.batch):
-                drv.check("cuLaunchKernelEx", launch(ctypes.byref(self._config), self.func, self._params, None))
+            rc = drv.fn("cuLaunchKernelEx")(ctypes.byref(self._config), self.func, self._params, None)
+            drv.check("cuLaunchKernelEx", rc)
         else:
             drv.call("cuGraphLaunch", self._graph_exec, self.stream)
 
     def one_batch(self) -> tuple[float, float]:
-        """Launch one batch between two events and wait for it: (event ms, wall ms)."""
+        """``batch`` launches with an event before each and after the last, then wait for the last event.
+
+        Returns (event ms, wall ms) per kernel: the shortest gap between consecutive events (one launch that
+        followed the one before without a wait) and the batch's wall time, each over the kernels they cover.
+        """
         drv = self.drv
+        record = drv.fn("cuEventRecord")
         t0 = time.perf_counter()
-        drv.call("cuEventRecord", self.ev_start, self.stream)
-        self._launch_batch()
-        drv.call("cuEventRecord", self.ev_end, self.stream)
-        drv.call("cuEventSynchronize", self.ev_end)
+        drv.check("cuEventRecord", record(self.events[0], self.stream))
+        for event in self.events[1:]:
+            self._launch_once()
+            drv.check("cuEventRecord", record(event, self.stream))
+        drv.call("cuEventSynchronize", self.events[-1])
         wall_ms = (time.perf_counter() - t0) * 1000.0
         ms = ctypes.c_float()
-        drv.call("cuEventElapsedTime", ctypes.byref(ms), self.ev_start, self.ev_end)
-        return float(ms.value), wall_ms
+        gaps = []
+        for a, b in itertools.pairwise(self.events):
+            drv.call("cuEventElapsedTime", ctypes.byref(ms), a, b)
+            gaps.append(float(ms.value))
+        return min(gaps) / self.per_launch, wall_ms / (self.batch * self.per_launch)
 
     def measure(self, interval_s: float) -> Interval:
         """Batches back to back for ``interval_s`` seconds (at least one)."""
@@ -234,9 +247,9 @@ class Prober:
         while True:
             ev_ms, wall_ms = self.one_batch()
             iv.batches += 1
-            iv.kernels += self.batch
-            best_ev = min(best_ev, ev_ms / self.batch)
-            best_wall = min(best_wall, wall_ms / self.batch)
+            iv.kernels += self.batch * self.per_launch
+            best_ev = min(best_ev, ev_ms)
+            best_wall = min(best_wall, wall_ms)
             if time.perf_counter() - t0 >= interval_s:
                 break
         iv.wall_s = time.perf_counter() - t0
@@ -248,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--path", choices=PATHS, required=True, help="the launch path to probe")
     p.add_argument("--kernel-ms", type=c.positive_float, default=4.0, help="one kernel's duration (ms, default 4)")
-    p.add_argument("--batch", type=c.positive_int, default=8, help="kernels per batch / graph nodes (default 8)")
+    p.add_argument("--batch", type=c.positive_int, default=8, help="launches per batch (default 8)")
+    p.add_argument("--graph-nodes", type=c.positive_int, default=2,
+                   help="kernel nodes of the graph (path cuGraphLaunch; default 2)")
     p.add_argument("--interval-s", type=c.positive_float, default=4.0, help="seconds per line (default 4)")
     p.add_argument("--intervals", type=c.positive_int, default=5, help="lines to print (default 5)")
     p.add_argument("--start-delay-s", type=c.non_negative_float, default=0.0,
@@ -267,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     prober: Prober | None = None
     failed: Interval | None = None
     try:
-        prober = Prober(args.path, args.kernel_ms, args.batch)
+        prober = Prober(args.path, args.kernel_ms, args.batch, args.graph_nodes)
     except Unavailable as exc:
         failed = Interval(args.path, status="unavailable", error=str(exc))
     except (CudaDriverError, RuntimeError) as exc:
