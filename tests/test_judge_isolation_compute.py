@@ -27,7 +27,7 @@ POD, NEIGHBOUR = "iso-011-probe", "iso-014-probe-z"
 def line(busy: float = 0.5, index: int = 1, path: str = "cuLaunchKernel", status: str = "ok",
          kernel_ms: float = 4.0, wall_ms: float | None = None, error: str = "none") -> str:
     """A probe line of a 4 s interval in which the kernels filled ``busy`` of the time."""
-    kernels = int(round(busy * 4000 / kernel_ms)) if status == "ok" else 0
+    kernels = round(busy * 4000 / kernel_ms) if status == "ok" else 0
     iv = probe.Interval(path, status, kernels, kernels // 8, 4.0 if status == "ok" else 0.0, kernel_ms,
                         wall_ms if wall_ms is not None else kernel_ms * 1.003, "sim", error)
     return str(probe.format_line(iv, index, "run", 3.0 + 4 * index))
@@ -123,3 +123,16 @@ def test_beside_a_neighbour_the_mixed_tolerance_applies_and_placement_is_confirm
 def test_the_probe_runs_every_path_on_the_simulated_gpu(tmp_path: Path) -> None:
     assert sorted(probe.PATHS) == ["cuGraphLaunch", "cuLaunchKernel", "cuLaunchKernelEx"]
     assert probe.main(["--path", "nope"]) == 1
+
+
+def stamped(second: int, text: str) -> str:
+    return f"2026-11-27T10:00:{second:02d}.000000Z {text}"
+
+
+def test_the_neighbour_is_judged_only_while_the_probe_ran() -> None:
+    # the probe's intervals end at 8 and 12 s; the neighbour's at 8, 12 (beside it: 0.1) and 16, 20 (alone: 0.4)
+    probe_log = log(stamped(4, line(0.9, 0)), stamped(8, line(0.9, 1)), stamped(12, line(0.9, 2)))
+    n_log = log(*(stamped(4 * (i + 1), line(0.1 if i < 3 else 0.4, i)) for i in range(5)))
+    v = judge_compute_path(evidence({POD: probe_log, NEIGHBOUR: n_log}), TH, plan("cuGraphLaunch", NEIGHBOUR))
+    assert v.metrics["neighbour_share"]["intervals"] == 2 and v.metrics["neighbour_share"]["busy_events"] == 0.1
+    assert v.status.value == "FAIL" and "neighbour_quota_held" in v.summary and v.metrics["neighbour_held"] is False

@@ -34,19 +34,20 @@ __all__ = [
     "COMPUTE_HELD",
     "HELD",
     "SOURCES_AGREE",
+    "USABLE",
     "ComputeShare",
     "check_compute_held",
     "check_compute_lines",
-    "check_sources_agree",
-    "USABLE",
     "check_held",
     "check_probe_line",
+    "check_sources_agree",
     "check_usable",
     "compute_lines",
     "compute_share",
     "judge_compute_path",
     "judge_dynamic_memory",
     "judge_memory_path",
+    "overlapping",
     "phase_lines",
     "probe_lines",
     "tolerance_bytes",
@@ -294,6 +295,25 @@ def compute_share(lines: Sequence[ComputeProbeLine], skip: int) -> ComputeShare 
                         min(x.kernel_ms_events for x in judged), min(x.kernel_ms_wall for x in judged))
 
 
+def overlapping(lines: Sequence[ComputeProbeLine], window: Sequence[ComputeProbeLine]) -> list[ComputeProbeLine]:
+    """The ``lines`` whose interval lies at least half inside the span of the ``window`` lines, by their
+    ``kubectl logs --timestamps`` prefixes (a line is printed at its interval's end; it began ``wall_s`` earlier):
+    a neighbour judged only while the probe ran. Without timestamps on both sides, ``lines`` unchanged."""
+    stamped = [x for x in window if x.timestamp is not None]
+    if not stamped or any(x.timestamp is None for x in lines):
+        return list(lines)
+    w_start = min(x.timestamp.timestamp() - x.wall_s for x in stamped if x.timestamp is not None)
+    w_end = max(x.timestamp.timestamp() for x in stamped if x.timestamp is not None)
+    out = []
+    for x in lines:
+        assert x.timestamp is not None
+        end = x.timestamp.timestamp()
+        inside = min(end, w_end) - max(end - x.wall_s, w_start)
+        if x.wall_s > 0 and inside >= x.wall_s / 2:
+            out.append(x)
+    return out
+
+
 def check_compute_lines(lines: Sequence[ComputeProbeLine], pod: str, skip: int, *,
                         name: str = "probe_measured") -> Check:
     """Every line ``status=ok`` and at least one past the skipped intervals; unavailable/error: ERROR."""
@@ -350,15 +370,16 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     is kernels x the shortest kernel (by the GPU's events) / wall time over the intervals from
     ``iso_compute_skip_intervals`` on; the ideal share is ``1 / ideal_factor(core_limit, co_quotas)``
     (sut-interfaces.md §5.2: budgets scaled when the quotas of one GPU sum past 100). Checks: every pod ended,
-    every pod succeeded (a probe whose status is not ok exits 1: its line is
-    the ERROR's reason), the probe measured, the two clocks are consistent (:func:`check_sources_agree`,
-    ``iso_compute_sources_tolerance``; else ERROR), and ``|share / ideal - 1|`` within ``perf_quota_tolerance``
-    alone or ``perf_mixed_tolerance`` beside a neighbour (seed 000 §6 P1); beside a neighbour its share is
-    held to its own quota the same way (``neighbour_quota_held``: a path that takes the neighbour's time FAILs
-    even when its own share happens to match its quota). With a neighbour, the pair must share one GPU (``pods.json`` node/gpu from
-    the registration lines): not co-located or unknown is SKIP, never PASS. Metrics for the isolation
-    table: ``path``, ``core_limit``, ``held``, ``accuracy`` (share / ideal), the share's figures and, with a
-    neighbour, its share.
+    every pod succeeded (a probe whose status is not ok exits 1: its line is the ERROR's reason), the probe
+    measured, the two clocks are consistent (:func:`check_sources_agree`, ``iso_compute_sources_tolerance``;
+    else ERROR), and ``|share / ideal - 1|`` within ``perf_quota_tolerance``
+    alone or ``perf_mixed_tolerance`` beside a neighbour (seed 000 §6 P1). Beside a neighbour its share, over its
+    intervals that overlap the probe's judged ones (:func:`overlapping`), is held to its own quota the same way
+    (``neighbour_quota_held``: a path that takes the neighbour's time FAILs even when its own share happens to
+    match its quota). With a neighbour, the pair must share one GPU (``pods.json`` node/gpu from the
+    registration lines): not co-located or unknown is SKIP, never PASS.
+    Metrics for the isolation table: ``path``, ``core_limit``, ``held``, ``accuracy`` (share / ideal), the
+    share's figures and, with a neighbour, its share and ``neighbour_held``.
     """
     pods = list(plan["pods"])
     probe, neighbour = pods[0], plan.get("neighbour")
@@ -379,7 +400,7 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     if neighbour:
         n_lines = compute_lines(ev, neighbour)
         checks.append(check_compute_lines(n_lines, neighbour, skip, name="neighbour_measured"))
-        n_share = compute_share(n_lines, skip)
+        n_share = compute_share(overlapping(n_lines, [x for x in lines if x.interval >= skip]), skip)
         if n_share is not None:
             metrics["neighbour_share"] = n_share.figures()
             n_ideal = 1 / ideal_factor(co[1], co)
