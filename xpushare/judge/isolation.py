@@ -295,13 +295,14 @@ def compute_share(lines: Sequence[ComputeProbeLine], skip: int) -> ComputeShare 
                         min(x.kernel_ms_events for x in judged), min(x.kernel_ms_wall for x in judged))
 
 
-def overlapping(lines: Sequence[ComputeProbeLine], window: Sequence[ComputeProbeLine]) -> list[ComputeProbeLine]:
+def overlapping(lines: Sequence[ComputeProbeLine], window: Sequence[ComputeProbeLine]) -> list[ComputeProbeLine] | None:
     """The ``lines`` whose interval lies at least half inside the span of the ``window`` lines, by their
     ``kubectl logs --timestamps`` prefixes (a line is printed at its interval's end; it began ``wall_s`` earlier):
-    a neighbour judged only while the probe ran. Without timestamps on both sides, ``lines`` unchanged."""
+    a neighbour judged only while the probe ran, whatever its own interval numbers (a neighbour kept waiting
+    through the probe's whole run shows as one long interval). None without timestamps on both sides."""
     stamped = [x for x in window if x.timestamp is not None]
-    if not stamped or any(x.timestamp is None for x in lines):
-        return list(lines)
+    if not stamped or not lines or any(x.timestamp is None for x in lines):
+        return None
     w_start = min(x.timestamp.timestamp() - x.wall_s for x in stamped if x.timestamp is not None)
     w_end = max(x.timestamp.timestamp() for x in stamped if x.timestamp is not None)
     out = []
@@ -400,7 +401,8 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     if neighbour:
         n_lines = compute_lines(ev, neighbour)
         checks.append(check_compute_lines(n_lines, neighbour, skip, name="neighbour_measured"))
-        n_share = compute_share(overlapping(n_lines, [x for x in lines if x.interval >= skip]), skip)
+        beside = overlapping(n_lines, [x for x in lines if x.interval >= skip])
+        n_share = compute_share(n_lines, skip) if beside is None else compute_share(beside, 0)
         if n_share is not None:
             metrics["neighbour_share"] = n_share.figures()
             n_ideal = 1 / ideal_factor(co[1], co)
