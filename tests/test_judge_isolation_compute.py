@@ -5,12 +5,19 @@ the two clocks, co-location with a neighbour, and never PASS on missing evidence
 from __future__ import annotations
 
 import importlib
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import PodRecord
+import pytest
+
+import xpushare.cases.isolation  # noqa: F401  (registers the ISO cases)
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord
+from xpushare.cases.base import REGISTRY
 from xpushare.collect.compute_probe import parse_text
+from xpushare.engine.lifecycle import skip_reason
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_compute_path
 from xpushare.report.isolation_table import isolation_rows
@@ -136,3 +143,22 @@ def test_the_neighbour_is_judged_only_while_the_probe_ran() -> None:
     v = judge_compute_path(evidence({POD: probe_log, NEIGHBOUR: n_log}), TH, plan("cuGraphLaunch", NEIGHBOUR))
     assert v.metrics["neighbour_share"]["intervals"] == 2 and v.metrics["neighbour_share"]["busy_events"] == 0.1
     assert v.status.value == "FAIL" and "neighbour_quota_held" in v.summary and v.metrics["neighbour_held"] is False
+
+
+def test_the_busy_kernel_assembles_for_sm_80_and_sm_90(tmp_path: Path) -> None:
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas (CUDA toolkit) on this machine")
+    source = tmp_path / "busy.ptx"
+    source.write_bytes(probe.BUSY_PTX.rstrip(b"\0"))
+    for arch in ("sm_80", "sm_90"):
+        proc = subprocess.run([ptxas, f"-arch={arch}", str(source), "-o", str(tmp_path / f"{arch}.cubin")],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_compute_cases_need_kubernetes_and_skip_in_host_mode() -> None:
+    for case in ("ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016"):
+        reason = skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "host")
+        assert reason == "needs Kubernetes (this cluster runs in host mode)", (case, reason)
+        assert skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "k8s") is None

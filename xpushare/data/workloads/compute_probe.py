@@ -171,7 +171,8 @@ class Prober:
         else:
             khz = ctypes.c_int()
             drv.call("cuDeviceGetAttribute", ctypes.byref(khz), CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev)
-            arg = int(kernel_ms * khz.value)  # cycles at the SM clock
+            # cycles at the SM clock (the attribute's kHz; 1.5 GHz where a driver no longer reports it)
+            arg = int(kernel_ms * (khz.value if khz.value > 0 else 1_500_000))
         self._arg = ctypes.c_ulonglong(arg)
         self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._arg))
         self.stream = ctypes.c_void_p()
