@@ -431,7 +431,11 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
                        error=held.values.get("error"))
     status, summary = combine(checks, pass_summary="")
     if status is Status.PASS and share is not None:
-        beside = f" beside a {metrics['neighbour_core_limit']} % neighbour" if neighbour else ""
-        summary = (f"{plan.get('path')}: GPU share {share.busy_events:.3f} under a {int(q)} % core quota{beside} "
+        next_to = ""
+        if neighbour:
+            n_fig = metrics.get("neighbour_share") or {}
+            next_to = (f" beside a {metrics['neighbour_core_limit']} % neighbour (its share "
+                       f"{n_fig.get('busy_events', float('nan')):.3f})")
+        summary = (f"{plan.get('path')}: GPU share {share.busy_events:.3f} under a {int(q)} % core quota{next_to} "
                    f"(ideal {ideal:.3f}, error {share.busy_events / ideal - 1:+.1%}, within ±{tol:.0%})")
     return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
