@@ -1,4 +1,5 @@
-"""ISO-001..010: the memory quota judged by what a workload can hold, one allocation path per case (issue 26).
+"""ISO-001..010: the memory quota judged by what a workload can hold, one allocation path per case (issue 26);
+ISO-011..016: the core quota judged by the GPU time a workload gets, one kernel launch path per case.
 
 Each case runs the memory probe (``workloads/mem_probe.py``) once, on one path, under the memory quota
 ``iso_memory_limit``: by ``<PREFIX>_GPU_MEMORY_LIMIT`` in host mode, by the pod's memory annotation in
@@ -8,15 +9,17 @@ paths and which frameworks take them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
+from xpushare.cases.functional import colocated_pair
 from xpushare.evidence.store import Evidence
 from xpushare.judge import isolation
 from xpushare.judge.quantity import parse_quantity
-from xpushare.judge.thresholds import ISOLATION
+from xpushare.judge.thresholds import ISOLATION, ISOLATION_COMPUTE
 from xpushare.model.verdict import Verdict
 
 MEM_PROBE = "mem_probe"
@@ -94,5 +97,100 @@ for _id, _path, _title, _takers in PATHS:
             params=dict(ISO_PARAMS),
             act=_act(_path),
             judge=_judge,
+        )
+    )
+
+
+# ------------------------------------------------------------------------------------------------ compute
+# ISO-011..016: the core (compute) quota on each kernel launch path, alone and beside a neighbour pod on the same
+# GPU. Core quotas come only from the pod's annotation (sut-interfaces.md §5.2), so these cases need Kubernetes.
+
+COMPUTE_PROBE = "compute_probe"
+
+#: Parameters of the compute cases (overridable per cluster, playbook and ``--set``).
+ISO_COMPUTE_PARAMS: dict[str, Any] = {
+    "iso_core_limit": 50,
+    "iso_neighbour_core_limit": 40,
+    "iso_kernel_ms": 4,
+    "iso_batch": 8,
+    "iso_interval_s": 4,
+    "iso_intervals": 5,
+    "iso_start_delay_s": 3,
+    **ISOLATION_COMPUTE,
+    # the seed's compute-quota precision (seed 000 §6 P1): alone ±8 %, mixed on one GPU ±10 % (T4 ±12 %)
+    "perf_quota_tolerance": 0.08,
+    "perf_mixed_tolerance": 0.10,
+    "perf_mixed_tolerance_t4": 0.12,
+}
+
+#: (case id, launch path, with a neighbour, title, what takes that path)
+COMPUTE_PATHS: tuple[tuple[str, str, bool, str, str], ...] = (
+    ("ISO-011", "cuLaunchKernel", False, "Core quota on cuLaunchKernel", "PyTorch eager, cuBLAS/cuDNN, most programs"),
+    ("ISO-012", "cuLaunchKernelEx", False, "Core quota on cuLaunchKernelEx",
+     "CUDA 12 launch configurations: CUTLASS cluster launches on Hopper, Triton 3"),
+    ("ISO-013", "cuGraphLaunch", False, "Core quota on a CUDA graph (cuGraphLaunch)",
+     "CUDA graphs: torch.compile reduce-overhead, TensorRT, vLLM/SGLang decode"),
+    ("ISO-014", "cuLaunchKernel", True, "Core quota on cuLaunchKernel beside a neighbour", "as ISO-011"),
+    ("ISO-015", "cuLaunchKernelEx", True, "Core quota on cuLaunchKernelEx beside a neighbour", "as ISO-012"),
+    ("ISO-016", "cuGraphLaunch", True, "Core quota on a CUDA graph beside a neighbour", "as ISO-013"),
+)
+
+
+def compute_probe_args(params: Mapping[str, Any], path: str, intervals: int) -> tuple[str, ...]:
+    """The compute probe's flags for one ISO case (``intervals`` lines of ``iso_interval_s``)."""
+    return (
+        "--path", path,
+        "--kernel-ms", f"{float(params['iso_kernel_ms']):g}",
+        "--batch", str(int(params["iso_batch"])),
+        "--interval-s", f"{float(params['iso_interval_s']):g}",
+        "--intervals", str(intervals),
+        "--start-delay-s", f"{float(params['iso_start_delay_s']):g}",
+    )
+
+
+def _compute_act(path: str, with_neighbour: bool) -> Any:
+    def act(run: CaseRun) -> None:
+        p = run.params
+        q, nq = int(p["iso_core_limit"]), int(p["iso_neighbour_core_limit"])
+        intervals = int(p["iso_intervals"])
+        run.plan.update(path=path, core_limit=q, quota_source="annotation", neighbour=None,
+                        neighbour_core_limit=nq if with_neighbour else None)
+        probe_args = compute_probe_args(p, path, intervals)
+        if not with_neighbour:
+            run.run_pods([run.pod("probe", COMPUTE_PROBE, args=probe_args, core_limit=q)])
+            return
+        # the neighbour takes cuLaunchKernel under its own quota and outlasts the probe by two intervals
+        neighbour_args = compute_probe_args(p, "cuLaunchKernel", intervals + 2)
+        pods = colocated_pair(run, "probe", COMPUTE_PROBE, {"core_limit": q, "args": probe_args},
+                              {"core_limit": nq, "args": neighbour_args})
+        # fillers (other GPUs of the node, no quota) run the neighbour's flags
+        pods = [pods[0], *(dataclasses.replace(f, args=neighbour_args) for f in pods[1:-1]), pods[-1]]
+        run.plan.update(neighbour=pods[-1].name)
+        run.run_pods(pods)
+
+    return act
+
+
+def _compute_judge(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return isolation.judge_compute_path(ev, th, plan)
+
+
+for _id, _path, _beside, _title, _takers in COMPUTE_PATHS:
+    _op = (f"1 pod runs the compute probe on path {_path} ({_takers}) for iso_intervals x iso_interval_s s under "
+           "gpu-core-limit iso_core_limit %")
+    if _beside:
+        _op += ", beside a neighbour pod on the same GPU (cuLaunchKernel, iso_neighbour_core_limit %)"
+    register(
+        CaseDef(
+            _id,
+            "isolation",
+            _title,
+            COMPUTE_PROBE,
+            _op,
+            "pods/*.log ([XPUSHARE][COMPUTE_PROBE] kernels, events and wall clock per interval), pods.json",
+            requires=frozenset({CAP_CLIENT_LIBRARY, CAP_KUBERNETES}),
+            params=dict(ISO_COMPUTE_PARAMS),
+            act=_compute_act(_path, _beside),
+            judge=_compute_judge,
         )
     )

@@ -220,7 +220,8 @@ fail = suite_task(
 )
 iso = suite_task(
     "iso",
-    "Run the isolation suite ISO-001..010: the memory quota judged by what a probe can hold on each allocation path.",
+    "Run the isolation suite: ISO-001..010, the memory quota judged by what a probe can hold on each allocation "
+    "path; ISO-011..016, the core quota judged by the GPU share a probe gets on each kernel launch path.",
     by_suite("isolation"),
     help={
         "case": "run only this case id (repeatable), e.g. --case ISO-001 --case ISO-007",

@@ -18,22 +18,36 @@ Source: issue 26, docs/isolation.md.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from xpushare.collect.compute_probe import ComputeProbeLine
+from xpushare.collect.compute_probe import parse_text as parse_compute_text
 from xpushare.collect.mem_probe import MemProbeLine, parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge import quota as quota_judge
-from xpushare.judge.checks import check_terminal
+from xpushare.judge.checks import check_pods_succeeded, check_terminal
+from xpushare.judge.performance_checks import ideal_factor, tolerance_for
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
+    "COMPUTE_HELD",
     "HELD",
+    "SOURCES_AGREE",
     "USABLE",
+    "ComputeShare",
+    "check_compute_held",
+    "check_compute_lines",
     "check_held",
     "check_probe_line",
+    "check_sources_agree",
     "check_usable",
+    "compute_lines",
+    "compute_share",
+    "judge_compute_path",
     "judge_dynamic_memory",
     "judge_memory_path",
+    "overlapping",
     "phase_lines",
     "probe_lines",
     "tolerance_bytes",
@@ -223,3 +237,205 @@ def _phase_line(
     if phase < len(times):
         after, _ = phase_lines(after, started, times[phase], 0.0)  # only those before the next call
     return after[0] if after else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compute: the share of the GPU's time one launch path got under a core quota (ISO-011..016)
+# ---------------------------------------------------------------------------------------------------------
+
+COMPUTE_HELD = "|busy_events / ideal_share - 1| <= tolerance"
+SOURCES_AGREE = "0 < kernel_ms_events <= kernel_ms_wall x (1 + iso_compute_sources_tolerance)"
+
+
+@dataclass(frozen=True)
+class ComputeShare:
+    """The GPU-time share of one probe over its judged intervals.
+
+    ``kernel_ms_events`` / ``kernel_ms_wall``: the shortest kernel over the intervals by each clock (ms);
+    ``busy_events`` / ``busy_wall`` = kernels x that / wall (fractions); ``kernels_per_s`` = kernels / wall.
+    """
+
+    intervals: int
+    kernels: int
+    wall_s: float
+    kernel_ms_events: float
+    kernel_ms_wall: float
+
+    @property
+    def busy_events(self) -> float:
+        return self.kernels * self.kernel_ms_events / 1000.0 / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def busy_wall(self) -> float:
+        return self.kernels * self.kernel_ms_wall / 1000.0 / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def kernels_per_s(self) -> float:
+        return self.kernels / self.wall_s if self.wall_s > 0 else 0.0
+
+    def figures(self) -> dict[str, Any]:
+        return {"intervals": self.intervals, "kernels": self.kernels, "wall_s": round(self.wall_s, 3),
+                "kernels_per_s": round(self.kernels_per_s, 3), "kernel_ms_events": round(self.kernel_ms_events, 4),
+                "kernel_ms_wall": round(self.kernel_ms_wall, 4), "busy_events": round(self.busy_events, 4),
+                "busy_wall": round(self.busy_wall, 4)}
+
+
+def compute_lines(ev: Evidence, pod: str) -> list[ComputeProbeLine]:
+    """The pod's compute-probe lines in order (empty without a log)."""
+    return parse_compute_text(ev.logs.get(pod) or "")
+
+
+def compute_share(lines: Sequence[ComputeProbeLine], skip: int) -> ComputeShare | None:
+    """The share over the ``status=ok`` lines from interval ``skip`` on (the first ones include the start-up);
+    None when no such line. The kernel time is the minimum over those lines (an undelayed kernel)."""
+    judged = [x for x in lines if x.status == "ok" and x.interval >= skip and x.wall_s > 0]
+    if not judged:
+        return None
+    return ComputeShare(len(judged), sum(x.kernels for x in judged), sum(x.wall_s for x in judged),
+                        min(x.kernel_ms_events for x in judged), min(x.kernel_ms_wall for x in judged))
+
+
+def overlapping(lines: Sequence[ComputeProbeLine], window: Sequence[ComputeProbeLine]) -> list[ComputeProbeLine] | None:
+    """The ``lines`` whose interval lies at least half inside the span of the ``window`` lines, by their
+    ``kubectl logs --timestamps`` prefixes (a line is printed at its interval's end; it began ``wall_s`` earlier):
+    a neighbour judged only while the probe ran, whatever its own interval numbers (a neighbour kept waiting
+    through the probe's whole run shows as one long interval). None without timestamps on both sides."""
+    stamped = [x for x in window if x.timestamp is not None]
+    if not stamped or not lines or any(x.timestamp is None for x in lines):
+        return None
+    w_start = min(x.timestamp.timestamp() - x.wall_s for x in stamped if x.timestamp is not None)
+    w_end = max(x.timestamp.timestamp() for x in stamped if x.timestamp is not None)
+    out = []
+    for x in lines:
+        assert x.timestamp is not None
+        end = x.timestamp.timestamp()
+        inside = min(end, w_end) - max(end - x.wall_s, w_start)
+        if x.wall_s > 0 and inside >= x.wall_s / 2:
+            out.append(x)
+    return out
+
+
+def check_compute_lines(lines: Sequence[ComputeProbeLine], pod: str, skip: int, *,
+                        name: str = "probe_measured") -> Check:
+    """Every line ``status=ok`` and at least one past the skipped intervals; unavailable/error: ERROR."""
+    expr = f"status=ok probe lines from interval {skip} on"
+    bad = next((x for x in lines if x.status != "ok"), None)
+    values: dict[str, Any] = {"pod": pod, "lines": len(lines)}
+    if bad is not None:
+        values.update(path=bad.path, status=bad.status, error=bad.error)
+        why = "node prerequisite missing" if bad.status == "unavailable" else "the probe failed"
+        suffix = " (not a verdict on the SUT)" if bad.status == "unavailable" else ""
+        return Check(name, expr, values, None, f"{why} for path {bad.path}: {bad.error}{suffix}")
+    if not any(x.interval >= skip for x in lines):
+        return Check(name, expr, values, None, f"no [XPUSHARE][COMPUTE_PROBE] line past interval {skip} in {pod}'s log")
+    return Check(name, expr, values, True)
+
+
+def check_sources_agree(share: ComputeShare, th: Mapping[str, Any], *, name: str = "clocks_agree") -> Check:
+    """The GPU's events and the process's clock are consistent: the events' kernel time is positive and not longer
+    than the process saw a whole batch take per kernel (``kernel_ms_wall``, an upper bound that includes launch
+    overheads and waits). Otherwise the events cannot be trusted: not evaluable (ERROR), never a verdict."""
+    tol = float(th["iso_compute_sources_tolerance"])
+    values = {**share.figures(), "tolerance": tol}
+    if share.kernel_ms_events <= 0:
+        return Check(name, SOURCES_AGREE, values, None, "no GPU time measured by the events")
+    gap = share.kernel_ms_events / share.kernel_ms_wall - 1 if share.kernel_ms_wall > 0 else float("inf")
+    values["gap"] = round(gap, 4)
+    if gap > tol:
+        return Check(name, SOURCES_AGREE, values, None,
+                     f"the events give {share.kernel_ms_events:.3f} ms per kernel, longer than the process's own clock "
+                     f"saw ({share.kernel_ms_wall:.3f} ms, {gap:+.1%} > {tol:.0%}): the measurement is not trustworthy")
+    return Check(name, SOURCES_AGREE, values, True)
+
+
+def check_compute_held(share: ComputeShare, ideal: float, tol: float, tol_name: str, *,
+                       name: str = "core_quota_held") -> Check:
+    """``|busy / ideal - 1| <= tol`` (seed 000 §6 P1: ±8 % alone, ±10 % beside a neighbour)."""
+    error = share.busy_events / ideal - 1
+    values = {**share.figures(), "ideal_share": round(ideal, 4), "error": round(error, 4), "tolerance": tol,
+              "tolerance_param": tol_name}
+    expr = f"{COMPUTE_HELD} ({tol_name} = {tol})"
+    if abs(error) <= tol:
+        return Check(name, expr, values, True)
+    what = "bypassed: more than its quota" if error > 0 else "starved: less than its quota"
+    return Check(name, expr, values, False,
+                 f"GPU share {share.busy_events:.3f} against the quota's {ideal:.3f} ({error:+.1%}, beyond "
+                 f"±{tol:.0%}): {what}")
+
+
+def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    """ISO-011..016: one kernel launch path under a core quota gets the quota's share of the GPU's time.
+
+    ``plan``: ``pods`` (the probe first, then the neighbour if any), ``path``, ``core_limit`` (percent),
+    ``neighbour`` (pod name or None), ``neighbour_core_limit`` (percent), ``quota_source``. The probe's share
+    is kernels x the shortest kernel (by the GPU's events) / wall time over the intervals from
+    ``iso_compute_skip_intervals`` on; the ideal share is ``1 / ideal_factor(core_limit, co_quotas)``
+    (sut-interfaces.md §5.2: budgets scaled when the quotas of one GPU sum past 100). Checks: every pod ended,
+    every pod succeeded (a probe whose status is not ok exits 1: its line is the ERROR's reason), the probe
+    measured, the two clocks are consistent (:func:`check_sources_agree`, ``iso_compute_sources_tolerance``;
+    else ERROR), and ``|share / ideal - 1|`` within ``perf_quota_tolerance``
+    alone or ``perf_mixed_tolerance`` beside a neighbour (seed 000 §6 P1). Beside a neighbour its share, over its
+    intervals that overlap the probe's judged ones (:func:`overlapping`), is held to its own quota the same way
+    (``neighbour_quota_held``: a path that takes the neighbour's time FAILs even when its own share happens to
+    match its quota). With a neighbour, the pair must share one GPU (``pods.json`` node/gpu from the
+    registration lines): not co-located or unknown is SKIP, never PASS.
+    Metrics for the isolation table: ``path``, ``core_limit``, ``held``, ``accuracy`` (share / ideal), the
+    share's figures and, with a neighbour, its share and ``neighbour_held``.
+    """
+    pods = list(plan["pods"])
+    probe, neighbour = pods[0], plan.get("neighbour")
+    skip = int(th["iso_compute_skip_intervals"])
+    q = float(plan["core_limit"])
+    co = [q, float(plan["neighbour_core_limit"])] if neighbour else [q]
+    ideal = 1 / ideal_factor(q, co)
+    tol, tol_name = tolerance_for(th, plan, mixed=bool(neighbour))
+    lines = compute_lines(ev, probe)
+    measured = check_compute_lines(lines, probe, skip)
+    # a probe that could not measure exits 1: its line (ERROR) says why, its exit must not turn that into FAIL
+    must_succeed = [p for p in pods if p != probe or measured.ok]
+    checks: list[Check] = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, must_succeed), measured]
+    metrics: dict[str, Any] = {"path": plan.get("path"), "core_limit": int(q), "quota_source": plan.get("quota_source"),
+                               "ideal_share": round(ideal, 4), "neighbour": neighbour,
+                               "neighbour_core_limit": plan.get("neighbour_core_limit")}
+    neighbour_held: Check | None = None
+    if neighbour:
+        n_lines = compute_lines(ev, neighbour)
+        checks.append(check_compute_lines(n_lines, neighbour, skip, name="neighbour_measured"))
+        beside = overlapping(n_lines, [x for x in lines if x.interval >= skip])
+        n_share = compute_share(n_lines, skip) if beside is None else compute_share(beside, 0)
+        if n_share is not None:
+            metrics["neighbour_share"] = n_share.figures()
+            n_ideal = 1 / ideal_factor(co[1], co)
+            neighbour_held = check_compute_held(n_share, n_ideal, tol, tol_name, name="neighbour_quota_held")
+    share = compute_share(lines, skip)
+    held: Check | None = None
+    if share is not None:
+        metrics.update(share.figures())
+        checks.append(check_sources_agree(share, th))
+        held = check_compute_held(share, ideal, tol, tol_name)
+    status, summary = combine(checks, pass_summary="")
+    if neighbour and status is Status.PASS:
+        a, b = ev.pod(probe), ev.pod(neighbour)
+        placement = {p.name: [p.node, p.gpu] for p in (a, b) if p}
+        metrics["placement"] = placement
+        if a is None or b is None or a.gpu is None or b.gpu is None or (a.node, a.gpu) != (b.node, b.gpu):
+            return Verdict(Status.SKIP, f"co-location of the probe and its neighbour on one GPU not confirmed "
+                           f"({placement})", checks, dict(th), metrics, ev.pod_files())
+    if held is not None:
+        checks.append(held)
+    if neighbour and neighbour_held is not None:  # the probe's path must not take the neighbour's share either
+        checks.append(neighbour_held)
+        metrics["neighbour_held"] = neighbour_held.ok
+    if held is not None:
+        metrics.update(held=held.ok, accuracy=round(share.busy_events / ideal, 4) if share else None,
+                       error=held.values.get("error"))
+    status, summary = combine(checks, pass_summary="")
+    if status is Status.PASS and share is not None:
+        next_to = ""
+        if neighbour:
+            n_fig = metrics.get("neighbour_share") or {}
+            next_to = (f" beside a {metrics['neighbour_core_limit']} % neighbour (its share "
+                       f"{n_fig.get('busy_events', float('nan')):.3f})")
+        summary = (f"{plan.get('path')}: GPU share {share.busy_events:.3f} under a {int(q)} % core quota{next_to} "
+                   f"(ideal {ideal:.3f}, error {share.busy_events / ideal - 1:+.1%}, within ±{tol:.0%})")
+    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())

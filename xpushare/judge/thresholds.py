@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["COMBINATION", "ISOLATION", "METRICS", "threshold"]
+__all__ = ["COMBINATION", "ISOLATION", "ISOLATION_COMPUTE", "METRICS", "threshold"]
 
 #: Thresholds of COMBO-001..008 with the seed's values (seed 000 §6, §17.3).
 COMBINATION: dict[str, Any] = {
@@ -39,6 +39,15 @@ ISOLATION: dict[str, Any] = {
     # The library refuses when sum + size > limit, exactly; 2 % of the quota allows an allocator that rounds
     # blocks up. held: accepted <= quota x (1 + this).
     "iso_memory_tolerance_ratio": 0.02,
+}
+
+#: Thresholds of ISO-011..016 (the compute probe); the quota's precision is the seed's (perf_quota_tolerance,
+#: perf_mixed_tolerance: seed 000 §6 P1).
+ISOLATION_COMPUTE: dict[str, Any] = {
+    # the first interval includes the registration and the first lock grant: not judged
+    "iso_compute_skip_intervals": 1,
+    # the GPU's events and the process's clock must give the same share to within this (relative)
+    "iso_compute_sources_tolerance": 0.05,
 }
 
 #: Thresholds and parameters of MET-001..008 with the seed's values (seed 000 §6, §11, §17.5;

@@ -1,7 +1,10 @@
-"""The isolation table of the reports: allocation path x memory quota -> held / bypassed, with the accuracy.
+"""The isolation table of the reports: allocation or launch path x memory or core quota -> held / bypassed, with
+the accuracy.
 
-Built from the stored results of the isolation suite alone (the metrics ``path``, ``quota_bytes``,
-``quota_source``, ``held``, ``accuracy`` that :func:`xpushare.judge.isolation.judge_memory_path` records).
+Built from the stored results of the isolation suite alone (the metrics ``path``, ``quota_bytes`` or
+``core_limit``, ``quota_source``, ``held``, ``accuracy`` that :func:`xpushare.judge.isolation.judge_memory_path`
+and :func:`xpushare.judge.isolation.judge_compute_path` record; ``neighbour_core_limit`` for a compute case
+beside a neighbour).
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from xpushare.report.summaries import Result, record_status
 
 __all__ = ["HEADER", "isolation_rows"]
 
-HEADER = ("Cluster", "Case", "Path", "Memory quota", "Quota", "Accuracy", "Status")
+HEADER = ("Cluster", "Case", "Path", "Quota under test", "Quota", "Accuracy", "Status")
 """Columns of :func:`isolation_rows`; Quota is ``held``, ``bypassed`` or ``not judged`` (ERROR/SKIP)."""
 
 
 def isolation_rows(results: Sequence[Result]) -> list[list[str]]:
-    """One row per isolation case: cluster, case id, path, quota (``<MiB> MiB (env|annotation)``), held /
-    bypassed / not judged, accuracy (accepted / quota, 3 decimals, ``-`` when not measured), status."""
+    """One row per isolation case: cluster, case id, path, quota (``<MiB> MiB (env|annotation)`` or ``<q> % core
+    (annotation)``, ``beside <n> %`` with a neighbour), held / bypassed / not judged, accuracy (memory: accepted /
+    quota; compute: GPU share / the quota's share; 3 decimals, ``-`` when not measured), status."""
     rows: list[list[str]] = []
     for r in results:
         if r.get("suite") != "isolation":
@@ -27,6 +31,10 @@ def isolation_rows(results: Sequence[Result]) -> list[list[str]]:
         m: dict[str, Any] = r.get("metrics") or {}
         quota = m.get("quota_bytes")
         quota_text = f"{int(quota) / 2**20:.0f} MiB ({m.get('quota_source') or '?'})" if quota else "-"
+        if m.get("core_limit") is not None:
+            quota_text = f"{int(m['core_limit'])} % core ({m.get('quota_source') or '?'})"
+            if m.get("neighbour_core_limit") is not None:
+                quota_text += f" beside {int(m['neighbour_core_limit'])} %"
         held = m.get("held")
         verdict = "held" if held is True else "bypassed" if held is False else "not judged"
         accuracy = m.get("accuracy")

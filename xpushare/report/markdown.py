@@ -154,8 +154,10 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
 
     iso_rows = isolation_table.isolation_rows(results)
     if iso_rows:
-        out += ["", "## Isolation", "", "What a workload could hold on each allocation path under its memory quota "
-                "(docs/isolation.md): held = accepted <= quota + tolerance; accuracy = accepted / quota.", ""]
+        out += ["", "## Isolation", "", "What a workload could hold on each allocation path under its memory quota, "
+                "and the GPU time it got on each kernel launch path under its core quota (docs/isolation.md): "
+                "memory held = accepted <= quota + tolerance, accuracy = accepted / quota; core held = GPU share "
+                "within the seed's tolerance of the quota's, accuracy = share / the quota's share.", ""]
         out += _md_table(isolation_table.HEADER, iso_rows)
 
     out += [

@@ -811,19 +811,27 @@ static uint64_t seconds_to_ns(double seconds) {
   return (uint64_t)(seconds * 1e9 + 0.5);
 }
 
-SIMGPU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                   unsigned int bx, unsigned int by, unsigned int bz,
-                                   unsigned int shared, CUstream hStream, void** kernelParams,
-                                   void** extra) {
+struct CUgraph_st;
+struct graph_node;
+static struct CUgraph_st* capturing(CUstream s);
+static CUresult graph_add(struct CUgraph_st* g, CUfunction f, void** params, void** extra,
+                          struct graph_node** out);
+
+/* Queue one kernel of f with its arguments onto stream hStream's device timeline, or into the graph
+ * the stream is capturing (every launch entry point and cuGraphLaunch end here; exported functions
+ * never call each other). */
+static CUresult launch(CUfunction f, CUstream hStream, void** kernelParams, void** extra) {
   struct CUstream_st* stream = NULL;
   struct CUctx_st* c;
   const struct simgpu_device* d;
+  struct CUgraph_st* graph;
   unsigned long long a0 = 0, a1 = 0;
   uint64_t duration, start, end;
-  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared;
 
   REQUIRE_INIT();
   if (f == NULL || !known_kernel(f)) return CUDA_ERROR_INVALID_HANDLE;
+  graph = capturing(hStream);
+  if (graph != NULL) return graph_add(graph, f, kernelParams, extra, NULL);
   SIMGPU_TRY(stream_target(hStream, &c, &stream));
   d = simgpu_device_at(c->dev);
   if (kernel_arg(kernelParams, extra, 0, &a0) != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -850,6 +858,245 @@ SIMGPU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int g
     }
   }
   pthread_mutex_unlock(&g_mutex);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shared, CUstream hStream, void** kernelParams,
+                                   void** extra) {
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared;
+  return launch(f, hStream, kernelParams, extra);
+}
+
+/* CUDA 12's launch with a configuration (cuda.h CUlaunchConfig): grid, block, shared memory and stream
+ * come from config; attributes (clusters, priorities, ...) are accepted and ignored. */
+typedef struct CUlaunchConfig_st {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  void* attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+
+SIMGPU_API CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                     void** extra) {
+  REQUIRE_INIT();
+  if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (config->numAttrs > 0 && config->attrs == NULL) return CUDA_ERROR_INVALID_VALUE;
+  return launch(f, config->hStream, kernelParams, extra);
+}
+
+/* -- graphs: kernel nodes only, built explicitly or captured from a stream -- */
+
+#define GRAPH_MAGIC 0x48505247u
+#define GRAPH_EXEC_MAGIC 0x43584547u
+#define MAX_GRAPH_NODES 1024
+#define MAX_KERNEL_ARGS 2
+
+/* cuda.h CUDA_KERNEL_NODE_PARAMS (v1); the _v2 form appends CUkernel kern and CUcontext ctx, so its
+ * prefix is the same. */
+typedef struct {
+  CUfunction func;
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+} CUDA_KERNEL_NODE_PARAMS;
+
+struct graph_node {
+  CUfunction func;
+  unsigned long long args[MAX_KERNEL_ARGS]; /* copied at node creation, as the driver does */
+};
+
+struct CUgraph_st {
+  uint32_t magic;
+  int n;
+  struct graph_node nodes[MAX_GRAPH_NODES];
+};
+
+struct CUgraphExec_st {
+  uint32_t magic;
+  int n;
+  struct graph_node nodes[MAX_GRAPH_NODES];
+};
+
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct graph_node* CUgraphNode;
+
+/* Capture state per stream handle (the NULL/legacy stream cannot be captured, as in CUDA). */
+#define MAX_CAPTURES 16
+static struct {
+  CUstream stream;
+  CUgraph graph;
+} g_captures[MAX_CAPTURES];
+
+static struct CUgraph_st* capturing(CUstream s) {
+  CUgraph g = NULL;
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return NULL;
+  pthread_mutex_lock(&g_mutex);
+  for (int i = 0; i < MAX_CAPTURES; i++)
+    if (g_captures[i].stream == s) g = g_captures[i].graph;
+  pthread_mutex_unlock(&g_mutex);
+  return g;
+}
+
+/* Append a kernel node to g (its arguments copied now). */
+static CUresult graph_add(struct CUgraph_st* g, CUfunction f, void** params, void** extra,
+                          struct graph_node** out) {
+  struct graph_node node;
+  if (!live(g, GRAPH_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+  if (f == NULL || !known_kernel(f)) return CUDA_ERROR_INVALID_HANDLE;
+  memset(&node, 0, sizeof(node));
+  node.func = f;
+  if (kernel_arg(params, extra, 0, &node.args[0]) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (f->kind == KERNEL_WORK && kernel_arg(params, extra, 1, &node.args[1]) != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_mutex);
+  if (g->n >= MAX_GRAPH_NODES) {
+    pthread_mutex_unlock(&g_mutex);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  g->nodes[g->n] = node;
+  if (out != NULL) *out = &g->nodes[g->n];
+  g->n++;
+  pthread_mutex_unlock(&g_mutex);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  CUgraph g;
+  REQUIRE_INIT();
+  if (phGraph == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  g = new_handle(sizeof(*g), GRAPH_MAGIC);
+  if (g == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  *phGraph = g;
+  return CUDA_SUCCESS;
+}
+
+static CUresult add_kernel_node(CUgraphNode* phNode, CUgraph g, const CUgraphNode* deps, size_t ndeps,
+                                const CUDA_KERNEL_NODE_PARAMS* p) {
+  REQUIRE_INIT();
+  if (phNode == NULL || p == NULL || (ndeps > 0 && deps == NULL)) return CUDA_ERROR_INVALID_VALUE;
+  /* dependencies are accepted as given: nodes run in creation order on the one timeline */
+  return graph_add(g, p->func, p->kernelParams, p->extra, phNode);
+}
+
+SIMGPU_API CUresult cuGraphAddKernelNode(CUgraphNode* phNode, CUgraph g, const CUgraphNode* deps,
+                                         size_t ndeps, const CUDA_KERNEL_NODE_PARAMS* p) {
+  return add_kernel_node(phNode, g, deps, ndeps, p);
+}
+
+SIMGPU_API CUresult cuGraphAddKernelNode_v2(CUgraphNode* phNode, CUgraph g, const CUgraphNode* deps,
+                                            size_t ndeps, const CUDA_KERNEL_NODE_PARAMS* p) {
+  return add_kernel_node(phNode, g, deps, ndeps, p);
+}
+
+static CUresult instantiate(CUgraphExec* out, CUgraph g) {
+  CUgraphExec e;
+  REQUIRE_INIT();
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!live(g, GRAPH_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+  e = new_handle(sizeof(*e), GRAPH_EXEC_MAGIC);
+  if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&g_mutex);
+  e->n = g->n;
+  memcpy(e->nodes, g->nodes, sizeof(e->nodes[0]) * (size_t)g->n);
+  pthread_mutex_unlock(&g_mutex);
+  *out = e;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* phExec, CUgraph g, unsigned long long flags) {
+  (void)flags;
+  return instantiate(phExec, g);
+}
+
+/* The pre-12 form (error node and log buffer), exported as cuGraphInstantiate and _v2 by CUDA 11/12. */
+SIMGPU_API CUresult cuGraphInstantiate_v2(CUgraphExec* phExec, CUgraph g, CUgraphNode* errNode, char* log,
+                                          size_t logSize) {
+  if (errNode != NULL) *errNode = NULL;
+  if (log != NULL && logSize > 0) log[0] = '\0';
+  return instantiate(phExec, g);
+}
+
+SIMGPU_API CUresult cuGraphInstantiate(CUgraphExec* phExec, CUgraph g, CUgraphNode* errNode, char* log,
+                                       size_t logSize) {
+  if (errNode != NULL) *errNode = NULL;
+  if (log != NULL && logSize > 0) log[0] = '\0';
+  return instantiate(phExec, g);
+}
+
+/* Every node of the executable graph, in order, onto the stream's timeline. */
+SIMGPU_API CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  REQUIRE_INIT();
+  if (!live(e, GRAPH_EXEC_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+  for (int i = 0; i < e->n; i++) {
+    unsigned long long args[MAX_KERNEL_ARGS];
+    void* params[MAX_KERNEL_ARGS];
+    memcpy(args, e->nodes[i].args, sizeof(args));
+    for (int k = 0; k < MAX_KERNEL_ARGS; k++) params[k] = &args[k];
+    SIMGPU_TRY(launch(e->nodes[i].func, s, params, NULL));
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_API CUresult cuGraphExecDestroy(CUgraphExec e) { return retire(e, GRAPH_EXEC_MAGIC); }
+SIMGPU_API CUresult cuGraphDestroy(CUgraph g) { return retire(g, GRAPH_MAGIC); }
+
+/* Stream capture: between cuStreamBeginCapture and cuStreamEndCapture, kernels launched onto the stream
+ * (any launch entry point) become nodes of a new graph instead of running. */
+static CUresult begin_capture(CUstream s) {
+  CUgraph g;
+  int slot = -1;
+  REQUIRE_INIT();
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!live(s, STREAM_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+  if (capturing(s) != NULL) return CUDA_ERROR_INVALID_VALUE;
+  g = new_handle(sizeof(*g), GRAPH_MAGIC);
+  if (g == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&g_mutex);
+  for (int i = 0; i < MAX_CAPTURES && slot < 0; i++)
+    if (g_captures[i].stream == NULL) slot = i;
+  if (slot >= 0) {
+    g_captures[slot].stream = s;
+    g_captures[slot].graph = g;
+  }
+  pthread_mutex_unlock(&g_mutex);
+  return slot >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+SIMGPU_API CUresult cuStreamBeginCapture(CUstream s) { return begin_capture(s); }
+SIMGPU_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+  (void)mode;
+  return begin_capture(s);
+}
+
+SIMGPU_API CUresult cuStreamEndCapture(CUstream s, CUgraph* phGraph) {
+  CUgraph g = NULL;
+  REQUIRE_INIT();
+  if (phGraph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_mutex);
+  for (int i = 0; i < MAX_CAPTURES; i++) {
+    if (s != NULL && g_captures[i].stream == s) {
+      g = g_captures[i].graph;
+      g_captures[i].stream = NULL;
+      g_captures[i].graph = NULL;
+    }
+  }
+  pthread_mutex_unlock(&g_mutex);
+  if (g == NULL) return CUDA_ERROR_INVALID_VALUE; /* not capturing */
+  *phGraph = g;
+  return CUDA_SUCCESS;
+}
+
+/* cuStreamIsCapturing: *status 0 = none, 1 = active (CUstreamCaptureStatus). */
+SIMGPU_API CUresult cuStreamIsCapturing(CUstream s, int* status) {
+  REQUIRE_INIT();
+  if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *status = capturing(s) != NULL ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -1263,6 +1510,11 @@ static const struct {
     ENSIMGPU_TRY(cuEventSynchronize), ENSIMGPU_TRY(cuEventElapsedTime), ENSIMGPU_TRY(cuModuleLoad),
     ENSIMGPU_TRY(cuModuleLoadData), ENSIMGPU_TRY(cuModuleLoadDataEx), ENSIMGPU_TRY(cuModuleLoadFatBinary),
     ENSIMGPU_TRY(cuModuleUnload), ENSIMGPU_TRY(cuModuleGetFunction), ENSIMGPU_TRY(cuLaunchKernel),
+    ENSIMGPU_TRY(cuLaunchKernelEx), ENSIMGPU_TRY(cuGraphCreate), ENSIMGPU_TRY(cuGraphAddKernelNode),
+    ENSIMGPU_TRY(cuGraphAddKernelNode_v2), ENSIMGPU_TRY(cuGraphInstantiateWithFlags), ENSIMGPU_TRY(cuGraphInstantiate),
+    ENSIMGPU_TRY(cuGraphInstantiate_v2), ENSIMGPU_TRY(cuGraphLaunch), ENSIMGPU_TRY(cuGraphExecDestroy),
+    ENSIMGPU_TRY(cuGraphDestroy), ENSIMGPU_TRY(cuStreamBeginCapture), ENSIMGPU_TRY(cuStreamBeginCapture_v2),
+    ENSIMGPU_TRY(cuStreamEndCapture), ENSIMGPU_TRY(cuStreamIsCapturing),
     ENSIMGPU_TRY(cuMemAlloc_v2), ENSIMGPU_TRY(cuMemAllocManaged), ENSIMGPU_TRY(cuMemFree_v2), ENSIMGPU_TRY(cuMemGetInfo_v2),
     ENSIMGPU_TRY(cuMemAllocPitch_v2), ENSIMGPU_TRY(cuMemAllocAsync), ENSIMGPU_TRY(cuMemFreeAsync),
     ENSIMGPU_TRY(cuMemGetAllocationGranularity), ENSIMGPU_TRY(cuMemCreate), ENSIMGPU_TRY(cuMemRelease),

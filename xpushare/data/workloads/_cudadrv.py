@@ -60,7 +60,74 @@ _CU_SIGNATURES: dict[str, tuple[Any, ...]] = {
     "cuMemcpyHtoD_v2": (_CU_DEVICEPTR, ctypes.c_void_p, ctypes.c_size_t),
     "cuMemcpyDtoH_v2": (ctypes.c_void_p, _CU_DEVICEPTR, ctypes.c_size_t),
     "cuGetErrorName": (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
+    # launch paths and timing of the compute probe (workloads/compute_probe.py)
+    "cuDeviceGetAttribute": (ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int),
+    "cuStreamCreate": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint),
+    "cuStreamSynchronize": (ctypes.c_void_p,),
+    "cuEventCreate": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint),
+    "cuEventRecord": (ctypes.c_void_p, ctypes.c_void_p),
+    "cuEventSynchronize": (ctypes.c_void_p,),
+    "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_void_p),
+    "cuLaunchKernelEx": (
+        ctypes.c_void_p,  # const CUlaunchConfig*
+        ctypes.c_void_p,  # CUfunction
+        ctypes.POINTER(ctypes.c_void_p),  # kernelParams
+        ctypes.POINTER(ctypes.c_void_p),  # extra
+    ),
+    "cuGraphCreate": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint),
+    "cuGraphAddKernelNode_v2": (
+        ctypes.POINTER(ctypes.c_void_p),  # CUgraphNode* (out)
+        ctypes.c_void_p,  # CUgraph
+        ctypes.POINTER(ctypes.c_void_p),  # dependencies
+        ctypes.c_size_t,  # number of dependencies
+        ctypes.c_void_p,  # const CUDA_KERNEL_NODE_PARAMS_v2*
+    ),
+    "cuGraphAddKernelNode": (
+        ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+        ctypes.c_void_p,  # const CUDA_KERNEL_NODE_PARAMS* (v1: the v2 structure's prefix)
+    ),
+    "cuGraphInstantiateWithFlags": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_ulonglong),
+    "cuGraphLaunch": (ctypes.c_void_p, ctypes.c_void_p),
+    "cuGraphExecDestroy": (ctypes.c_void_p,),
+    "cuGraphDestroy": (ctypes.c_void_p,),
 }
+
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h, CUDA 12): grid and block sizes, shared memory bytes, stream, attributes."""
+
+    _fields_ = [
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("hStream", ctypes.c_void_p),
+        ("attrs", ctypes.c_void_p),
+        ("numAttrs", ctypes.c_uint),
+    ]
+
+
+class KernelNodeParams(ctypes.Structure):
+    """``CUDA_KERNEL_NODE_PARAMS_v2`` (cuda.h, CUDA 12): a kernel node's function, sizes and arguments
+    (``kern``/``ctx`` NULL: the function's own context)."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.POINTER(ctypes.c_void_p)),
+        ("extra", ctypes.POINTER(ctypes.c_void_p)),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]
 
 _STAGING_ELEMENTS = 1 << 20
 """fp32 elements (4 MiB) of the host buffer that :meth:`CudaDrvDevice.full` copies from, repeatedly."""
@@ -156,6 +223,26 @@ class CudaDriver:
     def call(self, name: str, *args: Any) -> None:
         """Call driver function ``name`` with ``args``. Raises :class:`CudaDriverError` on failure."""
         self.check(name, self.fn(name)(*args))
+
+
+def primary_context(drv: CudaDriver, ordinal: int = 0) -> tuple[int, ctypes.c_void_p]:
+    """Device ``ordinal`` (``cuDeviceGet``) and its primary context made current, as the CUDA runtime does
+    (``cuDevicePrimaryCtxRetain`` + ``cuCtxSetCurrent``), else a ``cuCtxCreate_v2`` context.
+
+    Requires ``cuInit`` called. Raises :class:`CudaDriverError` when the device or every context call fails.
+    """
+    cu_dev = ctypes.c_int()
+    drv.call("cuDeviceGet", ctypes.byref(cu_dev), ordinal)
+    ctx = ctypes.c_void_p()
+    try:
+        primary_rc = drv.fn("cuDevicePrimaryCtxRetain")(ctypes.byref(ctx), cu_dev)
+    except AttributeError:
+        primary_rc = -1
+    if primary_rc == CUDA_SUCCESS and ctx.value:
+        drv.call("cuCtxSetCurrent", ctx)
+        return int(cu_dev.value), ctx
+    drv.call("cuCtxCreate_v2", ctypes.byref(ctx), 0, cu_dev)
+    return int(cu_dev.value), ctx
 
 
 class DrvBuffer:
@@ -255,7 +342,7 @@ class CudaDrvDevice(Device):
             total_bytes=int(total.value),
         )
         self._drv = drv
-        self._ctx = self._make_context(cu_dev)
+        _, self._ctx = primary_context(drv, int(cu_dev.value))
         module = ctypes.c_void_p()
         drv.call("cuModuleLoadData", ctypes.byref(module), SIMGPU_MODULE_IMAGE)
         func = ctypes.c_void_p()
@@ -272,19 +359,6 @@ class CudaDrvDevice(Device):
         self._generation: dict[int, int] = {}  # CUdeviceptr -> count of host-visible writes into it
         # output pointer -> (last operation replayed into it, its inputs' generations, its own generation)
         self._replayed: dict[int, tuple[Any, ...]] = {}
-
-    def _make_context(self, cu_dev: ctypes.c_int) -> ctypes.c_void_p:
-        """The device's primary context made current (as the CUDA runtime does), else ``cuCtxCreate_v2``."""
-        ctx = ctypes.c_void_p()
-        try:
-            primary_rc = self._drv.fn("cuDevicePrimaryCtxRetain")(ctypes.byref(ctx), cu_dev)
-        except AttributeError:
-            primary_rc = -1
-        if primary_rc == CUDA_SUCCESS and ctx.value:
-            self._drv.call("cuCtxSetCurrent", ctx)
-            return ctx
-        self._drv.call("cuCtxCreate_v2", ctypes.byref(ctx), 0, cu_dev)
-        return ctx
 
     # -- memory ------------------------------------------------------------------------------------------
 
