@@ -103,7 +103,8 @@ for _id, _path, _title, _takers in PATHS:
 
 # ------------------------------------------------------------------------------------------------ compute
 # ISO-011..016: the core (compute) quota on each kernel launch path, alone and beside a neighbour pod on the same
-# GPU. Core quotas come only from the pod's annotation (docs/sut/scheduler.md §compute-quota), so these cases need Kubernetes.
+# GPU. Core quotas come only from the pod's annotation (docs/sut/scheduler.md §compute-quota), so these cases
+# need Kubernetes.
 
 COMPUTE_PROBE = "compute_probe"
 

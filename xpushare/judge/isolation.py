@@ -370,8 +370,8 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     ``neighbour`` (pod name or None), ``neighbour_core_limit`` (percent), ``quota_source``. The probe's share
     is kernels x the shortest kernel (by the GPU's events) / wall time over the intervals from
     ``iso_compute_skip_intervals`` on; the ideal share is ``1 / ideal_factor(core_limit, co_quotas)``
-    (docs/sut/scheduler.md §compute-quota: budgets scaled when the quotas of one GPU sum past 100). Checks: every pod ended,
-    every pod succeeded (a probe whose status is not ok exits 1: its line is the ERROR's reason), the probe
+    (docs/sut/scheduler.md §compute-quota: budgets scaled when the quotas of one GPU sum past 100). Checks: every
+    pod ended, every pod succeeded (a probe whose status is not ok exits 1: its line is the ERROR's reason), the probe
     measured, the two clocks are consistent (:func:`check_sources_agree`, ``iso_compute_sources_tolerance``;
     else ERROR), and ``|share / ideal - 1|`` within ``perf_quota_tolerance``
     alone or ``perf_mixed_tolerance`` beside a neighbour (seed 000 §6 P1). Beside a neighbour its share, over its
