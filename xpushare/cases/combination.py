@@ -26,12 +26,22 @@ from typing import Any
 
 from xpushare.backends.base import CAP_KUBERNETES, PodRecord, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
-from xpushare.cases.functional import OVERSUB, W2, W5, ample_quota, colocated_pair
+from xpushare.cases.functional import (
+    DYNAMIC_MEMORY_PARAMS,
+    OVERSUB,
+    QUOTA_PROBE_PARAMS,
+    W2,
+    W5,
+    ample_quota,
+    colocated_pair,
+    dynamic_memory,
+    run_quota_probe,
+)
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as judge_combo
-from xpushare.judge import thresholds
+from xpushare.judge import quota_probe, thresholds
 from xpushare.judge.metrics import read_capture
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.errors import XpushareError
@@ -150,6 +160,11 @@ def _combo001(run: CaseRun) -> None:
     run.plan.update(memory_limit=limit, namespace=run.cluster.namespace)
     args = ("--factor", str(run.params["oversub_factor"]))
     run.run_pods([run.pod("oversub-quota", OVERSUB, args=args, oversub=True, memory_limit=limit)])
+    run_quota_probe(run, limit, source="annotation", oversub=True)
+
+
+def _judge_combo001(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return quota_probe.add_static_figures(judge_combo.judge_quota_over_oversub(ev, th, plan), ev, th, plan)
 
 
 # ---------------------------------------------------------------------------------------------- COMBO-002
@@ -260,12 +275,12 @@ def _combo004(run: CaseRun) -> None:
 
 
 def _combo005(run: CaseRun) -> None:
-    """W5 with oversubscription on and memory m0; memory m1, m2, m3 while it runs (``combo005_memory_limits``,
-    the seed's 4Gi, 8Gi, 2Gi, 6Gi)."""
+    """The memory probe (cuMemAlloc, every ``probe_interval_s``) with oversubscription on and memory m0; memory
+    m1, m2, m3 while it runs, one ``dynamic_step_s`` apart (``combo005_memory_limits``, the seed's 4Gi, 8Gi,
+    2Gi, 6Gi): :func:`xpushare.cases.functional.dynamic_memory`."""
     if not _c1_gate(run):
         return
-    m0, *rest = _memory_steps(run, "combo005_memory_limits", 4)
-    dynamic_schedule(run, {"memory": m0, "oversub": True}, _changes([("memory", m) for m in rest]))
+    dynamic_memory(run, _memory_steps(run, "combo005_memory_limits", 4), oversub=True)
 
 
 def _combo006(run: CaseRun) -> None:
@@ -275,7 +290,8 @@ def _combo006(run: CaseRun) -> None:
 
 def _judge_dynamic(case: str) -> Judge:
     def judge(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-        return judge_combo.judge_dynamic_sequence(ev, th, plan, case=case)
+        verdict = judge_combo.judge_dynamic_sequence(ev, th, plan, case=case)
+        return quota_probe.add_phase_figures(verdict, ev, th, plan) if case == "COMBO-005" else verdict
 
     return judge
 
@@ -329,13 +345,15 @@ register(
         "Oversubscription + static memory quota",
         "W1 (oversub)",
         "1 pod asks for oversub_factor x GPU memory with oversubscription on and gpu-memory-limit "
-        "combo001_memory_limit (10Gi); wait until it ends",
-        "pods/*.log (cuMemAlloc rejected ... would exceed limit <quota>), scheduler.log (Applying initial memory "
-        "limit), scheduler_proc.txt",
+        "combo001_memory_limit (10Gi); wait until it ends; then the memory probe (cuMemAlloc) with "
+        "oversubscription on under the same quota: it holds at most the quota and can use it",
+        "pods/*.log (cuMemAlloc rejected ... would exceed limit <quota>; MEM_PROBE accepted/refused bytes), "
+        "scheduler.log (Applying initial memory limit), scheduler_proc.txt",
         requires=_K8S,
-        params={"combo001_memory_limit": "10Gi", "oversub_factor": 1.5, "combo_c1_only": False},
+        params={"combo001_memory_limit": "10Gi", "oversub_factor": 1.5, "combo_c1_only": False,
+                **QUOTA_PROBE_PARAMS},
         act=_combo001,
-        judge=judge_combo.judge_quota_over_oversub,
+        judge=_judge_combo001,
     )
 )
 register(
@@ -392,13 +410,13 @@ register(
         "COMBO-005",
         "combination",
         "Oversubscription + dynamic memory",
-        "W5",
-        "W5 with oversubscription on and memory 4Gi; annotate 8Gi, 2Gi, 6Gi while it runs "
-        "(memory values: combo005_memory_limits)",
-        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated), scheduler_proc.txt, "
-        "annotations.jsonl",
+        "mem_probe",
+        "memory probe (cuMemAlloc) with oversubscription on and memory 4Gi; annotate 8Gi, 2Gi, 6Gi while it runs "
+        "(memory values: combo005_memory_limits); it measures what it can hold every probe_interval_s",
+        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated, MEM_PROBE accepted/refused per "
+        "phase), scheduler_proc.txt, annotations.jsonl",
         requires=_K8S,
-        params={**_DYNAMIC, "combo005_min_changes": _D["combo005_min_changes"], "combo_c1_only": False,
+        params={**DYNAMIC_MEMORY_PARAMS, "combo005_min_changes": _D["combo005_min_changes"], "combo_c1_only": False,
                 "combo005_memory_limits": ["4Gi", "8Gi", "2Gi", "6Gi"]},
         act=_combo005,
         judge=_judge_dynamic("COMBO-005"),
