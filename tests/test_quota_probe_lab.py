@@ -4,8 +4,11 @@ with the real SUT, healthy and under the mutants that break one memory path or o
 * Healthy: FUNC-006/007 PASS with the probe's figures (the env quota holds and is usable); COMBO-005 (the probe
   with oversubscription on, 512Mi -> 1Gi -> 256Mi -> 768Mi) PASSes in every phase: with oversubscription a raised
   quota is usable (docs/findings.md 18 needs it off).
-* ``memory-limit-per-request`` (each cuMemAlloc checked against the limit alone): FUNC-007's workload fits its
-  quota and passes; the probe holds twice the quota: FAIL on ``probe_quota_held``.
+* ``memory-limit-per-request`` (each cuMemAlloc checked against the limit alone): masked without
+  oversubscription by the library's "physical allocatable", which the first allocation fixes at the quota
+  (docs/findings.md 18), so FUNC-007 PASSes; COMBO-005 (oversubscription on) FAILs on ``initial_held``.
+* ``dlsym-memalloc-unhooked`` (cuMemAlloc_v2 looked up with dlsym gets the real driver's): FUNC-007's workload
+  fits its quota and passes; the probe holds twice the quota: FAIL on ``probe_quota_held``.
 * ``memory-limit-decrease-ignored``: every change logged and acknowledged; FUNC-011 FAILs on ``change1_held``,
   COMBO-005 on ``change2_held`` (the 1 GiB of the raise still held under 256 MiB).
 * ``memory-limit-raise-ignored``: COMBO-005 FAILs on ``change1_usable`` (512 MiB usable of 1 GiB); FUNC-011 (a
@@ -73,14 +76,23 @@ def test_healthy_build_holds_and_uses_each_quota(lab_inventory: Path, tmp_path: 
     assert _phases(got["COMBO-005"]) == {"initial": 512, "change1": 1024, "change2": 256, "change3": 768}
 
 
-def test_per_request_check_is_caught_by_the_probe_only(lab_inventory: Path, kube_lab: LabCluster,
-                                                       tmp_path: Path) -> None:
+def test_the_cuMemAlloc_path_broken_two_ways(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    # each request checked alone: without oversubscription the library's "physical allocatable", fixed at the
+    # first allocation from the limit (finding 18), still stops the probe at the quota; with it (COMBO-005) the
+    # probe holds its cap whatever the quota
     with kube_lab.running_mutant("memory-limit-per-request"):
-        got, detail = run(lab_inventory, tmp_path, "per-request", "FUNC-007")
+        got, detail = run(lab_inventory, tmp_path, "per-request", "FUNC-007", "COMBO-005")
+    assert {k: v["status"] for k, v in got.items()} == {"FUNC-007": "PASS", "COMBO-005": "FAIL"}, detail
+    assert got["COMBO-005"]["summary"].startswith("initial_held:"), detail
+    assert all(c["ok"] for c in got["COMBO-005"]["checks"] if not c["name"].startswith(("initial", "change")))
+    # cuMemAlloc_v2 looked up with dlsym gets the real driver's: FUNC-007's workload fits its quota and passes,
+    # the probe holds its cap (2 x the quota)
+    with kube_lab.running_mutant("dlsym-memalloc-unhooked"):
+        got, detail = run(lab_inventory, tmp_path, "dlsym", "FUNC-007")
     result = got["FUNC-007"]
     assert result["status"] == "FAIL" and result["summary"].startswith("probe_quota_held:"), detail
-    assert result["metrics"]["quota_probe"]["accepted_bytes"] == 512 * MIB  # the cap: 2 x the quota
-    assert all(c["ok"] for c in result["checks"] if not c["name"].startswith("probe_"))  # the workload passed
+    assert result["metrics"]["quota_probe"]["accepted_bytes"] == 512 * MIB
+    assert all(c["ok"] for c in result["checks"] if not c["name"].startswith("probe_"))
 
 
 def test_decrease_ignored_is_caught_after_the_decrease(lab_inventory: Path, kube_lab: LabCluster,
