@@ -131,3 +131,13 @@ def test_a_raise_not_usable_and_a_decrease_not_held_fail_their_phase() -> None:
 def test_a_phase_measured_before_the_change_settled_is_not_evaluable() -> None:
     v = add_phase_figures(base(), dynamic_evidence([(9, 512 * MIB), (12, 512 * MIB), (28, 256 * MIB)]), TH, DPLAN)
     assert v.status is Status.ERROR and v.summary.startswith("change1_measured:"), v.summary
+
+
+def test_a_probe_beside_the_workload_counts_only_the_calls_on_itself() -> None:
+    # COMBO-004: the W5 pod gets every change, the probe only the memory ones
+    ev = dynamic_evidence([(9, 512 * MIB), (18, 1024 * MIB), (28, 256 * MIB)])
+    other = "".join(json.dumps({"time": t, "pod": "combo-004-w5", "annotations": {}}) + "\n" for t in (T0 + 5, T0 + 15))
+    ev = Evidence.from_parts(ev.pods, ev.logs, {"annotations.jsonl": other + ev.text("annotations.jsonl")})
+    v = add_phase_figures(base(), ev, TH, {**DPLAN, "pods": ["combo-004-w5", DYN], "memory_probe": DYN})
+    assert v.status is Status.PASS, v.summary
+    assert v.metrics["probe_phases"]["initial"]["accepted_bytes"] == 512 * MIB

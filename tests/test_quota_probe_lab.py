@@ -3,7 +3,9 @@ with the real SUT, healthy and under the mutants that break one memory path or o
 
 * Healthy: FUNC-006/007 PASS with the probe's figures (the env quota holds and is usable); COMBO-005 (the probe
   with oversubscription on, 512Mi -> 1Gi -> 256Mi -> 768Mi) PASSes in every phase: with oversubscription a raised
-  quota is usable (docs/findings.md 18 needs it off).
+  quota is usable (docs/findings.md 18 needs it off). COMBO-001's probe is held at its quota (the case FAILs on
+  its workload's first chunk, finding 13); COMBO-004 (no oversubscription) FAILs on finding 18: its probe,
+  beside the W5 pod, cannot use a raised quota past the first one.
 * ``memory-limit-per-request`` (each cuMemAlloc checked against the limit alone): masked without
   oversubscription by the library's "physical allocatable", which the first allocation fixes at the quota
   (docs/findings.md 18), so FUNC-007 PASSes; COMBO-005 (oversubscription on) FAILs on ``initial_held``.
@@ -74,6 +76,22 @@ def test_healthy_build_holds_and_uses_each_quota(lab_inventory: Path, tmp_path: 
         assert probe["refused_bytes"] > 0 and "probe (cuMemAlloc) held" in got[case]["summary"]
         assert got[case]["thresholds"]["iso_memory_tolerance_ratio"] == 0.02
     assert _phases(got["COMBO-005"]) == {"initial": 512, "change1": 1024, "change2": 256, "change3": 768}
+
+
+def test_healthy_combination_cases_with_the_probe(lab_inventory: Path, tmp_path: Path) -> None:
+    got, detail = run(lab_inventory, tmp_path, "healthy-combo", "COMBO-001", "COMBO-004")
+    # COMBO-001: its workload's first chunk went through before the quota arrived (finding 13); the probe, which
+    # starts after the registration, is held at the 32 MiB quota and can use it
+    combo1 = got["COMBO-001"]
+    assert combo1["status"] == "FAIL" and [c["name"] for c in combo1["checks"] if c["ok"] is False] == [
+        "quota_held"], detail
+    assert combo1["metrics"]["quota_probe"]["accepted_bytes"] == 32 * MIB
+    # COMBO-004 (no oversubscription): every change logged and applied in order, but the raised memory quota
+    # cannot be used past the first one (finding 18): 256 MiB usable of 512 MiB, then of 384 MiB
+    combo4 = got["COMBO-004"]
+    assert [c["name"] for c in combo4["checks"] if c["ok"] is False] == ["change1_usable", "change2_usable"], detail
+    assert _phases(combo4) == {"initial": 256, "change1": 256, "change2": 256}
+    assert set(combo4["metrics"]["latency_s"]) == {"512Mi", "80", "384Mi", "50"}
 
 
 def test_the_cuMemAlloc_path_broken_two_ways(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from xpushare.backends.base import CAP_KUBERNETES, PodRecord, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
 from xpushare.cases.functional import (
     DYNAMIC_MEMORY_PARAMS,
+    MEM_PROBE,
     OVERSUB,
     QUOTA_PROBE_PARAMS,
     W2,
@@ -35,6 +36,7 @@ from xpushare.cases.functional import (
     ample_quota,
     colocated_pair,
     dynamic_memory,
+    dynamic_probe_args,
     run_quota_probe,
 )
 from xpushare.collect import pod_log
@@ -215,7 +217,7 @@ def probe_loop_start(run: CaseRun, pod: str, timeout_s: float) -> float | None:
 
 
 def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence[tuple[str, str, int]], *,
-                     snapshots: bool = False) -> None:
+                     snapshots: bool = False, memory_probe: bool = False) -> None:
     """One W5 pod; change ``i`` is annotated ``dynamic_step_s`` x (i + 1) after its probe loop started.
 
     The schedule is absolute (anchored on the loop's start, :func:`probe_loop_start`), so the time an
@@ -223,27 +225,40 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     W5 runs ``step x (changes + 2) + probe_interval_s``: every phase lasts a step, and the last change
     has a step (plus the probe interval) to be applied before the pod ends. ``snapshots``: scrape
     ``metrics_start.txt`` when the loop runs and ``metrics_end.txt`` one step after the last change.
-    ``plan``: pods, namespace, initial, changes ({key, value, new}), probe_started, metrics_start/_end.
+    ``memory_probe``: the memory probe (:func:`xpushare.cases.functional.dynamic_probe_args`) runs as long in a
+    pod beside it with the same initial quotas, and each memory change is annotated on it too, right after.
+    ``plan``: pods (W5 first), namespace, initial, changes ({key, value, new}), probe_started,
+    metrics_start/_end; with ``memory_probe``: memory_probe (its pod), memory_limits_bytes (initial, then one per
+    memory change).
     """
     step, interval = float(run.params["dynamic_step_s"]), float(run.params["probe_interval_s"])
     duration = step * (len(changes) + 2) + interval
     args = ("--duration-s", f"{duration:g}", "--interval-s", f"{interval:g}")
     pod_kw = {"core_limit": initial.get("core"), "memory_limit": initial.get("memory"),
               "oversub": bool(initial.get("oversub"))}
-    spec = run.pod("w5", W5, args=args, **{k: v for k, v in pod_kw.items() if v is not None})
+    kept = {k: v for k, v in pod_kw.items() if v is not None}
+    spec = run.pod("w5", W5, args=args, **kept)
+    specs = [spec]
     timeout = float(run.params["pod_timeout_s"])
     run.plan.update(pods=[spec.name], namespace=run.cluster.namespace,
                     initial={k: v for k, v in initial.items() if k != "oversub"},
                     changes=[{"key": k, "value": v, "new": n} for k, v, n in changes])
+    probe = None
+    if memory_probe:
+        sizes = [annotation_bytes(str(initial["memory"])), *[n for k, _v, n in changes if k == "memory"]]
+        probe = run.pod("probe", MEM_PROBE, args=dynamic_probe_args(run.params, max(sizes), duration), **kept)
+        specs.append(probe)
+        run.plan.update(pods=[spec.name, probe.name], memory_probe=probe.name, memory_limits_bytes=sizes)
+    names = [s.name for s in specs]
     run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
-    records = run.backend.wait_running(run.case_dir, [spec.name], timeout)
+    run.backend.start_pods(run.case_dir, specs)
+    records = run.backend.wait_running(run.case_dir, names, timeout)
     node = next((r.node for r in records if r.node), None)
     start = probe_loop_start(run, spec.name, timeout)
     run.plan["probe_started"] = start is not None
     if start is None:  # the loop never ran: the judgment finds no change lines and no probes
         run.save_plan()
-        run.backend.wait_terminal(run.case_dir, [spec.name], timeout)
+        run.backend.wait_terminal(run.case_dir, names, timeout)
         return
     if snapshots:
         run.plan["metrics_start"] = _scrape_one(run, "metrics_start.txt", node)
@@ -251,11 +266,13 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     for i, (key, value, _new) in enumerate(changes):
         run.sleep(max(0.0, start + step * (i + 1) - time.monotonic()))
         run.backend.annotate(run.case_dir, spec.name, {key: value})
+        if probe is not None and key == "memory":
+            run.backend.annotate(run.case_dir, probe.name, {key: value})
     if snapshots:
         run.sleep(max(0.0, start + step * (len(changes) + 1) - time.monotonic()))
         run.plan["metrics_end"] = _scrape_one(run, "metrics_end.txt", node)
         run.save_plan()
-    run.backend.wait_terminal(run.case_dir, [spec.name], timeout)
+    run.backend.wait_terminal(run.case_dir, names, timeout)
 
 
 def _memory_steps(run: CaseRun, key: str, count: int) -> list[str]:
@@ -268,10 +285,11 @@ def _memory_steps(run: CaseRun, key: str, count: int) -> list[str]:
 
 def _combo004(run: CaseRun) -> None:
     """W5 with core 30 % and memory m0; alternate memory m1, core 80, memory m2, core 50 while it runs
-    (m0..m2: ``combo004_memory_limits``, the seed's 2Gi, 4Gi, 3Gi)."""
+    (m0..m2: ``combo004_memory_limits``, the seed's 2Gi, 4Gi, 3Gi); the memory probe beside it, with the same
+    initial quotas and the memory changes."""
     m0, m1, m2 = _memory_steps(run, "combo004_memory_limits", 3)
     changes = _changes([("memory", m1), ("core", "80"), ("memory", m2), ("core", "50")])
-    dynamic_schedule(run, {"core": 30, "memory": m0}, changes, snapshots=True)
+    dynamic_schedule(run, {"core": 30, "memory": m0}, changes, snapshots=True, memory_probe=True)
 
 
 def _combo005(run: CaseRun) -> None:
@@ -291,7 +309,7 @@ def _combo006(run: CaseRun) -> None:
 def _judge_dynamic(case: str) -> Judge:
     def judge(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
         verdict = judge_combo.judge_dynamic_sequence(ev, th, plan, case=case)
-        return quota_probe.add_phase_figures(verdict, ev, th, plan) if case == "COMBO-005" else verdict
+        return quota_probe.add_phase_figures(verdict, ev, th, plan) if case != "COMBO-006" else verdict
 
     return judge
 
@@ -395,11 +413,12 @@ register(
         "Dynamic memory + dynamic compute",
         "W5",
         "W5 with core 30 % and memory 2Gi; annotate memory 4Gi, core 80, memory 3Gi, core 50 while it runs "
-        "(memory values: combo004_memory_limits)",
-        "scheduler.log (Memory/Compute limit changed, in order), pods/*.log (update lines, QUOTA_PROBE), "
-        "annotations.jsonl, metrics_start.txt, metrics_end.txt",
+        "(memory values: combo004_memory_limits); beside it the memory probe (cuMemAlloc) with the same initial "
+        "quotas gets the memory changes too and measures what it can hold every probe_interval_s",
+        "scheduler.log (Memory/Compute limit changed, in order), pods/*.log (update lines, QUOTA_PROBE, MEM_PROBE "
+        "accepted/refused per phase), annotations.jsonl, metrics_start.txt, metrics_end.txt",
         requires=_K8S,
-        params={**_DYNAMIC, "max_probe_gap_s": _D["max_probe_gap_s"],
+        params={**DYNAMIC_MEMORY_PARAMS, "max_probe_gap_s": _D["max_probe_gap_s"],
                 "combo004_memory_limits": ["2Gi", "4Gi", "3Gi"]},
         act=_combo004,
         judge=_judge_dynamic("COMBO-004"),

@@ -355,6 +355,23 @@ def _dynamic(
     run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
 
 
+def dynamic_probe_args(params: Mapping[str, Any], largest_bytes: int, duration_s: float) -> tuple[str, ...]:
+    """The memory probe's flags for a quota changed while it runs: path ``cuMemAlloc``, a round every
+    ``probe_interval_s`` for ``duration_s`` (s), up to ``dynamic_probe_cap_factor`` x the largest quota
+    (``largest_bytes``), blocks of ``dynamic_probe_step_mib``."""
+    interval = float(params["probe_interval_s"])
+    return (
+        "--path", "cuMemAlloc",
+        "--quota-bytes", str(largest_bytes),
+        "--cap-factor", f"{float(params['dynamic_probe_cap_factor']):g}",
+        "--step-mib", str(int(params["dynamic_probe_step_mib"])),
+        "--free-margin-mib", str(int(params["dynamic_probe_free_margin_mib"])),
+        "--start-delay-s", f"{float(params['dynamic_probe_start_delay_s']):g}",
+        "--rounds", str(int(duration_s // interval) + 1),
+        "--interval-s", f"{interval:g}",
+    )
+
+
 def dynamic_memory(run: CaseRun, limits: list[str], *, oversub: bool = False) -> None:
     """The memory probe (path ``cuMemAlloc``) under ``limits[0]``, annotated with each later limit while it runs.
 
@@ -364,18 +381,8 @@ def dynamic_memory(run: CaseRun, limits: list[str], *, oversub: bool = False) ->
     the pod runs with oversubscription on (COMBO-005).
     """
     sizes = [parse_quantity(x) for x in limits]
-    step, interval = float(run.params["dynamic_step_s"]), float(run.params["probe_interval_s"])
-    rounds = int((step * len(limits) + step / 2) // interval) + 1
-    args = (
-        "--path", "cuMemAlloc",
-        "--quota-bytes", str(max(sizes)),
-        "--cap-factor", f"{float(run.params['dynamic_probe_cap_factor']):g}",
-        "--step-mib", str(int(run.params["dynamic_probe_step_mib"])),
-        "--free-margin-mib", str(int(run.params["dynamic_probe_free_margin_mib"])),
-        "--start-delay-s", f"{float(run.params['dynamic_probe_start_delay_s']):g}",
-        "--rounds", str(rounds),
-        "--interval-s", f"{interval:g}",
-    )
+    step = float(run.params["dynamic_step_s"])
+    args = dynamic_probe_args(run.params, max(sizes), step * len(limits) + step / 2)
     run.plan["memory_limits_bytes"] = sizes
     changes = [("memory", v, b) for v, b in zip(limits[1:], sizes[1:], strict=True)]
     initial: dict[str, Any] = {"memory_limit": limits[0], **({"oversub": True} if oversub else {})}

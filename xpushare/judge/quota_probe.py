@@ -2,7 +2,8 @@
 
 FUNC-006/007 and COMBO-001 (a static quota) run the memory probe (``workloads/mem_probe.py``, path
 ``cuMemAlloc``) in a pod of its own under the case's quota after the case's workload; FUNC-010/011 and
-COMBO-005 (a quota changed while it runs) run it for the whole case, measuring every ``probe_interval_s``.
+COMBO-005 (a quota changed while it runs) run it for the whole case, measuring every ``probe_interval_s``;
+COMBO-004 runs it in a pod beside its W5 pod, annotated with the same memory changes.
 These functions add what the probe could hold to the case's verdict, with the rules of
 :mod:`xpushare.judge.isolation` (quota Q bytes, the probe's step S, tolerance T =
 ``iso_memory_tolerance_ratio`` x Q):
@@ -36,6 +37,7 @@ from xpushare.judge.quota import annotation_calls
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = ["PROBE_KEYS", "add_phase_figures", "add_static_figures", "memory_phase_checks"]
+
 
 #: Thresholds and parameters a verdict records when the probe's figures are in it.
 PROBE_KEYS = ("iso_memory_tolerance_ratio",)
@@ -102,17 +104,17 @@ def _phase_line(lines: Sequence[MemProbeLine], started: float | None, times: Seq
 def memory_phase_checks(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> tuple[list[Check], dict]:
     """Held and usable checks for each phase of a dynamic memory quota, from the probe pod's lines.
 
-    ``plan``: ``pods`` (the probe first), ``memory_limits_bytes`` (initial quota, then one per change).
-    Phase 0 is judged on the last probe line before the first annotate call (``annotations.jsonl``: the
-    case annotates only the probe pod), phase i on the first
-    line begun ``dynamic_probe_settle_s`` or more after call i (and before call i + 1), named
+    ``plan``: ``memory_probe`` (the probe pod; default the first of ``pods``), ``memory_limits_bytes``
+    (initial quota, then one per memory change). Phase 0 is judged on the last probe line before the first
+    annotate call on the probe pod (``annotations.jsonl``; a call without a pod counts for every pod), phase i
+    on the first line begun ``dynamic_probe_settle_s`` or more after call i (and before call i + 1), named
     ``initial_held``/``_usable`` and ``change<i>_held``/``_usable``; a phase without a line is
     ``change<i>_measured`` not evaluable. Returns the checks and ``{label: {quota_bytes, accepted_bytes,
     refused_bytes, error, round, accuracy}}``.
     """
-    pod = plan["pods"][0]
+    pod = str(plan.get("memory_probe") or plan["pods"][0])
     limits = [int(b) for b in plan.get("memory_limits_bytes") or []]
-    times = [float(c["time"]) for c in annotation_calls(ev)]
+    times = [float(c["time"]) for c in annotation_calls(ev) if c.get("pod") in (None, pod)]
     lines = [x for x in probe_lines(ev, pod) if x.status == "ok"]
     record = ev.pod(pod)
     started = record.started if record is not None else None
