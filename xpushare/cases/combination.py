@@ -253,7 +253,7 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     run.save_plan()
     run.backend.start_pods(run.case_dir, specs)
     records = run.backend.wait_running(run.case_dir, names, timeout)
-    node = next((r.node for r in records if r.node), None)
+    node = next((r.node for r in records if r.name == spec.name and r.node), None)  # the W5 pod's scheduler
     start = probe_loop_start(run, spec.name, timeout)
     run.plan["probe_started"] = start is not None
     if start is None:  # the loop never ran: the judgment finds no change lines and no probes
