@@ -66,6 +66,11 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         # functional
         "func003_pods": 4,
         "func006_memory_limit": "1Mi",
+        # FUNC-006/007 and COMBO-001 run the memory probe after their workload: a quota the card can show (W2's
+        # 64 MiB fit 256 MiB; the default 8Gi is over the 1600 MiB card), from 1 s after the registration
+        "func007_memory_limit": "256Mi",
+        "quota_probe_free_margin_mib": 64,
+        "quota_probe_start_delay_s": 1,
         "dynamic_step_s": 8,
         "probe_interval_s": 1,
         # FUNC-010/011's memory probe: limits the 1600 MiB card can show (1.5 x 512 MiB under its free 1344 MiB

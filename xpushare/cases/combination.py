@@ -26,12 +26,24 @@ from typing import Any
 
 from xpushare.backends.base import CAP_KUBERNETES, PodRecord, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
-from xpushare.cases.functional import OVERSUB, W2, W5, ample_quota, colocated_pair
+from xpushare.cases.functional import (
+    DYNAMIC_MEMORY_PARAMS,
+    MEM_PROBE,
+    OVERSUB,
+    QUOTA_PROBE_PARAMS,
+    W2,
+    W5,
+    ample_quota,
+    colocated_pair,
+    dynamic_memory,
+    dynamic_probe_args,
+    run_quota_probe,
+)
 from xpushare.collect import pod_log
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as judge_combo
-from xpushare.judge import thresholds
+from xpushare.judge import quota_probe, thresholds
 from xpushare.judge.metrics import read_capture
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.errors import XpushareError
@@ -150,6 +162,11 @@ def _combo001(run: CaseRun) -> None:
     run.plan.update(memory_limit=limit, namespace=run.cluster.namespace)
     args = ("--factor", str(run.params["oversub_factor"]))
     run.run_pods([run.pod("oversub-quota", OVERSUB, args=args, oversub=True, memory_limit=limit)])
+    run_quota_probe(run, limit, source="annotation", oversub=True)
+
+
+def _judge_combo001(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return quota_probe.add_static_figures(judge_combo.judge_quota_over_oversub(ev, th, plan), ev, th, plan)
 
 
 # ---------------------------------------------------------------------------------------------- COMBO-002
@@ -200,7 +217,7 @@ def probe_loop_start(run: CaseRun, pod: str, timeout_s: float) -> float | None:
 
 
 def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence[tuple[str, str, int]], *,
-                     snapshots: bool = False) -> None:
+                     snapshots: bool = False, memory_probe: bool = False) -> None:
     """One W5 pod; change ``i`` is annotated ``dynamic_step_s`` x (i + 1) after its probe loop started.
 
     The schedule is absolute (anchored on the loop's start, :func:`probe_loop_start`), so the time an
@@ -208,27 +225,40 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     W5 runs ``step x (changes + 2) + probe_interval_s``: every phase lasts a step, and the last change
     has a step (plus the probe interval) to be applied before the pod ends. ``snapshots``: scrape
     ``metrics_start.txt`` when the loop runs and ``metrics_end.txt`` one step after the last change.
-    ``plan``: pods, namespace, initial, changes ({key, value, new}), probe_started, metrics_start/_end.
+    ``memory_probe``: the memory probe (:func:`xpushare.cases.functional.dynamic_probe_args`) runs as long in a
+    pod beside it with the same initial quotas, and each memory change is annotated on it too, right after.
+    ``plan``: pods (W5 first), namespace, initial, changes ({key, value, new}), probe_started,
+    metrics_start/_end; with ``memory_probe``: memory_probe (its pod), memory_limits_bytes (initial, then one per
+    memory change).
     """
     step, interval = float(run.params["dynamic_step_s"]), float(run.params["probe_interval_s"])
     duration = step * (len(changes) + 2) + interval
     args = ("--duration-s", f"{duration:g}", "--interval-s", f"{interval:g}")
     pod_kw = {"core_limit": initial.get("core"), "memory_limit": initial.get("memory"),
               "oversub": bool(initial.get("oversub"))}
-    spec = run.pod("w5", W5, args=args, **{k: v for k, v in pod_kw.items() if v is not None})
+    kept = {k: v for k, v in pod_kw.items() if v is not None}
+    spec = run.pod("w5", W5, args=args, **kept)
+    specs = [spec]
     timeout = float(run.params["pod_timeout_s"])
     run.plan.update(pods=[spec.name], namespace=run.cluster.namespace,
                     initial={k: v for k, v in initial.items() if k != "oversub"},
                     changes=[{"key": k, "value": v, "new": n} for k, v, n in changes])
+    probe = None
+    if memory_probe:
+        sizes = [annotation_bytes(str(initial["memory"])), *[n for k, _v, n in changes if k == "memory"]]
+        probe = run.pod("probe", MEM_PROBE, args=dynamic_probe_args(run.params, max(sizes), duration), **kept)
+        specs.append(probe)
+        run.plan.update(pods=[spec.name, probe.name], memory_probe=probe.name, memory_limits_bytes=sizes)
+    names = [s.name for s in specs]
     run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
-    records = run.backend.wait_running(run.case_dir, [spec.name], timeout)
-    node = next((r.node for r in records if r.node), None)
+    run.backend.start_pods(run.case_dir, specs)
+    records = run.backend.wait_running(run.case_dir, names, timeout)
+    node = next((r.node for r in records if r.name == spec.name and r.node), None)  # the W5 pod's scheduler
     start = probe_loop_start(run, spec.name, timeout)
     run.plan["probe_started"] = start is not None
     if start is None:  # the loop never ran: the judgment finds no change lines and no probes
         run.save_plan()
-        run.backend.wait_terminal(run.case_dir, [spec.name], timeout)
+        run.backend.wait_terminal(run.case_dir, names, timeout)
         return
     if snapshots:
         run.plan["metrics_start"] = _scrape_one(run, "metrics_start.txt", node)
@@ -236,11 +266,13 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     for i, (key, value, _new) in enumerate(changes):
         run.sleep(max(0.0, start + step * (i + 1) - time.monotonic()))
         run.backend.annotate(run.case_dir, spec.name, {key: value})
+        if probe is not None and key == "memory":
+            run.backend.annotate(run.case_dir, probe.name, {key: value})
     if snapshots:
         run.sleep(max(0.0, start + step * (len(changes) + 1) - time.monotonic()))
         run.plan["metrics_end"] = _scrape_one(run, "metrics_end.txt", node)
         run.save_plan()
-    run.backend.wait_terminal(run.case_dir, [spec.name], timeout)
+    run.backend.wait_terminal(run.case_dir, names, timeout)
 
 
 def _memory_steps(run: CaseRun, key: str, count: int) -> list[str]:
@@ -253,19 +285,20 @@ def _memory_steps(run: CaseRun, key: str, count: int) -> list[str]:
 
 def _combo004(run: CaseRun) -> None:
     """W5 with core 30 % and memory m0; alternate memory m1, core 80, memory m2, core 50 while it runs
-    (m0..m2: ``combo004_memory_limits``, the seed's 2Gi, 4Gi, 3Gi)."""
+    (m0..m2: ``combo004_memory_limits``, the seed's 2Gi, 4Gi, 3Gi); the memory probe beside it, with the same
+    initial quotas and the memory changes."""
     m0, m1, m2 = _memory_steps(run, "combo004_memory_limits", 3)
     changes = _changes([("memory", m1), ("core", "80"), ("memory", m2), ("core", "50")])
-    dynamic_schedule(run, {"core": 30, "memory": m0}, changes, snapshots=True)
+    dynamic_schedule(run, {"core": 30, "memory": m0}, changes, snapshots=True, memory_probe=True)
 
 
 def _combo005(run: CaseRun) -> None:
-    """W5 with oversubscription on and memory m0; memory m1, m2, m3 while it runs (``combo005_memory_limits``,
-    the seed's 4Gi, 8Gi, 2Gi, 6Gi)."""
+    """The memory probe (cuMemAlloc, every ``probe_interval_s``) with oversubscription on and memory m0; memory
+    m1, m2, m3 while it runs, one ``dynamic_step_s`` apart (``combo005_memory_limits``, the seed's 4Gi, 8Gi,
+    2Gi, 6Gi): :func:`xpushare.cases.functional.dynamic_memory`."""
     if not _c1_gate(run):
         return
-    m0, *rest = _memory_steps(run, "combo005_memory_limits", 4)
-    dynamic_schedule(run, {"memory": m0, "oversub": True}, _changes([("memory", m) for m in rest]))
+    dynamic_memory(run, _memory_steps(run, "combo005_memory_limits", 4), oversub=True)
 
 
 def _combo006(run: CaseRun) -> None:
@@ -275,7 +308,8 @@ def _combo006(run: CaseRun) -> None:
 
 def _judge_dynamic(case: str) -> Judge:
     def judge(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-        return judge_combo.judge_dynamic_sequence(ev, th, plan, case=case)
+        verdict = judge_combo.judge_dynamic_sequence(ev, th, plan, case=case)
+        return quota_probe.add_phase_figures(verdict, ev, th, plan) if case != "COMBO-006" else verdict
 
     return judge
 
@@ -329,13 +363,15 @@ register(
         "Oversubscription + static memory quota",
         "W1 (oversub)",
         "1 pod asks for oversub_factor x GPU memory with oversubscription on and gpu-memory-limit "
-        "combo001_memory_limit (10Gi); wait until it ends",
-        "pods/*.log (cuMemAlloc rejected ... would exceed limit <quota>), scheduler.log (Applying initial memory "
-        "limit), scheduler_proc.txt",
+        "combo001_memory_limit (10Gi); wait until it ends; then the memory probe (cuMemAlloc) with "
+        "oversubscription on under the same quota: it holds at most the quota and can use it",
+        "pods/*.log (cuMemAlloc rejected ... would exceed limit <quota>; MEM_PROBE accepted/refused bytes), "
+        "scheduler.log (Applying initial memory limit), scheduler_proc.txt",
         requires=_K8S,
-        params={"combo001_memory_limit": "10Gi", "oversub_factor": 1.5, "combo_c1_only": False},
+        params={"combo001_memory_limit": "10Gi", "oversub_factor": 1.5, "combo_c1_only": False,
+                **QUOTA_PROBE_PARAMS},
         act=_combo001,
-        judge=judge_combo.judge_quota_over_oversub,
+        judge=_judge_combo001,
     )
 )
 register(
@@ -377,11 +413,12 @@ register(
         "Dynamic memory + dynamic compute",
         "W5",
         "W5 with core 30 % and memory 2Gi; annotate memory 4Gi, core 80, memory 3Gi, core 50 while it runs "
-        "(memory values: combo004_memory_limits)",
-        "scheduler.log (Memory/Compute limit changed, in order), pods/*.log (update lines, QUOTA_PROBE), "
-        "annotations.jsonl, metrics_start.txt, metrics_end.txt",
+        "(memory values: combo004_memory_limits); beside it the memory probe (cuMemAlloc) with the same initial "
+        "quotas gets the memory changes too and measures what it can hold every probe_interval_s",
+        "scheduler.log (Memory/Compute limit changed, in order), pods/*.log (update lines, QUOTA_PROBE, MEM_PROBE "
+        "accepted/refused per phase), annotations.jsonl, metrics_start.txt, metrics_end.txt",
         requires=_K8S,
-        params={**_DYNAMIC, "max_probe_gap_s": _D["max_probe_gap_s"],
+        params={**DYNAMIC_MEMORY_PARAMS, "max_probe_gap_s": _D["max_probe_gap_s"],
                 "combo004_memory_limits": ["2Gi", "4Gi", "3Gi"]},
         act=_combo004,
         judge=_judge_dynamic("COMBO-004"),
@@ -392,13 +429,13 @@ register(
         "COMBO-005",
         "combination",
         "Oversubscription + dynamic memory",
-        "W5",
-        "W5 with oversubscription on and memory 4Gi; annotate 8Gi, 2Gi, 6Gi while it runs "
-        "(memory values: combo005_memory_limits)",
-        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated), scheduler_proc.txt, "
-        "annotations.jsonl",
+        "mem_probe",
+        "memory probe (cuMemAlloc) with oversubscription on and memory 4Gi; annotate 8Gi, 2Gi, 6Gi while it runs "
+        "(memory values: combo005_memory_limits); it measures what it can hold every probe_interval_s",
+        "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated, MEM_PROBE accepted/refused per "
+        "phase), scheduler_proc.txt, annotations.jsonl",
         requires=_K8S,
-        params={**_DYNAMIC, "combo005_min_changes": _D["combo005_min_changes"], "combo_c1_only": False,
+        params={**DYNAMIC_MEMORY_PARAMS, "combo005_min_changes": _D["combo005_min_changes"], "combo_c1_only": False,
                 "combo005_memory_limits": ["4Gi", "8Gi", "2Gi", "6Gi"]},
         act=_combo005,
         judge=_judge_dynamic("COMBO-005"),

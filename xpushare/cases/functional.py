@@ -15,7 +15,7 @@ from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.collect.mem_probe import MEM_PROBE_PREFIX
 from xpushare.evidence.store import Evidence
-from xpushare.judge import functional, isolation, quota
+from xpushare.judge import functional, isolation, quota, quota_probe
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION
 from xpushare.model.verdict import Verdict
@@ -115,14 +115,67 @@ def _judge_oversub_on(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
     return functional.judge_oversub_on(ev, th, pod=plan["pods"][0])
 
 
+MEM_PROBE = "mem_probe"
+#: The memory probe a static memory-quota case runs after its workload (FUNC-006/007, COMBO-001): the cap
+#: (x the quota), the largest block (the block is at most a quarter of the quota, at least 1 MiB, so that a
+#: small quota is measured in steps too), the card's memory never asked for, the wait before the first
+#: allocation (an annotation quota reaches the library just after its registration: docs/findings.md 13).
+QUOTA_PROBE_PARAMS: dict[str, Any] = {
+    "quota_probe_cap_factor": 2,
+    "quota_probe_step_mib": 64,
+    "quota_probe_free_margin_mib": 512,
+    "quota_probe_start_delay_s": 3,
+    **ISOLATION,
+}
+
+
+def quota_probe_step_mib(params: Mapping[str, Any], quota_bytes: int) -> int:
+    """The probe's block in MiB: ``quota_probe_step_mib``, at most a quarter of the quota, at least 1."""
+    return max(1, min(int(params["quota_probe_step_mib"]), quota_bytes // (4 << 20)))
+
+
+def run_quota_probe(run: CaseRun, limit: str, *, source: str, oversub: bool = False) -> None:
+    """Run the memory probe (path ``cuMemAlloc``) in a pod of its own under the memory quota ``limit`` and
+    wait until it ends. ``source``: ``env`` (``<PREFIX>_GPU_MEMORY_LIMIT``) or ``annotation``; ``oversub``:
+    the pod runs with oversubscription on, as the case's workload did. ``plan["quota_probe"]``: pod, path,
+    quota_bytes, quota_source, memory_limit (for :func:`xpushare.judge.quota_probe.add_static_figures`)."""
+    quota = parse_quantity(limit)
+    args = (
+        "--path", "cuMemAlloc",
+        "--quota-bytes", str(quota),
+        "--step-mib", str(quota_probe_step_mib(run.params, quota)),
+        "--cap-factor", f"{float(run.params['quota_probe_cap_factor']):g}",
+        "--free-margin-mib", str(int(run.params["quota_probe_free_margin_mib"])),
+        "--start-delay-s", f"{float(run.params['quota_probe_start_delay_s']):g}",
+    )
+    quota_kw: dict[str, Any] = {"memory_limit": limit} if source == "annotation" else {"memory_limit_env": limit}
+    if oversub:
+        quota_kw["oversub"] = True
+    spec = run.pod("probe", MEM_PROBE, args=args, **quota_kw)
+    run.plan["quota_probe"] = {"pod": spec.name, "path": "cuMemAlloc", "quota_bytes": quota,
+                               "quota_source": source, "memory_limit": limit}
+    run.run_pods([spec])
+
+
 def _func006(run: CaseRun) -> None:
-    run.run_pods([run.pod("w2-quota-low", W2, memory_limit_env=str(run.params["func006_memory_limit"]))])
+    limit = str(run.params["func006_memory_limit"])
+    run.run_pods([run.pod("w2-quota-low", W2, memory_limit_env=limit)])
+    run_quota_probe(run, limit, source="env")
 
 
 def _func007(run: CaseRun) -> None:
-    limit = run.params.get("func007_memory_limit") or ample_quota(run)
+    limit = str(run.params.get("func007_memory_limit") or ample_quota(run))
     run.plan["memory_limit"] = limit
-    run.run_pods([run.pod("w2-quota-ok", W2, memory_limit_env=str(limit))])
+    run.run_pods([run.pod("w2-quota-ok", W2, memory_limit_env=limit)])
+    run_quota_probe(run, limit, source="env")
+
+
+def _judge_rejected_probed(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return quota_probe.add_static_figures(_judge_rejected(ev, th, plan), ev, th, plan)
+
+
+def _judge_single_probed(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return quota_probe.add_static_figures(_judge_single(ev, th, plan), ev, th, plan)
 
 
 def ample_quota(run: CaseRun) -> str:
@@ -208,12 +261,13 @@ register(
         "functional",
         "Static memory quota too low",
         "W2",
-        "1 pod with <PREFIX>_GPU_MEMORY_LIMIT below its need (1Gi)",
-        "pods/*.log (rejection / OOM), pods.json",
+        "1 pod with <PREFIX>_GPU_MEMORY_LIMIT below its need (1Gi); then the memory probe (cuMemAlloc) under "
+        "the same quota: it holds at most the quota and can use it",
+        "pods/*.log (rejection / OOM; MEM_PROBE accepted/refused bytes, cuMemGetInfo), pods.json",
         requires=_LIB,
-        params={"func006_memory_limit": "1Gi"},
+        params={"func006_memory_limit": "1Gi", **QUOTA_PROBE_PARAMS},
         act=_func006,
-        judge=_judge_rejected,
+        judge=_judge_rejected_probed,
     )
 )
 register(
@@ -222,21 +276,21 @@ register(
         "functional",
         "Static memory quota sufficient",
         "W2",
-        "1 pod with <PREFIX>_GPU_MEMORY_LIMIT = 4Gi (T4) / 8Gi (A800)",
-        "pods/*.log, pods.json",
+        "1 pod with <PREFIX>_GPU_MEMORY_LIMIT = 4Gi (T4) / 8Gi (A800); then the memory probe (cuMemAlloc) "
+        "under the same quota: it holds at most the quota and can use it",
+        "pods/*.log (PASS; MEM_PROBE accepted/refused bytes, cuMemGetInfo), pods.json",
         requires=_LIB,
-        params={"func007_memory_limit": None},
+        params={"func007_memory_limit": None, **QUOTA_PROBE_PARAMS},
         act=_func007,
-        judge=_judge_single,
+        judge=_judge_single_probed,
     )
 )
 W5 = "w5_quota_probe"
-MEM_PROBE = "mem_probe"
 _DYNAMIC = {"dynamic_max_latency_s": 15, "dynamic_step_s": 30, "probe_interval_s": 10}
 #: FUNC-010/011's memory probe: blocks, cap (x the largest limit), the card's memory never asked for, the wait
 #: after its registration (the annotation arrives just after it: docs/findings.md 13), and how long after an
 #: annotate call a measurement counts for the new limit (the seed's 15 s latency bound).
-_DYNAMIC_MEMORY = {
+DYNAMIC_MEMORY_PARAMS = {
     **_DYNAMIC,
     "dynamic_probe_step_mib": 64,
     "dynamic_probe_cap_factor": 1.5,
@@ -301,37 +355,46 @@ def _dynamic(
     run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
 
 
-def _dynamic_memory(run: CaseRun, limits: list[str]) -> None:
+def dynamic_probe_args(params: Mapping[str, Any], largest_bytes: int, duration_s: float) -> tuple[str, ...]:
+    """The memory probe's flags for a quota changed while it runs: path ``cuMemAlloc``, a round every
+    ``probe_interval_s`` for ``duration_s`` (s), up to ``dynamic_probe_cap_factor`` x the largest quota
+    (``largest_bytes``), blocks of ``dynamic_probe_step_mib``."""
+    interval = float(params["probe_interval_s"])
+    return (
+        "--path", "cuMemAlloc",
+        "--quota-bytes", str(largest_bytes),
+        "--cap-factor", f"{float(params['dynamic_probe_cap_factor']):g}",
+        "--step-mib", str(int(params["dynamic_probe_step_mib"])),
+        "--free-margin-mib", str(int(params["dynamic_probe_free_margin_mib"])),
+        "--start-delay-s", f"{float(params['dynamic_probe_start_delay_s']):g}",
+        "--rounds", str(int(duration_s // interval) + 1),
+        "--interval-s", f"{interval:g}",
+    )
+
+
+def dynamic_memory(run: CaseRun, limits: list[str], *, oversub: bool = False) -> None:
     """The memory probe (path ``cuMemAlloc``) under ``limits[0]``, annotated with each later limit while it runs.
 
     The probe measures every ``probe_interval_s`` from its first line to the end of the last step (about
     ``dynamic_step_s`` x (changes + 1.5)), up to ``dynamic_probe_cap_factor`` x the largest limit, so each phase
-    has measurements; ``plan["memory_limits_bytes"]`` lists the limits in bytes for the judgment.
+    has measurements; ``plan["memory_limits_bytes"]`` lists the limits in bytes for the judgment. ``oversub``:
+    the pod runs with oversubscription on (COMBO-005).
     """
     sizes = [parse_quantity(x) for x in limits]
-    step, interval = float(run.params["dynamic_step_s"]), float(run.params["probe_interval_s"])
-    rounds = int((step * len(limits) + step / 2) // interval) + 1
-    args = (
-        "--path", "cuMemAlloc",
-        "--quota-bytes", str(max(sizes)),
-        "--cap-factor", f"{float(run.params['dynamic_probe_cap_factor']):g}",
-        "--step-mib", str(int(run.params["dynamic_probe_step_mib"])),
-        "--free-margin-mib", str(int(run.params["dynamic_probe_free_margin_mib"])),
-        "--start-delay-s", f"{float(run.params['dynamic_probe_start_delay_s']):g}",
-        "--rounds", str(rounds),
-        "--interval-s", f"{interval:g}",
-    )
+    step = float(run.params["dynamic_step_s"])
+    args = dynamic_probe_args(run.params, max(sizes), step * len(limits) + step / 2)
     run.plan["memory_limits_bytes"] = sizes
     changes = [("memory", v, b) for v, b in zip(limits[1:], sizes[1:], strict=True)]
-    _dynamic(run, {"memory_limit": limits[0]}, changes, probe=("probe", MEM_PROBE, args))
+    initial: dict[str, Any] = {"memory_limit": limits[0], **({"oversub": True} if oversub else {})}
+    _dynamic(run, initial, changes, probe=("probe", MEM_PROBE, args))
 
 
 def _func010(run: CaseRun) -> None:
-    _dynamic_memory(run, [str(x) for x in run.params["func010_memory_limits"]])
+    dynamic_memory(run, [str(x) for x in run.params["func010_memory_limits"]])
 
 
 def _func011(run: CaseRun) -> None:
-    _dynamic_memory(run, [str(x) for x in run.params["func011_memory_limits"]])
+    dynamic_memory(run, [str(x) for x in run.params["func011_memory_limits"]])
 
 
 def _func012(run: CaseRun) -> None:
@@ -389,7 +452,7 @@ register(
         "scheduler.log (Memory limit changed), pods/*.log (Memory limit updated, MEM_PROBE accepted/refused per "
         "phase), annotations.jsonl",
         requires=_K8S,
-        params={**_DYNAMIC_MEMORY, "func010_memory_limits": ["4Gi", "8Gi"]},
+        params={**DYNAMIC_MEMORY_PARAMS, "func010_memory_limits": ["4Gi", "8Gi"]},
         act=_func010,
         judge=_judge_mem_up,
     )
@@ -404,7 +467,7 @@ register(
         "it measures what it can hold every probe_interval_s",
         "scheduler.log, pods/*.log (MEM_PROBE accepted/refused per phase), scheduler_proc.txt, annotations.jsonl",
         requires=_K8S,
-        params={**_DYNAMIC_MEMORY, "func011_memory_limits": ["8Gi", "2Gi"]},
+        params={**DYNAMIC_MEMORY_PARAMS, "func011_memory_limits": ["8Gi", "2Gi"]},
         act=_func011,
         judge=_judge_mem_down,
     )

@@ -274,8 +274,9 @@ def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[st
     if sched is None:
         checks.append(Check("changes_logged", "scheduler.log collected", {}, None, "no scheduler.log"))
     else:
-        facts = change_facts(sched, ev.logs.get(pod), pod=pod, namespace=ns, changes=changes,
-                             calls=annotation_calls(ev))
+        # the calls on this pod (COMBO-004 annotates its memory probe beside it too)
+        calls = [c for c in annotation_calls(ev) if c.get("pod") in (None, pod)]
+        facts = change_facts(sched, ev.logs.get(pod), pod=pod, namespace=ns, changes=changes, calls=calls)
         if case == "COMBO-004":
             checks += _change_checks(facts, max_latency, pod, ns)
         else:
