@@ -24,6 +24,7 @@ from xpushare.collect.mem_probe import MemProbeLine, parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge import quota as quota_judge
 from xpushare.judge.checks import check_terminal
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
@@ -133,7 +134,7 @@ def judge_memory_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
     if status is Status.PASS and line is not None:
         summary = (f"{line.path}: held at {_mib(line.accepted_bytes)} of a {_mib(quota)} quota "
                    f"(accuracy {line.accepted_bytes / quota:.3f}; refused: {line.error})")
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
 
 
 def _mib(nbytes: int) -> str:
@@ -204,7 +205,7 @@ def judge_dynamic_memory(
     if status is Status.PASS and phases:
         summary += "; probe held " + ", ".join(
             f"{_mib(p['accepted_bytes'])} of {_mib(p['quota_bytes'])}" for p in phases.values())
-    return Verdict(status, summary, checks, dict(th), {**base.metrics, "probe_phases": phases}, base.evidence)
+    return Verdict(status, summary, checks, used(th), {**base.metrics, "probe_phases": phases}, base.evidence)
 
 
 def _phase_line(
