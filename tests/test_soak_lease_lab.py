@@ -1,9 +1,11 @@
 """A soak holds its cluster's lease for its whole life (host-mode lab: real SSH, the real SUT, the lock file on the
 first GPU host): an ``invoke func`` started during the soak is refused with one line naming the soak's run (exit 2,
-nothing written), a ``func --wait`` waits and runs once the soak has released the cluster, and both PASS.
+nothing written), a ``func --wait`` waits and runs once the soak has released the cluster, and both
+PASS (STAB-002, FUNC-001).
 
-Broken: before every run went through one :class:`~xpushare.engine.run.Run`, a soak held no lease, so the refused
-``func`` would have started and its run-start cleanup killed the soak's workloads. About a minute on 2 cores.
+Broken: a soak run without the lease (the run's ``lease.held_all`` left out for it) lets that ``func`` start (exit 0
+instead of 2) beside the soak, whose workloads its run-start cleanup removes; the test then fails at the refusal.
+About 35 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -63,7 +65,6 @@ def test_a_func_run_during_a_soak_is_refused_or_waits(tmp_path: Path) -> None:
             while not (tmp_path / ".tmplog" / "soak" / "xpushare" / "run.json").exists():
                 assert soak.poll() is None and time.monotonic() < deadline, "the soak never started"
                 time.sleep(0.5)
-            assert json.loads(lease_file.read_text())["run_id"] == "soak"  # held from before run.json
 
             refused = subprocess.run(invoke("func", *common, "--run-id", "func", "--case", "FUNC-009"), cwd=ROOT,
                                      capture_output=True, text=True, timeout=120)
@@ -71,8 +72,9 @@ def test_a_func_run_during_a_soak_is_refused_or_waits(tmp_path: Path) -> None:
             lines = refused.stderr.strip().splitlines()
             assert len(lines) == 1 and f"cluster {CLUSTER} is in use by run soak" in lines[0], refused.stderr
             assert not (tmp_path / ".tmplog" / "func").exists()  # refused before anything was written
+            assert json.loads(lease_file.read_text())["run_id"] == "soak"
 
-            waited = subprocess.Popen(invoke("func", *common, "--run-id", "waited", "--case", "FUNC-009", "--wait"),
+            waited = subprocess.Popen(invoke("func", *common, "--run-id", "waited", "--case", "FUNC-001", "--wait"),
                                       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             soak_out, soak_err = soak.communicate(timeout=300)
             waited_out, waited_err = waited.communicate(timeout=300)
@@ -89,4 +91,7 @@ def test_a_func_run_during_a_soak_is_refused_or_waits(tmp_path: Path) -> None:
         result = json.loads((tmp_path / ".tmplog" / "soak" / "xpushare" / CLUSTER / "stability" / "STAB-002"
                              / "result.json").read_text())
         assert result["status"] == "PASS", result["summary"]
+        waited_result = json.loads((tmp_path / ".tmplog" / "waited" / "xpushare" / CLUSTER / "functional" / "FUNC-001"
+                                    / "result.json").read_text())
+        assert waited_result["status"] == "PASS", waited_result["summary"]
         assert not lease_file.exists(), "the lease was not released"
