@@ -222,17 +222,17 @@ def draw_missing_plots(run_dir: Path) -> list[str]:
     if importlib.util.find_spec("matplotlib") is None:
         return []
     drawn = []
-    for record in artifacts.load_results(run_dir):
-        case = REGISTRY.get(record["case_id"])
+    for record in map(CaseRecord.from_json, artifacts.load_results(run_dir)):
+        case = REGISTRY.get(record.case_id)
         if (case is None or case.judge is None or case.suite not in PLOTTED_SUITES
-                or record["status"] not in ("PASS", "FAIL") or record.get("error")):
+                or record.status not in ("PASS", "FAIL") or record.error):
             continue
-        case_dir = artifacts.case_dir(run_dir, record["cluster"], record["suite"], record["case_id"])
+        case_dir = artifacts.case_dir(run_dir, record.cluster, record.suite, record.case_id)
         if any(case_dir.glob("*.png")):
             continue
-        judge_case(case, case_dir, CaseRecord.from_json(record).replay_params, record.get("mode"))
+        judge_case(case, case_dir, record.replay_params, record.mode)
         if any(case_dir.glob("*.png")):
-            drawn.append(str(record["case_id"]))
+            drawn.append(record.case_id)
     return drawn
 
 
