@@ -169,16 +169,16 @@ def test_an_older_record_replays_its_thresholds() -> None:
 
 def test_read_params_remember_what_was_read() -> None:
     th = ReadParams({"a": 1, "b": 2, "c": 3})
-    assert "b" in th and th["a"] == 1 and th.get("c") == 3 and th.get("zz") is None
-    assert used(th) == {"a": 1, "c": 3}
+    assert "b" in th and th["a"] == 1 and th.get("c") == 3 and th.get("zz") is None and th.get("d", 0.5) == 0.5
+    assert used(th) == {"a": 1, "c": 3, "d": 0.5}  # a default the judgment applied is what it used
     assert used({"a": 1, "b": 2}) == {"a": 1, "b": 2}  # a plain mapping: every one
 
 
 def test_judge_case_records_only_the_parameters_the_judgment_read(tmp_path: Path) -> None:
     def judge(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
         limit = th["limit"]
-        default = th.get("missing_with_default", 7)
-        return Verdict(Status.PASS, f"under {limit}", thresholds={**used(th), "missing_with_default": default})
+        th.get("missing_with_default", 7)
+        return Verdict(Status.PASS, f"under {limit}", thresholds=used(th))
 
     case = CaseDef("T-1", "legacy", "t", "W", "op", "files", params={}, act=lambda run: None, judge=judge)
     verdict = lifecycle.judge_case(case, tmp_path, {"limit": 5, "pod_timeout_s": 600, "unused": "x"})

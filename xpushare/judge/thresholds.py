@@ -88,8 +88,9 @@ def shown(value: float, bound: float, *, digits: int = 2) -> str:
 
 
 class ReadParams(Mapping[str, Any]):
-    """A case's parameters that remember which of them a judgment read (``th[key]``, ``th.get(key)``): what
-    :func:`used` gives a verdict to record. ``key in th`` and iteration read nothing.
+    """A case's parameters that remember which of them a judgment read (``th[key]``, ``th.get(key[, default])``,
+    with the default it applied): what :func:`used` gives a verdict to record. ``key in th`` and iteration read
+    nothing.
 
     :func:`xpushare.engine.lifecycle.judge_case` hands a judgment its parameters as this, so that
     ``Verdict.thresholds`` holds the parameters the verdict used, and only those."""
@@ -102,6 +103,14 @@ class ReadParams(Mapping[str, Any]):
         value = self._params[key]
         self._read[key] = value
         return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``th.get(key, default)``; a default other than None that the judgment applied is recorded as read."""
+        if key in self._params:
+            return self[key]
+        if default is not None:
+            self._read[key] = default
+        return default
 
     def __contains__(self, key: object) -> bool:
         return key in self._params
