@@ -87,7 +87,6 @@ def run_case(
     harvested: list[str] = []
     harvest_fault: str | None = None
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
-    judged = False
     if reason is None:
         assert case.act is not None
         expected = history.expected_duration(root, cluster.name, case.suite, case.case_id,
@@ -139,7 +138,6 @@ def run_case(
     else:
         activity.note(phase="judge")
         verdict = judge_case(case, case_dir, params, cluster.mode)
-        judged = True
         phases["judge"] = time.monotonic()
         if harvest_fault is not None:
             # judged on part of the evidence: neither a PASS nor a FAIL can be trusted; the fault is the reason
@@ -156,7 +154,7 @@ def run_case(
         run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
         mode=cluster.mode, attempt=attempt, status=verdict.status.value, summary=verdict.summary,
         started=started.isoformat(), ended=ended.isoformat(), duration_s=round(time.monotonic() - t0, 3),
-        phases_s=_phase_durations(t0, phases), thresholds=plain(verdict.thresholds) if judged else {},
+        phases_s=_phase_durations(t0, phases), thresholds=plain(verdict.thresholds),
         params=plain(params), metrics=plain(verdict.metrics), checks=plain(verdict.to_dict()["checks"]),
         evidence=sorted(set(verdict.evidence) | set(harvested)), required=required, operation=_operation(case),
         sampling=case.sampling, kubectl_calls=None if calls0 is None or calls1 is None else calls1 - calls0,
