@@ -1,8 +1,8 @@
 """``invoke soak``: one long STAB case (default STAB-002, the seed's 24 h mixed load) with resume.
 
-A soak is a :class:`~xpushare.engine.run.Run` (lease, run.json, signals, reports) of one case with the soak's hooks
-(:class:`SoakHooks`: its lines; its checkpoint carried forward on ``--resume``, :func:`_carry_soak_forward`). The
-case runs through the engine's case lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up,
+A soak is a :class:`~xpushare.engine.run.Run` (lease, run.json, signals, reports) of a selection of one case, whose
+act keeps ``soak/params.json`` or, on ``--resume``, first carries ``soak/`` forward (:func:`_carry_soak_forward`),
+with the soak's hooks (:class:`SoakHooks`: its opening and closing lines). The case runs through the engine's case lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up,
 judge, ``result.json``), in the usual run directory::
 
     .tmplog/<run-id>/xpushare/<cluster>/stability/<STAB-00x>/
