@@ -2,8 +2,9 @@
 
 A soak is a :class:`~xpushare.engine.run.Run` (lease, run.json, signals, reports) of a selection of one case, whose
 act keeps ``soak/params.json`` or, on ``--resume``, first carries ``soak/`` forward (:func:`_carry_soak_forward`),
-with the soak's hooks (:class:`SoakHooks`: its opening and closing lines). The case runs through the engine's case lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up,
-judge, ``result.json``), in the usual run directory::
+with the soak's hooks (:class:`SoakHooks`: its opening and closing lines). The case runs through the engine's case
+lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up, judge, ``result.json``), in the usual
+run directory::
 
     .tmplog/<run-id>/xpushare/<cluster>/stability/<STAB-00x>/
         soak/          the time series, checkpoint, interim reports, plots, soak-report.md
