@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 
 from xpushare.cases import REGISTRY
-from xpushare.engine import driver
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
-from xpushare.engine.plan import select
-from xpushare.engine.progress import Progress
+from xpushare.engine.plan import case_params, select
+from xpushare.engine.run import Run, RunHooks, RunSelection
 from xpushare.evidence import events
 from xpushare.inventory.schema import local_cluster
 from xpushare.model.errors import UsageError
@@ -139,16 +138,22 @@ def test_a_budget_spent_on_another_cluster_records_this_clusters_cases_as_not_ru
     selection = select(case_ids=["FUNC-001", "FUNC-002"])
     cases = [REGISTRY["FUNC-001"], REGISTRY["FUNC-002"]]
     spent = Budget(maxfail=1, failures=1)  # the other cluster's FAIL
-    progress = Progress(open(os.devnull, "w"), label="local")  # noqa: SIM115 - closed with the process
-    assert not driver._run_cases(cases, "r", tmp_path, local_cluster(), _NoBackend(),  # type: ignore[arg-type]
-                                 selection, {}, progress, spent)
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - closed with the process
+
+    def chosen(run: Run) -> RunSelection:
+        return RunSelection("test", cases, frozenset(), {"local": cases},
+                            lambda case, cluster: case_params(case, cluster, selection, {}))
+
+    run = Run(root=tmp_path, clusters=[local_cluster()], run_id="r", out=devnull)
+    assert not run._run_cases(local_cluster(), _NoBackend(), chosen(run), RunHooks(),  # type: ignore[arg-type]
+                              spent, [])
     for case in ("FUNC-001", "FUNC-002"):
-        got = json.loads((tmp_path / "local" / "functional" / case / "result.json").read_text())
+        got = json.loads((run.dir / "local" / "functional" / case / "result.json").read_text())
         assert got["status"] == "INTERRUPTED" and "--maxfail 1 reached (1 FAIL/ERROR" in got["summary"]
     halted = Budget()
     halted.halt("the run directory is full (a)")
-    driver._run_cases(cases, "r2", tmp_path / "r2", local_cluster(), _NoBackend(),  # type: ignore[arg-type]
-                      selection, {}, progress, halted)
+    run2 = Run(root=tmp_path / "r2", clusters=[local_cluster()], run_id="r2", out=devnull)
+    run2._run_cases(local_cluster(), _NoBackend(), chosen(run2), RunHooks(), halted, [])  # type: ignore[arg-type]
     assert not (tmp_path / "r2").exists()  # nothing started, nothing recorded
 
 

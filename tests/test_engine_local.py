@@ -42,7 +42,8 @@ def test_func_on_local_writes_the_run_dir(tmp_path: Path) -> None:
         assert (rd / name).is_file(), name
     r1 = result(tmp_path, "r1", "FUNC-001")
     assert r1["status"] == "PASS" and r1["metrics"]["runtime_s"] > 0
-    assert "pods/func-001-w2.log" in r1["evidence"] and r1["thresholds"]["pod_timeout_s"] == 1800
+    assert "pods/func-001-w2.log" in r1["evidence"] and r1["params"]["pod_timeout_s"] == 1800
+    assert "pod_timeout_s" not in r1["thresholds"]  # the act's parameter: the judgment never read it
     phases = r1["phases_s"]
     assert list(phases) == ["begin", "act", "harvest", "cleanup", "judge"]
     assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= r1["duration_s"] + 0.01
@@ -145,7 +146,7 @@ def test_a_signal_harvests_cleans_up_exits_128_plus_it_and_resumes(tmp_path: Pat
 
 
 def test_resolve_run_id_validates_and_needs_an_id_to_resume() -> None:
-    from xpushare.engine.driver import resolve_run_id
+    from xpushare.engine.run import resolve_run_id
     from xpushare.model.errors import UsageError
 
     assert resolve_run_id("r1", resume=True, what="soak") == "r1"

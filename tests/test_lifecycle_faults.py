@@ -56,10 +56,10 @@ def test_a_harvest_fault_makes_the_case_error_naming_it(tmp_path: Path, judged: 
     record, interrupted = lifecycle.run_case(case(judged), run_id="r", run_dir=tmp_path,
                                              cluster=schema.load(None).cluster("local"), backend=backend,  # type: ignore[arg-type]
                                              params={}, required=True)
-    assert record["status"] == "ERROR" and not interrupted
-    assert record["summary"].startswith(f"evidence incomplete ({FAULT}); judged on what was stored: {judged.value}")
-    assert record["error"] == f"evidence incomplete: {FAULT}"  # `invoke judge` keeps it ERROR
-    assert "pods.json" in record["evidence"] and backend.cleaned
+    assert record.status == "ERROR" and not interrupted
+    assert record.summary.startswith(f"evidence incomplete ({FAULT}); judged on what was stored: {judged.value}")
+    assert record.error == f"evidence incomplete: {FAULT}"  # `invoke judge` keeps it ERROR
+    assert "pods.json" in record.evidence and backend.cleaned
 
 
 def test_a_clean_harvest_leaves_the_judgment(tmp_path: Path) -> None:
@@ -67,4 +67,4 @@ def test_a_clean_harvest_leaves_the_judgment(tmp_path: Path) -> None:
     record, _ = lifecycle.run_case(case(Status.PASS), run_id="r", run_dir=tmp_path,
                                    cluster=schema.load(None).cluster("local"), backend=backend,  # type: ignore[arg-type]
                                    params={}, required=True)
-    assert record["status"] == "PASS" and record["error"] is None and backend.cleaned
+    assert record.status == "PASS" and record.error is None and backend.cleaned

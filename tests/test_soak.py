@@ -27,7 +27,7 @@ from xpushare.model.verdict import Status
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
-from xpushare.soak.runner import _carry_soak_forward
+from xpushare.soak.task import _carry_soak_forward
 from xpushare.transport.kube_errors import KubeError, KubeUnavailable
 
 T0 = 1_795_000_000.0
@@ -462,12 +462,12 @@ def test_tasks_on_a_host_mode_cluster_skip_and_bad_input_is_a_usage_error(tmp_pa
     assert proc.returncode == 0, proc.stderr
     results = sorted((tmp_path / ".tmplog" / "f").rglob("result.json"))
     assert [json.loads(p.read_text())["status"] for p in results] == ["SKIP"] * 4
-    assert "allow_disruptive" in json.loads(results[0].read_text())["thresholds"]
+    assert "allow_disruptive" in json.loads(results[0].read_text())["params"]
     proc = invoke("soak", "--cluster", "local", "--minutes", "1", "--run-id", "s", root=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(next((tmp_path / ".tmplog" / "s").rglob("result.json")).read_text())
     assert record["case_id"] == "STAB-002" and record["status"] == "SKIP"
-    assert record["thresholds"]["stab_duration_s"] == 60.0
+    assert record["params"]["stab_duration_s"] == 60.0
     bad = invoke("soak", "--cluster", "local", "--case", "FUNC-001", root=tmp_path)
     assert bad.returncode == 2 and "STAB-001" in bad.stderr
     again = invoke("soak", "--cluster", "local", "--run-id", "s", root=tmp_path)
@@ -582,7 +582,7 @@ def test_soak_stops_on_a_held_lease_and_waits_for_it_with_wait(tmp_path: Path,
     from xpushare.engine import lease
     from xpushare.model.errors import LeaseHeld
     from xpushare.model.lease import Holder, LeaseSettings
-    from xpushare.soak.runner import SoakRequest, soak
+    from xpushare.soak.task import SoakRequest, soak
     from xpushare.transport.local import LocalHost
     from xpushare.transport.lock_file import LockFileStore
 

@@ -43,7 +43,7 @@ def _scenario(name: str, cluster: str | None, *, count: Any = None, suffix: str 
               source: str | None = None, run_id: str | None = None, set_: Sequence[str] | None = None,
               root: str = ".", inventory_: str | None = None) -> None:
     def body() -> Any:
-        from xpushare.legacy.scenarios import LegacyRequest, run_scenario
+        from xpushare.legacy.run import LegacyRequest, run_scenario
 
         request = LegacyRequest(
             scenario=name, cluster=defaults.need_cluster(cluster),

@@ -46,8 +46,8 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
          root: str = ".", inventory_: str | None = None, dry_run: bool = False, output: str | None = None,
          wait: bool = False) -> None:
     """Soak a cluster for hours: rounds of a STAB mix, sampling, checkpoints, interim reports (docs/soak.md)."""
-    from xpushare.soak.runner import SoakRequest
-    from xpushare.soak.runner import soak as run_soak
+    from xpushare.soak.task import SoakRequest
+    from xpushare.soak.task import soak as run_soak
 
     def body() -> ExitStatus | int | None:
         duration = None

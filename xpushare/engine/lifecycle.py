@@ -23,6 +23,8 @@ from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.judge.sut_path import with_sut_checks
+from xpushare.judge.thresholds import ReadParams
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts, history
@@ -54,33 +56,6 @@ def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str |
     return None
 
 
-def run_alone(
-    case: CaseDef,
-    *,
-    run_id: str,
-    run_dir: Path,
-    cluster: ClusterSpec,
-    backend: Backend,
-    params: dict[str, Any],
-) -> tuple[dict[str, Any] | None, bool]:
-    """Run ``case`` as the one required case of run ``run_id`` (a legacy script, a soak) under
-    :func:`interrupt.installed`: ``backend.prepare_run`` first (host mode too: it finds the GPUs and puts the
-    workloads on the hosts), :func:`run_case`, the backend closed whatever happened. Return the stored record
-    (None when Ctrl-C came before there was one) and whether Ctrl-C stopped the case."""
-    record: dict[str, Any] | None = None
-    interrupted = False
-    with interrupt.installed():
-        try:
-            backend.prepare_run(run_id)
-            record, interrupted = run_case(case, run_id=run_id, run_dir=run_dir, cluster=cluster, backend=backend,
-                                           params=params, required=True)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            backend.close()
-    return record, interrupted
-
-
 def run_case(
     case: CaseDef,
     *,
@@ -90,8 +65,12 @@ def run_case(
     backend: Backend,
     params: dict[str, Any],
     required: bool,
-) -> tuple[dict[str, Any], bool]:
+    root: Path | None = None,
+) -> tuple[CaseRecord, bool]:
     """Run one case through its lifecycle; return its stored record and whether Ctrl-C stopped it.
+
+    ``run_dir`` is run ``run_id``'s directory under the run root ``root`` (:func:`xpushare.report.artifacts.run_dir`),
+    whose earlier runs give the case's expected duration (None: no expectation).
 
     Reports ``case_started``, ``harvest_*``, ``error`` and ``case_ended`` to the run's event stream
     (:mod:`xpushare.evidence.events`); the caller opens the case's scope there (``events.case``), which tags them
@@ -110,9 +89,8 @@ def run_case(
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
     if reason is None:
         assert case.act is not None
-        # run_dir is <root>/.tmplog/<run id>/xpushare (report/artifacts.run_dir)
-        expected = history.expected_duration(run_dir.parents[2], cluster.name, case.suite, case.case_id,
-                                             exclude_run=run_dir.parent.name) if len(run_dir.parents) > 2 else None
+        expected = history.expected_duration(root, cluster.name, case.suite, case.case_id,
+                                             exclude_run=run_id) if root is not None else None
         run = CaseRun(case.case_id, case_dir, backend, cluster, params, plan={
             "expected_duration_s": expected.seconds if expected else None,
             "expected_duration_basis": expected.basis if expected else "no earlier PASS/FAIL of this case on this "
@@ -172,36 +150,30 @@ def run_case(
     retried = None if retries0 is None or retries1 is None else retries1 - retries0
     if retried:  # the verdict stands, but says that the API server failed on the way (each retry: debug.log)
         verdict.summary += f" ({retried} kubectl read(s) retried after a transient API failure)"
-    record = {
-        "run_id": run_id,
-        "cluster": cluster.name,
-        "suite": case.suite,
-        "case_id": case.case_id,
-        "title": case.title,
-        "mode": cluster.mode,
-        "attempt": attempt,
-        "status": verdict.status.value,
-        "summary": verdict.summary,
-        "started": started.isoformat(),
-        "ended": ended.isoformat(),
-        "duration_s": round(time.monotonic() - t0, 3),
-        "phases_s": _phase_durations(t0, phases),
-        "thresholds": plain(params),
-        "metrics": plain(verdict.metrics),
-        "checks": plain(verdict.to_dict()["checks"]),
-        "evidence": sorted(set(verdict.evidence) | set(harvested)),
-        "required": required,
-        "operation": f"{case.workload}: {case.operation}".strip(": "),
-        "sampling": case.sampling,
-        "kubectl_calls": None if calls0 is None or calls1 is None else calls1 - calls0,
-        "kubectl_retries": retried,
-        "error": error,
-    }
-    artifacts.write_result(case_dir, record)
-    artifacts.write_analysis(case_dir, record)
-    events.emit("case_ended", suite=case.suite, status=record["status"], summary=record["summary"],
-                duration_s=record["duration_s"], kubectl_retries=retried)
+    record = CaseRecord(
+        run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
+        mode=cluster.mode, attempt=attempt, status=verdict.status.value, summary=verdict.summary,
+        started=started.isoformat(), ended=ended.isoformat(), duration_s=round(time.monotonic() - t0, 3),
+        phases_s=_phase_durations(t0, phases), thresholds=plain(verdict.thresholds),
+        params=plain(params), metrics=plain(verdict.metrics), checks=plain(verdict.to_dict()["checks"]),
+        evidence=sorted(set(verdict.evidence) | set(harvested)), required=required, operation=_operation(case),
+        sampling=case.sampling, kubectl_calls=None if calls0 is None or calls1 is None else calls1 - calls0,
+        kubectl_retries=retried, error=error)
+    store(case_dir, record)
+    events.emit("case_ended", suite=case.suite, status=record.status, summary=record.summary,
+                duration_s=record.duration_s, kubectl_retries=retried)
     return record, interrupted
+
+
+def store(case_dir: Path, record: CaseRecord) -> None:
+    """Write ``record`` as the case's ``result.json`` and its ``analysis.txt`` (:mod:`xpushare.report.artifacts`)."""
+    doc = record.to_json()
+    artifacts.write_result(case_dir, doc)
+    artifacts.write_analysis(case_dir, doc)
+
+
+def _operation(case: CaseDef) -> str:
+    return f"{case.workload}: {case.operation}".strip(": ")
 
 
 def record_not_run(
@@ -213,7 +185,7 @@ def record_not_run(
     params: dict[str, Any],
     required: bool,
     reason: str,
-) -> dict[str, Any]:
+) -> CaseRecord:
     """Store the record of a case the run did not reach (``reason``, e.g. ``--maxfail`` reached) and return it.
 
     Its status is INTERRUPTED, so it counts as not run in every report (never PASS) and ``--resume`` runs it;
@@ -223,16 +195,12 @@ def record_not_run(
     attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
     case_dir.mkdir(parents=True, exist_ok=True)
     now = utc_now().isoformat()
-    record = {
-        "run_id": run_id, "cluster": cluster.name, "suite": case.suite, "case_id": case.case_id,
-        "title": case.title, "mode": cluster.mode, "attempt": attempt, "status": Status.INTERRUPTED.value,
-        "summary": reason, "started": now, "ended": now, "duration_s": 0.0, "phases_s": {},
-        "thresholds": plain(params), "metrics": {}, "checks": [], "evidence": [], "required": required,
-        "operation": f"{case.workload}: {case.operation}".strip(": "), "sampling": case.sampling,
-        "kubectl_calls": None, "kubectl_retries": None, "error": None, "not_run": True,
-    }
-    artifacts.write_result(case_dir, record)
-    artifacts.write_analysis(case_dir, record)
+    record = CaseRecord(
+        run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
+        mode=cluster.mode, attempt=attempt, status=Status.INTERRUPTED.value, summary=reason, started=now, ended=now,
+        duration_s=0.0, params=plain(params), required=required, operation=_operation(case),
+        sampling=case.sampling, not_run=True)
+    store(case_dir, record)
     return record
 
 
@@ -286,12 +254,15 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
     The pod -> GPU mapping is derived from the stored evidence here (:meth:`Evidence.load`, ``mode`` the
     cluster's) and written to ``gpu_mapping.txt``, which then joins the verdict's evidence. Cases of
     :data:`SUT_JUDGING_SUITES` get the SUT-in-the-path and GPU-identity checks (:func:`with_sut_checks`).
+    The judgment reads ``params`` through :class:`~xpushare.judge.thresholds.ReadParams`: the verdict's
+    ``thresholds`` are the parameters it read (with any default it applied), and only those.
     """
     assert case.judge is not None
     try:
         ev = Evidence.load(case_dir, mode)
         mapping = write_gpu_mapping(ev)
-        verdict = case.judge(ev, params, load_plan(case_dir))
+        read = ReadParams(params)
+        verdict = case.judge(ev, read, load_plan(case_dir))
         if case.suite in SUT_JUDGING_SUITES:
             verdict = with_sut_checks(verdict, ev)
         if case.measures_gpu and verdict.status is not Status.SKIP:
@@ -299,6 +270,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
     verdict.evidence = sorted(set(verdict.evidence) | set(mapping))
+    verdict.thresholds = {**read.read(), **verdict.thresholds}
     return verdict
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
 from xpushare.evidence.store import Evidence
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict
 
 
@@ -125,4 +126,4 @@ def check_scheduler_alive(ev: Evidence) -> Check | None:
 def plan_skip(plan: Mapping[str, Any], th: Mapping[str, Any]) -> Verdict | None:
     """SKIP with the reason the case's actions wrote to ``plan.json`` (``skip``); None when it ran."""
     reason = plan.get("skip")
-    return Verdict(Status.SKIP, str(reason), [], dict(th)) if reason else None
+    return Verdict(Status.SKIP, str(reason), [], used(th)) if reason else None

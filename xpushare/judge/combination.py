@@ -63,6 +63,7 @@ from xpushare.judge.combination_evidence import (
 )
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.judge.quota import check_higher_quota_faster
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
@@ -116,11 +117,11 @@ def judge_quota_over_oversub(ev: Evidence, th: Mapping[str, Any], plan: Mapping[
     metrics: dict[str, Any] = {"quota_bytes": quota, "target_bytes": target, "seed_scope": plan.get("seed_scope")}
     if quota <= 0:
         return Verdict(Status.ERROR, f"memory_limit {plan['memory_limit']!r} is not a quantity the scheduler accepts",
-                       [], dict(th), metrics, ev.pod_files())
+                       [], used(th), metrics, ev.pod_files())
     if target is not None and target <= quota:
         return Verdict(Status.ERROR, f"the workload asked for {target} B, not more than the {quota} B quota: "
                        "nothing proven (raise oversub_factor or lower combo001_memory_limit)",
-                       [], dict(th), metrics, ev.pod_files())
+                       [], used(th), metrics, ev.pod_files())
     checks = [check_terminal(ev.pods, [pod]), check_rejected(ev, pod)]
     if log is None:
         checks.append(Check("rejected_by_quota", "pod log collected", {}, None, f"no log for {pod}"))
@@ -154,7 +155,7 @@ def judge_quota_over_oversub(ev: Evidence, th: Mapping[str, Any], plan: Mapping[
                               f"({target} B asked) although oversubscription was on")
     if plan.get("seed_scope") and status is Status.PASS:
         summary += f" (seed scope: {plan['seed_scope']})"
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
 
 
 # ------------------------------------------------------------------------------------ COMBO-002
@@ -178,14 +179,14 @@ def judge_compute_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     placement = {p.name: [p.node, p.gpu] for p in (a, b) if p}
     metrics: dict[str, Any] = {"placement": placement, "cores": cores}
     if status is not Status.PASS:
-        return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+        return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
     assert a is not None and b is not None  # check_terminal saw both records
     if a.gpu is None or b.gpu is None:
         return Verdict(Status.SKIP, f"co-location not confirmed: no registration GPU for the pair ({placement})",
-                       checks, dict(th), metrics, ev.pod_files())
+                       checks, used(th), metrics, ev.pod_files())
     if (a.node, a.gpu) != (b.node, b.gpu):
         return Verdict(Status.SKIP, f"co-location on one GPU not obtained ({placement})",
-                       checks, dict(th), metrics, ev.pod_files())
+                       checks, used(th), metrics, ev.pod_files())
     r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
     q_low, q_high = cores.get(low, "low"), cores.get(high, "high")
     values = {f"runtime_{q_low}": r_low, f"runtime_{q_high}": r_high}
@@ -196,7 +197,7 @@ def judge_compute_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     metrics.update(values)
     status, summary = combine(checks, pass_summary=f"the {q_high} % pod finished faster than the {q_low} % pod "
                               f"on one GPU with oversubscription on")
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
 
 
 # ------------------------------------------------------------------------------------ COMBO-003
@@ -261,7 +262,7 @@ def judge_static_both(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
                               "pod observable in metrics_mid with the configured values")
     metrics = {"quotas": {p: dict(q) for p, q in quotas.items()}, "runtime_s": {
         p: pod_progress(ev, p)["runtime_s"] for p in names}}
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
 
 
 # ------------------------------------------------------------------------------------ COMBO-004/005/006

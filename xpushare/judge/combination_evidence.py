@@ -26,7 +26,7 @@ def combo_th(th: Mapping[str, Any], key: str) -> Any:
 
 def combo_used(th: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     """The thresholds as recorded in the verdict: the case's parameters plus the defaults it used."""
-    return {**dict(th), **{k: combo_th(th, k) for k in keys}}
+    return {**thresholds.used(th), **{k: combo_th(th, k) for k in keys}}
 
 
 def scheduler_summary(ev: Evidence) -> SchedulerLogSummary | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from xpushare.collect import scheduler_log
 from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
+from xpushare.judge import thresholds
 from xpushare.judge.checks import (
     check_pods_succeeded,
     check_rejected,
@@ -79,7 +80,7 @@ def judge_single_pass(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdi
     runtime = pod_progress(ev, pod)["runtime_s"]
     if status is Status.PASS:
         summary = f"pod passed in {runtime:.2f} s"
-    return Verdict(status, summary, checks, dict(th), {"runtime_s": runtime}, ev.pod_files())
+    return Verdict(status, summary, checks, thresholds.used(th), {"runtime_s": runtime}, ev.pod_files())
 
 
 def sharing_pair(ev: Evidence, pods: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
@@ -118,7 +119,7 @@ def judge_same_gpu_pair(
     metrics: dict[str, Any] = {"placement": {p: list(w) for p, w in placement.items()}}
     if len(pair) < 2:
         return Verdict(Status.SKIP, f"co-location on one GPU not obtained (placement {metrics['placement']})",
-                       checks, dict(th), metrics, ev.pod_files())
+                       checks, thresholds.used(th), metrics, ev.pod_files())
     a, b = (ev.pod(p) for p in pair)
     gpu_known = placement[pair[0]][1] is not None
     ratio = overlap_ratio(a, b) if a and b else None
@@ -140,7 +141,7 @@ def judge_same_gpu_pair(
     if status is Status.PASS and not gpu_known:
         summary += " (no GPU on the host: same-GPU placement not applicable)"
     metrics.update({"overlap_ratio": ratio, **{f"runtime_s[{p}]": pod_progress(ev, p)["runtime_s"] for p in pair}})
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, thresholds.used(th), metrics, ev.pod_files())
 
 
 def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gpus_available: int | None) -> Verdict:
@@ -188,7 +189,8 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
         summary += f" on {len(used)} GPU(s)" if used else " (no GPU: spread not applicable)"
         if fallback and used:
             summary += f" ({len(fallback)} pod(s) not registered: GPU from pods.json)"
-    return Verdict(status, summary, checks, dict(th), {"distinct_gpus": len(used), "pods": len(pods)}, ev.pod_files())
+    return Verdict(status, summary, checks, thresholds.used(th), {"distinct_gpus": len(used), "pods": len(pods)},
+                   ev.pod_files())
 
 
 def judge_rejected(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
@@ -198,7 +200,7 @@ def judge_rejected(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
     markers = checks[1].values.get("markers") or []
     if status is Status.PASS and markers:
         summary += f": {markers[0].split(chr(13))[-1][:100]}"
-    return Verdict(status, summary, checks, dict(th), {"oom_markers": len(markers)}, ev.pod_files())
+    return Verdict(status, summary, checks, thresholds.used(th), {"oom_markers": len(markers)}, ev.pod_files())
 
 
 def judge_oversub_on(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdict:
@@ -211,4 +213,4 @@ def judge_oversub_on(ev: Evidence, th: Mapping[str, Any], *, pod: str) -> Verdic
     if status is Status.PASS and alive is None:
         summary += " (scheduler liveness not observable here)"
     runtime = pod_progress(ev, pod)["runtime_s"]
-    return Verdict(status, summary, checks, dict(th), {"runtime_s": runtime}, ev.pod_files())
+    return Verdict(status, summary, checks, thresholds.used(th), {"runtime_s": runtime}, ev.pod_files())

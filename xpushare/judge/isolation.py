@@ -28,6 +28,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge import quota as quota_judge
 from xpushare.judge.checks import check_pods_succeeded, check_terminal
 from xpushare.judge.performance_checks import ideal_factor, tolerance_for
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
@@ -147,7 +148,7 @@ def judge_memory_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
     if status is Status.PASS and line is not None:
         summary = (f"{line.path}: held at {_mib(line.accepted_bytes)} of a {_mib(quota)} quota "
                    f"(accuracy {line.accepted_bytes / quota:.3f}; refused: {line.error})")
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
 
 
 def _mib(nbytes: int) -> str:
@@ -218,7 +219,7 @@ def judge_dynamic_memory(
     if status is Status.PASS and phases:
         summary += "; probe held " + ", ".join(
             f"{_mib(p['accepted_bytes'])} of {_mib(p['quota_bytes'])}" for p in phases.values())
-    return Verdict(status, summary, checks, dict(th), {**base.metrics, "probe_phases": phases}, base.evidence)
+    return Verdict(status, summary, checks, used(th), {**base.metrics, "probe_phases": phases}, base.evidence)
 
 
 def _phase_line(
@@ -420,7 +421,7 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
         metrics["placement"] = placement
         if a is None or b is None or a.gpu is None or b.gpu is None or (a.node, a.gpu) != (b.node, b.gpu):
             return Verdict(Status.SKIP, f"co-location of the probe and its neighbour on one GPU not confirmed "
-                           f"({placement})", checks, dict(th), metrics, ev.pod_files())
+                           f"({placement})", checks, used(th), metrics, ev.pod_files())
     if held is not None:
         checks.append(held)
     if neighbour and neighbour_held is not None:  # the probe's path must not take the neighbour's share either
@@ -438,4 +439,4 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
                        f"{n_fig.get('busy_events', float('nan')):.3f})")
         summary = (f"{plan.get('path')}: GPU share {share.busy_events:.3f} under a {int(q)} % core quota{next_to} "
                    f"(ideal {ideal:.3f}, error {share.busy_events / ideal - 1:+.1%}, within ±{tol:.0%})")
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())

@@ -17,6 +17,7 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, pod_progress
 from xpushare.judge.stats import median, percentile, rounded
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
@@ -131,13 +132,13 @@ def perf_verdict(
     """The verdict of ``checks`` with ``metrics`` plus :func:`common_measurements`, the case's thresholds and
     pod files as evidence."""
     status, summary = combine(checks, pass_summary=pass_summary)
-    return Verdict(status, summary, checks, dict(th), {**metrics, **common_measurements(ev)}, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), {**metrics, **common_measurements(ev)}, ev.pod_files())
 
 
 def perf_skip(ev: Evidence, th: Mapping[str, Any], reason: str, checks: list[Check] | None = None,
               metrics: dict[str, Any] | None = None) -> Verdict:
     """SKIP with ``reason`` (never counted as a PASS), keeping what was checked and measured."""
-    return Verdict(Status.SKIP, reason, checks or [], dict(th), metrics or {}, ev.pod_files())
+    return Verdict(Status.SKIP, reason, checks or [], used(th), metrics or {}, ev.pod_files())
 
 
 def runtimes(ev: Evidence, pods: Sequence[str]) -> dict[str, float | None]:

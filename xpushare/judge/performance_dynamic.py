@@ -25,6 +25,7 @@ from xpushare.judge.performance_checks import (
 )
 from xpushare.judge.quota import annotation_calls, check_dynamic_change
 from xpushare.judge.stats import rounded
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
@@ -244,7 +245,7 @@ def judge_linearity(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
     succeeded = check_succeeded(ev, pods, "load_pods_succeeded")
     if succeeded.ok is not True:  # FAIL, or ERROR (a pod's record/log missing, a node prerequisite): never SKIP
         status, summary = combine([succeeded], pass_summary="")
-        return Verdict(status, summary, [succeeded], dict(th), {"placement": placement}, ev.pod_files())
+        return Verdict(status, summary, [succeeded], used(th), {"placement": placement}, ev.pod_files())
     if multi_card and len(groups) < 2:
         return perf_skip(ev, th, f"fewer than 2 distinct GPUs used ({placement})", metrics={"placement": placement})
     judged = groups if multi_card else {g: ps for g, ps in groups.items() if len(ps) >= 2}

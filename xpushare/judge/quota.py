@@ -19,7 +19,7 @@ from xpushare.collect import client_lines, pod_log
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
-from xpushare.judge.thresholds import shown
+from xpushare.judge.thresholds import shown, used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
@@ -160,7 +160,7 @@ def judge_dynamic(
     status, summary = combine(checks, pass_summary=f"{len(plan['changes'])} {kind} change(s) applied in place")
     if status is Status.PASS and latencies:
         summary += f"; latency max {max(latencies.values()):.1f} s"
-    return Verdict(status, summary, checks, dict(th), {"latency_s": latencies}, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), {"latency_s": latencies}, ev.pod_files())
 
 
 def _check_probe_started(plan: Mapping[str, Any]) -> Check:
@@ -321,7 +321,7 @@ def judge_dynamic_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
                 )
             )
     status, summary = combine(checks, pass_summary=verdict.summary if verdict.status is Status.PASS else "")
-    return Verdict(status, summary, checks, dict(th), {**verdict.metrics, **values}, verdict.evidence)
+    return Verdict(status, summary, checks, used(th), {**verdict.metrics, **values}, verdict.evidence)
 
 
 def judge_static_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -350,7 +350,7 @@ def judge_static_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str,
         expr = " > ".join(f"d{q}" for q in qs) + f" (each step >= x{step:g})"
         checks.append(Check("monotonic", expr, values, mono, "" if mono else f"runtimes {runtimes}"))
     status, summary = combine(checks, pass_summary="runtime decreases with the compute quota")
-    return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), values, ev.pod_files())
 
 
 def check_higher_quota_faster(r_low: float, r_high: float, *, q_low: object, q_high: object,
@@ -389,13 +389,13 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     values: dict[str, Any] = {"runtime_30": r_low, "runtime_60": r_high, "placement": placement}
     status, summary = combine(checks, pass_summary="")
     if status is not Status.PASS:  # a SKIP must not hide a failed pod or missing evidence
-        return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
+        return Verdict(status, summary, checks, used(th), values, ev.pod_files())
     if a is None or b is None or a.gpu is None or b.gpu is None:
         return Verdict(
             Status.SKIP,
             f"co-location not confirmed: no registration GPU for the pair ({placement})",
             checks,
-            dict(th),
+            used(th),
             values,
             ev.pod_files(),
         )
@@ -404,7 +404,7 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
             Status.SKIP,
             f"co-location on one GPU not obtained ({placement})",
             checks,
-            dict(th),
+            used(th),
             values,
             ev.pod_files(),
         )
@@ -416,4 +416,4 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
         values["ratio_30_over_60"] = round(ratio, 4) if ratio is not None else None
         checks.append(check)
     status, summary = combine(checks, pass_summary="the 60 % pod finished faster than the 30 % pod on one GPU")
-    return Verdict(status, summary, checks, dict(th), values, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), values, ev.pod_files())

@@ -46,6 +46,7 @@ from xpushare.judge.stability_evidence import (
     process_series,
     scheduler_log_lines,
 )
+from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
@@ -101,7 +102,7 @@ def _soak_or_verdict(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any
     data = load_soak(ev)
     if not data.present:
         return Verdict(Status.ERROR, "no soak evidence (soak/checkpoint.json, samples) in the case directory", [],
-                       dict(th))
+                       used(th))
     return data
 
 
@@ -138,7 +139,7 @@ def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     rounds = data.checkpoint.get("rounds", 0)
     status, summary = combine(checks, pass_summary=f"{rounds} round(s) over {_hms(data.checkpoint.get('active_s'))}: "
                               "no restart, no leak trend, memory and clients returned")
-    return Verdict(status, summary, checks, dict(th), _soak_metrics(data), _soak_files(ev))
+    return Verdict(status, summary, checks, used(th), _soak_metrics(data), _soak_files(ev))
 
 
 def judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -178,7 +179,7 @@ def judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
                 worst = max(judged, key=lambda v: v["growth"])
                 metrics.update({f"{c.name}_growth": worst["growth"], f"{c.name}_p_value": worst["p_value"],
                                 f"{c.name}_per_hour": worst["per_hour"]})
-    return Verdict(status, summary, checks, dict(th), metrics, _soak_files(ev))
+    return Verdict(status, summary, checks, used(th), metrics, _soak_files(ev))
 
 
 def judge_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -236,7 +237,7 @@ def judge_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) ->
                               f"{rec if rec is None else round(rec, 1)}s, {ok_pods}/{len(pods)} workload pods "
                               "succeeded, probe passed")
     metrics = {"recovery_s": rec, "workload_pods": len(pods), "succeeded": ok_pods}
-    return Verdict(status, summary, checks, dict(th), metrics, ev.pod_files())
+    return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
 
 
 def _soak_files(ev: Evidence) -> list[str]:

@@ -1,16 +1,17 @@
 """The seed's default thresholds of the judgments, one table per suite (seed 000 §6, §17).
 
 Judgments and cases read their defaults here, never a copy: a case's parameters (``CaseDef.params``,
-overridden by a playbook or ``--set``) win over these, and a verdict records the values it used.
+overridden by a playbook or ``--set``) win over these, and a verdict records the values it used
+(:func:`used`: the parameters its judgment read, and only those).
 Suites whose defaults are case parameters only (functional, performance, stability) have no table here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["COMBINATION", "ISOLATION", "ISOLATION_COMPUTE", "METRICS", "threshold"]
+__all__ = ["COMBINATION", "ISOLATION", "ISOLATION_COMPUTE", "METRICS", "ReadParams", "threshold", "used"]
 
 #: Thresholds of COMBO-001..008 with the seed's values (seed 000 §6, §17.3).
 COMBINATION: dict[str, Any] = {
@@ -93,3 +94,48 @@ def shown(value: float, bound: float, *, digits: int = 2) -> str:
         if text != f"{bound:.{places}f}":
             return text
     return repr(value)
+
+
+class ReadParams(Mapping[str, Any]):
+    """A case's parameters that remember which of them a judgment read (``th[key]``, ``th.get(key[, default])``,
+    with the default it applied): what :func:`used` gives a verdict to record. ``key in th`` and iteration read
+    nothing.
+
+    :func:`xpushare.engine.lifecycle.judge_case` hands a judgment its parameters as this, so that
+    ``Verdict.thresholds`` holds the parameters the verdict used, and only those."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self._params = dict(params)
+        self._read: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._params[key]
+        self._read[key] = value
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``th.get(key, default)``; a default other than None that the judgment applied is recorded as read."""
+        if key in self._params:
+            return self[key]
+        if default is not None:
+            self._read[key] = default
+        return default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._params
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._params)
+
+    def __len__(self) -> int:
+        return len(self._params)
+
+    def read(self) -> dict[str, Any]:
+        """The parameters read so far, name -> value, in the order first read."""
+        return dict(self._read)
+
+
+def used(th: Mapping[str, Any]) -> dict[str, Any]:
+    """The thresholds a verdict records: those read so far when ``th`` is :class:`ReadParams` (a judgment run by
+    the engine), else every one of ``th`` (a judgment called directly with a plain mapping)."""
+    return th.read() if isinstance(th, ReadParams) else dict(th)

@@ -7,7 +7,8 @@
   ``smoke``), run through the engine's case lifecycle into a normal run directory
   (``.tmplog/<run-id>/xpushare/<cluster>/legacy/<scenario>/``); their acts in :mod:`xpushare.legacy.acts`,
   the pods' backend in :mod:`xpushare.legacy.backend`, the per-scenario report in
-  :mod:`xpushare.legacy.case_report`;
+  :mod:`xpushare.legacy.case_report`; each runs as a run of the engine (:mod:`xpushare.engine.run`) with the
+  legacy hooks of :mod:`xpushare.legacy.run` (setup, the script's lines and tables), holding the cluster's lease;
 * :mod:`xpushare.legacy.judgments` -- their verdicts, pure functions of the stored evidence;
 * :mod:`xpushare.legacy.deploy` -- the setup pipeline of ``remote-test.sh`` (commit, sync, build,
   render, redeploy, verify the scheduling mode), with its steps in :mod:`xpushare.legacy.deploy_sync` (sync,

@@ -28,7 +28,7 @@ from xpushare.transport.kube_objects import STUCK_REASONS
 
 
 #: Where acts print their progress lines: the innermost
-#: :func:`~xpushare.legacy.scenarios.run_scenario`'s ``out`` (else stdout).
+#: :func:`~xpushare.legacy.run.run_scenario`'s ``out`` (else stdout).
 STREAMS: list[TextIO] = []
 
 

@@ -1,14 +1,11 @@
-"""What a legacy scenario leaves besides its verdict: ``meta`` of the run directory, the post-processing
-(``baseline.yaml``, complex2 tables) and the scenario's Markdown report with the legacy tables. Split out of
-:mod:`xpushare.legacy.scenarios`.
+"""What a legacy scenario leaves besides its verdict: the post-processing (``baseline.yaml``, complex2's log copy)
+and the scenario's closing report with the legacy tables (:mod:`xpushare.legacy.run` calls both).
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,25 +16,9 @@ from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.legacy import judgments, tables
 from xpushare.legacy.compare import BOUND
-from xpushare.report import artifacts, summaries
 
 if TYPE_CHECKING:
     from xpushare.legacy.scenarios import Scenario
-
-
-def write_meta(run_dir: Path, run_id: str, cluster: str, case_id: str, *, started: bool,
-                **extra: Any) -> dict[str, Any]:
-    """Create or extend ``run.json`` (clusters and required case ids accumulate across scenarios of one run)."""
-    meta = artifacts.read_run_meta(run_dir) or {"run_id": run_id, "started": datetime.now().astimezone().isoformat(),
-                                                "selection": "legacy"}
-    meta["clusters"] = sorted(set(meta.get("clusters") or []) | {cluster})
-    meta["required"] = sorted(set(meta.get("required") or []) | {case_id})
-    meta["argv"] = sys.argv[1:]
-    if not started:
-        meta.update(ended=datetime.now().astimezone().isoformat(), **extra)
-        meta["counts"] = summaries.counts(artifacts.load_results(run_dir))
-    artifacts.write_run_meta(run_dir, meta)
-    return meta
 
 
 def post_process(sc: Scenario, case_dir: Path, record: Mapping[str, Any], params: Mapping[str, Any],

@@ -5,9 +5,9 @@ Each scenario is a :class:`~xpushare.cases.base.CaseDef` of suite ``legacy`` (no
 registry: ``invoke cases`` and ``--suite`` never select it) whose ``act`` creates the pods the script
 created -- same names (``<gen>-cross-gpu-<i>`` ...), same ``app=`` labels, same order and waits -- through
 :class:`~xpushare.legacy.backend.LegacyK8sBackend`, prints the script's progress lines, and whose ``judge``
-(:mod:`xpushare.legacy.judgments`) reads only the stored evidence. :func:`run_scenario` is the driver
-behind the ``legacy.*`` tasks: optional setup (:mod:`xpushare.legacy.deploy`), the case, the legacy tables
-(:mod:`xpushare.legacy.tables`), the run reports.
+(:mod:`xpushare.legacy.judgments`) reads only the stored evidence. :func:`xpushare.legacy.run.run_scenario` runs
+one behind the ``legacy.*`` tasks: a run with the legacy hooks (optional setup, :mod:`xpushare.legacy.deploy`; the
+legacy tables, :mod:`xpushare.legacy.tables`).
 
 Deliberate differences from the scripts (also in ``docs/legacy.md``):
 
@@ -22,21 +22,14 @@ Deliberate differences from the scripts (also in ``docs/legacy.md``):
 
 from __future__ import annotations
 
-import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from xpushare.cases.base import CaseDef, CaseRun
-from xpushare.engine import driver, lifecycle, plan
 from xpushare.evidence.store import Evidence
-from xpushare.inventory import schema
-from xpushare.inventory.schema import ClusterSpec
-from xpushare.legacy import deploy, judgments
+from xpushare.legacy import judgments
 from xpushare.legacy.acts import (
-    STREAMS,
     act_baseline,
     act_complex,
     act_complex2,
@@ -51,14 +44,8 @@ from xpushare.legacy.backend import (
     W1,
     W2,
     W3,
-    LegacyK8sBackend,
 )
-from xpushare.legacy.case_report import post_process, render_case_report, write_meta
-from xpushare.model.errors import UsageError
-from xpushare.model.exit_status import ExitStatus
-from xpushare.model.overrides import parse_overrides
 from xpushare.model.verdict import Verdict
-from xpushare.report import artifacts, build
 
 SUITE = "legacy"
 
@@ -149,104 +136,3 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {"legacy_monitor_s": 5.0, "legacy_smoke_args": ["--iters", "2000"], "legacy_smoke_timeout_s": 900,
               "legacy_entrypoint": False, "legacy_images": {}}),
 )}
-
-
-# ----------------------------------------------------------------------------------------------- driver
-
-
-@dataclass
-class LegacyRequest:
-    """What a ``legacy.*`` task asks for. ``count``: the script's N; ``suffix``: complex2's log suffix;
-    ``keep_sut``: baseline without deleting the SUT DaemonSets; the deploy fields feed the setup pipeline."""
-
-    scenario: str
-    cluster: str
-    count: int | None = None
-    mode: str = "auto"
-    skip_setup: bool = False
-    autocommit: bool = False
-    source: str | None = None
-    suffix: str | None = None
-    keep_sut: bool = False
-    run_id: str | None = None
-    overrides: Sequence[str] = ()
-    inventory_path: str | None = None
-    root: Path = Path(".")
-
-
-_SUFFIX_RE = re.compile(r"[A-Za-z0-9._-]{0,40}")
-
-
-def scenario_params(sc: Scenario, cluster: ClusterSpec, req: LegacyRequest) -> tuple[CaseDef, dict[str, Any]]:
-    """The case and its parameters: defaults < inventory ``params`` < ``--set`` < the task's own flags.
-
-    Raises :class:`UsageError` for an unknown ``--set`` name, a count below 1 or a bad suffix.
-    """
-    case = sc.case()
-    own = [o for o in req.overrides if not o.partition("=")[0].strip().startswith("deploy_")]
-    overrides = parse_overrides(own)
-    plan.check_overrides([case], overrides)
-    params = plan.case_params(case, cluster, plan.Selection(cases=[case], required={case.case_id}), overrides)
-    if sc.count is not None and req.count is not None:
-        if req.count < 1:
-            raise UsageError(f"the pod count must be at least 1, not {req.count}")
-        params["legacy_pods"] = req.count
-    if req.suffix is not None:
-        if not _SUFFIX_RE.fullmatch(req.suffix):
-            raise UsageError(f"bad log suffix {req.suffix!r}: use up to 40 of [A-Za-z0-9._-]")
-        params["legacy_log_suffix"] = req.suffix
-    if req.keep_sut:
-        params["legacy_baseline_remove_sut"] = False
-    return case, params
-
-
-def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
-    """Run one legacy scenario on a k8s cluster; print the legacy tables; write the run dir and reports.
-
-    Raises :class:`UsageError` / :class:`~xpushare.model.errors.InventoryError` for bad input. Returns 0 when
-    the scenario PASSed, 1 for FAIL/ERROR (or a failed setup step), 130 when interrupted.
-    """
-    out = out or sys.stdout
-    sc = SCENARIOS.get(req.scenario)
-    if sc is None:
-        raise UsageError(f"unknown legacy scenario {req.scenario!r} (known: {', '.join(SCENARIOS)})")
-    cluster = schema.load(req.inventory_path).cluster(req.cluster)
-    if cluster.mode != "k8s":
-        raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; the legacy scripts need Kubernetes")
-    case, params = scenario_params(sc, cluster, req)
-    run_id = driver.resolve_run_id(req.run_id, resume=False, what="run")
-    run_dir = artifacts.run_dir(req.root, run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if sc.setup and not req.skip_setup:
-        status = deploy.run_deploy(deploy.DeployRequest(
-            cluster=req.cluster, mode=req.mode, autocommit=req.autocommit, source=req.source, run_id=run_id,
-            overrides=req.overrides, inventory_path=req.inventory_path, root=req.root, label=sc.script,
-            lenient=True), out)
-        if status != ExitStatus.OK:
-            print(f"setup failed: {sc.name} not run", file=out)
-            return status
-    write_meta(run_dir, run_id, cluster.name, case.case_id, started=True)
-    print(f"===== Running Test: {sc.title} ({sc.script}) -> {run_dir} =====", file=out, flush=True)
-    backend = LegacyK8sBackend(cluster)
-    backend.case_params = params
-    STREAMS.append(out)
-    try:
-        record, interrupted = lifecycle.run_alone(case, run_id=run_id, run_dir=run_dir, cluster=cluster,
-                                                  backend=backend, params=params)
-    finally:
-        STREAMS.pop()
-    case_dir = artifacts.case_dir(run_dir, cluster.name, SUITE, case.case_id)
-    if record is not None:
-        post_process(sc, case_dir, record, params, cluster)
-        print(render_case_report(sc, case_dir, record, params), file=out, flush=True)
-    status = driver.exit_status_for([record] if record else [], interrupted)
-    meta = write_meta(run_dir, run_id, cluster.name, case.case_id, started=False, interrupted=interrupted,
-                       exit_status=int(status))
-    paths = build.build(run_dir, required=set(meta.get("required") or []))
-    print(f"[xpushare] legacy/{sc.name}: {record['status'] if record else 'INTERRUPTED'}; report: {paths.markdown}",
-          file=out, flush=True)
-    if interrupted:
-        print(f"[xpushare] interrupted: run again with --run-id {run_id}", file=out)
-    return status
-
-

@@ -44,7 +44,11 @@ class Check:
 
 @dataclass
 class Verdict:
-    """The judgment of one case: status, one-line summary, the checks behind it, thresholds and metrics."""
+    """The judgment of one case: status, one-line summary, the checks behind it, thresholds and metrics.
+
+    ``thresholds``: the parameters the judgment used (name -> value, with any default it applied), and only those;
+    the engine has the judgment read its parameters through ``judge.thresholds.ReadParams`` and stores these as
+    the record's ``thresholds`` (:mod:`xpushare.model.case_record`)."""
 
     status: Status
     summary: str

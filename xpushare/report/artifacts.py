@@ -10,10 +10,10 @@ Layout (seed 000 section 13; docs/sut/bash-harness.md §artifacts, minus its def
 ``result.json`` is the single source of truth for a case: the reports are rebuilt from it alone. Unlike
 the bash harness it is real JSON (UTF-8, indent 2), written atomically (temp file + ``os.replace``), and
 its ``status`` is one of the five :class:`~xpushare.model.verdict.Status` values, so a SKIP is stored as SKIP and
-never as PASS. Record keys (the engine's contract)::
+never as PASS. Record keys (the engine's contract, :class:`xpushare.model.case_record.CaseRecord`)::
 
     run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
-    thresholds metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
+    thresholds params metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
 
 Names used as path components (run id, cluster, suite, case id) must match ``[A-Za-z0-9._-]{1,64}`` and
 must not be ``.`` or ``..``; anything else raises ``ValueError`` so no name can leave the run directory.
@@ -452,8 +452,9 @@ def _broken_record(rel: Path, message: str) -> dict[str, Any]:
 # The types of the record fields readers rely on (a field of another type makes the record a broken one).
 _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "cluster": (str,), "suite": (str,), "case_id": (str,), "status": (str,), "summary": (str,),
-    "title": (str,), "mode": (str, type(None)), "thresholds": (dict, type(None)), "metrics": (dict, type(None)),
-    "checks": (list, type(None)), "evidence": (list, type(None)), "duration_s": (int, float, type(None)),
+    "title": (str,), "mode": (str, type(None)), "thresholds": (dict, type(None)), "params": (dict, type(None)),
+    "metrics": (dict, type(None)), "checks": (list, type(None)), "evidence": (list, type(None)),
+    "duration_s": (int, float, type(None)),
     "attempt": (int, type(None)), "required": (bool, type(None)), "error": (str, type(None)),
     "phases_s": (dict, type(None)), "rejudgments": (list, type(None)),
 }

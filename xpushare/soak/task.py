@@ -1,7 +1,10 @@
 """``invoke soak``: one long STAB case (default STAB-002, the seed's 24 h mixed load) with resume.
 
-The case runs through the engine's case lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up,
-judge, ``result.json``), in the usual run directory::
+A soak is a :class:`~xpushare.engine.run.Run` (lease, run.json, signals, reports) of a selection of one case, whose
+act keeps ``soak/params.json`` or, on ``--resume``, first carries ``soak/`` forward (:func:`_carry_soak_forward`),
+with the soak's hooks (:class:`SoakHooks`: its opening and closing lines). The case runs through the engine's case
+lifecycle (:func:`xpushare.engine.lifecycle.run_case`: act, harvest, clean up, judge, ``result.json``), in the usual
+run directory::
 
     .tmplog/<run-id>/xpushare/<cluster>/stability/<STAB-00x>/
         soak/          the time series, checkpoint, interim reports, plots, soak-report.md
@@ -9,7 +12,7 @@ judge, ``result.json``), in the usual run directory::
         result.json    the verdict over the whole soak
 
 ``--resume`` continues an interrupted soak in the same run dir and time series: the engine archives the
-previous segment's top-level evidence to ``attempts/<n>/`` as for any case, and this runner carries
+previous segment's top-level evidence to ``attempts/<n>/`` as for any case, and the soak's act carries
 ``soak/`` forward (its scheduler log goes to ``soak/segments/<n>/``), so the judgment sees one soak. The
 parameters of the first segment (``soak/params.json``) stay in force unless given again.
 """
@@ -20,25 +23,24 @@ import json
 import os
 import sys
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare import __version__
-from xpushare.cases import REGISTRY, CaseDef
-from xpushare.engine import driver, dry_run, lease, lifecycle, plan
+from xpushare.backends.base import Backend
+from xpushare.cases import REGISTRY
+from xpushare.engine import driver, dry_run, plan
 from xpushare.engine.cluster_params import check_cluster_params
-from xpushare.engine.progress import Progress
+from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts, build, summaries
+from xpushare.report import artifacts
 from xpushare.soak.checkpoint import Checkpoint
 
-__all__ = ["SoakRequest", "soak"]
+__all__ = ["SoakHooks", "SoakRequest", "soak"]
 
 SOAK_CASES = ("STAB-001", "STAB-002", "STAB-003", "STAB-004")
 PARAMS_FILE = "params.json"
@@ -62,10 +64,6 @@ class SoakRequest:
     """The dry run's format: table | json | yaml."""
     wait: bool = False
     """Wait for another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`)."""
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
 
 
 def _carry_soak_forward(case_dir: Path) -> None:
@@ -98,8 +96,10 @@ def _resumable_act(case_act: Any) -> Any:
 def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     """Run (or resume) a soak and write the run's reports. Returns the exit status (130 when interrupted).
 
-    The soak holds the cluster's lease (:func:`xpushare.engine.lease.held`) from before its run directory is
-    written until its reports are; ``request.wait`` waits for another live run's lease instead of stopping.
+    A :class:`~xpushare.engine.run.Run` of the one case with :class:`SoakHooks`: it holds the cluster's lease
+    (:mod:`xpushare.engine.lease`) from before its run directory is written until its reports are, so no other
+    run (``invoke func`` ...) touches the cluster meanwhile; ``request.wait`` waits for another live run's lease
+    instead of stopping.
 
     Raises:
         UsageError: unknown case, a non-STAB case, ``--resume`` without a run or checkpoint, or a new soak
@@ -124,12 +124,11 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
                                    request.root)
         print(dry_run.render_all([planned], request.output), file=out)
         return ExitStatus.OK
-    run_id = driver.resolve_run_id(request.run_id, resume=request.resume, what="soak", root=request.root)
-    run_dir = artifacts.run_dir(request.root, run_id)
-    driver.refuse_reuse(run_dir, run_id, resume=request.resume)
+    the_run = Run(root=request.root, clusters=[cluster], run_id=request.run_id,
+                  reuse=Reuse.RESUME if request.resume else Reuse.REFUSE, what="soak", wait=request.wait, out=out)
+    run_id, run_dir = the_run.id, the_run.dir
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = plan.case_params(case, cluster, selection, overrides)
-    act = case.act
     if request.resume:
         stored = case_dir / "soak" / PARAMS_FILE
         ck = Checkpoint.load(case_dir / "soak")
@@ -139,48 +138,44 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
         if ck.final_done:
             print(f"[xpushare] soak {case_id} of run {run_id} already complete; re-judging", file=out)
             driver.rejudge(run_id, request.overrides, root=request.root, out=out)
-            return driver.exit_status_for(artifacts.load_results(run_dir), False)
+            return exit_status_for(artifacts.load_results(run_dir), False)
         act = _resumable_act(case.act)
-    elif (case_dir / "soak").exists() or (case_dir / "result.json").exists():
-        raise UsageError(f"run {run_id} already holds {case_id} on {cluster.name}: continue it with --resume, or "
-                         "give another --run-id")
-    with lease.held(cluster, run_id, wait=request.wait, out=out):
-        return _soak_held(request, cluster, case, act, params, run_id, run_dir, case_dir, out)
+    else:
+        if (case_dir / "soak").exists() or (case_dir / "result.json").exists():
+            raise UsageError(f"run {run_id} already holds {case_id} on {cluster.name}: continue it with --resume, "
+                             "or give another --run-id")
+        act = _with_params_file(case.act, json.dumps(params, indent=1, default=str) + "\n")
+    soaked = replace(case, act=act)
+    chosen = RunSelection(label=f"soak={case_id}", cases=[soaked], required=frozenset({case_id}),
+                          todo={cluster.name: [soaked]}, params=lambda _case, _cluster: dict(params))
+    return the_run.execute(chosen, SoakHooks(case_dir, float(params["stab_duration_s"])))
 
 
-def _soak_held(request: SoakRequest, cluster: ClusterSpec, case: CaseDef, act: Any, params: dict[str, Any],
-               run_id: str, run_dir: Path, case_dir: Path, out: TextIO) -> ExitStatus:
-    """The part of :func:`soak` done while it holds the cluster's lease: from the run directory on."""
-    case_id = case.case_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    previous = artifacts.read_run_meta(run_dir) if request.resume else None
-    meta: dict[str, Any] = {
-        "run_id": run_id, "tool_version": __version__, "clusters": [cluster.name], "selection": f"soak={case_id}",
-        "required": [case_id], "started": (previous or {}).get("started", _now()), "argv": sys.argv[1:],
-        "resume": request.resume,
-    }
-    artifacts.write_run_meta(run_dir, meta)
-    progress = Progress(out)
-    dur = float(params["stab_duration_s"])
-    progress.done(f"soak {case_id} on {cluster.name} for {dur / 3600:.2f} h{' (resumed)' if request.resume else ''} "
-                  f"-> {case_dir}")
-    params_text = json.dumps(params, indent=1, default=str) + "\n"
-    wrapped = replace(case, act=act if request.resume else _with_params_file(act, params_text))
-    backend = driver.make_backend(cluster)
-    record, interrupted = lifecycle.run_alone(wrapped, run_id=run_id, run_dir=run_dir, cluster=cluster,
-                                              backend=backend, params=params)
-    results = artifacts.load_results(run_dir)
-    status = driver.exit_status_for(results, interrupted)
-    meta.update(ended=_now(), interrupted=interrupted, exit_status=int(status), counts=summaries.counts(results))
-    artifacts.write_run_meta(run_dir, meta)
-    paths = build.build(run_dir, required={case_id})
-    if record:
-        progress.done(f"{case_id} {record['status']} {record['duration_s']:.1f}s  {record['summary']}")
-    progress.done(f"report: {paths.markdown}; soak report: {case_dir / 'soak' / 'soak-report.md'}")
-    if interrupted:
-        progress.done(f"interrupted: continue with invoke soak --cluster {cluster.name} --case {case_id} "
-                      f"--run-id {run_id} --resume")
-    return status
+class SoakHooks(RunHooks):
+    """A soak's run: its opening line (case, cluster, hours, case directory), the case's line after the reports,
+    the soak report's path, and how to continue an interrupted soak."""
+
+    def __init__(self, case_dir: Path, duration_s: float) -> None:
+        self.case_dir = case_dir
+        self.duration_s = duration_s
+
+    def backend(self, cluster: ClusterSpec) -> Backend:
+        return driver.make_backend(cluster)
+
+    def started(self, run: Run) -> None:
+        case_id, cluster = self.case_dir.name, run.clusters[0]
+        run.progress.done(f"soak {case_id} on {cluster.name} for {self.duration_s / 3600:.2f} h"
+                          f"{' (resumed)' if run.resume else ''} -> {self.case_dir}")
+
+    def finished(self, run: Run, outcome: RunOutcome) -> None:
+        case_id, cluster = self.case_dir.name, run.clusters[0]
+        for record in outcome.records:
+            run.progress.done(f"{case_id} {record.status} {record.duration_s or 0.0:.1f}s  {record.summary}")
+        run.progress.done(f"report: {outcome.paths.markdown}; soak report: "
+                          f"{self.case_dir / 'soak' / 'soak-report.md'}")
+        if outcome.interrupted:
+            run.progress.done(f"interrupted: continue with invoke soak --cluster {cluster.name} --case {case_id} "
+                              f"--run-id {run.id} --resume")
 
 
 def _with_params_file(act: Any, params_text: str) -> Any:

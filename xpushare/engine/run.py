@@ -1,0 +1,399 @@
+"""One run: its id and directory, its clusters and their leases, run.json, signals, resume and reports.
+
+Every kind of run goes through :meth:`Run.execute` with a :class:`RunSelection` (what to run) and
+:class:`RunHooks` (what that kind adds): the suites (``invoke func`` ..., :mod:`xpushare.engine.driver`), a soak
+(``invoke soak``, :mod:`xpushare.soak.task`) and a legacy scenario (``invoke legacy.*``,
+:mod:`xpushare.legacy.run`). A run:
+
+1. takes the lease of every cluster (:mod:`xpushare.engine.lease`, docs/leases.md) and holds it for its whole life,
+   so that no other run (a suite, a soak, a legacy scenario) changes a cluster it is using; ``--wait`` waits;
+2. creates the run directory (``<root>/.tmplog/<run id>/xpushare``, :func:`xpushare.report.artifacts.run_dir`),
+   lets the hooks prepare (:meth:`RunHooks.before_cases`: a legacy scenario's setup) and writes ``run.json``
+   (:meth:`Run.write_meta`, its one writer: times in UTC, ``tool_version`` always);
+3. runs each cluster's cases through the case lifecycle (:mod:`xpushare.engine.lifecycle`), several clusters
+   concurrently (:mod:`xpushare.engine.clusters`), with ``--maxfail``'s budget, the event stream
+   (``events.jsonl``) and the command log (``debug.log``);
+4. writes run.json's end and the reports (:mod:`xpushare.report.build`) whole even when a signal comes; Ctrl-C
+   (SIGTERM, SIGHUP) ends the run with 130 (143, 129), resumable with ``--resume``.
+
+Run ids: a new one is ``YYYYmmdd-HHMMSS`` of now; a stored run is never rewritten unless the run resumes it
+(:attr:`Reuse.RESUME`) or adds to it (:attr:`Reuse.EXTEND`: legacy scenarios, one after the other under one id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, TextIO
+
+from xpushare import __version__
+from xpushare.backends.base import Backend
+from xpushare.cases import CaseDef
+from xpushare.engine import lease
+from xpushare.engine.clusters import Budget, disk_full, run_concurrently
+from xpushare.engine.lifecycle import record_not_run, run_case, utc_now
+from xpushare.engine.progress import Progress
+from xpushare.evidence import events
+from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.case_record import CaseRecord
+from xpushare.model.errors import RunDirectoryFull, UsageError, XpushareError
+from xpushare.model.exit_status import ExitStatus
+from xpushare.report import artifacts, build, summaries
+from xpushare.transport import command_log, interrupt
+
+__all__ = ["DEBUG_LOG", "Reuse", "Run", "RunHooks", "RunOutcome", "RunSelection", "disk_full_stops_the_run",
+           "exit_status_for", "refuse_reuse", "resolve_run_id"]
+
+DEBUG_LOG = "debug.log"
+"""The run directory's log of every command and library record (:mod:`xpushare.transport.command_log`)."""
+
+
+class Reuse(Enum):
+    """What a run may do with a run id that is already stored."""
+
+    REFUSE = "refuse"
+    """A new run: a stored run id is refused (one line: continue it with ``--resume`` or give another id)."""
+    RESUME = "resume"
+    """``--resume``: the run id must be stored; run.json keeps what it said and adds this part."""
+    EXTEND = "extend"
+    """A legacy scenario: a stored run id gets this scenario beside its earlier ones (run.json accumulates)."""
+
+
+def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
+    """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 1 when any case is FAIL or ERROR;
+    else 0 (SKIP is not a failure)."""
+    if interrupted:
+        return interrupt.exit_status()
+    if any(r["status"] in ("FAIL", "ERROR", "INTERRUPTED") for r in results):
+        return ExitStatus.FAILED
+    return ExitStatus.OK
+
+
+def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = Path(".")) -> str:
+    """The run id to use: the given one (validated), else a new ``YYYYmmdd-HHMMSS`` id of now. With ``resume``,
+    ``last`` is the latest run stored under ``root`` (:func:`xpushare.report.artifacts.resolve_run_id`).
+
+    Raises:
+        UsageError: ``resume`` without a run id, ``last`` without ``resume`` (it names a stored run, never a
+        new one) or with no run stored, or a run id that cannot name a directory.
+    """
+    if resume and not run_id:
+        raise UsageError(f"--resume needs --run-id of the {what} to continue")
+    if run_id == artifacts.LAST and not resume:
+        raise UsageError(f"--run-id {artifacts.LAST} names the latest stored run: use it with --resume, or a new id")
+    chosen = run_id or artifacts.new_run_id(datetime.now())
+    try:
+        return artifacts.resolve_run_id(root, chosen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def refuse_reuse(run_dir: Path, run_id: str, *, resume: bool) -> None:
+    """A stored run is never rewritten unless asked: without ``resume``, a run id whose directory already holds
+    something raises :class:`UsageError` (one line: continue it with ``--resume``, or give a new id)."""
+    if resume or not run_dir.is_dir():
+        return
+    if any(run_dir.iterdir()):
+        raise UsageError(f"run {run_id!r} is already stored in {run_dir}: continue it with --run-id {run_id} "
+                         "--resume, or give a new --run-id (a stored run is never rewritten)")
+
+
+@contextmanager
+def disk_full_stops_the_run(run_dir: Path, run_id: str) -> Iterator[None]:
+    """Turn a full run directory (``ENOSPC``, ``EDQUOT``) into :class:`RunDirectoryFull`: one line, exit 1.
+
+    The case that hit it has had its harvest and cleanup (the lifecycle runs them whatever happens); what was
+    written before stays as written; the run can be continued with ``--resume`` once there is room.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        raise RunDirectoryFull(f"the run directory is full ({exc.strerror}{where}): the run stopped; what was "
+                               f"written is kept in {run_dir}; free space, then continue with --run-id {run_id} "
+                               "--resume") from None
+
+
+@dataclass(frozen=True)
+class RunSelection:
+    """What a run runs. ``label``: run.json's ``selection``; ``cases``: every case selected (run.json's
+    ``selected``, on each cluster); ``required``: the case ids the release decision requires; ``todo``: cluster
+    name -> the cases to run now (a resumed run leaves out those that PASSed); ``params``: a case's parameters
+    on a cluster (defaults < inventory < playbook < ``--set``, :func:`xpushare.engine.plan.case_params`)."""
+
+    label: str
+    cases: Sequence[CaseDef]
+    required: frozenset[str]
+    todo: Mapping[str, Sequence[CaseDef]]
+    params: Callable[[CaseDef, ClusterSpec], dict[str, Any]]
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended, for :meth:`RunHooks.finished`: the stored records of the run (``results``, dicts as
+    :func:`xpushare.report.artifacts.load_results` reads them), this part's records, the exit status, whether a
+    signal ended it, the reports' paths, and each cluster whose thread raised with what."""
+
+    results: list[dict[str, Any]]
+    records: list[CaseRecord]
+    status: ExitStatus
+    interrupted: bool
+    paths: build.ReportPaths
+    errors: dict[str, BaseException] = field(default_factory=dict)
+
+
+class RunHooks:
+    """What a kind of run adds to :meth:`Run.execute`. Every method but :meth:`backend` does nothing here."""
+
+    def backend(self, cluster: ClusterSpec) -> Backend:
+        """The backend that runs the cases on ``cluster``."""
+        raise NotImplementedError
+
+    def before_cases(self, run: Run) -> ExitStatus | None:
+        """Called holding the leases, with the run directory made and before run.json: a status ends the run
+        there (nothing more is written)."""
+        return None
+
+    def started(self, run: Run) -> None:
+        """Called once run.json is written, before the first case (the run's opening lines)."""
+
+    def case_scope(self, run: Run, cluster: ClusterSpec, case: CaseDef,
+                   position: str) -> contextlib.AbstractContextManager[Any]:
+        """The context a case runs in (``position``: ``3/12``)."""
+        return contextlib.nullcontext()
+
+    def case_done(self, run: Run, cluster: ClusterSpec, case: CaseDef, record: CaseRecord) -> None:
+        """Called after each case's record is stored (a case not run because of ``--maxfail`` too)."""
+
+    def finished(self, run: Run, outcome: RunOutcome) -> None:
+        """Called once run.json's end and the reports are written (the run's closing lines)."""
+
+
+class Run:
+    """One run of ``clusters`` under ``root`` (see the module docstring).
+
+    ``run_id``: the given id, or None for a new one (:func:`resolve_run_id`; ``what`` names the run in its
+    messages). ``out``: where the run's lines go (``--output json|yaml`` passes stderr). ``maxfail``: stop after
+    this many FAIL/ERROR cases over all clusters (None: run every case).
+
+    Raises :class:`UsageError` for a bad run id, a stored one with :attr:`Reuse.REFUSE`, a missing one with
+    :attr:`Reuse.RESUME`.
+    """
+
+    def __init__(self, *, root: Path, clusters: Sequence[ClusterSpec], run_id: str | None, reuse: Reuse = Reuse.REFUSE,
+                 what: str = "run", wait: bool = False, out: TextIO = sys.stdout, maxfail: int | None = None) -> None:
+        self.root = Path(root)
+        self.clusters = list(clusters)
+        self.reuse = reuse
+        self.wait = wait
+        self.out = out
+        self.maxfail = maxfail
+        self.id = resolve_run_id(run_id, resume=reuse is Reuse.RESUME, what=what, root=self.root)
+        self.dir = artifacts.run_dir(self.root, self.id)
+        if reuse is Reuse.REFUSE:
+            refuse_reuse(self.dir, self.id, resume=False)
+        if reuse is Reuse.RESUME and not self.dir.exists():
+            raise UsageError(f"--resume: no run {self.id!r} under {self.root}")
+        self.progress = Progress(out)
+        self._progress = {c.name: Progress(out, label=c.name) for c in self.clusters} if len(self.clusters) > 1 else {}
+        self.meta: dict[str, Any] = {}
+        self.selection: RunSelection | None = None
+
+    @property
+    def resume(self) -> bool:
+        return self.reuse is Reuse.RESUME
+
+    def progress_for(self, cluster: ClusterSpec) -> Progress:
+        """The progress of ``cluster``'s cases: its lines carry the cluster's name when several clusters run."""
+        return self._progress.get(cluster.name, self.progress)
+
+    def todo(self, cluster: ClusterSpec) -> list[CaseDef]:
+        """The cases this run runs on ``cluster`` (empty before :meth:`execute`)."""
+        return list(self.selection.todo.get(cluster.name, ())) if self.selection else []
+
+    def write_meta(self) -> None:
+        """Write ``run.json`` as :attr:`meta` says now (the one writer of it)."""
+        artifacts.write_run_meta(self.dir, self.meta)
+
+    def execute(self, selection: RunSelection, hooks: RunHooks) -> ExitStatus:
+        """Run ``selection`` with ``hooks`` holding every cluster's lease; return the exit status over the run's
+        cases (:func:`exit_status_for`; a run that adds to a stored one, over its own cases).
+
+        Raises :class:`~xpushare.model.errors.LeaseHeld` when another live run holds one of the clusters (unless
+        ``wait``; nothing written), :class:`RunDirectoryFull` when the run directory fills up (every cluster
+        stops), and the first error a cluster's thread raised, after the others finished and the reports are
+        written.
+        """
+        self.selection = selection
+        with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            status = hooks.before_cases(self)
+            if status is not None:
+                return status
+            self.meta = self._start_meta(selection)
+            with disk_full_stops_the_run(self.dir, self.id):
+                return self._cases_and_reports(selection, hooks)
+
+    def _start_meta(self, selection: RunSelection) -> dict[str, Any]:
+        """run.json at the start: this part's fields, merged with a stored run.json when resuming or extending
+        (required case ids, selected cases and clusters accumulate; the first start time stays)."""
+        # Every selected case, so that a report of a run that ended early still counts the ones it never reached.
+        selected = [{"cluster": cluster.name, "suite": c.suite, "case_id": c.case_id, "title": c.title}
+                    for cluster in self.clusters for c in selection.cases]
+        meta: dict[str, Any] = {
+            "run_id": self.id,
+            "tool_version": __version__,
+            "clusters": [c.name for c in self.clusters],
+            "selection": selection.label,
+            "required": sorted(selection.required),
+            "selected": selected,
+            "started": utc_now().isoformat(),
+            "argv": sys.argv[1:],
+            "resume": self.resume,
+        }
+        previous = artifacts.read_run_meta(self.dir) if self.reuse is not Reuse.REFUSE else None
+        if previous:
+            meta["required"] = sorted(set(previous.get("required") or []) | selection.required)
+            seen = {(s["cluster"], s["suite"], s["case_id"]) for s in selected}
+            meta["selected"] = [s for s in previous.get("selected") or []
+                                if isinstance(s, dict)
+                                and (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
+            meta["started"] = previous.get("started", meta["started"])
+            earlier = [str(name) for name in previous.get("clusters") or []]
+            meta["clusters"] = earlier + [c.name for c in self.clusters if c.name not in earlier]
+            if self.reuse is Reuse.EXTEND:
+                meta["rejudgments"] = previous.get("rejudgments")
+                if meta["rejudgments"] is None:
+                    del meta["rejudgments"]
+        return meta
+
+    def _cluster_job(self, cluster: ClusterSpec, selection: RunSelection, hooks: RunHooks, budget: Budget,
+                     records: list[CaseRecord]) -> Callable[[], bool]:
+        """One cluster's part of the run, as a job for the thread that runs it: make the backend, run the cases
+        (every event they emit carries the cluster); True when interrupted. A full run directory halts ``budget``
+        (every other cluster stops before its next case) and is raised."""
+
+        def job() -> bool:
+            with events.cluster(cluster.name):
+                try:
+                    return self._run_cases(cluster, hooks.backend(cluster), selection, hooks, budget, records)
+                except OSError as exc:
+                    if disk_full(exc):
+                        budget.halt(f"the run directory is full ({cluster.name})")
+                    raise
+
+        return job
+
+    def _run_cases(self, cluster: ClusterSpec, backend: Backend, selection: RunSelection, hooks: RunHooks,
+                   budget: Budget, records: list[CaseRecord]) -> bool:
+        """Run ``cluster``'s cases in order; return True when Ctrl-C stopped the run.
+
+        Once ``budget`` 's ``--maxfail`` is reached the remaining cases are recorded as not run (INTERRUPTED
+        records, so they count against the run and ``--resume`` runs them), not left out of the reports; once the
+        budget is halted (another cluster's run directory write failed) the rest is left."""
+        cases = list(selection.todo.get(cluster.name, ()))
+        interrupted = False
+        try:
+            try:
+                backend.prepare_run(self.id)
+            except KeyboardInterrupt:
+                return True
+            for number, case in enumerate(cases, 1):
+                if budget.halted:
+                    break
+                params = selection.params(case, cluster)
+                required = case.case_id in selection.required
+                if budget.exhausted():
+                    reason = (f"not run: --maxfail {budget.maxfail} reached ({budget.failures} FAIL/ERROR case(s) "
+                              "before it)")
+                    record = record_not_run(case, run_id=self.id, run_dir=self.dir, cluster=cluster, params=params,
+                                            required=required, reason=reason)
+                else:
+                    with events.case(case.case_id), hooks.case_scope(self, cluster, case, f"{number}/{len(cases)}"):
+                        record, interrupted = run_case(case, run_id=self.id, run_dir=self.dir, cluster=cluster,
+                                                       backend=backend, params=params, required=required,
+                                                       root=self.root)
+                    budget.count(record.status)
+                records.append(record)
+                hooks.case_done(self, cluster, case, record)
+                if interrupted:
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            backend.close()
+        return interrupted
+
+    def _cases_and_reports(self, selection: RunSelection, hooks: RunHooks) -> ExitStatus:
+        """The rest of :meth:`execute` once the run directory exists: the cases, then run.json's end and the
+        reports."""
+        self.write_meta()
+        hooks.started(self)
+        budget = Budget(self.maxfail)
+        records: list[CaseRecord] = []
+        jobs = {c.name: self._cluster_job(c, selection, hooks, budget, records) for c in self.clusters}
+        errors: dict[str, BaseException] = {}
+        interrupted = False
+        # A signal after the last case (while run.json's end and the reports are written) is recorded, not raised:
+        # the reports are written whole, then the run ends as interrupted (128 + the signal).
+        with interrupt.deferred(), command_log.debug_log(self.dir / DEBUG_LOG), events.recording(self.dir):
+            for cluster in self.clusters:
+                events.emit("run_started", run_id=self.id, cluster=cluster.name, mode=cluster.mode,
+                            cases=[c.case_id for c in selection.todo.get(cluster.name, ())], resume=self.resume)
+            try:
+                try:
+                    with interrupt.installed():
+                        if len(jobs) > 1:
+                            outcome = run_concurrently(jobs)
+                            interrupted, errors = outcome.interrupted, outcome.errors
+                        else:
+                            interrupted = next(iter(jobs.values()))()
+                except KeyboardInterrupt:  # between the last case and the end of the block
+                    interrupted = True
+                full = [error for error in errors.values() if disk_full(error)]
+                if full:
+                    raise full[0]
+            except XpushareError as exc:
+                events.emit("error", case_id=None, cluster=self.clusters[0].name, step="run", message=str(exc))
+                raise
+            for name, error in errors.items():
+                events.emit("error", case_id=None, cluster=name, step="run", message=first_line(error))
+            interrupted = interrupted or interrupt.requested()
+            results = artifacts.load_results(self.dir)
+            status = exit_status_for(self._own(results, selection), interrupted)
+            counts = summaries.counts(results)
+            events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted, counts=counts)
+            self.meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
+                             counts=counts)
+            self.write_meta()
+            required = set(self.meta["required"])
+            paths = build.build(self.dir, required=required)
+            if interrupt.requested() and not interrupted:  # the signal came while the reports were written
+                interrupted, status = True, exit_status_for(results, True)
+                self.meta.update(interrupted=True, exit_status=int(status))
+                self.write_meta()
+                paths = build.build(self.dir, required=required)
+        hooks.finished(self, RunOutcome(results, records, status, interrupted, paths, errors))
+        if errors:
+            raise next(iter(errors.values()))
+        return status
+
+    def _own(self, results: list[dict[str, Any]], selection: RunSelection) -> list[dict[str, Any]]:
+        """The results the exit status is over: the run's, or for a run that extends a stored one, its own."""
+        if self.reuse is not Reuse.EXTEND:
+            return results
+        mine = {(name, c.suite, c.case_id) for name, cases in selection.todo.items() for c in cases}
+        return [r for r in results if (r.get("cluster"), r.get("suite"), r.get("case_id")) in mine]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    return (str(exc) or type(exc).__name__).splitlines()[0]

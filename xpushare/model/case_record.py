@@ -1,0 +1,108 @@
+"""The record of one case of a run: what ``result.json`` holds (the single source of truth of the reports).
+
+:class:`CaseRecord` is written by the case lifecycle (:mod:`xpushare.engine.lifecycle`) and replaced, never edited,
+by a re-judgment (:func:`xpushare.engine.driver.rejudge`). Its JSON form (:meth:`CaseRecord.to_json`) has the keys
+listed in :mod:`xpushare.report.artifacts` in this order::
+
+    run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
+    thresholds params metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
+    [not_run] [rejudged rejudgments]
+
+``thresholds`` are the parameters the verdict used (``Verdict.thresholds``: what its judgment read, and only
+those; empty when nothing was judged); ``params`` every parameter the case ran with (what a re-judgment starts
+from). Times are ISO 8601 UTC; ``duration_s`` and ``phases_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CaseRecord"]
+
+# Keys of to_json in their order; a key of a stored record not among them is kept as it was (``extra``).
+_KEYS = ("run_id", "cluster", "suite", "case_id", "title", "mode", "attempt", "status", "summary", "started",
+         "ended", "duration_s", "phases_s", "thresholds", "params", "metrics", "checks", "evidence", "required",
+         "operation", "sampling", "kubectl_calls", "kubectl_retries", "error")
+_DERIVED = ("case_log_dir",)  # added by the reader (report/artifacts.load_results), never stored
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One case's stored record (see the module docstring for the fields)."""
+
+    run_id: str
+    cluster: str
+    suite: str
+    case_id: str
+    title: str
+    mode: str | None
+    attempt: int | None
+    status: str
+    summary: str
+    started: str | None = None
+    ended: str | None = None
+    duration_s: float | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] | None = None
+    """Every parameter of the case; None in a record stored before it was kept apart (then ``thresholds``)."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    checks: list[Any] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    required: bool | None = None
+    operation: str = ""
+    sampling: str = ""
+    kubectl_calls: int | None = None
+    kubectl_retries: int | None = None
+    error: str | None = None
+    not_run: bool = False
+    """A case the run did not reach (``--maxfail``): INTERRUPTED, never acted."""
+    rejudged: str | None = None
+    rejudgments: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys of a stored record this version does not know, kept so that rewriting the record loses nothing."""
+
+    @property
+    def replay_params(self) -> dict[str, Any]:
+        """The parameters to judge the case again with: ``params``, or for an older record its ``thresholds``."""
+        return dict(self.params if self.params is not None else self.thresholds)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``result.json`` stores it (keys in the module docstring's order)."""
+        out = {key: getattr(self, key) for key in _KEYS}
+        if self.params is None:
+            del out["params"]
+        if self.not_run:
+            out["not_run"] = True
+        if self.rejudged is not None:
+            out["rejudged"] = self.rejudged
+        if self.rejudgments is not None:
+            out["rejudgments"] = self.rejudgments
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> CaseRecord:
+        """A record read back (:func:`xpushare.report.artifacts.load_results` validated its field types): missing
+        keys take their defaults, ``case_log_dir`` (the reader's) is dropped, unknown keys go to ``extra``."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        values = {k: v for k, v in doc.items() if k in known}
+        for key, empty in (("phases_s", {}), ("thresholds", {}), ("metrics", {}), ("checks", []),
+                           ("evidence", []), ("operation", ""), ("sampling", "")):
+            if values.get(key) is None:
+                values[key] = empty
+        values.setdefault("run_id", "")
+        values.setdefault("title", "")
+        values.setdefault("summary", "")
+        values.setdefault("mode", None)
+        values.setdefault("attempt", None)
+        values["not_run"] = bool(values.get("not_run"))
+        extra = {k: v for k, v in doc.items() if k not in known and k not in _DERIVED}
+        return cls(**values, extra=extra)
+
+    def replace(self, **changes: Any) -> CaseRecord:
+        """A copy with ``changes`` (field name -> value)."""
+        return dataclasses.replace(self, **changes)
+
