@@ -41,7 +41,7 @@ from xpushare.backends.base import (
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.data import workloads_dir
 from xpushare.evidence import events
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import MODE_HOST, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport import activity, interrupt
@@ -73,7 +73,7 @@ def host_capabilities(cluster: ClusterSpec) -> frozenset[str]:
 class HostBackend(Backend):
     """Workloads as processes on the cluster's GPU hosts."""
 
-    mode = "host"
+    mode = MODE_HOST
 
     def __init__(self, cluster: ClusterSpec, *, poll_s: float | None = None) -> None:
         self.cluster = cluster

@@ -51,7 +51,7 @@ from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.evidence import events
 from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
@@ -94,7 +94,7 @@ K8S_DEFAULTS: dict[str, Any] = {
 class K8sBackend(Backend, KubeAccess):
     """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`."""
 
-    mode = "k8s"
+    mode = MODE_K8S
     capabilities = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS})
 
     def __init__(self, cluster: ClusterSpec) -> None:

@@ -150,7 +150,7 @@ def _settle_mid(run: CaseRun, target: ScrapeTarget, pod: str,
 
 def _met002(run: CaseRun) -> None:
     begin_case(run)
-    if run.cluster.mode != "k8s":
+    if not run.cluster.is_kubernetes:
         target = endpoint_target(run)
         if target is None:
             return

@@ -23,6 +23,7 @@ from xpushare.evidence.metrics_target import (
     metric_prefix,
 )
 from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import MODE_K8S, is_kubernetes_mode
 from xpushare.judge.metrics import (
     ScrapeRecord,
     gpu_rows_for_key,
@@ -59,7 +60,7 @@ def _timeout(run: CaseRun) -> float:
 
 def endpoint_target(run: CaseRun) -> ScrapeTarget | None:
     """The scheduler a case without a probe checks; None (and a SKIP reason) in host mode without metrics_url."""
-    if run.cluster.mode == "k8s":
+    if run.cluster.is_kubernetes:
         node = run.params.get("met_node")
         target = k8s_target(run.backend, run.cluster, str(node) if node else None, timeout_s=_timeout(run))
     else:
@@ -212,8 +213,8 @@ def stored_client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch | None:
     probe = plan.get("probe")
     if not probe:
         return None
-    mode = str(plan.get("mode") or "k8s")
-    return client_match(mode, str(probe), namespace=plan.get("namespace") if mode == "k8s" else None,
+    mode = str(plan.get("mode") or MODE_K8S)
+    return client_match(mode, str(probe), namespace=plan.get("namespace") if is_kubernetes_mode(mode) else None,
                         record=ev.pod(str(probe)), log=ev.logs.get(str(probe)))
 
 

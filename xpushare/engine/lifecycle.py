@@ -21,7 +21,7 @@ from xpushare.cases import CaseDef
 from xpushare.cases.base import CaseRun, load_plan
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import ClusterSpec, is_kubernetes_mode
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
 from xpushare.model.case_record import CaseRecord
@@ -44,7 +44,7 @@ def utc_now() -> datetime:
 def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str | None:
     """Why ``case`` SKIPs on a backend with ``capabilities`` in cluster ``mode`` before it acts (a capability it
     requires is missing, or it is not implemented), or None when it runs."""
-    missing = case.requires - capabilities - ({CAP_KUBERNETES} if mode == "k8s" else set())
+    missing = case.requires - capabilities - ({CAP_KUBERNETES} if is_kubernetes_mode(mode) else set())
     if CAP_KUBERNETES in missing:
         return "needs Kubernetes (this cluster runs in host mode)"
     if "client-library" in missing:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from xpushare.backends.base import Backend, PodSpec
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import KEY_POD, ClientMatch, client_match, live_matches
+from xpushare.inventory.schema import MODE_K8S
 from xpushare.inventory.sut import SutNames
 from xpushare.metrics_check.checklist import CheckLine, answer_text, check_line, load_checks, shorten
 from xpushare.metrics_check.endpoint import HttpResponse
@@ -105,7 +106,7 @@ class KubeProbeLoad:
     def matches(self, names: Sequence[str]) -> list[ClientMatch]:
         """Kubernetes: the probes' clients carry their pod names (``pod`` label; a name holds a random run id,
         so any namespace label is accepted, as before)."""
-        return [client_match("k8s", name) for name in names]
+        return [client_match(MODE_K8S, name) for name in names]
 
     def stop(self) -> None:
         self.kubectl.delete(f"{RUN_LABEL}={self.run_id}", wait=False, grace_period_s=0, namespace=self.namespace)
