@@ -564,20 +564,20 @@ class FakeBackend:
     def colocation_target(self) -> tuple[str, int]:
         return "n1", 2
 
-    def start_pods(self, case_dir: Path, pods: list[Any]) -> None:
+    def start_pods(self, pods: list[Any]) -> None:
         a_gpu, z_gpu = self.plans[min(self.attempt, len(self.plans) - 1)]
         self.attempt += 1
         for p in pods:
             self.started.append(p.name)
             self.gpu_of[p.name] = a_gpu if "-a" in p.name else (z_gpu if "-z" in p.name else "GPU-b")
 
-    def wait_running(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: list[str], timeout_s: float) -> list[PodRecord]:
         return []
 
-    def wait_terminal(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: list[str], timeout_s: float) -> list[PodRecord]:
         return []
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         self.cleanups += 1
         self.gpu_of.clear()
 

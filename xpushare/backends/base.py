@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xpushare.model.atomic_file import atomic_write_text
+from xpushare.model.errors import XpushareError
 
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
     from xpushare.inventory.sut import SutNames
@@ -149,10 +150,21 @@ def read_pod_records(case_dir: Path) -> list[PodRecord]:
     return [PodRecord(**r) for r in json.loads(path.read_text(encoding="utf-8"))]
 
 
+@dataclass(frozen=True)
+class CaseContext:
+    """The case a backend serves, given once to :meth:`Backend.begin_case`: ``case_dir`` (the case directory,
+    where every evidence file of the case goes) and ``case_id`` (``FUNC-001``)."""
+
+    case_dir: Path
+    case_id: str
+
+
 class Backend(ABC):
     """How a case's workloads run and how evidence is gathered on one cluster.
 
-    Optional parts are declared, not probed: :meth:`kubernetes` gives the Kubernetes-only operations
+    The backend serves one case at a time: :meth:`begin_case` takes the case (its :class:`CaseContext`) and
+    every case-level method after it (pods, waits, logs, annotations, harvest, cleanup) works in that case's
+    directory. Optional parts are declared, not probed: :meth:`kubernetes` gives the Kubernetes-only operations
     (None elsewhere), :meth:`scheduler_host` the host of a host-mode scheduler (None elsewhere).
     """
 
@@ -162,6 +174,16 @@ class Backend(ABC):
     """Names of the SUT generation under test (labels, annotations, environment variables, resource)."""
     run_id: str = ""
     """The run this backend serves: set by :meth:`prepare_run`, ``""`` before."""
+    case: CaseContext | None = None
+    """The case this backend serves: set by :meth:`begin_case`, None before the first."""
+
+    @property
+    def case_dir(self) -> Path:
+        """The directory of the case begun last (:attr:`case`). Raises
+        :class:`~xpushare.model.errors.XpushareError` before :meth:`begin_case`."""
+        if self.case is None:
+            raise XpushareError("no case begun on this backend (begin_case first)")
+        return self.case.case_dir
 
     def kubectl_calls(self) -> int | None:
         """kubectl invocations so far (None where there is no kubectl)."""
@@ -187,22 +209,25 @@ class Backend(ABC):
         """Once per run: remove leftovers of earlier runs (only what carries our labels/pid files)."""
 
     @abstractmethod
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
-        """Start case-long evidence (samplers, dmon, log streams)."""
+    def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
+        """Take the case (set :attr:`case`, first of all, so that :meth:`harvest` and :meth:`cleanup` work even
+        when the rest fails) and start case-long evidence (samplers, dmon, log streams); return the context."""
 
     @abstractmethod
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
-        """Create the pods. Raises :class:`~xpushare.model.errors.XpushareError` on failure."""
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+        """Create the pods (manifests and records in :attr:`case_dir`). Raises
+        :class:`~xpushare.model.errors.XpushareError` on failure."""
 
     @abstractmethod
-    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        """Wait until the pods end or ``timeout_s`` passes; return their records either way."""
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        """Wait until the pods end or ``timeout_s`` passes; return their records either way (and write
+        ``pods.json``)."""
 
     @abstractmethod
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        """Wait until the pods run (or ended); return their records."""
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        """Wait until the pods run (or ended); return their records (and write ``pods.json``)."""
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         """The pod's output so far (for waits on a workload line; evidence is still taken by harvest)."""
         raise NotImplementedError
 
@@ -256,16 +281,17 @@ class Backend(ABC):
         scheduler log file's bytes since the last rotation, ``since`` unused)."""
         raise NotImplementedError
 
-    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
-        """Set annotations on a running pod; return the unix time of the call. Needs ``annotations``."""
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
+        """Set annotations on a running pod (recorded in ``annotations.jsonl`` of :attr:`case_dir`); return the
+        unix time of the call. Needs ``annotations``."""
         raise NotImplementedError(f"{self.mode} mode has no annotations")
 
     @abstractmethod
-    def harvest(self, case_dir: Path) -> list[str]:
-        """Pull every evidence file into the case dir (pod logs, samplers, scheduler); return their paths."""
+    def harvest(self) -> list[str]:
+        """Pull every evidence file into :attr:`case_dir` (pod logs, samplers, scheduler); return their paths."""
 
     @abstractmethod
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         """Remove everything the case created (idempotent; runs in ``finally``)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -330,9 +356,9 @@ class KubeAccess(ABC):
         """
 
     @abstractmethod
-    def scrape_metrics(self, case_dir: Path, name: str, node: str | None = None) -> str | None:
+    def scrape_metrics(self, name: str, node: str | None = None) -> str | None:
         """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first node, by name, that runs
-        a pod of the current case) into ``case_dir/name`` in :meth:`curl_scheduler`'s format; return
+        a pod of the current case) into ``name`` in :attr:`Backend.case_dir` in :meth:`curl_scheduler`'s format; return
         ``name``, or None when nothing could be scraped (no node, no scheduler pod there)."""
 
     @abstractmethod

@@ -39,6 +39,7 @@ from xpushare.backends.base import (
     CAP_KUBERNETES,
     CAP_SCHEDULER_PROCESS,
     Backend,
+    CaseContext,
     KubeAccess,
     PodRecord,
     PodSpec,
@@ -255,7 +256,8 @@ class K8sBackend(Backend, KubeAccess):
         self.kubectl.apply(dump_manifests(doc))
 
     # -- case level --------------------------------------------------------------------------------
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
+    def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
+        self.case = CaseContext(case_dir, case_id)
         self.case_id = case_id
         self._case_start = datetime.now(timezone.utc)
         self.pods = []
@@ -288,6 +290,7 @@ class K8sBackend(Backend, KubeAccess):
                 self.samplers.append(sampler)
             except TransportError as exc:
                 print(f"warning: node sampler on {node} not started ({exc})", file=sys.stderr)
+        return self.case
 
     def render_pod(self, spec: PodSpec) -> dict[str, Any]:
         """The pod manifest of a :class:`PodSpec` (manifests/pod.yaml filled in structurally)."""
@@ -325,7 +328,8 @@ class K8sBackend(Backend, KubeAccess):
             pod_spec["volumes"] = [{"name": "workloads", "configMap": {"name": self._configmap_name()}}]
         return doc
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+        case_dir = self.case_dir
         docs = []
         for spec in pods:
             self.pods.append(spec)
@@ -367,17 +371,19 @@ class K8sBackend(Backend, KubeAccess):
                                 "went down)")
         return records
 
-    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, "terminal")
         events.pod_phases(records, "terminal")
         return records
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, "running")
         events.pod_phases(records, "running")
         return records
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         try:
             return self.kubectl.logs(dns1123(pod), timestamps=False)
         except KubeError:
@@ -392,8 +398,9 @@ class K8sBackend(Backend, KubeAccess):
         """The schedulable node with the fewest GPUs and its GPU count (:func:`k8s_nodes.colocation_target`)."""
         return k8s_nodes.colocation_target(self.kubectl.list_nodes(), self.names.resource, self.vgpus_per_gpu)
 
-    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
         """Annotate a running pod; the call time (unix s) goes to ``annotations.jsonl`` for latency checks."""
+        case_dir = self.case_dir
         keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
         full = {keys.get(k, k): v for k, v in annotations.items()}
         when = time.time()
@@ -402,8 +409,9 @@ class K8sBackend(Backend, KubeAccess):
             fh.write(json.dumps({"time": when, "pod": dns1123(pod), "annotations": full}) + "\n")
         return when
 
-    def scrape_metrics(self, case_dir: Path, name: str, node: str | None = None) -> str | None:
+    def scrape_metrics(self, name: str, node: str | None = None) -> str | None:
         """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first pod's) into ``name``."""
+        case_dir = self.case_dir
         if node is None:
             nodes = self._case_nodes()
             if not nodes:
@@ -438,10 +446,11 @@ class K8sBackend(Backend, KubeAccess):
         return k8s_scheduler.restart_scheduler(self, self.names)
 
     # -- evidence ----------------------------------------------------------------------------------
-    def harvest(self, case_dir: Path) -> list[str]:
+    def harvest(self) -> list[str]:
         """Store the case's evidence; each piece on its own, so that a fault in one (a lost connection, a
         kubectl timeout) loses only that piece. Raises :class:`HarvestIncomplete` (with the files stored) when
         a piece was lost to such a fault rather than absent (:mod:`xpushare.backends.harvest_faults`)."""
+        case_dir = self.case_dir
         faults: list[str] = []
         files: list[str] = []
         records: list[PodRecord] = []
@@ -469,7 +478,8 @@ class K8sBackend(Backend, KubeAccess):
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
         return harvest_faults.complete(files, faults)
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
+        case_dir = self.case_dir
         try:
             result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60)
             if result.forced:

@@ -241,7 +241,7 @@ def _met005(run: CaseRun) -> None:
     def on_record(k: int, record: ScrapeRecord) -> bool:
         if not changed:
             if k + 1 >= before:
-                changed.append(run.backend.annotate(run.case_dir, pod, {"core": core_to, "memory": mem_to}))
+                changed.append(run.backend.annotate(pod, {"core": core_to, "memory": mem_to}))
                 run.plan["changed_at"] = changed[0]
                 run.save_plan()
             return True

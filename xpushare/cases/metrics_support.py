@@ -98,13 +98,13 @@ def start_probe(run: CaseRun, *, args: tuple[str, ...] = (), **kw: Any) -> tuple
     run.plan.update(pods=[spec.name], probe=spec.name)
     run.save_plan()
     timeout = float(run.params["pod_timeout_s"])
-    run.backend.start_pods(run.case_dir, [spec])
-    rec = _record(run.backend.wait_running(run.case_dir, [spec.name], timeout), spec.name)
+    run.backend.start_pods([spec])
+    rec = _record(run.backend.wait_running([spec.name], timeout), spec.name)
     if rec is None or rec.phase != "Running" or not rec.node:
         what = "missing" if rec is None else f"{rec.phase} (exit {rec.exit_code}, node {rec.node})"
         raise XpushareError(f"probe pod {spec.name} is {what}, not Running")
     if not run.wait_for_line(rec.name, PROBE_MARKER, timeout):
-        now = _record(run.backend.wait_running(run.case_dir, [spec.name], 0.0), spec.name)
+        now = _record(run.backend.wait_running([spec.name], 0.0), spec.name)
         if now is not None and now.terminal:
             raise XpushareError(f"probe pod {rec.name} ended ({now.phase}, exit {now.exit_code}) before its first "
                                 f"{PROBE_MARKER} line")
@@ -144,7 +144,7 @@ def live_match(run: CaseRun, name: str) -> ClientMatch:
     """The probe's :class:`ClientMatch` from its current record and output (act side; host mode needs
     the recorded pid and the ``Client ID`` line, both there once the probe printed its first probe line).
     The match goes to ``plan["client"]`` (for the reader; the judgment rebuilds it from the evidence)."""
-    match = live_matches(run.backend, run.case_dir, [name], namespace=run.cluster.namespace)[0]
+    match = live_matches(run.backend, [name], namespace=run.cluster.namespace)[0]
     run.plan["client"] = match.to_dict()
     run.save_plan()
     return match

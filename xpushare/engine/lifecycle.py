@@ -122,7 +122,7 @@ def run_case(
             phases["harvest"] = time.monotonic()
             events.emit("harvest_started", step="cleanup")
             activity.note(phase="cleanup")
-            _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
+            _guarded_step(case_dir, "cleanup", lambda: backend.cleanup())
             events.emit("harvest_ended", step="cleanup")
             if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
                 _guarded_step(case_dir, "gpu processes",
@@ -217,7 +217,7 @@ def _phase_durations(t0: float, ends: Mapping[str, float]) -> dict[str, float]:
 def _harvest(case_dir: Path, backend: Backend) -> tuple[list[str], str | None]:
     """The files the backend's harvest stored and, when faults lost some evidence, what they were."""
     try:
-        return backend.harvest(case_dir), None
+        return backend.harvest(), None
     except HarvestIncomplete as exc:
         return exc.files, str(exc)
     except KeyboardInterrupt:

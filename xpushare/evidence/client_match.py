@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from xpushare.backends.base import Backend, PodRecord
@@ -157,7 +156,7 @@ def client_match(mode: str, workload: str, *, namespace: str | None = None, reco
     return ClientMatch(workload, KEY_HOST_PID, host_pids=pids, client_ids=cids)
 
 
-def live_matches(backend: Backend, case_dir: Path, names: Sequence[str], *,
+def live_matches(backend: Backend, names: Sequence[str], *,
                  namespace: str | None = None) -> list[ClientMatch]:
     """The matches of running workloads, for the acts (the judgments rebuild them from the stored evidence).
 
@@ -167,8 +166,8 @@ def live_matches(backend: Backend, case_dir: Path, names: Sequence[str], *,
     """
     if is_kubernetes_mode(backend.mode):
         return [client_match(MODE_K8S, name, namespace=namespace) for name in names]
-    records = {r.name: r for r in backend.wait_running(case_dir, names, 0.0)} if names else {}
-    return [client_match(backend.mode, name, record=records.get(name), log=backend.read_log(case_dir, name))
+    records = {r.name: r for r in backend.wait_running(names, 0.0)} if names else {}
+    return [client_match(backend.mode, name, record=records.get(name), log=backend.read_log(name))
             for name in names]
 
 

@@ -99,7 +99,7 @@ def _start(run: CaseRun, specs: Sequence[PodSpec], key: str) -> None:
     run.plan.setdefault("pods", [])
     run.plan["pods"] += [s.name for s in specs]
     run.save_plan()
-    run.backend.start_pods(run.case_dir, specs)
+    run.backend.start_pods(specs)
 
 
 def _probe(run: CaseRun, node: str | None = None) -> None:
@@ -107,12 +107,12 @@ def _probe(run: CaseRun, node: str | None = None) -> None:
     spec = run.pod("probe", W2, node=node)
     run.plan["probe_pod"] = spec.name
     _start(run, [spec], "probe_pods")
-    run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 
 
 def _wait_all(run: CaseRun) -> list[PodRecord]:
     names = list(run.plan.get("load_pods") or []) + list(run.plan.get("replacement_pods") or [])
-    return run.backend.wait_terminal(run.case_dir, names, float(run.params["pod_timeout_s"]))
+    return run.backend.wait_terminal(names, float(run.params["pod_timeout_s"]))
 
 
 def _wait_healthy(run: CaseRun, t0: float, deadline_s: float) -> float | None:
@@ -141,7 +141,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     run.plan.update(namespace=run.cluster.namespace, daemonset=ds, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     _start(run, specs, "load_pods")
-    run.backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _snapshot_logs(run, "before_fault")
     fault: dict[str, Any] = {"kind": f"rollout restart daemonset/{ds}", "applied": False}
@@ -195,7 +195,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
     run.plan.update(min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     _start(run, specs, "load_pods")
-    backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _write_facts(run, "scheduler_before_fault.txt", backend.scheduler_facts())
     fault: dict[str, Any] = {"kind": "restart the scheduler", "applied": False}
@@ -290,7 +290,7 @@ def fail_drain(run: CaseRun) -> None:
     run.plan.update(namespace=run.cluster.namespace, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     _start(run, specs, "load_pods")
-    records = run.backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    records = run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     node = run.params.get("fail003_node") or _busiest_node(records)
     if not node:
         run.plan["fault"] = {"kind": "drain", "applied": None, "error": "no node runs the load"}
@@ -317,7 +317,7 @@ def fail_drain(run: CaseRun) -> None:
         replacements = [dataclasses.replace(by_name[n], name=f"{n}-re", node=None) for n in evicted if n in by_name]
         if replacements:
             _start(run, replacements, "replacement_pods")
-            recs = run.backend.wait_running(run.case_dir, [s.name for s in replacements],
+            recs = run.backend.wait_running([s.name for s in replacements],
                                             float(run.params["fail_pending_max_s"]))
             running = [r for r in recs if r.phase != "Pending"]
             if len(running) == len(replacements):
@@ -389,7 +389,7 @@ def fail_heavy_node(run: CaseRun) -> None:
     fault["applied"] = True
     t_end = time.time()
     try:
-        run.backend.wait_terminal(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+        run.backend.wait_terminal([s.name for s in specs], float(run.params["pod_timeout_s"]))
         t_end = time.time()
         tol = float(run.params["leak_gpu_tolerance_bytes"])
         limit = time.monotonic() + float(run.params["fail_recovery_max_s"])

@@ -287,7 +287,7 @@ class BackendSoakOps:
         return out
 
     def start_pods(self, specs: Sequence[PodSpec]) -> None:
-        self.backend.start_pods(self.case_dir, specs)
+        self.backend.start_pods(specs)
 
     def poll_pods(self) -> list[PodRecord]:
         return self.backend.case_pods()
@@ -296,10 +296,10 @@ class BackendSoakOps:
         self.backend.delete_case_pods(timeout_s)
 
     def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        return float(self.backend.annotate(self.case_dir, pod, annotations))
+        return float(self.backend.annotate(pod, annotations))
 
     def pod_log(self, pod: str) -> str:
-        return str(self.backend.read_log(self.case_dir, pod))
+        return str(self.backend.read_log(pod))
 
     def end_round(self) -> None:
         self.backend.forget_pod_specs()
