@@ -27,6 +27,7 @@ import pytest
 from tests.test_judge_metrics import GIB, page
 from tests.test_metrics_check import IDLE, UUID
 from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.backends.k8s import K8sBackend
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
@@ -165,6 +166,8 @@ class FakeK8sBackend:
 
     def kubernetes(self) -> FakeK8sBackend:
         return self
+
+    sut_pods = K8sBackend.sut_pods  # over the fake kubectl
 
     def scheduler_host(self) -> None:
         return None

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from xpushare.backends.base import PodRecord, write_pod_records
+from xpushare.backends.k8s import K8sBackend
 from xpushare.cases import REGISTRY
 from xpushare.engine import driver, lifecycle
 from xpushare.evidence.store import Evidence
@@ -554,6 +555,11 @@ class FakeBackend:
 
     def kubernetes(self) -> FakeBackend:
         return self
+
+    # K8sBackend's own DaemonSet operations, over the fake kubectl
+    daemonset_env = K8sBackend.daemonset_env
+    set_daemonset_env = K8sBackend.set_daemonset_env
+    await_daemonset = K8sBackend.await_daemonset
 
     def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
         return self.kubectl.logs(prefix=prefix, timestamps=timestamps)

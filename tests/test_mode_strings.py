@@ -102,3 +102,33 @@ def test_the_factory_and_the_schema_do_test_the_mode() -> None:
         tree = ast.parse((PACKAGE / rel).read_text(encoding="utf-8"))
         seen = {func for _, func in mode_tests(tree)}
         assert seen and ("*" in funcs or seen <= funcs), (rel, seen)
+
+
+def test_kubernetes_operations_come_with_the_capability() -> None:
+    """``Backend.kubernetes()`` (the typed :class:`KubeAccess`) is there exactly when the backend has
+    ``CAP_KUBERNETES``: the Kubernetes backend implements it, the host backend has neither."""
+    from xpushare.backends.base import CAP_KUBERNETES, Backend, KubeAccess
+    from xpushare.backends.host import HostBackend, host_capabilities
+    from xpushare.backends.k8s import K8sBackend
+    from xpushare.inventory.schema import local_cluster
+
+    assert CAP_KUBERNETES in K8sBackend.capabilities and issubclass(K8sBackend, KubeAccess)
+    assert K8sBackend.kubernetes is not Backend.kubernetes
+    assert CAP_KUBERNETES not in host_capabilities(local_cluster()) and not issubclass(HostBackend, KubeAccess)
+    assert HostBackend.kubernetes is Backend.kubernetes  # None
+
+
+def test_kubectl_stays_inside_the_kubernetes_backend() -> None:
+    """Callers ask :class:`KubeAccess` for what they need; none reads ``.kubectl`` off a backend (the
+    Kubernetes backend's own modules, the legacy feature's backend subclass and transport aside)."""
+    inside = ("backends/k8s", "transport/", "legacy/", "envcheck/", "metrics_check/probes.py", "inventory/")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(inside):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr == "kubectl"
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cluster", "spec"))):
+                found.append(f"xpushare/{rel}:{node.lineno}")
+    assert found == []

@@ -21,8 +21,7 @@ from xpushare.model.errors import XpushareError
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
     from xpushare.inventory.sut import SutNames
     from xpushare.transport.base import Host
-    from xpushare.transport.kube_objects import Pod
-    from xpushare.transport.kubectl import Kubectl
+    from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -299,17 +298,71 @@ class Backend(ABC):
 
 
 class KubeAccess(ABC):
-    """The Kubernetes-only operations of a backend (:meth:`Backend.kubernetes`), for cases that act on the
-    cluster itself (scheduler pods and their ``/metrics``, DaemonSets, nodes) rather than on their pods.
+    """The Kubernetes-only operations of a backend (:meth:`Backend.kubernetes`, there exactly when the backend
+    has :data:`CAP_KUBERNETES`), for cases that act on the cluster itself (scheduler pods and their
+    ``/metrics``, DaemonSets, nodes) rather than on their pods. Every operation a caller needs is a method
+    here; kubectl itself stays inside the backend.
 
-    Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts.
+    Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts;
+    DaemonSets and SUT pods are those of the SUT's namespace (:attr:`SutNames.namespace`).
     Errors: :class:`~xpushare.transport.kube_errors.KubeError` from kubectl,
     :class:`~xpushare.model.errors.TransportError` from SSH, unless a method says otherwise.
     """
 
-    kubectl: Kubectl
-    """kubectl on the cluster's master (the inventory's namespace by default); for cluster-level actions
-    (DaemonSet rollouts, drain/uncordon, node and pod listings)."""
+    # -- the SUT's pods and DaemonSets (kubectl on the master, in the SUT's namespace) ---------------
+    @abstractmethod
+    def sut_pods(self, selector: str) -> list[Pod]:
+        """The SUT's pods carrying the label ``selector`` (e.g. the scheduler's, every pod of a rollout),
+        sorted by name; one kubectl call."""
+
+    @abstractmethod
+    def sut_logs(self, selector: str) -> str:
+        """The current containers' logs of the SUT's pods carrying ``selector``, each line prefixed with
+        ``[pod/<name>/<container>]`` (``kubectl logs -l <selector> --prefix``, kubectl's timestamps)."""
+
+    @abstractmethod
+    def previous_log(self, pod: str) -> str:
+        """The log of the previous container of the SUT's pod ``pod`` (``kubectl logs --previous``)."""
+
+    @abstractmethod
+    def restart_daemonset(self, name: str) -> None:
+        """``kubectl rollout restart daemonset/<name>``; returns at once."""
+
+    @abstractmethod
+    def await_daemonset(self, name: str, timeout_s: float) -> str:
+        """Wait up to ``timeout_s`` s until DaemonSet ``name``'s rollout is complete (``kubectl rollout
+        status``); return kubectl's output. Raises :class:`~xpushare.transport.kube_errors.KubeTimeout`."""
+
+    @abstractmethod
+    def daemonset_status(self, name: str) -> DaemonSetStatus:
+        """DaemonSet ``name``'s desired/ready/updated/available counts. Raises KubeNotFound."""
+
+    @abstractmethod
+    def daemonset_env(self, name: str, variable: str) -> str | None:
+        """The value of ``variable`` in DaemonSet ``name``'s pod template (the last container that sets it;
+        None: no container sets it)."""
+
+    @abstractmethod
+    def set_daemonset_env(self, name: str, variable: str, value: str | None) -> None:
+        """Set ``variable`` to ``value`` in DaemonSet ``name``'s containers (``kubectl set env``; None removes
+        it); the rollout that follows is for :meth:`await_daemonset` to wait for."""
+
+    # -- nodes --------------------------------------------------------------------------------------
+    @abstractmethod
+    def nodes(self) -> list[Node]:
+        """Every node of the cluster, sorted by name."""
+
+    @abstractmethod
+    def node(self, name: str) -> Node:
+        """One node. Raises KubeNotFound."""
+
+    @abstractmethod
+    def drain_node(self, node: str, *, timeout_s: float, grace_period_s: int | None = None) -> str:
+        """``kubectl drain --ignore-daemonsets --delete-emptydir-data --force`` of ``node``; kubectl's output."""
+
+    @abstractmethod
+    def uncordon_node(self, node: str) -> None:
+        """``kubectl uncordon <node>``."""
 
     @property
     @abstractmethod

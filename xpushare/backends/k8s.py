@@ -61,7 +61,7 @@ from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
-from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 from xpushare.transport.kube_retry import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 from xpushare.transport.manifest_yaml import dump_manifests
 
@@ -176,6 +176,49 @@ class K8sBackend(Backend, KubeAccess):
 
     def case_pods(self) -> list[PodRecord]:
         return [self._record(p) for p in self.kubectl.list_pods(self.selector())]
+
+    def sut_pods(self, selector: str) -> list[Pod]:
+        return self.kubectl.list_pods(selector, namespace=self.names.namespace)
+
+    def sut_logs(self, selector: str) -> str:
+        return self.kubectl.logs(selector=selector, prefix=True, namespace=self.names.namespace)
+
+    def previous_log(self, pod: str) -> str:
+        return self.kubectl.logs(pod, previous=True, namespace=self.names.namespace)
+
+    def restart_daemonset(self, name: str) -> None:
+        self.kubectl.rollout_restart("daemonset", name, namespace=self.names.namespace)
+
+    def await_daemonset(self, name: str, timeout_s: float) -> str:
+        return self.kubectl.rollout_status("daemonset", name, namespace=self.names.namespace, timeout_s=timeout_s)
+
+    def daemonset_status(self, name: str) -> DaemonSetStatus:
+        return self.kubectl.get_daemonset(name, namespace=self.names.namespace)
+
+    def daemonset_env(self, name: str, variable: str) -> str | None:
+        doc = self.kubectl.get_json(["get", "daemonset", name], namespace=self.names.namespace)
+        value = None
+        for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            for e in c.get("env") or []:
+                if e.get("name") == variable:
+                    value = e.get("value")
+        return value
+
+    def set_daemonset_env(self, name: str, variable: str, value: str | None) -> None:
+        setting = f"{variable}={value}" if value is not None else f"{variable}-"
+        self.kubectl.run(["set", "env", f"daemonset/{name}", setting], namespace=self.names.namespace)
+
+    def nodes(self) -> list[Node]:
+        return self.kubectl.list_nodes()
+
+    def node(self, name: str) -> Node:
+        return self.kubectl.get_node(name)
+
+    def drain_node(self, node: str, *, timeout_s: float, grace_period_s: int | None = None) -> str:
+        return self.kubectl.drain(node, timeout_s=timeout_s, grace_period_s=grace_period_s)
+
+    def uncordon_node(self, node: str) -> None:
+        self.kubectl.uncordon(node)
 
     def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
         self.kubectl.delete(name=dns1123(name), wait=True, timeout_s=timeout_s)

@@ -233,24 +233,17 @@ def exporter_disabled(run: CaseRun) -> Any:
     kube, names = run.backend.kubernetes(), run.backend.names
     if kube is None:
         raise XpushareError("perf002_mode=exporter needs Kubernetes (the scheduler DaemonSet is redeployed)")
-    kubectl = kube.kubectl
-    ds, ns, var = names.scheduler_daemonset, names.namespace, names.env_metrics_enable
-    doc = kubectl.get_json(["get", "daemonset", ds], namespace=ns)
-    original = None
-    for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-        for e in c.get("env") or []:
-            if e.get("name") == var:
-                original = e.get("value")
+    ds, var = names.scheduler_daemonset, names.env_metrics_enable
+    original = kube.daemonset_env(ds, var)
     run.plan["exporter_env"] = {"variable": var, "original": original, "off": "0"}
     run.save_plan()
-    kubectl.run(["set", "env", f"daemonset/{ds}", f"{var}=0"], namespace=ns)
+    kube.set_daemonset_env(ds, var, "0")
     try:
-        kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=300)
+        kube.await_daemonset(ds, timeout_s=300)
         yield
     finally:
-        kubectl.run(["set", "env", f"daemonset/{ds}", f"{var}={original}" if original is not None else f"{var}-"],
-                    namespace=ns)
-        kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=300)
+        kube.set_daemonset_env(ds, var, original)
+        kube.await_daemonset(ds, timeout_s=300)
 
 
 def exported_core(path: Path, pod: str) -> int | None:

@@ -72,7 +72,7 @@ def _snapshot_logs(run: CaseRun, name: str) -> None:
     b, names = _k8s(run), run.backend.names
     for label, stem in ((names.scheduler_label, "scheduler"), (names.device_plugin_label, "device-plugin")):
         try:
-            text = b.kubectl.logs(selector=label, prefix=True, namespace=names.namespace)
+            text = b.sut_logs(label)
         except KubeError as exc:
             text = f"# kubectl logs -l {label}: {exc}\n"
         (run.case_dir / f"{stem}_{name}.log").write_text(text, encoding="utf-8")
@@ -151,7 +151,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     rolled = False
     try:
         try:
-            b.kubectl.rollout_restart("daemonset", ds, namespace=ns)
+            b.restart_daemonset(ds)
             fault["applied"] = True
             fault["at"] = t0
         except KubeError as exc:
@@ -159,7 +159,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
             run.save_plan()
             return
         try:
-            out = b.kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=timeout)
+            out = b.await_daemonset(ds, timeout_s=timeout)
             rolled = True
             run.plan["rollout_s"] = round(time.time() - t0, 3)
             run.plan["rollout_output"] = out[-500:]
@@ -267,12 +267,11 @@ def _restore_daemonset(run: CaseRun, ds: str, ns: str, *, already: bool) -> None
     detail = "rollout complete"
     if not already:
         try:
-            b.kubectl.rollout_status("daemonset", ds, namespace=ns,
-                                     timeout_s=float(run.params["fail_restart_timeout_s"]))
+            b.await_daemonset(ds, timeout_s=float(run.params["fail_restart_timeout_s"]))
         except KubeError as exc:
             detail = f"rollout status: {exc}"
     try:
-        status = b.kubectl.get_daemonset(ds, namespace=ns)
+        status = b.daemonset_status(ds)
         run.plan["restored"] = bool(status.rolled_out and status.ready >= status.desired)
         run.plan["restore_detail"] = (f"{detail}; desired {status.desired}, ready {status.ready}, updated "
                                       f"{status.updated}, available {status.available}")
@@ -306,8 +305,8 @@ def fail_drain(run: CaseRun) -> None:
     t0 = time.time()
     try:
         try:
-            out = b.kubectl.drain(node, timeout_s=float(run.params["fail_drain_timeout_s"]),
-                                  grace_period_s=int(run.params["fail_drain_grace_s"]))
+            out = b.drain_node(node, timeout_s=float(run.params["fail_drain_timeout_s"]),
+                               grace_period_s=int(run.params["fail_drain_grace_s"]))
             fault.update(applied=True, at=t0, output=out[-1000:])
         except KubeError as exc:
             fault.update(error=str(exc), drain_failed=True)
@@ -352,8 +351,8 @@ def _busiest_node(records: Sequence[PodRecord]) -> str | None:
 def _uncordon(run: CaseRun, node: str) -> None:
     b = _k8s(run)
     try:
-        b.kubectl.uncordon(node)
-        run.plan["restored"] = not b.kubectl.get_node(node).unschedulable
+        b.uncordon_node(node)
+        run.plan["restored"] = not b.node(node).unschedulable
         run.plan["restore_detail"] = f"node {node} uncordoned"
     except KubeError as exc:
         run.plan["restored"] = None
@@ -430,7 +429,7 @@ def fail_heavy_node(run: CaseRun) -> None:
 def _largest_node(run: CaseRun) -> str:
     b, resource = _k8s(run), run.backend.names.resource
     best: tuple[int, str] | None = None
-    for n in b.kubectl.list_nodes():
+    for n in b.nodes():
         v = n.allocatable_count(resource)
         if n.unschedulable or not n.ready or v <= 0:
             continue
