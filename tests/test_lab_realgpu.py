@@ -15,8 +15,7 @@ import pytest
 
 from tests.lab import env, realgpu
 from tests.lab.kubelet import LabSettings, gpu_container_env
-from xpushare.cases import REGISTRY
-from xpushare.cases import sizing
+from xpushare.cases import REGISTRY, sizing
 from xpushare.inventory.sut import sut_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +112,8 @@ def test_quota_cases_get_an_expected_duration_from_the_sizes() -> None:
     from xpushare.engine.plan import expected_case_duration
 
     cluster = SimpleNamespace(name="lab", gpu_model="NVIDIA H100 80GB HBM3")
-    got, why = expected_case_duration(REGISTRY["FUNC-008"], cluster, {"func008_quotas": [50], "workload_args": w2},
-                                      None)  # type: ignore[arg-type]
+    got, why = expected_case_duration(REGISTRY["FUNC-008"], cluster,  # type: ignore[arg-type]
+                                      {"func008_quotas": [50], "workload_args": w2}, None)
     assert got == pytest.approx(run_s * 2 + sizing.POD_OVERHEAD_S, abs=0.1) and why.startswith("sizing:")
 
 
