@@ -108,6 +108,13 @@ def test_quota_cases_get_an_expected_duration_from_the_sizes() -> None:
     assert perf == pytest.approx(6.0 / 0.3 + 6.0 + 2 * sizing.POD_OVERHEAD_S, abs=0.1)  # the pair + 1 baseline
     assert sizing.sized_case_duration("MET-006", {"workload_args": w2}, "H100") is None  # a time window
     assert sizing.sized_case_duration("FUNC-008", {"func008_quotas": [25]}, "lab") is None  # unknown model
+    # cases of time windows: their windows, dynamic_step_s per phase, one pod's overhead
+    func010, why010 = sizing.window_case_duration("FUNC-010", {"dynamic_probe_start_delay_s": 1, "dynamic_step_s": 8,
+                                                               "func010_memory_limits": ["256Mi", "512Mi"]}) or (0, "")
+    assert func010 == 1 + 2 * 8 + sizing.POD_OVERHEAD_S and "2 x dynamic_step_s" in why010
+    met006 = sizing.window_case_duration("MET-006", {"met006_duration_s": 10.0})
+    assert met006 is not None and met006[0] == 10 + sizing.POD_OVERHEAD_S
+    assert sizing.window_case_duration("FUNC-008", {}) is None
     # the plan of the dry run and of plan.json take it where no earlier run tells
     from xpushare.engine.plan import expected_case_duration
 

@@ -259,6 +259,43 @@ def _quotas(value: Any) -> list[float]:
     return out
 
 
+def _p(params: Mapping[str, Any], name: str) -> float:
+    value = params.get(name)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+#: Cases whose length is a time window of their own parameters, not the workload's size: case id -> (the windows'
+#: parameters summed, phases of ``dynamic_step_s``: a count, or the parameter whose list's length, plus one for the
+#: initial phase, is the count). Checked against the lab on an H100 (docs/runs/2026-11-27-k8s-lab-real-gpu-h100):
+#: the estimates are 0.7 to 1.7 times the measured durations (MET-005's latency window is an upper bound).
+WINDOW_CASE_TIME: dict[str, tuple[tuple[str, ...], int | str]] = {
+    "FUNC-010": (("dynamic_probe_start_delay_s",), "func010_memory_limits"),
+    "FUNC-011": (("dynamic_probe_start_delay_s",), "func011_memory_limits"),
+    "FUNC-012": ((), 3),  # 30 %, then 80 and 100 %
+    "COMBO-006": ((), 4),  # the start, then 80, 40 and 100 %
+    "PERF-007": (("perf007_pre_s", "perf007_post_s", "perf007_settle_s"), 0),
+    "MET-003": (("met003_window_s",), 0),
+    "MET-005": (("met005_before_s", "met005_max_latency_s"), 0),
+    "MET-006": (("met006_duration_s",), 0),
+    "MET-007": (("met007_duration_s",), 0),
+    "MET-008": (("met008_duration_s",), 0),
+    "STAB-003": (("stab_duration_s", "stab_pod_duration_s"), 0),
+}
+
+
+def window_case_duration(case_id: str, params: Mapping[str, Any]) -> tuple[float, str] | None:
+    """Expected seconds of a case whose length is its own time windows (:data:`WINDOW_CASE_TIME`): the windows'
+    parameters, ``dynamic_step_s`` per phase, one :data:`POD_OVERHEAD_S`; None for another case."""
+    shape = WINDOW_CASE_TIME.get(case_id)
+    if shape is None:
+        return None
+    names, phases = shape
+    count = phases if isinstance(phases, int) else len(params.get(phases) or ())
+    seconds = sum(_p(params, n) for n in names) + count * _p(params, "dynamic_step_s") + POD_OVERHEAD_S
+    words = [*names, f"{count} x dynamic_step_s"] if count else list(names)
+    return round(seconds, 1), f"time windows: {' + '.join(words)} + {POD_OVERHEAD_S:g} s"
+
+
 def sized_case_duration(case_id: str, params: Mapping[str, Any], gpu_model: str | None) -> tuple[float, str] | None:
     """Expected seconds of a quota case from the workload sizes (before it runs, no host contacted), and the basis
     in words; None for a case whose duration is not a function of the sizes (:data:`QUOTA_CASE_WORK`) or where
