@@ -4,7 +4,8 @@
 # GPU, then each suite runs on cluster `lab` with the lab's parameters sized from the calibration. Every step ends
 # with a `timeout`. PART=1: FUNC-008..012 and MET-003..008; PART=2: COMBO-002/003/006 and PERF-003/004/007/011;
 # PART=3: a short STAB-003; PART=4: the dry run of every case above (expected durations from the sizes), then
-# COMBO-002, PERF-003/011 and STAB-003 again (how often a quota pod's exit crashes, docs/findings.md 21).
+# COMBO-002, PERF-003/011 and STAB-003 again (how often a quota pod's exit crashes, docs/findings.md 21);
+# PART=5 (two GPUs, PER_NODE=2: one lab node owning both): COMBO-008 and FUNC-003.
 #
 # Run from the repository root with SUT_SRC (the upstream source tree), DEPS (tests/lab/gpu/fetch-deps.sh's
 # folder) and OUT (where outputs go). Outputs: $OUT/console.txt, $OUT/runs.tar.gz (run directories, the lab's
@@ -16,7 +17,7 @@ PART=${PART:-1}
 ROOT=$(mktemp -d)
 exec > >(tee "$OUT/console.txt") 2>&1
 echo "### $(date -u +%H:%M:%S) part $PART; NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-(unset)}"
-timeout 240 tests/lab/gpu/up.sh --sut-src "$SUT_SRC" --deps "${DEPS:-.labdeps}" || { echo "### lab.up failed";
+timeout 240 tests/lab/gpu/up.sh --sut-src "$SUT_SRC" --deps "${DEPS:-.labdeps}" --gpus-per-node "${PER_NODE:-1}" || { echo "### lab.up failed";
   tail -40 .lab/kube/controlplane.log; tar -C .lab -czf "$OUT/runs.tar.gz" kube/controlplane.log kube/logs; exit 1; }
 . .lab/env.sh
 cat .lab/kube/calibration.json
@@ -37,6 +38,8 @@ case "$PART" in
   2) step 150 combo 'COMBO-002,COMBO-003,COMBO-006'
      step 260 perf 'PERF-003,PERF-004,PERF-007,PERF-011' ;;
   3) step 200 stab 'STAB-003' ;;
+  5) step 120 combo 'COMBO-008'
+     step 60 func 'FUNC-003' ;;
   4) step 60 combo 'COMBO-002'
      step 220 perf 'PERF-003,PERF-011'
      step 100 stab 'STAB-003' ;;
