@@ -181,3 +181,23 @@ def test_lab_up_refuses_an_unknown_gpu_mode() -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: --gpus must be one of sim, real")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_real_gpu_lab_writes_no_simulated_gpu_and_attaches_as_real(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    from tests.lab import sut
+    from tests.lab.cluster import LabCluster
+
+    monkeypatch.setattr(sut, "build_sut", lambda source=None: SimpleNamespace(
+        directory=tmp_path / "build", source=tmp_path / "src", digest="d"))
+    plan = realgpu.real_lab_plan(realgpu.assign_gpus(gpus(2)), block=7)
+    lab = LabCluster(tmp_path / "kube", window_ms=500, **plan)
+    lab.prepare()
+    cfg = json.loads(lab.config_path.read_text())
+    assert cfg["gpu_mode"] == "real" and cfg["simgpu_dir"] == ""
+    assert cfg["nodes"]["lab-node2"]["gpus"] == [UUIDS[1]] and cfg["nodes"]["lab-node2"]["gpu_indexes"] == [1]
+    assert not (tmp_path / "kube" / "nodes" / "lab-node1" / "simgpu").exists()
+    again = LabCluster.attach(tmp_path / "kube")
+    assert again.real_gpus and again.simgpu_dir is None and again.gpu_uuids("lab-node1") == [UUIDS[0]]
+    with pytest.raises(ValueError):
+        LabCluster(tmp_path / "other", gpu_mode="fake")
