@@ -629,3 +629,11 @@ int simgpu_processes(int dev, struct simgpu_proc_usage* out, int max) {
   unlock_state(dev);
   return n;
 }
+
+int simgpu_health_read(int dev, struct simgpu_health* out) {
+  struct simgpu_state* s = lock_state(dev);
+  if (s == NULL) return -1;
+  *out = s->health;
+  unlock_state(dev);
+  return 0;
+}
