@@ -96,6 +96,10 @@ class LabSettings:
         """The node's simulated GPUs (``SIMGPU_CONFIG``; their shared state sits beside it)."""
         return self.node_dir(node) / "simgpu" / "devices"
 
+    def kmsg(self, node: str) -> Path:
+        """The node's kernel log (``SIMGPU_KMSG``: ``NVRM: Xid`` lines in ``dmesg --time-format=iso`` form)."""
+        return self.node_dir(node) / "kmsg"
+
     def scheduler_pid_file(self, node: str) -> Path:
         return self.node_dir(node) / "run" / "scheduler.pid"
 
@@ -556,7 +560,8 @@ class Kubelet:
     def _driver_env(self) -> dict[str, str]:
         """What the node's GPU driver installation gives a process: the simulated driver and its devices."""
         return {"LD_LIBRARY_PATH": str(self.settings.simgpu_dir),
-                "SIMGPU_CONFIG": str(self.settings.simgpu_config(self.node.name))}
+                "SIMGPU_CONFIG": str(self.settings.simgpu_config(self.node.name)),
+                "SIMGPU_KMSG": str(self.settings.kmsg(self.node.name))}
 
     def _gpu_client_env(self, env: dict[str, str], devices: list[str], sut: Path) -> None:
         """The device plugin's part of a GPU container: its GPUs, the driver and the real client library."""

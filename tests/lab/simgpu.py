@@ -28,9 +28,9 @@ import os
 import shutil
 import stat
 import struct
-from datetime import datetime, timezone
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.lab.build import Build, BuildError, cached_build, content_hash, require_tools, run_step, tree_files

@@ -22,6 +22,7 @@ from xpushare.cases.base import CaseRun, load_plan
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.judge.gpu_faults import with_gpu_fault_check
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
@@ -296,6 +297,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
             verdict = with_sut_checks(verdict, ev)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
+        verdict = with_gpu_fault_check(verdict, ev, expects_gpu_faults=case.expects_gpu_faults)
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
     verdict.evidence = sorted(set(verdict.evidence) | set(mapping))
