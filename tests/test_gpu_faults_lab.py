@@ -12,23 +12,29 @@ per run, on the first host's one GPU; the second host's GPU is not used by the c
   the bus): not a verdict on the SUT";
 * an uncorrected ECC error on the pod's GPU: ERROR naming it;
 * Xid 79 on the other host's GPU (not the case's), and an application Xid (31) on the case's GPU: the verdict
-  stands (the Xid 31 recorded).
+  stands (the Xid 31 recorded);
+* envcheck's health step flags a host whose kernel log has an Xid 79 within its 2 h window and passes one whose
+  Xid 79 is older.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
-from tests.lab.simgpu import append_kmsg, pci_bus_id, set_health, xid_line
+from tests.lab.simgpu import append_kmsg, pci_bus_id, set_health, start_kmsg, xid_line
 from tests.test_faults_while_running import Outcome, assert_no_traceback, wrap
 from tests.test_faults_while_running import run_case as faults_run_case
 from xpushare.backends.host import HostBackend
+from xpushare.envcheck import envcheck_task
+from xpushare.model.exit_status import ExitStatus
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -119,3 +125,42 @@ def test_faults_off_the_case_gpus_and_application_xids_leave_the_verdict(
     check = health_check(o)
     assert check["ok"] is True, check
     assert any("Xid 31: GPU memory page fault" in a for a in check["values"]["application_xids"]), check  # type: ignore[index]
+
+
+# ------------------------------------------------------------------------------------------- envcheck
+
+
+def fresh_kmsg(lab: HostLab) -> None:
+    for node in lab.nodes.values():
+        node.kmsg.unlink()
+        start_kmsg(node.kmsg, node.name)
+
+
+def test_envcheck_flags_a_recent_xid_79_and_passes_an_old_one(inventory: Path, lab: HostLab, tmp_path: Path) -> None:
+    """Node 1's kernel log has an Xid 79 of ten minutes ago, node 2's one of five hours ago: envcheck's health step
+    flags node 1 naming the Xid (default window 2 h) and passes node 2; the fleet report names the reason."""
+    fresh_kmsg(lab)
+    now = datetime.now(timezone.utc)
+    append_kmsg(lab.nodes[NODE1].kmsg, xid_line(pci_bus_id(0), 79, "GPU has fallen off the bus.",
+                                                 when=now - timedelta(minutes=10)))
+    append_kmsg(lab.nodes[NODE2].kmsg, xid_line(pci_bus_id(0), 79, "GPU has fallen off the bus.",
+                                                 when=now - timedelta(hours=5)))
+    out = io.StringIO()
+    status = envcheck_task(CLUSTER, inventory_path=str(inventory), run_id="health", root=tmp_path, forks=2, out=out,
+                           skip_gpu=True, overrides=["envcheck_probe_torch=false", "envcheck_freeze_source=metadata",
+                                                     "envcheck_cross_node=false"])
+    report = json.loads((tmp_path / ".tmplog" / "health" / "envcheck" / "fleet.json").read_text())
+    by_node = {n["node"]: n for n in report["nodes"]}
+    one, two = by_node[NODE1], by_node[NODE2]
+    assert status is not ExitStatus.OK, out.getvalue()
+    assert one["status"] == "FAIL", one
+    health = one["steps"]["health"]
+    assert health["status"] == "FAIL" and "Xid 79: GPU has fallen off the bus (critical) on GPU 0000:01:00" in \
+        health["summary"], health
+    assert "health: xid: 1 Xid(s) in the last 2 h" in one["summary"], one["summary"]
+    assert two["steps"]["health"]["status"] == "PASS", two["steps"]["health"]
+    xid = next(c for c in two["steps"]["health"]["checks"] if c["name"] == "xid")
+    assert xid["values"]["older"] == 1, xid
+    md = (tmp_path / ".tmplog" / "health" / "envcheck" / "fleet-report.md").read_text()
+    assert "Xid 79: GPU has fallen off the bus" in md
+    fresh_kmsg(lab)
