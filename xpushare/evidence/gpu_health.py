@@ -40,12 +40,21 @@ else
   echo "## nvidia-smi exit=127"; echo "$1: not found"
 fi
 src=none
-if log=$(dmesg --time-format=iso 2>&1) && [ -n "$log" ]; then src=dmesg
-elif log=$(journalctl -k -b -o short-iso --no-pager -q 2>&1) && [ -n "$log" ] && [ "$log" != "-- No entries --" ]; then
-  src=journalctl
+if log=$(dmesg --time-format=iso 2>&1) && [ -n "$log" ]; then
+  src=dmesg
+else
+  why="dmesg: $(printf '%s' "${log:-no output}" | tail -n 1)"
+  if ! command -v journalctl >/dev/null 2>&1; then
+    why="$why; journalctl: not found"
+  elif log=$(journalctl -k -b -o short-iso --no-pager -q 2>&1) && [ -n "$log" ] && [ "$log" != "-- No entries --" ]
+  then
+    src=journalctl
+  else
+    why="$why; journalctl: $(printf '%s' "${log:-no output}" | tail -n 1)"
+  fi
 fi
 if [ "$src" = none ]; then
-  echo "## kernel-log source=none lines=0"; printf '%s\n' "$log" | tail -n 3
+  echo "## kernel-log source=none lines=0"; printf '%s\n' "$why"
 else
   n=$(printf '%s\n' "$log" | wc -l)
   echo "## kernel-log source=$src lines=$n"; printf '%s\n' "$log" | grep -F 'NVRM: Xid' || true
