@@ -101,6 +101,12 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "node_sampler_python": sys.executable,
         "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
                              "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
+        # the GPU health capture (evidence/gpu_health) on each node: its simulated GPUs through the nvidia-smi
+        # look-alike, and its kernel log (SIMGPU_KMSG) through the dmesg look-alike
+        "node_health_env": {"PATH": f"{kube.simgpu_dir}:/usr/local/bin:/usr/bin:/bin",
+                            "LD_LIBRARY_PATH": str(kube.simgpu_dir),
+                            "SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
+                            "SIMGPU_KMSG": str(kube.kmsg("{node}"))},
         "met005_before_s": 2,
         "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
         "met006_duration_s": 10,
