@@ -296,10 +296,11 @@ class K8sBackend(Backend, KubeAccess):
             except TransportError as exc:
                 print(f"warning: node sampler on {node} not started ({exc})", file=sys.stderr)
 
-    def _capture_health(self, case_dir: Path, tag: str, nodes: list[str], faults: list[str] | None = None
-                        ) -> list[str]:
+    def _capture_health(self, case_dir: Path, tag: str, nodes: list[str]) -> list[str]:
         """The GPU health capture ``tag`` of each of ``nodes`` that maps to a GPU host (evidence/gpu_health);
-        returns the nodes captured. A host that cannot be reached is a warning before the case, a fault after."""
+        returns the nodes captured. A host that cannot be reached is noted in ``harvest-errors.txt`` (and printed
+        as a warning before the case), as the other node captures are (:mod:`~xpushare.backends.k8s_harvest`);
+        the ``gpu_health`` check then names the node as not observable."""
         done: list[str] = []
         for node in nodes:
             host_name = self.node_host.get(node)
@@ -310,11 +311,10 @@ class K8sBackend(Backend, KubeAccess):
                 gpu_health.capture(self.gpu_host(host_name), case_dir, node, tag, smi=self.nvidia_smi_argv(host_name),
                                    env=env)
                 done.append(node)
-            except TransportError as exc:
-                if faults is None:
+            except TransportError as exc:  # as the other node captures: noted (the check names it not observable)
+                if tag == "before":
                     print(f"warning: GPU health of node {node} not captured ({exc})", file=sys.stderr)
-                else:
-                    harvest_faults.fault(case_dir, f"node {node}: GPU health", exc, faults)
+                note(case_dir, f"node {node}: GPU health {tag}: {exc}")
         return done
 
     def render_pod(self, spec: PodSpec) -> dict[str, Any]:
@@ -496,7 +496,7 @@ class K8sBackend(Backend, KubeAccess):
         self.samplers = []
         files += [gpu_health.file_name(node, "before") for node in self.health_nodes]
         files += [gpu_health.file_name(node, "after")
-                  for node in self._capture_health(case_dir, "after", self.health_nodes, faults)]
+                  for node in self._capture_health(case_dir, "after", self.health_nodes)]
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
         return harvest_faults.complete(files, faults)
 
