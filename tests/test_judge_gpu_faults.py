@@ -88,6 +88,16 @@ def test_unknown_gpu_of_a_pod_means_every_gpu_of_its_node() -> None:
     assert v.status is Status.ERROR and f"GPU {G1} during the case (Xid 48: Double Bit ECC Error)" in v.summary
 
 
+def test_without_nvml_rows_before_every_new_xid_of_the_node_counts_and_throttling_is_recorded() -> None:
+    blind_nvml = capture([], smi_exit=127)
+    v = judged(evidence(capture([], [xid_line(1, 79)], smi_exit=127), before=blind_nvml))
+    assert v.status is Status.ERROR
+    assert v.summary.startswith("GPU fault on n1 GPU at PCI 0000:02:00 during the case (Xid 79: GPU has fallen off ")
+    hot = judged(evidence(capture([row(0, G0, throttle=0x40), row(1, G1, throttle=0x8)])))
+    assert hot.status is Status.PASS
+    assert hot.checks[-1].values["throttled_after"] == {f"n1 GPU {G0} (0000:01:00)": ["hw_thermal_slowdown"]}
+
+
 def test_counters_and_a_lost_gpu_are_faults() -> None:
     ecc = judged(evidence(capture([row(0, G0, unc=3), row(1, G1)])))
     assert ecc.status is Status.ERROR and "(uncorrected ECC errors (volatile) 0 -> 3)" in ecc.summary

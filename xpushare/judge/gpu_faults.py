@@ -11,6 +11,10 @@ From the health captures before and after the case (:mod:`xpushare.evidence.gpu_
   row remapping failure that appeared;
 * the GPU lost: visible to nvidia-smi before, gone (or reported "GPU is lost") after.
 
+HW slowdown, thermal slowdown or power brake throttling after the case is recorded (``throttled_after``), not a
+fault: the GPU worked, slower. Without NVML's rows before the case, every new warning/critical Xid of the node is a
+fault named by its PCI bus id (the GPU it hit cannot be told from the case's).
+
 A GPU the case used: the GPU of each pod's :class:`~xpushare.evidence.store.GpuAssignment` (registration key,
 NVML's placement, the recorded GPU) matched to the capture by UUID or index; every GPU of the node when a
 pod's GPU is unknown.
@@ -70,13 +74,20 @@ def _new_xids(before: HealthCapture, after: HealthCapture) -> list[XidEvent]:
 def node_faults(node: str, before: HealthCapture, after: HealthCapture, used: set[str] | None
                 ) -> tuple[list[GpuFault], list[str]]:
     """The faults on ``node`` between two captures on the GPUs named in ``used`` (UUIDs or indices; None: every
-    GPU of the node), and the application Xids seen on them (recorded, not faults)."""
+    GPU of the node), and the application Xids seen on them (recorded, not faults). Without NVML's rows before
+    the case (no bus id to match), every new Xid of the node counts, named by its bus id."""
     gpus = [g for g in before.gpus if used is None or g.uuid in used or str(g.index) in used]
     if used is not None and not gpus:  # the key names no GPU of the capture: take the node's GPUs
         gpus = list(before.gpus)
     faults: list[GpuFault] = []
     application: list[str] = []
     new = _new_xids(before, after) if before.kernel_log and after.kernel_log else []
+    if not before.gpus:
+        for e in new:
+            if severity(e.xid) == "application":
+                application.append(f"{node} GPU at PCI {e.bus}: {describe(e.xid)} ({e.line[:160]})")
+            else:
+                faults.append(GpuFault(node, f"at PCI {e.bus}", describe(e.xid), e.line))
     for g in gpus:
         name = g.uuid or f"index {g.index}"
         for e in (e for e in new if e.bus == g.bus):
@@ -138,6 +149,7 @@ def gpu_fault_check(ev: Evidence) -> Check | None:
         return None
     faults: list[GpuFault] = []
     application: list[str] = []
+    throttled: dict[str, list[str]] = {}
     unobservable: dict[str, str] = {}
     healthy: list[str] = []
     for node, (before_text, after_text) in texts.items():
@@ -148,6 +160,8 @@ def gpu_fault_check(ev: Evidence) -> Check | None:
         found, app = node_faults(node, before, after, used[node])
         faults += found
         application += app
+        throttled.update({f"{node} GPU {g.label}": g.flagged_throttle for g in after.gpus if g.flagged_throttle
+                          and (used[node] is None or g.uuid in (used[node] or ()))})
         blind = [f"kernel log not observable ({c.kernel_log_error})" for c in (before, after) if not c.kernel_log]
         blind += [f"NVML not observable ({c.smi_error})" for c in (before, after) if not c.nvml_observable]
         if blind:
@@ -156,7 +170,8 @@ def gpu_fault_check(ev: Evidence) -> Check | None:
             healthy.append(node)
     values = {"faults": [f"{f.node} GPU {f.gpu}: {f.what}" + (f" ({f.line[:160]})" if f.line else "")
                          for f in faults],
-              "application_xids": application, "not_observable": unobservable, "healthy": healthy}
+              "application_xids": application, "throttled_after": throttled, "not_observable": unobservable,
+              "healthy": healthy}
     if faults:
         return Check("gpu_health", EXPRESSION, values, None, faults[0].summary())
     if unobservable:
