@@ -139,3 +139,16 @@ def test_dmesg_look_alike_options(build: SimGpuBuild, tmp_path: Path) -> None:
     denied = subprocess.run([dmesg], capture_output=True, text=True, env={"PATH": os.defpath}, timeout=10,
                             check=False)
     assert denied.returncode == 1 and "Operation not permitted" in denied.stderr
+
+
+def test_a_driver_that_knows_only_clocks_event_reasons_is_asked_again(tmp_path: Path) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\ncase "$1" in *clocks_throttle_reasons*) echo \'Field "clocks_throttle_reasons.active" '
+                    'is not a valid field to query.\'; exit 2;; esac\n'
+                    'echo "0, GPU-x, 00000000:01:00.0, 0, 0, 0, 0, 0, No, No, No, 0x0000000000000004"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.defpath}", "SIMGPU_KMSG": str(start_kmsg(tmp_path / "kmsg", "n"))}
+    out = subprocess.run(capture_argv((str(fake),)), capture_output=True, text=True, env=env, timeout=30,
+                         check=True).stdout
+    cap = parse_capture(out)
+    assert cap.smi_exit == 0 and [(g.uuid, g.throttle_reasons) for g in cap.gpus] == [("GPU-x", 4)], out

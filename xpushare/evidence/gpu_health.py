@@ -5,7 +5,8 @@ in :meth:`Backend.harvest` (``after``). One SSH command per node runs :data:`SCR
 format that :func:`xpushare.collect.gpu_health.parse_capture` reads:
 
 * ``nvidia-smi --query-gpu=<HEALTH_FIELDS> --format=csv,noheader,nounits`` (ECC counters, retired pages, row
-  remapping, clock throttle reasons, and by its rows whether each GPU is still visible);
+  remapping, clock throttle reasons, and by its rows whether each GPU is still visible); asked again with
+  ``clocks_event_reasons.active`` when the driver refuses the older ``clocks_throttle_reasons.active`` name;
 * the kernel log's ``NVRM: Xid`` lines: ``dmesg --time-format=iso``, else ``journalctl -k -b -o short-iso``;
   when neither can be read (``kernel.dmesg_restrict``, no journal access) the section says ``source=none``:
   not observable, never healthy.
@@ -35,6 +36,10 @@ q="$1"; shift
 echo "# xpushare gpu health"
 if command -v "$1" >/dev/null 2>&1; then
   out=$("$@" --query-gpu="$q" --format=csv,noheader,nounits 2>&1); rc=$?
+  case "$out" in *"is not a valid field"*)  # a driver that knows the throttle reasons by their r535+ name only
+    q=$(printf '%s' "$q" | sed 's/clocks_throttle_reasons/clocks_event_reasons/')
+    out=$("$@" --query-gpu="$q" --format=csv,noheader,nounits 2>&1); rc=$? ;;
+  esac
   echo "## nvidia-smi exit=$rc"; printf '%s\n' "$out"
 else
   echo "## nvidia-smi exit=127"; echo "$1: not found"
