@@ -1,4 +1,4 @@
-"""A GPU fault during a case is ERROR in Kubernetes mode too (docs/faults.md): the session lab cluster (fake API
+"""A GPU fault during a case is ERROR in Kubernetes mode too (docs/faults.md): a lab cluster of its own (fake API
 server, kubelets, the real SUT on simulated GPUs) with the lab inventory, whose ``node_health_env`` gives the
 health capture on each node its simulated GPUs and kernel log (``SIMGPU_KMSG``, tests/lab/env.py).
 
