@@ -137,7 +137,7 @@ OUTSIDE_MATRIX: dict[str, str] = {
     "a GPU fault during the case": "FUNC-001 ERROR `GPU fault on <node> GPU <uuid> during the case (Xid 79: GPU has "
                                    "fallen off the bus): not a verdict on the SUT`, and ERROR naming a rise of "
                                    "uncorrected ECC errors, on the host-mode lab and the Kubernetes lab "
-                                   "(tests/test_gpu_faults_lab.py, tests/test_gpu_faults_k8s_lab.py); the same Xid on "
+                                   "(tests/test_gpu_health_lab.py, tests/test_gpu_health_k8s_lab.py); the same Xid on "
                                    "a GPU the case did not use, or an application Xid (31) on its own, leaves the PASS "
                                    "(docs/faults.md)",
 }

@@ -127,8 +127,8 @@ class CaseDef:
     """A measurement other GPU processes would disturb: the lifecycle records the GPU processes before ``act``
     and after cleanup (evidence/gpu_apps.py), and any found makes the verdict ERROR ("GPU busy")."""
     expects_gpu_faults: bool = False
-    """A case about GPU faults (it injects them): a fault on its GPUs during the case is what it judges, so its
-    verdict stands; in every other case such a fault makes the verdict ERROR (judge/gpu_faults.py)."""
+    """A case about GPU faults (FAIL-005..007 inject them): a fault during it is its subject, not a reason to
+    make the verdict ERROR (docs/faults.md)."""
 
 
 REGISTRY: dict[str, CaseDef] = {}

@@ -126,7 +126,11 @@ SIMGPU_HIDDEN int simgpu_timeline_append(int dev, uint64_t duration_ns, uint64_t
 SIMGPU_HIDDEN int simgpu_utilization(int dev, uint64_t window_ns, unsigned int* percent);
 /* Live processes with a context or memory on the device; returns how many exist (may be > max). */
 SIMGPU_HIDDEN int simgpu_processes(int dev, struct simgpu_proc_usage* out, int max);
-/* A copy of the device's health (struct simgpu_health) into *out; -1 when the state is unusable. */
+
+/* ---- fault injection (simcuda.c; README-simgpu.md "Injected faults") ---- */
+/* Add delta's counters to the device's health (lost and remap_failure are set when delta's are non-zero). */
+SIMGPU_HIDDEN int simgpu_health_raise(int dev, const struct simgpu_health* delta);
+/* The device's health now (*out); -1 when the state is unusable. */
 SIMGPU_HIDDEN int simgpu_health_read(int dev, struct simgpu_health* out);
 
 #endif /* SIMGPU_H */
