@@ -28,17 +28,17 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "gpufaults-kube", **LAB_OPTIONS)
+    yield from started_kube_lab(tmp_path_factory, "gpuhealth-kube", **LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")
 def ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
-    yield from started_ssh_lab(tmp_path_factory, "gpufaults-ssh")
+    yield from started_ssh_lab(tmp_path_factory, "gpuhealth-ssh")
 
 
 @pytest.fixture(scope="module")
 def inventory(ssh: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_inventory(tmp_path_factory.mktemp("gpufaults-inv") / "inventory.yaml", ssh, kube_lab,
+    return write_inventory(tmp_path_factory.mktemp("gpuhealth-inv") / "inventory.yaml", ssh, kube_lab,
                            params={"pod_timeout_s": 60})
 
 

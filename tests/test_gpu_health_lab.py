@@ -38,14 +38,14 @@ from xpushare.model.exit_status import ExitStatus
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-NODE1, NODE2 = "gf-node1", "gf-node2"  # NODE1: the pod's host and the scheduler's (the inventory's first)
+NODE1, NODE2 = "gh-node1", "gh-node2"  # NODE1: the pod's host and the scheduler's (the inventory's first)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostLab]:
     require_lab("host-mode lab", unavailable_reason())
-    with HostLab(tmp_path_factory.mktemp("gpufaults-hostlab"), nodes=(NODE1, NODE2),
-                 base_address="127.0.93.1") as lab:
+    with HostLab(tmp_path_factory.mktemp("gpuhealth-hostlab"), nodes=(NODE1, NODE2),
+                 base_address="127.0.97.1") as lab:
         yield lab
 
 
