@@ -52,6 +52,9 @@ class FakeKube:
     def simgpu_config(self, node: str) -> str:
         return f"{self.simgpu_dir}/{node}.json"
 
+    def kmsg(self, node: str) -> str:
+        return f"{self.simgpu_dir}/{node}.kmsg"
+
     def start(self) -> None:
         FakeKube.started.append(self.options)
 

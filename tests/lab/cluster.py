@@ -227,6 +227,10 @@ class LabCluster:
         """The node's simulated-GPU configuration (``SIMGPU_CONFIG`` for a process that looks at its GPUs)."""
         return self.workdir / "nodes" / node / "simgpu" / "devices"
 
+    def kmsg(self, node: str) -> Path:
+        """The node's kernel log (``SIMGPU_KMSG`` of its pods and of the tool's health reads; docs/faults.md)."""
+        return self.workdir / "nodes" / node / "kmsg"
+
     # -- configuration
 
     def _config(self) -> dict[str, Any]:
@@ -342,7 +346,7 @@ class LabCluster:
             BuildError: the SUT or the simulated GPU could not be built (one line naming what is missing).
         """
         from tests.lab.pki import make_pki
-        from tests.lab.simgpu import SimDevice, build_simgpu, write_config
+        from tests.lab.simgpu import SimDevice, build_simgpu, start_kmsg, write_config
         from tests.lab.sut import build_sut
 
         self.sut = build_sut(self.sut_src)
@@ -365,6 +369,7 @@ class LabCluster:
             config = self.simgpu_config(node)
             config.parent.mkdir(parents=True, exist_ok=True)
             write_config(config, devices)
+            start_kmsg(self.kmsg(node), node)
         self.config_path.write_text(json.dumps(self._config(), indent=1))
         self._write_faults(self._faults_init)
         self.kubeconfig_path.write_text(self._kubeconfig())

@@ -187,6 +187,12 @@ def sim_gpu_params(kube: LabCluster) -> dict[str, Any]:
     return {
         "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
                              "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
+        # the GPU health capture (evidence/gpu_health) on each node: its simulated GPUs through the nvidia-smi
+        # look-alike, and its kernel log (SIMGPU_KMSG) through the dmesg look-alike
+        "node_health_env": {"PATH": f"{kube.simgpu_dir}:/usr/local/bin:/usr/bin:/bin",
+                            "LD_LIBRARY_PATH": str(kube.simgpu_dir),
+                            "SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
+                            "SIMGPU_KMSG": str(kube.kmsg("{node}"))},
         "met006_dmon_command": ["env", f"SIMGPU_CONFIG={kube.simgpu_config('{node}')}",
                                 str(Path(str(kube.simgpu_dir)) / "nvidia-smi"), "dmon", "-s", "u", "-d", "1"],
     }

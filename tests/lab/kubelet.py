@@ -97,6 +97,10 @@ class LabSettings:
         """The node's simulated GPUs (``SIMGPU_CONFIG``; their shared state sits beside it)."""
         return self.node_dir(node) / "simgpu" / "devices"
 
+    def kmsg(self, node: str) -> Path:
+        """The node's kernel log (``SIMGPU_KMSG``: ``NVRM: Xid`` lines in ``dmesg --time-format=iso`` form)."""
+        return self.node_dir(node) / "kmsg"
+
     def scheduler_pid_file(self, node: str) -> Path:
         return self.node_dir(node) / "run" / "scheduler.pid"
 
@@ -697,11 +701,13 @@ class Kubelet:
 
 
 def driver_env(settings: LabSettings, node: str) -> dict[str, str]:
-    """What the node's GPU driver installation gives a process: the simulated driver and its devices; on real
+    """What the node's GPU driver installation gives a process: the simulated driver, its devices and the node's
+    kernel log; on real
     GPUs nothing (the real libcuda and libnvidia-ml are on the system's library path)."""
     if settings.real_gpus or settings.simgpu_dir is None:
         return {}
-    return {"LD_LIBRARY_PATH": str(settings.simgpu_dir), "SIMGPU_CONFIG": str(settings.simgpu_config(node))}
+    return {"LD_LIBRARY_PATH": str(settings.simgpu_dir), "SIMGPU_CONFIG": str(settings.simgpu_config(node)),
+            "SIMGPU_KMSG": str(settings.kmsg(node))}
 
 
 def gpu_container_env(settings: LabSettings, node: str, devices: list[str], sut: Path) -> dict[str, str]:

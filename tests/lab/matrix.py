@@ -143,6 +143,12 @@ OUTSIDE_MATRIX: dict[str, str] = {
                              "scheduler log's DROP_LOCK lines)",
     "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
                                               "seed's ±8 % (tests/test_lab_under_load.py)",
+    "a GPU fault during the case": "FUNC-001 ERROR `GPU fault on <node> GPU <uuid> during the case (Xid 79: GPU has "
+                                   "fallen off the bus): not a verdict on the SUT`, and ERROR naming a rise of "
+                                   "uncorrected ECC errors, on the host-mode lab and the Kubernetes lab "
+                                   "(tests/test_gpu_health_lab.py, tests/test_gpu_health_k8s_lab.py); the same Xid on "
+                                   "a GPU the case did not use, or an application Xid (31) on its own, leaves the PASS "
+                                   "(docs/faults.md)",
 }
 
 #: Mutants no case catches, and why (they stay in the score's denominator).
@@ -312,7 +318,8 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     lines += ["", "## What every verdict about the SUT rests on", "",
               "Each FUNC, COMBO, PERF and MET verdict also checks that the SUT was in every workload's path and that "
               "its GPU identity of each is the GPU NVML saw (README, \"Two sources for every verdict about the "
-              "SUT\"). The breakages of those checks, and where each is shown:", ""]
+              "SUT\"); every case's verdict, that no GPU it used faulted during it (judge/gpu_faults.py). The "
+              "breakages of those checks, and where each is shown:", ""]
     lines += [f"- {what}: {how}" for what, how in OUTSIDE_MATRIX.items()]
     mutants = [r for r in rows if r.kind == "mutant"]
     caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]

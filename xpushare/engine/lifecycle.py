@@ -23,6 +23,7 @@ from xpushare.engine.plan import expected_case_duration
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.judge.gpu_faults import with_gpu_fault_check
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
 from xpushare.model.case_record import CaseRecord
@@ -265,6 +266,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
             verdict = with_sut_checks(verdict, ev)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
+        verdict = with_gpu_fault_check(verdict, ev, expects_gpu_faults=case.expects_gpu_faults)
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
     verdict.evidence = sorted(set(verdict.evidence) | set(mapping))
