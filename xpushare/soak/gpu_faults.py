@@ -34,6 +34,8 @@ class FaultKind:
     name: str
     cuda_error: int
     cuda_error_name: str
+    description: str
+    """cuGetErrorString's text (what PyTorch prints: ``CUDA error: <description>``)."""
     xid: int
     sticky: bool = True
     device_lost: bool = False
@@ -42,10 +44,12 @@ class FaultKind:
 KINDS: dict[str, FaultKind] = {
     k.name: k
     for k in (
-        FaultKind("illegal-address", 700, "CUDA_ERROR_ILLEGAL_ADDRESS", 31),
-        FaultKind("ecc-uncorrectable", 214, "CUDA_ERROR_ECC_UNCORRECTABLE", 48),
-        FaultKind("launch-failure", 719, "CUDA_ERROR_LAUNCH_FAILED", 13),
-        FaultKind("device-lost", 999, "CUDA_ERROR_UNKNOWN", 79, sticky=False, device_lost=True),
+        FaultKind("illegal-address", 700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
+                  31),
+        FaultKind("ecc-uncorrectable", 214, "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error encountered",
+                  48),
+        FaultKind("launch-failure", 719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", 13),
+        FaultKind("device-lost", 999, "CUDA_ERROR_UNKNOWN", "unknown error", 79, sticky=False, device_lost=True),
     )
 }
 
