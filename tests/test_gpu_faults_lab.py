@@ -2,7 +2,8 @@
 
 One GPU host with two simulated GPUs and the real scheduler (:mod:`tests.lab.hostlab`); the victims get
 ``SIMGPU_FAULT`` (tests/lab/README-simgpu.md "Injected faults"). Healthy build: FAIL-005 (one client's illegal
-address), FAIL-007 (ECC storm on one GPU) and FAIL-006 (a lost GPU, last: the GPU stays lost) PASS. Broken: the
+address; also through the CUDA error-injection shim, workloads/faultshim/, as on a real GPU), FAIL-007 (ECC storm on
+one GPU) and FAIL-006 (a lost GPU, last: the GPU stays lost) PASS. Broken: the
 ``ghost-clients`` mutant (a registered client that disconnects stays in the scheduler's list): FAIL-005 and FAIL-007
 FAIL on ``failed_clients_removed`` (the dead victim still exported by ``/metrics``).
 """
@@ -74,6 +75,19 @@ def test_gpu_faults_healthy_then_ghost_clients(tmp_path: Path) -> None:
         assert same["rate_after"] > same["rate_before"] > 0, m
         assert other["rate_after"] >= 0.5 * other["rate_before"] > 0, m
         assert "CUDA_ERROR_ILLEGAL_ADDRESS" in json.dumps(_check(got["FAIL-005"], "fault_injected")["values"])
+
+        # the same case through the error-injection shim (as on a real GPU): LD_PRELOAD="<client library> <shim>"
+        shim = tmp_path / "faultshim"
+        built = subprocess.run([sys.executable, str(ROOT / "workloads/faultshim/build.py"), "--out", str(shim),
+                                "--real-libcuda", str(lab.simgpu.libcuda)], capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
+        data = lab.inventory(params={**PARAMS, "fault_shim": str(shim / "libcuda.so.1")})
+        shim_inv = tmp_path / "inventory-shim.yaml"
+        shim_inv.write_text(yaml.safe_dump(data, sort_keys=False))
+        via = run_cases(tmp_path, shim_inv, "shim", "FAIL-005")["FAIL-005"]
+        assert via["status"] == "PASS", (via["summary"], via["checks"])
+        victim = tmp_path / ".tmplog" / "shim" / "xpushare" / CLUSTER / "stability" / "FAIL-005" / "pods"
+        assert "[FAULTSHIM] injected illegal-address" in (victim / "fail-005-victim-1.log").read_text()
 
         lab.set_sut("gf-node1", build_mutant("ghost-clients").directory)
         broken = run_cases(tmp_path, inv, "ghost", "FAIL-005", "FAIL-007")
