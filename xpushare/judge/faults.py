@@ -20,6 +20,7 @@ progress lines, sut-interfaces.md §8.3), ``scheduler.log``. Checks:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -156,6 +157,21 @@ def _removed(ev: Evidence, plan: Mapping[str, Any], dead: Sequence[str]) -> list
     return checks
 
 
+_PLACEHOLDER_UUID = re.compile(r'gpu_uuid="GPU-\d+"')
+
+
+def _lost_gpu_series(ev: Evidence, plan: Mapping[str, Any], lost: Sequence[str]) -> list[str]:
+    """What ``/metrics`` still says about a lost GPU after the loss (informational, docs/findings.md 20): the
+    series labelled with its UUID, and any with NVML's placeholder UUID ``GPU-<index>`` (a failed UUID query)."""
+    out = []
+    for page in (plan.get("metrics_after") or {}).values():
+        text = ev.text(str(page.get("file"))) if page.get("file") else None
+        for line in (text or "").splitlines():
+            if not line.startswith("#") and (any(f'"{u}"' in line for u in lost) or _PLACEHOLDER_UUID.search(line)):
+                out.append(line)
+    return out[:40]
+
+
 def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """FAIL-005/006/007 (see the module docstring). Never PASS without the fault having happened."""
     skipped = plan_skip(plan, th)
@@ -201,6 +217,8 @@ def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
     if notes and status is Status.PASS:
         summary += " (" + "; ".join(notes) + ")"
     metrics["notes"] = notes
+    if lost:
+        metrics["lost_gpu_series"] = _lost_gpu_series(ev, plan, sorted(victim_gpus))
     files = [*ev.pod_files(), "plan.json", "scheduler_before_fault.txt", "scheduler_after_fault.txt", "scheduler.log"]
     files += [p["file"] for p in (plan.get("metrics_after") or {}).values() if p.get("file")]
     return Verdict(status, summary, checks, dict(th), metrics, files)
