@@ -15,7 +15,7 @@ GPU_A, GPU_B = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-00
 TH = {**GPU_FAULT_PARAMS, "fail_rate_margin_s": 1.0, "pod_timeout_s": 60}
 
 
-def w5_log(rates: list[float], *, died: str | None = None) -> str:
+def w5_log(rates: list[int], *, died: str | None = None) -> str:
     """A W5 log: one probe line per second at the given per-second rates, then PASS (or a CUDA error)."""
     lines, it = [], 0
     for s, r in enumerate(rates, start=1):
