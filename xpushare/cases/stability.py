@@ -336,8 +336,9 @@ register(CaseDef(
     act=faults.fail_heavy_node, judge=_judge_fault,
 ))
 
-#: FAIL-005..007: W5 load of fail_load_s with the fault fail_fault_after_s into the victims' run; rates of the
-#: neighbours in windows fail_rate_margin_s away from the victims' ends.
+#: FAIL-005..007: W5 load of fail_load_s (a progress line at least every fail_probe_interval_s) with the fault
+#: fail_fault_after_s into the victims' run; rates of the neighbours in windows fail_rate_margin_s away from the
+#: victims' ends.
 GPU_FAULT_PARAMS: dict[str, Any] = {
     "allow_disruptive": False,
     "fail_load_s": 60,
@@ -347,6 +348,7 @@ GPU_FAULT_PARAMS: dict[str, Any] = {
     "fail_settle_s": 5,
     "fail_progress_min_ratio": 0.5,
     "fail_rate_margin_s": 5,
+    "fail_probe_interval_s": 1.0,
     "fault_shim": None,
 }
 _GPU_FAULT_EVIDENCE = ("plan.json (fault, victims, scheduler before/after, metrics_after), pods/*.log (W5 progress "

@@ -57,7 +57,8 @@ def _victim_env(run: CaseRun, spec: str) -> tuple[tuple[str, str], ...]:
 
 def _w5(run: CaseRun, name: str, *, env: tuple[tuple[str, str], ...] = (), node: str | None = None,
         same_gpu_as: str | None = None) -> PodSpec:
-    args = ("--duration-s", f"{float(run.params['fail_load_s']):g}")
+    args = ("--duration-s", f"{float(run.params['fail_load_s']):g}",
+            "--interval-s", f"{float(run.params['fail_probe_interval_s']):g}")
     return run.pod(name, W5, args=args, env=env, node=node, same_gpu_as=same_gpu_as)
 
 
