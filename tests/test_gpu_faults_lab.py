@@ -4,8 +4,8 @@ One GPU host with two simulated GPUs and the real scheduler (:mod:`tests.lab.hos
 ``SIMGPU_FAULT`` (tests/lab/README-simgpu.md "Injected faults"). Healthy build: FAIL-005 (one client's illegal
 address; also through the CUDA error-injection shim, workloads/faultshim/, as on a real GPU), FAIL-007 (ECC storm on
 one GPU) and FAIL-006 (a lost GPU, last: the GPU stays lost) PASS. Broken: the
-``ghost-clients`` mutant (a registered client that disconnects stays in the scheduler's list): FAIL-005 and FAIL-007
-FAIL on ``failed_clients_removed`` (the dead victim still exported by ``/metrics``).
+``ghost-clients`` mutant (a registered client that disconnects stays in the scheduler's list): FAIL-005, FAIL-007 and
+FAIL-006 FAIL on ``failed_clients_removed`` (the dead clients still exported by ``/metrics``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import yaml
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
+from tests.lab.simgpu import state_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,11 +92,14 @@ def test_gpu_faults_healthy_then_ghost_clients(tmp_path: Path) -> None:
         assert "[FAULTSHIM] injected illegal-address" in (victim / "fail-005-victim-1.log").read_text()
 
         lab.set_sut("gf-node1", build_mutant("ghost-clients").directory)
-        broken = run_cases(tmp_path, inv, "ghost", "FAIL-005", "FAIL-007")
-        for case in ("FAIL-005", "FAIL-007"):
+        broken = run_cases(tmp_path, inv, "ghost", "FAIL-005", "FAIL-007", "FAIL-006")
+        for case in ("FAIL-005", "FAIL-007", "FAIL-006"):
             assert broken[case]["status"] == "FAIL", (case, broken[case]["summary"])
             assert "failed_clients_removed" in broken[case]["summary"], broken[case]["summary"]
 
+        # the lost GPU comes back only with a reset: the simulated GPUs' state files, with no client running
+        for state in state_dir(lab.nodes["gf-node1"].config).glob("*.state"):
+            state.unlink()
         lab.set_sut("gf-node1", None)
         lost = run_cases(tmp_path, inv, "lost", "FAIL-006")["FAIL-006"]
         assert lost["status"] == "PASS", (lost["summary"], lost["checks"])
