@@ -336,12 +336,12 @@ register(CaseDef(
     act=faults.fail_heavy_node, judge=_judge_fault,
 ))
 
-#: FAIL-005..007: W5 load of fail_load_s (a progress line at least every fail_probe_interval_s) with the fault
+#: FAIL-005..007: W5 load of fail_fault_load_s (a progress line at least every fail_probe_interval_s) with the fault
 #: fail_fault_after_s into the victims' run; rates of the neighbours in windows fail_rate_margin_s away from the
 #: victims' ends.
 GPU_FAULT_PARAMS: dict[str, Any] = {
     "allow_disruptive": False,
-    "fail_load_s": 60,
+    "fail_fault_load_s": 60,
     "fail_fault_after_s": 25,
     "fail_neighbours_same_gpu": 1,
     "fail_neighbours": 1,

@@ -1,7 +1,7 @@
 """FAIL-005..007: a GPU fault injected into clients under load, and what the SUT does about it (docs/faults.md).
 
 Order (as FAIL-001..004, :mod:`xpushare.soak.faults`): refuse unless ``allow_disruptive``; snapshot the
-scheduler (``scheduler_before_fault.txt``); start the load (W5 pods printing progress lines: the victims carry the
+scheduler (``scheduler_before_fault.txt``); start the load (W5 pods of ``fail_fault_load_s`` printing progress lines: the victims carry the
 fault specification in their environment, :mod:`xpushare.soak.gpu_faults`), so that the fault strikes
 ``fail_fault_after_s`` seconds into the victims' run; wait for every load pod to end; snapshot the scheduler again
 and scrape ``/metrics`` (``metrics_after_fault.txt``, after ``fail_settle_s``); start probe pods. The judgment
@@ -57,7 +57,7 @@ def _victim_env(run: CaseRun, spec: str) -> tuple[tuple[str, str], ...]:
 
 def _w5(run: CaseRun, name: str, *, env: tuple[tuple[str, str], ...] = (), node: str | None = None,
         same_gpu_as: str | None = None) -> PodSpec:
-    args = ("--duration-s", f"{float(run.params['fail_load_s']):g}",
+    args = ("--duration-s", f"{float(run.params['fail_fault_load_s']):g}",
             "--interval-s", f"{float(run.params['fail_probe_interval_s']):g}")
     return run.pod(name, W5, args=args, env=env, node=node, same_gpu_as=same_gpu_as)
 

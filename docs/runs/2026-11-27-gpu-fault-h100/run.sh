@@ -29,8 +29,8 @@ clusters:
     params:
       workload_args: {w5_quota_probe: ["--interval-s", "1", "--no-progress"]}
       pod_timeout_s: 180
-      fail_load_s: 40
-      fail_fault_after_s: 15
+      fail_fault_load_s: 30
+      fail_fault_after_s: 12
       fail_rate_margin_s: 5
       fail_settle_s: 3
 YAML

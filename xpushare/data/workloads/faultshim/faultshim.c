@@ -183,6 +183,7 @@ WRAP(cuLaunchKernel_ptsz, LAUNCH_PARAMS, LAUNCH_ARGS)
 WRAP(cuLaunchKernelEx, (const void* c, CUfunction f, void** p, void** e), (c, f, p, e))
 WRAP(cuLaunchKernelEx_ptsz, (const void* c, CUfunction f, void** p, void** e), (c, f, p, e))
 WRAP(cuCtxSynchronize, (void), ())
+WRAP(cuCtxSynchronize_v2, (void* ctx), (ctx))
 WRAP(cuStreamSynchronize, (CUstream s), (s))
 WRAP(cuStreamSynchronize_ptsz, (CUstream s), (s))
 WRAP(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
@@ -204,6 +205,7 @@ WRAP(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
 SLOTS(cuLaunchKernel, LAUNCH_PARAMS, LAUNCH_ARGS)
 SLOTS(cuLaunchKernelEx, (const void* c, CUfunction f, void** p, void** e), (c, f, p, e))
 SLOTS(cuCtxSynchronize, (void), ())
+SLOTS(cuCtxSynchronize_v2, (void* ctx), (ctx))
 SLOTS(cuStreamSynchronize, (CUstream s), (s))
 SLOTS(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
 SLOTS(cuMemcpyHtoD, (CUdeviceptr d, const void* s, size_t n), (d, s, n))
@@ -226,7 +228,10 @@ static void substitute(const char* symbol, void** pfn, unsigned long long flags)
   int ptds = (flags & 2ULL) != 0; /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
   if (symbol == NULL || pfn == NULL || *pfn == NULL) return;
   pthread_mutex_lock(&g_mutex);
+  if (strcmp(symbol, "cuCtxSynchronize") == 0 && *pfn == real("cuCtxSynchronize_v2"))
+    symbol = "cuCtxSynchronize_v2"; /* a newer runtime gets the one-argument form under the base name */
   do {
+    TAKE(cuCtxSynchronize_v2)
     TAKE(cuLaunchKernel)
     TAKE(cuLaunchKernelEx)
     TAKE(cuCtxSynchronize)
