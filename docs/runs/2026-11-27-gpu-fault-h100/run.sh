@@ -61,8 +61,10 @@ except RuntimeError as e:
 {
   for order in "$SHIM" "$LIB $SHIM" "$SHIM $LIB" "$LIB"; do
     echo "### LD_PRELOAD=\"$order\" CUDA_FAULT_INJECT=illegal-address:after_calls=1000"
-    LD_PRELOAD="$order" CUDA_FAULT_INJECT=illegal-address:after_calls=1000 XPUSHARE_DEBUG=1 timeout 60 python3 -c "$PROBE" 2>&1 \
-      | grep -E "RuntimeError|no error|FAULTSHIM|returned CUDA_ERROR|Registered|error" | head -8
+    LD_PRELOAD="$order" CUDA_FAULT_INJECT=illegal-address:after_calls=1000 XPUSHARE_DEBUG=1 timeout 60 python3 -c "$PROBE" \
+      >"$ROOT/probe.txt" 2>&1
+    echo "exit $?"
+    grep -E "RuntimeError|no error|FAULTSHIM|returned CUDA_ERROR|Registered|rror|Segmentation" "$ROOT/probe.txt" | head -8
   done
   echo "### scheduler log (registrations and removals)"
   grep -E "Registered client|Removing client" /var/log/xpushare-scheduler.log | tail -8
