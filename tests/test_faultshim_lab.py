@@ -91,7 +91,7 @@ def test_shim_alone_injects_after_n_calls_and_touches_no_gpu_state(simgpu: SimGp
     # counted: launch, sync, launch | sync fails (700), then sticky
     assert out[:3] == [{"launch": 0, "sync": 0}, {"launch": 0, "sync": 700}, {"launch": 700, "sync": 700}]
     assert out[3] == {"shim": 1}
-    assert re.search(r"\[FAULTSHIM\] injected illegal-address \(CUDA error 700\) into cuCtxSynchronize after 4 "
+    assert re.search(r"\[FAULTSHIM\] injected illegal-address \(CUDA error 700\) into cuCtxSynchronize after 3 "
                      r"calls", err), err
     assert not (tmp_path / "kmsg").exists()  # the shim returns errors; it writes no Xid (nothing happened to a GPU)
 
@@ -159,7 +159,7 @@ def test_shim_under_the_real_sut(simgpu: SimGpuBuild, shim: Path, tmp_path: Path
         # the library's calls reached the shim, and the scheduler registered the client
         assert out[:3] == [{"launch": 0, "sync": 0}, {"launch": 0, "sync": 0}, {"launch": 719, "sync": 719}], err
         assert out[3] == {"shim": 1}
-        assert "[FAULTSHIM] injected launch-failure (CUDA error 719) into cuLaunchKernel after 5 calls" in err
+        assert "[FAULTSHIM] injected launch-failure (CUDA error 719) into cuLaunchKernel after 4 calls" in err
         assert re.search(r"cuLaunchKernel returned CUDA_ERROR_LAUNCH_FAILED", err), err
         deadline = time.monotonic() + 10
         while "Removing client" not in log.read_text() and time.monotonic() < deadline:

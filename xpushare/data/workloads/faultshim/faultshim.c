@@ -149,7 +149,8 @@ static CUresult gate(const char* fn) {
   if (err != 0 || g_fired || !on_named_gpu()) return err;
   pthread_mutex_lock(&g_mutex);
   if (!g_fired) {
-    fire = g_by_calls ? ++g_count > g_after_calls : now_s() - g_t0 >= g_after_s;
+    ++g_count;
+    fire = g_by_calls ? g_count > g_after_calls : now_s() - g_t0 >= g_after_s;
     if (fire) {
       g_fired = 1;
       g_sticky = kind_error[g_kind];
@@ -159,7 +160,7 @@ static CUresult gate(const char* fn) {
   pthread_mutex_unlock(&g_mutex);
   if (fire)
     fprintf(stderr, "[FAULTSHIM] injected %s (CUDA error %d) into %s after %llu calls, %.3f s after the first\n",
-            kind_name[g_kind], kind_error[g_kind], fn, g_count, now_s() - g_t0);
+            kind_name[g_kind], kind_error[g_kind], fn, g_count - 1, now_s() - g_t0);
   return err;
 }
 
