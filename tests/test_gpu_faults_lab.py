@@ -92,7 +92,8 @@ def test_gpu_faults_healthy_then_ghost_clients(tmp_path: Path) -> None:
         assert "[FAULTSHIM] injected illegal-address" in (victim / "fail-005-victim-1.log").read_text()
 
         lab.set_sut("gf-node1", build_mutant("ghost-clients").directory)
-        broken = run_cases(tmp_path, inv, "ghost", "FAIL-005", "FAIL-007", "FAIL-006")
+        broken = run_cases(tmp_path, inv, "ghost", "FAIL-005", "FAIL-007")
+        broken.update(run_cases(tmp_path, inv, "ghost-lost", "FAIL-006"))  # last: the GPU stays lost
         for case in ("FAIL-005", "FAIL-007", "FAIL-006"):
             assert broken[case]["status"] == "FAIL", (case, broken[case]["summary"])
             assert "failed_clients_removed" in broken[case]["summary"], broken[case]["summary"]

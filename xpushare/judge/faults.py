@@ -209,6 +209,9 @@ def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         checks.append(check_pods_succeeded(ev, probes, check_name="probe_after_fault"))
     elif plan.get("probe_note"):
         notes.append(str(plan["probe_note"]))
+    if checks[0].ok is None:  # the fault did not happen (or the GPU was unusable before it): nothing was judged
+        return Verdict(Status.ERROR, f"{checks[0].name}: {checks[0].detail}", checks, dict(th), metrics,
+                       [*ev.pod_files(), "plan.json"])
     status, summary = combine(checks, pass_summary=(
         f"{fault.get('kind')} in {len(victims)} client(s): scheduler survived, "
         + (f"{len(same)} client(s) of the lost GPU ended with it, " if lost else
