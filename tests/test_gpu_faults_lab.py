@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PARAMS: dict[str, Any] = {
     "workload_args": {"w5_quota_probe": ["--n", "1024", "--no-progress"],
                       "w2_medium_add": ["--n", "512", "--iters", "100", "--no-progress"]},
-    "pod_timeout_s": 90, "fail_fault_load_s": 10, "fail_fault_after_s": 4, "fail_settle_s": 2, "fail_rate_margin_s": 1.5,
-    "fail_probe_interval_s": 0.4,
+    "pod_timeout_s": 90, "fail_fault_load_s": 10, "fail_fault_after_s": 4, "fail_settle_s": 2,
+    "fail_rate_margin_s": 1.5, "fail_probe_interval_s": 0.4,
 }
 
 

@@ -1,11 +1,11 @@
 """FAIL-005..007: a GPU fault injected into clients under load, and what the SUT does about it (docs/faults.md).
 
 Order (as FAIL-001..004, :mod:`xpushare.soak.faults`): refuse unless ``allow_disruptive``; snapshot the
-scheduler (``scheduler_before_fault.txt``); start the load (W5 pods of ``fail_fault_load_s`` printing progress lines: the victims carry the
-fault specification in their environment, :mod:`xpushare.soak.gpu_faults`), so that the fault strikes
-``fail_fault_after_s`` seconds into the victims' run; wait for every load pod to end; snapshot the scheduler again
-and scrape ``/metrics`` (``metrics_after_fault.txt``, after ``fail_settle_s``); start probe pods. The judgment
-(:mod:`xpushare.judge.faults`) reads ``plan.json`` and the pods' logs.
+scheduler (``scheduler_before_fault.txt``); start the load (W5 pods of ``fail_fault_load_s`` printing progress
+lines; the victims carry the fault specification in their environment, :mod:`xpushare.soak.gpu_faults`), so that
+the fault strikes ``fail_fault_after_s`` seconds into the victims' run; wait for every load pod to end; snapshot
+the scheduler again and scrape ``/metrics`` (``metrics_after_fault.txt``, after ``fail_settle_s``); start a probe
+pod. The judgment (:mod:`xpushare.judge.faults`) reads ``plan.json`` and the pods' logs.
 
 Where the fault comes from: the lab's simulated GPU (``SIMGPU_FAULT``) unless ``fault_shim`` names the
 CUDA error-injection shim on the node (``workloads/faultshim/``, built there with its ``build.py``): then the victims
