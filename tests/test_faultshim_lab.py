@@ -25,7 +25,7 @@ import pytest
 
 from tests.lab.build import BuildError
 from tests.lab.simgpu import GiB, SimDevice, SimGpuBuild, build_simgpu, make_uuid, write_config
-from xpushare.soak.gpu_faults import SHIM_ENV, fault_spec
+from xpushare.model.gpu_faults import SHIM_ENV, fault_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DEV0 = SimDevice(make_uuid(0, "faultshim"), "NVIDIA A100-SXM4-40GB", 4 * GiB, 1e12, 1e12)

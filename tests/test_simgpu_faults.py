@@ -20,7 +20,7 @@ import pytest
 from tests.lab.build import BuildError
 from tests.lab.simgpu import GiB, SimDevice, SimGpuBuild, build_simgpu, make_uuid, write_config
 from tests.lab.simgpu_faults import Health, read_health
-from xpushare.soak.gpu_faults import KINDS, SIM_ENV, fault_spec
+from xpushare.model.gpu_faults import KINDS, SIM_ENV, fault_spec
 
 DEV0 = SimDevice(make_uuid(0, "faults"), "NVIDIA A100-SXM4-40GB", 4 * GiB, 1e12, 1e12)
 DEV1 = SimDevice(make_uuid(1, "faults"), "NVIDIA A100-SXM4-40GB", 4 * GiB, 1e12, 1e12)

@@ -29,8 +29,8 @@ from xpushare.collect.pod_log import Probe, quota_probes
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_skip
+from xpushare.model.gpu_faults import KINDS
 from xpushare.model.verdict import Check, Status, Verdict, combine
-from xpushare.soak.gpu_faults import KINDS
 
 __all__ = ["judge_gpu_fault", "window_rates"]
 

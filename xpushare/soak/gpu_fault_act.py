@@ -2,7 +2,7 @@
 
 Order (as FAIL-001..004, :mod:`xpushare.soak.faults`): refuse unless ``allow_disruptive``; snapshot the
 scheduler (``scheduler_before_fault.txt``); start the load (W5 pods of ``fail_fault_load_s`` printing progress
-lines; the victims carry the fault specification in their environment, :mod:`xpushare.soak.gpu_faults`), so that
+lines; the victims carry the fault specification in their environment, :mod:`xpushare.model.gpu_faults`), so that
 the fault strikes ``fail_fault_after_s`` seconds into the victims' run; wait for every load pod to end; snapshot
 the scheduler again and scrape ``/metrics`` (``metrics_after_fault.txt``, after ``fail_settle_s``); start a probe
 pod. The judgment (:mod:`xpushare.judge.faults`) reads ``plan.json`` and the pods' logs.
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import PodSpec, SchedulerFacts
 from xpushare.model.errors import XpushareError
+from xpushare.model.gpu_faults import KINDS, SHIM_ENV, SIM_ENV, fault_spec
 from xpushare.soak.faults import SKIP_REASON
-from xpushare.soak.gpu_faults import KINDS, SHIM_ENV, SIM_ENV, fault_spec
 from xpushare.soak.ops import scrape_facts
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
