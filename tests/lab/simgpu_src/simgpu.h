@@ -130,7 +130,7 @@ SIMGPU_HIDDEN int simgpu_processes(int dev, struct simgpu_proc_usage* out, int m
 /* ---- fault injection (simcuda.c; README-simgpu.md "Injected faults") ---- */
 /* Add delta's counters to the device's health (lost and remap_failure are set when delta's are non-zero). */
 SIMGPU_HIDDEN int simgpu_health_raise(int dev, const struct simgpu_health* delta);
-/* The device's health now (*out); -1 when the state is unusable. */
+/* The device's health now (*out; zeros, and no state file created, when it has none); -1 when unusable. */
 SIMGPU_HIDDEN int simgpu_health_read(int dev, struct simgpu_health* out);
 
 #endif /* SIMGPU_H */

@@ -648,8 +648,26 @@ int simgpu_health_raise(int dev, const struct simgpu_health* delta) {
   return 0;
 }
 
+/* Whether the device's state file exists (or is open here): health is read without creating one. */
+static int state_exists(int dev) {
+  const struct simgpu_device* d = simgpu_device_at(dev);
+  char name[SIMGPU_UUID_LEN];
+  char path[4400];
+  struct stat sb;
+  if (d == NULL) return 0;
+  if (g_handles[d->config_index].fd >= 0) return 1;
+  sanitize(d->uuid, name, sizeof(name));
+  snprintf(path, sizeof(path), "%s.d/%s.state", g_config_path, name);
+  return stat(path, &sb) == 0;
+}
+
 int simgpu_health_read(int dev, struct simgpu_health* out) {
-  struct simgpu_state* s = lock_state(dev);
+  struct simgpu_state* s;
+  if (!state_exists(dev)) {
+    memset(out, 0, sizeof(*out)); /* no state yet: nothing was ever raised */
+    return 0;
+  }
+  s = lock_state(dev);
   if (s == NULL) return -1;
   *out = s->health;
   unlock_state(dev);
