@@ -205,7 +205,11 @@ def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
     dead = victims + [n for n in same if lost]
     checks += _removed(ev, plan, dead)
     probes = list(plan.get("probe_pods") or [])
-    if probes:
+    on_lost = [r.name for r in ev.pods if lost and r.name in probes and r.gpu in victim_gpus]
+    if on_lost:  # Kubernetes placed it: where the device plugin offers a lost GPU nothing can run there
+        checks.append(Check("probe_after_fault", "a new pod on another GPU succeeds", {"on_lost_gpu": on_lost}, None,
+                            f"{', '.join(on_lost)} was placed on the lost GPU: nothing to judge about the scheduler"))
+    elif probes:
         checks.append(check_pods_succeeded(ev, probes, check_name="probe_after_fault"))
     elif plan.get("probe_note"):
         notes.append(str(plan["probe_note"]))
