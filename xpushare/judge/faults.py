@@ -161,7 +161,7 @@ _PLACEHOLDER_UUID = re.compile(r'gpu_uuid="GPU-\d+"')
 
 
 def _lost_gpu_series(ev: Evidence, plan: Mapping[str, Any], lost: Sequence[str]) -> list[str]:
-    """What ``/metrics`` still says about a lost GPU after the loss (informational, docs/findings.md 20): the
+    """What ``/metrics`` still says about a lost GPU after the loss (informational, finding 21 of docs/findings.md): the
     series labelled with its UUID, and any with NVML's placeholder UUID ``GPU-<index>`` (a failed UUID query)."""
     out = []
     for page in (plan.get("metrics_after") or {}).values():
