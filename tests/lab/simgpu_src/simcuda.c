@@ -296,8 +296,8 @@ static CUresult stream_target(CUstream s, struct CUctx_st** ctx, struct CUstream
  *
  * SIMGPU_FAULT=<kind>:after_calls=N|after_s=S[:gpu=UUID|index], for the process that has it. Counted calls
  * are the calls that reach a device: kernel launches (every entry point of launch()), cuCtxSynchronize,
- * cuStreamSynchronize, cuEventSynchronize and the synchronous cuMemcpy* forms. With after_calls=N the first N counted calls on the GPU succeed and the
- * next one fails; with after_s=S the first counted call S seconds or more after cuInit fails. gpu= names the
+ * cuStreamSynchronize, cuEventSynchronize and the synchronous cuMemcpy* forms. With after_calls=N the first N
+ * counted calls on the GPU succeed and the next one fails; with after_s=S the first counted call S seconds or more after cuInit fails. gpu= names the
  * device by UUID or config index (default: whichever the first counted call is on).
  * Kinds: illegal-address (700, Xid 31), ecc-uncorrectable (214, Xid 48, ECC counters and a retired page),
  * launch-failure (719, Xid 13): sticky, every later launch, synchronisation, copy and allocation of this
