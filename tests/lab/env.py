@@ -173,6 +173,12 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "fail_drain_timeout_s": 60,
         "fail_drain_grace_s": 1,
         "fail004_pods": 2,
+        # FAIL-005..007: the GPU fault 4 s into a 12 s W5 load, a progress line every 0.3 s
+        "fail_fault_load_s": 12,
+        "fail_fault_after_s": 4,
+        "fail_probe_interval_s": 0.3,
+        "fail_settle_s": 2,
+        "fail_rate_margin_s": 1,
         # legacy scripts (invoke legacy.*): W2 holds 64 MiB here, so the limit that must refuse it is under that
         "legacy_memlimit_low": "32Mi",
         "legacy_dynamic_low": "32Mi",

@@ -99,7 +99,9 @@ ROWS: tuple[Row, ...] = (
     Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002", "FAIL-004"),
         sets=("stab002_pods_small=2", "stab002_pods_large=4")),
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
-    Row("ghost-clients", ("LEAK-004", "LEAK-005"), sets=("leak_churn_rounds=5", "leak_pods=4")),
+    # FAIL-005/007: the client that died of its GPU error stays in /metrics (FAIL-006 poisons the lab's GPU: host
+    # lab only, tests/test_gpu_faults_lab.py)
+    Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007"), sets=("leak_churn_rounds=5", "leak_pods=4")),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
     Row("metrics-missing", ("MET-002",)),
     Row("counter-as-gauge", (METRICS_CHECK,)),  # no MET case judges a family's TYPE (docs/verdicts.md)

@@ -1,4 +1,4 @@
-"""STAB-001..004, LEAK-001..005, FAIL-001..004 (seed 000 §6 P0/P2, §10, §16.6, §17.6).
+"""STAB-001..004, LEAK-001..005, FAIL-001..007 (seed 000 §6 P0/P2, §10, §16.6, §17.6; seed 003 for FAIL-005..007).
 
 STAB and LEAK cases are soaks (:mod:`xpushare.soak.loop`): rounds of a workload mix with the scheduler
 sampled every ``sample_interval_s`` into append-only series under ``soak/``; they differ in the mix, the
@@ -19,6 +19,9 @@ figures and ``/metrics``, :meth:`~xpushare.backends.base.Backend.scheduler_facts
   ``stab_quota_interval_s``; host mode has no annotations (a process's limits are fixed by its environment at
   start), so they SKIP there.
 * FAIL-002..004: the device plugin, node drains and per-node load need Kubernetes.
+* FAIL-005..007 (GPU faults injected into clients, :mod:`xpushare.soak.gpu_fault_act`, docs/faults.md):
+  ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU, or on a real GPU from the
+  error-injection shim named by ``fault_shim`` (host mode).
 
 The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
 choose with ``--case`` or a playbook.
@@ -34,9 +37,10 @@ from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULE
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import ample_quota
 from xpushare.evidence.store import Evidence
+from xpushare.judge import faults as judge_faults
 from xpushare.judge import stability as judge_stability
 from xpushare.model.verdict import Verdict
-from xpushare.soak import faults
+from xpushare.soak import faults, gpu_fault_act
 from xpushare.soak.act import run_soak, settings_from_params
 
 W2 = "w2_medium_add"
@@ -330,4 +334,57 @@ register(CaseDef(
     params={**FAIL_PARAMS, "fail004_node": None, "fail004_pods": 8, "fail004_min_succeeded": 1,
             "leak_gpu_tolerance_bytes": GIB},
     act=faults.fail_heavy_node, judge=_judge_fault,
+))
+
+#: FAIL-005..007: W5 load of fail_fault_load_s (a progress line at least every fail_probe_interval_s) with the fault
+#: fail_fault_after_s into the victims' run; rates of the neighbours in windows fail_rate_margin_s away from the
+#: victims' ends.
+GPU_FAULT_PARAMS: dict[str, Any] = {
+    "allow_disruptive": False,
+    "fail_fault_load_s": 60,
+    "fail_fault_after_s": 25,
+    "fail_neighbours_same_gpu": 1,
+    "fail_neighbours": 1,
+    "fail_settle_s": 5,
+    "fail_progress_min_ratio": 0.5,
+    "fail_rate_margin_s": 5,
+    "fail_probe_interval_s": 1.0,
+    "fault_shim": None,
+}
+_GPU_FAULT_EVIDENCE = ("plan.json (fault, victims, scheduler before/after, metrics_after), pods/*.log (W5 progress "
+                       "lines), scheduler.log, scheduler_before_fault.txt, scheduler_after_fault.txt, "
+                       "metrics_after_fault.txt")
+
+
+def _judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_faults.judge_gpu_fault(ev, th, plan)
+
+
+register(CaseDef(
+    "FAIL-005", "stability", "One client's GPU error under load", "W5",
+    "disruptive: a victim W5 whose driver calls fail (fail005_kind, default illegal-address: CUDA error 700) "
+    "fail_fault_after_s into its run, a neighbour on its GPU and one elsewhere; the scheduler survives, the "
+    "neighbours keep their it/s, the victim is removed (log and /metrics), a probe runs on that GPU",
+    _GPU_FAULT_EVIDENCE, requires=_SCHED,
+    params={**GPU_FAULT_PARAMS, "fail005_kind": "illegal-address"},
+    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "client-error"), judge=_judge_gpu_fault,
+    expects_gpu_faults=True,
+))
+register(CaseDef(
+    "FAIL-006", "stability", "A lost GPU under load", "W5",
+    "disruptive: a victim's GPU falls off the bus (Xid 79) fail_fault_after_s into its run: every client on it "
+    "fails; the scheduler survives, the clients of other GPUs keep their it/s, the dead clients are removed (log and "
+    "/metrics), a probe runs on another GPU. The lost GPU stays lost until the node is reset",
+    _GPU_FAULT_EVIDENCE, requires=_SCHED, params=dict(GPU_FAULT_PARAMS),
+    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "device-lost"), judge=_judge_gpu_fault,
+    expects_gpu_faults=True,
+))
+register(CaseDef(
+    "FAIL-007", "stability", "ECC storm on one GPU", "W5",
+    "disruptive: every client of one GPU gets an uncorrectable ECC error (CUDA error 214, Xid 48), a second apart; "
+    "the scheduler survives, the clients of other GPUs keep their it/s, the struck clients are removed, a probe "
+    "runs on the stormed GPU",
+    _GPU_FAULT_EVIDENCE, requires=_SCHED, params=dict(GPU_FAULT_PARAMS),
+    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "ecc-storm"), judge=_judge_gpu_fault,
+    expects_gpu_faults=True,
 ))
