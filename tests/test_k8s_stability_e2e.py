@@ -188,7 +188,12 @@ def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
     stab3 = got["STAB-003"]
     updates = next(c for c in stab3["checks"] if c["name"] == "quota_updates_applied")
     assert updates["values"]["found"] >= 1
-    assert (case_dir(tmp_path, "stab", "STAB-004") / "soak" / "soak-report.md").is_file()
+    report = case_dir(tmp_path, "stab", "STAB-004") / "soak" / "soak-report.md"
+    assert "## Memory probe per quota phase" in report.read_text()
+    probe = {c["name"]: c["ok"] for c in got["STAB-004"]["checks"] if c["name"].startswith("probe_")}
+    assert probe == {"probe_measured": True, "probe_quota_held": True, "probe_quota_usable": True}
+    measured = [p for p in got["STAB-004"]["metrics"]["probe_phases"].values() if p["measured"]]
+    assert {p["direction"] for p in measured} >= {"start", "decrease", "raise"}, measured
 
     proc = run_task(inv, tmp_path, "leak", "--run-id", "leak")
     got = results(tmp_path, "leak")
@@ -196,6 +201,19 @@ def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
         explain(proc, got)
     rss = next(c for c in got["LEAK-001"]["checks"] if c["name"] == "rss_no_leak")
     assert any(s.get("judged") for s in rss["values"]["series"].values())
+
+
+@pytest.mark.parametrize(("mutant", "check"), [("memory-limit-decrease-ignored", "probe_quota_held"),
+                                               ("memory-limit-raise-ignored", "probe_quota_usable")])
+def test_stab004_memory_probe_fails_a_change_that_is_logged_but_not_enforced(
+        inv: Path, stab_kube: LabCluster, tmp_path: Path, mutant: str, check: str) -> None:
+    with stab_kube.running_mutant(mutant):
+        proc = run_task(inv, tmp_path, "stab", "--case", "STAB-004", "--run-id", "m")
+    got = results(tmp_path, "m")
+    assert got["STAB-004"]["status"] == "FAIL", explain(proc, got)
+    failed = {c["name"] for c in got["STAB-004"]["checks"] if c["ok"] is False}
+    assert check in failed, explain(proc, got)
+    assert (case_dir(tmp_path, "m", "STAB-004") / "soak" / "probe-pods").is_dir()
 
 
 def test_fail_skips_without_the_flag_and_passes_with_it(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:
