@@ -6,7 +6,13 @@ Time-compressed (seconds instead of hours, see ``LAB_PARAMS``); measured on 2 sh
 each soak 28-31 s, leak mutant 25-30 s). Workloads are sized by simulated GPU time (1e12 FLOP/s, 100 GB/s):
 a W2 is 500 adds of 2048 x 2048 (0.25 s, 48 MiB of the 64 MiB the library leaves allocatable), a W5 probes
 1024 x 1024 adds (126 us each: about 7550 it/s alone). Quota steps (``stab_quota_interval_s`` 8 s) outlast
-the real scheduler's 5 s annotation re-read.
+the real scheduler's 5 s annotation re-read. STAB-004 changes memory every 12 s on pods of 45 s (one round of
+51 s) and runs the memory probe beside its W5 pods: on the healthy lab it held and used 512, 128, 384 and
+512 MiB in the 4 phases (start, decrease, raise, back to the base; measurement windows 4-11 s after the 7 s
+settle); ``memory-limit-decrease-ignored`` keeps 512 MiB under 128 and 384 MiB quotas (``probe_quota_held``
+FAIL), ``memory-limit-raise-ignored`` keeps 128 MiB usable under 384 and 512 MiB (``probe_quota_usable``
+FAIL), while ``quota_updates_applied`` passes under both: the healthy test and the two mutants took 4 min 29 s
+with the lab's start.
 
 * ``invoke stab`` (STAB-003/004; STAB-002 through ``invoke soak``) / ``invoke leak`` (all five) /
   ``invoke fail --allow-disruptive`` (all four) reach PASS on a healthy lab, ``invoke fail`` without the
