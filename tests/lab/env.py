@@ -159,7 +159,14 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         # a change is only counted on a pod still running dynamic_max_latency_s (15) after it: pods of 30 s see
         # the change at 8 s counted (the one at 16 s is not), so a scheduler that never applies one is FAIL
         "stab_pod_duration_s": 30,
-        "stab004_memory_base": "64Mi",  # a W5 holds 16 MiB: every step (2Gi, 6Gi, 64Mi) leaves it room
+        # STAB-004 keeps the seed's shape (base 8Gi, 2Gi, 6Gi: no raise past the start quota, docs/findings.md 18)
+        # at the card's size: a W5 holds 16 MiB, the memory probe up to 1.5 x 512 MiB; changes every 12 s (the
+        # probe's 7 s settle plus measurements) on pods of 45 s, so the decrease, the raise and the return to the
+        # base each have a measured phase
+        "stab004_memory_base": "512Mi",
+        "stab004_memory_cycle": ["128Mi", "384Mi"],
+        "stab004_quota_interval_s": 12,
+        "stab004_pod_duration_s": 45,
         "leak_rounds": 2,
         "leak003_pods": 2,
         "leak_churn_rounds": 2,
