@@ -37,7 +37,15 @@ def _tracked() -> list[Path]:
     out = subprocess.run(["git", "ls-files", "-z", "--", *SCANNED], cwd=ROOT, capture_output=True, check=True)
     files = [ROOT / name for name in out.stdout.decode().split("\0") if name]
     return [f for f in files if f.suffix in SUFFIXES and f.is_file() and not f.is_symlink()
-            and "fixtures/samples" not in f.as_posix() and f != Path(__file__).resolve()]
+            and "fixtures/samples" not in f.as_posix() and f != Path(__file__).resolve()
+            and not _run_output(f)]
+
+
+def _run_output(f: Path) -> bool:
+    """A recorded output of a real run (docs/runs/<run>/*, not its README or script): what a command printed, with
+    the names of that run's own files, not a citation."""
+    rel = f.relative_to(ROOT).parts
+    return rel[:2] == ("docs", "runs") and len(rel) > 3 and f.name != "README.md" and f.suffix != ".sh"
 
 
 FILES = _tracked()

@@ -81,7 +81,7 @@ def test_ssh_fan_out_with_cross_node_and_an_unreachable_node(ssh_lab: SshLab, tm
         assert steps["cublas"] == {**steps["cublas"], "status": "SKIP", "summary": "envcheck_cublas is false"}
         assert steps["nccl"]["status"] == "SKIP" and "1 GPU(s)" in steps["nccl"]["summary"]
         files = {p.name for p in (tmp_path / ".tmplog" / "ssh1" / "envcheck" / "lab" / name).iterdir()}
-        assert files == {"stack.json", "stack.log", "verdict.json"}
+        assert files == {"stack.json", "stack.log", "health.txt", "verdict.json"}
     assert {p.name for p in (tmp_path / "remote" / "envcheck").iterdir()} == {
         "stack_probe.py", "cublas_bf16.py", "nccl_allreduce.py", "node_steps.py"}  # no temp file left
     cross = report["cross_node"]

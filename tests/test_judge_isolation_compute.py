@@ -162,3 +162,17 @@ def test_compute_cases_need_kubernetes_and_skip_in_host_mode() -> None:
         reason = skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "host")
         assert reason == "needs Kubernetes (this cluster runs in host mode)", (case, reason)
         assert skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "k8s") is None
+
+
+def test_shares_that_add_up_to_more_than_the_gpu_are_error_not_a_verdict() -> None:
+    # what a clock-spinning kernel gave on a real H200 beside a neighbour: 0.82 + 0.71 of one GPU
+    logs = {POD: log(line(0.82, 0), line(0.82, 1)), NEIGHBOUR: log(line(0.71, 0), line(0.71, 1))}
+    v = judge_compute_path(evidence(logs), TH, plan(neighbour=NEIGHBOUR))
+    assert v.status.value == "ERROR", v.summary
+    assert "shares_fit_one_gpu" in v.summary and "1.530" in v.summary
+    total = next(c for c in v.checks if c.name == "shares_fit_one_gpu")
+    assert total.values["total"] == 1.53
+    # a bypassing probe that leaves the neighbour its remainder is still a FAIL (0.93 + 0.07 fits one GPU)
+    logs = {POD: log(line(0.93, 0), line(0.93, 1)), NEIGHBOUR: log(line(0.07, 0), line(0.07, 1))}
+    v = judge_compute_path(evidence(logs), TH, plan(neighbour=NEIGHBOUR))
+    assert v.status.value == "FAIL" and "core_quota_held" in v.summary

@@ -15,7 +15,7 @@ import pytest
 
 from xpushare.backends.base import PodRecord
 from xpushare.evidence.store import Evidence
-from xpushare.judge.quota_probe import add_phase_figures, add_static_figures
+from xpushare.judge.quota_probe import add_phase_figures, add_soak_figures, add_static_figures
 from xpushare.model.verdict import Check, Status, Verdict
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "xpushare" / "data" / "workloads"
@@ -141,3 +141,84 @@ def test_a_probe_beside_the_workload_counts_only_the_calls_on_itself() -> None:
     v = add_phase_figures(base(), ev, TH, {**DPLAN, "pods": ["combo-004-w5", DYN], "memory_probe": DYN})
     assert v.status is Status.PASS, v.summary
     assert v.metrics["probe_phases"]["initial"]["accepted_bytes"] == 512 * MIB
+
+
+# ------------------------------------------------------------------------------ STAB-004: every phase of a soak
+
+SOAK_TH = {**TH, "probe_interval_s": 1, "dynamic_probe_start_delay_s": 1}
+SOAK_PLAN = {"memory_probe_suffix": "-probe", "memory_base_bytes": 512 * MIB}
+SPOD = "stab-004-r1-probe"
+#: The soak's quota calls on the probe pod (s after its start): 512 -> 128 -> 384 MiB.
+SOAK_CALLS = [(12.0, "128Mi"), (24.0, "384Mi")]
+
+
+def soak_line(accepted: int, elapsed: float, round_no: int, *, refused: int = 64 * MIB) -> str:
+    """A probe line as ``kubectl logs`` without timestamps gives it (the soak's logs): timed by ``elapsed_s``."""
+    a = probe.Attempt("cuMemAlloc", 768 * MIB, 64 * MIB, accepted, refused,
+                      "cuMemAlloc_v2 returned CUDA_ERROR_OUT_OF_MEMORY(2)", "ok", 1, 2, "-")
+    return str(probe.format_line(a, round_no, "loop", elapsed))
+
+
+def soak_evidence(accepted: list[tuple[float, int]] | None, *, finished: float = 45.0,
+                  calls: list[tuple[float, str]] = SOAK_CALLS) -> Evidence:
+    rounds = {"round": 1, "status": "completed", "detail": {
+        "stab-004-r1-w5-1": {"phase": "Succeeded", "started": T0, "finished": T0 + finished},
+        SPOD: {"phase": "Succeeded", "started": T0, "finished": T0 + finished}}}
+    events = [{"kind": "annotate", "key": "memory", "value": v, "pods": ["stab-004-r1-w5-1", SPOD], "round": 1,
+               "at": T0 + t + 0.5, "times": {SPOD: T0 + t, "stab-004-r1-w5-1": T0 + t + 0.5}} for t, v in calls]
+    files = {"soak/rounds.jsonl": json.dumps(rounds) + "\n",
+             "soak/events.jsonl": "".join(json.dumps(e) + "\n" for e in events)}
+    if accepted is not None:
+        files[f"soak/probe-pods/{SPOD}.log"] = "\n".join(
+            soak_line(a, t, i) for i, (t, a) in enumerate(accepted)) + "\nPASS\n"
+    return Evidence.from_parts([], {}, files)
+
+
+HEALTHY_SOAK = [(3, 512 * MIB), (10, 512 * MIB), (20, 128 * MIB), (32, 384 * MIB), (40, 384 * MIB)]
+
+
+def test_stab004_judges_every_phase_of_the_soak_on_its_quota() -> None:
+    v = add_soak_figures(base(), soak_evidence(HEALTHY_SOAK), SOAK_TH, SOAK_PLAN)
+    assert v.status is Status.PASS, v.summary
+    phases = v.metrics["probe_phases"]
+    assert {k: (p["direction"], p["quota_bytes"] // MIB, p["accepted_bytes"] // MIB) for k, p in phases.items()} == {
+        "r1_initial": ("start", 512, 512), "r1_change1": ("decrease", 128, 128), "r1_change2": ("raise", 384, 384)}
+    assert "memory probe held and used its quota in 3 phase(s) (1 raise(s), 1 decrease(s))" in v.summary
+    assert [c.name for c in v.checks][-3:] == ["probe_measured", "probe_quota_held", "probe_quota_usable"]
+    assert v.thresholds["probe_interval_s"] == 1 and v.thresholds["iso_memory_tolerance_ratio"] == 0.02
+
+
+def test_stab004_a_decrease_logged_but_not_enforced_is_fail() -> None:
+    ignored = [(10, 512 * MIB), (20, 512 * MIB), (32, 384 * MIB)]
+    v = add_soak_figures(base(), soak_evidence(ignored), SOAK_TH, SOAK_PLAN)
+    assert v.status is Status.FAIL and v.summary.startswith("probe_quota_held: r1_change1:"), v.summary
+    assert v.metrics["probe_phases"]["r1_change1"]["held"] is False
+
+
+def test_stab004_a_raise_logged_but_not_enforced_is_fail() -> None:
+    ignored = [(10, 512 * MIB), (20, 128 * MIB), (32, 128 * MIB)]
+    v = add_soak_figures(base(), soak_evidence(ignored), SOAK_TH, SOAK_PLAN)
+    assert v.status is Status.FAIL and v.summary.startswith("probe_quota_usable: r1_change2:"), v.summary
+
+
+@pytest.mark.parametrize("accepted", [None, [(10, 512 * MIB), (20, 128 * MIB)]])
+def test_stab004_a_missing_probe_log_or_phase_line_is_error_never_pass(accepted: list | None) -> None:
+    v = add_soak_figures(base(), soak_evidence(accepted), SOAK_TH, SOAK_PLAN)
+    assert v.status is Status.ERROR and v.summary.startswith("probe_measured:"), v.summary
+
+
+def test_stab004_a_change_too_close_to_the_pods_end_is_listed_not_judged() -> None:
+    # the return to the base at 40 s leaves the 45 s pod 5 s: less than the 7 s settle
+    calls = [*SOAK_CALLS, (40.0, "512Mi")]
+    v = add_soak_figures(base(), soak_evidence(HEALTHY_SOAK, calls=calls), SOAK_TH, SOAK_PLAN)
+    assert v.status is Status.PASS, v.summary
+    last = v.metrics["probe_phases"]["r1_change3"]
+    assert (last["measured"], last["expected"], last["direction"]) == (False, False, "raise")
+
+
+def test_stab004_without_a_probe_pod_is_error_and_old_runs_keep_their_verdict() -> None:
+    ev = soak_evidence(HEALTHY_SOAK)
+    v = add_soak_figures(base(), ev, SOAK_TH, {**SOAK_PLAN, "memory_probe_suffix": "-other"})
+    assert v.status is Status.ERROR and "no memory probe pod" in v.summary, v.summary
+    old = base()
+    assert add_soak_figures(old, ev, SOAK_TH, {}) is old

@@ -6,7 +6,13 @@ Time-compressed (seconds instead of hours, see ``LAB_PARAMS``); measured on 2 sh
 each soak 28-31 s, leak mutant 25-30 s). Workloads are sized by simulated GPU time (1e12 FLOP/s, 100 GB/s):
 a W2 is 500 adds of 2048 x 2048 (0.25 s, 48 MiB of the 64 MiB the library leaves allocatable), a W5 probes
 1024 x 1024 adds (126 us each: about 7550 it/s alone). Quota steps (``stab_quota_interval_s`` 8 s) outlast
-the real scheduler's 5 s annotation re-read.
+the real scheduler's 5 s annotation re-read. STAB-004 changes memory every 12 s on pods of 45 s (one round of
+51 s) and runs the memory probe beside its W5 pods: on the healthy lab it held and used 512, 128, 384 and
+512 MiB in the 4 phases (start, decrease, raise, back to the base; measurement windows 4-11 s after the 7 s
+settle); ``memory-limit-decrease-ignored`` keeps 512 MiB under 128 and 384 MiB quotas (``probe_quota_held``
+FAIL), ``memory-limit-raise-ignored`` keeps 128 MiB usable under 384 and 512 MiB (``probe_quota_usable``
+FAIL), while ``quota_updates_applied`` passes under both: the healthy test and the two mutants took 4 min 29 s
+with the lab's start.
 
 * ``invoke stab`` (STAB-003/004; STAB-002 through ``invoke soak``) / ``invoke leak`` (all five) /
   ``invoke fail --allow-disruptive`` (all four) reach PASS on a healthy lab, ``invoke fail`` without the
@@ -188,7 +194,12 @@ def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
     stab3 = got["STAB-003"]
     updates = next(c for c in stab3["checks"] if c["name"] == "quota_updates_applied")
     assert updates["values"]["found"] >= 1
-    assert (case_dir(tmp_path, "stab", "STAB-004") / "soak" / "soak-report.md").is_file()
+    report = case_dir(tmp_path, "stab", "STAB-004") / "soak" / "soak-report.md"
+    assert "## Memory probe per quota phase" in report.read_text()
+    probe = {c["name"]: c["ok"] for c in got["STAB-004"]["checks"] if c["name"].startswith("probe_")}
+    assert probe == {"probe_measured": True, "probe_quota_held": True, "probe_quota_usable": True}
+    measured = [p for p in got["STAB-004"]["metrics"]["probe_phases"].values() if p["measured"]]
+    assert {p["direction"] for p in measured} >= {"start", "decrease", "raise"}, measured
 
     proc = run_task(inv, tmp_path, "leak", "--run-id", "leak")
     got = results(tmp_path, "leak")
@@ -196,6 +207,19 @@ def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
         explain(proc, got)
     rss = next(c for c in got["LEAK-001"]["checks"] if c["name"] == "rss_no_leak")
     assert any(s.get("judged") for s in rss["values"]["series"].values())
+
+
+@pytest.mark.parametrize(("mutant", "check"), [("memory-limit-decrease-ignored", "probe_quota_held"),
+                                               ("memory-limit-raise-ignored", "probe_quota_usable")])
+def test_stab004_memory_probe_fails_a_change_that_is_logged_but_not_enforced(
+        inv: Path, stab_kube: LabCluster, tmp_path: Path, mutant: str, check: str) -> None:
+    with stab_kube.running_mutant(mutant):
+        proc = run_task(inv, tmp_path, "stab", "--case", "STAB-004", "--run-id", "m")
+    got = results(tmp_path, "m")
+    assert got["STAB-004"]["status"] == "FAIL", explain(proc, got)
+    failed = {c["name"] for c in got["STAB-004"]["checks"] if c["ok"] is False}
+    assert check in failed, explain(proc, got)
+    assert (case_dir(tmp_path, "m", "STAB-004") / "soak" / "probe-pods").is_dir()
 
 
 def test_fail_skips_without_the_flag_and_passes_with_it(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:

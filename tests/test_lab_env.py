@@ -47,9 +47,13 @@ class FakeKube:
         self.kubeconfig_path = workdir / "kubeconfig"
         self.simgpu_dir = workdir / "simgpu"
         self.gpu_memory_bytes = options["gpu_memory_bytes"]
+        self.real_gpus = False
 
     def simgpu_config(self, node: str) -> str:
         return f"{self.simgpu_dir}/{node}.json"
+
+    def kmsg(self, node: str) -> str:
+        return f"{self.simgpu_dir}/{node}.kmsg"
 
     def start(self) -> None:
         FakeKube.started.append(self.options)

@@ -238,12 +238,12 @@ def test_dry_run_contacts_no_host_and_stores_nothing(tmp_path: Path) -> None:
                   "--root", str(tmp_path), "--set", "fail_pods=2", "-vv", timeout=60)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
-    assert [c["plan"] for c in plan["cases"]] == ["SKIP"] * 4 and plan["mode"] == "k8s"
+    assert [c["plan"] for c in plan["cases"]] == ["SKIP"] * 7 and plan["mode"] == "k8s"  # FAIL-001..007
     assert plan["cases"][0]["params"]["fail_pods"] == {"value": 2, "source": "--set"}
     assert proc.stderr == "" and not (tmp_path / ".tmplog").exists()  # no command ran, no run dir
     allowed = invoke("fail", "--allow-disruptive", "--cluster", "c1", "--inventory", inventory, "--dry-run",
                      "--root", str(tmp_path))
-    assert allowed.returncode == 0 and "4 case(s), 0 will SKIP; no host contacted" in allowed.stdout
+    assert allowed.returncode == 0 and "7 case(s), 0 will SKIP; no host contacted" in allowed.stdout
     assert "allow_disruptive" in allowed.stdout and "--set" in allowed.stdout
     bad = invoke("func", "--cluster", "local", "--dry-run", "--set", "nope=1", "--root", str(tmp_path))
     assert bad.returncode == 2 and "unknown parameter(s) for --set: nope" in bad.stderr

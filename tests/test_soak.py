@@ -293,6 +293,22 @@ def test_duration_ends_the_soak_and_quota_changes_land_on_running_pods(tmp_path:
     assert any(e["changed"] for e in events)
 
 
+def test_quota_changes_record_each_pods_call_time_and_probe_pods_keep_their_logs(tmp_path: Path) -> None:
+    # STAB-004: the memory probe pod of every round keeps its log whatever its phase; other pods do not
+    vc = VClock()
+    ops = FakeOps(vc, runtime=30.0)
+    st = settings(max_rounds=2, quota_interval_s=10.0, quota_key="memory", quota_cycle=("2Gi", "6Gi"),
+                  keep_logs_suffix="-2")
+    make_loop(tmp_path, ops, vc, st).run()
+    soak = tmp_path / "case" / "soak"
+    assert sorted(p.name for p in (soak / "probe-pods").iterdir()) == ["stab-x-r1-2.log", "stab-x-r2-2.log"]
+    assert (soak / "probe-pods" / "stab-x-r1-2.log").read_text() == "log"
+    events = [e for e in iter_jsonl(soak / "events.jsonl") if e["kind"] == "annotate"]
+    assert events and all(set(e["times"]) == set(e["pods"]) for e in events)
+    calls = {(pod, t) for pod, _, t in ops.annotations}
+    assert all((pod, t) in calls for e in events for pod, t in e["times"].items())
+
+
 def test_a_scheduler_restart_is_an_anomaly_and_fails_the_restart_check(tmp_path: Path) -> None:
     vc = VClock()
     ops = FakeOps(vc)
@@ -461,7 +477,8 @@ def test_tasks_on_a_host_mode_cluster_skip_and_bad_input_is_a_usage_error(tmp_pa
     proc = invoke("fail", "--cluster", "local", "--allow-disruptive", "--run-id", "f", root=tmp_path)
     assert proc.returncode == 0, proc.stderr
     results = sorted((tmp_path / ".tmplog" / "f").rglob("result.json"))
-    assert [json.loads(p.read_text())["status"] for p in results] == ["SKIP"] * 4
+    # FAIL-001..007: nothing disruptive runs on a host without the SUT (FAIL-005..007 need its library)
+    assert [json.loads(p.read_text())["status"] for p in results] == ["SKIP"] * 7
     assert "allow_disruptive" in json.loads(results[0].read_text())["params"]
     proc = invoke("soak", "--cluster", "local", "--minutes", "1", "--run-id", "s", root=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -126,6 +126,9 @@ class LabCluster:
         gpu_bandwidth: simulated memory bandwidth of each GPU, bytes/s.
         die_with_parent: the control plane gets SIGKILL when this process dies (fixtures); the CLI's
             ``up`` turns it off.
+        gpu_mode: ``"sim"`` (default): simulated GPUs (:mod:`tests.lab.simgpu`); ``"real"``: the machine's NVIDIA
+            GPUs, each node's named by ``gpu_uuids`` in its spec (:func:`tests.lab.realgpu.real_lab_plan`), the
+            real driver and NVML, no simulated library on any path.
     """
 
     generation = "xpushare"
@@ -144,7 +147,11 @@ class LabCluster:
         gpu_flops: float = 1e12,
         gpu_bandwidth: float = 100e9,
         die_with_parent: bool = True,
+        gpu_mode: str = "sim",
     ) -> None:
+        if gpu_mode not in ("sim", "real"):
+            raise ValueError(f"gpu_mode must be 'sim' or 'real', not {gpu_mode!r}")
+        self.gpu_mode = gpu_mode
         self.workdir = Path(workdir).resolve()
         self.names: SutNames = sut_names(self.generation)
         self.node_specs = {k: dict(v) for k, v in (nodes or DEFAULT_NODES).items()}
@@ -160,6 +167,12 @@ class LabCluster:
         self.tls_port = 0
         self._faults_init = {k: dict(v) for k, v in (faults or {}).items()}
         self._proc: subprocess.Popen[bytes] | None = None
+        self.simgpu_dir: Path | None = None
+
+    @property
+    def real_gpus(self) -> bool:
+        """Whether the lab runs on the machine's real GPUs (``gpu_mode`` ``"real"``)."""
+        return self.gpu_mode == "real"
 
     # -- paths and addresses
 
@@ -197,6 +210,9 @@ class LabCluster:
         return f"http://{self.scheduler_address(node)}:9402{path}"
 
     def gpu_uuids(self, node: str) -> list[str]:
+        """The node's GPU UUIDs: the real ones of its spec (``gpu_uuids``), else simulated ``GPU-lab-<node>-<i>``."""
+        if self.node_specs[node].get("gpu_uuids"):
+            return [str(u) for u in self.node_specs[node]["gpu_uuids"]]
         return [f"GPU-lab-{node}-{i}" for i in range(int(self.node_specs[node].get("gpus", 2)))]
 
     def scheduler_pid(self, node: str) -> int | None:
@@ -211,6 +227,10 @@ class LabCluster:
         """The node's simulated-GPU configuration (``SIMGPU_CONFIG`` for a process that looks at its GPUs)."""
         return self.workdir / "nodes" / node / "simgpu" / "devices"
 
+    def kmsg(self, node: str) -> Path:
+        """The node's kernel log (``SIMGPU_KMSG`` of its pods and of the tool's health reads; docs/faults.md)."""
+        return self.workdir / "nodes" / node / "kmsg"
+
     # -- configuration
 
     def _config(self) -> dict[str, Any]:
@@ -223,6 +243,9 @@ class LabCluster:
                 "gpus": self.gpu_uuids(name),
                 "gpu_memory_bytes": int(spec.get("gpu_memory_bytes", self.gpu_memory_bytes)),
             }
+            if self.real_gpus:
+                nodes[name].update(gpu_name=str(spec.get("gpu_name", "")),
+                                   gpu_indexes=[int(i) for i in spec.get("gpu_indexes", [])])
         return {
             "generation": self.generation,
             "workdir": str(self.workdir),
@@ -231,7 +254,8 @@ class LabCluster:
             "python": sys.executable,
             "api": {"address": self.api_address, "port": self.api_port, "tls_port": self.tls_port},
             "sut": {"dir": str(self.sut.directory), "source": str(self.sut.source), "digest": self.sut.digest},
-            "simgpu_dir": str(self.simgpu_dir),
+            "gpu_mode": self.gpu_mode,
+            "simgpu_dir": str(self.simgpu_dir or ""),
             "scheduler": {"window_ms": self.window_ms, "metrics_port": 9402},
             "nodes": nodes,
         }
@@ -322,11 +346,12 @@ class LabCluster:
             BuildError: the SUT or the simulated GPU could not be built (one line naming what is missing).
         """
         from tests.lab.pki import make_pki
-        from tests.lab.simgpu import SimDevice, build_simgpu, write_config
+        from tests.lab.simgpu import SimDevice, build_simgpu, start_kmsg, write_config
         from tests.lab.sut import build_sut
 
         self.sut = build_sut(self.sut_src)
-        self.simgpu_dir = build_simgpu().directory
+        if not self.real_gpus:
+            self.simgpu_dir = build_simgpu().directory
         if self.api_port == 0:
             self.api_port = free_port(self.api_address)
         if self.tls_port == 0:
@@ -336,12 +361,15 @@ class LabCluster:
         make_pki(self.workdir / "pki", self.api_address)
         for node in self.node_specs:
             (self.workdir / "nodes" / node / "run").mkdir(parents=True, exist_ok=True)
+            if self.real_gpus:
+                continue
             devices = [SimDevice(uuid, "NVIDIA Lab SimGPU", int(self.node_specs[node].get(
                 "gpu_memory_bytes", self.gpu_memory_bytes)), self.gpu_flops, self.gpu_bandwidth)
                 for uuid in self.gpu_uuids(node)]
             config = self.simgpu_config(node)
             config.parent.mkdir(parents=True, exist_ok=True)
             write_config(config, devices)
+            start_kmsg(self.kmsg(node), node)
         self.config_path.write_text(json.dumps(self._config(), indent=1))
         self._write_faults(self._faults_init)
         self.kubeconfig_path.write_text(self._kubeconfig())
@@ -462,15 +490,20 @@ class LabCluster:
     def attach(cls, workdir: str | os.PathLike[str]) -> LabCluster:
         """A handle on a lab started elsewhere (``up``), from its ``lab.json``."""
         cfg = json.loads((Path(workdir) / "lab.json").read_text())
-        nodes = {n: {"address": v["address"], "scheduler_address": v["scheduler_address"], "gpus": len(v["gpus"])}
+        real = cfg.get("gpu_mode") == "real"
+        nodes = {n: {"address": v["address"], "scheduler_address": v["scheduler_address"], "gpus": len(v["gpus"]),
+                     **({"gpu_uuids": v["gpus"], "gpu_name": v.get("gpu_name", ""),
+                         "gpu_indexes": v.get("gpu_indexes", []),
+                         "gpu_memory_bytes": v["gpu_memory_bytes"]} if real else {})}
                  for n, v in cfg["nodes"].items()}
         memory = next(iter(cfg["nodes"].values()))["gpu_memory_bytes"]
         lab = cls(workdir, nodes=nodes, api_address=cfg["api"]["address"],
                   api_port=cfg["api"]["port"], sut_src=cfg["sut"]["source"] or None,
-                  window_ms=int(cfg["scheduler"]["window_ms"]), gpu_memory_bytes=int(memory))
+                  window_ms=int(cfg["scheduler"]["window_ms"]), gpu_memory_bytes=int(memory),
+                  gpu_mode="real" if real else "sim")
         lab.token = cfg["token"]
         lab.tls_port = int(cfg["api"]["tls_port"])
-        lab.simgpu_dir = Path(cfg["simgpu_dir"])
+        lab.simgpu_dir = Path(cfg["simgpu_dir"]) if cfg.get("simgpu_dir") else None
         return lab
 
     def __enter__(self) -> LabCluster:
@@ -658,8 +691,9 @@ def serve(workdir: Path) -> int:
     names = sut_names(cfg["generation"])
     pki = load_pki(workdir / "pki")
     settings = LabSettings(names, workdir, Path(cfg["repo_root"]), cfg["token"], cfg["api"]["address"],
-                           int(cfg["api"]["port"]), cfg["python"], Path(cfg["sut"]["dir"]), Path(cfg["simgpu_dir"]),
-                           int(cfg["api"]["tls_port"]), pki.token, pki.cert)
+                           int(cfg["api"]["port"]), cfg["python"], Path(cfg["sut"]["dir"]),
+                           Path(cfg["simgpu_dir"]) if cfg.get("simgpu_dir") else None,
+                           int(cfg["api"]["tls_port"]), pki.token, pki.cert, real_gpus=cfg.get("gpu_mode") == "real")
     store = Store()
     api = ApiServer(store, settings.api_host, settings.api_port, logs_dir=settings.logs_dir,
                     delete_pod=lambda pod, grace: graceful_delete(store, pod, grace))

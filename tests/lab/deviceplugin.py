@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+# run as a script from the repository root, where xpushare need not be installed (a GPU machine's python)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from xpushare.inventory.sut import sut_names
 
 

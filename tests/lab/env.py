@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,18 @@ LAB_HOSTS = (
     ("lab-node1", "127.0.0.12", "gpu"),
     ("lab-node2", "127.0.0.13", "gpu"),
 )
+#: A real GPU's CUDA context as MET-008's fill counts it (PyTorch's context on an H100 is about 500 MiB).
+REAL_CONTEXT_BYTES = 512 * 2**20
+#: Where ``up --gpus real`` records the add loop's calibration (tests/lab/realgpu.py), in the lab's kube directory.
+CALIBRATION_FILE = "calibration.json"
+
+
+def lab_hosts(nodes: list[str] | None = None) -> tuple[tuple[str, str, str], ...]:
+    """The SSH hosts of the lab: ``lab-master`` and one GPU host per lab node (``nodes`` None: the simulated lab's
+    two); node ``lab-node<i>`` on 127.0.0.(11+i)."""
+    if nodes is None:
+        return LAB_HOSTS
+    return (LAB_HOSTS[0], *((name, f"127.0.0.{11 + i}", "gpu") for i, name in enumerate(nodes, start=1)))
 
 
 def lab_params(kube: LabCluster) -> dict[str, Any]:
@@ -104,14 +117,9 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         # node hosts have no driver of their own, so it gets the node's devices and the stub library, and the
         # interpreter that has nvidia-ml-py
         "node_sampler_python": sys.executable,
-        "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
-                             "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
         "met005_before_s": 2,
         "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
         "met006_duration_s": 10,
-        # the node's simulated GPUs (the path holds the "{node}" placeholder the case fills in)
-        "met006_dmon_command": ["env", f"SIMGPU_CONFIG={kube.simgpu_config('{node}')}",
-                                str(kube.simgpu_dir / "nvidia-smi"), "dmon", "-s", "u", "-d", "1"],
         "met007_duration_s": 10,
         "met008_n": met008_n(kube.gpu_memory_bytes),
         "met008_duration_s": 6,
@@ -151,7 +159,14 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         # a change is only counted on a pod still running dynamic_max_latency_s (15) after it: pods of 30 s see
         # the change at 8 s counted (the one at 16 s is not), so a scheduler that never applies one is FAIL
         "stab_pod_duration_s": 30,
-        "stab004_memory_base": "64Mi",  # a W5 holds 16 MiB: every step (2Gi, 6Gi, 64Mi) leaves it room
+        # STAB-004 keeps the seed's shape (base 8Gi, 2Gi, 6Gi: no raise past the start quota, docs/findings.md 18)
+        # at the card's size: a W5 holds 16 MiB, the memory probe up to 1.5 x 512 MiB; changes every 12 s (the
+        # probe's 7 s settle plus measurements) on pods of 45 s, so the decrease, the raise and the return to the
+        # base each have a measured phase
+        "stab004_memory_base": "512Mi",
+        "stab004_memory_cycle": ["128Mi", "384Mi"],
+        "stab004_quota_interval_s": 12,
+        "stab004_pod_duration_s": 45,
         "leak_rounds": 2,
         "leak003_pods": 2,
         "leak_churn_rounds": 2,
@@ -165,19 +180,76 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "fail_drain_timeout_s": 60,
         "fail_drain_grace_s": 1,
         "fail004_pods": 2,
+        # FAIL-005..007: the GPU fault 4 s into a 12 s W5 load, a progress line every 0.3 s
+        "fail_fault_load_s": 12,
+        "fail_fault_after_s": 4,
+        "fail_probe_interval_s": 0.3,
+        "fail_settle_s": 2,
+        "fail_rate_margin_s": 1,
         # legacy scripts (invoke legacy.*): W2 holds 64 MiB here, so the limit that must refuse it is under that
         "legacy_memlimit_low": "32Mi",
         "legacy_dynamic_low": "32Mi",
+        **(real_gpu_params(kube) if kube.real_gpus else sim_gpu_params(kube)),
     }
+
+
+def sim_gpu_params(kube: LabCluster) -> dict[str, Any]:
+    """The node sampler and dmon on the simulated GPUs: the node hosts' SSH sessions have no driver of their own,
+    so they get the node's devices and the stub library (the paths hold the ``{node}`` placeholder the case fills
+    in)."""
+    return {
+        "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
+                             "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
+        # the GPU health capture (evidence/gpu_health) on each node: its simulated GPUs through the nvidia-smi
+        # look-alike, and its kernel log (SIMGPU_KMSG) through the dmesg look-alike
+        "node_health_env": {"PATH": f"{kube.simgpu_dir}:/usr/local/bin:/usr/bin:/bin",
+                            "LD_LIBRARY_PATH": str(kube.simgpu_dir),
+                            "SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
+                            "SIMGPU_KMSG": str(kube.kmsg("{node}"))},
+        "met006_dmon_command": ["env", f"SIMGPU_CONFIG={kube.simgpu_config('{node}')}",
+                                str(Path(str(kube.simgpu_dir)) / "nvidia-smi"), "dmon", "-s", "u", "-d", "1"],
+    }
+
+
+def real_gpu_params(kube: LabCluster) -> dict[str, Any]:
+    """What differs on real GPUs (``lab.up --gpus real``): workload sizes from the add loop's calibration (else
+    the GPU model's row, :func:`tests.lab.realgpu.model_adds_per_s`) so that each workload lasts what it lasts on
+    the simulated GPU; the node sampler, dmon and MET-008's fill on the real driver and NVML (nvidia-smi by its
+    path: the node hosts' SSH sessions have the system PATH)."""
+    from tests.lab.realgpu import REAL_ADD_N, find_nvidia_smi, model_adds_per_s, real_workload_args
+
+    smi = find_nvidia_smi() or "nvidia-smi"
+    first = kube.nodes[0]
+    spec = kube.node_specs[first]
+    calibration = lab_calibration(kube)
+    rate = calibration.get("adds_per_s") or model_adds_per_s(str(spec.get("gpu_name", "")), REAL_ADD_N)
+    params: dict[str, Any] = {
+        "node_sampler_env": {"PATH": os.pathsep.join([str(Path(smi).parent), "/usr/local/bin", "/usr/bin", "/bin"])},
+        "met006_dmon_command": [smi, "dmon", "-s", "u", "-d", "1"],
+        "met008_n": met008_n(int(spec["gpu_memory_bytes"]), REAL_CONTEXT_BYTES),
+    }
+    if rate:
+        params["workload_args"] = real_workload_args(float(rate))
+    return params
+
+
+def lab_calibration(kube: LabCluster) -> dict[str, Any]:
+    """The add loop's calibration recorded by :func:`up` (empty where none ran)."""
+    try:
+        data = json.loads((kube.workdir / CALIBRATION_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 #: MET-008's fill: W5's buffers plus the simulated driver's context make this share of the GPU.
 MET008_FILL = 0.85
 
 
-def met008_n(total: int) -> int:
-    """W5's ``--n`` whose buffers (16 n²) plus one context (256 MiB) fill ``MET008_FILL`` of a ``total``-byte GPU."""
-    return met008_size((MET008_FILL * total - DEFAULT_CONTEXT_BYTES) / total, total)
+def met008_n(total: int, context: int = DEFAULT_CONTEXT_BYTES) -> int:
+    """W5's ``--n`` whose buffers (16 n²) plus one context (``context`` bytes: the simulated driver's 256 MiB by
+    default) fill ``MET008_FILL`` of a ``total``-byte GPU."""
+    return met008_size((MET008_FILL * total - context) / total, total)
 
 
 def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -185,7 +257,7 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
     override :func:`lab_params` (a test that sizes one case differently)."""
     first = next(iter(ssh.hosts.values()))
     hosts: dict[str, Any] = {}
-    for name, _address, role in LAB_HOSTS:
+    for name, _address, role in lab_hosts(kube.nodes if kube.real_gpus else None):
         h = ssh.host(name)
         hosts[name] = {"address": h.address, "port": h.port, "roles": [role]}
     return {
@@ -194,7 +266,7 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
                 "mode": "k8s",
                 "sut": "xpushare",
                 "backend": "cuda",
-                "gpu": {"model": "lab", "memory_gib": 16},
+                "gpu": real_gpu_entry(kube) if kube.real_gpus else {"model": "lab", "memory_gib": 16},
                 "kubeconfig": str(kube.kubeconfig_path),
                 "kubectl": find_kubectl() or "kubectl",
                 "namespace": "default",
@@ -212,30 +284,57 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
     }
 
 
+def real_gpu_entry(kube: LabCluster) -> dict[str, Any]:
+    """The inventory's ``gpu`` of a real-GPU lab: the first node's GPU model and memory (GiB)."""
+    spec = kube.node_specs[kube.nodes[0]]
+    return {"model": str(spec.get("gpu_name") or "unknown"), "memory_gib": int(spec["gpu_memory_bytes"]) // 2**30}
+
+
 def write_inventory(path: Path, ssh: SshLab, kube: LabCluster, **kw: Any) -> Path:
     path.write_text(yaml.safe_dump(lab_inventory(ssh, kube, **kw), sort_keys=False), encoding="utf-8")
     return path
 
 
-def up(workdir: Path, *, sut_src: str | None = None) -> Path:
+def up(workdir: Path, *, sut_src: str | None = None, gpus: str = "sim", gpus_per_node: int = 1,
+       calibrate: bool = True) -> Path:
     """Start the SSH lab and the Kubernetes lab detached under ``workdir``; return the inventory path.
 
-    The SUT source tree is checked before anything starts (:class:`tests.lab.sut.SourceMissing`); a start that
-    fails later stops what it had started (:func:`down`) before the error goes on, so no daemon is left.
+    ``gpus``: ``"sim"`` (simulated GPUs, two nodes of two) or ``"real"``: the machine's NVIDIA GPUs, ``gpus_per_node``
+    per lab node (:func:`tests.lab.realgpu.assign_gpus`), the add loop calibrated on the first GPU before the lab
+    starts (``calibrate``; recorded in ``kube/calibration.json``) for the workload sizes.
+
+    The SUT source tree (and, real, the GPUs) are checked before anything starts (:class:`tests.lab.sut.SourceMissing`,
+    :class:`tests.lab.realgpu.GpuDiscoveryError`); a start that fails later stops what it had started
+    (:func:`down`) before the error goes on, so no daemon is left.
     """
     source = source_tree(sut_src)
+    if gpus not in ("sim", "real"):
+        raise ValueError(f"gpus must be 'sim' or 'real', not {gpus!r}")
+    block, _lock = reserve_address_block()
+    options: dict[str, Any] = {**LAB_OPTIONS, **lab_plan(block)}
+    if gpus == "real":
+        from tests.lab.realgpu import assign_gpus, discover_gpus, real_lab_plan
+
+        options = {"window_ms": LAB_OPTIONS["window_ms"],
+                   **real_lab_plan(assign_gpus(discover_gpus(), gpus_per_node), block)}
+    nodes = list(options["nodes"]) if gpus == "real" else None
     workdir.mkdir(parents=True, exist_ok=True)
     try:
+        if gpus == "real" and calibrate:
+            from tests.lab.realgpu import calibrate_add
+
+            first = next(iter(options["nodes"].values()))
+            (workdir / "kube").mkdir(parents=True, exist_ok=True)
+            record = {"gpu": first["gpu_name"], "uuid": first["gpu_uuids"][0], **calibrate_add(first["gpu_uuids"][0])}
+            (workdir / "kube" / CALIBRATION_FILE).write_text(json.dumps(record, indent=1) + "\n")
         ssh = SshLab(workdir / "ssh", detached=True)
         (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
-        for name, address, _role in LAB_HOSTS:
+        for name, address, _role in lab_hosts(nodes):
             ssh.add_host(name, address)
             (workdir / "ssh" / "lab.json").write_text(json.dumps(ssh.to_json(), indent=2) + "\n")
         ssh.write_known_hosts()
         ssh.write_ssh_config()
-        block, _lock = reserve_address_block()
-        kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=str(source), **LAB_OPTIONS,
-                          **lab_plan(block))
+        kube = LabCluster(workdir / "kube", die_with_parent=False, sut_src=str(source), **options)
         kube.start()
         return write_inventory(workdir / "inventory.yaml", ssh, kube)
     except BaseException:

@@ -15,9 +15,10 @@ for every client, so the tool must tell clients apart by ``host_pid`` and ``clie
   its spawn directory and workloads, as on separate machines.
 * **Simulated GPUs** (:mod:`tests.lab.simgpu`): the host's sessions get ``PATH`` (the ``nvidia-smi``
   look-alike first), ``LD_LIBRARY_PATH`` (the stub ``libcuda.so.1``/``libnvidia-ml.so.1``) and
-  ``SIMGPU_CONFIG`` (the host's devices), as a driver installation would give them. Default GPUs: 16 GiB,
-  1e12 FLOP/s and 1e9 B/s, so W5's ``--n 1024`` add (12 MiB moved) lasts 12.6 ms of simulated GPU time
-  and a probe launches about 80 kernels a second (a faster simulated GPU only costs CPU time here).
+  ``SIMGPU_CONFIG`` (the host's devices), as a driver installation would give them, and ``SIMGPU_KMSG``
+  (the host's kernel log, ``hosts/<name>/kmsg``, which the ``dmesg`` look-alike prints; docs/faults.md).
+  Default GPUs: 16 GiB, 1e12 FLOP/s and 1e9 B/s, so W5's ``--n 1024`` add (12 MiB moved) lasts 12.6 ms of
+  simulated GPU time and a probe launches about 80 kernels a second (a faster simulated GPU only costs CPU time here).
 * **The real scheduler** built by :mod:`tests.lab.sut` runs in the host's namespace with
   ``XPUSHARE_METRICS_ENABLE=1``, ``XPUSHARE_METRICS_ADDR=<host address>:<free port>`` and
   ``XPUSHARE_DEBUG=1`` (the ``SO_PEERCRED`` pid lines of the log exist in debug mode only), its output in
@@ -57,7 +58,7 @@ import yaml
 
 from tests.lab import nodens
 from tests.lab.nodens import NodeNamespace
-from tests.lab.simgpu import SimDevice, build_simgpu, make_uuid, write_config
+from tests.lab.simgpu import SimDevice, build_simgpu, make_uuid, start_kmsg, write_config
 from tests.lab.sshd import SshLab, free_port, lab_unavailable_reason
 from tests.lab.sut import build_sut
 
@@ -89,6 +90,12 @@ class HostNode:
     gpu_uuids: tuple[str, ...]
     metrics_port: int
     scheduler: subprocess.Popen[bytes] | None = None
+
+    @property
+    def kmsg(self) -> Path:
+        """The host's kernel log (``SIMGPU_KMSG``: the ``dmesg`` look-alike prints it, the fault injector and
+        tests append ``NVRM: Xid`` lines to it; docs/faults.md)."""
+        return self.directory / "kmsg"
 
     @property
     def sut_link(self) -> Path:
@@ -180,6 +187,7 @@ class HostLab:
         ns = NodeNamespace(name, directory)
         ns.start()
         node = HostNode(name, address, directory, ns, config, uuids, free_port(address))
+        start_kmsg(node.kmsg, name)
         self.nodes[name] = node
         self._point_sut(node, self.sut.directory)
         self._run_in_ns(node, ["sh", "-c", f'mkdir -p {LIBRARY_DIR} && ln -sfn "$0" {LIBRARY}',
@@ -206,7 +214,7 @@ class HostLab:
     def session_env(self, node: HostNode) -> dict[str, str]:
         """What a host's sessions get from its "driver installation": the simulated GPUs."""
         return {"PATH": f"{self.simgpu.directory}:{_STD_PATH}", "LD_LIBRARY_PATH": str(self.simgpu.directory),
-                "SIMGPU_CONFIG": str(node.config)}
+                "SIMGPU_CONFIG": str(node.config), "SIMGPU_KMSG": str(node.kmsg)}
 
     def start_scheduler(self, name: str) -> int:
         """Start host ``name``'s scheduler from its current build; wait for ``/healthz``; return its pid.

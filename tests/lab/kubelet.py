@@ -80,10 +80,11 @@ class LabSettings:
     api_port: int
     python: str  # interpreter of the venv: its bin dir goes on the pods' PATH
     sut_dir: Path  # the real SUT build (libxpushare.so, xpushare-scheduler, xpusharectl) every node runs
-    simgpu_dir: Path  # the simulated GPU's libcuda.so.1 / libnvidia-ml.so.1
+    simgpu_dir: Path | None  # the simulated GPU's libcuda.so.1 / libnvidia-ml.so.1 (None on real GPUs)
     tls_port: int  # the API server's HTTPS front (KUBERNETES_SERVICE_PORT of pods)
     sa_token: str  # the service-account token pods get (a secret: never logged)
     ca_cert: Path  # the API server's certificate, the pods' ca.crt
+    real_gpus: bool = False  # the machine's NVIDIA GPUs and driver instead of the simulated ones
 
     @property
     def logs_dir(self) -> Path:
@@ -95,6 +96,10 @@ class LabSettings:
     def simgpu_config(self, node: str) -> Path:
         """The node's simulated GPUs (``SIMGPU_CONFIG``; their shared state sits beside it)."""
         return self.node_dir(node) / "simgpu" / "devices"
+
+    def kmsg(self, node: str) -> Path:
+        """The node's kernel log (``SIMGPU_KMSG``: ``NVRM: Xid`` lines in ``dmesg --time-format=iso`` form)."""
+        return self.node_dir(node) / "kmsg"
 
     def scheduler_pid_file(self, node: str) -> Path:
         return self.node_dir(node) / "run" / "scheduler.pid"
@@ -531,7 +536,8 @@ class Kubelet:
             cr.scheduler_env = self.settings.scheduler_env_of(faults)
             env.update(self._driver_env())
             env.update(cr.scheduler_env or {})
-            env.setdefault("NVIDIA_VISIBLE_DEVICES", "all")
+            # the scheduler container sees the node's GPUs (all of them on a simulated node)
+            env.setdefault("NVIDIA_VISIBLE_DEVICES", ",".join(self.node.gpus) if self.settings.real_gpus else "all")
             # A pod has its own network namespace, where the exporter's default 0.0.0.0:9402 is the pod IP;
             # lab pods share the host's, so a manifest without an address (the upstream ones) binds the pod IP.
             key = self.names.env("METRICS_ADDR")
@@ -554,16 +560,10 @@ class Kubelet:
                 f"{g}-lib": ["sh", "-c", "echo 'Nvshare lib ready'; exec sleep 2147483647"]}.get(base)
 
     def _driver_env(self) -> dict[str, str]:
-        """What the node's GPU driver installation gives a process: the simulated driver and its devices."""
-        return {"LD_LIBRARY_PATH": str(self.settings.simgpu_dir),
-                "SIMGPU_CONFIG": str(self.settings.simgpu_config(self.node.name))}
+        return driver_env(self.settings, self.node.name)
 
     def _gpu_client_env(self, env: dict[str, str], devices: list[str], sut: Path) -> None:
-        """The device plugin's part of a GPU container: its GPUs, the driver and the real client library."""
-        uuids = sorted({d.split("__")[0] for d in devices})
-        env.update(self._driver_env())
-        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
-        env["LD_PRELOAD"] = str(sut / "libxpushare.so")
+        env.update(gpu_container_env(self.settings, self.node.name, devices, sut))
 
     def _scheduler_ready(self, run: PodRun, cr: ContainerRun) -> bool:
         """The scheduler's readiness probe: its metrics port accepts connections (sticky per run)."""
@@ -698,6 +698,33 @@ class Kubelet:
 
 
 # --------------------------------------------------------------------------------- controllers
+
+
+def driver_env(settings: LabSettings, node: str) -> dict[str, str]:
+    """What the node's GPU driver installation gives a process: the simulated driver, its devices and the node's
+    kernel log; on real
+    GPUs nothing (the real libcuda and libnvidia-ml are on the system's library path)."""
+    if settings.real_gpus or settings.simgpu_dir is None:
+        return {}
+    return {"LD_LIBRARY_PATH": str(settings.simgpu_dir), "SIMGPU_CONFIG": str(settings.simgpu_config(node)),
+            "SIMGPU_KMSG": str(settings.kmsg(node))}
+
+
+def gpu_container_env(settings: LabSettings, node: str, devices: list[str], sut: Path) -> dict[str, str]:
+    """The device plugin's part of a GPU container's environment: its GPUs (``devices``: vGPU ids
+    ``<GPU UUID>__<k>``), the driver (:func:`driver_env`) and the real client library (``LD_PRELOAD`` of the build
+    ``sut``). On real GPUs also ``CUDA_VISIBLE_DEVICES`` (:func:`tests.lab.realgpu.pod_gpu_env`): no container
+    runtime hides the machine's other GPUs from a lab pod."""
+    from tests.lab.realgpu import pod_gpu_env
+
+    uuids = sorted({d.split("__")[0] for d in devices})
+    env = driver_env(settings, node)
+    if settings.real_gpus:
+        env.update(pod_gpu_env(uuids))
+    else:
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
+    env["LD_PRELOAD"] = str(sut / "libxpushare.so")
+    return env
 
 
 def graceful_delete(store: Store, pod: Obj, grace: int | None) -> Obj:

@@ -88,9 +88,10 @@ ROWS: tuple[Row, ...] = (
     Row("annotations-reread-60s", ("FUNC-012", "MET-005")),
     Row("memory-limit-frozen", ("FUNC-010", "FUNC-011")),
     # one direction of a dynamic memory change: FUNC-010 FAILs on the unmodified build already (finding 18), so a
-    # lost raise is told apart only where oversubscription lets a raise be used (COMBO-005)
-    Row("memory-limit-raise-ignored", ("FUNC-010", "COMBO-005")),
-    Row("memory-limit-decrease-ignored", ("FUNC-011", "COMBO-005")),
+    # lost raise is told apart where oversubscription lets a raise be used (COMBO-005) or where the raise stays
+    # under the pod's first quota (STAB-004's 512Mi -> 128Mi -> 384Mi, the seed's 8Gi -> 2Gi -> 6Gi shape)
+    Row("memory-limit-raise-ignored", ("FUNC-010", "COMBO-005", "STAB-004")),
+    Row("memory-limit-decrease-ignored", ("FUNC-011", "COMBO-005", "STAB-004")),
     # the cuMemAlloc path, the one the unmodified build holds (ISO-001). A per-request check is masked without
     # oversubscription (the physical allocatable is the first quota, finding 18): COMBO-005 sees it (FUNC-006/007 PASS)
     Row("memory-limit-per-request", ("COMBO-005",)),
@@ -99,7 +100,9 @@ ROWS: tuple[Row, ...] = (
     Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002", "FAIL-004"),
         sets=("stab002_pods_small=2", "stab002_pods_large=4")),
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
-    Row("ghost-clients", ("LEAK-004", "LEAK-005"), sets=("leak_churn_rounds=5", "leak_pods=4")),
+    # FAIL-005/007: the client that died of its GPU error stays in /metrics (FAIL-006 poisons the lab's GPU: host
+    # lab only, tests/test_gpu_faults_lab.py)
+    Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007"), sets=("leak_churn_rounds=5", "leak_pods=4")),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
     Row("metrics-missing", ("MET-002",)),
     Row("counter-as-gauge", (METRICS_CHECK,)),  # no MET case judges a family's TYPE (docs/verdicts.md)
@@ -143,6 +146,12 @@ OUTSIDE_MATRIX: dict[str, str] = {
                              "scheduler log's DROP_LOCK lines)",
     "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
                                               "seed's ±8 % (tests/test_lab_under_load.py)",
+    "a GPU fault during the case": "FUNC-001 ERROR `GPU fault on <node> GPU <uuid> during the case (Xid 79: GPU has "
+                                   "fallen off the bus): not a verdict on the SUT`, and ERROR naming a rise of "
+                                   "uncorrected ECC errors, on the host-mode lab and the Kubernetes lab "
+                                   "(tests/test_gpu_health_lab.py, tests/test_gpu_health_k8s_lab.py); the same Xid on "
+                                   "a GPU the case did not use, or an application Xid (31) on its own, leaves the PASS "
+                                   "(docs/faults.md)",
 }
 
 #: Mutants no case catches, and why (they stay in the score's denominator).
@@ -312,7 +321,8 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     lines += ["", "## What every verdict about the SUT rests on", "",
               "Each FUNC, COMBO, PERF and MET verdict also checks that the SUT was in every workload's path and that "
               "its GPU identity of each is the GPU NVML saw (README, \"Two sources for every verdict about the "
-              "SUT\"). The breakages of those checks, and where each is shown:", ""]
+              "SUT\"); every case's verdict, that no GPU it used faulted during it (judge/gpu_faults.py). The "
+              "breakages of those checks, and where each is shown:", ""]
     lines += [f"- {what}: {how}" for what, how in OUTSIDE_MATRIX.items()]
     mutants = [r for r in rows if r.kind == "mutant"]
     caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]

@@ -11,17 +11,26 @@ Kernels are timed, not computed: ``simgpu_work(flops, bytes)`` lasts
 every process, so clients of one device contend and clients of different devices do not. See
 ``tests/lab/README-simgpu.md`` for the whole contract and what the simulation cannot show.
 
+The node's kernel log is the file ``SIMGPU_KMSG`` names (lines in ``dmesg --time-format=iso`` form); the
+``dmesg`` look-alike beside ``nvidia-smi`` prints it. :func:`start_kmsg` creates one, :func:`xid_line` and
+:func:`append_kmsg` write an ``NVRM: Xid`` line as the driver would, :func:`set_health` sets a device's ECC
+counters, retired pages, remap failure and lost flag (``struct simgpu_health``), as the fault injector does
+(docs/faults.md).
+
 ``python -m tests.lab.simgpu`` builds and prints the build directory.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import stat
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.lab.build import Build, BuildError, cached_build, content_hash, require_tools, run_step, tree_files
@@ -45,8 +54,9 @@ _LIBRARIES = (
     ("libnvidia-ml.so.1", "libnvidia-ml.so", ("simnvml.c", "simgpu_state.c")),
 )
 _SMI = "nvidia-smi"
+_DMESG = "dmesg"
 _LOG = "build.log"
-OUTPUTS = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so", _SMI, _LOG)
+OUTPUTS = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so", _SMI, _DMESG, _LOG)
 _RECIPE = "gcc " + " ".join(_CFLAGS) + " -lpthread; simgpu 1"
 
 
@@ -163,6 +173,84 @@ def state_dir(config: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(config)}.d")
 
 
+# -- GPU health and the kernel log (docs/faults.md) ----------------------------------------------------
+
+#: ``struct simgpu_state`` (simgpu.h, ``SIMGPU_STATE_VERSION`` 3): magic, version, the timeline and process
+#: slots, then ``struct simgpu_health`` as its last member.
+STATE_MAGIC = 0x3130555047304953
+STATE_VERSION = 3
+_STATE_HEAD = struct.Struct("<QIIQII")
+_INTERVALS_BYTES = 4096 * 16
+_PROCS_BYTES = 256 * 32
+HEALTH_OFFSET = _STATE_HEAD.size + _INTERVALS_BYTES + _PROCS_BYTES
+_HEALTH = struct.Struct("<QQQQIIII")
+HEALTH_FIELDS = ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+                 "ecc_aggregate_uncorrected", "retired_pages_dbe", "remap_failure", "lost")
+
+
+def pci_bus_id(config_index: int) -> str:
+    """The kernel log's bus id of the device on line ``config_index`` of its config (``0000:01:00``), the one
+    the stub NVML reports as ``00000000:01:00.0``."""
+    return f"0000:{config_index + 1:02X}:00"
+
+
+def xid_line(bus_id: str, xid: int, text: str, *, pid: int | None = None, name: str | None = None,
+             when: datetime | None = None) -> str:
+    """One kernel log line of the driver's Xid report, in ``dmesg --time-format=iso`` form (no newline)."""
+    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    who = f"pid={pid}, name={name}, " if pid is not None else ""
+    return f"{stamp.strftime('%Y-%m-%dT%H:%M:%S,%f')}+00:00 NVRM: Xid (PCI:{bus_id}): {xid}, {who}{text}"
+
+
+def start_kmsg(path: str | os.PathLike[str], node: str) -> Path:
+    """Create the node's kernel log ``path`` (``SIMGPU_KMSG``) with a boot line, world-writable (the lab's
+    processes of any user append to it); an existing log is kept. Returns the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S,%f")
+        target.write_text(f"{stamp}+00:00 Linux version 6.8.0-simgpu (lab node {node})\n")
+        target.chmod(0o666)
+    return target
+
+
+def append_kmsg(path: str | os.PathLike[str], line: str) -> None:
+    """Append one line to a kernel log (one ``write(2)`` of an ``O_APPEND`` file, as the injector does)."""
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, (line.rstrip("\n") + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def set_health(config: str | os.PathLike[str], uuid: str, **values: int) -> None:
+    """Set fields of ``struct simgpu_health`` of device ``uuid`` (names: :data:`HEALTH_FIELDS`; the others
+    keep their value). Creates the state file as the libraries would. Use with no client running."""
+    unknown = set(values) - set(HEALTH_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown health field(s): {', '.join(sorted(unknown))}")
+    directory = state_dir(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in uuid)
+    path = directory / f"{name}.state"
+    size = HEALTH_OFFSET + _HEALTH.size
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the libraries change the state only under this lock
+        head = os.pread(fd, 12, 0).ljust(12, b"\0")
+        magic, version = struct.unpack("<QI", head)
+        if magic != STATE_MAGIC or version != STATE_VERSION:  # written in place: clients may have it mapped
+            os.pwrite(fd, struct.pack("<QI", STATE_MAGIC, STATE_VERSION).ljust(size, b"\0"), 0)
+        elif os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        current = dict(zip(HEALTH_FIELDS, _HEALTH.unpack(os.pread(fd, _HEALTH.size, HEALTH_OFFSET)), strict=False))
+        current.update(values)
+        os.pwrite(fd, _HEALTH.pack(*(int(current[f]) for f in HEALTH_FIELDS), 0), HEALTH_OFFSET)
+    finally:
+        os.close(fd)
+    path.chmod(0o666)
+
+
 def build_simgpu() -> SimGpuBuild:
     """Build (or reuse the cached build of) the simulated GPU.
 
@@ -183,9 +271,10 @@ def build_simgpu() -> SimGpuBuild:
             if text:
                 log.append(text)
             (dest / link).symlink_to(output)
-        smi = dest / _SMI
-        shutil.copyfile(SOURCE_DIR / _SMI, smi)
-        smi.chmod(smi.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        for script in (_SMI, _DMESG):
+            target = dest / script
+            shutil.copyfile(SOURCE_DIR / script, target)
+            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         (dest / _LOG).write_text("\n".join(log))
 
     return SimGpuBuild(cached_build("simgpu", digest, build, OUTPUTS), digest)

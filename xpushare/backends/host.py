@@ -41,7 +41,7 @@ from xpushare.backends.base import (
 )
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.data import workloads_dir
-from xpushare.evidence import events
+from xpushare.evidence import events, gpu_health
 from xpushare.inventory.schema import MODE_HOST, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
@@ -148,6 +148,10 @@ class HostBackend(Backend):
             self._spawn_quiet(host, f"{self.case_prefix}-sampler", sampler)
             if self.gpus.get(name):
                 self._spawn_quiet(host, f"{self.case_prefix}-dmon", ["nvidia-smi", "dmon", "-s", "u", "-d", "1"])
+                try:
+                    gpu_health.capture(host, case_dir, name, "before")
+                except TransportError as exc:
+                    print(f"warning: GPU health of {name} not captured ({exc})", file=sys.stderr)
         self.log_offset = self.scheduler.log_size()
         self.rotated_offset = None
         return self.case
@@ -331,6 +335,8 @@ class HostBackend(Backend):
         files += host_harvest.pod_environs(case_dir, spawned, faults)
         for name, host in self.hosts.items():
             files += host_harvest.node_evidence(case_dir, name, host, self.case_prefix, faults)
+            if self.gpus.get(name):
+                files += host_harvest.gpu_health_after(case_dir, name, host, faults)
         files += self.scheduler.harvest(case_dir, self.log_offset, faults)
         return harvest_faults.complete(files, faults)
 

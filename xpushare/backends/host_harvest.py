@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from xpushare.backends.harvest_faults import fault, is_absent
-from xpushare.evidence import workload_env
+from xpushare.evidence import gpu_health, workload_env
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError
 from xpushare.transport.base import Host
 
-__all__ = ["node_evidence", "pod_environs", "pod_logs"]
+__all__ = ["gpu_health_after", "node_evidence", "pod_environs", "pod_logs"]
 
 #: The node's ``nvidia-smi``, or a line saying there is none (a host without GPUs is not a fault).
 NVIDIA_SMI = ["sh", "-c", "command -v nvidia-smi >/dev/null || { echo 'nvidia-smi: not found'; exit 0; }; nvidia-smi"]
@@ -91,4 +91,16 @@ def node_evidence(case_dir: Path, name: str, host: Host, case_prefix: str, fault
         except TransportError as exc:
             if not is_absent(exc):  # absent: the sampler writes only some of them (no_gpu.txt or gpu.csv)
                 fault(case_dir, f"{what}: sampler {fname}", exc, faults)
+    return files
+
+
+def gpu_health_after(case_dir: Path, name: str, host: Host, faults: list[str]) -> list[str]:
+    """Of GPU host ``name``: the GPU health capture after the case, ``gpu_health/<name>-after.txt``, and the one
+    taken before it (:meth:`HostBackend.begin_case`) when it exists (:mod:`xpushare.evidence.gpu_health`)."""
+    before = gpu_health.file_name(name, "before")
+    files = [before] if (case_dir / before).exists() else []
+    try:
+        files.append(gpu_health.capture(host, case_dir, name, "after"))
+    except TransportError as exc:
+        fault(case_dir, f"node {name}: GPU health", exc, faults)
     return files

@@ -50,7 +50,7 @@ from xpushare.backends.base import (
 from xpushare.backends.harvest_faults import note
 from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
-from xpushare.evidence import events
+from xpushare.evidence import events, gpu_health
 from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
 from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
@@ -89,6 +89,10 @@ K8S_DEFAULTS: dict[str, Any] = {
     # path ("{node}" is the node's name)
     "node_sampler_python": None,
     "node_sampler_env": {},
+    # extra environment of the GPU health capture on each GPU node (evidence/gpu_health: nvidia-smi's health query
+    # and the kernel log), where the node's driver or kernel log is not what its SSH sessions see ("{node}" is the
+    # node's name)
+    "node_health_env": {},
 }
 
 
@@ -118,6 +122,8 @@ class K8sBackend(Backend, KubeAccess):
         self.prefix = ""
         self.stream_name = ""
         self.pods: list[PodSpec] = []
+        self.health_nodes: list[str] = []
+        """Nodes whose GPU health was captured before the current case (captured again at harvest)."""
 
     def kubectl_calls(self) -> int | None:
         return self.kubectl.calls
@@ -320,6 +326,7 @@ class K8sBackend(Backend, KubeAccess):
                                                                                         "1"))
             except TransportError as exc:
                 print(f"warning: {exc}", file=sys.stderr)
+        self.health_nodes = self._capture_health(case_dir, "before", sorted(self.node_host))
         self.samplers = []
         for node, host_name in sorted(self.node_host.items()):
             if host_name not in self.gpu_specs:
@@ -334,6 +341,27 @@ class K8sBackend(Backend, KubeAccess):
             except TransportError as exc:
                 print(f"warning: node sampler on {node} not started ({exc})", file=sys.stderr)
         return self.case
+
+    def _capture_health(self, case_dir: Path, tag: str, nodes: list[str]) -> list[str]:
+        """The GPU health capture ``tag`` of each of ``nodes`` that maps to a GPU host (evidence/gpu_health);
+        returns the nodes captured. A host that cannot be reached is noted in ``harvest-errors.txt`` (and printed
+        as a warning before the case), as the other node captures are (:mod:`~xpushare.backends.k8s_harvest`);
+        the ``gpu_health`` check then names the node as not observable."""
+        done: list[str] = []
+        for node in nodes:
+            host_name = self.node_host.get(node)
+            if host_name not in self.gpu_specs:
+                continue
+            env = {k: str(v).replace("{node}", node) for k, v in dict(self.params["node_health_env"] or {}).items()}
+            try:
+                gpu_health.capture(self.gpu_host(host_name), case_dir, node, tag, smi=self.nvidia_smi_argv(host_name),
+                                   env=env)
+                done.append(node)
+            except TransportError as exc:  # as the other node captures: noted (the check names it not observable)
+                if tag == "before":
+                    print(f"warning: GPU health of node {node} not captured ({exc})", file=sys.stderr)
+                note(case_dir, f"node {node}: GPU health {tag}: {exc}")
+        return done
 
     def render_pod(self, spec: PodSpec) -> dict[str, Any]:
         """The pod manifest of a :class:`PodSpec` (manifests/pod.yaml filled in structurally)."""
@@ -518,6 +546,9 @@ class K8sBackend(Backend, KubeAccess):
         for sampler in self.samplers:
             files += sampler.stop(case_dir)
         self.samplers = []
+        files += [gpu_health.file_name(node, "before") for node in self.health_nodes]
+        files += [gpu_health.file_name(node, "after")
+                  for node in self._capture_health(case_dir, "after", self.health_nodes)]
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
         return harvest_faults.complete(files, faults)
 

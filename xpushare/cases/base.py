@@ -126,6 +126,9 @@ class CaseDef:
     measures_gpu: bool = False
     """A measurement other GPU processes would disturb: the lifecycle records the GPU processes before ``act``
     and after cleanup (evidence/gpu_apps.py), and any found makes the verdict ERROR ("GPU busy")."""
+    expects_gpu_faults: bool = False
+    """A case about GPU faults (FAIL-005..007 inject them): a fault during it is its subject, not a reason to
+    make the verdict ERROR (docs/faults.md)."""
 
 
 REGISTRY: dict[str, CaseDef] = {}

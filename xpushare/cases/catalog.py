@@ -50,6 +50,9 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("FAIL-002", "stability", "Restart the device-plugin DaemonSet under load", "disruptive"),
     ("FAIL-003", "stability", "Drain a node under load", "disruptive"),
     ("FAIL-004", "stability", "Single-node heavy load and recovery", "disruptive"),
+    ("FAIL-005", "stability", "One client's GPU error under load", "disruptive"),
+    ("FAIL-006", "stability", "A lost GPU under load", "disruptive"),
+    ("FAIL-007", "stability", "ECC storm on one GPU", "disruptive"),
 )
 
 _WORK = {

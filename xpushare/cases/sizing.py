@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -107,6 +108,18 @@ def add_rate(model: str, n: float) -> float:
     return ADD_BANDWIDTH[model] / (3 * FP32_BYTES * n * n)
 
 
+def iters_for(rate: float, target_s: float) -> int:
+    """The iteration count (a multiple of 1000, at least 1000) that lasts at least ``target_s`` seconds at ``rate``
+    iterations per second.
+
+    Raises:
+        ValueError: ``rate`` not positive.
+    """
+    if rate <= 0:
+        raise ValueError(f"iteration rate must be positive, got {rate}")
+    return max(1000, int(math.ceil(target_s * rate / 1000.0) * 1000))
+
+
 def calibrate(run: CaseRun, workload: str) -> dict[str, Any]:
     """Measure the workload's iteration rate with short pods (no quota) on the case's target GPU.
 
@@ -187,7 +200,128 @@ def fit_to_hardware(run: CaseRun, workload: str) -> dict[str, Any]:
     if default_iters and default_iters / rate >= target:
         record.update(iters=int(default_iters), expected_s=round(default_iters / rate, 1))
         return record
-    iters = int(math.ceil(target * rate / 1000.0) * 1000)
+    iters = iters_for(rate, target)
     run.sized_args[workload] = ("--iters", str(iters))
     record.update(iters=iters, expected_s=round(iters / rate, 1))
     return record
+
+
+# ----------------------------------------------------------------------------------- expected case durations
+
+LAUNCH_BOUND_ADDS_PER_S = 47000.0
+"""Adds per second of the PyTorch add loop when kernel launches, not the bandwidth, limit it (small ``--n``): an
+H100 80GB HBM3 ran W2 at n 2048 at 46717-47181 adds/s (docs/runs/2026-11-27-k8s-lab-real-gpu-h100)."""
+POD_OVERHEAD_S = 5.0
+"""Seconds a sequential pod adds besides its workload (scheduling, interpreter and torch import, CUDA context, log
+harvest): the lab on an H100 ran FUNC-008 (3 pods, 14.7 s of workload) in 30.5 s."""
+
+#: Quota cases whose duration follows the workload's size: case id -> (workload or the parameter naming it, the
+#: parameter of its core quotas (percent; a list of ints, or of mappings with ``core``), how the quota pods run:
+#: ``sequential`` one after the other or ``pair`` together on one GPU, baseline pods without a quota run first).
+QUOTA_CASE_WORK: dict[str, tuple[str, str | tuple[int, ...], str, int]] = {
+    "FUNC-008": ("w2_medium_add", "func008_quotas", "sequential", 0),
+    "FUNC-009": ("w2_medium_add", (30, 60), "pair", 0),
+    "COMBO-002": ("w2_medium_add", "combo002_cores", "pair", 0),
+    "COMBO-003": ("w2_medium_add", "combo003_quotas", "pair", 0),
+    "PERF-003": ("perf003_workload", "perf003_quotas", "sequential", 1),
+    "PERF-004": ("perf_workload", "perf004_quotas", "pair", 1),
+    "PERF-011": ("perf_workload", "perf011_quotas", "sequential", 1),
+}
+
+
+def expected_adds_per_s(model: str, n: float) -> float:
+    """Adds per second of an add loop of side ``n`` on ``model``: the bandwidth's rate (:func:`add_rate`), at
+    most :data:`LAUNCH_BOUND_ADDS_PER_S`."""
+    return min(add_rate(model, n), LAUNCH_BOUND_ADDS_PER_S)
+
+
+def expected_run_s(workload: str, workload_args: Mapping[str, Any], gpu_model: str | None) -> float | None:
+    """Seconds one run of an add loop (W2, W6) lasts without a quota on ``gpu_model``: its ``--iters`` and ``--n``
+    (``workload_args``, else the model's defaults) at :func:`expected_adds_per_s`; None for another workload or
+    an unknown model."""
+    model = known_model(gpu_model)
+    if model is None or workload not in ADD_LOOPS:
+        return None
+    args = tuple(str(a) for a in (workload_args.get(workload) or ()))
+    n = float(flag_value(args, "--n") or default_size(model, workload, "n") or 0)
+    iters = float(flag_value(args, "--iters") or default_size(model, workload, "iters") or 0)
+    if n <= 0 or iters <= 0:
+        return None
+    return iters / expected_adds_per_s(model, n)
+
+
+def _quotas(value: Any) -> list[float]:
+    out = []
+    for item in value or ():
+        core = item.get("core") if isinstance(item, Mapping) else item
+        if core is not None:
+            out.append(float(core))
+    return out
+
+
+def _p(params: Mapping[str, Any], name: str) -> float:
+    value = params.get(name)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+#: Cases whose length is a time window of their own parameters, not the workload's size: case id -> (the windows'
+#: parameters summed, phases of ``dynamic_step_s``: a count, or the parameter whose list's length, plus one for the
+#: initial phase, is the count). Checked against the lab on an H100 (docs/runs/2026-11-27-k8s-lab-real-gpu-h100):
+#: the estimates are 0.7 to 1.7 times the measured durations (MET-005's latency window is an upper bound).
+WINDOW_CASE_TIME: dict[str, tuple[tuple[str, ...], int | str]] = {
+    "FUNC-010": (("dynamic_probe_start_delay_s",), "func010_memory_limits"),
+    "FUNC-011": (("dynamic_probe_start_delay_s",), "func011_memory_limits"),
+    "FUNC-012": ((), 3),  # 30 %, then 80 and 100 %
+    "COMBO-006": ((), 4),  # the start, then 80, 40 and 100 %
+    "PERF-007": (("perf007_pre_s", "perf007_post_s", "perf007_settle_s"), 0),
+    "MET-003": (("met003_window_s",), 0),
+    "MET-005": (("met005_before_s", "met005_max_latency_s"), 0),
+    "MET-006": (("met006_duration_s",), 0),
+    "MET-007": (("met007_duration_s",), 0),
+    "MET-008": (("met008_duration_s",), 0),
+    "STAB-003": (("stab_duration_s", "stab_pod_duration_s"), 0),
+}
+
+
+def window_case_duration(case_id: str, params: Mapping[str, Any]) -> tuple[float, str] | None:
+    """Expected seconds of a case whose length is its own time windows (:data:`WINDOW_CASE_TIME`): the windows'
+    parameters, ``dynamic_step_s`` per phase, one :data:`POD_OVERHEAD_S`; None for another case."""
+    shape = WINDOW_CASE_TIME.get(case_id)
+    if shape is None:
+        return None
+    names, phases = shape
+    count = phases if isinstance(phases, int) else len(params.get(phases) or ())
+    seconds = sum(_p(params, n) for n in names) + count * _p(params, "dynamic_step_s") + POD_OVERHEAD_S
+    words = [*names, f"{count} x dynamic_step_s"] if count else list(names)
+    return round(seconds, 1), f"time windows: {' + '.join(words)} + {POD_OVERHEAD_S:g} s"
+
+
+def sized_case_duration(case_id: str, params: Mapping[str, Any], gpu_model: str | None) -> tuple[float, str] | None:
+    """Expected seconds of a quota case from the workload sizes (before it runs, no host contacted), and the basis
+    in words; None for a case whose duration is not a function of the sizes (:data:`QUOTA_CASE_WORK`) or where
+    the model is unknown.
+
+    A run at core quota q lasts ``run_s / (q/100)``; sequential pods add up, a pair lasts its slowest pod, each
+    pod (baselines included, ``perf_baseline_bracket`` doubling them) adds :data:`POD_OVERHEAD_S`."""
+    shape = QUOTA_CASE_WORK.get(case_id)
+    if shape is None:
+        return None
+    workload, quota_source, how, baselines = shape
+    if workload in params:
+        chosen = str(params[workload] or "auto")
+        workload = "w6_fixed_add" if chosen == "auto" else chosen
+    run_s = expected_run_s(workload, params.get("workload_args") or {}, gpu_model)
+    if run_s is None:
+        return None
+    quotas = list(quota_source) if isinstance(quota_source, tuple) else _quotas(params.get(quota_source))
+    if not quotas:
+        return None
+    runs = [run_s * 100.0 / q for q in quotas if q > 0]
+    pods = baselines * (2 if params.get("perf_baseline_bracket") else 1)
+    if how == "pair":
+        seconds, pods = max(runs) + pods * run_s, pods + 1
+    else:
+        seconds, pods = sum(runs) + pods * run_s, pods + len(runs)
+    seconds += pods * POD_OVERHEAD_S
+    return (round(seconds, 1), f"sizing: {workload} {run_s:.1f} s per run on {known_model(gpu_model)} at quotas "
+            f"{'/'.join(f'{q:g}' for q in quotas)} ({how}), {pods} pod(s) x {POD_OVERHEAD_S:g} s")

@@ -1,4 +1,4 @@
-"""STAB-001..004, LEAK-001..005, FAIL-001..004 (seed 000 §6 P0/P2, §10, §16.6, §17.6).
+"""STAB-001..004, LEAK-001..005, FAIL-001..007 (seed 000 §6 P0/P2, §10, §16.6, §17.6; seed 003 for FAIL-005..007).
 
 STAB and LEAK cases are soaks (:mod:`xpushare.soak.loop`): rounds of a workload mix with the scheduler
 sampled every ``sample_interval_s`` into append-only series under ``soak/``; they differ in the mix, the
@@ -16,9 +16,26 @@ figures and ``/metrics``, :meth:`~xpushare.backends.base.Backend.scheduler_facts
   (:meth:`~xpushare.backends.base.Backend.restart_scheduler`): only a supervisor (``invoke deploy``'s) brings
   it back, and without one the case FAILs saying so.
 * STAB-003, STAB-004: their point is changing the running pods' quota by annotation every
-  ``stab_quota_interval_s``; host mode has no annotations (a process's limits are fixed by its environment at
-  start), so they SKIP there.
+  ``stab_quota_interval_s`` (STAB-004: ``stab004_quota_interval_s``); host mode has no annotations (a
+  process's limits are fixed by its environment at start), so they SKIP there.
+
+STAB-004 also judges the memory quota by what a workload could do (issue 26): every round runs the memory
+probe (``workloads/mem_probe.py``, path ``cuMemAlloc``, a measurement every ``probe_interval_s``) in a pod of
+its own beside the W5 pods, with the same base quota and the same annotations, so it measures each quota phase
+of the soak (start, after each raise, after each decrease); the soak loop keeps its log
+(``soak/probe-pods/<pod>.log``) and :func:`xpushare.judge.quota_probe.add_soak_figures` judges every phase
+(held: accepted <= quota + tolerance, so after a decrease allocations past the new limit are refused; usable:
+accepted >= quota - one step, so after a raise the new room can be taken) beside the log-line checks. The
+probe runs without oversubscription, as the seed's pods do: the seed's cycle (``stab004_memory_cycle`` 2Gi,
+6Gi, then the base 8Gi) never raises a pod past the quota it started with, and only a raise past that one
+meets docs/findings.md 18 (the first allocation fixes the library's allocatable memory), so the healthy build
+PASSes on cards whose base is 8Gi; on a T4 (base 4Gi) the raise to 6Gi goes past the start quota and FAILs as
+finding 18 (``probe_quota_usable``), a defect of the SUT that oversubscription would hide. The lab keeps
+the seed's shape (base 512Mi, 128Mi, 384Mi: ``tests/lab/env.py``).
 * FAIL-002..004: the device plugin, node drains and per-node load need Kubernetes.
+* FAIL-005..007 (GPU faults injected into clients, :mod:`xpushare.soak.gpu_fault_act`, docs/faults.md):
+  ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU, or on a real GPU from the
+  error-injection shim named by ``fault_shim`` (host mode).
 
 The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
 choose with ``--case`` or a playbook.
@@ -32,11 +49,14 @@ from typing import Any
 
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.cases.functional import ample_quota
+from xpushare.cases.functional import DYNAMIC_MEMORY_PARAMS, MEM_PROBE, ample_quota, dynamic_probe_args
 from xpushare.evidence.store import Evidence
+from xpushare.judge import faults as judge_faults
+from xpushare.judge import quota_probe
 from xpushare.judge import stability as judge_stability
+from xpushare.judge.quantity import parse_quantity
 from xpushare.model.verdict import Verdict
-from xpushare.soak import faults
+from xpushare.soak import faults, gpu_fault_act
 from xpushare.soak.act import run_soak, settings_from_params
 
 W2 = "w2_medium_add"
@@ -146,8 +166,8 @@ def _stab002(run: CaseRun) -> Callable[[int], list[PodSpec]]:
     return mix
 
 
-def _w5_args(run: CaseRun) -> tuple[str, ...]:
-    return ("--duration-s", f"{float(run.params['stab_pod_duration_s']):g}")
+def _w5_args(run: CaseRun, key: str = "stab_pod_duration_s") -> tuple[str, ...]:
+    return ("--duration-s", f"{float(run.params[key]):g}")
 
 
 def _stab003(run: CaseRun) -> Callable[[int], list[PodSpec]]:
@@ -160,9 +180,31 @@ def _memory_base(run: CaseRun) -> str:
     return str(base) if base else ample_quota(run)
 
 
+#: The name suffix of STAB-004's memory probe pods (the soak loop keeps their logs).
+PROBE_SUFFIX = "-probe"
+
+
+def _memory_cycle(run: CaseRun) -> tuple[str, ...]:
+    """STAB-004's annotation values in order: ``stab004_memory_cycle``, then the base."""
+    return (*(str(v) for v in run.params["stab004_memory_cycle"]), _memory_base(run))
+
+
 def _stab004(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+    """``stab_quota_pods`` x W5 and the memory probe (``r<round>-probe``), all under the base quota, running
+    ``stab004_pod_duration_s``; the probe measures up to ``dynamic_probe_cap_factor`` x the largest quota of
+    the cycle. ``plan``: ``memory_probe_suffix``, ``memory_base_bytes``, ``memory_cycle``."""
     count, base = int(run.params["stab_quota_pods"]), _memory_base(run)
-    return lambda r: [run.pod(f"r{r}-w5-{i}", W5, memory_limit=base, args=_w5_args(run)) for i in range(1, count + 1)]
+    cycle = _memory_cycle(run)
+    duration = float(run.params["stab004_pod_duration_s"])
+    probe_args = dynamic_probe_args(run.params, max(parse_quantity(v) for v in cycle), duration)
+    run.plan.update(memory_probe_suffix=PROBE_SUFFIX, memory_base_bytes=parse_quantity(base), memory_cycle=cycle)
+
+    def mix(r: int) -> list[PodSpec]:
+        w5 = [run.pod(f"r{r}-w5-{i}", W5, memory_limit=base, args=_w5_args(run, "stab004_pod_duration_s"))
+              for i in range(1, count + 1)]
+        return [*w5, run.pod(f"r{r}{PROBE_SUFFIX}", MEM_PROBE, memory_limit=base, args=probe_args)]
+
+    return mix
 
 
 def _pairs(workload: str, key: str) -> Callable[[CaseRun], Callable[[int], list[PodSpec]]]:
@@ -186,9 +228,13 @@ def soak_act(
     duration_key: str | None = None,
     rounds_key: str | None = None,
     quota: str | None = None,
+    interval_key: str = "stab_quota_interval_s",
+    keep_logs_suffix: str | None = None,
     leak: str | None = None,
 ) -> Callable[..., None]:
-    """An act that runs the soak loop with the mix ``make_mix(run)`` (``resume`` continues a checkpoint)."""
+    """An act that runs the soak loop with the mix ``make_mix(run)`` (``resume`` continues a checkpoint);
+    ``quota``: annotate the running pods every ``params[interval_key]`` s; ``keep_logs_suffix``: keep the logs
+    of the pods whose name ends with it (:class:`~xpushare.soak.loop.SoakSettings`)."""
 
     def act(run: CaseRun, *, resume: bool = False) -> None:
         run.plan.update(soak=True, namespace=run.cluster.namespace, quota_kind=quota, leak=leak)
@@ -197,14 +243,15 @@ def soak_act(
         if quota == "core":
             cycle = ("60", "90", "30")
         elif quota == "memory":
-            cycle = ("2Gi", "6Gi", _memory_base(run))
+            cycle = _memory_cycle(run)
         settings = settings_from_params(
             run.params,
             duration_s=float(run.params[duration_key]) if duration_key else None,
             max_rounds=int(run.params[rounds_key]) if rounds_key else None,
             quota_key=quota,
             quota_cycle=cycle,
-            quota_interval_s=float(run.params["stab_quota_interval_s"]) if quota else None,
+            quota_interval_s=float(run.params[interval_key]) if quota else None,
+            keep_logs_suffix=keep_logs_suffix,
         )
         run.plan["settings"] = {k: v for k, v in vars(settings).items()}
         run.save_plan()
@@ -215,6 +262,10 @@ def soak_act(
 
 def _judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     return judge_stability.judge_stab(ev, th, plan)
+
+
+def _judge_stab004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return quota_probe.add_soak_figures(judge_stability.judge_stab(ev, th, plan), ev, th, plan)
 
 
 def _judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -253,13 +304,28 @@ register(CaseDef(
     params={**STAB_PARAMS, **_QUOTA_PARAMS, "stab_duration_s": 6 * 3600},
     act=soak_act(_stab003, duration_key="stab_duration_s", quota="core"), judge=_judge_stab,
 ))
+#: STAB-004's own pace (its probe needs dynamic_probe_settle_s plus a measurement in every phase) and its probe.
+_STAB004_PARAMS: dict[str, Any] = {
+    **{k: v for k, v in DYNAMIC_MEMORY_PARAMS.items() if k != "dynamic_step_s"},
+    **{k: v for k, v in _QUOTA_PARAMS.items() if k not in ("stab_quota_interval_s", "stab_pod_duration_s")},
+    "stab004_quota_interval_s": 300,
+    "stab004_pod_duration_s": 1800,
+    "stab004_memory_base": None,
+    "stab004_memory_cycle": ["2Gi", "6Gi"],
+}
+
 register(CaseDef(
-    "STAB-004", "stability", "Dynamic memory every 5 min (6 h)", "W5 (W2 in the seed table)",
-    "rounds of 4 x W5 with gpu-memory-limit base (4Gi T4 / 8Gi); every stab_quota_interval_s annotate "
-    "2Gi -> 6Gi -> base ...",
-    _SOAK_EVIDENCE + ", Memory limit changed lines, ghost clients", requires=_QUOTA,
-    params={**STAB_PARAMS, **_QUOTA_PARAMS, "stab_duration_s": 6 * 3600, "stab004_memory_base": None},
-    act=soak_act(_stab004, duration_key="stab_duration_s", quota="memory"), judge=_judge_stab,
+    "STAB-004", "stability", "Dynamic memory every 5 min (6 h)", "W5 (W2 in the seed table) + mem_probe",
+    "rounds of 4 x W5 and the memory probe (cuMemAlloc, every probe_interval_s) with gpu-memory-limit base "
+    "(4Gi T4 / 8Gi); every stab004_quota_interval_s annotate 2Gi -> 6Gi -> base ... (stab004_memory_cycle); "
+    "the probe's accepted/refused bytes judged in every phase",
+    _SOAK_EVIDENCE + ", Memory limit changed lines, ghost clients, soak/probe-pods/*.log (MEM_PROBE accepted/"
+    "refused per phase), soak/events.jsonl annotate times",
+    requires=_QUOTA,
+    params={**STAB_PARAMS, **_STAB004_PARAMS, "stab_duration_s": 6 * 3600},
+    act=soak_act(_stab004, duration_key="stab_duration_s", quota="memory", interval_key="stab004_quota_interval_s",
+                 keep_logs_suffix=PROBE_SUFFIX),
+    judge=_judge_stab004,
 ))
 
 register(CaseDef(
@@ -330,4 +396,57 @@ register(CaseDef(
     params={**FAIL_PARAMS, "fail004_node": None, "fail004_pods": 8, "fail004_min_succeeded": 1,
             "leak_gpu_tolerance_bytes": GIB},
     act=faults.fail_heavy_node, judge=_judge_fault,
+))
+
+#: FAIL-005..007: W5 load of fail_fault_load_s (a progress line at least every fail_probe_interval_s) with the fault
+#: fail_fault_after_s into the victims' run; rates of the neighbours in windows fail_rate_margin_s away from the
+#: victims' ends.
+GPU_FAULT_PARAMS: dict[str, Any] = {
+    "allow_disruptive": False,
+    "fail_fault_load_s": 60,
+    "fail_fault_after_s": 25,
+    "fail_neighbours_same_gpu": 1,
+    "fail_neighbours": 1,
+    "fail_settle_s": 5,
+    "fail_progress_min_ratio": 0.5,
+    "fail_rate_margin_s": 5,
+    "fail_probe_interval_s": 1.0,
+    "fault_shim": None,
+}
+_GPU_FAULT_EVIDENCE = ("plan.json (fault, victims, scheduler before/after, metrics_after), pods/*.log (W5 progress "
+                       "lines), scheduler.log, scheduler_before_fault.txt, scheduler_after_fault.txt, "
+                       "metrics_after_fault.txt")
+
+
+def _judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
+    return judge_faults.judge_gpu_fault(ev, th, plan)
+
+
+register(CaseDef(
+    "FAIL-005", "stability", "One client's GPU error under load", "W5",
+    "disruptive: a victim W5 whose driver calls fail (fail005_kind, default illegal-address: CUDA error 700) "
+    "fail_fault_after_s into its run, a neighbour on its GPU and one elsewhere; the scheduler survives, the "
+    "neighbours keep their it/s, the victim is removed (log and /metrics), a probe runs on that GPU",
+    _GPU_FAULT_EVIDENCE, requires=_SCHED,
+    params={**GPU_FAULT_PARAMS, "fail005_kind": "illegal-address"},
+    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "client-error"), judge=_judge_gpu_fault,
+    expects_gpu_faults=True,
+))
+register(CaseDef(
+    "FAIL-006", "stability", "A lost GPU under load", "W5",
+    "disruptive: a victim's GPU falls off the bus (Xid 79) fail_fault_after_s into its run: every client on it "
+    "fails; the scheduler survives, the clients of other GPUs keep their it/s, the dead clients are removed (log and "
+    "/metrics), a probe runs on another GPU. The lost GPU stays lost until the node is reset",
+    _GPU_FAULT_EVIDENCE, requires=_SCHED, params=dict(GPU_FAULT_PARAMS),
+    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "device-lost"), judge=_judge_gpu_fault,
+    expects_gpu_faults=True,
+))
+register(CaseDef(
+    "FAIL-007", "stability", "ECC storm on one GPU", "W5",
+    "disruptive: every client of one GPU gets an uncorrectable ECC error (CUDA error 214, Xid 48), a second apart; "
+    "the scheduler survives, the clients of other GPUs keep their it/s, the struck clients are removed, a probe "
+    "runs on the stormed GPU",
+    _GPU_FAULT_EVIDENCE, requires=_SCHED, params=dict(GPU_FAULT_PARAMS),
+    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "ecc-storm"), judge=_judge_gpu_fault,
+    expects_gpu_faults=True,
 ))

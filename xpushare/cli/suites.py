@@ -213,7 +213,8 @@ leak = suite_task(
     "leak", "Run LEAK-001..005 (seed 000 §10.2): RSS/FD trends, GPU memory recovery, ghost clients, series growth.",
     by_prefix("LEAK"), help=_STABILITY_HELP)
 fail = suite_task(
-    "fail", "Run FAIL-001..004 (seed 000 §10.3): fault injection, only with --allow-disruptive; restores in finally.",
+    "fail", "Run FAIL-001..007 (seed 000 §10.3, seed 003): fault injection, only with --allow-disruptive; restores in "
+    "finally.",
     by_prefix("FAIL", _allow_disruptive), help=_STABILITY_HELP,
     flags=[Flag("allow_disruptive", False, "really inject the faults (restart DaemonSets, drain a node); "
                 "without it every FAIL case is SKIP")],

@@ -16,7 +16,7 @@ from typing import Any
 
 from xpushare.cases import CaseDef
 from xpushare.engine.lifecycle import skip_reason
-from xpushare.engine.plan import Selection, resolved_params
+from xpushare.engine.plan import Selection, expected_case_duration, resolved_params
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.report import history, output
 from xpushare.report.output import plain
@@ -45,7 +45,9 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
     """The dry run of ``cases`` on ``cluster`` as JSON-ready data::
 
         {"cluster", "mode", "selection", "cases": [{"case_id", "suite", "title", "plan": "RUN" | "SKIP",
-         "skip_reason", "expected_duration_s", "params": {name: {"value", "source"}}}]}
+         "skip_reason", "expected_duration_s", "expected_duration_basis", "params": {name: {"value", "source"}}}]}
+
+    ``expected_duration_s``: :func:`xpushare.engine.plan.expected_case_duration` (earlier runs, else the sizes).
 
     ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
     give the expected durations (None: none)."""
@@ -54,10 +56,11 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
         resolved = resolved_params(case, cluster, selection, overrides)
         values = {name: value for name, (value, _) in resolved.items()}
         reason = _planned_skip(case, values, capabilities, cluster.mode)
+        seconds, basis = expected_case_duration(case, cluster, values, root)
         planned.append({
             "case_id": case.case_id, "suite": case.suite, "title": case.title,
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
-            "expected_duration_s": expected_duration_s(case, cluster.name, root),
+            "expected_duration_s": seconds, "expected_duration_basis": basis,
             "params": {name: {"value": plain(value), "source": source}
                        for name, (value, source) in sorted(resolved.items())},
         })

@@ -19,15 +19,17 @@ from typing import Any
 from xpushare.backends.base import CAP_KUBERNETES, Backend
 from xpushare.cases import CaseDef
 from xpushare.cases.base import CaseRun, load_plan
+from xpushare.engine.plan import expected_case_duration
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec, is_kubernetes_mode
+from xpushare.judge.gpu_faults import with_gpu_fault_check
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts, history
+from xpushare.report import artifacts
 from xpushare.report.output import plain
 from xpushare.transport import activity, interrupt
 
@@ -89,12 +91,9 @@ def run_case(
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
     if reason is None:
         assert case.act is not None
-        expected = history.expected_duration(root, cluster.name, case.suite, case.case_id,
-                                             exclude_run=run_id) if root is not None else None
+        seconds, basis = expected_case_duration(case, cluster, params, root, exclude_run=run_id)
         run = CaseRun(case.case_id, case_dir, backend, cluster, params, plan={
-            "expected_duration_s": expected.seconds if expected else None,
-            "expected_duration_basis": expected.basis if expected else "no earlier PASS/FAIL of this case on this "
-                                                                          "cluster under this root"})
+            "expected_duration_s": seconds, "expected_duration_basis": basis})
         try:
             activity.note(phase="begin")
             backend.begin_case(case_dir, case.case_id)
@@ -267,6 +266,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
             verdict = with_sut_checks(verdict, ev)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
+        verdict = with_gpu_fault_check(verdict, ev, expects_gpu_faults=case.expects_gpu_faults)
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
     verdict.evidence = sorted(set(verdict.evidence) | set(mapping))

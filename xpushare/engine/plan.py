@@ -247,3 +247,23 @@ def value_fits(default: Any, value: Any, *, measured: bool = False) -> bool:
     if isinstance(default, dict):
         return isinstance(value, dict)
     return True
+
+
+def expected_case_duration(case: CaseDef, cluster: ClusterSpec, params: Mapping[str, Any], root: Path | None, *,
+                           exclude_run: str | None = None) -> tuple[float | None, str]:
+    """Expected seconds of ``case`` on ``cluster`` before it runs, and the basis in words: its newest PASS/FAIL
+    duration among the runs stored under ``root`` (:func:`xpushare.report.history.expected_duration`), else,
+    for a quota case, what its workload sizes and quotas make of it on the cluster's GPU model
+    (:func:`xpushare.cases.sizing.sized_case_duration`), for a case of time windows their sum
+    (:func:`xpushare.cases.sizing.window_case_duration`); ``(None, why)`` when none tells."""
+    from xpushare.cases.sizing import sized_case_duration, window_case_duration
+    from xpushare.report import history
+
+    found = history.expected_duration(root, cluster.name, case.suite, case.case_id,
+                                      exclude_run=exclude_run) if root is not None else None
+    if found is not None:
+        return found.seconds, found.basis
+    sized = sized_case_duration(case.case_id, params, cluster.gpu_model) or window_case_duration(case.case_id, params)
+    if sized is not None:
+        return sized
+    return None, "no earlier PASS/FAIL of this case on this cluster under this root, and no sizing estimate"

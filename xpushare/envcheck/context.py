@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare.envcheck import checks, fleet
+from xpushare.envcheck import checks, fleet, node_health
 from xpushare.envcheck.nominal import lookup
 from xpushare.envcheck.params import EnvcheckParams
 from xpushare.inventory.schema import ClusterSpec
@@ -49,6 +49,8 @@ class NodeRaw:
     nccl: StepRaw | None = None
     error: str | None = None
     unreachable: bool = False
+    health: StepRaw | None = None
+    """The health step (SSH mode): its capture text in ``doc["capture"]``, or why there is none."""
 
 
 class RunContext:
@@ -135,6 +137,10 @@ def judge_nodes(ctx: RunContext, raws: Sequence[NodeRaw]) -> tuple[list[fleet.No
         res.gpu_name, res.gpu_count = checks.gpu_name(doc), checks.gpu_count(doc)
         res.steps["stack"] = checks.judge_stack(doc, fleet.deviations_of(raw.node, table, p.ignore_keys),
                                                 error=raw.stack.error)
+        if raw.health is not None:
+            res.steps["health"] = node_health.judge_health(
+                (raw.health.doc or {}).get("capture"), now=datetime.now(timezone.utc), window_h=p.xid_window_h,
+                ecc_uncorrected_max=p.ecc_uncorrected_max, error=raw.health.error)
         plan = raw.plan or checks.gpu_plan(doc, skip_gpu=ctx.skip_gpu, cpu_smoke=p.cpu_smoke,
                                            smoke_procs=p.smoke_procs)
         if not plan.run:

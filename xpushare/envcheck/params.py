@@ -58,6 +58,12 @@ class EnvcheckParams:
     smoke_procs: int = 2
     python: str | None = None
     """Interpreter on the nodes (default: the inventory's ``python``; ``python3`` in pods)."""
+    health: bool = True
+    """Run the node health step (SSH mode: Xids, ECC, row remapping, throttling; envcheck/node_health.py)."""
+    xid_window_h: float = 2.0
+    """Hours back from now in which a warning/critical Xid in the kernel log flags the node."""
+    ecc_uncorrected_max: int = 0
+    """Volatile uncorrected ECC errors a GPU may have before its node is flagged."""
     # The pods' look in Kubernetes mode: K8sSettings' fields, with its defaults.
     image: str = _POD_DEFAULTS.image
     scripts: str = _POD_DEFAULTS.scripts

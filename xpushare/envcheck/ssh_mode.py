@@ -15,6 +15,7 @@ from typing import Any
 
 from xpushare.envcheck import checks, manifests
 from xpushare.envcheck.context import CROSS_DIR, NodeRaw, RunContext, StepRaw, finish, nccl_plan_note, safe_name
+from xpushare.evidence import gpu_health
 from xpushare.inventory.schema import HostSpec
 from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError
 from xpushare.model.exit_status import ExitStatus
@@ -69,11 +70,27 @@ class _SshNode:
             return StepRaw(error=exc.message)
         return record_step(self.ctx, self.host.name, name, argv, res)
 
+    def health(self) -> StepRaw:
+        """The node health capture (evidence/gpu_health's command); kept as ``health.txt``."""
+        argv = gpu_health.capture_argv()
+        try:
+            res = self.host.run(argv, timeout=self.ctx.params.step_timeout_s)
+        except (CommandTimeout, ConnectionLost) as exc:
+            self.ctx.write(self.host.name, "health.txt", f"# {exc}\n")
+            return StepRaw(error=exc.message)
+        self.ctx.write(self.host.name, "health.txt", res.stdout)
+        if not res.ok:
+            return StepRaw(error=f"health capture exit {res.exit_code}: {res.stderr.strip()[:200]}",
+                           exit_code=res.exit_code)
+        return StepRaw({"capture": res.stdout}, None, res.exit_code)
+
     def run(self) -> NodeRaw:
         ctx = self.ctx
         raw = NodeRaw(self.host.name)
         self.install()
         raw.stack = self.step("stack", [self.python, f"{self.scripts}/stack_probe.py", *ctx.probe_args()])
+        if ctx.params.health:
+            raw.health = self.health()
         plan = checks.gpu_plan(raw.stack.doc, skip_gpu=ctx.skip_gpu, cpu_smoke=ctx.params.cpu_smoke,
                                smoke_procs=ctx.params.smoke_procs)
         raw.plan = plan

@@ -40,6 +40,7 @@ __all__ = [
     "check_compute_held",
     "check_compute_lines",
     "check_held",
+    "check_one_gpu_total",
     "check_probe_line",
     "check_sources_agree",
     "check_usable",
@@ -349,6 +350,23 @@ def check_sources_agree(share: ComputeShare, th: Mapping[str, Any], *, name: str
     return Check(name, SOURCES_AGREE, values, True)
 
 
+def check_one_gpu_total(share: ComputeShare, neighbour: ComputeShare, th: Mapping[str, Any], *,
+                        name: str = "shares_fit_one_gpu") -> Check:
+    """The probe's and its neighbour's GPU shares, measured over the same intervals of one GPU, add up to at most
+    the whole GPU (1 + ``iso_compute_sources_tolerance``). More than the whole GPU means the kernels' durations do
+    not measure the GPU time each got (e.g. a kernel that spins on a clock lasts the same wall time while another
+    context time-slices the GPU with it): not evaluable (ERROR), never a verdict on the SUT."""
+    tol = float(th["iso_compute_sources_tolerance"])
+    total = share.busy_events + neighbour.busy_events
+    values = {"probe_share": round(share.busy_events, 4), "neighbour_share": round(neighbour.busy_events, 4),
+              "total": round(total, 4), "tolerance": tol}
+    if total > 1 + tol:
+        return Check(name, f"probe + neighbour <= 1 + {tol}", values, None,
+                     f"the probe's and the neighbour's shares add up to {total:.3f} of one GPU (> 1 + {tol:.0%}): "
+                     "the kernels' durations do not measure the GPU time each got")
+    return Check(name, f"probe + neighbour <= 1 + {tol}", values, True)
+
+
 def check_compute_held(share: ComputeShare, ideal: float, tol: float, tol_name: str, *,
                        name: str = "core_quota_held") -> Check:
     """``|busy / ideal - 1| <= tol`` (seed 000 §6 P1: ±8 % alone, ±10 % beside a neighbour)."""
@@ -399,6 +417,7 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
                                "ideal_share": round(ideal, 4), "neighbour": neighbour,
                                "neighbour_core_limit": plan.get("neighbour_core_limit")}
     neighbour_held: Check | None = None
+    n_share: ComputeShare | None = None
     if neighbour:
         n_lines = compute_lines(ev, neighbour)
         checks.append(check_compute_lines(n_lines, neighbour, skip, name="neighbour_measured"))
@@ -413,7 +432,13 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     if share is not None:
         metrics.update(share.figures())
         checks.append(check_sources_agree(share, th))
-        held = check_compute_held(share, ideal, tol, tol_name)
+        total = check_one_gpu_total(share, n_share, th) if n_share is not None else None
+        if total is not None:
+            checks.append(total)
+        if total is None or total.ok:  # shares that cannot be GPU time are no evidence of a quota, either way
+            held = check_compute_held(share, ideal, tol, tol_name)
+        else:
+            neighbour_held = None
     status, summary = combine(checks, pass_summary="")
     if neighbour and status is Status.PASS:
         a, b = ev.pod(probe), ev.pod(neighbour)

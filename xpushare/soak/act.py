@@ -33,6 +33,7 @@ def settings_from_params(
     quota_key: str | None = None,
     quota_cycle: Sequence[str] = (),
     quota_interval_s: float | None = None,
+    keep_logs_suffix: str | None = None,
 ) -> SoakSettings:
     """:class:`SoakSettings` from a case's parameters (names as in ``invoke cases`` / result.json thresholds)."""
     return SoakSettings(
@@ -54,6 +55,7 @@ def settings_from_params(
         rss_alarm_bytes=float(params["leak_rss_max_growth_bytes"]),
         backoff_max_s=float(params["backoff_max_s"]),
         max_failed_logs=int(params["max_failed_logs"]),
+        keep_logs_suffix=keep_logs_suffix,
     )
 
 

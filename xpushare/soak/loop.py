@@ -5,9 +5,11 @@ One thread, one event loop (no sampler thread, so the SSH connections are never 
     baseline (idle: scheduler pods, processes, /metrics)        -> baseline.json
     until the duration (active seconds) or the round limit is reached:
         every sample_interval_s: a tick                          -> samples.csv, metrics.csv, schedulers.csv
-        every quota_interval_s (STAB-003/004): annotate the running pods        -> events.jsonl
+        every quota_interval_s (STAB-003/004): annotate the running pods (each pod's call time)  -> events.jsonl
         rounds: create the round's pods, poll until they end (or round_timeout_s), record -> rounds.jsonl,
-                keep failed pods' logs (bounded), delete the pods, take an idle tick
+                keep failed pods' logs (bounded)                 -> failed-pods/
+                and the logs of pods named ``*<keep_logs_suffix>`` (the memory probe) -> probe-pods/,
+                delete the pods, take an idle tick
         every progress_s: one progress line (elapsed, remaining, rounds, last sample, anomalies) + status.json
         every interim_s: an interim report                       -> interim/interim-<k>.md
         every log_rotate_s, and at once after a scheduler restart: fetch, compress and restart the case-long
@@ -360,12 +362,28 @@ class SoakLoop:
                 d.mkdir(exist_ok=True)
                 with gzip.open(d / f"{name}.log.gz", "wt", encoding="utf-8") as fh:
                     fh.write(text)
+        self._keep_logs(rnd)
         ok, _ = self.guard.attempt("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s))
         self._need_delete = not ok
         self.ops.end_round()
         if ok:
             self.sampler.tick("idle")
         self.save()
+
+    def _keep_logs(self, rnd: Round) -> None:
+        """Keep the logs of the round's pods named ``*<keep_logs_suffix>`` in ``probe-pods/<pod>.log`` (one per
+        round: small); a log that cannot be fetched is an ``events.jsonl`` ``log_lost`` event."""
+        suffix = self.s.keep_logs_suffix
+        if not suffix:
+            return
+        for name in (n for n in rnd.names if n.endswith(suffix)):
+            ok, text = self.guard.attempt("rounds", functools.partial(self.ops.pod_log, name))
+            if not ok:
+                self.event("log_lost", pod=name, round=rnd.no)
+                continue
+            d = self.dir / "probe-pods"
+            d.mkdir(exist_ok=True)
+            atomic_write_text(d / f"{name}.log", str(text))
 
     def _quota_change(self, rnd: Round) -> None:
         cycle = self.s.quota_cycle
@@ -377,17 +395,19 @@ class SoakLoop:
         done: list[str] = []
         changed: list[str] = []
         when = self.clock()
+        times: dict[str, float] = {}
         for name in running:
             annotate = functools.partial(self.ops.annotate, name, {str(self.s.quota_key): value})
             ok, t = self.guard.attempt("quota", annotate)
             if ok:
                 done.append(name)
                 when = t
+                times[name] = round(float(t), 3)
                 if rnd.values.get(name) != value:
                     changed.append(name)
                 rnd.values[name] = value
         self.event("annotate", key=self.s.quota_key, value=value, pods=done, changed=changed,
-                   skipped=sorted(set(running) - set(done)), round=rnd.no, at=round(when, 3))
+                   skipped=sorted(set(running) - set(done)), round=rnd.no, at=round(when, 3), times=times)
 
     # ------------------------------------------------------------------------------------ final
 

@@ -20,7 +20,9 @@ class SoakSettings:
     round may still run after the duration is reached before it is cut; ``settle_s``: how long the final
     phase waits for GPU memory and client series to return; ``gpu_tolerance_bytes``: per-GPU margin of
     that return; ``rss_alarm_bytes``: growth that raises a live anomaly; ``rotate_bytes``: rotation size of
-    the series files; ``max_failed_logs``: failed-pod logs kept over the whole soak.
+    the series files; ``max_failed_logs``: failed-pod logs kept over the whole soak; ``keep_logs_suffix``:
+    pods whose name ends with it (STAB-004's memory probe, one per round) have their log kept in
+    ``probe-pods/<pod>.log`` whatever their phase (None: only failed pods' logs are kept).
     """
 
     duration_s: float | None = None
@@ -44,6 +46,7 @@ class SoakSettings:
     backoff_max_s: float = 60.0
     max_consecutive_errors: int = 10
     max_failed_logs: int = 50
+    keep_logs_suffix: str | None = None
     rotate_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:

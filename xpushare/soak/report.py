@@ -8,18 +8,23 @@ Plots (PNG, under ``soak/``; ``invoke report`` embeds every PNG of a case into `
 * ``gpu_memory.png`` ``gpu_memory_used_bytes`` summed per node (GiB);
 * ``round_runtimes.png`` per round: mean and max pod runtime (s), failed pods marked.
 
+STAB-004 (a ``plan.json`` with ``memory_probe_suffix``) adds a table of its memory probe's figures per quota
+phase (:func:`xpushare.judge.quota_probe.soak_phase_checks`): quota, accepted and refused bytes, held, usable.
+
 Without matplotlib (it is in the ``plots`` and ``dev`` extras) the report says so and lists the numbers.
 Everything is read back from the series files, so the orchestrator's memory does not grow with the soak.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xpushare.evidence.store import Evidence
+from xpushare.judge.quota_probe import soak_phase_checks
 from xpushare.judge.stability import check_trend, load_soak, process_series
 from xpushare.report.artifacts import atomic_write_text, format_value
 
@@ -70,7 +75,8 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     """Write ``soak/soak-report.md`` (and the plots) from the stored series; return its path."""
     case_dir = Path(case_dir)
     soak = case_dir / "soak"
-    data = load_soak(Evidence.load(case_dir))
+    ev = Evidence.load(case_dir)
+    data = load_soak(ev)
     ck = data.checkpoint
     lines = [f"# Soak report: {title}", ""]
     lines += [
@@ -118,6 +124,7 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
                 f"{(sum(rt) / len(rt)) if rt else float('nan'):.1f} | {max(rt) if rt else float('nan'):.1f} |")
         if len(rounds) > 50:
             lines.append(f"\n(last 50 of {len(rounds)} rounds; all in rounds.jsonl)")
+    lines += _probe_lines(ev, case_dir, params)
     gaps = [e for e in data.events if e.get("kind") == "gap"]
     anomalies = [e for e in data.events if e.get("kind") == "anomaly"]
     lines += ["", "## Gaps", ""]
@@ -136,6 +143,34 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     path = soak / "soak-report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _mib(value: Any) -> str:
+    return f"{float(value) / 2**20:.0f}" if isinstance(value, (int, float)) else "-"
+
+
+def _probe_lines(ev: Evidence, case_dir: Path, params: Mapping[str, Any]) -> list[str]:
+    """The memory probe's table (STAB-004), or nothing for a soak without the probe."""
+    try:
+        plan = json.loads((case_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(plan, dict) or not plan.get("memory_probe_suffix"):
+        return []
+    _checks, phases = soak_phase_checks(ev, params, plan)
+    lines = ["", "## Memory probe per quota phase", "",
+             "| phase | pod | direction | quota MiB | accepted MiB | refused MiB | error | held | usable |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, p in list(phases.items())[-200:]:
+        if not p.get("measured"):
+            why = "not measured" + ("" if p.get("expected") else f" (window {p.get('window_s')} s)")
+            lines.append(f"| {label} | {p['pod']} | {p['direction']} | {_mib(p['quota_bytes'])} | {why} "
+                         "| - | - | - | - |")
+            continue
+        lines.append(f"| {label} | {p['pod']} | {p['direction']} | {_mib(p['quota_bytes'])} | "
+                     f"{_mib(p['accepted_bytes'])} | {_mib(p['refused_bytes'])} | {p['error']} | {p['held']} | "
+                     f"{p['usable']} |")
+    return lines or []
 
 
 def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any], x: tuple[float, str]) -> list[Path]:

@@ -32,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 #include "simgpu.h"
 
@@ -58,6 +60,8 @@ enum {
   CUDA_ERROR_NOT_INITIALIZED = 3,
   CUDA_ERROR_DEINITIALIZED = 4,
   CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_ECC_UNCORRECTABLE = 214,
+  CUDA_ERROR_ILLEGAL_ADDRESS = 700,
   CUDA_ERROR_INVALID_DEVICE = 101,
   CUDA_ERROR_INVALID_IMAGE = 200,
   CUDA_ERROR_INVALID_CONTEXT = 201,
@@ -288,6 +292,197 @@ static CUresult stream_target(CUstream s, struct CUctx_st** ctx, struct CUstream
   return *ctx != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
+/* ---- fault injection: SIMGPU_FAULT (README-simgpu.md "Injected faults", docs/faults.md) ----
+ *
+ * SIMGPU_FAULT=<kind>:after_calls=N|after_s=S[:gpu=UUID|index], for the process that has it. Counted calls
+ * are the calls that reach a device: kernel launches (every entry point of launch()), cuCtxSynchronize,
+ * cuStreamSynchronize, cuEventSynchronize and the synchronous cuMemcpy* forms. With after_calls=N the first N
+ * counted calls on the GPU succeed and the next one fails; with after_s=S the first counted call S seconds or more after cuInit fails. gpu= names the
+ * device by UUID or config index (default: whichever the first counted call is on).
+ * Kinds: illegal-address (700, Xid 31), ecc-uncorrectable (214, Xid 48, ECC counters and a retired page),
+ * launch-failure (719, Xid 13): sticky, every later launch, synchronisation, copy and allocation of this
+ * process on that GPU returns the same error; device-lost (999, Xid 79): the device's shared health says lost,
+ * so every later call on it by any process fails with 999 and cuInit fails for a process that sees it.
+ * Each fault appends one `NVRM: Xid` line, dmesg --time-format=iso style, to $SIMGPU_KMSG (when set). */
+
+enum fault_kind { FAULT_NONE = 0, FAULT_ILLEGAL_ADDRESS, FAULT_ECC, FAULT_LAUNCH, FAULT_LOST };
+
+struct fault_plan {
+  int kind;
+  int by_calls;         /* 1: after_calls, 0: after_s */
+  unsigned long long calls;
+  double seconds;
+  int gpu_config_index; /* -1: any */
+};
+
+static pthread_once_t g_fault_once = PTHREAD_ONCE_INIT;
+static struct fault_plan g_fault = {FAULT_NONE, 0, 0, 0.0, -1};
+static unsigned long long g_fault_count = 0;
+static int g_fault_fired = 0;
+static uint64_t g_fault_t0 = 0;                   /* ns: cuInit */
+static int g_fault_sticky[SIMGPU_MAX_DEVICES];    /* by visible index: the sticky error, 0 none */
+
+static void fault_warn(const char* what, const char* value) {
+  fprintf(stderr, "[SIMGPU] SIMGPU_FAULT: %s '%s': no fault injected\n", what, value);
+}
+
+static int fault_config_index(const char* v) {
+  char* end = NULL;
+  long n = strtol(v, &end, 10);
+  if (end != v && *end == '\0' && n >= 0) return (int)n;
+  for (int i = 0; i < simgpu_count(); i++)
+    if (strcmp(simgpu_device_at(i)->uuid, v) == 0) return simgpu_device_at(i)->config_index;
+  return -2;
+}
+
+static void fault_parse(void) {
+  const char* env = getenv("SIMGPU_FAULT");
+  char buf[512];
+  char* save = NULL;
+  char* tok;
+  struct fault_plan p = {FAULT_NONE, 0, 0, 0.0, -1};
+  int have_when = 0;
+  if (env == NULL || env[0] == '\0') return;
+  snprintf(buf, sizeof(buf), "%s", env);
+  tok = strtok_r(buf, ":", &save);
+  if (tok == NULL) return;
+  if (strcmp(tok, "illegal-address") == 0) p.kind = FAULT_ILLEGAL_ADDRESS;
+  else if (strcmp(tok, "ecc-uncorrectable") == 0) p.kind = FAULT_ECC;
+  else if (strcmp(tok, "launch-failure") == 0) p.kind = FAULT_LAUNCH;
+  else if (strcmp(tok, "device-lost") == 0) p.kind = FAULT_LOST;
+  else return fault_warn("unknown kind", tok);
+  while ((tok = strtok_r(NULL, ":", &save)) != NULL) {
+    char* eq = strchr(tok, '=');
+    char* end = NULL;
+    if (eq == NULL) return fault_warn("expected key=value, got", tok);
+    *eq++ = '\0';
+    if (strcmp(tok, "after_calls") == 0) {
+      p.calls = strtoull(eq, &end, 10);
+      if (end == eq || *end != '\0') return fault_warn("bad after_calls", eq);
+      p.by_calls = 1;
+      have_when = 1;
+    } else if (strcmp(tok, "after_s") == 0) {
+      p.seconds = strtod(eq, &end);
+      if (end == eq || *end != '\0' || !(p.seconds >= 0)) return fault_warn("bad after_s", eq);
+      p.by_calls = 0;
+      have_when = 1;
+    } else if (strcmp(tok, "gpu") == 0) {
+      p.gpu_config_index = fault_config_index(eq);
+      if (p.gpu_config_index == -2) return fault_warn("no such gpu", eq);
+    } else {
+      return fault_warn("unknown key", tok);
+    }
+  }
+  if (!have_when) return fault_warn("needs after_calls=N or after_s=S", env);
+  g_fault = p;
+}
+
+/* One dmesg-style kernel log line for an Xid on device dev, appended to $SIMGPU_KMSG. */
+static void fault_kmsg(int dev, int xid, const char* text) {
+  const char* path = getenv("SIMGPU_KMSG");
+  char line[1024], when[64], comm[64] = "?";
+  struct timespec ts;
+  struct tm tm;
+  int fd, n;
+  FILE* f;
+  if (path == NULL || path[0] == '\0') return;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+  f = fopen("/proc/self/comm", "r");
+  if (f != NULL) {
+    if (fgets(comm, sizeof(comm), f) != NULL) comm[strcspn(comm, "\n")] = '\0';
+    fclose(f);
+  }
+  n = snprintf(line, sizeof(line), "%s,%06ld+00:00 NVRM: Xid (PCI:0000:%02x:00): %d, pid=%d, name=%s, %s\n",
+               when, ts.tv_nsec / 1000, simgpu_device_at(dev)->config_index + 1, xid, (int)getpid(), comm,
+               text);
+  fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return;
+  if (write(fd, line, (size_t)n) < 0) { /* best effort, as the kernel's ring buffer */
+  }
+  close(fd);
+}
+
+static int fault_fire(int dev) {
+  struct simgpu_health delta;
+  memset(&delta, 0, sizeof(delta));
+  switch (g_fault.kind) {
+    case FAULT_ILLEGAL_ADDRESS:
+      fault_kmsg(dev, 31, "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ "
+                          "0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ");
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    case FAULT_ECC:
+      delta.ecc_volatile_uncorrected = 1;
+      delta.ecc_aggregate_uncorrected = 1;
+      delta.retired_pages_dbe = 1;
+      simgpu_health_raise(dev, &delta);
+      fault_kmsg(dev, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+                          "at partition 0, subpartition 0.");
+      return CUDA_ERROR_ECC_UNCORRECTABLE;
+    case FAULT_LAUNCH:
+      fault_kmsg(dev, 13, "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address");
+      return CUDA_ERROR_LAUNCH_FAILED;
+    default:
+      delta.lost = 1;
+      simgpu_health_raise(dev, &delta);
+      fault_kmsg(dev, 79, "GPU has fallen off the bus.");
+      return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+static int fault_device_lost(int dev) {
+  struct simgpu_health h;
+  return simgpu_health_read(dev, &h) == 0 && h.lost;
+}
+
+/* The error a call on device dev returns instead of running (0: run it). counted: a counted call. */
+static CUresult fault_gate(int dev, int counted) {
+  int fire = 0;
+  CUresult err;
+  if (dev < 0 || dev >= SIMGPU_MAX_DEVICES) return CUDA_SUCCESS;
+  pthread_once(&g_fault_once, fault_parse);
+  if (fault_device_lost(dev)) return CUDA_ERROR_UNKNOWN;
+  pthread_mutex_lock(&g_mutex);
+  err = g_fault_sticky[dev];
+  if (err == 0 && counted && g_fault.kind != FAULT_NONE && !g_fault_fired &&
+      (g_fault.gpu_config_index < 0 || g_fault.gpu_config_index == simgpu_device_at(dev)->config_index)) {
+    if (g_fault.by_calls)
+      fire = ++g_fault_count > g_fault.calls;
+    else
+      fire = simgpu_now_ns() - g_fault_t0 >= (uint64_t)(g_fault.seconds * 1e9);
+    if (fire) g_fault_fired = 1;
+  }
+  pthread_mutex_unlock(&g_mutex);
+  if (!fire) return err;
+  err = fault_fire(dev);
+  if (g_fault.kind != FAULT_LOST) {
+    pthread_mutex_lock(&g_mutex);
+    g_fault_sticky[dev] = err;
+    pthread_mutex_unlock(&g_mutex);
+  }
+  return err;
+}
+
+/* cuInit: start the after_s clock; fail when a visible device is lost. */
+static CUresult fault_init(void) {
+  pthread_once(&g_fault_once, fault_parse);
+  pthread_mutex_lock(&g_mutex);
+  if (g_fault_t0 == 0) g_fault_t0 = simgpu_now_ns();
+  pthread_mutex_unlock(&g_mutex);
+  for (int i = 0; i < simgpu_count(); i++)
+    if (fault_device_lost(i)) return CUDA_ERROR_UNKNOWN;
+  return CUDA_SUCCESS;
+}
+
+/* The fault gate of a call on the current context (no context: nothing to fail). */
+static CUresult fault_gate_current(int counted) {
+  struct CUctx_st* c = usable_current();
+  return c != NULL ? fault_gate(c->dev, counted) : CUDA_SUCCESS;
+}
+
+#define FAULT_TRY(expr) SIMGPU_TRY(expr)
+
 static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
   struct CUctx_st* c;
   struct allocation* a;
@@ -295,6 +490,7 @@ static CUresult do_alloc(CUdeviceptr* dptr, size_t bytesize, int check_total) {
   int rc;
 
   SIMGPU_TRY(check_current(dptr != NULL && bytesize != 0, &c));
+  FAULT_TRY(fault_gate(c->dev, 0));
   rc = simgpu_mem_add(c->dev, bytesize, check_total);
   if (rc == 1) return CUDA_ERROR_OUT_OF_MEMORY;
   if (rc != 0) return CUDA_ERROR_UNKNOWN;
@@ -329,6 +525,7 @@ static CUresult do_copy(void* dst, const void* src, size_t n, int sync) {
   REQUIRE_INIT();
   if (n == 0) return CUDA_SUCCESS;
   if (dst == NULL || src == NULL) return CUDA_ERROR_INVALID_VALUE;
+  FAULT_TRY(fault_gate_current(sync));
   if (sync) sync_current_for_copy();
   memmove(dst, src, n);
   return CUDA_SUCCESS;
@@ -374,6 +571,7 @@ static void uuid_bytes(const char* uuid, unsigned char out[16]) {
   }
 }
 
+
 /* ---- exported API ---- */
 
 SIMGPU_API int simgpuVersion(void) { return 1; }
@@ -381,6 +579,7 @@ SIMGPU_API int simgpuVersion(void) { return 1; }
 SIMGPU_API CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (simgpu_load(1) != 0 || simgpu_count() == 0) return CUDA_ERROR_NO_DEVICE;
+  FAULT_TRY(fault_init());
   g_initialized = 1;
   return CUDA_SUCCESS;
 }
@@ -471,6 +670,7 @@ static CUresult primary_retain(CUcontext* pctx, CUdevice dev) {
   struct CUctx_st* c;
   int first;
   SIMGPU_TRY(check_device(pctx != NULL, dev));
+  FAULT_TRY(fault_gate(dev, 0));
   c = &g_primary[dev];
   pthread_mutex_lock(&g_mutex);
   c->magic = CTX_MAGIC;
@@ -544,6 +744,7 @@ SIMGPU_API CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice
   struct CUctx_st* c;
   SIMGPU_TRY(check_device(pctx != NULL, dev));
   if (t_depth >= MAX_CTX_STACK) return CUDA_ERROR_UNKNOWN;
+  FAULT_TRY(fault_gate(dev, 0));
   c = calloc(1, sizeof(*c)); /* never freed: stale handles stay readable and detectably dead */
   if (c == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   if (simgpu_ctx_add(dev, +1) != 0) {
@@ -612,6 +813,7 @@ SIMGPU_API CUresult cuCtxGetDevice(CUdevice* device) {
 SIMGPU_API CUresult cuCtxSynchronize(void) {
   struct CUctx_st* c;
   SIMGPU_TRY(check_current(1, &c));
+  FAULT_TRY(fault_gate(c->dev, 1));
   wait_for(c, ctx_latest(c));
   return CUDA_SUCCESS;
 }
@@ -658,6 +860,7 @@ SIMGPU_API CUresult cuStreamSynchronize(CUstream s) {
   uint64_t t;
   REQUIRE_INIT();
   SIMGPU_TRY(stream_done_at(s, &c, &t));
+  FAULT_TRY(fault_gate(c->dev, 1));
   wait_for(c, t);
   return CUDA_SUCCESS;
 }
@@ -712,6 +915,7 @@ SIMGPU_API CUresult cuEventQuery(CUevent e) {
 SIMGPU_API CUresult cuEventSynchronize(CUevent e) {
   REQUIRE_INIT();
   if (!live(e, EVENT_MAGIC)) return CUDA_ERROR_INVALID_HANDLE;
+  FAULT_TRY(fault_gate_current(1));
   if (e->recorded) wait_for(usable_current(), e->when);
   return CUDA_SUCCESS;
 }
@@ -833,6 +1037,7 @@ static CUresult launch(CUfunction f, CUstream hStream, void** kernelParams, void
   graph = capturing(hStream);
   if (graph != NULL) return graph_add(graph, f, kernelParams, extra, NULL);
   SIMGPU_TRY(stream_target(hStream, &c, &stream));
+  FAULT_TRY(fault_gate(c->dev, 1));
   d = simgpu_device_at(c->dev);
   if (kernel_arg(kernelParams, extra, 0, &a0) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (f->kind == KERNEL_WORK) {
@@ -1448,6 +1653,8 @@ static const struct error_text g_errors[] = {
     {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_ECC_UNCORRECTABLE, "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error encountered"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},

@@ -41,7 +41,7 @@
 
 /* State file layout (fixed size, little-endian host order). */
 #define SIMGPU_STATE_MAGIC 0x3130555047304953ULL /* "SI0GPU01" */
-#define SIMGPU_STATE_VERSION 2u
+#define SIMGPU_STATE_VERSION 3u
 #define SIMGPU_MAX_PROCS 256
 #define SIMGPU_MAX_INTERVALS 4096
 
@@ -58,6 +58,18 @@ struct simgpu_interval {
   uint64_t end_ns;
 };
 
+/* GPU health (docs/faults.md): raised by the fault injector (simcuda.c), reported by NVML and nvidia-smi. */
+struct simgpu_health {
+  uint64_t ecc_volatile_corrected;
+  uint64_t ecc_volatile_uncorrected;
+  uint64_t ecc_aggregate_corrected;
+  uint64_t ecc_aggregate_uncorrected;
+  uint32_t retired_pages_dbe; /* pages retired for double-bit errors */
+  uint32_t remap_failure;     /* 1: a row remap failed */
+  uint32_t lost;              /* 1: fallen off the bus (Xid 79): cuInit and NVML fail for the device */
+  uint32_t reserved1;
+};
+
 struct simgpu_state {
   uint64_t magic;
   uint32_t version;
@@ -67,6 +79,7 @@ struct simgpu_state {
   uint32_t interval_count; /* valid intervals in the ring (<= SIMGPU_MAX_INTERVALS) */
   struct simgpu_interval intervals[SIMGPU_MAX_INTERVALS]; /* busy intervals, contiguous ones merged */
   struct simgpu_proc procs[SIMGPU_MAX_PROCS];
+  struct simgpu_health health;
 };
 
 struct simgpu_device {
@@ -113,5 +126,11 @@ SIMGPU_HIDDEN int simgpu_timeline_append(int dev, uint64_t duration_ns, uint64_t
 SIMGPU_HIDDEN int simgpu_utilization(int dev, uint64_t window_ns, unsigned int* percent);
 /* Live processes with a context or memory on the device; returns how many exist (may be > max). */
 SIMGPU_HIDDEN int simgpu_processes(int dev, struct simgpu_proc_usage* out, int max);
+
+/* ---- fault injection (simcuda.c; README-simgpu.md "Injected faults") ---- */
+/* Add delta's counters to the device's health (lost and remap_failure are set when delta's are non-zero). */
+SIMGPU_HIDDEN int simgpu_health_raise(int dev, const struct simgpu_health* delta);
+/* The device's health now (*out; zeros, and no state file created, when it has none); -1 when unusable. */
+SIMGPU_HIDDEN int simgpu_health_read(int dev, struct simgpu_health* out);
 
 #endif /* SIMGPU_H */

@@ -629,3 +629,47 @@ int simgpu_processes(int dev, struct simgpu_proc_usage* out, int max) {
   unlock_state(dev);
   return n;
 }
+
+/* ---- GPU health, raised by the fault injector (simcuda.c) ---- */
+
+int simgpu_health_raise(int dev, const struct simgpu_health* delta) {
+  struct simgpu_state* s = lock_state(dev);
+  struct simgpu_health* h;
+  if (s == NULL) return -1;
+  h = &s->health;
+  h->ecc_volatile_corrected += delta->ecc_volatile_corrected;
+  h->ecc_volatile_uncorrected += delta->ecc_volatile_uncorrected;
+  h->ecc_aggregate_corrected += delta->ecc_aggregate_corrected;
+  h->ecc_aggregate_uncorrected += delta->ecc_aggregate_uncorrected;
+  h->retired_pages_dbe += delta->retired_pages_dbe;
+  if (delta->remap_failure) h->remap_failure = 1;
+  if (delta->lost) h->lost = 1;
+  unlock_state(dev);
+  return 0;
+}
+
+/* Whether the device's state file exists (or is open here): health is read without creating one. */
+static int state_exists(int dev) {
+  const struct simgpu_device* d = simgpu_device_at(dev);
+  char name[SIMGPU_UUID_LEN];
+  char path[4400];
+  struct stat sb;
+  if (d == NULL) return 0;
+  if (g_handles[d->config_index].fd >= 0) return 1;
+  sanitize(d->uuid, name, sizeof(name));
+  snprintf(path, sizeof(path), "%s.d/%s.state", g_config_path, name);
+  return stat(path, &sb) == 0;
+}
+
+int simgpu_health_read(int dev, struct simgpu_health* out) {
+  struct simgpu_state* s;
+  if (!state_exists(dev)) {
+    memset(out, 0, sizeof(*out)); /* no state yet: nothing was ever raised */
+    return 0;
+  }
+  s = lock_state(dev);
+  if (s == NULL) return -1;
+  *out = s->health;
+  unlock_state(dev);
+  return 0;
+}

@@ -5,6 +5,9 @@
  * renumbered from 0. Memory used = live processes' allocations + their context overhead;
  * utilisation = busy share of the device timeline over the last second (gpu and memory alike);
  * running compute processes = live processes with a context or memory on the device.
+ * Health (docs/faults.md): ECC counters, retired pages, row remapping and the lost state come from the
+ * device's shared state (struct simgpu_health, raised by the fault injector); a lost device answers
+ * NVML_ERROR_GPU_IS_LOST to every call on it, as after Xid 79. Clock throttle reasons: idle or none.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -100,11 +103,19 @@ static int dev_index(nvmlDevice_t d) {
   return d->index;
 }
 
-/* The checks of a call on a device handle: initialised, a valid handle (*i: its index), arguments. */
+/* Whether the device at visible index i has fallen off the bus (its health's lost flag). */
+static int dev_lost(int i) {
+  struct simgpu_health h;
+  return simgpu_health_read(i, &h) == 0 && h.lost != 0;
+}
+
+/* The checks of a call on a device handle: initialised, a valid handle (*i: its index), arguments,
+ * the device not lost. */
 static nvmlReturn_t check_device(nvmlDevice_t device, int args_ok, int* i) {
   REQUIRE_INIT();
   *i = dev_index(device);
-  return (*i < 0 || !args_ok) ? NVML_ERROR_INVALID_ARGUMENT : NVML_SUCCESS;
+  if (*i < 0 || !args_ok) return NVML_ERROR_INVALID_ARGUMENT;
+  return dev_lost(*i) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
 static nvmlReturn_t copy_string(char* out, unsigned int length, const char* s) {
@@ -196,6 +207,7 @@ SIMGPU_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return get_cou
 static nvmlReturn_t handle_by_index(unsigned int index, nvmlDevice_t* device) {
   REQUIRE_INIT();
   if (device == NULL || index >= (unsigned int)simgpu_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  if (dev_lost((int)index)) return NVML_ERROR_GPU_IS_LOST;
   *device = &g_devs[index];
   return NVML_SUCCESS;
 }
@@ -212,6 +224,7 @@ SIMGPU_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t
   if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
   for (int i = 0; i < simgpu_count(); i++) {
     if (strcmp(simgpu_device_at(i)->uuid, uuid) == 0) {
+      if (dev_lost(i)) return NVML_ERROR_GPU_IS_LOST;
       *device = &g_devs[i];
       return NVML_SUCCESS;
     }
@@ -324,3 +337,128 @@ RUNNING_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t,
 RUNNING_PROCESSES(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 0, 0)
 RUNNING_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 1, 1)
 RUNNING_PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 0, 1)
+
+/* ---- health (docs/faults.md): PCI identity, ECC, retired pages, row remapping, throttle reasons ---- */
+
+typedef struct {
+  char busIdLegacy[16]; /* "0000:01:00.0" */
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32]; /* "00000000:01:00.0": the id cuDeviceGetPCIBusId and the kernel log's Xid lines use */
+} nvmlPciInfo_t;
+
+enum { ECC_CORRECTED = 0, ECC_UNCORRECTED = 1 };       /* nvmlMemoryErrorType_t */
+enum { ECC_VOLATILE = 0, ECC_AGGREGATE = 1 };          /* nvmlEccCounterType_t */
+enum { RETIRED_MULTIPLE_SBE = 0, RETIRED_DBE = 1 };    /* nvmlPageRetirementCause_t */
+#define THROTTLE_GPU_IDLE 0x1ULL                       /* nvmlClocksThrottleReasonGpuIdle */
+
+static nvmlReturn_t health_of(nvmlDevice_t device, int args_ok, struct simgpu_health* h) {
+  int i;
+  SIMGPU_TRY(check_device(device, args_ok, &i));
+  return simgpu_health_read(i, h) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  int i;
+  unsigned int bus;
+  SIMGPU_TRY(check_device(device, pci != NULL, &i));
+  bus = (unsigned int)simgpu_device_at(i)->config_index + 1;
+  memset(pci, 0, sizeof(*pci));
+  pci->bus = bus;
+  pci->pciDeviceId = 0x20b210deu;
+  snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", bus);
+  snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", bus);
+  return NVML_SUCCESS;
+}
+
+SIMGPU_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return pci_info(device, pci);
+}
+SIMGPU_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return pci_info(device, pci);
+}
+SIMGPU_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return pci_info(device, pci);
+}
+
+SIMGPU_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int* current,
+                                             unsigned int* pending) {
+  int i;
+  SIMGPU_TRY(check_device(device, current != NULL && pending != NULL, &i));
+  *current = 1; /* NVML_FEATURE_ENABLED */
+  *pending = 1;
+  return NVML_SUCCESS;
+}
+
+SIMGPU_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
+                                                    unsigned long long* count) {
+  struct simgpu_health h;
+  int known = (error_type == ECC_CORRECTED || error_type == ECC_UNCORRECTED) &&
+              (counter_type == ECC_VOLATILE || counter_type == ECC_AGGREGATE);
+  SIMGPU_TRY(health_of(device, count != NULL && known, &h));
+  if (counter_type == ECC_VOLATILE)
+    *count = error_type == ECC_CORRECTED ? h.ecc_volatile_corrected : h.ecc_volatile_uncorrected;
+  else
+    *count = error_type == ECC_CORRECTED ? h.ecc_aggregate_corrected : h.ecc_aggregate_uncorrected;
+  return NVML_SUCCESS;
+}
+
+/* Retired pages: only double-bit retirements exist here; addresses are made up (page numbers). */
+SIMGPU_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int* page_count,
+                                                  unsigned long long* addresses) {
+  struct simgpu_health h;
+  unsigned int n;
+  SIMGPU_TRY(health_of(device, page_count != NULL && (cause == RETIRED_MULTIPLE_SBE || cause == RETIRED_DBE),
+                       &h));
+  n = cause == RETIRED_DBE ? h.retired_pages_dbe : 0;
+  if (*page_count < n || (n > 0 && addresses == NULL)) {
+    *page_count = n;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (unsigned int k = 0; k < n; k++) addresses[k] = 0x1000ULL * (k + 1);
+  *page_count = n;
+  return NVML_SUCCESS;
+}
+
+SIMGPU_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, unsigned int* pending) {
+  struct simgpu_health h;
+  SIMGPU_TRY(health_of(device, pending != NULL, &h));
+  *pending = 0; /* NVML_FEATURE_DISABLED: a retirement takes effect at once here */
+  return NVML_SUCCESS;
+}
+
+/* Row remapping: an uncorrectable remapped row per retired page; a failed remap as NVML reports it. */
+SIMGPU_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corr_rows,
+                                                  unsigned int* unc_rows, unsigned int* is_pending,
+                                                  unsigned int* failure_occurred) {
+  struct simgpu_health h;
+  SIMGPU_TRY(health_of(device,
+                       corr_rows != NULL && unc_rows != NULL && is_pending != NULL && failure_occurred != NULL,
+                       &h));
+  *corr_rows = 0;
+  *unc_rows = h.retired_pages_dbe;
+  *is_pending = 0;
+  *failure_occurred = h.remap_failure != 0;
+  return NVML_SUCCESS;
+}
+
+static nvmlReturn_t throttle_reasons(nvmlDevice_t device, unsigned long long* reasons) {
+  unsigned int percent = 0;
+  int i;
+  SIMGPU_TRY(check_device(device, reasons != NULL, &i));
+  if (simgpu_utilization(i, UTIL_WINDOW_NS, &percent) != 0) return NVML_ERROR_UNKNOWN;
+  *reasons = percent == 0 ? THROTTLE_GPU_IDLE : 0ULL;
+  return NVML_SUCCESS;
+}
+
+SIMGPU_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                                  unsigned long long* reasons) {
+  return throttle_reasons(device, reasons);
+}
+SIMGPU_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                               unsigned long long* reasons) {
+  return throttle_reasons(device, reasons);
+}

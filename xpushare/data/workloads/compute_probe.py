@@ -36,8 +36,8 @@ Paths (one per process):
 ==================  ==========================================================================================
 
 The kernel: on the lab's simulated GPU (``libcuda.so.1`` with ``simgpuVersion``) ``simgpu_sleep`` (argument: ns);
-on a real GPU a one-thread busy loop on ``%clock64`` loaded from inline PTX (sm_80 target, JIT-compiled for
-sm_80/sm_90 and later; argument: clock cycles = --kernel-ms x ``CU_DEVICE_ATTRIBUTE_CLOCK_RATE``).
+on a real GPU a one-thread kernel of fixed work (dependent integer steps) loaded from inline PTX (sm_80 target,
+JIT-compiled for sm_80/sm_90 and later; argument: steps, calibrated so that one kernel alone lasts --kernel-ms).
 
 Output (stdout): the probe lines, PASS, then ``--- <seconds> seconds ---``. Exit 0 when every line has
 ``status=ok``, 1 otherwise or on a usage error. ``status=unavailable``: no CUDA driver, or a driver without the
@@ -72,29 +72,42 @@ COMPUTE_PROBE_PREFIX = "[XPUSHARE][COMPUTE_PROBE]"
 PATHS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch")
 SIM_KERNEL = b"simgpu_sleep"
 GPU_KERNEL = b"xpushare_busy"
-CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13  # kHz
-#: One thread spins on the SM clock until the argument's cycles have passed (PTX ISA 7.0, sm_80 and later).
+#: One thread runs a fixed number of dependent integer steps (an LCG) and stores the result (PTX ISA 7.0, sm_80
+#: and later). Fixed work, not a spin on ``%clock64``: a kernel that spins until a clock value has passed lasts the
+#: same wall time whether or not another context's kernels time-slice the GPU with it, so its duration says nothing
+#: about the GPU time it got (on a real H200 two such probes under the SUT "got" 0.82 + 0.71 of one GPU); fixed
+#: work takes longer when the GPU is shared, and the shortest kernel (an uncontended one) is its true cost.
 BUSY_PTX = b"""
 .version 7.0
 .target sm_80
 .address_size 64
 
 .visible .entry xpushare_busy(
-    .param .u64 xpushare_busy_param_0
+    .param .u64 xpushare_busy_param_0,
+    .param .u64 xpushare_busy_param_1
 )
 {
     .reg .pred %p<2>;
-    .reg .b64 %rd<5>;
+    .reg .b64 %rd<6>;
     ld.param.u64 %rd1, [xpushare_busy_param_0];
-    mov.u64 %rd2, %clock64;
-    add.s64 %rd3, %rd2, %rd1;
-$L_spin:
-    mov.u64 %rd4, %clock64;
-    setp.lt.u64 %p1, %rd4, %rd3;
-    @%p1 bra $L_spin;
+    ld.param.u64 %rd2, [xpushare_busy_param_1];
+    cvta.to.global.u64 %rd2, %rd2;
+    mov.u64 %rd3, 0;
+    mov.u64 %rd4, 88172645463325252;
+$L_step:
+    setp.ge.u64 %p1, %rd3, %rd1;
+    @%p1 bra $L_done;
+    mul.lo.u64 %rd4, %rd4, 6364136223846793005;
+    add.u64 %rd4, %rd4, 1442695040888963407;
+    add.u64 %rd3, %rd3, 1;
+    bra $L_step;
+$L_done:
+    st.global.u64 [%rd2], %rd4;
     ret;
 }
 \0"""
+#: Steps of the calibration kernel (a few ms on an A100/H100/H200).
+CALIBRATION_STEPS = 1 << 18
 
 
 class Unavailable(RuntimeError):
@@ -155,7 +168,7 @@ class Prober:
         self.drv = drv = CudaDriver(lib)
         try:
             drv.call("cuInit", 0)
-            dev, self.ctx = primary_context(drv)
+            _dev, self.ctx = primary_context(drv)
             for name in {"cuLaunchKernel": ("cuLaunchKernel",), "cuLaunchKernelEx": ("cuLaunchKernelEx",),
                          "cuGraphLaunch": ("cuGraphCreate", "cuGraphInstantiateWithFlags", "cuGraphLaunch")}[path]:
                 drv.fn(name)
@@ -166,24 +179,40 @@ class Prober:
         self.func = ctypes.c_void_p()
         drv.call("cuModuleGetFunction", ctypes.byref(self.func), module,
                  SIM_KERNEL if self.simulated else GPU_KERNEL)
-        if self.simulated:
-            arg = int(kernel_ms * 1e6)  # ns
-        else:
-            khz = ctypes.c_int()
-            drv.call("cuDeviceGetAttribute", ctypes.byref(khz), CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev)
-            # cycles at the SM clock (the attribute's kHz; 1.5 GHz where a driver no longer reports it)
-            arg = int(kernel_ms * (khz.value if khz.value > 0 else 1_500_000))
-        self._arg = ctypes.c_ulonglong(arg)
-        self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._arg))
         self.stream = ctypes.c_void_p()
         drv.call("cuStreamCreate", ctypes.byref(self.stream), 0)
         self.events = [ctypes.c_void_p() for _ in range(batch + 1)]  # one before each launch, one after the last
         for event in self.events:
             drv.call("cuEventCreate", ctypes.byref(event), 0)
         self._config = LaunchConfig(1, 1, 1, 1, 1, 1, 0, self.stream, None, 0)
+        self._arg = ctypes.c_ulonglong(int(kernel_ms * 1e6))  # simulated: ns; real: steps, calibrated below
+        if self.simulated:
+            self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._arg))
+        else:
+            self._out = ctypes.c_uint64()
+            drv.call("cuMemAlloc_v2", ctypes.byref(self._out), 8)
+            self._params = (ctypes.c_void_p * 2)(ctypes.addressof(self._arg), ctypes.addressof(self._out))
+            self._arg.value = self._calibrate(kernel_ms)
         self._graph_exec = ctypes.c_void_p()
         if path == "cuGraphLaunch":
             self._build_graph()
+
+    def _calibrate(self, kernel_ms: float) -> int:
+        """Steps of the busy kernel that last ``kernel_ms`` (ms) on this GPU: the shortest of three calibration
+        kernels (``CALIBRATION_STEPS`` each, timed by events) scaled. Launched through ``cuLaunchKernel`` whatever
+        the path (a graph's node parameters are fixed when it is built), before the first interval."""
+        drv = self.drv
+        self._arg.value = CALIBRATION_STEPS
+        ms = ctypes.c_float()
+        best = math.inf
+        for _ in range(3):
+            drv.call("cuEventRecord", self.events[0], self.stream)
+            drv.call("cuLaunchKernel", self.func, 1, 1, 1, 1, 1, 1, 0, self.stream, self._params, None)
+            drv.call("cuEventRecord", self.events[1], self.stream)
+            drv.call("cuEventSynchronize", self.events[1])
+            drv.call("cuEventElapsedTime", ctypes.byref(ms), self.events[0], self.events[1])
+            best = min(best, float(ms.value))
+        return max(1, int(CALIBRATION_STEPS * kernel_ms / max(best, 1e-3)))
 
     def _build_graph(self) -> None:
         """A graph of ``per_launch`` kernel nodes, each depending on the one before, instantiated."""
