@@ -293,7 +293,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
         mapping = write_gpu_mapping(ev)
         verdict = case.judge(ev, params, load_plan(case_dir))
         if case.suite in SUT_JUDGING_SUITES:
-            verdict = with_sut_checks(verdict, ev)
+            verdict = with_sut_checks(verdict, ev, params)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
     except Exception as exc:
