@@ -214,8 +214,8 @@ def test_node_sampler_names_a_process_by_hostname_and_pod_uid(tmp_path: Path) ->
 
 def timed_k8s_evidence(started: float | None, stamp: str) -> Evidence:
     """A pod ``p`` started at ``started`` (Unix s) whose registration kubectl stamped ``stamp``."""
-    sched = (f"{stamp + ' ' if stamp else ''}[XPUSHARE][INFO]: Registered client 00000000000000aa on GPU {U0} with Pod name = p, "
-             "Pod namespace = default\n")
+    sched = (f"{stamp + ' ' if stamp else ''}[XPUSHARE][INFO]: Registered client 00000000000000aa on GPU {U0} "
+             "with Pod name = p, Pod namespace = default\n")
     return Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", namespace="default", started=started)],
                                {"p": ""}, {"scheduler.log": sched}, mode="k8s")
 
