@@ -101,6 +101,8 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "node_sampler_python": sys.executable,
         "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
                              "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
+        # MET-003's alloc/free loop beside the 16 MiB probe: 16 MiB blocks fit the 64 MiB the library leaves
+        "met003_alloc_mib": 16,
         "met005_before_s": 2,
         "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
         "met006_duration_s": 10,
