@@ -466,9 +466,10 @@ register(CaseDef(
     "probe: client count, running clients, managed allocation, running memory, NVML process and device memory "
     "against scheduler.log, the loop's own 'Reported memory usage' lines and the node sampler",
     requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
-                                  met003_alloc_rounds=3, met003_alloc_mib=256, met003_alloc_hold_s=3.0,
+                                  met003_alloc_rounds=3, met003_alloc_mib=256, met003_alloc_hold_s=4.0,
                                   met003_alloc_core_limit=50,
-                                  met003_series_interval_s=1.0, met003_series_tail_s=4.0, met003_series_lag_s=2.0,
+                                  met003_series_interval_s=1.0, met003_series_tail_s=4.0, met003_series_lag_s=1.0,
+                                  met003_nvml_lag_s=2.0,
                                   met003_series_min_scrapes=5),
     act=_met003, judge=_judge003,
 ))

@@ -5,7 +5,7 @@ A gauge read once can be right by luck or frozen. MET-003 therefore scrapes ``/m
 (``metrics_series.jsonl``) while an alloc/free loop (W4 with ``--hold-s``: each allocated block and each freed state
 held a few seconds) registers, allocates, frees and leaves beside the W5 probe, and judges every scrape against a
 second source over the same time (``met003_series_lag_s`` either side, for the order in which the two sources
-record one event):
+record one event; ``met003_nvml_lag_s`` for NVML, which the exporter and the node sampler each read once a second):
 
 ========================================  =====================================================================
 check                                     rule (per scrape of the series)
@@ -58,9 +58,10 @@ __all__ = ["GAUGE_KEYS", "SERIES_FILE", "gauge_checks"]
 
 SERIES_FILE = "metrics_series.jsonl"
 #: The thresholds these checks use (recorded in the verdict).
-GAUGE_KEYS = ("met003_series_lag_s", "met003_series_min_scrapes", "met003_nvml_tolerance_ratio")
+GAUGE_KEYS = ("met003_series_lag_s", "met003_nvml_lag_s", "met003_series_min_scrapes", "met003_nvml_tolerance_ratio")
 _MIB = 2**20
-_LAG_DEFAULT = 2.0
+_LAG_DEFAULT = 1.0
+_NVML_LAG_DEFAULT = 2.0
 _MIN_SCRAPES_DEFAULT = 5
 
 
@@ -209,8 +210,8 @@ def _managed_checks(pages: Sequence[_Page], mover: ClientMatch, log: str | None,
                      for name, text in others.items()}
 
     def allowed(rows: Sequence[tuple[float, int]], lo: float, hi: float) -> set[int]:
-        before = [mib for t, mib in rows if t < lo]
-        return set(before[-1:]) | {mib for t, mib in rows if lo <= t <= hi}
+        before = [mib for t, mib in rows if t < lo]  # nothing reported yet: nothing allocated through the library
+        return (set(before[-1:]) or {0}) | {mib for t, mib in rows if lo <= t <= hi}
 
     wrong: list[str] = []
     over: list[str] = []
@@ -339,5 +340,5 @@ def gauge_checks(ev: Evidence, th: Mapping[str, Any], *, mover: ClientMatch, oth
               if log is None else _client_checks(pages, client_events(log), lag))
     checks += _managed_checks(pages, mover, ev.logs.get(mover.workload), {n: ev.logs.get(n) for n in others}, lag,
                               client_events(log or ""))
-    checks += _nvml_checks(pages, mover, ev, node, tol, lag)
+    checks += _nvml_checks(pages, mover, ev, node, tol, _th(th, "met003_nvml_lag_s", _NVML_LAG_DEFAULT))
     return checks
