@@ -200,6 +200,20 @@ def test_a_gauge_that_does_not_follow_fails_met003(mutant: str, check: str, lab_
     assert checks[check]["ok"] is False, checks[check]
 
 
+def test_a_late_registration_fails_sut_in_path(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    """``register-after-5s``: the scheduler admits each client 5 s after it asked; with ``registration_timeout_s`` 3
+    (the lab registers within about 1 s) MET-002, which passes on the page, FAILs on ``sut_in_path``."""
+    wait_idle(kube_lab)
+    with kube_lab.running_mutant("register-after-5s"):
+        run_metrics(lab_inventory, tmp_path, "late", "MET-002", sets=("registration_timeout_s=3",))
+    got = results(tmp_path, "late")["MET-002"]
+    assert got["status"] == "FAIL", got["summary"]
+    path = next(c for c in got["checks"] if c["name"] == "sut_in_path")
+    assert path["ok"] is False and "slow to register" in path["detail"], path
+    assert got["thresholds"]["registration_timeout_s"] == 3
+    assert path["values"]["registration_delay_s"]["met-002-probe"] > 3, path
+
+
 def test_metrics_missing_fails_met002(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     """The ``metrics-missing`` build drops client_info, gpu_utilization_ratio and scheduler_messages_total."""
     wait_idle(kube_lab)

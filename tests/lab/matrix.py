@@ -98,8 +98,10 @@ ROWS: tuple[Row, ...] = (
     Row("healthz-500", ("MET-001", "MET-007")),
     Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004")),
     Row("utilization-smoothing-halved", ("MET-006",)),
-    Row("gpu-memory-sampled-once", ("MET-008",)),
-    Row("drop-lock-not-counted", ("MET-004",)),
+    Row("gpu-memory-sampled-once", ("MET-003", "MET-008")),
+    Row("drop-lock-not-counted", ("MET-004", METRICS_CHECK)),
+    Row("managed-memory-never-shrinks", ("MET-003",)),
+    Row("running-clients-high-water", ("MET-003",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
         faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
@@ -130,7 +132,16 @@ OUTSIDE_MATRIX: dict[str, str] = {
     "a GPU key that ignores the assigned device": "`gpu-key-ignores-cuda-visible-devices`: FUNC-003 FAIL "
                                                   "(`gpu_identity`, key `default` against NVML's two GPUs)",
     "DROP_LOCK not counted": "`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against the "
-                             "scheduler log's DROP_LOCK lines)",
+                             "scheduler log's DROP_LOCK lines) and `invoke metrics-check` FAIL (`DROP_LOCK counted under "
+                             "throttling`, the same rule over the load window; tests/test_metrics_check_lab.py)",
+    "a registration later than registration_timeout_s": "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: "
+                                                         "registered <s> s after it started` (pods.json's start "
+                                                         "against the scheduler log's timestamp; tests/test_sut_path.py"
+                                                         "); every verdict records `registration_timeout_s` (60 s)",
+    "gauges sampled once or stuck": "MET-003's series while W4 allocates and frees: `gpu-memory-sampled-once` "
+                                    "(`gpu_memory_follows_nvml`), `managed-memory-never-shrinks` "
+                                    "(`managed_follows_client_reports`), `running-clients-high-water` "
+                                    "(`running_clients_follow_locks`) FAIL (tests/test_k8s_metrics_e2e.py)",
     "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
                                               "seed's ±8 % (tests/test_lab_under_load.py)",
 }
@@ -139,7 +150,7 @@ OUTSIDE_MATRIX: dict[str, str] = {
 UNCAUGHT: dict[str, str] = {}
 
 #: Cases the unmodified SUT fails, and the defect of docs/findings.md behind it (a finding, never tuned away).
-HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "PERF-004": 15, "FUNC-010": 18}
+HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "PERF-004": 15, "FUNC-010": 18, "MET-003": 20}
 
 #: Cases that no breakage of the lab can turn FAIL, and why.
 UNREACHABLE: dict[str, str] = {

@@ -27,7 +27,8 @@ check                                     rule (per scrape of the series)
                                           itself in the window (+1 MiB each); only where those are the case's
 ``nvml_process_memory_follows``           the loop's ``client_nvml_used_bytes`` within [min, max] ±
                                           ``met003_nvml_tolerance_ratio`` of NVML's per-process memory of its
-                                          ``host_pid`` (node sampler, ``sampler/<node>_procs.csv``) in the window
+                                          ``host_pid`` (node sampler, ``sampler/<node>_procs.csv``; 0 at a
+                                          sample that does not list it) in the window
 ``gpu_memory_follows_nvml``               ``gpu_memory_used_bytes`` of the loop's GPU within [min, max] ± the same
                                           ratio of NVML's device memory (``sampler/<node>_gpu.csv``) in the window
 ========================================  =====================================================================
@@ -294,8 +295,11 @@ def _nvml_checks(pages: Sequence[_Page], mover: ClientMatch, ev: Evidence, node:
         cid, pid = client.label("client_id") or "?", client.label("host_pid") or ""
         found = p.exp.values("client_nvml_used_bytes", client_id=cid)
         value = math.fsum(s.value for s in found) if found else None
-        seen = [r.used_bytes for r in procs if str(r.pid) == pid and r.used_bytes is not None
-                and p.t - lag <= r.t <= p.t_end + lag]
+        # every sample of the window: the process's memory, 0 where NVML did not list it (not started, ended)
+        ticks = {round(r.t, 3): 0.0 for r in devices if p.t - lag <= r.t <= p.t_end + lag}
+        ticks.update({round(r.t, 3): r.used_bytes for r in procs if str(r.pid) == pid and r.used_bytes is not None
+                      and p.t - lag <= r.t <= p.t_end + lag})
+        seen = list(ticks.values())
         series_p.append((round(p.t, 3), value))
         if seen:
             judged_p += 1
