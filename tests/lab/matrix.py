@@ -102,6 +102,8 @@ ROWS: tuple[Row, ...] = (
     Row("drop-lock-not-counted", ("MET-004", METRICS_CHECK)),
     Row("managed-memory-never-shrinks", ("MET-003",)),
     Row("running-clients-high-water", ("MET-003",)),
+    # the lab registers within about 1 s: a 3 s limit shows the 5 s delay (sut_in_path, checked on every case)
+    Row("register-after-5s", ("MET-002",), sets=("registration_timeout_s=3",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
         faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
@@ -136,8 +138,10 @@ OUTSIDE_MATRIX: dict[str, str] = {
                              "throttling`, the same rule over the load window; tests/test_metrics_check_lab.py)",
     "a registration later than registration_timeout_s": "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: "
                                                          "registered <s> s after it started` (pods.json's start "
-                                                         "against the scheduler log's timestamp; tests/test_sut_path.py"
-                                                         "); every verdict records `registration_timeout_s` (60 s)",
+                                                         "against the scheduler log's timestamp): `register-after-5s` "
+                                                         "with `registration_timeout_s=3`, MET-002 FAIL "
+                                                         "(tests/test_k8s_metrics_e2e.py); every verdict records "
+                                                         "`registration_timeout_s` (60 s)",
     "gauges sampled once or stuck": "MET-003's series while W4 allocates and frees: `gpu-memory-sampled-once` "
                                     "(`gpu_memory_follows_nvml`), `managed-memory-never-shrinks` "
                                     "(`managed_follows_client_reports`), `running-clients-high-water` "
