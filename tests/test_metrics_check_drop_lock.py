@@ -5,6 +5,7 @@ while the log shows DROP_LOCKs, SKIP (never PASS) without throttling or without 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from xpushare.metrics_check.checklist import CheckLine, exit_status
 from xpushare.metrics_check.counters import DROP_LOCK_ITEM, DropLockWindow
@@ -100,3 +101,22 @@ def test_counter_absent_fails() -> None:
     window = DropLockWindow(reader([log(0), log(3)]), sleep=lambda s: None)
     window.open("")
     assert window.close(scraper(page(3)), settle_s=1).status is Status.FAIL
+
+
+def test_host_mode_reads_the_inventory_log_file_of_the_scheduler_it_checks(tmp_path: Path) -> None:
+    import io
+
+    from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
+    from xpushare.metrics_check import targets
+
+    log_file = tmp_path / "scheduler.log"
+    log_file.write_text(log(3), encoding="utf-8")
+    hosts = (HostSpec("g1", ("gpu",), address="127.0.0.1", local=True),)
+
+    def cluster(path: str | None) -> ClusterSpec:
+        return ClusterSpec("bm", "host", "xpushare", "cuda", None, None, hosts,
+                           scheduler=SchedulerSpec(metrics_url="http://127.0.0.1:9402", log_file=path))
+
+    found = targets.host_targets(cluster(str(log_file)), load=False, timeout_s=1, notes=io.StringIO())
+    assert found[0].read_log is not None and found[0].read_log().count("Sent DROP_LOCK") == 3
+    assert targets.host_targets(cluster(None), load=False, timeout_s=1, notes=io.StringIO())[0].read_log is None
