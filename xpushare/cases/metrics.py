@@ -389,9 +389,14 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     mover = stored_client(ev, {**plan, "probe": gauges["mover"]})
     assert mover is not None
     node = gauges.get("node")
-    verdict = with_counter_checks(verdict, gauge_checks(
-        ev, th, mover=mover, others=[str(plan["probe"])], node=node, start=float(gauges["start"]),
-        end=float(gauges.get("end") or math.inf), prefix=plan.get("prefix")))
+    checks = gauge_checks(ev, th, mover=mover, others=[str(plan["probe"])], node=node,
+                          start=float(gauges["start"]), end=float(gauges.get("end") or math.inf),
+                          prefix=plan.get("prefix"))
+    if verdict.status is Status.PASS:
+        verdict.summary += ("; the gauges followed the alloc/free loop: client count and running clients against "
+                            "scheduler.log, managed and running memory against the clients' own reports, NVML "
+                            "process and device memory against the node sampler")
+    verdict = with_counter_checks(verdict, checks)
     verdict.thresholds.update({k: th[k] for k in GAUGE_KEYS if k in th})
     verdict.evidence = sorted(set(verdict.evidence) | {SERIES_FILE, f"pods/{gauges['mover']}.log", "scheduler.log",
                                                        f"sampler/{node}_procs.csv", f"sampler/{node}_gpu.csv"})
