@@ -189,6 +189,7 @@ def test_met003_gauges_follow_the_alloc_free_loop(lab_inventory: Path, kube_lab:
     ("managed-memory-never-shrinks", "managed_follows_client_reports"),
     ("running-clients-high-water", "running_clients_follow_locks"),
     ("gpu-memory-sampled-once", "gpu_memory_follows_nvml"),
+    ("ghost-clients", "client_count_follows_log"),  # the loop's client stays on the page after it left
 ])
 def test_a_gauge_that_does_not_follow_fails_met003(mutant: str, check: str, lab_inventory: Path,
                                                    kube_lab: LabCluster, tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ ROWS: tuple[Row, ...] = (
     Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002", "FAIL-004"),
         sets=("stab002_pods_small=2", "stab002_pods_large=4")),
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
-    Row("ghost-clients", ("LEAK-004", "LEAK-005"), sets=("leak_churn_rounds=5", "leak_pods=4")),
+    Row("ghost-clients", ("LEAK-004", "LEAK-005", "MET-003"), sets=("leak_churn_rounds=5", "leak_pods=4")),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
     Row("metrics-missing", ("MET-002",)),
     Row("counter-as-gauge", (METRICS_CHECK,)),  # no MET case judges a family's TYPE (docs/verdicts.md)
@@ -133,19 +133,19 @@ OUTSIDE_MATRIX: dict[str, str] = {
                                    "tests/test_sut_path.py)",
     "a GPU key that ignores the assigned device": "`gpu-key-ignores-cuda-visible-devices`: FUNC-003 FAIL "
                                                   "(`gpu_identity`, key `default` against NVML's two GPUs)",
-    "DROP_LOCK not counted": "`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against the "
-                             "scheduler log's DROP_LOCK lines) and `invoke metrics-check` FAIL (`DROP_LOCK counted under "
-                             "throttling`, the same rule over the load window; tests/test_metrics_check_lab.py)",
-    "a registration later than registration_timeout_s": "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: "
-                                                         "registered <s> s after it started` (pods.json's start "
-                                                         "against the scheduler log's timestamp): `register-after-5s` "
-                                                         "with `registration_timeout_s=3`, MET-002 FAIL "
-                                                         "(tests/test_k8s_metrics_e2e.py); every verdict records "
-                                                         "`registration_timeout_s` (60 s)",
+    "DROP_LOCK not counted": ("`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against "
+                              "the scheduler log's DROP_LOCK lines) and `invoke metrics-check` FAIL (`DROP_LOCK "
+                              "counted under throttling`, the same rule over the load window; "
+                              "tests/test_metrics_check_lab.py)"),
+    "a registration later than registration_timeout_s": (
+        "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: registered <s> s after it started` (pods.json's "
+        "start against the scheduler log's timestamp): `register-after-5s` with `registration_timeout_s=3`, MET-002 "
+        "FAIL (tests/test_k8s_metrics_e2e.py); every verdict records `registration_timeout_s` (60 s)"),
     "gauges sampled once or stuck": "MET-003's series while W4 allocates and frees: `gpu-memory-sampled-once` "
                                     "(`gpu_memory_follows_nvml`), `managed-memory-never-shrinks` "
                                     "(`managed_follows_client_reports`), `running-clients-high-water` "
-                                    "(`running_clients_follow_locks`) FAIL (tests/test_k8s_metrics_e2e.py)",
+                                    "(`running_clients_follow_locks`), `ghost-clients` (`client_count_follows_log`) "
+                                    "FAIL (tests/test_k8s_metrics_e2e.py)",
     "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
                                               "seed's ±8 % (tests/test_lab_under_load.py)",
 }
