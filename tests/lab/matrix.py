@@ -138,9 +138,10 @@ OUTSIDE_MATRIX: dict[str, str] = {
                               "counted under throttling`, the same rule over the load window; "
                               "tests/test_metrics_check_lab.py)"),
     "a registration later than registration_timeout_s": (
-        "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: registered <s> s after it started` (pods.json's "
-        "start against the scheduler log's timestamp): `register-after-5s` with `registration_timeout_s=3`, MET-002 "
-        "FAIL (tests/test_k8s_metrics_e2e.py); every verdict records `registration_timeout_s` (60 s)"),
+        "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: registered <s> s after it started` "
+        "(pods.json's start against the scheduler log's timestamp): `register-after-5s` with "
+        "`registration_timeout_s=3`, MET-002 FAIL (tests/test_k8s_metrics_e2e.py); every verdict records "
+        "`registration_timeout_s` (60 s)"),
     "gauges sampled once or stuck": "MET-003's series while W4 allocates and frees: `gpu-memory-sampled-once` "
                                     "(`gpu_memory_follows_nvml`), `managed-memory-never-shrinks` "
                                     "(`managed_follows_client_reports`), `running-clients-high-water` "
