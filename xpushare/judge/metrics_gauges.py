@@ -10,13 +10,13 @@ record one event; ``met003_nvml_lag_s`` for NVML, which the exporter and the nod
 ========================================  =====================================================================
 check                                     rule (per scrape of the series)
 ========================================  =====================================================================
-``client_count_follows_log``              the change of the number of ``client_info`` series since the first
-                                          scrape equals the change of the clients registered minus removed on
-                                          the page's GPUs in ``scheduler.log`` at some time of the window
-``running_clients_follow_locks``          the change of ``sum(scheduler_running_clients)`` since the first
-                                          scrape within [min, max] of the change of the clients holding a lock
-                                          on those GPUs by the log (``Sent LOCK_OK`` in, ``Received
-                                          LOCK_RELEASED`` or ``Removing client`` out) over the window
+``client_count_follows_log``              the number of ``client_info`` series equals the clients registered
+                                          minus removed on the page's GPUs in ``scheduler.log`` at some time of
+                                          the window (a client of the first page the log never registered was
+                                          there before the log began: it counts until its removal)
+``running_clients_follow_locks``          ``sum(scheduler_running_clients)`` within [min, max] of the clients
+                                          holding a lock on those GPUs by the log (``Sent LOCK_OK`` in,
+                                          ``Received LOCK_RELEASED`` or ``Removing client`` out) over the window
 ``managed_follows_client_reports``        the loop's ``client_managed_allocated_bytes`` in whole MiB is one of
                                           the values its own client library reported (``Reported memory usage:
                                           <N> MB``, its pod log) in the window or last before it; and it took
@@ -93,12 +93,14 @@ def _on(key: str | None, gpus: set[str]) -> bool:
     return key is not None and any(u == key or u.startswith(key) or key.startswith(u) for u in gpus)
 
 
-def _log_counts(events: Sequence[ClientEvent], gpus: set[str], joins: str, leaves: set[str]) -> list[tuple[float, int]]:
+def _log_counts(events: Sequence[ClientEvent], gpus: set[str], joins: str, leaves: set[str],
+                initial: frozenset[str] = frozenset()) -> list[tuple[float, int]]:
     """``(t, clients of gpus in the set)`` after each timestamped event of a client of those GPUs: a client enters
-    the set with an event of kind ``joins`` and leaves it with one of ``leaves``."""
-    gpu_of: dict[str, str | None] = {}
-    live: set[str] = set()
-    out: list[tuple[float, int]] = []
+    the set with an event of kind ``joins`` and leaves it with one of ``leaves``; ``initial``: clients in the set
+    before the log begins (leaving it with their removal). The first entry is ``(-inf, len(initial))``."""
+    gpu_of: dict[str, str | None] = dict.fromkeys(initial, next(iter(gpus), None))
+    live: set[str] = set(initial)
+    out: list[tuple[float, int]] = [(-math.inf, len(live))]
     for e in events:
         if e.registered:
             gpu_of[e.cid] = e.gpu
@@ -110,7 +112,7 @@ def _log_counts(events: Sequence[ClientEvent], gpus: set[str], joins: str, leave
 
 
 def _count_at(counts: Sequence[tuple[float, int]], t: float) -> int:
-    n = 0
+    n = counts[0][1] if counts else 0
     for when, value in counts:
         if when > t:
             break
@@ -125,20 +127,22 @@ def _counts_in(counts: Sequence[tuple[float, int]], lo: float, hi: float) -> set
 def _client_checks(pages: Sequence[_Page], events: Sequence[ClientEvent], lag: float) -> list[Check]:
     sources = ["/metrics client_info, scheduler_running_clients",
                "scheduler.log Registered/Removing client, Sent LOCK_OK, Received LOCK_RELEASED"]
-    expr = ("client_info series(t) - client_info series(first scrape) == log clients(t') - log clients(first), "
-            "t' within the lag")
-    run_expr = ("sum(scheduler_running_clients)(t) - (first scrape) within [min, max] of the log's lock holders(t') - "
-                "(first), t' within the lag")
+    expr = "client_info series(t) == log's registered - removed clients (t'), t' within the lag"
+    run_expr = "sum(scheduler_running_clients)(t) within [min, max] of the log's lock holders (t'), t' within the lag"
     gpus = set().union(*(_gpus(p.exp) for p in pages))
     if any(e.t is None for e in events):
         why = "scheduler.log has no timestamps: the client count cannot be placed in time"
         return [Check("client_count_follows_log", expr, {"sources": sources}, None, why),
                 Check("running_clients_follow_locks", run_expr, {"sources": sources}, None, why)]
-    counts = _log_counts(events, gpus, "registered", {"removed"})
-    holders = _log_counts(events, gpus, "granted", {"released", "removed"})
     first = pages[0]
-    offset = len(first.exp.values("client_info")) - _count_at(counts, first.t)  # clients from before the log began
-    run_offset = (first.exp.sum("scheduler_running_clients") or 0) - _count_at(holders, first.t)
+    logged = {e.cid for e in events if e.registered}
+    # clients on the first page that the log never registered were there before it began (they count until removed);
+    # a lock held from before the log began is not assumed (the case starts on an idle node)
+    before = frozenset(c for s in first.exp.values("client_info") if (c := (s.label("client_id") or "").lower())
+                       and c not in logged)
+    counts = _log_counts(events, gpus, "registered", {"removed"}, before)
+    holders = _log_counts(events, gpus, "granted", {"released", "removed"})
+    offset = run_offset = 0
     wrong: list[str] = []
     off: list[str] = []
     seen: list[tuple[float, int, int | None]] = []
@@ -157,7 +161,8 @@ def _client_checks(pages: Sequence[_Page], events: Sequence[ClientEvent], lag: f
                         | {_count_at(counts, first.t) + offset})
     holder_values = sorted({c + run_offset for when, c in holders if window[0] <= when <= window[1]}
                            | {_count_at(holders, first.t) + run_offset})
-    values = {"sources": sources, "series": seen, "log_client_counts": log_values, "offset_before_log": offset}
+    values = {"sources": sources, "series": seen, "log_client_counts": log_values,
+              "registered_before_log": sorted(before)}
     checks = [Check("client_count_follows_log", expr, values, not wrong, "; ".join(wrong[:5]))]
     if len(log_values) < 2:
         checks[0] = Check("client_count_follows_log", expr, values, None,
