@@ -23,14 +23,14 @@ __all__ = ["PREREQUISITE_MARKERS", "REGISTRATION_TIMEOUT_S", "before_gpu", "gpu_
            "registration_delays", "sut_expected", "sut_path_check", "with_sut_checks"]
 
 REGISTRATION_TIMEOUT_S = 60.0
-"""Default of the parameter ``registration_timeout_s``: how long after a workload started (its container's
-``startedAt`` in Kubernetes, the process start in host mode) the scheduler may log its first ``Registered client``
-line. The client library registers on the process's first CUDA driver call (hook.c: ``cuInit`` /
-``cuGetProcAddress`` run ``initialize_client``, which sends REGISTER, docs/sut/log.md §registration), so the delay
-is the interpreter's start, ``import torch`` and the CUDA set-up: about 1 s on the lab, seconds to about 20 s on a
-cold GPU node; 60 s is three times the slowest of those, and a registration that late means the SUT was slow to admit the
-client (the scheduler's accept loop or its Kubernetes look-ups stalled), not a slow workload. Kubernetes'
-``startedAt`` has whole seconds, so a delay is overstated by less than 1 s."""
+"""Default of the parameter ``registration_timeout_s``: how long after a workload started (its container's ``startedAt``
+in Kubernetes, the process start in host mode) the scheduler may log its first ``Registered client`` line. The client
+library registers on the process's first CUDA driver call (hook.c: ``cuInit`` / ``cuGetProcAddress`` run
+``initialize_client``, which sends REGISTER, docs/sut/log.md §registration), so the delay is the interpreter's start,
+``import torch`` and the CUDA set-up: about 1 s on the lab, seconds to about 20 s on a cold GPU node; 60 s is three
+times the slowest of those, and a registration that late means the SUT was slow to admit the client (the scheduler's
+accept loop or its Kubernetes look-ups stalled), not a slow workload. Kubernetes' ``startedAt`` has whole seconds, so
+a delay is overstated by less than 1 s."""
 
 #: Lines of a workload's output that say it failed before it reached the GPU: a missing module or a library the
 #: dynamic loader could not load (a node prerequisite, never a verdict on the SUT).
