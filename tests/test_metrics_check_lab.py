@@ -19,6 +19,7 @@ module about 85 s.
 from __future__ import annotations
 
 import io
+import json
 import time
 import urllib.request
 
@@ -146,6 +147,32 @@ def test_cluster_task_with_probe_load(lab_cluster: LabCluster, lab_kubectl: Kube
     # the probes are gone afterwards
     assert lab_kubectl.list_pods(f"{probes.RUN_LABEL}") == [] or all(
         p.deletion_timestamp is not None for p in lab_kubectl.list_pods(probes.RUN_LABEL))
+
+
+def drop_lock_lines(lab: LabCluster) -> dict[str, dict]:
+    """`invoke metrics-check --cluster lab -o json`: each scheduler's DROP_LOCK line (its record's check)."""
+    buf = io.StringIO()
+    task.metrics_check_task(None, lab_spec(lab), load=True, out=buf, settle_s=30, fmt="json")
+    record = json.loads(buf.getvalue())
+    return {s["scheduler"]: next(c for c in s["checks"] if c["check"] == "DROP_LOCK counted under throttling")
+            for s in record["schedulers"]}
+
+
+def test_drop_lock_line_passes_on_the_healthy_lab(lab_cluster: LabCluster) -> None:
+    """The probes (50 % core annotation) are throttled: the log's DROP_LOCK lines and the counter's rise agree."""
+    wait_idle(lab_cluster, NODE)
+    line = drop_lock_lines(lab_cluster)[NODE]
+    assert line["result"] == "PASS", line
+    assert "scheduler log:" in line["observed"] and "/metrics: +" in line["observed"]
+
+
+def test_drop_lock_not_counted_fails_the_drop_lock_line(lab_faults: LabCluster) -> None:
+    """The mutant that never increments drop_lock_total, while its log shows the DROP_LOCKs it sends: FAIL."""
+    wait_idle(lab_faults, NODE)
+    with lab_faults.running_mutant("drop-lock-not-counted", NODE):
+        line = drop_lock_lines(lab_faults)[NODE]
+    assert line["result"] == "FAIL", line
+    assert "rose by 0" in line["observed"], line
 
 
 def test_cluster_task_refuses_bad_flags(lab_cluster: LabCluster) -> None:

@@ -210,3 +210,47 @@ def test_node_sampler_names_a_process_by_hostname_and_pod_uid(tmp_path: Path) ->
     (proc / "cgroup").write_text(f"0::/kubepods.slice/kubepods-besteffort-pod{uid.replace('-', '_')}.slice/cri-x\n")
     assert sampler.pid_identity(42, str(tmp_path)) == ("func-003-w2-1", uid)
     assert sampler.pid_identity(43, str(tmp_path)) == ("", "")
+
+
+def timed_k8s_evidence(started: float | None, stamp: str) -> Evidence:
+    """A pod ``p`` started at ``started`` (Unix s) whose registration kubectl stamped ``stamp``."""
+    sched = (f"{stamp + ' ' if stamp else ''}[XPUSHARE][INFO]: Registered client 00000000000000aa on GPU {U0} "
+             "with Pod name = p, Pod namespace = default\n")
+    return Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", namespace="default", started=started)],
+                               {"p": ""}, {"scheduler.log": sched}, mode="k8s")
+
+
+START = 1794985600.0  # 2026-11-18T07:06:40Z
+REG_AFTER_2S = "2026-11-18T07:06:42.000000000Z"
+REG_AFTER_90S = "2026-11-18T07:08:10.500000000Z"
+
+
+def test_registration_within_the_timeout_passes_and_records_the_threshold() -> None:
+    verdict = with_sut_checks(Verdict(Status.PASS, "ok"), timed_k8s_evidence(START, REG_AFTER_2S))
+    assert verdict.status is Status.PASS and verdict.thresholds["registration_timeout_s"] == 60.0
+    path = next(c for c in verdict.checks if c.name == "sut_in_path")
+    assert path.values["registration_delay_s"] == {"p": 2.0}
+    assert "within registration_timeout_s 60 s" in path.expression
+
+
+def test_a_late_registration_is_a_fail_on_the_sut() -> None:
+    """Registered 90.5 s after its container started: the SUT was slow to admit it (FAIL, not ERROR)."""
+    ev = timed_k8s_evidence(START, REG_AFTER_90S)
+    verdict = with_sut_checks(Verdict(Status.PASS, "ok"), ev)
+    assert verdict.status is Status.FAIL, verdict.summary
+    assert "p: registered 90.5 s after it started" in verdict.summary
+    assert "registration_timeout_s 60" in verdict.summary
+    wider = with_sut_checks(Verdict(Status.PASS, "ok"), timed_k8s_evidence(START, REG_AFTER_90S),
+                            {"registration_timeout_s": 120})
+    assert wider.status is Status.PASS and wider.thresholds["registration_timeout_s"] == 120.0
+
+
+def test_a_delay_that_cannot_be_measured_is_said_not_judged() -> None:
+    """Host mode: the scheduler's own log has no timestamps; the registration is proven, its delay named unmeasured."""
+    ev = host_evidence({"a": (10, "0")}, [(0, 10)])
+    path = sut_path_check(ev)
+    assert path is not None and path.ok is True
+    assert path.values["delay_unmeasured"] == {"a": "no start time in pods.json"}
+    no_stamp = timed_k8s_evidence(START, "")
+    path = sut_path_check(no_stamp)
+    assert path is not None and path.ok is True and "no timestamps" in path.values["delay_unmeasured"]["p"]

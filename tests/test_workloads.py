@@ -58,6 +58,7 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "w2": ("w2", ["--n", "64", "--iters", "200"]),
     "w3": ("w3", ["--n", "64", "--steps", "3", "--sleep-s", "0.01"]),
     "w4": ("w4", ["--rounds", "5", "--mib", "1", "--report-every", "2"]),
+    "w4_hold": ("w4", ["--rounds", "2", "--mib", "1", "--report-every", "0", "--hold-s", "0.2"]),
     # 1.3 x 4 MiB = 5.2 MiB: five whole 1 MiB chunks and a shorter last one
     "oversub": ("oversub", ["--total-bytes", str(OVERSUB_TOTAL), "--factor", "1.3", "--chunk-mib", "1"]),
     "w5": ("w5", ["--n", "64", "--duration-s", "2", "--interval-s", "0.5"]),
@@ -182,6 +183,12 @@ def test_w4_reports_rounds(runs: dict[str, Run]) -> None:
     rounds = [int(re.search(r"round=(\d+)", line)[1]) for line in lines]  # type: ignore[index]
     assert rounds == [0, 2, 4, 5]
     assert all(line.endswith("free_bytes=-1 total_bytes=-1") for line in lines)
+
+
+def test_w4_holds_each_state_and_says_so(runs: dict[str, Run]) -> None:
+    """--hold-s: each block, then the freed state, is kept that long, announced first (MET-003's alloc/free loop)."""
+    lines = [line for line in runs["w4_hold"].stdout.splitlines() if line.startswith("[XPUSHARE][ALLOC_HOLD]")]
+    assert lines == [f"[XPUSHARE][ALLOC_HOLD] round={r} allocated_bytes={b}" for r in (1, 2) for b in (c.MIB, 0)]
 
 
 def test_oversub_allocates_factor_times_total(runs: dict[str, Run]) -> None:

@@ -117,6 +117,8 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         # node hosts have no driver of their own, so it gets the node's devices and the stub library, and the
         # interpreter that has nvidia-ml-py
         "node_sampler_python": sys.executable,
+        # MET-003's alloc/free loop beside the 16 MiB probe: 16 MiB blocks fit the 64 MiB the library leaves
+        "met003_alloc_mib": 16,
         "met005_before_s": 2,
         "met005_timeout_s": 20,  # the watcher's 5 s period, the probe's REGISTER and slack
         "met006_duration_s": 10,

@@ -102,7 +102,8 @@ ROWS: tuple[Row, ...] = (
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
     # FAIL-005/007: the client that died of its GPU error stays in /metrics (FAIL-006 poisons the lab's GPU: host
     # lab only, tests/test_gpu_faults_lab.py)
-    Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007"), sets=("leak_churn_rounds=5", "leak_pods=4")),
+    Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007", "MET-003"),
+        sets=("leak_churn_rounds=5", "leak_pods=4")),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
     Row("metrics-missing", ("MET-002",)),
     Row("counter-as-gauge", (METRICS_CHECK,)),  # no MET case judges a family's TYPE (docs/verdicts.md)
@@ -111,8 +112,12 @@ ROWS: tuple[Row, ...] = (
     Row("healthz-500", ("MET-001", "MET-007")),
     Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004")),
     Row("utilization-smoothing-halved", ("MET-006",)),
-    Row("gpu-memory-sampled-once", ("MET-008",)),
-    Row("drop-lock-not-counted", ("MET-004",)),
+    Row("gpu-memory-sampled-once", ("MET-003", "MET-008")),
+    Row("drop-lock-not-counted", ("MET-004", METRICS_CHECK)),
+    Row("managed-memory-never-shrinks", ("MET-003",)),
+    Row("running-clients-high-water", ("MET-003",)),
+    # the lab registers within about 1 s: a 3 s limit shows the 5 s delay (sut_in_path, checked on every case)
+    Row("register-after-5s", ("MET-002",), sets=("registration_timeout_s=3",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
         faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
@@ -142,8 +147,20 @@ OUTSIDE_MATRIX: dict[str, str] = {
                                    "tests/test_sut_path.py)",
     "a GPU key that ignores the assigned device": "`gpu-key-ignores-cuda-visible-devices`: FUNC-003 FAIL "
                                                   "(`gpu_identity`, key `default` against NVML's two GPUs)",
-    "DROP_LOCK not counted": "`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against the "
-                             "scheduler log's DROP_LOCK lines)",
+    "DROP_LOCK not counted": ("`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against "
+                              "the scheduler log's DROP_LOCK lines) and `invoke metrics-check` FAIL (`DROP_LOCK "
+                              "counted under throttling`, the same rule over the load window; "
+                              "tests/test_metrics_check_lab.py)"),
+    "a registration later than registration_timeout_s": (
+        "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: registered <s> s after it started` "
+        "(pods.json's start against the scheduler log's timestamp): `register-after-5s` with "
+        "`registration_timeout_s=3`, MET-002 FAIL (tests/test_k8s_metrics_e2e.py); every verdict records "
+        "`registration_timeout_s` (60 s)"),
+    "gauges sampled once or stuck": "MET-003's series while W4 allocates and frees: `gpu-memory-sampled-once` "
+                                    "(`gpu_memory_follows_nvml`), `managed-memory-never-shrinks` "
+                                    "(`managed_follows_client_reports`), `running-clients-high-water` "
+                                    "(`running_clients_follow_locks`), `ghost-clients` (`client_count_follows_log`) "
+                                    "FAIL (tests/test_k8s_metrics_e2e.py)",
     "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
                                               "seed's ±8 % (tests/test_lab_under_load.py)",
     "a GPU fault during the case": "FUNC-001 ERROR `GPU fault on <node> GPU <uuid> during the case (Xid 79: GPU has "
@@ -159,7 +176,7 @@ UNCAUGHT: dict[str, str] = {}
 
 #: Cases the unmodified SUT fails, and the defect of docs/findings.md behind it (a finding, never tuned away).
 HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "COMBO-004": 18, "PERF-004": 15, "FUNC-010": 18, "ISO-012": 20,
-                                    "ISO-013": 20, "ISO-015": 20, "ISO-016": 20}
+                                    "ISO-013": 20, "ISO-015": 20, "ISO-016": 20, "MET-003": 23}
 
 #: Cases that no breakage of the lab can turn FAIL, and why.
 UNREACHABLE: dict[str, str] = {

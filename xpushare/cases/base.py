@@ -134,7 +134,7 @@ class CaseDef:
 REGISTRY: dict[str, CaseDef] = {}
 
 #: Parameters every case has.
-COMMON_PARAMS: dict[str, Any] = {"pod_timeout_s": 1800, "workload_args": {}}
+COMMON_PARAMS: dict[str, Any] = {"pod_timeout_s": 1800, "workload_args": {}, "registration_timeout_s": 60.0}
 
 
 def register(case: CaseDef) -> CaseDef:

@@ -13,8 +13,8 @@ case     act (k8s mode)                                                       ev
 =======  ===================================================================  =================================
 MET-001  GET /healthz, GET /metrics                                           metrics_health.txt, metrics.txt
 MET-002  W5 probe; poll /metrics until the probe's client shows               metrics_mid.txt
-MET-003  W5 probe + node sampler; snapshot once the 3 memory views show       metrics_mid.txt, sampler/<node>_*,
-                                                                             scheduler.log
+MET-003  W5 probe + node sampler; snapshot once the 3 memory views show;     metrics_mid.txt, sampler/<node>_*,
+         then W4 alloc/free beside it, scrape every 1 s until it left          scheduler.log, metrics_series
 MET-004  W5 probe annotated 35 %, 4Gi (T4) / 8Gi; snapshot                    metrics_mid.txt
 MET-005  W5 probe (30 %, 2Gi); scrape every 1 s; annotate 80 % + 4Gi          metrics_before.txt, metrics_series
 MET-006  W5 probe; dmon on its node; scrape every 2 s for 30 s                metrics_series, remote_<node>_dmon
@@ -40,6 +40,7 @@ the judgments rebuild the same match from the stored ``pods.json`` and ``pods/<p
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -95,10 +96,12 @@ from xpushare.judge.metrics_counters import (
     messages_check,
     with_counter_checks,
 )
+from xpushare.judge.metrics_gauges import GAUGE_KEYS, SERIES_FILE, gauge_checks
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
 
+W4_ALLOC_FREE = "w4_alloc_free"
 DMON_INTERVAL_S = 1.0
 """``nvidia-smi dmon -d 1`` (the k8s backend's capture): one row per GPU per second."""
 
@@ -197,11 +200,48 @@ def _met003(run: CaseRun) -> None:
         th = {**run.params, "met003_require_nvml": False}  # settle on the page alone; NVML is judged after
         _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met003(ev, th, client=client, prefix=prefix))
         run.sleep(float(run.params["met003_sampler_tail_s"]))
+        if int(run.params["met003_alloc_rounds"]) > 0:
+            _gauge_series(run, target, node)
     finally:
         if sampler is not None:
             sampler.stop(run.case_dir)
         target.close()
         host.close()
+
+
+def _gauge_series(run: CaseRun, target: ScrapeTarget, node: str) -> None:
+    """MET-003's alloc/free phase: W4 on the probe's node (``met003_alloc_rounds`` rounds of ``met003_alloc_mib``
+    MiB, each block and each freed state held ``met003_alloc_hold_s``; annotated ``met003_alloc_core_limit`` so that
+    it requests the lock and joins the running list, docs/sut/client.md §lock-control), /metrics scraped every
+    ``met003_series_interval_s`` into ``metrics_series.jsonl`` from before its start until ``met003_series_tail_s``
+    after it ended (its client leaves); ``plan["gauges"]``: the loop's pod, node and the window (Unix s)."""
+    p = run.params
+    rounds, hold = int(p["met003_alloc_rounds"]), float(p["met003_alloc_hold_s"])
+    core = p["met003_alloc_core_limit"]
+    spec = run.pod("alloc", W4_ALLOC_FREE, node=node, core_limit=None if core is None else int(core),
+                   args=("--rounds", str(rounds), "--mib", str(int(p["met003_alloc_mib"])), "--hold-s", f"{hold:g}",
+                         "--report-every", "0", "--no-progress"))
+    run.plan["pods"] = [*run.plan.get("pods", []), spec.name]
+    run.plan["gauges"] = {"mover": spec.name, "node": node, "start": time.time(), "end": None}
+    run.save_plan()
+    run.backend.start_pods([spec])
+    tail = float(p["met003_series_tail_s"])
+    ended: list[float] = []
+
+    def on_record(_k: int, record: ScrapeRecord) -> bool:
+        if not ended:
+            now = run.backend.wait_running([spec.name], 0.0)
+            if now and now[0].terminal:
+                ended.append(record.t)
+        return not ended or record.t - ended[0] < tail
+
+    try:
+        scrape_loop(target, run.case_dir / "metrics_series.jsonl", interval_s=float(p["met003_series_interval_s"]),
+                    duration_s=rounds * 2 * hold + float(p["pod_timeout_s"]) + tail, on_record=on_record,
+                    sleep=run.sleep)
+    finally:
+        run.plan["gauges"]["end"] = time.time()
+        run.save_plan()
 
 
 def _met004(run: CaseRun) -> None:
@@ -339,8 +379,29 @@ def _judge002(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 
 def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
-    return skipped_verdict(plan) or judge_met003(ev, th, client=stored_probe_client(ev, plan), node=plan.get("node"),
-                                          mid_at=plan.get("mid_at"), prefix=plan.get("prefix"))
+    skipped = skipped_verdict(plan)
+    if skipped is not None:
+        return skipped
+    verdict = judge_met003(ev, th, client=stored_probe_client(ev, plan), node=plan.get("node"),
+                           mid_at=plan.get("mid_at"), prefix=plan.get("prefix"))
+    gauges = plan.get("gauges")
+    if not gauges:  # a run stored before the series existed, or met003_alloc_rounds 0
+        return verdict
+    mover = stored_client(ev, {**plan, "probe": gauges["mover"]})
+    assert mover is not None
+    node = gauges.get("node")
+    checks = gauge_checks(ev, th, mover=mover, others=[str(plan["probe"])], node=node,
+                          start=float(gauges["start"]), end=float(gauges.get("end") or math.inf),
+                          prefix=plan.get("prefix"))
+    if verdict.status is Status.PASS:
+        verdict.summary += ("; the gauges followed the alloc/free loop: client count and running clients against "
+                            "scheduler.log, managed and running memory against the clients' own reports, NVML "
+                            "process and device memory against the node sampler")
+    verdict = with_counter_checks(verdict, checks)
+    verdict.thresholds.update({k: th[k] for k in GAUGE_KEYS if k in th})
+    verdict.evidence = sorted(set(verdict.evidence) | {SERIES_FILE, f"pods/{gauges['mover']}.log", "scheduler.log",
+                                                       f"sampler/{node}_procs.csv", f"sampler/{node}_gpu.csv"})
+    return verdict
 
 
 def _judge004(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
@@ -404,10 +465,18 @@ register(CaseDef(
 ))
 register(CaseDef(
     "MET-003", SUITE, "Memory metrics consistent", "W5",
-    "W5 probe and the node sampler on its node; /metrics snapshot once the three memory views show",
+    "W5 probe and the node sampler on its node; /metrics snapshot once the three memory views show; then W4 "
+    "(alloc/free loop, each state held met003_alloc_hold_s) on the same node, /metrics every second until it left",
     "metrics_mid.txt (managed / NVML / GPU used > 0), sampler/<node>_procs.csv, _gpu.csv (NVML), "
-    "scheduler.log (MEM_UPDATE lines, debug mode)",
-    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={}),
+    "scheduler.log (MEM_UPDATE lines, debug mode); metrics_series.jsonl while W4 allocates and frees beside the "
+    "probe: client count, running clients, managed allocation, running memory, NVML process and device memory "
+    "against scheduler.log, the loop's own 'Reported memory usage' lines and the node sampler",
+    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
+                                  met003_alloc_rounds=3, met003_alloc_mib=256, met003_alloc_hold_s=4.0,
+                                  met003_alloc_core_limit=50,
+                                  met003_series_interval_s=1.0, met003_series_tail_s=4.0, met003_series_lag_s=1.0,
+                                  met003_nvml_lag_s=2.0,
+                                  met003_series_min_scrapes=5),
     act=_met003, judge=_judge003,
 ))
 register(CaseDef(

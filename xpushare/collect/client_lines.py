@@ -1,4 +1,5 @@
-"""The client library's lines in a workload's output: its client id and its core- and memory-limit updates.
+"""The client library's lines in a workload's output: its client id, its core- and memory-limit updates and the
+managed allocation it reports to the scheduler.
 
 Input as :mod:`xpushare.collect.pod_log` takes it (``kubectl logs [--timestamps]`` or a host-mode process's
 output); pure functions that never raise. Source: docs/sut/client.md §client-lines, docs/sut/log.md §regex.
@@ -15,10 +16,12 @@ from xpushare.collect.pod_log import timestamped_lines
 __all__ = [
     "CoreLimitUpdate",
     "MemoryLimitUpdate",
+    "MemoryReport",
     "client_id",
     "client_ids",
     "core_limit_updates",
     "memory_limit_updates",
+    "memory_reports",
 ]
 
 _CLIENT_ID_RE = re.compile(r"Client ID = (?P<cid>[0-9a-f]{16})\b")
@@ -125,4 +128,27 @@ def memory_limit_updates(text: str) -> list[MemoryLimitUpdate]:
         m = _MEM_INITIAL_RE.search(line)
         if m:
             out.append(MemoryLimitUpdate("initial", int(m.group("new")), None, ts, line))
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """One DEBUG ``Reported memory usage: <N> MB`` line of the client library: the managed allocation (whole MiB,
+    ``allocated / (1024*1024)``) it has just sent to the scheduler in a MEM_UPDATE, after a cuMemAlloc/cuMemFree
+    (client.c ``report_memory_usage_to_scheduler``). ``ts``: kubectl timestamp of the line, if any.
+    Source: docs/sut/client.md §client-lines ("Debug only")."""
+
+    mib: int
+    ts: datetime | None
+
+
+_REPORTED_RE = re.compile(r"Reported memory usage: (?P<mb>\d+) MB\s*$")
+
+
+def memory_reports(text: str) -> list[MemoryReport]:
+    """All ``Reported memory usage`` lines in order (debug mode only; none without it). Never raises."""
+    out: list[MemoryReport] = []
+    for ts, line in timestamped_lines(text):
+        if "Reported memory usage" in line and (m := _REPORTED_RE.search(line)) is not None:
+            out.append(MemoryReport(int(m.group("mb")), ts))
     return out

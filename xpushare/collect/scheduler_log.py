@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from os import PathLike
 
 from xpushare.collect.pod_log import parse_timestamp
@@ -43,6 +44,8 @@ from xpushare.collect.scheduler_log_parser import SchedulerLogParser
 from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 
 __all__ = [
+    "ClientEvent",
+    "client_events",
     "command",
     "logged_allocations",
     "parse_file",
@@ -74,6 +77,51 @@ def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
             if when is not None and when.timestamp() > until:
                 continue
         out[m.group("cid").lower()] = int(m.group("mb"))
+    return out
+
+
+@dataclass(frozen=True)
+class ClientEvent:
+    """A change of a client's place in the scheduler (docs/sut/log.md §registration, §disconnects, §send): ``kind`` is
+    ``registered`` (``Registered client <id16>``: it joins the client list), ``removed`` (``Removing client <id16>``:
+    it leaves the list, and the running list if it was there), ``granted`` (``Sent LOCK_OK to client <id16>``: it
+    joins its GPU's running list) or ``released`` (``Received LOCK_RELEASED from <id16>``: it leaves the running
+    list). ``t``: the line's kubectl ``--timestamps`` time (Unix s), None without one; ``gpu``: the GPU key of a
+    registration (`` on GPU <key>``; None otherwise and for the nvshare generation)."""
+
+    cid: str
+    kind: str
+    t: float | None
+    gpu: str | None = None
+
+    @property
+    def registered(self) -> bool:
+        return self.kind == "registered"
+
+
+_CLIENT_EVENT_RE = re.compile(
+    r"\[(?:XPUSHARE|NVSHARE)\]\[INFO\]: (?:"
+    r"Registered client (?P<reg>[0-9a-fA-F]{16})(?: on GPU (?P<gpu>\S+))?"
+    r"|Removing client (?P<rem>[0-9a-fA-F]{16})\s*$"
+    r"|Sent LOCK_OK to client (?P<ok>[0-9a-fA-F]{16})\s*$"
+    r"|Received LOCK_RELEASED from (?P<rel>[0-9a-fA-F]{16})\s*$)")
+_KINDS = (("reg", "registered"), ("rem", "removed"), ("ok", "granted"), ("rel", "released"))
+
+
+def client_events(text: str) -> list[ClientEvent]:
+    """Every registration, removal, lock grant and lock release of a client, in log order: how many clients the
+    scheduler had, and how many held a lock, at any time of the log (for judging the exporter's client series and
+    running-list gauge over time). Never raises."""
+    out: list[ClientEvent] = []
+    for line in text.splitlines():
+        m = _CLIENT_EVENT_RE.search(line)
+        if m is None:
+            continue
+        group, kind = next((g, k) for g, k in _KINDS if m.group(g))
+        t = _LOG_TS_RE.search(line[: m.start()])
+        when = parse_timestamp(t.group("ts")) if t is not None else None
+        out.append(ClientEvent(m.group(group).lower(), kind, when.timestamp() if when is not None else None,
+                               m.group("gpu") if kind == "registered" else None))
     return out
 
 

@@ -263,7 +263,7 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
         read = ReadParams(params)
         verdict = case.judge(ev, read, load_plan(case_dir))
         if case.suite in SUT_JUDGING_SUITES:
-            verdict = with_sut_checks(verdict, ev)
+            verdict = with_sut_checks(verdict, ev, params)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
         verdict = with_gpu_fault_check(verdict, ev, expects_gpu_faults=case.expects_gpu_faults)

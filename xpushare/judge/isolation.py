@@ -50,6 +50,7 @@ __all__ = [
     "judge_dynamic_memory",
     "judge_memory_path",
     "overlapping",
+    "phase_line",
     "phase_lines",
     "probe_lines",
     "tolerance_bytes",
@@ -207,7 +208,7 @@ def judge_dynamic_memory(
                             "plan.json has no memory_limits_bytes: no behaviour to judge"))
     for i, quota in enumerate(limits):
         label = "initial" if i == 0 else f"change{i}"
-        chosen = _phase_line(lines, started, times, i, settle)
+        chosen = phase_line(lines, started, times, i, settle)
         if chosen is None:
             checks.append(Check(f"{label}_measured", "a probe line in the phase", {"quota_bytes": quota}, None,
                                 f"no probe measurement in phase {label} (quota {_mib(quota)})"))
@@ -223,7 +224,7 @@ def judge_dynamic_memory(
     return Verdict(status, summary, checks, used(th), {**base.metrics, "probe_phases": phases}, base.evidence)
 
 
-def _phase_line(
+def phase_line(
     lines: Sequence[MemProbeLine], started: float | None, times: Sequence[float], phase: int, settle_s: float
 ) -> MemProbeLine | None:
     """Phase 0: the last line before the first annotate call; phase i: the first line begun ``settle_s`` or more

@@ -19,8 +19,11 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
-__all__ = ["COUNTER_END_FILE", "MESSAGE_TYPES", "disconnect_check", "drop_lock_check", "messages_check",
-           "with_counter_checks"]
+__all__ = ["COUNTER_END_FILE", "DROP_LOCK_EXPRESSION", "MESSAGE_TYPES", "disconnect_check", "drop_lock_check",
+           "drop_lock_counted", "messages_check", "with_counter_checks"]
+
+DROP_LOCK_EXPRESSION = "0 < delta(scheduler_drop_lock_total) <= 'Sent DROP_LOCK' log lines + {slack}"
+"""The rule of :func:`drop_lock_counted` (``{slack}`` filled in)."""
 
 #: Messages a throttled client sends all the time (scheduler.c ``process_msg`` counts each one it receives in
 #: ``scheduler_messages_total{type}`` and logs ``Received <TYPE> from <client>``).
@@ -45,6 +48,21 @@ def _deltas(ev: Evidence, prefix: str | None, family: str, **labels: str) -> tup
     return (None if start is None or end is None else end - start), missing
 
 
+def drop_lock_counted(delta: float, drop_lock_lines: int, throttles: int, slack: int) -> tuple[bool | None, str]:
+    """The DROP_LOCK rule over one interval, from two sources: ``delta`` (the rise of
+    ``scheduler_drop_lock_total`` between two scrapes of /metrics) against ``drop_lock_lines`` and ``throttles``
+    (the ``Sent DROP_LOCK to client`` and ``Throttling client`` lines the scheduler logged over the same interval).
+
+    Returns ``(ok, detail)``: ``ok`` None when the log shows neither (nothing to count: no judgment), True when
+    ``0 < delta <= drop_lock_lines + slack``, else False with ``detail`` naming both sources' numbers.
+    """
+    if drop_lock_lines == 0 and throttles == 0:
+        return None, "no DROP_LOCK or throttling in the scheduler log: nothing to count"
+    ok = 0 < delta <= drop_lock_lines + slack
+    return ok, "" if ok else (f"scheduler_drop_lock_total (/metrics) rose by {delta:g} while the scheduler log shows "
+                              f"{drop_lock_lines} DROP_LOCK line(s) and {throttles} throttle(s)")
+
+
 def drop_lock_check(ev: Evidence, th: Mapping[str, Any], prefix: str | None) -> Check:
     """``drop_lock_counted``: ``0 < Δ scheduler_drop_lock_total <= DROP_LOCK log lines + slack``.
 
@@ -58,7 +76,7 @@ def drop_lock_check(ev: Evidence, th: Mapping[str, Any], prefix: str | None) -> 
     start = _counter(ev.text("metrics_mid.txt"), prefix, family)
     end = _counter(ev.text(COUNTER_END_FILE), prefix, family)
     log_text = ev.text("scheduler.log")
-    expression = f"0 < delta({family}) <= 'Sent DROP_LOCK' log lines + {slack}"
+    expression = DROP_LOCK_EXPRESSION.format(slack=slack)
     if start is None or end is None or log_text is None:
         missing = [n for n, v in (("metrics_mid.txt", start), (COUNTER_END_FILE, end), ("scheduler.log", log_text))
                    if v is None]
@@ -68,12 +86,9 @@ def drop_lock_check(ev: Evidence, th: Mapping[str, Any], prefix: str | None) -> 
     delta = end - start
     values = {"counter_start": start, "counter_end": end, "delta": delta, "log_drop_lock_lines": summary.drop_lock,
               "log_throttles": summary.throttles, "slack": slack, "sources": ["/metrics", "scheduler.log"]}
-    if summary.drop_lock == 0 and summary.throttles == 0:
-        return Check("drop_lock_counted", expression, values, None,
-                     "counter cross-check not possible: no DROP_LOCK or throttling in scheduler.log")
-    ok = 0 < delta <= summary.drop_lock + slack
-    detail = "" if ok else (f"{family} rose by {delta:g} while scheduler.log shows {summary.drop_lock} DROP_LOCK "
-                            f"line(s) and {summary.throttles} throttle(s)")
+    ok, detail = drop_lock_counted(delta, summary.drop_lock, summary.throttles, slack)
+    if ok is None:
+        detail = "counter cross-check not possible: no DROP_LOCK or throttling in scheduler.log"
     return Check("drop_lock_counted", expression, values, ok, detail)
 
 

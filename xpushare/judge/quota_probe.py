@@ -33,7 +33,7 @@ from xpushare.judge.isolation import (
     check_held,
     check_probe_line,
     check_usable,
-    phase_lines,
+    phase_line,
     probe_lines,
     tolerance_bytes,
 )
@@ -99,23 +99,6 @@ def add_static_figures(verdict: Verdict, ev: Evidence, th: Mapping[str, Any], pl
     return Verdict(status, summary, checks, used, {**verdict.metrics, "quota_probe": figures}, verdict.evidence)
 
 
-def _phase_line(lines: Sequence[MemProbeLine], started: float | None, times: Sequence[float], phase: int,
-                settle_s: float) -> MemProbeLine | None:
-    """Phase 0: the last line before the first call; phase i: the first line begun ``settle_s`` or more after
-    call i (1-based) and before call i + 1. None when the phase has no line or its call is missing."""
-    if phase == 0:
-        if not times:
-            return None
-        before, _ = phase_lines(lines, started, times[0], settle_s)
-        return before[-1] if before else None
-    if phase - 1 >= len(times):
-        return None
-    _, after = phase_lines(lines, started, times[phase - 1], settle_s)
-    if phase < len(times):
-        after, _ = phase_lines(after, started, times[phase], 0.0)
-    return after[0] if after else None
-
-
 def memory_phase_checks(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> tuple[list[Check], dict]:
     """Held and usable checks for each phase of a dynamic memory quota, from the probe pod's lines.
 
@@ -138,7 +121,7 @@ def memory_phase_checks(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     phases: dict[str, Any] = {}
     for i, quota in enumerate(limits):
         label = "initial" if i == 0 else f"change{i}"
-        chosen = _phase_line(lines, started, times, i, settle)
+        chosen = phase_line(lines, started, times, i, settle)
         if chosen is None:
             checks.append(Check(f"{label}_measured", "a probe line in the phase", {"quota_bytes": quota}, None,
                                 f"no probe measurement in phase {label} (quota {_mib(quota)})"))
@@ -250,7 +233,7 @@ def soak_probe_phases(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
             if i == 0 and not times:
                 chosen = ok_lines[-1] if ok_lines else None
             else:
-                chosen = _phase_line(ok_lines, started_f, times, i, settle)
+                chosen = phase_line(ok_lines, started_f, times, i, settle)
             prev = limits[i - 1] if i else None
             direction = ("start" if prev is None else "raise" if quota > prev
                          else "decrease" if quota < prev else "same")

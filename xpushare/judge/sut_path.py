@@ -11,13 +11,26 @@ GPU the process really used (:func:`gpu_identity_check`, against NVML through th
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
+from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence import workload_env
 from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
 from xpushare.model.verdict import Check, Status, Verdict
 
-__all__ = ["PREREQUISITE_MARKERS", "before_gpu", "gpu_identity_check", "sut_expected", "sut_path_check",
-           "with_sut_checks"]
+__all__ = ["PREREQUISITE_MARKERS", "REGISTRATION_TIMEOUT_S", "before_gpu", "gpu_identity_check",
+           "registration_delays", "sut_expected", "sut_path_check", "with_sut_checks"]
+
+REGISTRATION_TIMEOUT_S = 60.0
+"""Default of the parameter ``registration_timeout_s``: how long after a workload started (its container's ``startedAt``
+in Kubernetes, the process start in host mode) the scheduler may log its first ``Registered client`` line. The client
+library registers on the process's first CUDA driver call (hook.c: ``cuInit`` / ``cuGetProcAddress`` run
+``initialize_client``, which sends REGISTER, docs/sut/log.md §registration), so the delay is the interpreter's start,
+``import torch`` and the CUDA set-up: about 1 s on the lab, seconds to about 20 s on a cold GPU node; 60 s is three
+times the slowest of those, and a registration that late means the SUT was slow to admit the client (the scheduler's
+accept loop or its Kubernetes look-ups stalled), not a slow workload. Kubernetes' ``startedAt`` has whole seconds, so
+a delay is overstated by less than 1 s."""
 
 #: Lines of a workload's output that say it failed before it reached the GPU: a missing module or a library the
 #: dynamic loader could not load (a node prerequisite, never a verdict on the SUT).
@@ -45,8 +58,31 @@ def sut_expected(ev: Evidence) -> bool:
     return any("LD_PRELOAD" in workload_env.parse(ev.text(workload_env.environ_file(p.name)) or "") for p in ev.pods)
 
 
-def sut_path_check(ev: Evidence) -> Check | None:
-    """``sut_in_path``: every workload that started was registered by the scheduler, with the library loaded.
+def registration_delays(ev: Evidence) -> tuple[dict[str, float], dict[str, str]]:
+    """Per registered pod, seconds from its start (``pods.json`` ``started``, Unix s) to its first matched
+    ``Registered client`` line of ``scheduler.log`` (its timestamp: ``kubectl logs --timestamps`` in Kubernetes);
+    and per registered pod whose delay cannot be measured, why (no start time, a log without timestamps)."""
+    text = ev.text("scheduler.log")
+    registrations = parse_text(text).registrations if text is not None else ()
+    delays: dict[str, float] = {}
+    unmeasured: dict[str, str] = {}
+    for pod in ev.pods:
+        a = ev.assignment(pod.name)
+        if a is None or a.source != SOURCE_REGISTRATION or not a.client_ids:
+            continue
+        first = next((r for r in registrations if r.cid in a.client_ids), None)
+        if pod.started is None:
+            unmeasured[pod.name] = "no start time in pods.json"
+        elif first is None or first.ts is None:
+            unmeasured[pod.name] = "scheduler.log has no timestamps (host mode logs none)"
+        else:
+            delays[pod.name] = round(first.ts.timestamp() - pod.started, 3)
+    return delays, unmeasured
+
+
+def sut_path_check(ev: Evidence, registration_timeout_s: float = REGISTRATION_TIMEOUT_S) -> Check | None:
+    """``sut_in_path``: every workload that started was registered by the scheduler, with the library loaded,
+    within ``registration_timeout_s`` of its start.
 
     Per started pod (phase Running/Succeeded/Failed), from its output and ``scheduler.log``:
 
@@ -57,7 +93,12 @@ def sut_path_check(ev: Evidence) -> Check | None:
       library (``[XPUSHARE][...]``) is there: not in the path, ``ok`` None (ERROR "SUT not in the path"), since
       a verdict then judges a system that never ran;
     * the library ran (its lines are in the output) but the scheduler never registered the client: the SUT
-      failed, ``ok`` False (FAIL), a verdict on the SUT.
+      failed, ``ok`` False (FAIL), a verdict on the SUT;
+    * registered more than ``registration_timeout_s`` (s) after the workload started
+      (:func:`registration_delays`: ``pods.json`` against the log's timestamp): the SUT was slow to admit it,
+      ``ok`` False (FAIL). Where the delay cannot be measured (host mode: the scheduler's own log has no
+      timestamps) the pod counts as registered and ``values["delay_unmeasured"]`` says why; the threshold and
+      every measured delay are in ``values`` (``registration_timeout_s``, ``registration_delay_s``).
 
     Without ``scheduler.log`` no registration can be checked: ``ok`` None. Returns None when the SUT is not
     expected in the path (:func:`sut_expected`).
@@ -90,17 +131,26 @@ def sut_path_check(ev: Evidence) -> Check | None:
             unregistered[pod.name] = f"the client library ran ({line.group(0).strip()[:120]}) but never registered"
         else:
             missing[pod.name] = "no registration in scheduler.log and no line of the client library in its output"
-    values = {"registered": seen, "not_in_path": missing, "not_registered": unregistered}
+    delays, unmeasured = registration_delays(ev)
+    late = {p: d for p, d in delays.items() if p in seen and d > registration_timeout_s}
+    values = {"registered": seen, "not_in_path": missing, "not_registered": unregistered,
+              "registration_timeout_s": registration_timeout_s, "registration_delay_s": delays,
+              "delay_unmeasured": unmeasured, "sources": ["pods.json (start)", "scheduler.log (registration)"]}
     if missing:
         detail = "SUT not in the path: " + "; ".join(f"{p}: {why}" for p, why in sorted(missing.items()))
         ok: bool | None = None
     elif unregistered:
         detail = "the scheduler did not register: " + "; ".join(f"{p}: {w}" for p, w in sorted(unregistered.items()))
         ok = False
+    elif late:
+        detail = ("the scheduler was slow to register: " + "; ".join(
+            f"{p}: registered {d:.1f} s after it started (pods.json) per scheduler.log" for p, d in sorted(
+                late.items())) + f" (registration_timeout_s {registration_timeout_s:g})")
+        ok = False
     else:
         detail, ok = "", True
-    return Check("sut_in_path", "every started workload registered with the scheduler, library loaded",
-                 values, ok, detail)
+    return Check("sut_in_path", "every started workload registered with the scheduler, library loaded, "
+                 f"within registration_timeout_s {registration_timeout_s:g} s of its start", values, ok, detail)
 
 
 def gpu_identity_check(ev: Evidence) -> Check | None:
@@ -129,15 +179,21 @@ def gpu_identity_check(ev: Evidence) -> Check | None:
                  {"agree": compared, "disagree": wrong, "unverified": unverified}, not wrong, detail)
 
 
-def with_sut_checks(verdict: Verdict, ev: Evidence) -> Verdict:
+def with_sut_checks(verdict: Verdict, ev: Evidence, params: Mapping[str, Any] | None = None) -> Verdict:
     """``verdict`` with :func:`sut_path_check` and :func:`gpu_identity_check` added (those that apply).
+
+    ``params``: the case's parameters; ``registration_timeout_s`` (default :data:`REGISTRATION_TIMEOUT_S`) is
+    recorded in the verdict's thresholds.
 
     A PASS or FAIL whose workloads the SUT never saw becomes ERROR "SUT not in the path: <pod>: <why> (was ...)":
     it is not a verdict on the SUT; a PASS where the library ran but the scheduler did not register a client
     becomes FAIL. A wrong GPU identity turns PASS, SKIP or FAIL into FAIL naming the
     disagreement (an ERROR stays ERROR: its evidence is not trusted). Returns the same object, updated.
     """
-    path, identity = sut_path_check(ev), gpu_identity_check(ev)
+    timeout = float((params or {}).get("registration_timeout_s", REGISTRATION_TIMEOUT_S))
+    path, identity = sut_path_check(ev, timeout), gpu_identity_check(ev)
+    if path is not None:
+        verdict.thresholds["registration_timeout_s"] = timeout
     verdict.checks += [c for c in (path, identity) if c is not None]
     if path is not None and path.ok is None and verdict.status in (Status.PASS, Status.FAIL):
         verdict.status, verdict.summary = Status.ERROR, f"{path.detail} (was {verdict.status}: {verdict.summary})"

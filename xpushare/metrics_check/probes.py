@@ -166,7 +166,8 @@ class BackendProbeLoad:
 def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, prefix: str | None = None,
                     steps: Sequence[int] = (1, 2), settle_s: float = 60.0, poll_s: float = 1.0,
                     clock: Callable[[], float] = time.monotonic,
-                    sleep: Callable[[float], None] = time.sleep) -> list[CheckLine]:
+                    sleep: Callable[[float], None] = time.sleep,
+                    while_loaded: Callable[[], list[CheckLine]] | None = None) -> list[CheckLine]:
     """Start probes one by one (``steps``: 1, then 2 running), and judge ``/metrics`` with each count.
 
     After each start ``scrape()`` (a GET of ``/metrics``) is polled every ``poll_s`` until
@@ -174,8 +175,9 @@ def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, pref
     first allocation, a utilisation sample); the last page's lines are kept, items prefixed
     ``load <n>:``. The probes' clients are selected with ``load.matches(names)`` on every poll (pod name
     in Kubernetes, host pid / client id in host mode). A probe that cannot start is a FAIL line and
-    ends the load part. The probes are stopped in a ``finally`` (a failed removal is a FAIL line
-    ``probe pods removed``).
+    ends the load part. ``while_loaded``: lines judged after the last step while the probes still run
+    (the DROP_LOCK window), appended as they come. The probes are stopped in a ``finally`` (a failed
+    removal is a FAIL line ``probe pods removed``).
     """
     lines: list[CheckLine] = []
     pods: list[str] = []
@@ -200,6 +202,8 @@ def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, pref
                     break
                 sleep(poll_s)
             lines += [ln._replace(item=f"load {n}: {ln.item}") for ln in last]
+        if while_loaded is not None:
+            lines += while_loaded()
     finally:
         try:
             load.stop()

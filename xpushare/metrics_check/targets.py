@@ -33,6 +33,7 @@ from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
+from xpushare.transport.kubectl import Kubectl
 
 __all__ = ["METRICS_PORT", "SchedulerTarget", "close_all", "host_schedulers", "host_targets", "k8s_targets",
            "url_target"]
@@ -63,6 +64,8 @@ class SchedulerTarget:
     unreachable: bool = False
     owned: list[Host] = field(default_factory=list)
     backend: Backend | None = None
+    read_log: Callable[[], str] | None = None
+    """Reads the scheduler's log so far (k8s: ``kubectl logs`` of its pod); None where metrics-check cannot."""
 
     def close(self) -> None:
         """Close the connections this target opened and its probes' backend (idempotent)."""
@@ -119,6 +122,11 @@ def _gpu_host_of(cluster: ClusterSpec, node: str | None, host_ip: str | None) ->
     return None
 
 
+def _log_reader(kubectl: Kubectl, pod: str, namespace: str) -> Callable[[], str]:
+    """``kubectl logs <pod>`` of a scheduler pod (every line, no timestamps), as a callable."""
+    return lambda: kubectl.logs(pod, timestamps=False, namespace=namespace)
+
+
 def k8s_targets(cluster: ClusterSpec, names: SutNames, *, load: bool, timeout_s: float,
                 notes: TextIO) -> list[SchedulerTarget]:
     """Every scheduler pod of a ``mode: k8s`` cluster as a target (see the module docstring); ``load``: probe pods
@@ -158,10 +166,21 @@ def k8s_targets(cluster: ClusterSpec, names: SutNames, *, load: bool, timeout_s:
         probe = (KubeProbeLoad(kubectl, names, node=pod.node, namespace=cluster.namespace, image=image)
                  if load else None)
         targets.append(SchedulerTarget(name, f"http://{pod.pod_ip}:{METRICS_PORT}", fetch, where, node=pod.node,
-                                       pod=pod.name, probe=probe, owned=[host] if host else []))
+                                       pod=pod.name, probe=probe, owned=[host] if host else [],
+                                       read_log=_log_reader(kubectl, pod.name, names.namespace)))
     if targets:
         targets[0].owned.append(master)  # closed with the first target, after every probe is gone
     return targets
+
+
+def _file_reader(spec: HostSpec | None, host: Host | None, path: str | None) -> Callable[[], str] | None:
+    """Host mode: the inventory's ``scheduler.log_file`` of the host whose scheduler is checked, read on that host
+    (``cat`` through its connection; this machine's file for a ``local`` host). None without a log file."""
+    if not path or spec is None:
+        return None
+    if host is None:
+        return lambda: Path(path).read_text(encoding="utf-8", errors="replace")
+    return lambda: host.run(["cat", "--", path], timeout=60, check=True).stdout
 
 
 def _is_this_host(hostname: str) -> bool:
@@ -239,7 +258,8 @@ def host_targets(cluster: ClusterSpec, *, load: bool, timeout_s: float, notes: T
                 continue
             fetch, where = curl_fetcher(host, timeout_s=timeout_s), spec.name
         print(f"scheduler of {name}: {base}, fetching from {where}", file=notes)
-        target = SchedulerTarget(name, base, fetch, where, owned=[host] if host else [])
+        target = SchedulerTarget(name, base, fetch, where, owned=[host] if host else [],
+                                 read_log=_file_reader(spec, host, cluster.scheduler.log_file) if own else None)
         if load:
             if make_backend is None:
                 from xpushare.backends.host import HostBackend

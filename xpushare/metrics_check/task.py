@@ -18,12 +18,14 @@ from xpushare.evidence.scrape_capture import ScrapeRecord
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.metrics_check.checklist import CheckLine, check_line, exit_status, idle_checks, render_table
+from xpushare.metrics_check.counters import DropLockWindow, ReadLog
 from xpushare.metrics_check.endpoint import EndpointEvidence, HttpResponse, fetch_endpoint, metrics_scraper
 from xpushare.metrics_check.probes import ProbeLoad, run_load_checks
 from xpushare.metrics_check.saved import RunDirectory, check_run_id, claim_run_dir
 from xpushare.metrics_check.targets import SchedulerTarget, close_all, host_targets, k8s_targets, url_target
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.verdict import Status
 from xpushare.report.output import render
 
 __all__ = ["SchedulerResult", "check_scheduler", "check_target", "metrics_check_task", "overall_status",
@@ -51,14 +53,22 @@ class SchedulerResult:
 
     @property
     def failed(self) -> int:
-        return sum(1 for ln in self.lines if not ln.ok)
+        return sum(1 for ln in self.lines if ln.status is Status.FAIL)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for ln in self.lines if ln.ok)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.lines) - self.passed - self.failed
 
     def record(self) -> dict[str, Any]:
         """``{"scheduler", "url", "node", "pod", "fetched_from", "status": PASS | FAIL | UNREACHABLE, "passed",
-        "failed", "error", "checks": [{"check", "expected", "observed", "result"}]}``."""
+        "failed", "skipped", "error", "checks": [{"check", "expected", "observed", "result"}]}``."""
         return {"scheduler": self.name, "url": self.url, "node": self.node, "pod": self.pod,
                 "fetched_from": self.fetched_from, "status": _VERDICT.get(self.status, "FAIL"),
-                "passed": len(self.lines) - self.failed, "failed": self.failed, "error": self.error,
+                "passed": self.passed, "failed": self.failed, "skipped": self.skipped, "error": self.error,
                 "checks": [{"check": ln.item, "expected": ln.expected, "observed": ln.observed,
                             "result": ln.status.value} for ln in self.lines]}
 
@@ -70,7 +80,8 @@ class SchedulerResult:
             out.append(f"UNREACHABLE: no response from {self.url} ({self.error})")
         else:
             n = len(self.lines)
-            out.append(f"{n - self.failed}/{n} PASS" + (f", {self.failed} FAIL" if self.failed else ""))
+            out.append(f"{self.passed}/{n} PASS" + (f", {self.failed} FAIL" if self.failed else "")
+                       + (f", {self.skipped} SKIP" if self.skipped else ""))
         return "\n".join(out)
 
 
@@ -86,17 +97,21 @@ def _recording(scrape: Callable[[], HttpResponse], into: list[ScrapeRecord]) -> 
 
 def check_scheduler(url: str, *, fetch: Fetch | None = None, prefix: str | None = None, min_families: int = 25,
                     load: ProbeLoad | None = None, expect_idle: bool = True, settle_s: float = 60.0,
-                    name: str | None = None) -> SchedulerResult:
+                    name: str | None = None, read_log: ReadLog | None = None) -> SchedulerResult:
     """Check the exporter at ``url`` (``fetch`` default: urllib from this machine): the idle lines, then with
     ``load`` the under-load lines (:func:`run_load_checks`; not attempted when the endpoint gave no response at
-    all). ``name``: what the table calls it (default: ``url``)."""
+    all) and the DROP_LOCK line (:class:`~xpushare.metrics_check.counters.DropLockWindow`, against the scheduler's
+    log ``read_log``; SKIP without it). ``name``: what the table calls it (default: ``url``)."""
     fetch = fetch or urllib_fetcher()
     evidence = fetch_endpoint(url, fetch)
     lines = idle_checks(evidence, prefix=prefix, min_families=min_families, expect_idle=expect_idle)
     scrapes: list[ScrapeRecord] = []
     if load is not None and not evidence.unreachable:
         scrape = _recording(metrics_scraper(evidence.base_url, fetch), scrapes)
-        lines += run_load_checks(scrape, load, prefix=prefix, settle_s=settle_s)
+        window = DropLockWindow(read_log, prefix=prefix)
+        window.open(evidence.metrics.body if evidence.metrics.status == 200 else None)
+        lines += run_load_checks(scrape, load, prefix=prefix, settle_s=settle_s,
+                                 while_loaded=lambda: [window.close(scrape, settle_s=settle_s)])
     status = exit_status(lines, unreachable=evidence.unreachable)
     return SchedulerResult(name or evidence.base_url, evidence.base_url, lines, status,
                            evidence.metrics.error if status is ExitStatus.UNREACHABLE else None,
@@ -112,7 +127,7 @@ def check_target(target: SchedulerTarget, *, prefix: str | None, min_families: i
         return SchedulerResult(target.name, target.base_url, [line], status, target.problem, target.fetched_from,
                                target.node, target.pod)
     result = check_scheduler(target.base_url, fetch=target.fetch, prefix=prefix, min_families=min_families,
-                             load=target.probe, settle_s=settle_s, name=target.name)
+                             load=target.probe, settle_s=settle_s, name=target.name, read_log=target.read_log)
     result.fetched_from, result.node, result.pod = target.fetched_from, target.node, target.pod
     return result
 
@@ -240,7 +255,8 @@ def _overall_record(results: Sequence[SchedulerResult], status: ExitStatus,
                     saved: RunDirectory | None) -> dict[str, Any]:
     return {"run_id": saved.run_id if saved else None, "saved_to": str(saved.path) if saved else None,
             "status": _VERDICT.get(status, "FAIL"), "exit_status": int(status),
-            "passed": sum(len(r.lines) - r.failed for r in results), "failed": sum(r.failed for r in results),
+            "passed": sum(r.passed for r in results), "failed": sum(r.failed for r in results),
+            "skipped": sum(r.skipped for r in results),
             "schedulers": [r.record() for r in results]}
 
 

@@ -33,7 +33,8 @@ from xpushare.transport.kube_objects import Pod
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
     from xpushare.cases.base import CaseRun
 
-__all__ = ["SKIP_REASON", "fail_drain", "fail_heavy_node", "fail_restart_daemonset", "fail_restart_scheduler"]
+__all__ = ["SKIP_REASON", "fail_drain", "fail_heavy_node", "fail_restart_daemonset", "fail_restart_scheduler",
+           "start_recorded"]
 
 SKIP_REASON = "needs --allow-disruptive (restarts DaemonSets / drains nodes of the cluster)"
 W2 = "w2_medium_add"
@@ -93,7 +94,9 @@ def _load(run: CaseRun, count: int, *, node: str | None = None, workload: str = 
     return [run.pod(f"{tag}-{i}", workload, args=args, node=node) for i in range(1, count + 1)]
 
 
-def _start(run: CaseRun, specs: Sequence[PodSpec], key: str) -> None:
+def start_recorded(run: CaseRun, specs: Sequence[PodSpec], key: str) -> None:
+    """Start ``specs`` and record their names in the case's plan under ``key`` and ``pods`` (saved first, so a
+    harvest after a crash still knows them)."""
     run.plan.setdefault(key, [])
     run.plan[key] += [s.name for s in specs]
     run.plan.setdefault("pods", [])
@@ -106,7 +109,7 @@ def _probe(run: CaseRun, node: str | None = None) -> None:
     """A W2 pod started after recovery: new work must be admitted and run (on ``node`` when given)."""
     spec = run.pod("probe", W2, node=node)
     run.plan["probe_pod"] = spec.name
-    _start(run, [spec], "probe_pods")
+    start_recorded(run, [spec], "probe_pods")
     run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 
 
@@ -140,7 +143,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     ns = names.namespace
     run.plan.update(namespace=run.cluster.namespace, daemonset=ds, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
-    _start(run, specs, "load_pods")
+    start_recorded(run, specs, "load_pods")
     run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _snapshot_logs(run, "before_fault")
@@ -194,7 +197,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
     backend = run.backend
     run.plan.update(min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
-    _start(run, specs, "load_pods")
+    start_recorded(run, specs, "load_pods")
     backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _write_facts(run, "scheduler_before_fault.txt", backend.scheduler_facts())
@@ -288,7 +291,7 @@ def fail_drain(run: CaseRun) -> None:
     b = _k8s(run)
     run.plan.update(namespace=run.cluster.namespace, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
-    _start(run, specs, "load_pods")
+    start_recorded(run, specs, "load_pods")
     records = run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     node = run.params.get("fail003_node") or _busiest_node(records)
     if not node:
@@ -315,7 +318,7 @@ def fail_drain(run: CaseRun) -> None:
         by_name = {s.name: s for s in specs}
         replacements = [dataclasses.replace(by_name[n], name=f"{n}-re", node=None) for n in evicted if n in by_name]
         if replacements:
-            _start(run, replacements, "replacement_pods")
+            start_recorded(run, replacements, "replacement_pods")
             recs = run.backend.wait_running([s.name for s in replacements],
                                             float(run.params["fail_pending_max_s"]))
             running = [r for r in recs if r.phase != "Pending"]
@@ -384,7 +387,7 @@ def fail_heavy_node(run: CaseRun) -> None:
                              "applied": False, "node": node}
     run.plan["fault"] = fault
     specs = _load(run, int(run.params["fail004_pods"]), node=node, workload=W2)
-    _start(run, specs, "load_pods")
+    start_recorded(run, specs, "load_pods")
     fault["applied"] = True
     t_end = time.time()
     try:

@@ -25,13 +25,12 @@ Scenarios (``plan.scenario``):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import PodSpec, SchedulerFacts
 from xpushare.model.errors import XpushareError
 from xpushare.model.gpu_faults import KINDS, SHIM_ENV, SIM_ENV, fault_spec
-from xpushare.soak.faults import SKIP_REASON
+from xpushare.soak.faults import SKIP_REASON, start_recorded
 from xpushare.soak.ops import scrape_facts
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
@@ -103,15 +102,6 @@ def _facts(run: CaseRun, name: str) -> list[dict[str, Any]]:
     return out
 
 
-def _start(run: CaseRun, specs: Sequence[PodSpec], key: str) -> None:
-    run.plan.setdefault(key, [])
-    run.plan[key] += [s.name for s in specs]
-    run.plan.setdefault("pods", [])
-    run.plan["pods"] += [s.name for s in specs]
-    run.save_plan()
-    run.backend.start_pods(specs)
-
-
 def _scrape_after(run: CaseRun) -> None:
     """``/metrics`` of every scheduler after the load: which clients it still exports (``client_info``)."""
     try:
@@ -140,8 +130,8 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
     run.plan["scheduler_before"] = _facts(run, "scheduler_before_fault.txt")
     victims, neighbours = _load(run, scenario)
     t0 = time.time()
-    _start(run, victims, "victim_pods")
-    _start(run, neighbours, "neighbour_pods")
+    start_recorded(run, victims, "victim_pods")
+    start_recorded(run, neighbours, "neighbour_pods")
     run.plan["load_started_at"] = t0
     timeout = float(run.params["pod_timeout_s"])
     records = run.backend.wait_terminal([s.name for s in [*victims, *neighbours]], timeout)
@@ -166,6 +156,6 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
         probe = run.pod("probe-other", W2, node=node, same_gpu_as=None if node else spared[0])
     else:
         probe = run.pod("probe-same", W2, node=node, same_gpu_as=None if node else victims[0].name)
-    _start(run, [probe], "probe_pods")
+    start_recorded(run, [probe], "probe_pods")
     run.backend.wait_terminal([probe.name], timeout)
     run.save_plan()

@@ -12,6 +12,12 @@ from torch.cuda.mem_get_info() (cuMemGetInfo_v2 on cudadrv; under an xpushare me
 allocated, total = limit; spec docs/sut/client.md §hooks), -1 on CPU. A free_bytes that keeps shrinking
 between reports points at a leak in the accounting. Round 0 is the baseline before any allocation.
 
+With --hold-s > 0 each allocated block is kept that many seconds before it is freed, and the freed state
+that many seconds before the next round, so that a sampler slower than the loop (a /metrics scrape every second)
+sees both states; each change is announced first, flushed (the workload's own account of its allocation):
+    [XPUSHARE][ALLOC_HOLD] round=<int> allocated_bytes=<int>
+(the block's bytes while it is held, 0 once it is freed).
+
 Output (stdout): the report lines, PASS, then `--- <seconds> seconds ---`.
 Exit 0 on success, 1 on any error (the traceback, e.g. `CUDA out of memory`, goes to stderr).
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _driver.py and _common.py sit next to it
 import _common as c
@@ -34,6 +41,13 @@ REPORT_EVERY = d.SizeFlag(
     c.non_negative_int,
     "print an ALLOC_FREE line every this many rounds (0: only baseline and last).",
 )
+HOLD_S = d.Option(
+    "--hold-s",
+    type=c.non_negative_float,
+    default=0.0,
+    help="keep each block, and then the freed state, this many seconds (default 0: no pause)",
+)
+HOLD_PREFIX = "[XPUSHARE][ALLOC_HOLD]"
 EMPTY_CACHE = d.Option(
     "--empty-cache",
     action=argparse.BooleanOptionalAction,
@@ -74,18 +88,24 @@ def body(args: argparse.Namespace, dev: c.Device, start: float) -> None:
         dev.sync()
         o.check_value(f"round {round_no} block[0]", dev.item(block, 0), value)
         o.check_value(f"round {round_no} block[-1]", dev.item(block, -1), value)
+        if args.hold_s > 0:
+            print(f"{HOLD_PREFIX} round={round_no:d} allocated_bytes={elements * c.FP32_BYTES:d}", flush=True)
+            time.sleep(args.hold_s)
         dev.free(block)
         del block
         if args.empty_cache:
             dev.empty_cache()
         dev.sync()
+        if args.hold_s > 0:
+            print(f"{HOLD_PREFIX} round={round_no:d} allocated_bytes=0", flush=True)
+            time.sleep(args.hold_s)
         progress.update()
         if round_no == args.rounds or (args.report_every and round_no % args.report_every == 0):
             print(format_report(round_no, dev.mem_info()), flush=True)
     progress.close()
 
 
-build_parser, main = d.script(__doc__, "w4", ROUNDS, MIB, REPORT_EVERY, EMPTY_CACHE, body=body)
+build_parser, main = d.script(__doc__, "w4", ROUNDS, MIB, REPORT_EVERY, HOLD_S, EMPTY_CACHE, body=body)
 
 if __name__ == "__main__":
     sys.exit(main())
