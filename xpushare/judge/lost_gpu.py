@@ -7,9 +7,10 @@ Two independent sources, named in the check:
   :mod:`xpushare.collect.gpu_health`): before the fault the lost GPU's row gives its index and PCI bus id; after it
   ``nvidia-smi`` names that bus id "GPU is lost" (or lists the GPU no longer). Without that the loss is not
   established and nothing is judged (``ok`` None);
-* **/metrics** after the load (``plan.metrics_after`` pages, parsed by :func:`xpushare.collect.metrics.parse_exposition`):
-  the sampler's per-GPU series (families ``<prefix>_gpu_*``, docs/sut/metrics.md) labelled with the lost GPU's UUID
-  or its index (``gpu_index``; the UUID label may be NVML's placeholder ``GPU-<index>``).
+* **/metrics** after the load (``plan.metrics_after`` pages, parsed by
+  :func:`xpushare.collect.metrics.parse_exposition`): the sampler's per-GPU series (families ``<prefix>_gpu_*``,
+  docs/sut/metrics.md) labelled with the lost GPU's UUID or its index (``gpu_index``; the UUID label may be NVML's
+  placeholder ``GPU-<index>``).
 
 Correct: the lost GPU has no per-GPU sampler series any more, or it is marked: a series of it whose family name ends
 in ``_up``, ``_healthy`` or ``_available`` is 0, one ending in ``_lost`` is 1, a label ``state``/``health``/``status``
