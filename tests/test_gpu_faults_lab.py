@@ -106,7 +106,7 @@ def test_gpu_faults_healthy_then_ghost_clients(tmp_path: Path) -> None:
         lost = run_cases(tmp_path, inv, "lost", "FAIL-006")["FAIL-006"]
         # finding 22: everything holds but the exposition, which still shows the lost GPU as a present one
         assert lost["status"] == "FAIL", (lost["summary"], lost["checks"])
-        failed = [c["name"] for c in lost["checks"] if c["ok"] is not True]
+        failed = [c["name"] for c in lost["checks"] if c["ok"] is False]
         assert failed == ["lost_gpu_reported"], lost["checks"]
         assert 'gpu_uuid="GPU-0"' in lost["summary"] and "is lost" in lost["summary"], lost["summary"]
         assert lost["metrics"]["other_gpu"], lost["metrics"]
