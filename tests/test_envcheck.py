@@ -9,6 +9,9 @@ import copy
 import io
 import json
 import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import yaml
 from xpushare.envcheck import checks, context, fleet, k8s_mode, manifests
 from xpushare.envcheck.nominal import lookup
 from xpushare.envcheck.params import SMOKE_DEFAULTS, resolve_params
+from xpushare.evidence import gpu_health
 from xpushare.inventory.schema import local_cluster
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
@@ -428,3 +432,43 @@ def test_deepcopy_of_docs_is_not_mutated_by_judging() -> None:
     checks.judge_stack(doc, {})
     checks.stack_values(doc)
     assert doc == before
+
+
+# ---------------------------------------------------------------------------------------------- health in pods
+
+
+def test_the_stack_daemonset_runs_the_health_capture_after_the_stack_probe() -> None:
+    argv = gpu_health.capture_argv(env={"SIMGPU_KMSG": "/lab/{node}/kmsg"})
+    ds = manifests.render_stack_daemonset("r1", manifests.K8sSettings(), health_argv=argv)
+    command = ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:4] == ["python3", "workloads/envcheck/node_steps.py", "--stack", ""]
+    assert command[4] == "--health" and shlex.split(command[5]) == argv and command[6:] == ["--hold"]
+
+
+def test_node_steps_prints_the_health_capture_as_a_block_with_the_node_filled_in(tmp_path: Path) -> None:
+    script = manifests.SCRIPTS_DIR / "node_steps.py"
+    env = {**os.environ, "XPUSHARE_ENVCHECK_NODE": "gpu-7"}
+    health = shlex.join(["sh", "-c", 'printf "# xpushare gpu health\\nnode=%s\\n" "$1"; echo oops >&2', "sh",
+                         "{node}"])
+    proc = subprocess.run([sys.executable, str(script), "--health", health], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert checks.extract_block(proc.stdout, "health") == {"capture": "# xpushare gpu health\nnode=gpu-7\n"}
+    assert checks.exit_codes(proc.stdout) == {"health": 0} and "[health] oops" in proc.stdout
+    failed = subprocess.run([sys.executable, str(script), "--health", "sh -c 'exit 3'"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert checks.exit_codes(failed.stdout) == {"health": 3} and "@@xpushare-envcheck-begin" not in failed.stdout
+
+
+def test_k8s_health_step_from_the_stack_pod_log(tmp_path: Path) -> None:
+    ctx = context.RunContext(local_cluster(), resolve_params({}, {}), run_id="h1", root=tmp_path, mode="k8s",
+                             skip_gpu=True, out=io.StringIO())
+    capture = ("# xpushare gpu health\n## nvidia-smi exit=127\nnvidia-smi: not found\n"
+               "## kernel-log source=dmesg lines=3\n")
+    log = (f"@@xpushare-envcheck-begin health\n{json.dumps({'capture': capture})}\n@@xpushare-envcheck-end health\n"
+           "@@xpushare-envcheck-exit health 0 0.1\n")
+    raw = k8s_mode.health_step(ctx, "n1", log, "pod p: phase Running")
+    assert raw.doc == {"capture": capture} and raw.error is None
+    assert (ctx.node_dir("n1") / "health.txt").read_text() == capture
+    missing = k8s_mode.health_step(ctx, "n2", "@@xpushare-envcheck-exit stack 0 1.0\n", "pod q: phase Running")
+    assert missing.doc is None and missing.error == "health capture missing (pod q: phase Running)"

@@ -14,10 +14,12 @@ takes about 16 s, the broken-interpreter run about 4 s.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import socket
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import pytest
 import yaml
 
 from tests.lab.cluster import LabCluster
+from tests.lab.simgpu import append_kmsg, pci_bus_id, xid_line
 from tests.lab.sshd import SshLab
 from xpushare.envcheck import envcheck_task
 from xpushare.envcheck.manifests import APP, LABEL_APP
@@ -145,4 +148,45 @@ def test_in_cluster_limit_and_a_broken_interpreter(lab_cluster: LabCluster, lab_
     # which execs it from a shell in the node's mount namespace, reports the shell's exit code 127 (not found)
     assert "no 'stack' result" in summary and ("StartError" in summary or "exit code 127" in summary), summary
     assert report["cross_node"] is None
+    assert leftovers(lab_kubectl) == []
+
+
+def test_in_cluster_node_health_flags_a_recent_xid(lab_cluster: LabCluster, lab_kubectl: Kubectl,
+                                                   tmp_path: Path) -> None:
+    """The health step in the stack DaemonSet's pod: an Xid 79 an hour ago in lab-node1's kernel log flags it,
+    one three hours ago (outside the 2 h window) on lab-node2 does not. ``envcheck_health_env`` gives the pod the
+    node's simulated GPUs (the nvidia-smi look-alike) and kernel log (``SIMGPU_KMSG``, the dmesg look-alike)."""
+    assert lab_cluster.simgpu_dir is not None
+    now = datetime.now(timezone.utc)
+    logs = {n: lab_cluster.kmsg(n) for n in ("lab-node1", "lab-node2")}
+    kept = {n: p.read_bytes() for n, p in logs.items()}
+    env = {"PATH": f"{lab_cluster.simgpu_dir}:/usr/local/bin:/usr/bin:/bin",
+           "LD_LIBRARY_PATH": str(lab_cluster.simgpu_dir),
+           "SIMGPU_CONFIG": str(lab_cluster.simgpu_config("{node}")), "SIMGPU_KMSG": str(lab_cluster.kmsg("{node}"))}
+    spec = dataclasses.replace(lab_spec(lab_cluster, lab_kubectl), params={"envcheck_health_env": env})
+    try:
+        append_kmsg(logs["lab-node1"], xid_line(pci_bus_id(1), 79, "GPU has fallen off the bus.",
+                                                when=now - timedelta(hours=1)))
+        append_kmsg(logs["lab-node2"], xid_line(pci_bus_id(0), 79, "GPU has fallen off the bus.",
+                                                when=now - timedelta(hours=3)))
+        out = io.StringIO()
+        status = envcheck_task("kube-lab", mode="k8s", run_id="k8s-health", root=tmp_path, out=out, skip_gpu=True,
+                               cluster_spec=spec, kubectl=lab_kubectl,
+                               overrides=[*SMOKE, "envcheck_scripts=image", "envcheck_cross_node=false"])
+    finally:
+        for n, data in kept.items():
+            logs[n].write_bytes(data)
+    assert status is ExitStatus.FAILED, out.getvalue()
+    by_node = {n["node"]: n for n in fleet(tmp_path, "k8s-health")["nodes"]}
+    flagged, clean = by_node["lab-node1"]["steps"]["health"], by_node["lab-node2"]["steps"]["health"]
+    assert flagged["status"] == "FAIL", flagged
+    assert "Xid 79" in flagged["summary"] and pci_bus_id(1) in flagged["summary"], flagged["summary"]
+    assert clean["status"] == "PASS", clean
+    xid = next(c for c in clean["checks"] if c["name"] == "xid")
+    assert xid["values"]["older"] == 1 and not xid["values"]["flagged"], xid
+    # the NVML side ran in the pod too: both simulated GPUs answered the health query
+    visible = next(c for c in clean["checks"] if c["name"] == "gpus_visible")
+    assert len(visible["values"]["visible"]) == 2 and not visible["values"]["lost"], visible
+    health = tmp_path / ".tmplog" / "k8s-health" / "envcheck" / "kube-lab" / "lab-node1" / "health.txt"
+    assert "NVRM: Xid (PCI:0000:02:00): 79" in health.read_text()
     assert leftovers(lab_kubectl) == []

@@ -436,8 +436,10 @@ register(CaseDef(
     "FAIL-006", "stability", "A lost GPU under load", "W5",
     "disruptive: a victim's GPU falls off the bus (Xid 79) fail_fault_after_s into its run: every client on it "
     "fails; the scheduler survives, the clients of other GPUs keep their it/s, the dead clients are removed (log and "
-    "/metrics), a probe runs on another GPU. The lost GPU stays lost until the node is reset",
-    _GPU_FAULT_EVIDENCE, requires=_SCHED, params=dict(GPU_FAULT_PARAMS),
+    "/metrics), a probe runs on another GPU, and /metrics no longer exports the GPU NVML reports lost as a present "
+    "GPU (its series gone or marked lost). The lost GPU stays lost until the node is reset",
+    _GPU_FAULT_EVIDENCE + ", gpu_health/<node>-before.txt and -after.txt (NVML, kernel log)", requires=_SCHED,
+    params=dict(GPU_FAULT_PARAMS),
     act=lambda run: gpu_fault_act.fail_gpu_fault(run, "device-lost"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
 ))

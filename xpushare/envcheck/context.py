@@ -50,7 +50,8 @@ class NodeRaw:
     error: str | None = None
     unreachable: bool = False
     health: StepRaw | None = None
-    """The health step (SSH mode): its capture text in ``doc["capture"]``, or why there is none."""
+    """The health step: its capture text in ``doc["capture"]`` (SSH mode: the command's output; Kubernetes mode:
+    the ``health`` block of the stack pod's log), or why there is none."""
 
 
 class RunContext:

@@ -1,5 +1,7 @@
-"""Envcheck Kubernetes mode (:func:`run_k8s`): the stack DaemonSet, one GPU Pod/Job per node and the
-hostNetwork cross-node all-reduce through kubectl on the master (see :mod:`xpushare.envcheck.runner`).
+"""Envcheck Kubernetes mode (:func:`run_k8s`): the stack DaemonSet (the stack probe, then the node health capture of
+:mod:`xpushare.evidence.gpu_health`, judged by :mod:`xpushare.envcheck.node_health` as in SSH mode), one GPU Pod/Job
+per node and the hostNetwork cross-node all-reduce through kubectl on the master (see
+:mod:`xpushare.envcheck.runner`).
 Split out of :mod:`xpushare.envcheck.runner`.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from xpushare.envcheck import checks, manifests
 from xpushare.envcheck.context import CROSS_DIR, NodeRaw, RunContext, StepRaw, finish, nccl_plan_note, safe_name
+from xpushare.evidence import gpu_health
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
@@ -51,19 +54,34 @@ def pod_state(pod: Any) -> str:
     return text[:300]
 
 
-def _wait_logs(kubectl: Any, sel: str, wanted: Sequence[str], step: str, timeout_s: float,
+def _wait_logs(kubectl: Any, sel: str, wanted: Sequence[str], steps: Sequence[str], timeout_s: float,
                sleep: Callable[[float], None] = time.sleep) -> tuple[dict[str, str], dict[str, Any]]:
-    """(log per node, pod per node) of the pods matching ``sel``, once each wanted node's log has ``step``'s
-    exit line or ``timeout_s`` has passed."""
+    """(log per node, pod per node) of the pods matching ``sel``, once each wanted node's log has the exit line
+    of every one of ``steps`` or ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
     while True:
         pods = {p.name: p for p in kubectl.list_pods(sel)}
         logs = kubectl.logs_by_pod(sel, timestamps=False)
         by_node = {pods[name].node: text for name, text in logs.items() if name in pods and pods[name].node}
-        done = [n for n in wanted if step in checks.exit_codes(by_node.get(n, ""))]
+        done = [n for n in wanted if set(steps) <= set(checks.exit_codes(by_node.get(n, "")))]
         if len(done) == len(wanted) or time.monotonic() > deadline:
             return by_node, {p.node: p for p in pods.values() if p.node}
         sleep(POLL_S)
+
+
+def health_step(ctx: RunContext, node: str, log: str | None, state: str) -> StepRaw:
+    """The health step of ``node`` from its stack pod's log (the ``health`` block: the capture's output, kept as
+    ``health.txt`` as in SSH mode); ``state``: the pod's state, for a log without it."""
+    doc, error = checks.try_block(log or "", "health")
+    code = checks.exit_codes(log or "").get("health")
+    if doc is None or not isinstance(doc.get("capture"), str):
+        ctx.write(node, "health.txt", f"# no health capture in the stack pod's log: {error}\n")
+        return StepRaw(error=f"health capture {f'exit {code}' if code is not None else 'missing'} "
+                             f"({state or 'no stack pod ran on this node'})", exit_code=code)
+    ctx.write(node, "health.txt", doc["capture"])
+    if code != 0:
+        return StepRaw(error=f"health capture exit {code}", exit_code=code)
+    return StepRaw({"capture": doc["capture"]}, None, code)
 
 
 def run_k8s(ctx: RunContext, kubectl: Any, *, limit: str | None) -> ExitStatus:
@@ -128,15 +146,17 @@ def run_k8s(ctx: RunContext, kubectl: Any, *, limit: str | None) -> ExitStatus:
         objs: list[Mapping[str, Any]] = []
         if p.scripts == "configmap":
             objs.append(manifests.render_scripts_configmap(run))
+        health_argv = gpu_health.capture_argv(env=p.health_env) if p.health else None
         objs.append(manifests.render_stack_daemonset(run, settings, probe_args=ctx.probe_args(),
-                                                     nodes=names if limit else None))
+                                                     nodes=names if limit else None, health_argv=health_argv))
         kubectl.apply(manifests.to_yaml(objs))
         stack_sel = manifests.selector(run, "stack")
         try:
             kubectl.wait_pods(stack_sel, until="running", count=len(names), timeout_s=p.pod_timeout_s, poll_s=POLL_S)
         except (KubeTimeout, KubePodStuck) as exc:
             ctx.log(f"warning: {exc}")
-        logs, stack_pods = _wait_logs(kubectl, stack_sel, names, "stack", p.step_timeout_s)
+        logs, stack_pods = _wait_logs(kubectl, stack_sel, names, ("stack", "health") if p.health else ("stack",),
+                                      p.step_timeout_s)
         for node in names:
             if node in logs:
                 ctx.write(node, "stack-pod.log", logs[node])
@@ -146,6 +166,8 @@ def run_k8s(ctx: RunContext, kubectl: Any, *, limit: str | None) -> ExitStatus:
             raws[node].stack = stack
             raws[node].plan = checks.gpu_plan(stack.doc, skip_gpu=ctx.skip_gpu, cpu_smoke=p.cpu_smoke,
                                               smoke_procs=p.smoke_procs)
+            if p.health:
+                raws[node].health = health_step(ctx, node, logs.get(node), states.get((node, "stack"), ""))
         kubectl.delete(manifests.selector(run, "stack"), kind="daemonsets", wait=False)
         ready = [n for n in names if (pl := raws[n].plan) is not None and pl.run]
         answered = sum(1 for n in names if (st := raws[n].stack) is not None and st.doc is not None)

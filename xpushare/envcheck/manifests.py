@@ -9,7 +9,8 @@ and ``app.kubernetes.io/component=<stack|gpu|cross>``, so one selector finds and
 * ConfigMap ``xpushare-envcheck-scripts-<run>``: the node-side scripts, mounted at
   ``<workdir>/workloads/envcheck`` (``envcheck_scripts: configmap``; with ``image`` the image must hold
   them at that path instead);
-* DaemonSet ``xpushare-envcheck-stack-<run>``: the stack probe on every selected node;
+* DaemonSet ``xpushare-envcheck-stack-<run>``: the stack probe, then the node health capture, on every selected
+  node;
 * Pod (or Job, ``envcheck_workload_kind: job``) ``xpushare-envcheck-gpu-<run>-<node>``: cuBLAS then the
   single-node all-reduce, pinned with ``nodeName``, limited to the node's GPUs;
 * Pod (or Job) ``xpushare-envcheck-cross-<run>-<node>``: one rank group of the cross-node all-reduce,
@@ -126,8 +127,11 @@ def render_scripts_configmap(run: str, scripts_dir: Path = SCRIPTS_DIR) -> dict[
 
 
 def render_stack_daemonset(run: str, settings: K8sSettings, *, probe_args: Sequence[str] = (),
-                           nodes: Sequence[str] | None = None) -> dict[str, Any]:
-    """The stack-probe DaemonSet; ``nodes`` (from ``--limit``) pins it with a ``metadata.name`` affinity."""
+                           nodes: Sequence[str] | None = None,
+                           health_argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The stack-probe DaemonSet; ``nodes`` (from ``--limit``) pins it with a ``metadata.name`` affinity;
+    ``health_argv`` (the node health capture, :func:`xpushare.evidence.gpu_health.capture_argv`; ``{node}`` in it
+    becomes the pod's node name) runs after the stack probe as step ``health``."""
     doc = load_template("stack-daemonset.yaml")
     labels = _labels(run, "stack")
     doc["metadata"]["name"] = dns_name("xpushare-envcheck-stack", run)
@@ -139,8 +143,9 @@ def render_stack_daemonset(run: str, settings: K8sSettings, *, probe_args: Seque
     container = spec["containers"][0]
     container["image"] = settings.image
     container["workingDir"] = settings.workdir
+    health = ["--health", shlex.join(health_argv)] if health_argv is not None else []
     container["command"] = [settings.python, f"{SCRIPTS_REL}/node_steps.py", "--stack", shlex.join(probe_args),
-                            "--hold"]
+                            *health, "--hold"]
     if settings.node_selector:
         spec["nodeSelector"] = dict(settings.node_selector)
     if nodes is not None:

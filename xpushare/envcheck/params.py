@@ -59,7 +59,11 @@ class EnvcheckParams:
     python: str | None = None
     """Interpreter on the nodes (default: the inventory's ``python``; ``python3`` in pods)."""
     health: bool = True
-    """Run the node health step (SSH mode: Xids, ECC, row remapping, throttling; envcheck/node_health.py)."""
+    """Run the node health step (Xids, ECC, row remapping, throttling; envcheck/node_health.py): over SSH in SSH
+    mode, in the stack DaemonSet's pod in Kubernetes mode."""
+    health_env: dict[str, str] = field(default_factory=dict)
+    """Environment of the health capture (``{node}`` in a value is replaced by the node's name): where the node's
+    driver or kernel log is not what an SSH session or the stack pod sees by default (e.g. ``PATH``)."""
     xid_window_h: float = 2.0
     """Hours back from now in which a warning/critical Xid in the kernel log flags the node."""
     ecc_uncorrected_max: int = 0

@@ -72,7 +72,8 @@ class _SshNode:
 
     def health(self) -> StepRaw:
         """The node health capture (evidence/gpu_health's command); kept as ``health.txt``."""
-        argv = gpu_health.capture_argv()
+        env = {k: v.replace("{node}", self.host.name) for k, v in self.ctx.params.health_env.items()}
+        argv = gpu_health.capture_argv(env=env)
         try:
             res = self.host.run(argv, timeout=self.ctx.params.step_timeout_s)
         except (CommandTimeout, ConnectionLost) as exc:

@@ -15,7 +15,10 @@ progress lines, docs/sut/workloads.md §inline), ``scheduler.log``. Checks:
   died, and the ``/metrics`` page after the load exports none of them (``client_info``: host pid in host mode, pod
   name in Kubernetes): no ghost;
 * ``metrics_recovered``: ``/metrics`` answers 200 and parses after the load;
-* ``probe_after_fault``: a new pod on the faulted GPU (lost GPU: on another) succeeds.
+* ``probe_after_fault``: a new pod on the faulted GPU (lost GPU: on another) succeeds;
+* ``lost_gpu_reported`` (FAIL-006 only, :mod:`xpushare.judge.lost_gpu`): the GPU that NVML (the node's health
+  capture after the fault) reports lost is not exported by ``/metrics`` as a present GPU (its series gone, or marked
+  lost/unavailable); finding 22 of docs/findings.md.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from xpushare.collect.pod_log import Probe, quota_probes
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_skip
+from xpushare.judge.lost_gpu import check_lost_gpu_reported
 from xpushare.model.gpu_faults import KINDS
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
@@ -213,6 +217,8 @@ def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         checks.append(check_pods_succeeded(ev, probes, check_name="probe_after_fault"))
     elif plan.get("probe_note"):
         notes.append(str(plan["probe_note"]))
+    if lost:
+        checks.append(check_lost_gpu_reported(ev, plan, sorted(victim_gpus)))
     if checks[0].ok is None:  # the fault did not happen (or the GPU was unusable before it): nothing was judged
         return Verdict(Status.ERROR, f"{checks[0].name}: {checks[0].detail}", checks, dict(th), metrics,
                        [*ev.pod_files(), "plan.json"])
@@ -220,7 +226,7 @@ def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         f"{fault.get('kind')} in {len(victims)} client(s): scheduler survived, "
         + (f"{len(same)} client(s) of the lost GPU ended with it, " if lost else
            f"{len(same)} same-GPU neighbour(s) and ") + f"{len(other)} other-GPU neighbour(s) kept progress, no ghost, "
-        "metrics recovered, probe passed"))
+        "metrics recovered, probe passed" + (", the lost GPU not exported as present" if lost else "")))
     if notes and status is Status.PASS:
         summary += " (" + "; ".join(notes) + ")"
     metrics["notes"] = notes
@@ -228,4 +234,7 @@ def judge_gpu_fault(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]
         metrics["lost_gpu_series"] = _lost_gpu_series(ev, plan, sorted(victim_gpus))
     files = [*ev.pod_files(), "plan.json", "scheduler_before_fault.txt", "scheduler_after_fault.txt", "scheduler.log"]
     files += [p["file"] for p in (plan.get("metrics_after") or {}).values() if p.get("file")]
+    if lost:
+        files += [f for c in checks if c.name == "lost_gpu_reported" for side in c.values.get("nvml", [])
+                  for f in side.get("files", []) if ev.text(f) is not None]
     return Verdict(status, summary, checks, dict(th), metrics, files)

@@ -10,6 +10,10 @@ prints, per step: the step's stdout as it came (holding its ``@@xpushare-envchec
     --stack ARGS                    stack_probe.py ARGS
     --cublas ARGS                   cublas_bf16.py ARGS
     --nccl ARGS --torchrun TRARGS   python -m torch.distributed.run TRARGS nccl_allreduce.py ARGS
+    --health ARGV                   the node health capture: ARGV is the whole command (xpushare's
+                                    evidence/gpu_health.py capture_argv), ``{node}`` in it replaced by
+                                    $XPUSHARE_ENVCHECK_NODE; its stdout is printed as the JSON block
+                                    ``{"capture": <stdout>}`` of step ``health``
 
 ``--hold`` then sleeps until the pod is deleted (a DaemonSet's container must not exit). The scripts are
 found next to this file; the interpreter is this one. Exit status: the first failing step's, else 0.
@@ -18,6 +22,7 @@ found next to this file; the interpreter is this one. Exit status: the first fai
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -26,6 +31,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXIT = "@@xpushare-envcheck-exit"
+BEGIN = "@@xpushare-envcheck-begin"
+END = "@@xpushare-envcheck-end"
 
 
 def run_step(step: str, argv: list[str], stderr_lines: int, timeout: float | None) -> int:
@@ -48,12 +55,34 @@ def run_step(step: str, argv: list[str], stderr_lines: int, timeout: float | Non
     return code
 
 
+def run_health(argv: list[str], stderr_lines: int, timeout: float | None) -> int:
+    """The health capture ``argv``: its stdout as the ``health`` JSON block, then the exit line and stderr tail."""
+    node = os.environ.get("XPUSHARE_ENVCHECK_NODE", "")
+    argv = [a.replace("{node}", node) for a in argv]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired:
+        code, out, err = 124, "", f"timed out after {timeout:g} s"
+    except OSError as exc:
+        code, out, err = 127, "", str(exc)
+    if out:
+        sys.stdout.write(f"{BEGIN} health\n{json.dumps({'capture': out})}\n{END} health\n")
+    sys.stdout.write(f"{EXIT} health {code} {time.monotonic() - start:.3f}\n")
+    for line in err.splitlines()[-stderr_lines:]:
+        sys.stdout.write(f"[health] {line}\n")
+    sys.stdout.flush()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default=None, help="run stack_probe.py with these arguments")
     parser.add_argument("--cublas", default=None, help="run cublas_bf16.py with these arguments")
     parser.add_argument("--nccl", default=None, help="run nccl_allreduce.py under torchrun with these arguments")
     parser.add_argument("--torchrun", default="--standalone --nproc-per-node 1", help="torchrun's arguments")
+    parser.add_argument("--health", default=None, help="run this health capture command (one shell-quoted string)")
     parser.add_argument("--timeout-s", type=float, default=None, help="limit per step (default: none)")
     parser.add_argument("--stderr-lines", type=int, default=40)
     parser.add_argument("--hold", action="store_true", help="sleep until killed after the steps")
@@ -71,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for step, step_argv in steps:
         code = run_step(step, step_argv, args.stderr_lines, args.timeout_s)
         status = status or code
+    if args.health is not None:  # the node's state, not a GPU step: its failure is judged, not the pod's status
+        run_health(shlex.split(args.health), args.stderr_lines, args.timeout_s)
     if args.hold:
         sys.stdout.write("@@xpushare-envcheck-hold\n")
         sys.stdout.flush()
