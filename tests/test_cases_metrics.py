@@ -27,6 +27,7 @@ import pytest
 from tests.test_judge_metrics import GIB, page
 from tests.test_metrics_check import IDLE, UUID
 from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.backends.k8s import K8sBackend
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
@@ -166,6 +167,8 @@ class FakeK8sBackend:
     def kubernetes(self) -> FakeK8sBackend:
         return self
 
+    sut_pods = K8sBackend.sut_pods  # over the fake kubectl
+
     def scheduler_host(self) -> None:
         return None
 
@@ -176,23 +179,23 @@ class FakeK8sBackend:
     def node_hosts(self) -> dict[str, str]:
         return dict(self.node_host)
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
         for spec in pods:
             self.specs.append(spec)
             mem = quantity.annotation_bytes(spec.memory_limit) if spec.memory_limit else 0
             mem = mem if self.state.memory_from_annotation else 0
             self.state.probe = Probe(spec.name, core=quantity.core_limit_value(spec.core_limit), mem_quota=mem)
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return [PodRecord(name=n, phase=self.phase, node=NODE, exit_code=None if self.phase == "Running" else 1)
                 for n in names]
 
     log = "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         return self.log
 
-    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
         when = time.time()
         self.annotations.append(dict(annotations))
         self.state.annotate(annotations)
@@ -256,6 +259,7 @@ def act_and_judge(case_id: str, backend: Any, cluster: ClusterSpec, tmp_path: Pa
     case_dir.mkdir(parents=True)
     params = params_for(case_id, **over)
     run = CaseRun(case_id, case_dir, backend, cluster, params)
+    backend.case_dir = case_dir  # as the lifecycle's Backend.begin_case does
     assert case.act is not None
     case.act(run)
     verdict = lifecycle.judge_case(case, case_dir, params)
@@ -436,9 +440,9 @@ def test_probe_that_ends_before_its_first_line_is_an_error_at_once(k8s: tuple[Fa
     backend.log = "Traceback: import torch failed\n"
     phases = iter(["Running"])
 
-    def wait_running(case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         backend.phase = next(phases, "Failed")
-        return FakeK8sBackend.wait_running(backend, case_dir, names, timeout_s)
+        return FakeK8sBackend.wait_running(backend, names, timeout_s)
 
     backend.wait_running = wait_running  # type: ignore[method-assign]
     t0 = time.monotonic()

@@ -64,11 +64,11 @@ def test_xid_79_on_the_pod_node_is_error(inventory: Path, kube_lab: LabCluster, 
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     original = K8sBackend.harvest
 
-    def harvest(self: K8sBackend, case_dir: Path) -> list[str]:
+    def harvest(self: K8sBackend) -> list[str]:
         for node in {p.node for p in self.case_pods() if p.node}:
             for index in range(len(kube_lab.gpu_uuids(node))):
                 append_kmsg(kube_lab.kmsg(node), xid_line(pci_bus_id(index), 79, "GPU has fallen off the bus."))
-        return original(self, case_dir)
+        return original(self)
 
     monkeypatch.setattr(K8sBackend, "harvest", harvest)
     o = run_case(inventory, tmp_path, "xid79")

@@ -222,18 +222,18 @@ class HostBackendFake:
     def begin_case(self, case_dir: Path, case_id: str) -> None:
         pass
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
         self.specs += pods
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         self.polls += 1
         pid = self.pid if self.polls > 2 else None  # not recorded yet on the first polls
         return [PodRecord(name=n, phase="Running", node="localhost", host_pid=pid) for n in names]
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         return self.log if self.polls > 3 else ""
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         pass
 
 
@@ -363,6 +363,7 @@ class FakeHostLibBackend:
         self.hosts = {"localhost": LocalHost()}
         self.run_id = "unit"
         self.pid = pid
+        self.case_dir = Path()  # the case begun: act_and_judge sets it, as Backend.begin_case does
         self.log = POD_A_LOG + "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
 
     def kubernetes(self) -> None:
@@ -371,18 +372,18 @@ class FakeHostLibBackend:
     def scheduler_host(self) -> LocalHost:
         return self.hosts["localhost"]
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
         self.names = [p.name for p in pods]
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         recs = [PodRecord(name=n, phase="Running", node="localhost", host_pid=self.pid) for n in names]
-        write_pod_records(case_dir, recs)  # as the host backend does on every poll
+        write_pod_records(self.case_dir, recs)  # as the host backend does on every poll
         for n in names:  # what the harvest brings back
-            (case_dir / "pods").mkdir(exist_ok=True)
-            (case_dir / "pods" / f"{n}.log").write_text(self.log, encoding="utf-8")
+            (self.case_dir / "pods").mkdir(exist_ok=True)
+            (self.case_dir / "pods" / f"{n}.log").write_text(self.log, encoding="utf-8")
         return recs
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         return self.log
 
 

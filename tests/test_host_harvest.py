@@ -65,20 +65,20 @@ def case(tmp_path: Path) -> Iterator[tuple[HostBackend, FlakyHost, Path]]:
     backend.begin_case(case_dir, "c1")
     with log.open("a", encoding="utf-8") as fh:
         fh.write("scheduler line of the case\n")
-    backend.start_pods(case_dir, [PodSpec(POD, "w2_medium_add", ("--help",))])
-    [record] = backend.wait_terminal(case_dir, [POD], 60)
+    backend.start_pods([PodSpec(POD, "w2_medium_add", ("--help",))])
+    [record] = backend.wait_terminal([POD], 60)
     assert record.phase in ("Succeeded", "Failed"), record
     try:
         yield backend, host, case_dir
     finally:
         host.fail_run.clear()
         host.fail_get.clear()
-        backend.cleanup(case_dir)
+        backend.cleanup()
 
 
 def test_healthy_harvest_stores_every_piece_and_notes_nothing(case: tuple[HostBackend, FlakyHost, Path]) -> None:
     backend, _host, case_dir = case
-    files = backend.harvest(case_dir)
+    files = backend.harvest()
     assert {"pods.json", f"pods/{POD}.log", "remote_localhost_nvidia_smi.txt", "scheduler.log",
             "scheduler_node.txt"} <= set(files), files
     assert any(f.startswith("sampler/localhost_") for f in files), files
@@ -92,7 +92,7 @@ def test_lost_reads_are_noted_and_make_the_harvest_incomplete(case: tuple[HostBa
     host.fail_run["nvidia-smi: not found"] = CommandTimeout("localhost", "'sh' timed out after 60 s")
     host.fail_run["tail -c"] = ConnectionLost("localhost", "connection lost during 'tail' (test)")
     with pytest.raises(HarvestIncomplete) as info:
-        backend.harvest(case_dir)
+        backend.harvest()
     faults = info.value.faults
     assert len(faults) == 3, faults
     assert faults[0].startswith(f"pod {POD} log: localhost: connection lost"), faults
@@ -108,7 +108,7 @@ def test_lost_reads_are_noted_and_make_the_harvest_incomplete(case: tuple[HostBa
 
 def test_a_lost_poll_loses_only_pods_json(case: tuple[HostBackend, FlakyHost, Path]) -> None:
     """The pods' last poll fails (the earlier pods.json stays as written); the logs and the rest are read."""
-    backend, _host, case_dir = case
+    backend, _host, _case_dir = case
     poll = backend._poll
     calls = [0]
 
@@ -119,7 +119,7 @@ def test_a_lost_poll_loses_only_pods_json(case: tuple[HostBackend, FlakyHost, Pa
     backend._poll = lost_poll  # type: ignore[method-assign]
     try:
         with pytest.raises(HarvestIncomplete) as info:
-            backend.harvest(case_dir)
+            backend.harvest()
     finally:
         backend._poll = poll  # type: ignore[method-assign]
     assert calls == [1]
@@ -131,7 +131,7 @@ def test_an_absent_file_is_noted_but_is_no_fault(case: tuple[HostBackend, FlakyH
     """The pod's output file is gone from the host (not a transport fault): noted, the harvest is complete."""
     backend, host, case_dir = case
     host.fail_get[f"{POD}.log"] = RemoteNotFound("localhost", f"get {POD}.log: No such file or directory")
-    files = backend.harvest(case_dir)
+    files = backend.harvest()
     assert f"pods/{POD}.log" not in files and "scheduler.log" in files
     assert (case_dir / "harvest-errors.txt").read_text() == (
         f"pod {POD} log: localhost: get {POD}.log: No such file or directory\n")

@@ -130,7 +130,7 @@ def test_host_cleanup_stops_what_the_case_left_running(tmp_path: Path) -> None:
     host = backend.hosts["localhost"]
     pid = host.spawn(f"{backend.case_prefix}-capture", ["sleep", "60"]).pid
     assert _alive(pid)
-    backend.cleanup(tmp_path)
+    backend.cleanup()
     deadline = time.monotonic() + 5
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -274,12 +274,12 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
     backend.prepare_run(f"two-{os.getpid()}")
     backend.begin_case(tmp_path, "two-probes")
     try:
-        backend.start_pods(tmp_path, specs)
-        records = {r.name: r for r in backend.wait_running(tmp_path, ["probe-a", "probe-b"], 60)}
+        backend.start_pods(specs)
+        records = {r.name: r for r in backend.wait_running(["probe-a", "probe-b"], 60)}
         assert all(r.phase == "Running" and r.host_pid for r in records.values()), records
         deadline = time.monotonic() + 30
         while True:  # until both registered and both printed their Client ID line
-            matches = [client_match("host", n, record=records[n], log=backend.read_log(tmp_path, n))
+            matches = [client_match("host", n, record=records[n], log=backend.read_log(n))
                        for n in ("probe-a", "probe-b")]
             exp = parse_exposition(page(host_lab))
             if all(m.client_ids and matched_clients(exp, m) for m in matches) or time.monotonic() > deadline:
@@ -298,9 +298,9 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
         # The check can fail: one probe's key for two expected clients, and the old pod-name key.
         assert not checklist.load_checks(exp, expected_clients=2, matches=matches[:1])[0].ok
         assert not any(matched_clients(exp, client_match("k8s", n)) for n in ("probe-a", "probe-b"))
-        backend.harvest(tmp_path)
+        backend.harvest()
     finally:
-        backend.cleanup(tmp_path)
+        backend.cleanup()
         backend.close()
     # The scheduler-log analysis at judgment time: each probe's registration found by its own pid.
     assert not (tmp_path / "gpu_mapping.txt").exists()  # the harvest stores evidence only

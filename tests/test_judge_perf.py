@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from xpushare.backends.base import PodRecord, write_pod_records
+from xpushare.backends.k8s import K8sBackend
 from xpushare.cases import REGISTRY
 from xpushare.engine import driver, lifecycle
 from xpushare.evidence.store import Evidence
@@ -555,6 +556,11 @@ class FakeBackend:
     def kubernetes(self) -> FakeBackend:
         return self
 
+    # K8sBackend's own DaemonSet operations, over the fake kubectl
+    daemonset_env = K8sBackend.daemonset_env
+    set_daemonset_env = K8sBackend.set_daemonset_env
+    await_daemonset = K8sBackend.await_daemonset
+
     def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
         return self.kubectl.logs(prefix=prefix, timestamps=timestamps)
 
@@ -564,20 +570,20 @@ class FakeBackend:
     def colocation_target(self) -> tuple[str, int]:
         return "n1", 2
 
-    def start_pods(self, case_dir: Path, pods: list[Any]) -> None:
+    def start_pods(self, pods: list[Any]) -> None:
         a_gpu, z_gpu = self.plans[min(self.attempt, len(self.plans) - 1)]
         self.attempt += 1
         for p in pods:
             self.started.append(p.name)
             self.gpu_of[p.name] = a_gpu if "-a" in p.name else (z_gpu if "-z" in p.name else "GPU-b")
 
-    def wait_running(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: list[str], timeout_s: float) -> list[PodRecord]:
         return []
 
-    def wait_terminal(self, case_dir: Path, names: list[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: list[str], timeout_s: float) -> list[PodRecord]:
         return []
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         self.cleanups += 1
         self.gpu_of.clear()
 

@@ -79,7 +79,8 @@ class ActBackend:
 
     mode = "k8s"
 
-    def __init__(self, annotate_at: Sequence[float] = ()) -> None:
+    def __init__(self, annotate_at: Sequence[float] = (), case_dir: Path = Path()) -> None:
+        self.case_dir = case_dir  # the case begun (Backend.begin_case)
         self.names = sut_names("xpushare")
         self.times = list(annotate_at)
         self.started: list[PodSpec] = []
@@ -87,23 +88,23 @@ class ActBackend:
     def colocation_target(self) -> tuple[str | None, int]:
         return NODE, 2
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
         self.started += pods
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return []
 
-    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
         return []
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         return "[XPUSHARE][QUOTA_PROBE] elapsed=10.0s it=3900 it_per_sec=390.00\n" + mem_probe_line(0, 3.1, 4 * GIB)
 
-    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
         keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
         when = self.times.pop(0)
         full = {keys.get(k, k): v for k, v in annotations.items()}
-        with (case_dir / "annotations.jsonl").open("a", encoding="utf-8") as fh:
+        with (self.case_dir / "annotations.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"time": when, "pod": pod, "annotations": full}) + "\n")
         return when
 
@@ -114,7 +115,7 @@ def act_case(root: Path, case_id: str, annotate_at: Sequence[float] = ()) -> tup
     assert case.act is not None
     case_dir = root / case_id
     case_dir.mkdir(parents=True)
-    backend = ActBackend(annotate_at)
+    backend = ActBackend(annotate_at, case_dir)
     cluster = ClusterSpec(name="c1", mode="k8s", sut="xpushare", backend="k8s", gpu_model="NVIDIA H100 80GB HBM3",
                           gpu_memory_gib=80.0, hosts=(), namespace=NS)
     params = {**COMMON_PARAMS, **case.params, "dynamic_step_s": 0}
@@ -771,7 +772,7 @@ DYNAMIC_CASES = ["FUNC-010", "FUNC-011", "FUNC-012"]
 class SilentBackend(ActBackend):
     """The W5 pod never prints a probe line (e.g. stuck importing under its quota)."""
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         return ""
 
 
@@ -787,7 +788,7 @@ def test_dynamic_act_saves_probe_started(tmp_path: Path, case_id: str) -> None:
     cluster = ClusterSpec(name="c1", mode="k8s", sut="xpushare", backend="k8s", gpu_model="NVIDIA H100 80GB HBM3",
                           gpu_memory_gib=80.0, hosts=(), namespace=NS)
     params = {**COMMON_PARAMS, **case.params, "dynamic_step_s": 0, "pod_timeout_s": 0}
-    case.act(CaseRun(case_id, case_dir, cast(Any, SilentBackend(ANNOTATE_AT)), cluster, params))
+    case.act(CaseRun(case_id, case_dir, cast(Any, SilentBackend(ANNOTATE_AT, case_dir)), cluster, params))
     assert load_plan(case_dir)["probe_started"] is False
 
 

@@ -33,15 +33,15 @@ class HarvestBackend:
         return None
 
     def begin_case(self, case_dir: Path, case_id: str) -> None:
-        pass
+        self.case_dir = case_dir
 
-    def harvest(self, case_dir: Path) -> list[str]:
-        (case_dir / "pods.json").write_text("[]\n")
+    def harvest(self) -> list[str]:
+        (self.case_dir / "pods.json").write_text("[]\n")
         if self.fault:
             raise HarvestIncomplete(["pods.json"], [FAULT])
         return ["pods.json"]
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         self.cleaned = True
 
 

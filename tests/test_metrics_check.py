@@ -411,13 +411,13 @@ def test_backend_probe_load_drives_a_backend(tmp_path: Path) -> None:
         def begin_case(self, case_dir: Path, case_id: str) -> None:
             self.calls.append(f"begin {case_id}")
 
-        def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+        def start_pods(self, pods: Sequence[PodSpec]) -> None:
             self.specs += pods
 
-        def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
             return [PodRecord(name=n, phase="Running") for n in names]
 
-        def cleanup(self, case_dir: Path) -> None:
+        def cleanup(self) -> None:
             self.calls.append("cleanup")
 
     backend = Backend()

@@ -36,13 +36,13 @@ class CalibrationBackend:
     def colocation_target(self) -> tuple[str | None, int]:
         return None, 1
 
-    def start_pods(self, case_dir: Path, pods: list[PodSpec]) -> None:
+    def start_pods(self, pods: list[PodSpec]) -> None:
         self.specs.update({p.name: p for p in pods})
 
-    def wait_terminal(self, case_dir: Path, names: list[str], timeout_s: float) -> list[Any]:
+    def wait_terminal(self, names: list[str], timeout_s: float) -> list[Any]:
         return []
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         args = self.specs[pod].args
         iters = int(args[args.index("--iters") + 1])
         info = (f"[XPUSHARE][INFO] workload=w6 device=cuda:0 name='NVIDIA {self.model} X' model={self.model!r} "

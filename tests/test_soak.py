@@ -557,7 +557,7 @@ def test_k8s_soak_ops_sample_the_pods_and_use_the_backend_for_pods(tmp_path: Pat
     host = SimpleNamespace(run=run)
     pod = SimpleNamespace(node="n1", name="sched-1", uid="u1", restart_count=2, pod_ip="10.0.0.5",
                           containers=[SimpleNamespace(ready=True)])
-    kube = SimpleNamespace(kubectl=SimpleNamespace(list_pods=lambda label, namespace: [pod]), metrics_port=9402,
+    kube = SimpleNamespace(sut_pods=lambda label: [pod], metrics_port=9402,
                            host_for_node=lambda node: "gpu1", gpu_host=lambda name: host)
     names = SimpleNamespace(scheduler_label="app=s", namespace="ns", scheduler_binary="xpushare-scheduler")
     backend: Any = SimpleNamespace(mode="k8s", names=names, kubernetes=lambda: kube,

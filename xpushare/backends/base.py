@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xpushare.model.atomic_file import atomic_write_text
+from xpushare.model.errors import XpushareError
 
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
     from xpushare.inventory.sut import SutNames
     from xpushare.transport.base import Host
-    from xpushare.transport.kube_objects import Pod
-    from xpushare.transport.kubectl import Kubectl
+    from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -149,10 +149,21 @@ def read_pod_records(case_dir: Path) -> list[PodRecord]:
     return [PodRecord(**r) for r in json.loads(path.read_text(encoding="utf-8"))]
 
 
+@dataclass(frozen=True)
+class CaseContext:
+    """The case a backend serves, given once to :meth:`Backend.begin_case`: ``case_dir`` (the case directory,
+    where every evidence file of the case goes) and ``case_id`` (``FUNC-001``)."""
+
+    case_dir: Path
+    case_id: str
+
+
 class Backend(ABC):
     """How a case's workloads run and how evidence is gathered on one cluster.
 
-    Optional parts are declared, not probed: :meth:`kubernetes` gives the Kubernetes-only operations
+    The backend serves one case at a time: :meth:`begin_case` takes the case (its :class:`CaseContext`) and
+    every case-level method after it (pods, waits, logs, annotations, harvest, cleanup) works in that case's
+    directory. Optional parts are declared, not probed: :meth:`kubernetes` gives the Kubernetes-only operations
     (None elsewhere), :meth:`scheduler_host` the host of a host-mode scheduler (None elsewhere).
     """
 
@@ -162,6 +173,16 @@ class Backend(ABC):
     """Names of the SUT generation under test (labels, annotations, environment variables, resource)."""
     run_id: str = ""
     """The run this backend serves: set by :meth:`prepare_run`, ``""`` before."""
+    case: CaseContext | None = None
+    """The case this backend serves: set by :meth:`begin_case`, None before the first."""
+
+    @property
+    def case_dir(self) -> Path:
+        """The directory of the case begun last (:attr:`case`). Raises
+        :class:`~xpushare.model.errors.XpushareError` before :meth:`begin_case`."""
+        if self.case is None:
+            raise XpushareError("no case begun on this backend (begin_case first)")
+        return self.case.case_dir
 
     def kubectl_calls(self) -> int | None:
         """kubectl invocations so far (None where there is no kubectl)."""
@@ -187,22 +208,25 @@ class Backend(ABC):
         """Once per run: remove leftovers of earlier runs (only what carries our labels/pid files)."""
 
     @abstractmethod
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
-        """Start case-long evidence (samplers, dmon, log streams)."""
+    def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
+        """Take the case (set :attr:`case`, first of all, so that :meth:`harvest` and :meth:`cleanup` work even
+        when the rest fails) and start case-long evidence (samplers, dmon, log streams); return the context."""
 
     @abstractmethod
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
-        """Create the pods. Raises :class:`~xpushare.model.errors.XpushareError` on failure."""
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+        """Create the pods (manifests and records in :attr:`case_dir`). Raises
+        :class:`~xpushare.model.errors.XpushareError` on failure."""
 
     @abstractmethod
-    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        """Wait until the pods end or ``timeout_s`` passes; return their records either way."""
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        """Wait until the pods end or ``timeout_s`` passes; return their records either way (and write
+        ``pods.json``)."""
 
     @abstractmethod
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        """Wait until the pods run (or ended); return their records."""
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        """Wait until the pods run (or ended); return their records (and write ``pods.json``)."""
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         """The pod's output so far (for waits on a workload line; evidence is still taken by harvest)."""
         raise NotImplementedError
 
@@ -256,16 +280,17 @@ class Backend(ABC):
         scheduler log file's bytes since the last rotation, ``since`` unused)."""
         raise NotImplementedError
 
-    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
-        """Set annotations on a running pod; return the unix time of the call. Needs ``annotations``."""
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
+        """Set annotations on a running pod (recorded in ``annotations.jsonl`` of :attr:`case_dir`); return the
+        unix time of the call. Needs ``annotations``."""
         raise NotImplementedError(f"{self.mode} mode has no annotations")
 
     @abstractmethod
-    def harvest(self, case_dir: Path) -> list[str]:
-        """Pull every evidence file into the case dir (pod logs, samplers, scheduler); return their paths."""
+    def harvest(self) -> list[str]:
+        """Pull every evidence file into :attr:`case_dir` (pod logs, samplers, scheduler); return their paths."""
 
     @abstractmethod
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         """Remove everything the case created (idempotent; runs in ``finally``)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -273,17 +298,71 @@ class Backend(ABC):
 
 
 class KubeAccess(ABC):
-    """The Kubernetes-only operations of a backend (:meth:`Backend.kubernetes`), for cases that act on the
-    cluster itself (scheduler pods and their ``/metrics``, DaemonSets, nodes) rather than on their pods.
+    """The Kubernetes-only operations of a backend (:meth:`Backend.kubernetes`, there exactly when the backend
+    has :data:`CAP_KUBERNETES`), for cases that act on the cluster itself (scheduler pods and their
+    ``/metrics``, DaemonSets, nodes) rather than on their pods. Every operation a caller needs is a method
+    here; kubectl itself stays inside the backend.
 
-    Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts.
+    Node names are Kubernetes node names; "GPU host" names are those of the inventory's ``gpu`` hosts;
+    DaemonSets and SUT pods are those of the SUT's namespace (:attr:`SutNames.namespace`).
     Errors: :class:`~xpushare.transport.kube_errors.KubeError` from kubectl,
     :class:`~xpushare.model.errors.TransportError` from SSH, unless a method says otherwise.
     """
 
-    kubectl: Kubectl
-    """kubectl on the cluster's master (the inventory's namespace by default); for cluster-level actions
-    (DaemonSet rollouts, drain/uncordon, node and pod listings)."""
+    # -- the SUT's pods and DaemonSets (kubectl on the master, in the SUT's namespace) ---------------
+    @abstractmethod
+    def sut_pods(self, selector: str) -> list[Pod]:
+        """The SUT's pods carrying the label ``selector`` (e.g. the scheduler's, every pod of a rollout),
+        sorted by name; one kubectl call."""
+
+    @abstractmethod
+    def sut_logs(self, selector: str) -> str:
+        """The current containers' logs of the SUT's pods carrying ``selector``, each line prefixed with
+        ``[pod/<name>/<container>]`` (``kubectl logs -l <selector> --prefix``, kubectl's timestamps)."""
+
+    @abstractmethod
+    def previous_log(self, pod: str) -> str:
+        """The log of the previous container of the SUT's pod ``pod`` (``kubectl logs --previous``)."""
+
+    @abstractmethod
+    def restart_daemonset(self, name: str) -> None:
+        """``kubectl rollout restart daemonset/<name>``; returns at once."""
+
+    @abstractmethod
+    def await_daemonset(self, name: str, timeout_s: float) -> str:
+        """Wait up to ``timeout_s`` s until DaemonSet ``name``'s rollout is complete (``kubectl rollout
+        status``); return kubectl's output. Raises :class:`~xpushare.transport.kube_errors.KubeTimeout`."""
+
+    @abstractmethod
+    def daemonset_status(self, name: str) -> DaemonSetStatus:
+        """DaemonSet ``name``'s desired/ready/updated/available counts. Raises KubeNotFound."""
+
+    @abstractmethod
+    def daemonset_env(self, name: str, variable: str) -> str | None:
+        """The value of ``variable`` in DaemonSet ``name``'s pod template (the last container that sets it;
+        None: no container sets it)."""
+
+    @abstractmethod
+    def set_daemonset_env(self, name: str, variable: str, value: str | None) -> None:
+        """Set ``variable`` to ``value`` in DaemonSet ``name``'s containers (``kubectl set env``; None removes
+        it); the rollout that follows is for :meth:`await_daemonset` to wait for."""
+
+    # -- nodes --------------------------------------------------------------------------------------
+    @abstractmethod
+    def nodes(self) -> list[Node]:
+        """Every node of the cluster, sorted by name."""
+
+    @abstractmethod
+    def node(self, name: str) -> Node:
+        """One node. Raises KubeNotFound."""
+
+    @abstractmethod
+    def drain_node(self, node: str, *, timeout_s: float, grace_period_s: int | None = None) -> str:
+        """``kubectl drain --ignore-daemonsets --delete-emptydir-data --force`` of ``node``; kubectl's output."""
+
+    @abstractmethod
+    def uncordon_node(self, node: str) -> None:
+        """``kubectl uncordon <node>``."""
 
     @property
     @abstractmethod
@@ -330,9 +409,9 @@ class KubeAccess(ABC):
         """
 
     @abstractmethod
-    def scrape_metrics(self, case_dir: Path, name: str, node: str | None = None) -> str | None:
+    def scrape_metrics(self, name: str, node: str | None = None) -> str | None:
         """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first node, by name, that runs
-        a pod of the current case) into ``case_dir/name`` in :meth:`curl_scheduler`'s format; return
+        a pod of the current case) into ``name`` in :attr:`Backend.case_dir` in :meth:`curl_scheduler`'s format; return
         ``name``, or None when nothing could be scraped (no node, no scheduler pod there)."""
 
     @abstractmethod

@@ -32,6 +32,7 @@ from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     CAP_SCHEDULER_PROCESS,
     Backend,
+    CaseContext,
     PodRecord,
     PodSpec,
     SchedulerFacts,
@@ -41,7 +42,7 @@ from xpushare.backends.base import (
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.data import workloads_dir
 from xpushare.evidence import events, gpu_health
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import MODE_HOST, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport import activity, interrupt
@@ -73,7 +74,7 @@ def host_capabilities(cluster: ClusterSpec) -> frozenset[str]:
 class HostBackend(Backend):
     """Workloads as processes on the cluster's GPU hosts."""
 
-    mode = "host"
+    mode = MODE_HOST
 
     def __init__(self, cluster: ClusterSpec, *, poll_s: float | None = None) -> None:
         self.cluster = cluster
@@ -131,7 +132,8 @@ class HostBackend(Backend):
         return found
 
     # -- case level ------------------------------------------------------------------------------
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
+    def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
+        self.case = CaseContext(case_dir, case_id)
         self.placed = {}
         self.case_prefix = procs.safe(f"xp-{self.run_id}-{self.cluster.name}-{case_id}")
         for name, host in self.hosts.items():
@@ -152,6 +154,7 @@ class HostBackend(Backend):
                     print(f"warning: GPU health of {name} not captured ({exc})", file=sys.stderr)
         self.log_offset = self.scheduler.log_size()
         self.rotated_offset = None
+        return self.case
 
     def _spawn_quiet(self, host: Host, name: str, argv: list[str]) -> None:
         try:
@@ -209,7 +212,8 @@ class HostBackend(Backend):
         backend placed the workload on a GPU and :meth:`pod_env` did not set it."""
         return ["NVIDIA_VISIBLE_DEVICES"] if gpu_index is not None and "NVIDIA_VISIBLE_DEVICES" not in env else []
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+        case_dir = self.case_dir
         if any(p.core_limit is not None or p.memory_limit is not None for p in pods):
             raise XpushareError("host mode cannot apply annotation limits (core_limit / memory_limit)")
         for spec in pods:
@@ -280,7 +284,8 @@ class HostBackend(Backend):
                 return wanted
             time.sleep(self.poll_s)
 
-    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, {"Succeeded", "Failed"})
         events.pod_phases(records, "terminal")
         return records
@@ -289,7 +294,8 @@ class HostBackend(Backend):
         """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``)."""
         return sum(len(v) for v in self.gpus.values())
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
         events.pod_phases(records, "running")
         return records
@@ -297,7 +303,7 @@ class HostBackend(Backend):
     def gpu_node_hosts(self) -> dict[str, Host]:
         return dict(self.hosts)
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         p = self.placed.get(pod)
         if p is None:
             return ""
@@ -310,11 +316,12 @@ class HostBackend(Backend):
         """The first GPU host's connection (where the inventory's ``scheduler`` settings apply)."""
         return self.scheduler.host
 
-    def harvest(self, case_dir: Path) -> list[str]:
+    def harvest(self) -> list[str]:
         """Store the case's evidence (``pods.json``, :mod:`~xpushare.backends.host_harvest`, the scheduler's);
         each piece on its own, so that a transport fault in one loses only that piece. Raises
         :class:`~xpushare.model.errors.HarvestIncomplete` (with the files stored) when a piece was lost to such
         a fault rather than absent (:mod:`xpushare.backends.harvest_faults`)."""
+        case_dir = self.case_dir
         faults: list[str] = []
         files: list[str] = []
         if self.placed:
@@ -378,7 +385,7 @@ class HostBackend(Backend):
         self.rotated_offset = size
         return [path]
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
         for p in self.placed.values():
             try:
                 self.hosts[p.host].stop(p.spawn_name, timeout=30)

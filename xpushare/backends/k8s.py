@@ -39,6 +39,7 @@ from xpushare.backends.base import (
     CAP_KUBERNETES,
     CAP_SCHEDULER_PROCESS,
     Backend,
+    CaseContext,
     KubeAccess,
     PodRecord,
     PodSpec,
@@ -51,7 +52,7 @@ from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.evidence import events, gpu_health
 from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
@@ -60,7 +61,7 @@ from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
-from xpushare.transport.kube_objects import Pod
+from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 from xpushare.transport.kube_retry import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 from xpushare.transport.manifest_yaml import dump_manifests
 
@@ -98,7 +99,7 @@ K8S_DEFAULTS: dict[str, Any] = {
 class K8sBackend(Backend, KubeAccess):
     """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`."""
 
-    mode = "k8s"
+    mode = MODE_K8S
     capabilities = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS})
 
     def __init__(self, cluster: ClusterSpec) -> None:
@@ -182,6 +183,49 @@ class K8sBackend(Backend, KubeAccess):
     def case_pods(self) -> list[PodRecord]:
         return [self._record(p) for p in self.kubectl.list_pods(self.selector())]
 
+    def sut_pods(self, selector: str) -> list[Pod]:
+        return self.kubectl.list_pods(selector, namespace=self.names.namespace)
+
+    def sut_logs(self, selector: str) -> str:
+        return self.kubectl.logs(selector=selector, prefix=True, namespace=self.names.namespace)
+
+    def previous_log(self, pod: str) -> str:
+        return self.kubectl.logs(pod, previous=True, namespace=self.names.namespace)
+
+    def restart_daemonset(self, name: str) -> None:
+        self.kubectl.rollout_restart("daemonset", name, namespace=self.names.namespace)
+
+    def await_daemonset(self, name: str, timeout_s: float) -> str:
+        return self.kubectl.rollout_status("daemonset", name, namespace=self.names.namespace, timeout_s=timeout_s)
+
+    def daemonset_status(self, name: str) -> DaemonSetStatus:
+        return self.kubectl.get_daemonset(name, namespace=self.names.namespace)
+
+    def daemonset_env(self, name: str, variable: str) -> str | None:
+        doc = self.kubectl.get_json(["get", "daemonset", name], namespace=self.names.namespace)
+        value = None
+        for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            for e in c.get("env") or []:
+                if e.get("name") == variable:
+                    value = e.get("value")
+        return value
+
+    def set_daemonset_env(self, name: str, variable: str, value: str | None) -> None:
+        setting = f"{variable}={value}" if value is not None else f"{variable}-"
+        self.kubectl.run(["set", "env", f"daemonset/{name}", setting], namespace=self.names.namespace)
+
+    def nodes(self) -> list[Node]:
+        return self.kubectl.list_nodes()
+
+    def node(self, name: str) -> Node:
+        return self.kubectl.get_node(name)
+
+    def drain_node(self, node: str, *, timeout_s: float, grace_period_s: int | None = None) -> str:
+        return self.kubectl.drain(node, timeout_s=timeout_s, grace_period_s=grace_period_s)
+
+    def uncordon_node(self, node: str) -> None:
+        self.kubectl.uncordon(node)
+
     def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
         self.kubectl.delete(name=dns1123(name), wait=True, timeout_s=timeout_s)
 
@@ -261,7 +305,8 @@ class K8sBackend(Backend, KubeAccess):
         self.kubectl.apply(dump_manifests(doc))
 
     # -- case level --------------------------------------------------------------------------------
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
+    def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
+        self.case = CaseContext(case_dir, case_id)
         self.case_id = case_id
         self._case_start = datetime.now(timezone.utc)
         self.pods = []
@@ -295,6 +340,7 @@ class K8sBackend(Backend, KubeAccess):
                 self.samplers.append(sampler)
             except TransportError as exc:
                 print(f"warning: node sampler on {node} not started ({exc})", file=sys.stderr)
+        return self.case
 
     def _capture_health(self, case_dir: Path, tag: str, nodes: list[str]) -> list[str]:
         """The GPU health capture ``tag`` of each of ``nodes`` that maps to a GPU host (evidence/gpu_health);
@@ -353,7 +399,8 @@ class K8sBackend(Backend, KubeAccess):
             pod_spec["volumes"] = [{"name": "workloads", "configMap": {"name": self._configmap_name()}}]
         return doc
 
-    def start_pods(self, case_dir: Path, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+        case_dir = self.case_dir
         docs = []
         for spec in pods:
             self.pods.append(spec)
@@ -395,17 +442,19 @@ class K8sBackend(Backend, KubeAccess):
                                 "went down)")
         return records
 
-    def wait_terminal(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, "terminal")
         events.pod_phases(records, "terminal")
         return records
 
-    def wait_running(self, case_dir: Path, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+        case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, "running")
         events.pod_phases(records, "running")
         return records
 
-    def read_log(self, case_dir: Path, pod: str) -> str:
+    def read_log(self, pod: str) -> str:
         try:
             return self.kubectl.logs(dns1123(pod), timestamps=False)
         except KubeError:
@@ -420,8 +469,9 @@ class K8sBackend(Backend, KubeAccess):
         """The schedulable node with the fewest GPUs and its GPU count (:func:`k8s_nodes.colocation_target`)."""
         return k8s_nodes.colocation_target(self.kubectl.list_nodes(), self.names.resource, self.vgpus_per_gpu)
 
-    def annotate(self, case_dir: Path, pod: str, annotations: dict[str, str]) -> float:
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
         """Annotate a running pod; the call time (unix s) goes to ``annotations.jsonl`` for latency checks."""
+        case_dir = self.case_dir
         keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
         full = {keys.get(k, k): v for k, v in annotations.items()}
         when = time.time()
@@ -430,8 +480,9 @@ class K8sBackend(Backend, KubeAccess):
             fh.write(json.dumps({"time": when, "pod": dns1123(pod), "annotations": full}) + "\n")
         return when
 
-    def scrape_metrics(self, case_dir: Path, name: str, node: str | None = None) -> str | None:
+    def scrape_metrics(self, name: str, node: str | None = None) -> str | None:
         """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first pod's) into ``name``."""
+        case_dir = self.case_dir
         if node is None:
             nodes = self._case_nodes()
             if not nodes:
@@ -466,10 +517,11 @@ class K8sBackend(Backend, KubeAccess):
         return k8s_scheduler.restart_scheduler(self, self.names)
 
     # -- evidence ----------------------------------------------------------------------------------
-    def harvest(self, case_dir: Path) -> list[str]:
+    def harvest(self) -> list[str]:
         """Store the case's evidence; each piece on its own, so that a fault in one (a lost connection, a
         kubectl timeout) loses only that piece. Raises :class:`HarvestIncomplete` (with the files stored) when
         a piece was lost to such a fault rather than absent (:mod:`xpushare.backends.harvest_faults`)."""
+        case_dir = self.case_dir
         faults: list[str] = []
         files: list[str] = []
         records: list[PodRecord] = []
@@ -500,7 +552,8 @@ class K8sBackend(Backend, KubeAccess):
         files += k8s_harvest.cluster_snapshot(case_dir, self.kubectl, faults)
         return harvest_faults.complete(files, faults)
 
-    def cleanup(self, case_dir: Path) -> None:
+    def cleanup(self) -> None:
+        case_dir = self.case_dir
         try:
             result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60)
             if result.forced:

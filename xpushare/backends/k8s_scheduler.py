@@ -90,7 +90,7 @@ def restart_scheduler(kube: KubeAccess, names: SutNames) -> SchedulerRestart:
     ds = names.scheduler_daemonset
     at = time.time()
     try:
-        kube.kubectl.rollout_restart("daemonset", ds, namespace=names.namespace)
+        kube.restart_daemonset(ds)
     except KubeError as exc:
         raise XpushareError(f"rollout restart daemonset/{ds}: {exc}") from exc
     return SchedulerRestart(f"rollout restart daemonset/{ds}", at, dict(before))

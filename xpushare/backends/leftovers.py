@@ -177,7 +177,7 @@ def clean(cluster: ClusterSpec, run_id: str | None, live: Collection[str] = ()) 
     """
     live = [r for r in live if r != run_id]
     done: list[Removed] = []
-    if cluster.mode == "k8s":
+    if cluster.is_kubernetes:
         done.append(clean_kubernetes(cluster, run_id, live))
     for spec in cluster.hosts:
         host = connect(spec)

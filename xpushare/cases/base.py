@@ -68,11 +68,11 @@ class CaseRun:
         deadline = time.monotonic() + timeout_s
         polls = 0
         while time.monotonic() < deadline:
-            if marker in self.backend.read_log(self.case_dir, pod):
+            if marker in self.backend.read_log(pod):
                 return True
             polls += 1
-            if polls % 5 == 0 and any(r.terminal for r in self.backend.wait_running(self.case_dir, [pod], 0)):
-                return marker in self.backend.read_log(self.case_dir, pod)
+            if polls % 5 == 0 and any(r.terminal for r in self.backend.wait_running([pod], 0)):
+                return marker in self.backend.read_log(pod)
             self.sleep(poll_s)
         return False
 
@@ -97,8 +97,8 @@ class CaseRun:
         self.plan["pods"] += [p.name for p in pods]
         self.save_plan()
         activity.action(f"start {len(pods)} pod(s): {', '.join(p.name for p in pods)}")
-        self.backend.start_pods(self.case_dir, pods)
-        return self.backend.wait_terminal(self.case_dir, [p.name for p in pods], float(self.params["pod_timeout_s"]))
+        self.backend.start_pods(pods)
+        return self.backend.wait_terminal([p.name for p in pods], float(self.params["pod_timeout_s"]))
 
 
 Act = Callable[[CaseRun], None]

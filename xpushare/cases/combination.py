@@ -97,7 +97,7 @@ def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRe
         files: list[str] = []
         seen: set[str] = set()
         for i, node in enumerate(nodes):
-            name = kube.scrape_metrics(run.case_dir, f"{base}.txt" if i == 0 else f"{base}_{node}.txt", node=node)
+            name = kube.scrape_metrics(f"{base}.txt" if i == 0 else f"{base}_{node}.txt", node=node)
             if name:
                 files.append(name)
                 seen |= _pods_seen((run.case_dir / name).read_text(encoding="utf-8", errors="replace"), ns)
@@ -114,11 +114,11 @@ def run_with_mid(run: CaseRun, specs: Sequence[PodSpec]) -> None:
     run.plan["namespace"] = run.cluster.namespace
     run.save_plan()
     timeout = float(run.params["pod_timeout_s"])
-    run.backend.start_pods(run.case_dir, specs)
-    records = run.backend.wait_running(run.case_dir, names, timeout)
+    run.backend.start_pods(specs)
+    records = run.backend.wait_running(names, timeout)
     run.plan["metrics_mid"] = scrape_until_seen(run, names, records, "metrics_mid")
     run.save_plan()
-    run.backend.wait_terminal(run.case_dir, names, timeout)
+    run.backend.wait_terminal(names, timeout)
 
 
 def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) -> str | None:
@@ -128,7 +128,7 @@ def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) ->
         return None
     got = None
     for attempt in range(attempts):
-        got = kube.scrape_metrics(run.case_dir, name, node=node)
+        got = kube.scrape_metrics(name, node=node)
         if got is not None:
             text, note = judge_combo.split_capture((run.case_dir / got).read_text(encoding="utf-8", errors="replace"))
             if note is None and read_capture(text).http_code in (200, None):
@@ -209,7 +209,7 @@ def probe_loop_start(run: CaseRun, pod: str, timeout_s: float) -> float | None:
     """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = pod_log.quota_probes(run.backend.read_log(run.case_dir, pod))
+        found = pod_log.quota_probes(run.backend.read_log(pod))
         if found:
             return time.monotonic() - found[-1].elapsed_s
         run.sleep(1.0)
@@ -251,28 +251,28 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
         run.plan.update(pods=[spec.name, probe.name], memory_probe=probe.name, memory_limits_bytes=sizes)
     names = [s.name for s in specs]
     run.save_plan()
-    run.backend.start_pods(run.case_dir, specs)
-    records = run.backend.wait_running(run.case_dir, names, timeout)
+    run.backend.start_pods(specs)
+    records = run.backend.wait_running(names, timeout)
     node = next((r.node for r in records if r.name == spec.name and r.node), None)  # the W5 pod's scheduler
     start = probe_loop_start(run, spec.name, timeout)
     run.plan["probe_started"] = start is not None
     if start is None:  # the loop never ran: the judgment finds no change lines and no probes
         run.save_plan()
-        run.backend.wait_terminal(run.case_dir, names, timeout)
+        run.backend.wait_terminal(names, timeout)
         return
     if snapshots:
         run.plan["metrics_start"] = _scrape_one(run, "metrics_start.txt", node)
         run.save_plan()
     for i, (key, value, _new) in enumerate(changes):
         run.sleep(max(0.0, start + step * (i + 1) - time.monotonic()))
-        run.backend.annotate(run.case_dir, spec.name, {key: value})
+        run.backend.annotate(spec.name, {key: value})
         if probe is not None and key == "memory":
-            run.backend.annotate(run.case_dir, probe.name, {key: value})
+            run.backend.annotate(probe.name, {key: value})
     if snapshots:
         run.sleep(max(0.0, start + step * (len(changes) + 1) - time.monotonic()))
         run.plan["metrics_end"] = _scrape_one(run, "metrics_end.txt", node)
         run.save_plan()
-    run.backend.wait_terminal(run.case_dir, names, timeout)
+    run.backend.wait_terminal(names, timeout)
 
 
 def _memory_steps(run: CaseRun, key: str, count: int) -> list[str]:

@@ -343,16 +343,16 @@ def _dynamic(
         changes=[{"key": k, "value": v, "new": n} for k, v, n in changes],
     )
     run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
-    run.backend.wait_running(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    run.backend.start_pods([spec])
+    run.backend.wait_running([spec.name], float(run.params["pod_timeout_s"]))
     # Phases start when the probe loop runs (imports under a low quota can take a while).
     run.plan["probe_started"] = run.wait_for_line(spec.name, marker, float(run.params["pod_timeout_s"]))
     run.save_plan()
     run.sleep(step)
     for key, value, _new in changes:
-        run.backend.annotate(run.case_dir, spec.name, {key: value})
+        run.backend.annotate(spec.name, {key: value})
         run.sleep(step)
-    run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 
 
 def dynamic_probe_args(params: Mapping[str, Any], largest_bytes: int, duration_s: float) -> tuple[str, ...]:

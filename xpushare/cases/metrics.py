@@ -153,7 +153,7 @@ def _settle_mid(run: CaseRun, target: ScrapeTarget, pod: str,
 
 def _met002(run: CaseRun) -> None:
     begin_case(run)
-    if run.cluster.mode != "k8s":
+    if not run.cluster.is_kubernetes:
         target = endpoint_target(run)
         if target is None:
             return
@@ -224,13 +224,13 @@ def _gauge_series(run: CaseRun, target: ScrapeTarget, node: str) -> None:
     run.plan["pods"] = [*run.plan.get("pods", []), spec.name]
     run.plan["gauges"] = {"mover": spec.name, "node": node, "start": time.time(), "end": None}
     run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
+    run.backend.start_pods([spec])
     tail = float(p["met003_series_tail_s"])
     ended: list[float] = []
 
     def on_record(_k: int, record: ScrapeRecord) -> bool:
         if not ended:
-            now = run.backend.wait_running(run.case_dir, [spec.name], 0.0)
+            now = run.backend.wait_running([spec.name], 0.0)
             if now and now[0].terminal:
                 ended.append(record.t)
         return not ended or record.t - ended[0] < tail
@@ -281,7 +281,7 @@ def _met005(run: CaseRun) -> None:
     def on_record(k: int, record: ScrapeRecord) -> bool:
         if not changed:
             if k + 1 >= before:
-                changed.append(run.backend.annotate(run.case_dir, pod, {"core": core_to, "memory": mem_to}))
+                changed.append(run.backend.annotate(pod, {"core": core_to, "memory": mem_to}))
                 run.plan["changed_at"] = changed[0]
                 run.save_plan()
             return True

@@ -23,6 +23,7 @@ from xpushare.evidence.metrics_target import (
     metric_prefix,
 )
 from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import MODE_K8S, is_kubernetes_mode
 from xpushare.judge.metrics import (
     ScrapeRecord,
     gpu_rows_for_key,
@@ -59,7 +60,7 @@ def _timeout(run: CaseRun) -> float:
 
 def endpoint_target(run: CaseRun) -> ScrapeTarget | None:
     """The scheduler a case without a probe checks; None (and a SKIP reason) in host mode without metrics_url."""
-    if run.cluster.mode == "k8s":
+    if run.cluster.is_kubernetes:
         node = run.params.get("met_node")
         target = k8s_target(run.backend, run.cluster, str(node) if node else None, timeout_s=_timeout(run))
     else:
@@ -97,13 +98,13 @@ def start_probe(run: CaseRun, *, args: tuple[str, ...] = (), **kw: Any) -> tuple
     run.plan.update(pods=[spec.name], probe=spec.name)
     run.save_plan()
     timeout = float(run.params["pod_timeout_s"])
-    run.backend.start_pods(run.case_dir, [spec])
-    rec = _record(run.backend.wait_running(run.case_dir, [spec.name], timeout), spec.name)
+    run.backend.start_pods([spec])
+    rec = _record(run.backend.wait_running([spec.name], timeout), spec.name)
     if rec is None or rec.phase != "Running" or not rec.node:
         what = "missing" if rec is None else f"{rec.phase} (exit {rec.exit_code}, node {rec.node})"
         raise XpushareError(f"probe pod {spec.name} is {what}, not Running")
     if not run.wait_for_line(rec.name, PROBE_MARKER, timeout):
-        now = _record(run.backend.wait_running(run.case_dir, [spec.name], 0.0), spec.name)
+        now = _record(run.backend.wait_running([spec.name], 0.0), spec.name)
         if now is not None and now.terminal:
             raise XpushareError(f"probe pod {rec.name} ended ({now.phase}, exit {now.exit_code}) before its first "
                                 f"{PROBE_MARKER} line")
@@ -143,7 +144,7 @@ def live_match(run: CaseRun, name: str) -> ClientMatch:
     """The probe's :class:`ClientMatch` from its current record and output (act side; host mode needs
     the recorded pid and the ``Client ID`` line, both there once the probe printed its first probe line).
     The match goes to ``plan["client"]`` (for the reader; the judgment rebuilds it from the evidence)."""
-    match = live_matches(run.backend, run.case_dir, [name], namespace=run.cluster.namespace)[0]
+    match = live_matches(run.backend, [name], namespace=run.cluster.namespace)[0]
     run.plan["client"] = match.to_dict()
     run.save_plan()
     return match
@@ -212,8 +213,8 @@ def stored_client(ev: Evidence, plan: Mapping[str, Any]) -> ClientMatch | None:
     probe = plan.get("probe")
     if not probe:
         return None
-    mode = str(plan.get("mode") or "k8s")
-    return client_match(mode, str(probe), namespace=plan.get("namespace") if mode == "k8s" else None,
+    mode = str(plan.get("mode") or MODE_K8S)
+    return client_match(mode, str(probe), namespace=plan.get("namespace") if is_kubernetes_mode(mode) else None,
                         record=ev.pod(str(probe)), log=ev.logs.get(str(probe)))
 
 

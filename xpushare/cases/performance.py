@@ -134,7 +134,7 @@ def _perf004(run: CaseRun) -> None:
     pods = start_colocated(run, "mix", workload, {"core_limit": low}, {"core_limit": high})
     if pods is None:
         return
-    run.backend.wait_terminal(run.case_dir, [p.name for p in pods], float(run.params["pod_timeout_s"]))
+    run.backend.wait_terminal([p.name for p in pods], float(run.params["pod_timeout_s"]))
     # The baseline runs after the pair, alone, on the same node (a retry would have deleted it before).
     run_baseline(run, workload, pods[0].node)
 
@@ -220,12 +220,12 @@ def _perf007(run: CaseRun) -> None:
     run.plan.update(pods=[spec.name], to=q_to, duration_s=duration)
     run.plan["from"] = q_from
     run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
-    run.backend.wait_running(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    run.backend.start_pods([spec])
+    run.backend.wait_running([spec.name], float(run.params["pod_timeout_s"]))
     run.plan["probe_started"] = run.wait_for_line(spec.name, "QUOTA_PROBE]", float(run.params["pod_timeout_s"]))
     run.save_plan()
     run.sleep(pre)
-    at = run.backend.annotate(run.case_dir, spec.name, {"core": str(q_to)})
+    at = run.backend.annotate(spec.name, {"core": str(q_to)})
     deadline = time.monotonic() + float(run.params["perf007_metric_timeout_s"])
     poll = float(run.params["perf007_poll_s"])
     i = 0
@@ -237,7 +237,7 @@ def _perf007(run: CaseRun) -> None:
             break
         run.sleep(max(0.0, poll - (time.monotonic() - t)))
     run.sleep(max(0.0, at + post - time.time()))
-    run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 
 
 def _judge007(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:

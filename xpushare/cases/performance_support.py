@@ -141,8 +141,8 @@ def start_colocated(
         run.plan.setdefault("pods", [])
         run.plan["pods"] += [p.name for p in pods]
         run.save_plan()
-        run.backend.start_pods(run.case_dir, pods)
-        run.backend.wait_running(run.case_dir, [p.name for p in pods], float(run.params["pod_timeout_s"]))
+        run.backend.start_pods(pods)
+        run.backend.wait_running([p.name for p in pods], float(run.params["pod_timeout_s"]))
         gpus = live_gpus(run, run.plan["pair"], float(run.params["perf_placement_timeout_s"]))
         a, z = run.plan["pair"]
         record = {"attempt": attempt, "pair": [a, z], "gpus": gpus}
@@ -166,7 +166,7 @@ def _delete_attempt(run: CaseRun, names: Sequence[str]) -> None:
     running; without kubectl, the backend's cleanup of the whole case."""
     kube = run.backend.kubernetes()
     if kube is None:
-        run.backend.cleanup(run.case_dir)
+        run.backend.cleanup()
         return
     for name in names:
         kube.delete_pod(name, timeout_s=60)
@@ -201,7 +201,7 @@ def scrape_once(run: CaseRun, name: str, index: str) -> dict[str, Any]:
     (run.case_dir / name).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     kube = run.backend.kubernetes()
-    got = kube.scrape_metrics(run.case_dir, name) if kube is not None else None
+    got = kube.scrape_metrics(name) if kube is not None else None
     rec = {"t0": t0, "t1": time.time(), "file": got}
     with (run.case_dir / index).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(rec) + "\n")
@@ -212,18 +212,18 @@ def run_scraped(run: CaseRun, spec: PodSpec, interval_s: float) -> None:
     """Start ``spec`` and scrape every ``interval_s`` until it ends (or ``pod_timeout_s``)."""
     run.plan.setdefault("pods", []).append(spec.name)
     run.save_plan()
-    run.backend.start_pods(run.case_dir, [spec])
+    run.backend.start_pods([spec])
     deadline = time.monotonic() + float(run.params["pod_timeout_s"])
     n = len(list((run.case_dir / "metrics_stress").glob("*.txt"))) if (run.case_dir / "metrics_stress").exists() else 0
     while time.monotonic() < deadline:
         n += 1
         t = time.monotonic()
         scrape_once(run, f"metrics_stress/{n:05d}.txt", "metrics_stress.jsonl")
-        records = run.backend.wait_terminal(run.case_dir, [spec.name], 0)
+        records = run.backend.wait_terminal([spec.name], 0)
         if any(r.name == spec.name and r.terminal for r in records):
             return
         run.sleep(max(0.0, interval_s - (time.monotonic() - t)))
-    run.backend.wait_terminal(run.case_dir, [spec.name], 0)
+    run.backend.wait_terminal([spec.name], 0)
 
 
 @contextlib.contextmanager
@@ -233,24 +233,17 @@ def exporter_disabled(run: CaseRun) -> Any:
     kube, names = run.backend.kubernetes(), run.backend.names
     if kube is None:
         raise XpushareError("perf002_mode=exporter needs Kubernetes (the scheduler DaemonSet is redeployed)")
-    kubectl = kube.kubectl
-    ds, ns, var = names.scheduler_daemonset, names.namespace, names.env_metrics_enable
-    doc = kubectl.get_json(["get", "daemonset", ds], namespace=ns)
-    original = None
-    for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-        for e in c.get("env") or []:
-            if e.get("name") == var:
-                original = e.get("value")
+    ds, var = names.scheduler_daemonset, names.env_metrics_enable
+    original = kube.daemonset_env(ds, var)
     run.plan["exporter_env"] = {"variable": var, "original": original, "off": "0"}
     run.save_plan()
-    kubectl.run(["set", "env", f"daemonset/{ds}", f"{var}=0"], namespace=ns)
+    kube.set_daemonset_env(ds, var, "0")
     try:
-        kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=300)
+        kube.await_daemonset(ds, timeout_s=300)
         yield
     finally:
-        kubectl.run(["set", "env", f"daemonset/{ds}", f"{var}={original}" if original is not None else f"{var}-"],
-                    namespace=ns)
-        kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=300)
+        kube.set_daemonset_env(ds, var, original)
+        kube.await_daemonset(ds, timeout_s=300)
 
 
 def exported_core(path: Path, pod: str) -> int | None:

@@ -134,9 +134,9 @@ def calibrate(run: CaseRun, workload: str) -> dict[str, Any]:
     for attempt in range(1, CALIBRATION_TRIES + 1):
         spec = run.pod(f"calib{attempt}", workload, node=node, args=("--iters", str(iters), "--no-progress"))
         out["pods"].append(spec.name)
-        run.backend.start_pods(run.case_dir, [spec])
-        run.backend.wait_terminal(run.case_dir, [spec.name], CALIBRATION_TIMEOUT_S)
-        text = run.backend.read_log(run.case_dir, spec.name)
+        run.backend.start_pods([spec])
+        run.backend.wait_terminal([spec.name], CALIBRATION_TIMEOUT_S)
+        text = run.backend.read_log(spec.name)
         seconds = runtime_seconds(text)
         info = parse_info(text)
         if info is not None:

@@ -88,7 +88,7 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
 
         name = defaults.need_cluster(cluster)
         spec = schema.load(inventory_).cluster(name)
-        if spec.mode == "host":
+        if spec.is_host:
             return deploy_host_mode(spec, sut_src or source)
 
         request = DeployRequest(cluster=name, mode=mode, skip_setup=skip_setup, autocommit=autocommit,

@@ -50,7 +50,7 @@ def deploy_host_mode(cluster: ClusterSpec, sut_src: str | None) -> int:
 def _act(cluster_name: str | None, inventory_path: str | None, action: str, output: str | None = None) -> int:
     fmt = output_format(output)
     cluster = _cluster(cluster_name, inventory_path)
-    if cluster.mode == "host":
+    if cluster.is_host:
         return sut_ops.run_on_cluster(cluster, action, out=sys.stdout, fmt=fmt)
     if action == "undeploy":
         raise UsageError(f"cluster {cluster.name}: undeploy is for host-mode clusters (a Kubernetes cluster's SUT "

@@ -93,7 +93,7 @@ class HostSutLayout:
             UsageError: the cluster is not in host mode, or a setting deploy needs is missing, not an absolute
                 path, or too close to ``/`` for undeploy to remove (one line naming every such key).
         """
-        if cluster.mode != "host":
+        if not cluster.is_host:
             raise UsageError(f"cluster {cluster.name}: the SUT of a k8s cluster is its DaemonSets (invoke deploy "
                              "without host mode installs the manifests)")
         s = cluster.scheduler

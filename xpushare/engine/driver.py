@@ -27,7 +27,7 @@ from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.engine.progress import expected_line
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for, first_line
 from xpushare.inventory import schema
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import MODE_HOST, MODE_K8S, ClusterSpec
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
@@ -38,11 +38,11 @@ from xpushare.report.output import plain, render
 
 def make_backend(cluster: ClusterSpec) -> Backend:
     """The backend for the cluster's mode."""
-    if cluster.mode == "host":
+    if cluster.mode == MODE_HOST:
         from xpushare.backends.host import HostBackend
 
         return HostBackend(cluster)
-    if cluster.mode == "k8s":
+    if cluster.mode == MODE_K8S:
         from xpushare.backends.k8s import K8sBackend
 
         return K8sBackend(cluster)
@@ -52,11 +52,11 @@ def make_backend(cluster: ClusterSpec) -> Backend:
 def capabilities_of(cluster: ClusterSpec) -> frozenset[str]:
     """The capabilities :func:`make_backend` 's backend will have on ``cluster``, without making it (no host is
     contacted): what a dry run needs to tell which cases SKIP."""
-    if cluster.mode == "host":
+    if cluster.mode == MODE_HOST:
         from xpushare.backends.host import host_capabilities
 
         return host_capabilities(cluster)
-    if cluster.mode == "k8s":
+    if cluster.mode == MODE_K8S:
         from xpushare.backends.k8s import K8sBackend
 
         return K8sBackend.capabilities

@@ -185,13 +185,13 @@ def store_for(cluster: ClusterSpec) -> tuple[LeaseStore, Host]:
     Raises:
         UsageError: a mode without leases. TransportError: the host cannot be reached.
     """
-    if cluster.mode == "k8s":
+    if cluster.is_kubernetes:
         from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
         from xpushare.transport.kube_lease import KubeLeaseStore
 
         master = connect(master_spec(cluster, "hold the run's Lease from"))
         return KubeLeaseStore(kubectl_for(cluster, master)), master
-    if cluster.mode == "host":
+    if cluster.is_host:
         from xpushare.transport.lock_file import LockFileStore
 
         spec = (cluster.by_role("gpu") or list(cluster.hosts))[0]

@@ -22,7 +22,7 @@ from xpushare.cases.base import CaseRun, load_plan
 from xpushare.engine.plan import expected_case_duration
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
-from xpushare.inventory.schema import ClusterSpec
+from xpushare.inventory.schema import ClusterSpec, is_kubernetes_mode
 from xpushare.judge.gpu_faults import with_gpu_fault_check
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
@@ -46,7 +46,7 @@ def utc_now() -> datetime:
 def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str | None:
     """Why ``case`` SKIPs on a backend with ``capabilities`` in cluster ``mode`` before it acts (a capability it
     requires is missing, or it is not implemented), or None when it runs."""
-    missing = case.requires - capabilities - ({CAP_KUBERNETES} if mode == "k8s" else set())
+    missing = case.requires - capabilities - ({CAP_KUBERNETES} if is_kubernetes_mode(mode) else set())
     if CAP_KUBERNETES in missing:
         return "needs Kubernetes (this cluster runs in host mode)"
     if "client-library" in missing:
@@ -121,7 +121,7 @@ def run_case(
             phases["harvest"] = time.monotonic()
             events.emit("harvest_started", step="cleanup")
             activity.note(phase="cleanup")
-            _guarded_step(case_dir, "cleanup", lambda: backend.cleanup(case_dir))
+            _guarded_step(case_dir, "cleanup", lambda: backend.cleanup())
             events.emit("harvest_ended", step="cleanup")
             if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
                 _guarded_step(case_dir, "gpu processes",
@@ -216,7 +216,7 @@ def _phase_durations(t0: float, ends: Mapping[str, float]) -> dict[str, float]:
 def _harvest(case_dir: Path, backend: Backend) -> tuple[list[str], str | None]:
     """The files the backend's harvest stored and, when faults lost some evidence, what they were."""
     try:
-        return backend.harvest(case_dir), None
+        return backend.harvest(), None
     except HarvestIncomplete as exc:
         return exc.files, str(exc)
     except KeyboardInterrupt:

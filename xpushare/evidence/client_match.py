@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from xpushare.backends.base import Backend, PodRecord
 from xpushare.collect import client_lines
 from xpushare.collect.metrics import Exposition, Sample
 from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
+from xpushare.inventory.schema import MODE_K8S, is_kubernetes_mode
 
 __all__ = [
     "KEY_HOST_PID",
@@ -148,7 +148,7 @@ def client_match(mode: str, workload: str, *, namespace: str | None = None, reco
       :func:`xpushare.collect.client_lines.client_ids`). Pod and namespace are ignored: outside Kubernetes
       every client is ``none``/``none``.
     """
-    if mode == "k8s":
+    if is_kubernetes_mode(mode):
         return ClientMatch(workload, KEY_POD, pod=record.name if record is not None else workload,
                            namespace=namespace)
     pids = (record.host_pid,) if record is not None and record.host_pid is not None and record.host_pid > 0 else ()
@@ -156,7 +156,7 @@ def client_match(mode: str, workload: str, *, namespace: str | None = None, reco
     return ClientMatch(workload, KEY_HOST_PID, host_pids=pids, client_ids=cids)
 
 
-def live_matches(backend: Backend, case_dir: Path, names: Sequence[str], *,
+def live_matches(backend: Backend, names: Sequence[str], *,
                  namespace: str | None = None) -> list[ClientMatch]:
     """The matches of running workloads, for the acts (the judgments rebuild them from the stored evidence).
 
@@ -164,10 +164,10 @@ def live_matches(backend: Backend, case_dir: Path, names: Sequence[str], *,
     (``wait_running`` with a 0 s timeout: the recorded ``host_pid``) and each workload's output so far (its
     ``Client ID`` lines). A host-mode match may still lack the pid or id of a process that just started.
     """
-    if backend.mode == "k8s":
-        return [client_match("k8s", name, namespace=namespace) for name in names]
-    records = {r.name: r for r in backend.wait_running(case_dir, names, 0.0)} if names else {}
-    return [client_match(backend.mode, name, record=records.get(name), log=backend.read_log(case_dir, name))
+    if is_kubernetes_mode(backend.mode):
+        return [client_match(MODE_K8S, name, namespace=namespace) for name in names]
+    records = {r.name: r for r in backend.wait_running(names, 0.0)} if names else {}
+    return [client_match(backend.mode, name, record=records.get(name), log=backend.read_log(name))
             for name in names]
 
 

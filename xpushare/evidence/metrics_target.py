@@ -175,7 +175,7 @@ def _scheduler_pods(backend: Backend) -> list[Pod]:
     """Every scheduler pod (all of a rollout's, unlike :meth:`KubeAccess.scheduler_pods`)."""
     names = backend.names
     try:
-        return list(_kube(backend).kubectl.list_pods(names.scheduler_label, namespace=names.namespace))
+        return _kube(backend).sut_pods(names.scheduler_label)
     except KubeError as exc:
         raise XpushareError(f"listing scheduler pods: {exc}") from None
 

@@ -25,6 +25,7 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.evidence.client_match import client_match, registrations_of
 from xpushare.evidence.nvml_placement import NvmlPlacement, key_uuid, nvml_placement
+from xpushare.inventory.schema import MODE_HOST, MODE_K8S, is_host_mode, is_kubernetes_mode
 from xpushare.model.atomic_file import atomic_write_text
 
 __all__ = [
@@ -115,6 +116,16 @@ class Evidence:
     mode: str | None = None
     assignments: dict[str, GpuAssignment] = field(default_factory=dict)
 
+    @property
+    def on_kubernetes(self) -> bool:
+        """The workloads were Kubernetes pods (``mode`` k8s), not processes on the GPU hosts."""
+        return self.mode is not None and is_kubernetes_mode(self.mode)
+
+    @property
+    def on_hosts(self) -> bool:
+        """The workloads were processes on the GPU hosts (``mode`` host), matched to registrations by host pid."""
+        return self.mode is not None and is_host_mode(self.mode)
+
     @classmethod
     def load(cls, case_dir: Path, mode: str | None = None) -> Evidence:
         """Read ``pods.json`` and ``pods/*.log`` of a case dir and derive each pod's GPU from
@@ -141,7 +152,7 @@ class Evidence:
         """Evidence from records, logs and files (``files`` wins over ``case_dir``). Each record's ``gpu``
         becomes its derived GPU (:func:`gpu_assignments`: the registration's, with a ``scheduler.log``)."""
         ev = cls(pods=list(pods), logs=dict(logs), files=dict(files or {}), case_dir=case_dir)
-        ev.mode = mode or ("host" if any(p.host_pid is not None for p in ev.pods) else "k8s")
+        ev.mode = mode or (MODE_HOST if any(p.host_pid is not None for p in ev.pods) else MODE_K8S)
         # without a scheduler log nothing registered: every pod keeps the GPU pods.json recorded
         ev.assignments = gpu_assignments(ev.pods, parse_text(ev.text("scheduler.log") or ""), ev.mode, ev.logs,
                                          scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None,
@@ -192,20 +203,21 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
     out: dict[str, GpuAssignment] = {}
     for r in records:
         found: list[tuple[Registration, str]] = []
-        if mode != "host" or scheduler_node is None or r.node == scheduler_node:
+        if not is_host_mode(mode) or scheduler_node is None or r.node == scheduler_node:
             match = client_match(mode, r.name, namespace=r.namespace, record=r, log=logs.get(r.name))
             found = registrations_of(summary, match) if match.usable else []
         nvml = None
         if read is not None and r.host_pid is not None:
             nvml = nvml_placement(read, r.node, r.host_pid)
-        elif read is not None and mode == "k8s" and r.node is not None and read(f"sampler/{r.node}_pids.csv"):
+        elif (read is not None and is_kubernetes_mode(mode) and r.node is not None
+              and read(f"sampler/{r.node}_pids.csv")):
             nvml = nvml_placement(read, r.node, None, pod=r.name)
         if found:
             reg, key = found[-1]
             a = GpuAssignment(r.name, r.node, reg.gpu, SOURCE_REGISTRATION, key, r.gpu,
                               tuple(dict.fromkeys(f.cid for f, _ in found)), reg.gpu, nvml)
         else:
-            recorded = (r.gpu_key or r.gpu) if mode == "host" and any_registration else r.gpu
+            recorded = (r.gpu_key or r.gpu) if is_host_mode(mode) and any_registration else r.gpu
             a = GpuAssignment(r.name, r.node, recorded, SOURCE_RECORDED if recorded is not None else SOURCE_NONE,
                               None, r.gpu, nvml=nvml)
         if nvml is not None and nvml.gpus:  # one namespace of GPU names for every pod: the node's UUIDs
@@ -234,12 +246,12 @@ def write_gpu_mapping(ev: Evidence) -> list[str]:
         gpu = (reg.registered_key if reg else None) or "-"
         nvml = ",".join(a.nvml.uuids) if a is not None and a.nvml is not None and a.nvml.uuids else "-"
         agree = {True: "yes", False: "NO", None: "-"}[a.identity_agrees if a is not None else None]
-        if ev.mode == "host":
+        if ev.on_hosts:
             rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{(reg.matched_by if reg else None) or '-'}\t"
                         f"{(a.key_gpu if a is not None else None) or '-'}\t{nvml}\t{agree}")
         else:
             rows.append(f"{r.name}\t{r.node or '-'}\t{gpu}\t{nvml}\t{agree}")
-    header = ("pod\tnode\tgpu_key\tmatched_by\tkey_gpu_uuid\tnvml_gpu_uuid\tagree" if ev.mode == "host"
+    header = ("pod\tnode\tgpu_key\tmatched_by\tkey_gpu_uuid\tnvml_gpu_uuid\tagree" if ev.on_hosts
               else "pod\tnode\tgpu_uuid\tnvml_gpu_uuid\tagree")
     atomic_write_text(ev.case_dir / "gpu_mapping.txt", header + "\n" + "\n".join(rows) + "\n")
     return ["gpu_mapping.txt"]

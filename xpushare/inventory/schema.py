@@ -46,7 +46,24 @@ LAB_INVENTORY = Path(".lab/inventory.yaml")
 INVENTORY_ENV = "XPUSHARE_INVENTORY"
 LOCAL_CLUSTER = "local"
 
-MODES = ("k8s", "host")
+MODE_K8S = "k8s"
+MODE_HOST = "host"
+#: A cluster's ``mode``: how its workloads run. Only this module and the backend factory
+#: (:func:`xpushare.engine.driver.make_backend`) test the mode's string; every other module asks
+#: :attr:`ClusterSpec.is_kubernetes` / :attr:`ClusterSpec.is_host`, :func:`is_kubernetes_mode` for a recorded
+#: mode, or the backend (tests/test_mode_strings.py).
+MODES = (MODE_K8S, MODE_HOST)
+
+
+def is_kubernetes_mode(mode: str) -> bool:
+    """Whether a cluster ``mode`` (:data:`MODES`, also as recorded in ``run.json``, ``result.json`` and a
+    case's ``plan.json``) runs workloads as Kubernetes pods, rather than as processes on the GPU hosts."""
+    return mode == MODE_K8S
+
+
+def is_host_mode(mode: str) -> bool:
+    """Whether a cluster ``mode`` (:data:`MODES`) runs workloads as processes on the GPU hosts (no Kubernetes)."""
+    return mode == MODE_HOST
 SUTS = ("nvshare", "xpushare")
 BACKENDS = ("cuda", "npu")
 ROLES = ("master", "gpu")
@@ -181,6 +198,16 @@ class ClusterSpec:
     """Host mode: ``NVIDIA_VISIBLE_DEVICES`` of a workload, one of :data:`VISIBLE_DEVICES` (whatever the tool's
     or the host's own environment holds)."""
 
+    @property
+    def is_kubernetes(self) -> bool:
+        """The workloads are Kubernetes pods and the SUT its DaemonSets (``mode: k8s``)."""
+        return is_kubernetes_mode(self.mode)
+
+    @property
+    def is_host(self) -> bool:
+        """The workloads are processes on the GPU hosts and the SUT runs on them (``mode: host``)."""
+        return is_host_mode(self.mode)
+
     def by_role(self, role: str) -> list[HostSpec]:
         """Hosts that carry ``role`` (``master``, ``gpu``) or every host for ``all``."""
         if role == "all":
@@ -215,7 +242,7 @@ def local_cluster() -> ClusterSpec:
     """The built-in ``local`` cluster: this machine, no SSH, host mode, xpushare naming."""
     return ClusterSpec(
         name=LOCAL_CLUSTER,
-        mode="host",
+        mode=MODE_HOST,
         sut="xpushare",
         backend="cuda",
         gpu_model=None,
@@ -444,7 +471,7 @@ class _Parser:
         raw = self.mapping(body, kp, _CLUSTER_KEYS)
         if "mode" not in raw:
             raise self.fail(kp, "missing required key 'mode' (k8s | host)")
-        mode = self.choice(raw.get("mode"), f"{kp}.mode", MODES, "k8s")
+        mode = self.choice(raw.get("mode"), f"{kp}.mode", MODES, MODE_K8S)
         sut = self.choice(raw.get("sut"), f"{kp}.sut", SUTS, "xpushare")
         backend = self.choice(raw.get("backend"), f"{kp}.backend", BACKENDS, "cuda")
         gpu = self.mapping(raw.get("gpu"), f"{kp}.gpu", _GPU_KEYS)
@@ -459,7 +486,7 @@ class _Parser:
                                                "(lower-case letters, digits and '-', at most 63)")
         cluster_ssh = self.ssh(raw.get("ssh"), f"{kp}.ssh", base_ssh)
         hosts = self.hosts(raw.get("hosts"), kp, cluster_ssh)
-        if mode == "k8s" and not any("master" in h.roles for h in hosts):
+        if is_kubernetes_mode(mode) and not any("master" in h.roles for h in hosts):
             raise self.fail(f"{kp}.hosts", "a k8s cluster needs a host with role 'master'")
         sched = self.mapping(raw.get("scheduler"), f"{kp}.scheduler", _SCHEDULER_KEYS)
         params = dict(base_params)

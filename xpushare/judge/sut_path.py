@@ -53,7 +53,7 @@ def sut_expected(ev: Evidence) -> bool:
     """Whether the SUT should be in the workloads' path: always in Kubernetes (the device plugin preloads the
     client library), in host mode when a stored workload environment (``pods/<pod>.environ.txt``) has
     ``LD_PRELOAD`` (the inventory's ``sut_lib``)."""
-    if ev.mode == "k8s":
+    if ev.on_kubernetes:
         return bool(ev.pods)
     return any("LD_PRELOAD" in workload_env.parse(ev.text(workload_env.environ_file(p.name)) or "") for p in ev.pods)
 

@@ -62,7 +62,7 @@ def _start(run: CaseRun, specs: Sequence[PodSpec]) -> None:
     run.plan.setdefault("namespace", run.cluster.namespace)
     run.plan.setdefault("gpu_model", run.cluster.gpu_model)
     run.save_plan()
-    run.backend.start_pods(run.case_dir, specs)
+    run.backend.start_pods(specs)
 
 
 def monitor(run: CaseRun, names: Sequence[str], timeout_s: float, *, until: str = "terminal") -> bool:
@@ -110,7 +110,7 @@ def monitor(run: CaseRun, names: Sequence[str], timeout_s: float, *, until: str 
 def _finish(run: CaseRun, names: Sequence[str], timeout_s: float) -> None:
     """Monitor the pods to the end, then record them (``pods.json``)."""
     monitor(run, names, timeout_s)
-    run.backend.wait_terminal(run.case_dir, names, 1.0)
+    run.backend.wait_terminal(names, 1.0)
 
 
 def _scheduler_text(run: CaseRun) -> str:
@@ -163,7 +163,7 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
 
 
 def _annotate(run: CaseRun, pod: str, key: str, value: str | None) -> float:
-    return legacy_backend(run).annotate(run.case_dir, pod, {key: value})  # type: ignore[dict-item]
+    return legacy_backend(run).annotate(pod, {key: value})  # type: ignore[dict-item]
 
 
 def _elapsed_since_dmon(run: CaseRun) -> float:
@@ -220,9 +220,9 @@ def act_baseline(run: CaseRun) -> None:
         t0 = time.monotonic()
         _start(run, [spec])
         _finish(run, [pod], float(run.params["pod_timeout_s"]))
-        phase = next((r.phase for r in run.backend.wait_terminal(run.case_dir, [pod], 1.0) if r.name == pod), "?")
+        phase = next((r.phase for r in run.backend.wait_terminal([pod], 1.0) if r.name == pod), "?")
         _say(f"Test {title} Finished. Status: {phase}. Duration ~{int(time.monotonic() - t0)}s (Includes startup)")
-    run.backend.wait_terminal(run.case_dir, run.plan["pods"], 1.0)
+    run.backend.wait_terminal(run.plan["pods"], 1.0)
     _say("===== All Baseline Tests Completed =====")
 
 
@@ -245,7 +245,7 @@ def act_memlimit(run: CaseRun) -> None:
         _start(run, [_legacy_spec(run, pod, W2, label, memory_limit_env=limit)])
         _finish(run, [pod], timeout)
     run.save_plan()
-    run.backend.wait_terminal(run.case_dir, run.plan["pods"], 1.0)
+    run.backend.wait_terminal(run.plan["pods"], 1.0)
 
 
 def _manual_pod(run: CaseRun, name: str, label: str, **kw: Any) -> PodSpec:
@@ -342,7 +342,7 @@ def _phases(run: CaseRun, phases: Sequence[tuple[str, Mapping[str, int | None], 
         run.plan["phases"].append({"name": name, "start_s": start, "end_s": _elapsed_since_dmon(run),
                                    "targets": {p: 100 if v is None else v for p, v in targets.items()}})
         run.save_plan()
-    run.backend.wait_running(run.case_dir, run.plan["pods"], 1.0)
+    run.backend.wait_running(run.plan["pods"], 1.0)
 
 
 def act_complex2(run: CaseRun) -> None:
@@ -360,7 +360,7 @@ def act_complex2(run: CaseRun) -> None:
     _start(run, specs[2:])
     ok = monitor(run, run.plan["pods"], float(run.params["pod_timeout_s"]))
     _say("All tasks completed!" if ok else "Timeout reached!")
-    run.backend.wait_terminal(run.case_dir, run.plan["pods"], 1.0)
+    run.backend.wait_terminal(run.plan["pods"], 1.0)
 
 
 def act_smoke(run: CaseRun) -> None:

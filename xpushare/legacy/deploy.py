@@ -194,7 +194,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     if req.mode not in MODES:
         raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {req.mode!r}")
     cluster = schema.load(req.inventory_path).cluster(req.cluster)
-    if cluster.mode != "k8s":
+    if not cluster.is_kubernetes:
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; deploy needs Kubernetes")
     params = deploy_params(cluster, req.overrides, lenient=req.lenient)
     names = sut_names(cluster.sut)

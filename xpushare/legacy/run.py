@@ -99,7 +99,7 @@ def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
     if sc is None:
         raise UsageError(f"unknown legacy scenario {req.scenario!r} (known: {', '.join(SCENARIOS)})")
     cluster = schema.load(req.inventory_path).cluster(req.cluster)
-    if cluster.mode != "k8s":
+    if not cluster.is_kubernetes:
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; the legacy scripts need Kubernetes")
     case, params = scenario_params(sc, cluster, req)
     the_run = Run(root=req.root, clusters=[cluster], run_id=req.run_id, reuse=Reuse.EXTEND, wait=req.wait, out=out)

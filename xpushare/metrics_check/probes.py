@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from xpushare.backends.base import Backend, PodSpec
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import KEY_POD, ClientMatch, client_match, live_matches
+from xpushare.inventory.schema import MODE_K8S
 from xpushare.inventory.sut import SutNames
 from xpushare.metrics_check.checklist import CheckLine, answer_text, check_line, load_checks, shorten
 from xpushare.metrics_check.endpoint import HttpResponse
@@ -105,7 +106,7 @@ class KubeProbeLoad:
     def matches(self, names: Sequence[str]) -> list[ClientMatch]:
         """Kubernetes: the probes' clients carry their pod names (``pod`` label; a name holds a random run id,
         so any namespace label is accepted, as before)."""
-        return [client_match("k8s", name) for name in names]
+        return [client_match(MODE_K8S, name) for name in names]
 
     def stop(self) -> None:
         self.kubectl.delete(f"{RUN_LABEL}={self.run_id}", wait=False, grace_period_s=0, namespace=self.namespace)
@@ -140,8 +141,8 @@ class BackendProbeLoad:
         name = f"metrics-check-{index}"
         spec = PodSpec(name=name, workload="w5_quota_probe", args=self.args, core_limit=self.core_limit,
                        node=self.node)
-        self.backend.start_pods(self.case_dir, [spec])
-        rec = self.backend.wait_running(self.case_dir, [name], self.timeout_s)
+        self.backend.start_pods([spec])
+        rec = self.backend.wait_running([name], self.timeout_s)
         if not rec or rec[0].phase != "Running":
             raise XpushareError(f"probe {name} is {rec[0].phase if rec else 'missing'}, not Running")
         return rec[0].name
@@ -150,7 +151,7 @@ class BackendProbeLoad:
         """The probes' matches from their current records and output (each kept once nothing more can appear):
         one record poll for every probe not known yet, and only in host mode (a pod name needs none)."""
         unknown = [n for n in names if n not in self._known]
-        current = dict(zip(unknown, live_matches(self.backend, self.case_dir, unknown, namespace=self.namespace),
+        current = dict(zip(unknown, live_matches(self.backend, unknown, namespace=self.namespace),
                            strict=True))
         for name, found in current.items():
             if found.key == KEY_POD or (found.host_pids and found.client_ids):
@@ -159,7 +160,7 @@ class BackendProbeLoad:
 
     def stop(self) -> None:
         if self._started:
-            self.backend.cleanup(self.case_dir)
+            self.backend.cleanup()
 
 
 def run_load_checks(scrape: Callable[[], HttpResponse], load: ProbeLoad, *, prefix: str | None = None,

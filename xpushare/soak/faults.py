@@ -73,7 +73,7 @@ def _snapshot_logs(run: CaseRun, name: str) -> None:
     b, names = _k8s(run), run.backend.names
     for label, stem in ((names.scheduler_label, "scheduler"), (names.device_plugin_label, "device-plugin")):
         try:
-            text = b.kubectl.logs(selector=label, prefix=True, namespace=names.namespace)
+            text = b.sut_logs(label)
         except KubeError as exc:
             text = f"# kubectl logs -l {label}: {exc}\n"
         (run.case_dir / f"{stem}_{name}.log").write_text(text, encoding="utf-8")
@@ -102,7 +102,7 @@ def start_recorded(run: CaseRun, specs: Sequence[PodSpec], key: str) -> None:
     run.plan.setdefault("pods", [])
     run.plan["pods"] += [s.name for s in specs]
     run.save_plan()
-    run.backend.start_pods(run.case_dir, specs)
+    run.backend.start_pods(specs)
 
 
 def _probe(run: CaseRun, node: str | None = None) -> None:
@@ -110,12 +110,12 @@ def _probe(run: CaseRun, node: str | None = None) -> None:
     spec = run.pod("probe", W2, node=node)
     run.plan["probe_pod"] = spec.name
     start_recorded(run, [spec], "probe_pods")
-    run.backend.wait_terminal(run.case_dir, [spec.name], float(run.params["pod_timeout_s"]))
+    run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 
 
 def _wait_all(run: CaseRun) -> list[PodRecord]:
     names = list(run.plan.get("load_pods") or []) + list(run.plan.get("replacement_pods") or [])
-    return run.backend.wait_terminal(run.case_dir, names, float(run.params["pod_timeout_s"]))
+    return run.backend.wait_terminal(names, float(run.params["pod_timeout_s"]))
 
 
 def _wait_healthy(run: CaseRun, t0: float, deadline_s: float) -> float | None:
@@ -144,7 +144,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     run.plan.update(namespace=run.cluster.namespace, daemonset=ds, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     start_recorded(run, specs, "load_pods")
-    run.backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _snapshot_logs(run, "before_fault")
     fault: dict[str, Any] = {"kind": f"rollout restart daemonset/{ds}", "applied": False}
@@ -154,7 +154,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     rolled = False
     try:
         try:
-            b.kubectl.rollout_restart("daemonset", ds, namespace=ns)
+            b.restart_daemonset(ds)
             fault["applied"] = True
             fault["at"] = t0
         except KubeError as exc:
@@ -162,7 +162,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
             run.save_plan()
             return
         try:
-            out = b.kubectl.rollout_status("daemonset", ds, namespace=ns, timeout_s=timeout)
+            out = b.await_daemonset(ds, timeout_s=timeout)
             rolled = True
             run.plan["rollout_s"] = round(time.time() - t0, 3)
             run.plan["rollout_output"] = out[-500:]
@@ -198,7 +198,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
     run.plan.update(min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     start_recorded(run, specs, "load_pods")
-    backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
     _write_facts(run, "scheduler_before_fault.txt", backend.scheduler_facts())
     fault: dict[str, Any] = {"kind": "restart the scheduler", "applied": False}
@@ -270,12 +270,11 @@ def _restore_daemonset(run: CaseRun, ds: str, ns: str, *, already: bool) -> None
     detail = "rollout complete"
     if not already:
         try:
-            b.kubectl.rollout_status("daemonset", ds, namespace=ns,
-                                     timeout_s=float(run.params["fail_restart_timeout_s"]))
+            b.await_daemonset(ds, timeout_s=float(run.params["fail_restart_timeout_s"]))
         except KubeError as exc:
             detail = f"rollout status: {exc}"
     try:
-        status = b.kubectl.get_daemonset(ds, namespace=ns)
+        status = b.daemonset_status(ds)
         run.plan["restored"] = bool(status.rolled_out and status.ready >= status.desired)
         run.plan["restore_detail"] = (f"{detail}; desired {status.desired}, ready {status.ready}, updated "
                                       f"{status.updated}, available {status.available}")
@@ -293,7 +292,7 @@ def fail_drain(run: CaseRun) -> None:
     run.plan.update(namespace=run.cluster.namespace, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     start_recorded(run, specs, "load_pods")
-    records = run.backend.wait_running(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+    records = run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     node = run.params.get("fail003_node") or _busiest_node(records)
     if not node:
         run.plan["fault"] = {"kind": "drain", "applied": None, "error": "no node runs the load"}
@@ -309,8 +308,8 @@ def fail_drain(run: CaseRun) -> None:
     t0 = time.time()
     try:
         try:
-            out = b.kubectl.drain(node, timeout_s=float(run.params["fail_drain_timeout_s"]),
-                                  grace_period_s=int(run.params["fail_drain_grace_s"]))
+            out = b.drain_node(node, timeout_s=float(run.params["fail_drain_timeout_s"]),
+                               grace_period_s=int(run.params["fail_drain_grace_s"]))
             fault.update(applied=True, at=t0, output=out[-1000:])
         except KubeError as exc:
             fault.update(error=str(exc), drain_failed=True)
@@ -320,7 +319,7 @@ def fail_drain(run: CaseRun) -> None:
         replacements = [dataclasses.replace(by_name[n], name=f"{n}-re", node=None) for n in evicted if n in by_name]
         if replacements:
             start_recorded(run, replacements, "replacement_pods")
-            recs = run.backend.wait_running(run.case_dir, [s.name for s in replacements],
+            recs = run.backend.wait_running([s.name for s in replacements],
                                             float(run.params["fail_pending_max_s"]))
             running = [r for r in recs if r.phase != "Pending"]
             if len(running) == len(replacements):
@@ -355,8 +354,8 @@ def _busiest_node(records: Sequence[PodRecord]) -> str | None:
 def _uncordon(run: CaseRun, node: str) -> None:
     b = _k8s(run)
     try:
-        b.kubectl.uncordon(node)
-        run.plan["restored"] = not b.kubectl.get_node(node).unschedulable
+        b.uncordon_node(node)
+        run.plan["restored"] = not b.node(node).unschedulable
         run.plan["restore_detail"] = f"node {node} uncordoned"
     except KubeError as exc:
         run.plan["restored"] = None
@@ -392,7 +391,7 @@ def fail_heavy_node(run: CaseRun) -> None:
     fault["applied"] = True
     t_end = time.time()
     try:
-        run.backend.wait_terminal(run.case_dir, [s.name for s in specs], float(run.params["pod_timeout_s"]))
+        run.backend.wait_terminal([s.name for s in specs], float(run.params["pod_timeout_s"]))
         t_end = time.time()
         tol = float(run.params["leak_gpu_tolerance_bytes"])
         limit = time.monotonic() + float(run.params["fail_recovery_max_s"])
@@ -433,7 +432,7 @@ def fail_heavy_node(run: CaseRun) -> None:
 def _largest_node(run: CaseRun) -> str:
     b, resource = _k8s(run), run.backend.names.resource
     best: tuple[int, str] | None = None
-    for n in b.kubectl.list_nodes():
+    for n in b.nodes():
         v = n.allocatable_count(resource)
         if n.unschedulable or not n.ready or v <= 0:
             continue

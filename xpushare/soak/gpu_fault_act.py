@@ -134,7 +134,7 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
     start_recorded(run, neighbours, "neighbour_pods")
     run.plan["load_started_at"] = t0
     timeout = float(run.params["pod_timeout_s"])
-    records = run.backend.wait_terminal(run.case_dir, [s.name for s in [*victims, *neighbours]], timeout)
+    records = run.backend.wait_terminal([s.name for s in [*victims, *neighbours]], timeout)
     fault = run.plan["fault"]
     fault["applied"] = True
     fault["victims_ended"] = {r.name: {"phase": r.phase, "exit_code": r.exit_code, "finished": r.finished,
@@ -157,5 +157,5 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
     else:
         probe = run.pod("probe-same", W2, node=node, same_gpu_as=None if node else victims[0].name)
     start_recorded(run, [probe], "probe_pods")
-    run.backend.wait_terminal(run.case_dir, [probe.name], timeout)
+    run.backend.wait_terminal([probe.name], timeout)
     run.save_plan()

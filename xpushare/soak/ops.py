@@ -287,7 +287,7 @@ class BackendSoakOps:
         return out
 
     def start_pods(self, specs: Sequence[PodSpec]) -> None:
-        self.backend.start_pods(self.case_dir, specs)
+        self.backend.start_pods(specs)
 
     def poll_pods(self) -> list[PodRecord]:
         return self.backend.case_pods()
@@ -296,10 +296,10 @@ class BackendSoakOps:
         self.backend.delete_case_pods(timeout_s)
 
     def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        return float(self.backend.annotate(self.case_dir, pod, annotations))
+        return float(self.backend.annotate(pod, annotations))
 
     def pod_log(self, pod: str) -> str:
-        return str(self.backend.read_log(self.case_dir, pod))
+        return str(self.backend.read_log(pod))
 
     def end_round(self) -> None:
         self.backend.forget_pod_specs()
@@ -317,7 +317,7 @@ class K8sSoakOps(BackendSoakOps):
     :class:`BackendSoakOps`'s; the tick lists the scheduler DaemonSet's pods and samples each pod's own
     processes (:func:`node_script`), and restarted SUT pods leave previous-container logs.
 
-    Uses the backend's kubectl, master and node connections (one thread, so no concurrent use). Raises
+    Uses the backend's Kubernetes operations and node connections (one thread, so no concurrent use). Raises
     :class:`~xpushare.model.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
     """
 
@@ -328,10 +328,9 @@ class K8sSoakOps(BackendSoakOps):
         super().__init__(backend, case_dir)
         self.kube = kube
         self.names = backend.names
-        self.kubectl = kube.kubectl
 
     def scheduler_pods(self) -> list[SchedPod]:
-        pods = self.kubectl.list_pods(self.names.scheduler_label, namespace=self.names.namespace)
+        pods = self.kube.sut_pods(self.names.scheduler_label)
         out = []
         for p in pods:
             if not p.node:
@@ -362,14 +361,14 @@ class K8sSoakOps(BackendSoakOps):
         got: list[Path] = []
         for label in (self.names.scheduler_label, self.names.device_plugin_label):
             try:
-                pods = self.kubectl.list_pods(label, namespace=self.names.namespace)
+                pods = self.kube.sut_pods(label)
             except KubeError:
                 continue
             for p in pods:
                 if p.restart_count <= 0:
                     continue
                 try:
-                    text = self.kubectl.logs(p.name, previous=True, namespace=self.names.namespace)
+                    text = self.kube.previous_log(p.name)
                 except KubeError as exc:
                     text = f"# kubectl logs --previous {p.name}: {exc}\n"
                 dest.mkdir(parents=True, exist_ok=True)
