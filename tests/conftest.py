@@ -118,18 +118,22 @@ def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
 #: first, so that pytest-xdist's ``--dist loadfile`` hands them out first and the short modules fill in
 #: around them instead of one long module running alone at the end.
 LONG_MODULES = (
-    "test_verdict_matrix.py",
-    "test_k8s_perf_e2e.py",
-    "test_k8s_combo_e2e.py",
-    "test_k8s_e2e.py",
-    "test_k8s_stability_e2e.py",
-    "test_k8s_metrics_e2e.py",
-    "test_lab_under_load.py",
-    "test_host_real_sut.py",
-    "test_metrics_check_lab.py",
-    "test_envcheck_lab.py",
-    "test_legacy_lab.py",
-    "test_lab_cluster.py",
+    "e2e/test_verdict_matrix.py",
+    "e2e/test_k8s_performance.py",
+    "e2e/test_k8s_combination.py",
+    "e2e/test_k8s_quota_probe.py",
+    "e2e/test_k8s_functional.py",
+    "e2e/test_k8s_stability.py",
+    "e2e/test_k8s_metrics.py",
+    "e2e/test_k8s_isolation_compute.py",
+    "e2e/test_k8s_isolation.py",
+    "e2e/test_under_load.py",
+    "e2e/test_gpu_faults.py",
+    "e2e/test_host_real_sut.py",
+    "e2e/test_metrics_check.py",
+    "e2e/test_envcheck.py",
+    "e2e/test_legacy.py",
+    "e2e/lab/test_cluster.py",
 )
 
 
@@ -148,4 +152,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{module.__name__}: marks on non-test functions {misplaced} are ignored; "
                                     "move them to the test they were meant for")
     rank = {name: i for i, name in enumerate(LONG_MODULES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_MODULES)))  # stable: order within a module kept
+    tests_dir = Path(__file__).resolve().parent
+    # stable: the order within a module is kept
+    items.sort(key=lambda item: rank.get(item.path.relative_to(tests_dir).as_posix(), len(LONG_MODULES)))

@@ -2,7 +2,7 @@
 
 A CI machine or a developer's laptop is rarely idle. :func:`busy_cpus` starts ``count`` processes that spin at the
 default priority for as long as the ``with`` block lasts, so a lab test can show its verdicts do not depend on
-the machine's load (tests/test_lab_under_load.py).
+the machine's load (tests/e2e/test_under_load.py).
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "perf007_poll_s": 0.5,
         "perf007_metric_timeout_s": 20,
         # stability, leak, fault and soak: the seed's hours and minutes compressed to seconds, rounds of one or
-        # two small pods (tests/test_k8s_stability_e2e.py gives the measurements)
+        # two small pods (tests/e2e/test_k8s_stability.py gives the measurements)
         "sample_interval_s": 2,  # every SSH command also runs the login shell's rc files: keep the rate low
         "soak_poll_s": 1.5,
         "progress_s": 2,

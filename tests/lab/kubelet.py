@@ -201,7 +201,7 @@ class PodRun:
 #: Scheduling priority of every pod process (the workloads and the real scheduler, a pod here): above the
 #: machine's other work. A GPU node gives its pods cores of their own; on the lab's shared machine the simulated
 #: GPU's timeline advances only while a client submits, so a CPU-starved client would measure the machine's
-#: load, not the SUT's quota (tests/test_lab_under_load.py). Needs CAP_SYS_NICE (root); without it pods run at
+#: load, not the SUT's quota (tests/e2e/test_under_load.py). Needs CAP_SYS_NICE (root); without it pods run at
 #: the default priority.
 POD_NICE = -10
 

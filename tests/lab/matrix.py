@@ -3,7 +3,7 @@
 A row breaks the lab one way (a mutant build of the real SUT, :mod:`tests.lab.mutants`, or a cluster fault of
 :data:`tests.lab.cluster.FAULT_DEFAULTS`), runs the cases the breakage is about through
 ``invoke matrix --cluster lab`` and records each case's verdict; the healthy row runs the same cases on the
-unmodified build. :mod:`tests.test_verdict_matrix` asserts the expected verdicts; this module's CLI runs the
+unmodified build. :mod:`tests.e2e.test_verdict_matrix` asserts the expected verdicts; this module's CLI runs the
 whole matrix on labs of its own and writes docs/verdicts.md (case x breakage -> verdict, the breakages that
 turn each case FAIL, the cases no breakage reaches and why, and the mutation score)::
 
@@ -101,7 +101,7 @@ ROWS: tuple[Row, ...] = (
         sets=("stab002_pods_small=2", "stab002_pods_large=4")),
     # enough registrations that 4 MiB and one fd each stand out of the noise floors (8 MiB, 4 fds)
     # FAIL-005/007: the client that died of its GPU error stays in /metrics (FAIL-006 poisons the lab's GPU: host
-    # lab only, tests/test_gpu_faults_lab.py)
+    # lab only, tests/e2e/test_gpu_faults.py)
     Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007", "MET-003"),
         sets=("leak_churn_rounds=5", "leak_pods=4")),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
@@ -132,41 +132,41 @@ ROWS: tuple[Row, ...] = (
 HOST_MODE: dict[str, str] = {
     "gpu-key-ignores-cuda-visible-devices": "host-mode FUNC-003 FAIL (`gpu_identity`): every client registers as "
                                             "`default` while NVML sees the processes on both GPUs; "
-                                            "tests/test_host_real_sut.py",
+                                            "tests/e2e/test_host_real_sut.py",
 }
 
 #: Breakages of what every verdict about the SUT rests on (judge/sut_path.py: the SUT in each workload's path, its
 #: GPU identity against NVML) that no row of the lab's matrix carries, and where each is shown to turn the verdict.
 OUTSIDE_MATRIX: dict[str, str] = {
     "a client library the loader refuses": "FUNC-003 ERROR `SUT not in the path: ... preload refused` on the host-mode "
-                                           "lab (tests/test_host_real_sut.py); FUNC-001/004 ERROR on two H200 "
+                                           "lab (tests/e2e/test_host_real_sut.py); FUNC-001/004 ERROR on two H200 "
                                            "(docs/runs/2026-11-27-real-sut-2gpu), where FUNC-004 had passed on "
                                            "PyTorch's own out-of-memory error",
     "a node python without torch": "FUNC-004/006 ERROR `the workload failed before it reached the GPU "
                                    "(ModuleNotFoundError ...)`, not FAIL (docs/runs/2026-11-27-real-sut-2gpu; "
-                                   "tests/test_sut_path.py)",
+                                   "tests/unit/judge/test_sut_path.py)",
     "a GPU key that ignores the assigned device": "`gpu-key-ignores-cuda-visible-devices`: FUNC-003 FAIL "
                                                   "(`gpu_identity`, key `default` against NVML's two GPUs)",
     "DROP_LOCK not counted": ("`drop-lock-not-counted`: MET-004 FAIL (`drop_lock_counted`: the counter against "
                               "the scheduler log's DROP_LOCK lines) and `invoke metrics-check` FAIL (`DROP_LOCK "
                               "counted under throttling`, the same rule over the load window; "
-                              "tests/test_metrics_check_lab.py)"),
+                              "tests/e2e/test_metrics_check.py)"),
     "a registration later than registration_timeout_s": (
         "`sut_in_path` FAIL `the scheduler was slow to register: <pod>: registered <s> s after it started` "
         "(pods.json's start against the scheduler log's timestamp): `register-after-5s` with "
-        "`registration_timeout_s=3`, MET-002 FAIL (tests/test_k8s_metrics_e2e.py); every verdict records "
+        "`registration_timeout_s=3`, MET-002 FAIL (tests/e2e/test_k8s_metrics.py); every verdict records "
         "`registration_timeout_s` (60 s)"),
     "gauges sampled once or stuck": "MET-003's series while W4 allocates and frees: `gpu-memory-sampled-once` "
                                     "(`gpu_memory_follows_nvml`), `managed-memory-never-shrinks` "
                                     "(`managed_follows_client_reports`), `running-clients-high-water` "
                                     "(`running_clients_follow_locks`), `ghost-clients` (`client_count_follows_log`) "
-                                    "FAIL (tests/test_k8s_metrics_e2e.py)",
+                                    "FAIL (tests/e2e/test_k8s_metrics.py)",
     "two CPU-bound processes beside the lab": "no verdict changes: FUNC-002, PERF-003, PERF-011 PASS within the "
-                                              "seed's ±8 % (tests/test_lab_under_load.py)",
+                                              "seed's ±8 % (tests/e2e/test_under_load.py)",
     "a GPU fault during the case": "FUNC-001 ERROR `GPU fault on <node> GPU <uuid> during the case (Xid 79: GPU has "
                                    "fallen off the bus): not a verdict on the SUT`, and ERROR naming a rise of "
                                    "uncorrected ECC errors, on the host-mode lab and the Kubernetes lab "
-                                   "(tests/test_gpu_health_lab.py, tests/test_gpu_health_k8s_lab.py); the same Xid on "
+                                   "(tests/e2e/test_gpu_health.py, tests/e2e/test_gpu_health_k8s.py); the same Xid on "
                                    "a GPU the case did not use, or an application Xid (31) on its own, leaves the PASS "
                                    "(docs/faults.md)",
 }
@@ -175,7 +175,7 @@ OUTSIDE_MATRIX: dict[str, str] = {
 UNCAUGHT: dict[str, str] = {}
 
 #: Cases the unmodified SUT fails, and the defect of docs/findings.md behind it (a finding, never tuned away).
-#: FAIL-006 runs on a host-mode lab of its own (tests/test_gpu_faults_lab.py: a lost GPU stays lost), not in ROWS.
+#: FAIL-006 runs on a host-mode lab of its own (tests/e2e/test_gpu_faults.py: a lost GPU stays lost), not in ROWS.
 HEALTHY_FINDINGS: dict[str, int] = {"COMBO-001": 13, "COMBO-004": 18, "PERF-004": 15, "FUNC-010": 18, "ISO-012": 20,
                                     "ISO-013": 20, "ISO-015": 20, "ISO-016": 20, "MET-003": 23, "FAIL-006": 22}
 
@@ -305,7 +305,7 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     baselines = [r for r in healthy_rows(rows) if r.breakage in outcomes]
     lines = ["# Verdicts under breakage", "",
              "Generated by `python -m tests.lab.matrix --write docs/verdicts.md` from runs of the lab on the real SUT",
-             "(tests/lab/matrix.py; asserted by tests/test_verdict_matrix.py). Each row breaks the lab one way: a",
+             "(tests/lab/matrix.py; asserted by tests/e2e/test_verdict_matrix.py). Each row breaks the lab one way: a",
              "mutant build of the SUT (tests/lab/mutants/README.md) or a cluster fault (tests/lab/README-kube.md);",
              "`healthy` is the unmodified build. A cell is the case's verdict in that row; `·` = not run.", ""]
     header = ["breakage", "kind", *cases]

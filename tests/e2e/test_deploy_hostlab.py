@@ -1,0 +1,70 @@
+"""``invoke deploy`` onto a host-mode cluster over real SSH, then the suites against what it installed.
+
+The host-mode lab (:mod:`tests.lab.hostlab`) starts one GPU host with two simulated GPUs and *no* scheduler;
+``invoke deploy --cluster hostlab --sut-src <upstream tree>`` copies the source over SFTP, builds it with the
+host's gcc/make, installs the library and scheduler under the host's directory (the inventory's ``sut_lib`` and
+``scheduler.*``) and starts the scheduler under deploy's supervisor with its metrics on. Then, through that
+deployed SUT: ``invoke sut.status`` (healthy), ``invoke func`` FUNC-001/003/006 (FUNC-006 needs the deployed
+library to refuse the allocation over its memory quota: PASS proves the preload works), ``invoke sut.restart``
+(new pid), ``invoke undeploy`` (gone; ``sut.status`` exits 1).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
+from tests.lab.kubelab import require_lab
+from tests.lab.sut import default_source
+from tests.paths import REPO_ROOT
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = REPO_ROOT
+
+
+def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_deploy_then_func_through_the_deployed_sut_then_undeploy(tmp_path: Path) -> None:
+    require_lab("host-mode lab", unavailable_reason())
+    w2 = ["--n", "512", "--iters", "300", "--no-progress"]  # about 1 s on the lab's simulated GPU
+    with HostLab(tmp_path / "lab", nodes=("hl-deploy",), gpus=2, base_address="127.0.75.1",
+                 start_schedulers=False) as lab:
+        import yaml
+
+        inv = tmp_path / "inventory.yaml"
+        params = {"func003_pods": 4, "func006_memory_limit": "1Mi", "workload_args": {"w2_medium_add": w2}}
+        inv.write_text(yaml.safe_dump(lab.deploy_inventory(params=params), sort_keys=False))
+        common = ("--cluster", CLUSTER, "--inventory", str(inv))
+        deployed = invoke("deploy", *common, "--sut-src", str(default_source()))
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        assert "built and installed; started (process)" in deployed.stdout
+
+        status = invoke("sut.status", *common)
+        assert status.returncode == 0 and "/healthz 200" in status.stdout, status.stdout + status.stderr
+        first_pid = status.stdout.split("pid ")[1].split(",")[0]
+
+        func = invoke("func", *common, "--run-id", "deployed", "--root", str(tmp_path), "--case", "FUNC-001",
+                      "--case", "FUNC-003", "--case", "FUNC-006")
+        run = tmp_path / ".tmplog" / "deployed" / "xpushare" / CLUSTER / "functional"
+        verdicts = {c: json.loads((run / c / "result.json").read_text())["status"]
+                    for c in ("FUNC-001", "FUNC-003", "FUNC-006")}
+        assert verdicts == dict.fromkeys(verdicts, "PASS"), (verdicts, func.stdout[-2000:])
+        # the deployed scheduler registered the workloads (its log is the one the inventory names)
+        assert "Registered client" in (run / "FUNC-003" / "scheduler.log").read_text()
+
+        restarted = invoke("sut.restart", *common)
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert f"pid {first_pid}," not in restarted.stdout
+
+        removed = invoke("undeploy", *common)
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        gone = invoke("sut.status", *common)
+        assert gone.returncode == 1 and "not running" in gone.stdout, gone.stdout

@@ -1,0 +1,135 @@
+"""The memory-quota cases judged on what the memory probe held beside their log lines, on the Kubernetes lab
+with the real SUT, healthy and under the mutants that break one memory path or one direction of a change.
+
+* Healthy: FUNC-006/007 PASS with the probe's figures (the env quota holds and is usable); COMBO-005 (the probe
+  with oversubscription on, 512Mi -> 1Gi -> 256Mi -> 768Mi) PASSes in every phase: with oversubscription a raised
+  quota is usable (docs/findings.md 18 needs it off). COMBO-001's probe is held at its quota (the case FAILs on
+  its workload's first chunk, finding 13); COMBO-004 (no oversubscription) FAILs on finding 18: its probe,
+  beside the W5 pod, cannot use a raised quota past the first one.
+* ``memory-limit-per-request`` (each cuMemAlloc checked against the limit alone): masked without
+  oversubscription by the library's "physical allocatable", which the first allocation fixes at the quota
+  (docs/findings.md 18), so FUNC-007 PASSes; COMBO-005 (oversubscription on) FAILs on ``initial_held``.
+* ``dlsym-memalloc-unhooked`` (cuMemAlloc_v2 looked up with dlsym gets the real driver's): FUNC-007's workload
+  fits its quota and passes; the probe holds twice the quota: FAIL on ``probe_quota_held``.
+* ``memory-limit-decrease-ignored``: every change logged and acknowledged; FUNC-011 FAILs on ``change1_held``,
+  COMBO-005 on ``change2_held`` (the 1 GiB of the raise still held under 256 MiB).
+* ``memory-limit-raise-ignored``: COMBO-005 FAILs on ``change1_usable`` (512 MiB usable of 1 GiB); FUNC-011 (a
+  decrease only) still PASSes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lab.cluster import LabCluster
+from tests.lab.env import LAB_OPTIONS, write_inventory
+from tests.lab.kubelab import started_kube_lab
+from tests.lab.sshd import SshLab
+from tests.paths import REPO_ROOT
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = REPO_ROOT
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    yield from started_kube_lab(tmp_path_factory, "qprobe-kube", **LAB_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_inventory(tmp_path_factory.mktemp("qprobe-inv") / "inventory.yaml", ssh_lab, kube_lab)
+
+
+def run(inventory: Path, root: Path, run_id: str, *cases: str) -> tuple[dict[str, dict[str, Any]], str]:
+    args = [a for c in cases for a in ("--case", c)]
+    proc = subprocess.run([sys.executable, "-m", "invoke", "matrix", "--cluster", "lab", "--inventory", str(inventory),
+                           "--run-id", run_id, "--root", str(root), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    base = root / ".tmplog" / run_id / "xpushare" / "lab"
+    got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
+    return got, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def _phases(result: dict[str, Any]) -> dict[str, int]:
+    return {k: v["accepted_bytes"] // MIB for k, v in result["metrics"]["probe_phases"].items()}
+
+
+def _log_lines_ok(result: dict[str, Any]) -> bool:
+    return all(c["ok"] for c in result["checks"] if c["name"].startswith(("memory_change", "memory_update")))
+
+
+def test_healthy_build_holds_and_uses_each_quota(lab_inventory: Path, tmp_path: Path) -> None:
+    got, detail = run(lab_inventory, tmp_path, "healthy", "FUNC-006", "FUNC-007", "COMBO-005")
+    assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(("FUNC-006", "FUNC-007", "COMBO-005"),
+                                                                      "PASS"), detail
+    for case, quota in (("FUNC-006", 1), ("FUNC-007", 256)):
+        probe = got[case]["metrics"]["quota_probe"]
+        assert (probe["quota_bytes"], probe["accepted_bytes"]) == (quota * MIB, quota * MIB), (case, probe)
+        assert probe["refused_bytes"] > 0 and "probe (cuMemAlloc) held" in got[case]["summary"]
+        assert got[case]["thresholds"]["iso_memory_tolerance_ratio"] == 0.02
+    assert _phases(got["COMBO-005"]) == {"initial": 512, "change1": 1024, "change2": 256, "change3": 768}
+
+
+def test_healthy_combination_cases_with_the_probe(lab_inventory: Path, tmp_path: Path) -> None:
+    got, detail = run(lab_inventory, tmp_path, "healthy-combo", "COMBO-001", "COMBO-004")
+    # COMBO-001: its workload's first chunk went through before the quota arrived (finding 13); the probe, which
+    # starts after the registration, is held at the 32 MiB quota and can use it
+    combo1 = got["COMBO-001"]
+    assert combo1["status"] == "FAIL" and [c["name"] for c in combo1["checks"] if c["ok"] is False] == [
+        "quota_held"], detail
+    assert combo1["metrics"]["quota_probe"]["accepted_bytes"] == 32 * MIB
+    # COMBO-004 (no oversubscription): every change logged and applied in order, but the raised memory quota
+    # cannot be used past the first one (finding 18): 256 MiB usable of 512 MiB, then of 384 MiB
+    combo4 = got["COMBO-004"]
+    assert [c["name"] for c in combo4["checks"] if c["ok"] is False] == ["change1_usable", "change2_usable"], detail
+    assert _phases(combo4) == {"initial": 256, "change1": 256, "change2": 256}
+    assert set(combo4["metrics"]["latency_s"]) == {"512Mi", "80", "384Mi", "50"}
+
+
+def test_the_cuMemAlloc_path_broken_two_ways(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    # each request checked alone: without oversubscription the library's "physical allocatable", fixed at the
+    # first allocation from the limit (finding 18), still stops the probe at the quota; with it (COMBO-005) the
+    # probe holds its cap whatever the quota
+    with kube_lab.running_mutant("memory-limit-per-request"):
+        got, detail = run(lab_inventory, tmp_path, "per-request", "FUNC-007", "COMBO-005")
+    assert {k: v["status"] for k, v in got.items()} == {"FUNC-007": "PASS", "COMBO-005": "FAIL"}, detail
+    assert got["COMBO-005"]["summary"].startswith("initial_held:"), detail
+    assert all(c["ok"] for c in got["COMBO-005"]["checks"] if not c["name"].startswith(("initial", "change")))
+    # cuMemAlloc_v2 looked up with dlsym gets the real driver's: FUNC-007's workload fits its quota and passes,
+    # the probe holds its cap (2 x the quota)
+    with kube_lab.running_mutant("dlsym-memalloc-unhooked"):
+        got, detail = run(lab_inventory, tmp_path, "dlsym", "FUNC-007")
+    result = got["FUNC-007"]
+    assert result["status"] == "FAIL" and result["summary"].startswith("probe_quota_held:"), detail
+    assert result["metrics"]["quota_probe"]["accepted_bytes"] == 512 * MIB
+    assert all(c["ok"] for c in result["checks"] if not c["name"].startswith("probe_"))
+
+
+def test_decrease_ignored_is_caught_after_the_decrease(lab_inventory: Path, kube_lab: LabCluster,
+                                                       tmp_path: Path) -> None:
+    with kube_lab.running_mutant("memory-limit-decrease-ignored"):
+        got, detail = run(lab_inventory, tmp_path, "decrease", "FUNC-011", "COMBO-005")
+    assert {k: v["status"] for k, v in got.items()} == {"FUNC-011": "FAIL", "COMBO-005": "FAIL"}, detail
+    assert got["FUNC-011"]["summary"].startswith("change1_held:"), detail
+    assert "change2_held:" in got["COMBO-005"]["summary"], detail
+    assert _phases(got["FUNC-011"])["change1"] == 512
+    assert _phases(got["COMBO-005"])["change2"] == 1024
+    assert all(_log_lines_ok(r) for r in got.values())
+
+
+def test_raise_ignored_is_caught_after_the_raise(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+    with kube_lab.running_mutant("memory-limit-raise-ignored"):
+        got, detail = run(lab_inventory, tmp_path, "raise", "FUNC-011", "COMBO-005")
+    assert {k: v["status"] for k, v in got.items()} == {"FUNC-011": "PASS", "COMBO-005": "FAIL"}, detail
+    assert got["COMBO-005"]["summary"].startswith("change1_usable:"), detail
+    assert _phases(got["COMBO-005"])["change1"] == 512
+    assert _log_lines_ok(got["COMBO-005"])

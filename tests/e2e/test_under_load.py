@@ -1,0 +1,51 @@
+"""The lab's verdicts do not depend on the machine's load: the quota-precision cases on a machine busy with other
+work give the verdicts the idle lab gives.
+
+On the lab the "GPU" advances only while a client submits kernels, so a client starved of CPU measures the
+machine's load, not the SUT's quota. Measured on a 2-core machine with two CPU-bound processes beside the lab
+(tests/lab/cpu_load.py) and the lab's pods at the default priority: PERF-011 FAIL q25 +8.5 % .. +9.2 % (the
+seed's ±8 %) and PERF-003 FAIL q50 +9.2 %, where the idle lab gave PASS (errors within ±1.5 %). With the lab's pod
+processes above the machine's other work (``POD_NICE`` -10 in tests/lab/kubelet.py, as a GPU node gives its pods
+cores of their own), the same load gave PASS: PERF-003 q25 -2.3 %, q50 -0.2 %, q75 +2.0 %; PERF-011 q25 +4.5 %,
+q50 +1.4 %, q75 -0.6 %. No lab tolerance is widened: the seed's ±8 % holds under load.
+
+The module runs its cases while two processes spin on the cores for the whole run, whatever else the test run is
+doing beside it (under pytest-xdist the other worker's tests add their own load).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lab.cpu_load import busy_cpus
+from tests.lab.env import LAB_OPTIONS
+from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
+from tests.paths import REPO_ROOT
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = REPO_ROOT
+#: The cases whose verdicts rest on runtime ratios (quota precision) and on concurrency, as on the idle lab.
+CASES = ("FUNC-002", "PERF-003", "PERF-011")
+
+kube_lab = kube_lab_fixture("load-kube", **LAB_OPTIONS)
+inventory = inventory_fixture("load-inv")
+
+
+def test_quota_verdicts_hold_while_the_machine_is_busy(inventory: Path, tmp_path: Path) -> None:
+    with busy_cpus(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "invoke", "matrix", "--cluster", "lab", "--inventory", str(inventory),
+             "--run-id", "loaded", "--root", str(tmp_path), *(a for c in CASES for a in ("--case", c))],
+            cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    base = tmp_path / ".tmplog" / "loaded" / "xpushare" / "lab"
+    got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
+    detail = "\n".join(f"{k}: {v['status']} {v['summary']}" for k, v in sorted(got.items()))
+    assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(CASES, "PASS"), \
+        detail + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
+    for case in ("PERF-003", "PERF-011"):  # the largest quota error against the seed's ±8 %
+        assert got[case]["metrics"]["max_abs_error"] <= 0.08, (case, got[case]["metrics"]["ratios"])
