@@ -200,12 +200,35 @@ def judge_dynamic_memory(
     lines = [x for x in probe_lines(ev, pod) if x.status == "ok"]
     record = ev.pod(pod)
     started = record.started if record is not None else None
-    settle = float(th["dynamic_probe_settle_s"])
     checks = list(base.checks)
     phases: dict[str, Any] = {}
     if not limits:
         checks.append(Check("probe_phases", "plan.json records memory_limits_bytes", {}, None,
                             "plan.json has no memory_limits_bytes: no behaviour to judge"))
+    found, measured = phase_checks(lines, started, times, limits, th)
+    checks += found
+    for label, quota, chosen in measured:
+        phases[label] = {"quota_bytes": quota, "accepted_bytes": chosen.accepted_bytes, "round": chosen.round,
+                         "accuracy": round(chosen.accepted_bytes / quota, 4)}
+    status, summary = combine(checks, pass_summary=base.summary)
+    if status is Status.PASS and phases:
+        summary += "; probe held " + ", ".join(
+            f"{_mib(p['accepted_bytes'])} of {_mib(p['quota_bytes'])}" for p in phases.values())
+    return Verdict(status, summary, checks, used(th), {**base.metrics, "probe_phases": phases}, base.evidence)
+
+
+def phase_checks(
+    lines: Sequence[MemProbeLine], started: float | None, times: Sequence[float], limits: Sequence[int],
+    th: Mapping[str, Any],
+) -> tuple[list[Check], list[tuple[str, int, MemProbeLine]]]:
+    """Held and usable checks for each phase of a dynamic memory quota (``limits``: bytes, the initial quota then
+    one per change; ``times``: the annotate calls' epoch seconds; phases as :func:`phase_line`), named
+    ``initial_held``/``_usable`` and ``change<i>_held``/``_usable``; a phase without a line is
+    ``<label>_measured``, not evaluable. Thresholds: ``dynamic_probe_settle_s``, ``iso_memory_tolerance_ratio``.
+    Returns the checks and, per measured phase, its label, quota and the line judged."""
+    settle = float(th["dynamic_probe_settle_s"])
+    checks: list[Check] = []
+    measured: list[tuple[str, int, MemProbeLine]] = []
     for i, quota in enumerate(limits):
         label = "initial" if i == 0 else f"change{i}"
         chosen = phase_line(lines, started, times, i, settle)
@@ -215,13 +238,8 @@ def judge_dynamic_memory(
             continue
         checks += [check_held(chosen, quota, tolerance_bytes(th, quota), name=f"{label}_held"),
                    check_usable(chosen, quota, name=f"{label}_usable")]
-        phases[label] = {"quota_bytes": quota, "accepted_bytes": chosen.accepted_bytes, "round": chosen.round,
-                         "accuracy": round(chosen.accepted_bytes / quota, 4)}
-    status, summary = combine(checks, pass_summary=base.summary)
-    if status is Status.PASS and phases:
-        summary += "; probe held " + ", ".join(
-            f"{_mib(p['accepted_bytes'])} of {_mib(p['quota_bytes'])}" for p in phases.values())
-    return Verdict(status, summary, checks, used(th), {**base.metrics, "probe_phases": phases}, base.evidence)
+        measured.append((label, quota, chosen))
+    return checks, measured
 
 
 def phase_line(

@@ -33,6 +33,7 @@ from xpushare.judge.isolation import (
     check_held,
     check_probe_line,
     check_usable,
+    phase_checks,
     phase_line,
     probe_lines,
     tolerance_bytes,
@@ -116,19 +117,8 @@ def memory_phase_checks(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     lines = [x for x in probe_lines(ev, pod) if x.status == "ok"]
     record = ev.pod(pod)
     started = record.started if record is not None else None
-    settle = float(th["dynamic_probe_settle_s"])
-    checks: list[Check] = []
-    phases: dict[str, Any] = {}
-    for i, quota in enumerate(limits):
-        label = "initial" if i == 0 else f"change{i}"
-        chosen = phase_line(lines, started, times, i, settle)
-        if chosen is None:
-            checks.append(Check(f"{label}_measured", "a probe line in the phase", {"quota_bytes": quota}, None,
-                                f"no probe measurement in phase {label} (quota {_mib(quota)})"))
-            continue
-        checks += [check_held(chosen, quota, tolerance_bytes(th, quota), name=f"{label}_held"),
-                   check_usable(chosen, quota, name=f"{label}_usable")]
-        phases[label] = {**_figures(chosen, quota), "round": chosen.round}
+    checks, measured = phase_checks(lines, started, times, limits, th)
+    phases = {label: {**_figures(chosen, quota), "round": chosen.round} for label, quota, chosen in measured}
     return checks, phases
 
 
