@@ -71,6 +71,23 @@ def shim(simgpu: SimGpuBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(proc.stdout.strip())
 
 
+def test_build_again_replaces_its_own_shim_and_refuses_a_foreign_library(simgpu: SimGpuBuild, shim: Path,
+                                                                         tmp_path: Path) -> None:
+    build = [sys.executable, str(REPO / "workloads/faultshim/build.py"), "--real-libcuda", str(simgpu.libcuda)]
+    again = subprocess.run([*build, "--out", str(shim.parent)], capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr  # an earlier build of the shim is replaced
+    foreign = tmp_path / "driver"
+    foreign.mkdir()
+    (foreign / "libcuda.so.1").write_bytes(b"\x7fELF a real driver")
+    proc = subprocess.run([*build, "--out", str(foreign)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "refusing" in proc.stderr
+    assert (foreign / "libcuda.so.1").read_bytes() == b"\x7fELF a real driver"
+    (foreign / "libcuda.so.1").unlink()
+    (foreign / "libcuda-real.so.1").write_text("not a link")
+    proc = subprocess.run([*build, "--out", str(foreign)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and (foreign / "libcuda-real.so.1").read_text() == "not a link"
+
+
 def _env(simgpu: SimGpuBuild, config: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                                                              "SIMGPU_FAULT", SHIM_ENV)}

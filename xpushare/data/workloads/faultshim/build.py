@@ -36,11 +36,27 @@ def find_real_libcuda() -> str:
     raise RuntimeError("no libcuda.so.1 in `ldconfig -p`: pass --real-libcuda")
 
 
+#: A string every build of the shim carries (faultshim.c's log prefix): a ``libcuda.so.1`` without it is not ours.
+SHIM_MARK = b"[FAULTSHIM]"
+
+
+def refuse_foreign(out: Path) -> None:
+    """Raise RuntimeError when ``out`` holds a ``libcuda.so.1`` that is not an earlier build of the shim (a real
+    driver, say) or a ``libcuda-real.so.1`` that is not a link: the build replaces only what it wrote."""
+    shim, link = out / SHIM, out / REAL
+    if shim.is_symlink() or (shim.exists() and SHIM_MARK not in shim.read_bytes()):
+        raise RuntimeError(f"{shim} exists and is not a build of the shim: refusing to replace it")
+    if link.exists() and not link.is_symlink():
+        raise RuntimeError(f"{link} exists and is not a symbolic link: refusing to replace it")
+
+
 def build(out: Path, real_libcuda: str) -> Path:
     """Compile the shim into ``out`` against a stub of soname ``libcuda-real.so.1``, then point that name at
-    ``real_libcuda``. Raises RuntimeError (gcc missing or failing, real driver missing)."""
+    ``real_libcuda``. Raises RuntimeError (gcc missing or failing, real driver missing, ``out`` holding files the
+    build did not write: :func:`refuse_foreign`)."""
     if not Path(real_libcuda).exists():
         raise RuntimeError(f"real driver {real_libcuda} does not exist")
+    refuse_foreign(out)
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise RuntimeError("gcc not found")
