@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to it
 import _common as c
+import _output as o
 from _cudadrv import (
     SIMGPU_MARKER,
     SIMGPU_MODULE_IMAGE,
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ok:
         return 1
     print(c.PASS_MARKER, flush=True)
-    print(f"--- {time.perf_counter() - start!r} seconds ---", flush=True)
+    print(o.format_runtime(time.perf_counter() - start), flush=True)
     return 0
 
 

@@ -64,6 +64,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to it
 import _common as c
+import _output as o
 
 MEM_PROBE_PREFIX = "[XPUSHARE][MEM_PROBE]"
 DRIVER_PATHS = ("cuMemAlloc", "cuMemAllocManaged", "cuMemAllocPitch", "cuMemAllocAsync", "cuMemPool", "cuMemCreate")
@@ -585,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ok:
         return 1
     print(c.PASS_MARKER, flush=True)
-    print(f"--- {time.perf_counter() - start!r} seconds ---", flush=True)
+    print(o.format_runtime(time.perf_counter() - start), flush=True)
     return 0
 
 
