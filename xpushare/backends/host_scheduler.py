@@ -41,6 +41,10 @@ class HostScheduler:
         res = self.host.run(["sh", "-c", 'wc -c < "$1"', "sh", log], timeout=30)
         return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 0
 
+    def read_log(self, start: int = 0) -> str:
+        """The scheduler log from byte ``start`` on (``log_file`` must be set). Raises TransportError."""
+        return self.host.run(["tail", "-c", f"+{start + 1}", str(self.settings.log_file)], timeout=120).stdout
+
     def harvest(self, case_dir: Path, log_offset: int | None, faults: list[str]) -> list[str]:
         """``metrics.txt`` and ``metrics_health.txt`` (curl captures), ``scheduler.log`` from byte ``log_offset``
         on with ``scheduler_node.txt``, ``scheduler_proc.txt``: each only when the inventory says where. A piece
@@ -59,8 +63,7 @@ class HostScheduler:
                 files.append(local)
         if self.settings.log_file:
             try:
-                res = self.host.run(["tail", "-c", f"+{(log_offset or 0) + 1}", self.settings.log_file], timeout=120)
-                (case_dir / "scheduler.log").write_text(res.stdout, encoding="utf-8")
+                (case_dir / "scheduler.log").write_text(self.read_log(log_offset or 0), encoding="utf-8")
                 (case_dir / SCHEDULER_NODE_FILE).write_text(self.name + "\n", encoding="utf-8")
                 files += ["scheduler.log", SCHEDULER_NODE_FILE]
             except TransportError as exc:

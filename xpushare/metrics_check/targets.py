@@ -24,8 +24,9 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from xpushare.backends.base import Backend
+from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.evidence.http_fetch import Fetch, curl_fetcher, urllib_fetcher
-from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
 from xpushare.inventory.sut import SutNames
 from xpushare.metrics_check.endpoint import base_url_of
 from xpushare.metrics_check.probes import DEFAULT_PROBE_IMAGE, BackendProbeLoad, KubeProbeLoad, ProbeLoad
@@ -173,14 +174,16 @@ def k8s_targets(cluster: ClusterSpec, names: SutNames, *, load: bool, timeout_s:
     return targets
 
 
-def _file_reader(spec: HostSpec | None, host: Host | None, path: str | None) -> Callable[[], str] | None:
+def _file_reader(spec: HostSpec | None, host: Host | None, settings: SchedulerSpec) -> Callable[[], str] | None:
     """Host mode: the inventory's ``scheduler.log_file`` of the host whose scheduler is checked, read on that host
-    (``cat`` through its connection; this machine's file for a ``local`` host). None without a log file."""
+    through its connection (:meth:`HostScheduler.read_log`; this machine's file for a ``local`` host). None without
+    a log file."""
+    path = settings.log_file
     if not path or spec is None:
         return None
     if host is None:
         return lambda: Path(path).read_text(encoding="utf-8", errors="replace")
-    return lambda: host.run(["cat", "--", path], timeout=60, check=True).stdout
+    return HostScheduler(spec.name, host, settings).read_log
 
 
 def _is_this_host(hostname: str) -> bool:
@@ -259,7 +262,7 @@ def host_targets(cluster: ClusterSpec, *, load: bool, timeout_s: float, notes: T
             fetch, where = curl_fetcher(host, timeout_s=timeout_s), spec.name
         print(f"scheduler of {name}: {base}, fetching from {where}", file=notes)
         target = SchedulerTarget(name, base, fetch, where, owned=[host] if host else [],
-                                 read_log=_file_reader(spec, host, cluster.scheduler.log_file) if own else None)
+                                 read_log=_file_reader(spec, host, cluster.scheduler) if own else None)
         if load:
             if make_backend is None:
                 from xpushare.backends.host import HostBackend

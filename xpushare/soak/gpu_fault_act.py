@@ -137,7 +137,7 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
         run.plan["skip"] = LOST_GPU_ON_KUBERNETES
         run.save_plan()
         return
-    run.plan.update(scenario=scenario, expects_gpu_faults=True)
+    run.plan["scenario"] = scenario
     run.plan["scheduler_before"] = _facts(run, "scheduler_before_fault.txt")
     victims, neighbours = _load(run, scenario)
     t0 = time.time()
