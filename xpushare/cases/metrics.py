@@ -81,6 +81,7 @@ from xpushare.evidence.metrics_target import (
     sampler_capture,
     scrape_loop,
     spawn_name,
+    stamped_log_capture,
 )
 from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
@@ -108,6 +109,8 @@ from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
 
 W4_ALLOC_FREE = "w4_alloc_free"
+STAMPED_LOG = "scheduler_stamped.log"
+"""Host mode, MET-003: the scheduler's log lines of the case, each behind the time it was read."""
 DMON_INTERVAL_S = 1.0
 """``nvidia-smi dmon -d 1`` (the k8s backend's capture): one row per GPU per second."""
 
@@ -199,6 +202,39 @@ def _met003(run: CaseRun) -> None:
     go, pin = _host_probe_node(run)
     if not go:
         return
+    stamped = _stamp_scheduler_log(run, pin)
+    try:
+        _met003_probe(run, pin)
+    finally:
+        if stamped is not None:
+            stamped.stop(run.case_dir)
+            stamped.host.close()
+
+
+def _stamp_scheduler_log(run: CaseRun, node: str | None) -> NodeCapture | None:
+    """Host mode: the scheduler's log (``scheduler.log_file``) followed from now with the time of each line
+    (:func:`stamped_log_capture`, into :data:`STAMPED_LOG`), as ``kubectl logs --timestamps`` gives it in Kubernetes;
+    None in Kubernetes, without a log file (the judgment then finds the log's times missing: ERROR), or when it
+    cannot start (noted in the plan)."""
+    log = run.cluster.scheduler.log_file
+    if run.cluster.is_kubernetes or node is None or not log:
+        return None
+    capture = stamped_log_capture(node_host(run.backend, run.cluster, node), spawn_name(run.backend, run.case_id,
+                                  "log"), str(run.params.get("node_sampler_python") or run.cluster.python), log,
+                                  STAMPED_LOG)
+    try:
+        capture.start()
+    except TransportError as exc:
+        capture.host.close()
+        run.plan["stamped_log"] = {"error": str(exc)}
+        run.save_plan()
+        return None
+    run.plan["stamped_log"] = {"file": STAMPED_LOG, "of": log, "node": node, "started_at": capture.started_at}
+    run.save_plan()
+    return capture
+
+
+def _met003_probe(run: CaseRun, pin: str | None) -> None:
     pod, node = start_probe(run, node=pin)
     target = probe_target(run, node)
     host = node_host(run.backend, run.cluster, node)
@@ -419,16 +455,17 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     mover = stored_client(ev, {**plan, "probe": gauges["mover"]})
     assert mover is not None
     node = gauges.get("node")
+    log = STAMPED_LOG if plan.get("stamped_log") else "scheduler.log"  # host mode: the log with times
     checks = gauge_checks(ev, th, mover=mover, others=[str(plan["probe"])], node=node,
                           start=float(gauges["start"]), end=float(gauges.get("end") or math.inf),
-                          prefix=plan.get("prefix"))
+                          prefix=plan.get("prefix"), log_file=log)
     if verdict.status is Status.PASS:
         verdict.summary += ("; the gauges followed the alloc/free loop: client count and running clients against "
                             "scheduler.log, managed and running memory against the clients' own reports, NVML "
                             "process and device memory against the node sampler")
     verdict = with_counter_checks(verdict, checks)
     verdict.thresholds.update({k: th[k] for k in GAUGE_KEYS if k in th})
-    verdict.evidence = sorted(set(verdict.evidence) | {SERIES_FILE, f"pods/{gauges['mover']}.log", "scheduler.log",
+    verdict.evidence = sorted(set(verdict.evidence) | {SERIES_FILE, f"pods/{gauges['mover']}.log", log,
                                                        f"sampler/{node}_procs.csv", f"sampler/{node}_gpu.csv"})
     return verdict
 

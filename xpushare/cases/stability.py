@@ -412,6 +412,7 @@ GPU_FAULT_PARAMS: dict[str, Any] = {
     "fail_rate_margin_s": 5,
     "fail_probe_interval_s": 1.0,
     "fault_shim": None,
+    "fault_injector": "auto",
 }
 _GPU_FAULT_EVIDENCE = ("plan.json (fault, victims, scheduler before/after, metrics_after), pods/*.log (W5 progress "
                        "lines), scheduler.log, scheduler_before_fault.txt, scheduler_after_fault.txt, "

@@ -329,10 +329,12 @@ def _nvml_checks(pages: Sequence[_Page], mover: ClientMatch, ev: Evidence, node:
 
 
 def gauge_checks(ev: Evidence, th: Mapping[str, Any], *, mover: ClientMatch, others: Sequence[str] = (),
-                 node: str | None, start: float, end: float, prefix: str | None = None) -> list[Check]:
+                 node: str | None, start: float, end: float, prefix: str | None = None,
+                 log_file: str = "scheduler.log") -> list[Check]:
     """The gauge checks of the module docstring over the scrapes of :data:`SERIES_FILE` taken in ``[start, end]``
     (Unix s: the loop's start and the series' end). ``mover``: the alloc/free loop's match; ``others``: the case's
-    other workloads (their pod logs bound the running memory); ``node``: the node whose sampler files are read.
+    other workloads (their pod logs bound the running memory); ``node``: the node whose sampler files are read;
+    ``log_file``: the scheduler log with kubectl ``--timestamps`` times (host mode: the case's stamped copy).
     A series with fewer than ``met003_series_min_scrapes`` answered scrapes is one ERROR check."""
     lag = _th(th, "met003_series_lag_s", _LAG_DEFAULT)
     tol = _th(th, "met003_nvml_tolerance_ratio", 0.10)
@@ -344,8 +346,8 @@ def gauge_checks(ev: Evidence, th: Mapping[str, Any], *, mover: ClientMatch, oth
                       {"scrapes": len(pages), "file": SERIES_FILE}, None,
                       f"{len(pages)} answered scrape(s) of {SERIES_FILE} in the loop's window: the gauges were not "
                       "sampled while they changed")]
-    log = ev.text("scheduler.log")
-    checks = ([Check("client_count_follows_log", "scheduler.log", {}, None, "scheduler.log was not collected")]
+    log = ev.text(log_file)
+    checks = ([Check("client_count_follows_log", log_file, {}, None, f"{log_file} was not collected")]
               if log is None else _client_checks(pages, client_events(log), lag))
     checks += _managed_checks(pages, mover, ev.logs.get(mover.workload), {n: ev.logs.get(n) for n in others}, lag,
                               client_events(log or ""))
