@@ -84,6 +84,7 @@ from xpushare.evidence.metrics_target import (
     stamped_log_capture,
 )
 from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import MODE_HOST
 from xpushare.judge import thresholds
 from xpushare.judge.metrics import (
     ScrapeRecord,
@@ -458,7 +459,7 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     log = STAMPED_LOG if plan.get("stamped_log") else "scheduler.log"  # host mode: the log with times
     checks = gauge_checks(ev, th, mover=mover, others=[str(plan["probe"])], node=node,
                           start=float(gauges["start"]), end=float(gauges.get("end") or math.inf),
-                          prefix=plan.get("prefix"), log_file=log)
+                          prefix=plan.get("prefix"), log_file=log, host_mode=plan.get("mode") == MODE_HOST)
     if verdict.status is Status.PASS:
         verdict.summary += ("; the gauges followed the alloc/free loop: client count and running clients against "
                             "scheduler.log, managed and running memory against the clients' own reports, NVML "

@@ -34,8 +34,9 @@ finding 18 (``probe_quota_usable``), a defect of the SUT that oversubscription w
 the seed's shape (base 512Mi, 128Mi, 384Mi: ``tests/lab/env.py``).
 * FAIL-002..004: the device plugin, node drains and per-node load need Kubernetes.
 * FAIL-005..007 (GPU faults injected into clients, :mod:`xpushare.soak.gpu_fault_act`, docs/faults.md):
-  ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU, or on a real GPU from the
-  error-injection shim named by ``fault_shim`` (host mode).
+  ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU (``fault_injector:
+  simulated-gpu``), or on a real GPU from the error-injection shim (host mode: ``fault_shim``, else the one ``invoke
+  deploy`` installed); without an injector they SKIP before any pod (:mod:`xpushare.soak.gpu_fault_injector`).
 
 The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
 choose with ``--case`` or a playbook.
