@@ -84,7 +84,7 @@ from xpushare.evidence.metrics_target import (
     stamped_log_capture,
 )
 from xpushare.evidence.store import Evidence
-from xpushare.inventory.schema import MODE_HOST
+from xpushare.inventory.schema import is_host_mode
 from xpushare.judge import thresholds
 from xpushare.judge.metrics import (
     ScrapeRecord,
@@ -459,7 +459,8 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     log = STAMPED_LOG if plan.get("stamped_log") else "scheduler.log"  # host mode: the log with times
     checks = gauge_checks(ev, th, mover=mover, others=[str(plan["probe"])], node=node,
                           start=float(gauges["start"]), end=float(gauges.get("end") or math.inf),
-                          prefix=plan.get("prefix"), log_file=log, host_mode=plan.get("mode") == MODE_HOST)
+                          prefix=plan.get("prefix"), log_file=log,
+                          host_mode=is_host_mode(str(plan.get("mode") or "")))
     if verdict.status is Status.PASS:
         verdict.summary += ("; the gauges followed the alloc/free loop: client count and running clients against "
                             "scheduler.log, managed and running memory against the clients' own reports, NVML "
@@ -518,7 +519,7 @@ _K8S = frozenset({CAP_KUBERNETES})
 #: MET-003, 006, 008 in both modes: a probe that registers with the scheduler (host mode: the client library, sut_lib).
 _LIB = frozenset({CAP_CLIENT_LIBRARY})
 SUITE = "metrics"
-#: Why MET-004 and MET-005 need Kubernetes (docs/sut/client.md §env, docs/sut/metrics.md §catalogue).
+#: Why MET-004 and MET-005 need Kubernetes (docs/sut/client.md §environment, docs/sut/metrics.md §catalogue).
 MET004_NEEDS_KUBERNETES = (
     "the scheduler takes quotas only from pod annotations (the Kubernetes API); a host-mode process's only quota, "
     "the client library's GPU_MEMORY_LIMIT variable, is not visible to the scheduler or its metrics, and the "
