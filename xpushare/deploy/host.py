@@ -4,7 +4,8 @@
 tools (one line naming what is missing), runs the upstream Makefile's ``libxpushare.so xpushare-scheduler
 xpusharectl`` targets, installs the library at the inventory's ``sut_lib`` and the scheduler at
 ``scheduler.binary`` (``xpusharectl`` beside it), and starts the scheduler with its metrics exporter on
-(``XPUSHARE_METRICS_ENABLE=1``, listening where ``scheduler.metrics_url`` says). ``invoke sut.status|start|
+(``XPUSHARE_METRICS_ENABLE=1``, listening where ``scheduler.metrics_url`` says), then builds the CUDA
+error-injection shim there (:func:`install_fault_shim`, FAIL-005..007's injector). ``invoke sut.status|start|
 stop|restart`` act on that scheduler; ``invoke undeploy`` removes what deploy installed.
 
 How the scheduler is kept running (:func:`manager_of`): a systemd unit (``xpushare-scheduler.service``) where
