@@ -7,6 +7,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from xpushare.deploy import host as host_sut
 from xpushare.deploy import run_on_cluster
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
+from xpushare.model.gpu_faults import deployed_shim
+from xpushare.soak.gpu_fault_injector import find_injector
 from xpushare.transport.base import CommandResult
 from xpushare.transport.local import LocalHost
 
@@ -187,3 +191,38 @@ def test_deploy_runs_the_real_scheduler_and_undeploy_removes_it(tmp_path: Path) 
         assert "Metrics server listening on 127.0.0.1" in Path(layout.log_file).read_text()  # the log stays
     finally:
         host_sut.stop(LocalHost("box"), layout)
+
+
+def test_deploy_builds_the_fault_shim_where_fail_005_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``invoke deploy``'s last step on each GPU host: the error-injection shim built with gcc against the driver the
+    host's loader finds first (here a stand-in ``libcuda.so.1`` in ``LD_LIBRARY_PATH``) and installed at
+    ``<state_dir>/faultshim/libcuda.so.1``, the path FAIL-005..007 find it at without any setting."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_bytes(b"\x7fELF a stand-in driver\n")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(driver))
+    cluster = schema.parse(cluster_text(tmp_path / "inst", 9402)).cluster("bm1")
+    layout = host_sut.HostSutLayout.of(cluster)
+    before = find_injector(cluster, {}, lambda: {"box": LocalHost("box")})
+    assert isinstance(before, str) and "no shim installed by invoke deploy" in before
+    path = host_sut.install_fault_shim(LocalHost("box"), layout, sys.executable)
+    assert path == deployed_shim(layout.state_dir) == f"{tmp_path}/inst/state/faultshim/libcuda.so.1"
+    assert b"[FAULTSHIM]" in Path(path).read_bytes()
+    assert os.readlink(Path(path).with_name("libcuda-real.so.1")) == str(driver / "libcuda.so.1")
+    found = find_injector(cluster, {}, lambda: {"box": LocalHost("box")})
+    assert not isinstance(found, str) and found.shim == path and found.source == f"invoke deploy ({path})"
+
+
+def test_a_shim_that_cannot_be_built_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No driver for the shim to stand in front of: build.py's ``error:`` line becomes one line of the host's deploy
+    detail (deploy itself goes on: the SUT stays deployed and FAIL-005..007 SKIP naming the missing shim)."""
+    if "libcuda.so.1" in subprocess.run(["sh", "-c", "ldconfig -p 2>/dev/null"], capture_output=True,
+                                        text=True).stdout:
+        pytest.skip("this machine has a CUDA driver")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    cluster = schema.parse(cluster_text(tmp_path / "inst", 9402)).cluster("bm1")
+    layout = host_sut.HostSutLayout.of(cluster)
+    with pytest.raises(host_sut.DeployError, match=r"^box: fault shim not built: no libcuda.so.1 in `ldconfig -p`"):
+        host_sut.install_fault_shim(LocalHost("box"), layout, sys.executable)

@@ -5,8 +5,10 @@ The host-mode lab (:mod:`tests.lab.hostlab`) starts one GPU host with two simula
 host's gcc/make, installs the library and scheduler under the host's directory (the inventory's ``sut_lib`` and
 ``scheduler.*``) and starts the scheduler under deploy's supervisor with its metrics on. Then, through that
 deployed SUT: ``invoke sut.status`` (healthy), ``invoke func`` FUNC-001/003/006 (FUNC-006 needs the deployed
-library to refuse the allocation over its memory quota: PASS proves the preload works), ``invoke sut.restart``
-(new pid), ``invoke undeploy`` (gone; ``sut.status`` exits 1).
+library to refuse the allocation over its memory quota: PASS proves the preload works), FAIL-005 with the CUDA
+error-injection shim deploy built on the host (``<state_dir>/faultshim/libcuda.so.1``, in front of the host's driver,
+here the simulated GPU's; the inventory names no injector: the case finds the deployed one), ``invoke sut.restart``
+(new pid), ``invoke undeploy`` (gone, the shim with it; ``sut.status`` exits 1).
 """
 
 from __future__ import annotations
@@ -40,12 +42,21 @@ def test_deploy_then_func_through_the_deployed_sut_then_undeploy(tmp_path: Path)
         import yaml
 
         inv = tmp_path / "inventory.yaml"
-        params = {"func003_pods": 4, "func006_memory_limit": "1Mi", "workload_args": {"w2_medium_add": w2}}
-        inv.write_text(yaml.safe_dump(lab.deploy_inventory(params=params), sort_keys=False))
+        params = {"func003_pods": 4, "func006_memory_limit": "1Mi", "fault_injector": "auto",
+                  "workload_args": {"w2_medium_add": w2, "w5_quota_probe": ["--n", "1024", "--no-progress"]},
+                  # FAIL-005 lab-sized as in tests/e2e/test_gpu_faults.py
+                  "pod_timeout_s": 90, "fail_fault_load_s": 10, "fail_fault_after_s": 4, "fail_settle_s": 2,
+                  "fail_rate_margin_s": 1.5, "fail_probe_interval_s": 0.4}
+        data = lab.deploy_inventory(params=params)
+        sched = data["clusters"][CLUSTER]["scheduler"]
+        sched["process_name"] = sched["binary"]  # FAIL-005 follows the scheduler process
+        inv.write_text(yaml.safe_dump(data, sort_keys=False))
         common = ("--cluster", CLUSTER, "--inventory", str(inv))
         deployed = invoke("deploy", *common, "--sut-src", str(default_source()))
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         assert "built and installed; started (process)" in deployed.stdout
+        shim = Path(sched["state_dir"]) / "faultshim" / "libcuda.so.1"
+        assert f"fault shim at {shim}" in deployed.stdout, deployed.stdout
 
         status = invoke("sut.status", *common)
         assert status.returncode == 0 and "/healthz 200" in status.stdout, status.stdout + status.stderr
@@ -60,6 +71,15 @@ def test_deploy_then_func_through_the_deployed_sut_then_undeploy(tmp_path: Path)
         # the deployed scheduler registered the workloads (its log is the one the inventory names)
         assert "Registered client" in (run / "FUNC-003" / "scheduler.log").read_text()
 
+        fail = invoke("fail", *common, "--run-id", "shim", "--root", str(tmp_path), "--case", "FAIL-005",
+                      "--allow-disruptive")
+        case = tmp_path / ".tmplog" / "shim" / "xpushare" / CLUSTER / "stability" / "FAIL-005"
+        got = json.loads((case / "result.json").read_text())
+        assert got["status"] == "PASS", (got["summary"], fail.stdout[-2000:])
+        plan = json.loads((case / "plan.json").read_text())
+        assert plan["injector"] == {"via": "faultshim", "shim": str(shim), "source": f"invoke deploy ({shim})"}
+        assert "[FAULTSHIM] injected illegal-address" in (case / "pods" / "fail-005-victim-1.log").read_text()
+
         restarted = invoke("sut.restart", *common)
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         assert f"pid {first_pid}," not in restarted.stdout
@@ -68,3 +88,4 @@ def test_deploy_then_func_through_the_deployed_sut_then_undeploy(tmp_path: Path)
         assert removed.returncode == 0, removed.stdout + removed.stderr
         gone = invoke("sut.status", *common)
         assert gone.returncode == 1 and "not running" in gone.stdout, gone.stdout
+        assert not shim.exists()

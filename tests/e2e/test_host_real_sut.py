@@ -55,7 +55,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, met008_n
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
@@ -77,6 +79,9 @@ NODE = "hl-node1"  # the first GPU host: its scheduler is the inventory's
 PARAMS: dict[str, Any] = {"metrics_check_settle_s": 15, "met_settle_s": 15, "met_poll_s": 0.5,
                           "met_probe_duration_s": 120, "met007_duration_s": 10}
 HOST_ONLY = ("MET-001", "MET-002", "MET-007")
+#: Run in host mode only on a lab of their own (MET-008 fills the GPU: a small one); MET-004/005 need Kubernetes.
+HOST_PROBE_CASES = ("MET-003", "MET-006", "MET-008")
+NEEDS_KUBERNETES = ("MET-004", "MET-005")
 LAB = pytest.mark.lab
 _FOUND = re.compile(r"(?P<probe>metrics-check-\d) = (?P<cid>[0-9a-f]{16}) \(matched by host_pid (?P<pid>\d+)")
 
@@ -318,10 +323,12 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
 @LAB
 def test_metrics_suite_in_host_mode(host_lab: HostLab, inventory_file: Path, tmp_path: Path) -> None:
     wait_idle(host_lab)
-    got = metrics_suite(inventory_file, tmp_path, "healthy")
+    # MET-003/006/008 run on a lab of their own (test_met_probe_cases_in_host_mode: MET-008 fills the GPU)
+    got = metrics_suite(inventory_file, tmp_path, "healthy", *HOST_ONLY, *NEEDS_KUBERNETES)
     statuses = {k: v["status"] for k, v in got.items()}
-    want = {f"MET-{i:03d}": ("PASS" if f"MET-{i:03d}" in HOST_ONLY else "SKIP") for i in range(1, 9)}
+    want = {c: "PASS" for c in HOST_ONLY} | {c: "SKIP" for c in NEEDS_KUBERNETES}
     assert statuses == want, json.dumps({k: v["summary"] for k, v in got.items()}, indent=1)
+    assert all("needs Kubernetes" in got[c]["summary"] for c in NEEDS_KUBERNETES), got
     assert "matched by host_pid" in got["MET-002"]["summary"]
     case = tmp_path / ".tmplog" / "healthy" / "xpushare" / CLUSTER / "metrics" / "MET-002"
     probe = json.loads((case / "plan.json").read_text())["probe"]
@@ -445,3 +452,55 @@ def test_spread_case_with_a_library_the_loader_refuses_is_error(tmp_path: Path) 
     path = next(c for c in got["checks"] if c["name"] == "sut_in_path")
     assert path["ok"] is None and len(path["values"]["not_in_path"]) == 4, path
     assert "cannot be preloaded" in (case / "pods" / "func-003-w2-1.log").read_text()
+
+
+@LAB
+@pytest.mark.slow
+def test_met_probe_cases_in_host_mode(tmp_path: Path) -> None:
+    """MET-003, MET-006 and MET-008 in host mode, on the real scheduler's ``/metrics`` and the host backend's node
+    sampler and dmon, PASS on the healthy build, and each FAILs under a mutant of the exporter: ``values-off-10``
+    (MET-003: managed memory 10 % high), ``gpu-memory-sampled-once`` (MET-008: GPU memory frozen at its first
+    sample; MET-003 FAILs on it too, on gpu_memory_follows_nvml: seen, not repeated here to save a run),
+    ``utilization-smoothing-halved`` (MET-006: half of dmon's utilisation).
+    ``running-clients-high-water`` cannot show in host mode: no client there has a limit, so none ever takes the
+    lock. On the healthy build MET-003 may FAIL on ``running_memory_within_reports`` alone: finding 23 (a client
+    record the scheduler does not initialise counts a client that holds no lock as running), intermittent.
+    One host with one small simulated GPU (MET-008's probe fills 85 % of it, in host memory), the workloads
+    keyed by GPU UUID (``visible_devices: uuid``: with the default index key the exporter finds no NVML process
+    memory for a host-mode client, finding 9, and MET-003 FAILs on the healthy build for it)."""
+    require_lab("host-mode lab", unavailable_reason())
+    cases = HOST_PROBE_CASES
+    with HostLab(tmp_path / "lab", nodes=("hl-met",), gpus=1, base_address="127.0.81.1",
+                 gpu_memory_bytes=LAB_GPU_MEMORY_BYTES) as lab:
+        data = lab.inventory(params={**PARAMS, "met003_alloc_mib": 16, "met006_duration_s": 10,
+                                     "met008_n": met008_n(LAB_GPU_MEMORY_BYTES), "met008_duration_s": 6})
+        data["clusters"][CLUSTER]["visible_devices"] = "uuid"
+        inv = tmp_path / "inventory.yaml"
+        inv.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        got = metrics_suite(inv, tmp_path, "met-healthy", *cases)
+        detail = {c: (got[c]["summary"], [k["name"] for k in got[c]["checks"] if k["ok"] is not True]) for c in cases}
+        assert got["MET-006"]["status"] == got["MET-008"]["status"] == "PASS", detail
+        assert got["MET-003"]["status"] == "PASS" or (got["MET-003"]["status"] == "FAIL" and not_ok(got["MET-003"]) == {
+            "running_memory_within_reports": False} and "0 lock holder(s)" in got["MET-003"]["summary"]), detail
+        case = tmp_path / ".tmplog" / "met-healthy" / "xpushare" / CLUSTER / "metrics"
+        plan3 = json.loads((case / "MET-003" / "plan.json").read_text())
+        assert plan3["node"] == "hl-met" and plan3["sampler"]["source"] == "backend", plan3
+        assert plan3["gauges"]["core_limit"] is None and (case / "MET-003" / "sampler" / "hl-met_procs.csv").is_file()
+        assert json.loads((case / "MET-006" / "plan.json").read_text())["dmon"]["source"] == "backend"
+        # each mutant FAILs the case on what it breaks (MET-003: the named check, beside finding 23's)
+        for mutant, broken in (("values-off-10", {"MET-003": "managed_follows_client_reports"}),
+                               ("gpu-memory-sampled-once", {"MET-008": None}),
+                               ("utilization-smoothing-halved", {"MET-006": None})):
+            lab.set_sut("hl-met", build_mutant(mutant).directory)
+            try:
+                bad = metrics_suite(inv, tmp_path, f"met-{mutant}", *broken)
+            finally:
+                lab.set_sut("hl-met", None)
+            for c, check in broken.items():
+                assert bad[c]["status"] == "FAIL", (mutant, c, bad[c]["summary"])
+                assert check is None or not_ok(bad[c]).get(check) is False, (mutant, c, not_ok(bad[c]))
+
+
+def not_ok(result: dict[str, Any]) -> dict[str, bool | None]:
+    """``check name -> ok`` of a result's checks that did not pass."""
+    return {c["name"]: c["ok"] for c in result["checks"] if c["ok"] is not True}

@@ -200,6 +200,7 @@ def sim_gpu_params(kube: LabCluster) -> dict[str, Any]:
     so they get the node's devices and the stub library (the paths hold the ``{node}`` placeholder the case fills
     in)."""
     return {
+        "fault_injector": "simulated-gpu",  # FAIL-005..007: the simulated GPU injects the faults (SIMGPU_FAULT)
         "node_sampler_env": {"SIMGPU_CONFIG": str(kube.simgpu_config("{node}")),
                              "LD_LIBRARY_PATH": str(kube.simgpu_dir)},
         # the GPU health capture (evidence/gpu_health) on each node: its simulated GPUs through the nvidia-smi

@@ -354,8 +354,10 @@ class HostLab:
             "hosts": hosts,
             # the run lease in this lab's own directory: the default, in /tmp, is shared by every host lab of
             # the machine, and two labs of one cluster name would refuse each other's runs
+            # the simulated GPU injects FAIL-005..007's faults itself (SIMGPU_FAULT)
             "params": {"workload_args": {"w5_quota_probe": ["--n", "1024"]}, "pod_timeout_s": 120,
-                       "lease_path": str(self.workdir / "run.lease"), **(params or {})},
+                       "lease_path": str(self.workdir / "run.lease"), "fault_injector": "simulated-gpu",
+                       **(params or {})},
         }}}
 
     def deploy_inventory(self, *, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -24,11 +24,16 @@ MET-008  W5 probe filling 85 % of the GPU (oversub on); scrape 2 s for 40 s   me
 
 (``metrics_series`` is ``metrics_series.jsonl``, ``remote_<node>_dmon`` is ``remote_<node>_dmon.txt``.)
 
-Host mode: MET-001, MET-002 and MET-007 run against the inventory's ``scheduler.metrics_url`` and SKIP
-without it; the others need pods and annotations (Kubernetes). MET-002 starts its W5 probe as a host
-process when the backend has the client library (``sut_lib``), else it runs without a probe (families
-that need a client only need HELP/TYPE). MET-006 SKIPs where the probe's node has no ``nvidia-smi`` and
-no ``met006_dmon_command`` is configured (nothing to compare with). Thresholds: ``judge.thresholds.METRICS``.
+Host mode: every case but MET-004 and MET-005 runs against the inventory's ``scheduler.metrics_url`` (the
+scheduler of the first GPU host) and SKIPs without it. The probes (W5 as a host process with ``LD_PRELOAD`` of
+``sut_lib``; MET-002 runs without one when the backend has no client library, families that need a client then
+only need HELP/TYPE) are pinned to that host, so they register with the scheduler that is scraped. MET-003's NVML
+side is the host backend's node sampler (every GPU host, the whole case) and its alloc/free loop runs without a
+core limit (host mode has none: no lock holders, so running clients and running memory are judged at the log's
+zero); MET-006 compares with the backend's ``nvidia-smi dmon``; MET-008's probe gets the oversubscription variable.
+MET-004 and MET-005 need Kubernetes (:data:`MET004_NEEDS_KUBERNETES`, :data:`MET005_NEEDS_KUBERNETES`). MET-006
+SKIPs where the probe's node has no ``nvidia-smi`` and no ``met006_dmon_command`` is configured (nothing to compare
+with). Thresholds: ``judge.thresholds.METRICS``.
 
 The probe's clients on a page are found by :func:`xpushare.evidence.client_match.client_match` for the cluster's
 mode: by pod name and namespace in Kubernetes; in host mode, where the scheduler exports every client
@@ -53,6 +58,7 @@ from xpushare.cases.metrics_support import (
     client_seen,
     endpoint_target,
     gpu_total_bytes,
+    host_scrape_node,
     live_match,
     met008_size,
     passes,
@@ -75,8 +81,10 @@ from xpushare.evidence.metrics_target import (
     sampler_capture,
     scrape_loop,
     spawn_name,
+    stamped_log_capture,
 )
 from xpushare.evidence.store import Evidence
+from xpushare.inventory.schema import is_host_mode
 from xpushare.judge import thresholds
 from xpushare.judge.metrics import (
     ScrapeRecord,
@@ -102,6 +110,8 @@ from xpushare.model.errors import TransportError, XpushareError
 from xpushare.model.verdict import Status, Verdict
 
 W4_ALLOC_FREE = "w4_alloc_free"
+STAMPED_LOG = "scheduler_stamped.log"
+"""Host mode, MET-003: the scheduler's log lines of the case, each behind the time it was read."""
 DMON_INTERVAL_S = 1.0
 """``nvidia-smi dmon -d 1`` (the k8s backend's capture): one row per GPU per second."""
 
@@ -162,7 +172,7 @@ def _met002(run: CaseRun) -> None:
                 run.plan["probe"] = None
                 record = target.capture(run.case_dir, "/metrics", "metrics_mid.txt")
             else:
-                pod, _node = start_probe(run)
+                pod, _node = start_probe(run, node=host_scrape_node(run))
                 client = live_match(run, pod)
                 prefix = run.plan["prefix"]
                 record = settle_scrape(run, target, "metrics_mid.txt",
@@ -181,22 +191,69 @@ def _met002(run: CaseRun) -> None:
         target.close()
 
 
+def _host_probe_node(run: CaseRun) -> tuple[bool, str | None]:
+    """``(go on, node to pin the probe to)``: Kubernetes ``(True, None)``; host mode the first GPU host, whose
+    scheduler ``scheduler.metrics_url`` serves, or ``(False, None)`` with a SKIP reason in the plan without one."""
+    node = host_scrape_node(run)
+    return run.cluster.is_kubernetes or node is not None, node
+
+
 def _met003(run: CaseRun) -> None:
     begin_case(run)
-    pod, node = start_probe(run)
+    go, pin = _host_probe_node(run)
+    if not go:
+        return
+    stamped = _stamp_scheduler_log(run, pin)
+    try:
+        _met003_probe(run, pin)
+    finally:
+        if stamped is not None:
+            stamped.stop(run.case_dir)
+            stamped.host.close()
+
+
+def _stamp_scheduler_log(run: CaseRun, node: str | None) -> NodeCapture | None:
+    """Host mode: the scheduler's log (``scheduler.log_file``) followed from now with the time of each line
+    (:func:`stamped_log_capture`, into :data:`STAMPED_LOG`), as ``kubectl logs --timestamps`` gives it in Kubernetes;
+    None in Kubernetes, without a log file (the judgment then finds the log's times missing: ERROR), or when it
+    cannot start (noted in the plan)."""
+    log = run.cluster.scheduler.log_file
+    if run.cluster.is_kubernetes or node is None or not log:
+        return None
+    capture = stamped_log_capture(node_host(run.backend, run.cluster, node), spawn_name(run.backend, run.case_id,
+                                  "log"), str(run.params.get("node_sampler_python") or run.cluster.python), log,
+                                  STAMPED_LOG)
+    try:
+        capture.start()
+    except TransportError as exc:
+        capture.host.close()
+        run.plan["stamped_log"] = {"error": str(exc)}
+        run.save_plan()
+        return None
+    run.plan["stamped_log"] = {"file": STAMPED_LOG, "of": log, "node": node, "started_at": capture.started_at}
+    run.save_plan()
+    return capture
+
+
+def _met003_probe(run: CaseRun, pin: str | None) -> None:
+    pod, node = start_probe(run, node=pin)
     target = probe_target(run, node)
     host = node_host(run.backend, run.cluster, node)
     sampler: NodeCapture | None = None
     try:
-        try:
-            sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"),
-                                      str(run.params.get("node_sampler_python") or run.cluster.python), node,
-                                      env=dict(run.params.get("node_sampler_env") or {}))
-            sampler.start()
-            run.plan["sampler"] = {"node": node, "started_at": sampler.started_at, "argv": list(sampler.argv)}
-        except TransportError as exc:  # evidence missing: the judgment says so (ERROR unless NVML not required)
-            sampler = None
-            run.plan["sampler"] = {"node": node, "error": str(exc)}
+        if not run.cluster.is_kubernetes:  # the host backend samples every GPU host for the whole case
+            run.plan["sampler"] = {"node": node, "source": "backend",
+                                   "how": "the host backend's node sampler on every GPU host for the whole case"}
+        else:
+            try:
+                sampler = sampler_capture(host, spawn_name(run.backend, run.case_id, "sampler"),
+                                          str(run.params.get("node_sampler_python") or run.cluster.python), node,
+                                          env=dict(run.params.get("node_sampler_env") or {}))
+                sampler.start()
+                run.plan["sampler"] = {"node": node, "started_at": sampler.started_at, "argv": list(sampler.argv)}
+            except TransportError as exc:  # evidence missing: the judgment says so (ERROR unless NVML not required)
+                sampler = None
+                run.plan["sampler"] = {"node": node, "error": str(exc)}
         th = {**run.params, "met003_require_nvml": False}  # settle on the page alone; NVML is judged after
         _settle_mid(run, target, pod, lambda ev, client, prefix: judge_met003(ev, th, client=client, prefix=prefix))
         run.sleep(float(run.params["met003_sampler_tail_s"]))
@@ -217,12 +274,14 @@ def _gauge_series(run: CaseRun, target: ScrapeTarget, node: str) -> None:
     after it ended (its client leaves); ``plan["gauges"]``: the loop's pod, node and the window (Unix s)."""
     p = run.params
     rounds, hold = int(p["met003_alloc_rounds"]), float(p["met003_alloc_hold_s"])
-    core = p["met003_alloc_core_limit"]
+    # host mode has no core limit to give (the scheduler takes quotas from annotations only): the loop runs
+    # without the lock, so running clients and running memory are judged at the log's 0 lock holders
+    core = p["met003_alloc_core_limit"] if run.cluster.is_kubernetes else None
     spec = run.pod("alloc", W4_ALLOC_FREE, node=node, core_limit=None if core is None else int(core),
                    args=("--rounds", str(rounds), "--mib", str(int(p["met003_alloc_mib"])), "--hold-s", f"{hold:g}",
                          "--report-every", "0", "--no-progress"))
     run.plan["pods"] = [*run.plan.get("pods", []), spec.name]
-    run.plan["gauges"] = {"mover": spec.name, "node": node, "start": time.time(), "end": None}
+    run.plan["gauges"] = {"mover": spec.name, "node": node, "core_limit": core, "start": time.time(), "end": None}
     run.save_plan()
     run.backend.start_pods([spec])
     tail = float(p["met003_series_tail_s"])
@@ -302,7 +361,10 @@ def _met005(run: CaseRun) -> None:
 
 def _met006(run: CaseRun) -> None:
     begin_case(run)
-    pod, node = start_probe(run)
+    go, pin = _host_probe_node(run)
+    if not go:
+        return
+    pod, node = start_probe(run, node=pin)
     host = node_host(run.backend, run.cluster, node)
     dmon: NodeCapture | None = None
     target: ScrapeTarget | None = None
@@ -310,7 +372,8 @@ def _met006(run: CaseRun) -> None:
         command = run.params["met006_dmon_command"]
         if has_command(host, "nvidia-smi"):
             run.plan["dmon"] = {"source": "backend", "node": node,
-                                "how": "nvidia-smi dmon -s u -d 1 on the node for the whole case (k8s backend)"}
+                                "how": f"nvidia-smi dmon -s u -d 1 on the node for the whole case ({run.backend.mode} "
+                                       "backend)"}
         elif command:
             argv = [str(a).replace("{node}", node) for a in command]
             dmon = NodeCapture(host, spawn_name(run.backend, run.case_id, "dmon"), argv,
@@ -349,6 +412,9 @@ def _met007(run: CaseRun) -> None:
 
 def _met008(run: CaseRun) -> None:
     begin_case(run)
+    go, pin = _host_probe_node(run)
+    if not go:
+        return
     fill = float(run.params["met008_fill_ratio"])
     n = run.params["met008_n"]
     total = None
@@ -357,7 +423,7 @@ def _met008(run: CaseRun) -> None:
         n = met008_size(fill, total)
     run.plan["met008"] = {"n": int(n), "fill_ratio": fill, "gpu_total_bytes": total,
                           "w5_footprint_bytes": W5_BYTES_PER_N2 * int(n) ** 2}
-    pod, node = start_probe(run, oversub=True, args=("--n", str(int(n))))
+    pod, node = start_probe(run, oversub=True, node=pin, args=("--n", str(int(n))))
     target = probe_target(run, node)
     try:
         settle_scrape(run, target, "metrics_mid.txt", client_seen(run, live_match(run, pod)))
@@ -390,16 +456,18 @@ def _judge003(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
     mover = stored_client(ev, {**plan, "probe": gauges["mover"]})
     assert mover is not None
     node = gauges.get("node")
+    log = STAMPED_LOG if plan.get("stamped_log") else "scheduler.log"  # host mode: the log with times
     checks = gauge_checks(ev, th, mover=mover, others=[str(plan["probe"])], node=node,
                           start=float(gauges["start"]), end=float(gauges.get("end") or math.inf),
-                          prefix=plan.get("prefix"))
+                          prefix=plan.get("prefix"), log_file=log,
+                          host_mode=is_host_mode(str(plan.get("mode") or "")))
     if verdict.status is Status.PASS:
         verdict.summary += ("; the gauges followed the alloc/free loop: client count and running clients against "
                             "scheduler.log, managed and running memory against the clients' own reports, NVML "
                             "process and device memory against the node sampler")
     verdict = with_counter_checks(verdict, checks)
     verdict.thresholds.update({k: th[k] for k in GAUGE_KEYS if k in th})
-    verdict.evidence = sorted(set(verdict.evidence) | {SERIES_FILE, f"pods/{gauges['mover']}.log", "scheduler.log",
+    verdict.evidence = sorted(set(verdict.evidence) | {SERIES_FILE, f"pods/{gauges['mover']}.log", log,
                                                        f"sampler/{node}_procs.csv", f"sampler/{node}_gpu.csv"})
     return verdict
 
@@ -448,7 +516,16 @@ def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 # -------------------------------------------------------------------------------------- the cases
 
 _K8S = frozenset({CAP_KUBERNETES})
+#: MET-003, 006, 008 in both modes: a probe that registers with the scheduler (host mode: the client library, sut_lib).
+_LIB = frozenset({CAP_CLIENT_LIBRARY})
 SUITE = "metrics"
+#: Why MET-004 and MET-005 need Kubernetes (docs/sut/client.md §environment, docs/sut/metrics.md §catalogue).
+MET004_NEEDS_KUBERNETES = (
+    "the scheduler takes quotas only from pod annotations (the Kubernetes API); a host-mode process's only quota, "
+    "the client library's GPU_MEMORY_LIMIT variable, is not visible to the scheduler or its metrics, and the "
+    "library has no core-limit variable: no configured quota for the metrics to equal")
+MET005_NEEDS_KUBERNETES = ("it changes the probe pod's quota annotations at runtime, which the scheduler watches "
+                           "through the Kubernetes API; a host-mode process has no annotations to change")
 
 register(CaseDef(
     "MET-001", SUITE, "/healthz and /metrics reachable", "-",
@@ -471,7 +548,7 @@ register(CaseDef(
     "scheduler.log (MEM_UPDATE lines, debug mode); metrics_series.jsonl while W4 allocates and frees beside the "
     "probe: client count, running clients, managed allocation, running memory, NVML process and device memory "
     "against scheduler.log, the loop's own 'Reported memory usage' lines and the node sampler",
-    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
+    requires=_LIB, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
                                   met003_alloc_rounds=3, met003_alloc_mib=256, met003_alloc_hold_s=4.0,
                                   met003_alloc_core_limit=50,
                                   met003_series_interval_s=1.0, met003_series_tail_s=4.0, met003_series_lag_s=1.0,
@@ -482,7 +559,8 @@ register(CaseDef(
 register(CaseDef(
     "MET-004", SUITE, "Quota metrics equal the configuration", "W5",
     "W5 probe with gpu-core-limit 35 and gpu-memory-limit 4Gi (T4) / 8Gi; /metrics snapshot, and another "
-    "met004_counter_window_s later (drop_lock_total against the log's DROP_LOCK lines)",
+    "met004_counter_window_s later (drop_lock_total against the log's DROP_LOCK lines); Kubernetes only: "
+    + MET004_NEEDS_KUBERNETES,
     "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations; "
     "metrics_end.txt - metrics_mid.txt: scheduler_drop_lock_total, messages_total{REQ_LOCK, LOCK_RELEASED} and "
     "client_disconnect_total vs scheduler.log's DROP_LOCK, Received and Removing client lines",
@@ -492,7 +570,8 @@ register(CaseDef(
 ))
 register(CaseDef(
     "MET-005", SUITE, "Dynamic change latency", "W5",
-    "W5 probe at 30 % / 2Gi; scrape every 1 s; annotate 80 % + 4Gi; stop when the metrics show it",
+    "W5 probe at 30 % / 2Gi; scrape every 1 s; annotate 80 % + 4Gi; stop when the metrics show it; Kubernetes "
+    "only: " + MET005_NEEDS_KUBERNETES,
     "metrics_before.txt, metrics_series.jsonl, annotations.jsonl (dynamic_quota_metric_latency_sec)",
     requires=_K8S, params=_params("005", met005_core_from=30, met005_memory_from="2Gi", met005_core_to=80,
                                   met005_memory_to="4Gi", met005_interval_s=1.0, met005_before_s=3.0,
@@ -503,7 +582,7 @@ register(CaseDef(
     "MET-006", SUITE, "GPU utilization follows dmon", "W5",
     "W5 probe; scrape its node's /metrics every 2 s for 30 s while nvidia-smi dmon runs on the node",
     "metrics_series.jsonl (gpu_utilization_ratio), remote_<node>_dmon.txt (sm column from the header)",
-    requires=_K8S, params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
+    requires=_LIB, params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
     act=_met006, judge=_judge006,
 ))
 register(CaseDef(
@@ -516,7 +595,7 @@ register(CaseDef(
     "MET-008", SUITE, "High-memory alert", "W5",
     "W5 probe sized to 85 % of the GPU memory (oversub on); scrape every 2 s for 40 s",
     "metrics_series.jsonl: gpu_memory_used_bytes / gpu_memory_total_bytes > 0.80 (peak_gpu_memory_used_ratio)",
-    requires=_K8S, params=_params("008", met008_fill_ratio=0.85, met008_n=None, met008_duration_s=40.0,
+    requires=_LIB, params=_params("008", met008_fill_ratio=0.85, met008_n=None, met008_duration_s=40.0,
                                   met008_interval_s=2.0),
     act=_met008, judge=_judge008,
 ))

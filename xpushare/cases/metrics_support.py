@@ -75,11 +75,35 @@ def endpoint_target(run: CaseRun) -> ScrapeTarget | None:
 
 
 def probe_target(run: CaseRun, node: str) -> ScrapeTarget:
-    """The scrape target of the scheduler serving ``node`` (Kubernetes), recorded in the plan."""
-    target = k8s_target(run.backend, run.cluster, node, timeout_s=_timeout(run))
+    """The scrape target of the scheduler serving ``node``, recorded in the plan: Kubernetes, the scheduler pod
+    on that node; host mode, the inventory's ``scheduler.metrics_url`` (the scheduler of the first GPU host, where
+    :func:`start_probe` pins the probe). Raises :class:`XpushareError` in host mode without ``metrics_url``
+    (the cases check it before their probe starts, :func:`host_scrape_node`)."""
+    if run.cluster.is_kubernetes:
+        target = k8s_target(run.backend, run.cluster, node, timeout_s=_timeout(run))
+    else:
+        found = host_target(run.backend, run.cluster, timeout_s=_timeout(run))
+        if found is None:
+            raise XpushareError(f"host mode: cluster {run.cluster.name} names no scheduler.metrics_url")
+        target = found
     run.plan["target"] = target.describe()
     run.save_plan()
     return target
+
+
+def host_scrape_node(run: CaseRun) -> str | None:
+    """Host mode: the GPU host whose scheduler the inventory's ``scheduler.metrics_url`` serves (the first GPU
+    host: a probe placed elsewhere would register with a scheduler nobody scrapes), None in Kubernetes (the
+    probe's node decides) and None with a SKIP reason in the plan where no ``metrics_url`` is configured."""
+    if run.cluster.is_kubernetes:
+        return None
+    if not run.cluster.scheduler.metrics_url:
+        skip_case(run, f"host mode: cluster {run.cluster.name} names no scheduler.metrics_url in the inventory")
+        return None
+    host = run.backend.scheduler_host()
+    if host is None:  # pragma: no cover - every host backend has one
+        raise XpushareError("host backend without a scheduler host")
+    return host.name
 
 
 def _record(records: list[PodRecord], name: str) -> PodRecord | None:

@@ -34,8 +34,9 @@ finding 18 (``probe_quota_usable``), a defect of the SUT that oversubscription w
 the seed's shape (base 512Mi, 128Mi, 384Mi: ``tests/lab/env.py``).
 * FAIL-002..004: the device plugin, node drains and per-node load need Kubernetes.
 * FAIL-005..007 (GPU faults injected into clients, :mod:`xpushare.soak.gpu_fault_act`, docs/faults.md):
-  ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU, or on a real GPU from the
-  error-injection shim named by ``fault_shim`` (host mode).
+  ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU (``fault_injector:
+  simulated-gpu``), or on a real GPU from the error-injection shim (host mode: ``fault_shim``, else the one ``invoke
+  deploy`` installed); without an injector they SKIP before any pod (:mod:`xpushare.soak.gpu_fault_injector`).
 
 The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
 choose with ``--case`` or a playbook.
@@ -412,6 +413,7 @@ GPU_FAULT_PARAMS: dict[str, Any] = {
     "fail_rate_margin_s": 5,
     "fail_probe_interval_s": 1.0,
     "fault_shim": None,
+    "fault_injector": "auto",
 }
 _GPU_FAULT_EVIDENCE = ("plan.json (fault, victims, scheduler before/after, metrics_after), pods/*.log (W5 progress "
                        "lines), scheduler.log, scheduler_before_fault.txt, scheduler_after_fault.txt, "

@@ -79,7 +79,8 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
 
     Kubernetes: the setup pipeline of remote-test.sh (commit, sync, remote make, render,
     redeploy the DaemonSets, verify the mode). Host mode: build the SUT from --sut-src on each GPU host, install
-    it where the inventory says (sut_lib, scheduler.binary) and start the scheduler with its metrics on."""
+    it where the inventory says (sut_lib, scheduler.binary), start the scheduler with its metrics on, and build the
+    CUDA error-injection shim for FAIL-005..007 into <scheduler.state_dir>/faultshim/."""
 
     def body() -> Any:
         from xpushare.cli.sut_tasks import deploy_host_mode

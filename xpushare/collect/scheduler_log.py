@@ -48,6 +48,7 @@ __all__ = [
     "client_events",
     "command",
     "logged_allocations",
+    "mem_updates",
     "parse_file",
     "parse_lines",
     "parse_text",
@@ -77,6 +78,21 @@ def logged_allocations(text: str, until: float | None = None) -> dict[str, int]:
             if when is not None and when.timestamp() > until:
                 continue
         out[m.group("cid").lower()] = int(m.group("mb"))
+    return out
+
+
+def mem_updates(text: str) -> list[tuple[str, float | None, int]]:
+    """Every ``Received MEM_UPDATE from <id>: <n> MB`` line in log order: ``(client id, Unix time of its kubectl
+    ``--timestamps`` prefix or None, MiB)`` (debug mode only; the client's managed allocation as it reported it).
+    Never raises."""
+    out: list[tuple[str, float | None, int]] = []
+    for line in text.splitlines():
+        m = _MEM_UPDATE_RE.search(line)
+        if m is None:
+            continue
+        t = _LOG_TS_RE.search(line[: m.start()])
+        when = parse_timestamp(t.group("ts")) if t is not None else None
+        out.append((m.group("cid").lower(), when.timestamp() if when is not None else None, int(m.group("mb"))))
     return out
 
 

@@ -24,7 +24,7 @@ ACTIONS = ("deploy", "undeploy", "status", "start", "stop", "restart")
 
 
 def _operation(action: str, layout: host_sut.HostSutLayout, src: Path | None,
-               tmp: Path) -> Callable[[Host], tuple[str, bool]]:
+               tmp: Path, python: str = "python3") -> Callable[[Host], tuple[str, bool]]:
     """One host's ``action``: ``(detail, ok)``; ok is False only where the scheduler it shows is not healthy."""
     tarball = host_sut.source_tarball(src, tmp) if action == "deploy" and src is not None else None
 
@@ -37,7 +37,11 @@ def _operation(action: str, layout: host_sut.HostSutLayout, src: Path | None,
             assert tarball is not None
             host_sut.stop(host, layout)  # a scheduler of an earlier deploy holds the socket
             host_sut.build_and_install(host, layout, tarball)
-            return f"built and installed; started ({host_sut.start(host, layout)})", True
+            started = f"built and installed; started ({host_sut.start(host, layout)})"
+            try:  # FAIL-005..007's injector on a real GPU; without it they SKIP naming it (docs/faults.md)
+                return f"{started}; fault shim at {host_sut.install_fault_shim(host, layout, python)}", True
+            except host_sut.DeployError as exc:
+                return f"{started}; {exc.message}", True
         if action == "undeploy":
             return "removed " + ", ".join(host_sut.undeploy(host, layout)), True
         manager = None
@@ -71,7 +75,7 @@ def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None
     hosts = [connect(spec) for spec in specs]
     try:
         with tempfile.TemporaryDirectory(prefix="xpushare-deploy-") as tmp:
-            outcomes = fan_out(hosts, _operation(action, layout, src, Path(tmp)))
+            outcomes = fan_out(hosts, _operation(action, layout, src, Path(tmp), cluster.python))
     finally:
         for h in hosts:
             h.close()

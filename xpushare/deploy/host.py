@@ -4,7 +4,8 @@
 tools (one line naming what is missing), runs the upstream Makefile's ``libxpushare.so xpushare-scheduler
 xpusharectl`` targets, installs the library at the inventory's ``sut_lib`` and the scheduler at
 ``scheduler.binary`` (``xpusharectl`` beside it), and starts the scheduler with its metrics exporter on
-(``XPUSHARE_METRICS_ENABLE=1``, listening where ``scheduler.metrics_url`` says). ``invoke sut.status|start|
+(``XPUSHARE_METRICS_ENABLE=1``, listening where ``scheduler.metrics_url`` says), then builds the CUDA
+error-injection shim there (:func:`install_fault_shim`, FAIL-005..007's injector). ``invoke sut.status|start|
 stop|restart`` act on that scheduler; ``invoke undeploy`` removes what deploy installed.
 
 How the scheduler is kept running (:func:`manager_of`): a systemd unit (``xpushare-scheduler.service``) where
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
+from xpushare.data import workloads_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import TransportError, UsageError
+from xpushare.model.gpu_faults import DEFAULT_STATE_DIR, deployed_shim
 from xpushare.transport.base import Host
 
 UNIT = "xpushare-scheduler"
@@ -46,7 +49,7 @@ SUGGESTED = {
 #: library, the log and the metrics URL are evidence a run reads from the inventory: those stay required).
 DEFAULTS = {
     "scheduler.binary": "/usr/local/bin/xpushare-scheduler",
-    "scheduler.state_dir": "/var/lib/xpushare",
+    "scheduler.state_dir": DEFAULT_STATE_DIR,
 }
 BUILD_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 30.0
@@ -199,6 +202,32 @@ def build_and_install(host: Host, layout: HostSutLayout, tarball: Path) -> None:
                     layout.scheduler, layout.ctl], timeout=60)
     if not res.ok:
         raise DeployError(host.name, f"install failed: {res.stderr.strip()[-300:]}")
+
+
+# ------------------------------------------------------------------------------------------------ fault shim
+
+#: The shim's sources (workloads/faultshim/README.md); build.py compiles faultshim.c beside it.
+FAULTSHIM_FILES = ("build.py", "faultshim.c")
+
+
+def install_fault_shim(host: Host, layout: HostSutLayout, python: str) -> str:
+    """Build the CUDA error-injection shim on ``host`` with its ``build.py`` (gcc, against the driver the host's
+    loader finds) and install it at :func:`~xpushare.model.gpu_faults.deployed_shim` of the layout's state
+    directory, where FAIL-005..007 look for it; return that path. ``python``: the cluster's interpreter.
+
+    Raises:
+        DeployError: the copy or the build failed (build.py's ``error:`` line, e.g. no ``libcuda.so.1``).
+    """
+    shim = deployed_shim(layout.state_dir)
+    src = f"{layout.state_dir}/faultshim-src"
+    host.run(["mkdir", "-p", src], timeout=30, check=True)
+    for name in FAULTSHIM_FILES:
+        host.put(workloads_dir() / "faultshim" / name, f"{src}/{name}")
+    res = host.run([python, f"{src}/build.py", "--out", str(PurePosixPath(shim).parent)], timeout=BUILD_TIMEOUT_S)
+    if not res.ok:
+        why = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1].removeprefix("error: ")
+        raise DeployError(host.name, f"fault shim not built: {why}")
+    return shim
 
 
 # ------------------------------------------------------------------------------------------------ run

@@ -56,6 +56,7 @@ __all__ = [
     "sampler_capture",
     "scrape_loop",
     "spawn_name",
+    "stamped_log_capture",
 ]
 
 WORKLOADS = workloads_dir()
@@ -333,6 +334,35 @@ def sampler_capture(host: Host, name: str, python: str, node: str, *, interval_s
     argv = env_argv([python, f"{script_dir}/node_sampler.py", "--out-dir", out_dir, "--interval-s", f"{interval_s:g}"],
                     {k: str(v).replace("{node}", node) for k, v in (env or {}).items()})
     return NodeCapture(host, name, argv, outputs=outputs, remove=[script_dir, out_dir])
+
+
+#: Follows a file from its end and prints each new line behind the UTC time it was read, in kubectl's
+#: ``logs --timestamps`` form (what the scheduler-log parsers place events in time by); polls every 50 ms.
+_STAMP_SCRIPT = """
+import datetime, sys, time
+f = open(sys.argv[1], "rb")
+f.seek(0, 2)
+part = b""
+while True:
+    chunk = f.readline()
+    if not chunk:
+        time.sleep(0.05)
+        continue
+    part += chunk
+    if part.endswith(b"\\n"):
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        sys.stdout.write(now + " " + part.decode("utf-8", "replace"))
+        sys.stdout.flush()
+        part = b""
+"""
+
+
+def stamped_log_capture(host: Host, name: str, python: str, path: str, log_to: str) -> NodeCapture:
+    """A :class:`NodeCapture` of the lines appended to ``path`` on ``host`` while it runs, each behind the time it
+    was read (``2026-03-01T12:00:00.123456Z <line>``, kubectl's ``--timestamps`` form), into ``log_to``: a host-mode
+    scheduler writes its log without times, which MET-003's series needs (within 50 ms plus the write's own delay).
+    ``python``: the host's interpreter."""
+    return NodeCapture(host, name, [python, "-c", _STAMP_SCRIPT, path], log_to=log_to)
 
 
 def _note(case_dir: Path, message: str) -> None:

@@ -47,7 +47,7 @@ from typing import Any
 from xpushare.collect.client_lines import memory_reports
 from xpushare.collect.metrics import Exposition, parse_exposition
 from xpushare.collect.sampler_csv import gpu_rows, proc_rows
-from xpushare.collect.scheduler_log import ClientEvent, client_events
+from xpushare.collect.scheduler_log import ClientEvent, client_events, mem_updates
 from xpushare.evidence.client_match import ClientMatch, matched_clients
 from xpushare.evidence.scrape_capture import ScrapeRecord
 from xpushare.evidence.store import Evidence
@@ -124,7 +124,8 @@ def _counts_in(counts: Sequence[tuple[float, int]], lo: float, hi: float) -> set
     return {_count_at(counts, lo)} | {v for when, v in counts if lo <= when <= hi}
 
 
-def _client_checks(pages: Sequence[_Page], events: Sequence[ClientEvent], lag: float) -> list[Check]:
+def _client_checks(pages: Sequence[_Page], events: Sequence[ClientEvent], lag: float, *,
+                   locks_possible: bool = True) -> list[Check]:
     sources = ["/metrics client_info, scheduler_running_clients",
                "scheduler.log Registered/Removing client, Sent LOCK_OK, Received LOCK_RELEASED"]
     expr = "client_info series(t) == log's registered - removed clients (t'), t' within the lag"
@@ -169,7 +170,9 @@ def _client_checks(pages: Sequence[_Page], events: Sequence[ClientEvent], lag: f
                           "the log shows no client joining or leaving during the series: nothing followed")
     run_values = {"sources": sources, "series": seen, "log_lock_holders": holder_values}
     checks.append(Check("running_clients_follow_locks", run_expr, run_values, not off, "; ".join(off[:5])))
-    if len(holder_values) < 2:
+    if not locks_possible:  # host mode: no client has a limit, so none takes the lock; the list stays empty
+        run_values["note"] = "no client can hold the lock (no quota outside Kubernetes): judged at the log's holders"
+    elif len(holder_values) < 2:
         checks[-1] = Check("running_clients_follow_locks", run_expr, run_values, None,
                            "the log shows no lock granted or released during the series: nothing followed")
     return checks
@@ -198,12 +201,19 @@ def _holders_in(holders: Sequence[tuple[float, frozenset[str]]], lo: float, hi: 
 
 
 def _managed_checks(pages: Sequence[_Page], mover: ClientMatch, log: str | None, others: Mapping[str, str | None],
-                    lag: float, events: Sequence[ClientEvent]) -> list[Check]:
+                    lag: float, events: Sequence[ClientEvent], sched_log: str | None = None) -> list[Check]:
+    """``sched_log``: host mode, the scheduler's timestamped log, whose ``Received MEM_UPDATE`` lines of the mover's
+    clients are its reports (a host process's own output has no times)."""
     sources = ["/metrics client_managed_allocated_bytes", f"pods/{mover.workload}.log 'Reported memory usage'"]
     expr = ("floor(client_managed_allocated_bytes / MiB)(t) in the MiB the client reported within the lag (or last "
             "before it); >= 2 values over the series when the reports had >= 2")
-    reports = memory_reports(log or "")
-    stamped = [(r.ts.timestamp(), r.mib) for r in reports if r.ts is not None]
+    if sched_log is not None:
+        cids = {c.lower() for c in mover.client_ids} | {
+            (h[0].label("client_id") or "").lower() for p in pages for h in matched_clients(p.exp, mover)[:1]}
+        stamped = [(t, mib) for cid, t, mib in mem_updates(sched_log) if cid in cids and t is not None]
+        sources[1] = "the scheduler's timestamped log: Received MEM_UPDATE from the loop's clients"
+    else:
+        stamped = [(r.ts.timestamp(), r.mib) for r in memory_reports(log or "") if r.ts is not None]
     run_expr = ("scheduler_running_memory_bytes(the loop's GPU) <= sum over its clients that held a lock in the "
                 "window (log) of (max MiB each reported in the window + 1) MiB")
     if not stamped:
@@ -329,10 +339,14 @@ def _nvml_checks(pages: Sequence[_Page], mover: ClientMatch, ev: Evidence, node:
 
 
 def gauge_checks(ev: Evidence, th: Mapping[str, Any], *, mover: ClientMatch, others: Sequence[str] = (),
-                 node: str | None, start: float, end: float, prefix: str | None = None) -> list[Check]:
+                 node: str | None, start: float, end: float, prefix: str | None = None,
+                 log_file: str = "scheduler.log", host_mode: bool = False) -> list[Check]:
     """The gauge checks of the module docstring over the scrapes of :data:`SERIES_FILE` taken in ``[start, end]``
     (Unix s: the loop's start and the series' end). ``mover``: the alloc/free loop's match; ``others``: the case's
-    other workloads (their pod logs bound the running memory); ``node``: the node whose sampler files are read.
+    other workloads (their pod logs bound the running memory); ``node``: the node whose sampler files are read;
+    ``log_file``: the scheduler log with kubectl ``--timestamps`` times (host mode: the case's stamped copy).
+    ``host_mode``: no client holds the lock (running clients judged at the log's holders, even if none), and the
+    loop's reports are its ``MEM_UPDATE`` lines in that log (a host process's output has no times).
     A series with fewer than ``met003_series_min_scrapes`` answered scrapes is one ERROR check."""
     lag = _th(th, "met003_series_lag_s", _LAG_DEFAULT)
     tol = _th(th, "met003_nvml_tolerance_ratio", 0.10)
@@ -344,10 +358,10 @@ def gauge_checks(ev: Evidence, th: Mapping[str, Any], *, mover: ClientMatch, oth
                       {"scrapes": len(pages), "file": SERIES_FILE}, None,
                       f"{len(pages)} answered scrape(s) of {SERIES_FILE} in the loop's window: the gauges were not "
                       "sampled while they changed")]
-    log = ev.text("scheduler.log")
-    checks = ([Check("client_count_follows_log", "scheduler.log", {}, None, "scheduler.log was not collected")]
-              if log is None else _client_checks(pages, client_events(log), lag))
+    log = ev.text(log_file)
+    checks = ([Check("client_count_follows_log", log_file, {}, None, f"{log_file} was not collected")]
+              if log is None else _client_checks(pages, client_events(log), lag, locks_possible=not host_mode))
     checks += _managed_checks(pages, mover, ev.logs.get(mover.workload), {n: ev.logs.get(n) for n in others}, lag,
-                              client_events(log or ""))
+                              client_events(log or ""), sched_log=(log or "") if host_mode else None)
     checks += _nvml_checks(pages, mover, ev, node, tol, _th(th, "met003_nvml_lag_s", _NVML_LAG_DEFAULT))
     return checks

@@ -18,11 +18,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "SHIM_ENV", "SIM_ENV", "FaultKind", "fault_spec"]
+__all__ = ["DEFAULT_STATE_DIR", "KINDS", "SHIM_ENV", "SIM_ENV", "FaultKind", "deployed_shim", "fault_spec"]
 
 #: The simulated GPU's variable (tests/lab/README-simgpu.md) and the shim's (workloads/faultshim/README.md).
 SIM_ENV = "SIMGPU_FAULT"
 SHIM_ENV = "CUDA_FAULT_INJECT"
+#: ``scheduler.state_dir`` when the inventory names none: where ``invoke deploy`` keeps its build, pid files and
+#: the error-injection shim on a host-mode GPU host.
+DEFAULT_STATE_DIR = "/var/lib/xpushare"
+
+
+def deployed_shim(state_dir: str | None) -> str:
+    """Where ``invoke deploy`` installs the error-injection shim on each GPU host of a host-mode cluster:
+    ``<state_dir>/faultshim/libcuda.so.1`` (``state_dir`` None: :data:`DEFAULT_STATE_DIR`); FAIL-005..007 look
+    for it there (docs/faults.md "Where the fault comes from")."""
+    return f"{(state_dir or DEFAULT_STATE_DIR).rstrip('/')}/faultshim/libcuda.so.1"
 
 
 @dataclass(frozen=True)

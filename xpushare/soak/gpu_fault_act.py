@@ -7,10 +7,11 @@ the fault strikes ``fail_fault_after_s`` seconds into the victims' run; wait for
 the scheduler again and scrape ``/metrics`` (``metrics_after_fault.txt``, after ``fail_settle_s``); start a probe
 pod. The judgment (:mod:`xpushare.judge.faults`) reads ``plan.json`` and the pods' logs.
 
-Where the fault comes from: the lab's simulated GPU (``SIMGPU_FAULT``) unless ``fault_shim`` names the
-CUDA error-injection shim on the node (``workloads/faultshim/``, built there with its ``build.py``): then the victims
-get ``LD_PRELOAD="<client library> <fault_shim>"`` and ``CUDA_FAULT_INJECT`` (host mode, where the tool knows the
-client library's path; README of the shim for why this order).
+Where the fault comes from (:mod:`xpushare.soak.gpu_fault_injector`, resolved before any pod; none: SKIP
+``premise unmet: fault-injector: ...``): the CUDA error-injection shim (``workloads/faultshim/``) named by
+``fault_shim`` or installed by ``invoke deploy`` on every GPU host, the victims getting ``LD_PRELOAD="<client library>
+<shim>"`` and ``CUDA_FAULT_INJECT`` (host mode, where the tool knows the client library's path; README of the shim for
+why this order); or, with ``fault_injector: simulated-gpu``, the lab's simulated GPU (``SIMGPU_FAULT``).
 
 Scenarios (``plan.scenario``):
 
@@ -29,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import CAP_KUBERNETES, PodSpec, SchedulerFacts
 from xpushare.model.errors import XpushareError
-from xpushare.model.gpu_faults import KINDS, SHIM_ENV, SIM_ENV, fault_spec
+from xpushare.model.gpu_faults import KINDS, fault_spec
 from xpushare.soak.faults import SKIP_REASON, start_recorded
+from xpushare.soak.gpu_fault_injector import PREMISE, Injector, find_injector
 from xpushare.soak.ops import scrape_facts
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
@@ -44,16 +46,6 @@ SCENARIOS = ("client-error", "device-lost", "ecc-storm")
 METRICS_AFTER = "metrics_after_fault.txt"
 
 
-def _victim_env(run: CaseRun, spec: str) -> tuple[tuple[str, str], ...]:
-    shim = run.params.get("fault_shim")
-    if not shim:
-        return ((SIM_ENV, spec),)
-    lib = run.cluster.sut_lib
-    if not lib:
-        raise XpushareError("fault_shim needs the client library's path (host mode: the cluster's sut_lib)")
-    return (("LD_PRELOAD", f"{lib} {shim}"), (SHIM_ENV, spec))
-
-
 def _w5(run: CaseRun, name: str, *, env: tuple[tuple[str, str], ...] = (), node: str | None = None,
         same_gpu_as: str | None = None) -> PodSpec:
     args = ("--duration-s", f"{float(run.params['fail_fault_load_s']):g}",
@@ -61,7 +53,7 @@ def _w5(run: CaseRun, name: str, *, env: tuple[tuple[str, str], ...] = (), node:
     return run.pod(name, W5, args=args, env=env, node=node, same_gpu_as=same_gpu_as)
 
 
-def _load(run: CaseRun, scenario: str) -> tuple[list[PodSpec], list[PodSpec]]:
+def _load(run: CaseRun, scenario: str, injector: Injector) -> tuple[list[PodSpec], list[PodSpec]]:
     """The victims and the neighbours. Host mode (the backend places pods): the first victim first, then
     ``fail_neighbours_same_gpu`` pods on its GPU, then the other neighbours, which go to the least loaded GPUs.
     Kubernetes: every pod on the node with the fewest GPUs, one more than it has GPUs (so two share one)."""
@@ -71,12 +63,13 @@ def _load(run: CaseRun, scenario: str) -> tuple[list[PodSpec], list[PodSpec]]:
         "device-lost" if scenario == "device-lost" else "ecc-uncorrectable")
     if kind not in KINDS:
         raise XpushareError(f"fail005_kind: unknown GPU fault kind {kind!r} (known: {', '.join(KINDS)})")
-    victims = [_w5(run, "victim-1", env=_victim_env(run, fault_spec(kind, after_s=after)), node=node)]
+    lib = run.cluster.sut_lib
+    victims = [_w5(run, "victim-1", env=injector.victim_env(lib, fault_spec(kind, after_s=after)), node=node)]
     same = int(run.params["fail_neighbours_same_gpu"])
     others = int(run.params["fail_neighbours"])
     same_as = None if node else victims[0].name
     if scenario == "ecc-storm":  # every client of the stormed GPU is struck, one second after the other
-        victims += [_w5(run, f"victim-{i}", env=_victim_env(run, fault_spec(kind, after_s=after + i - 1)),
+        victims += [_w5(run, f"victim-{i}", env=injector.victim_env(lib, fault_spec(kind, after_s=after + i - 1)),
                         node=node, same_gpu_as=same_as) for i in range(2, same + 2)]
         neighbours = []
     else:
@@ -85,7 +78,7 @@ def _load(run: CaseRun, scenario: str) -> tuple[list[PodSpec], list[PodSpec]]:
         others = max(others, gpus + 1 - len(victims) - len(neighbours))
     neighbours += [_w5(run, f"other-{i}", node=node) for i in range(1, others + 1)]
     run.plan.update(fault={"kind": kind, "applied": False, "after_s": after, "victims": [v.name for v in victims],
-                           "via": "faultshim" if run.params.get("fault_shim") else "simulated GPU"})
+                           "via": injector.via})
     return victims, neighbours
 
 
@@ -137,9 +130,15 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
         run.plan["skip"] = LOST_GPU_ON_KUBERNETES
         run.save_plan()
         return
+    found = find_injector(run.cluster, run.params, run.backend.gpu_node_hosts)
+    if isinstance(found, str):  # known before the act: SKIP at once, no snapshot, no pod
+        run.plan["skip"] = PREMISE + found
+        run.save_plan()
+        return
+    run.plan["injector"] = found.describe()
     run.plan["scenario"] = scenario
     run.plan["scheduler_before"] = _facts(run, "scheduler_before_fault.txt")
-    victims, neighbours = _load(run, scenario)
+    victims, neighbours = _load(run, scenario, found)
     t0 = time.time()
     start_recorded(run, victims, "victim_pods")
     start_recorded(run, neighbours, "neighbour_pods")

@@ -286,7 +286,11 @@ def test_every_met_case_is_registered_with_its_thresholds() -> None:
         own = {k: v for k, v in thresholds.METRICS.items() if k.startswith(f"met{no}_")}
         assert own.items() <= dict(case.params).items(), cid
         assert set(met.COMMON) <= set(case.params), cid
-        assert ("kubernetes" in case.requires) is (cid not in ("MET-001", "MET-002", "MET-007")), cid
+        # host mode runs every case whose meaning survives there; MET-004/005 need quotas the scheduler reads from
+        # annotations (and say why), the cases with a probe need a client library that registers it
+        assert ("kubernetes" in case.requires) is (cid in ("MET-004", "MET-005")), cid
+        assert ("client-library" in case.requires) is (cid in ("MET-003", "MET-006", "MET-008")), cid
+    assert "annotations" in REGISTRY["MET-004"].operation and "at runtime" in REGISTRY["MET-005"].operation
     assert REGISTRY["MET-007"].params["met007_duration_s"] == 120.0
     assert REGISTRY["MET-005"].params["met005_max_latency_s"] == 15.0
     assert plan.select(suites=("met",), case_ids=(), playbook=None).cases == [REGISTRY[c] for c in CASES]
@@ -356,6 +360,41 @@ def test_host_mode_without_metrics_url_skips(tmp_path: Path) -> None:
     for cid in ("MET-001", "MET-002", "MET-007"):
         v, _plan, _ = act_and_judge(cid, FakeHostBackend(), host_cluster(None), tmp_path)
         assert v.status is Status.SKIP and "scheduler.metrics_url" in v.summary, cid
+
+
+def test_host_mode_probe_cases_without_metrics_url_skip_before_any_probe(tmp_path: Path) -> None:
+    """MET-003, 006 and 008 run in host mode, against the scheduler of ``scheduler.metrics_url``: without one
+    they SKIP naming it, and no probe was started (the fake host backend has no ``start_pods``)."""
+    for cid in ("MET-003", "MET-006", "MET-008"):
+        v, plan, _ = act_and_judge(cid, FakeHostBackend(), host_cluster(None), tmp_path)
+        assert v.status is Status.SKIP and "scheduler.metrics_url" in v.summary, cid
+        assert "probe" not in plan, cid
+
+
+class PinRecorder(FakeHostBackend):
+    """A host backend that records the probe it is asked for, then refuses to start it."""
+
+    capabilities = frozenset({"client-library"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.specs: list[PodSpec] = []
+
+    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+        self.specs += pods
+        raise RuntimeError("recorded")
+
+
+@pytest.mark.parametrize("cid", ["MET-002", "MET-003", "MET-006", "MET-008"])
+def test_host_mode_probes_go_to_the_scraped_schedulers_host(cid: str, tmp_path: Path) -> None:
+    """The inventory's ``scheduler.metrics_url`` is the first GPU host's scheduler: the probe is pinned there
+    (elsewhere it would register with a scheduler nobody scrapes), with no annotation quota (host mode has none)."""
+    backend = PinRecorder()
+    with pytest.raises(RuntimeError, match="recorded"):
+        act_and_judge(cid, backend, host_cluster("http://127.0.0.1:9/metrics"), tmp_path, met008_n=64)
+    (spec,) = backend.specs
+    assert spec.node == "localhost" and spec.core_limit is None and spec.memory_limit is None, spec
+    assert spec.oversub is (cid == "MET-008")
 
 
 def test_host_mode_with_metrics_url(exporter: tuple[FakeExporter, int], tmp_path: Path) -> None:

@@ -171,3 +171,40 @@ def test_a_page_ahead_of_the_log_by_less_than_the_lag_passes() -> None:
                                                     "body": page(t, ahead)}) + "\n"
                                         for t in (JOIN - 0.5, *range(1003, 1021)))})
     assert got["client_count_follows_log"] == (True, ""), got
+
+
+def host_checks(over: Truth | None = None, *, updates: bool = True) -> dict[str, tuple[bool | None, str]]:
+    """The series as host mode records it: no client has a limit, so nobody takes the lock (running clients and
+    running memory stay 0); the scheduler's log is the case's timestamped copy, whose ``Received MEM_UPDATE`` lines
+    are the loop's reports (its own output has no times); clients are matched by host pid."""
+    lines = [(999.0, f"[XPUSHARE][INFO]: Registered client {P_CID} on GPU {G0} with Pod name = none, Pod namespace = "
+                     "none"),
+             (JOIN, f"[XPUSHARE][INFO]: Registered client {M_CID} on GPU {G1} with Pod name = none, Pod namespace = "
+                    "none"),
+             (LEAVE, f"[XPUSHARE][INFO]: Removing client {M_CID}")]
+    if updates:
+        lines += [(t, f"[XPUSHARE][DEBUG]: Received MEM_UPDATE from {M_CID}: {mib} MB")
+                  for t, mib in [(a, 16) for a, _ in HELD] + [(b, 0) for _, b in HELD]]
+    stamped = "".join(f"{stamp(t)} {msg}\n" for t, msg in sorted(lines))
+    no_locks: Truth = {"running": lambda t: 0.0, "running_memory": lambda t: 0.0, **(over or {})}
+    mover = PodRecord(MOVER, "Succeeded", 0, node="n1", host_pid=200)
+    ev = Evidence.from_parts([PodRecord(PROBE, "Running", node="n1", host_pid=100), mover],
+                             {PROBE: "", MOVER: "[XPUSHARE][DEBUG]: Reported memory usage: 16 MB\n"},
+                             {"metrics_series.jsonl": series(no_locks), "scheduler_stamped.log": stamped, **sampler()},
+                             mode="host")
+    out = gauge_checks(ev, {}, mover=client_match("host", MOVER, record=mover, log=""), others=[PROBE], node="n1",
+                       start=1000.0, end=1025.0, log_file="scheduler_stamped.log", host_mode=True)
+    return {c.name: (c.ok, c.detail) for c in out}
+
+
+def test_host_mode_series_judges_the_running_list_at_zero_and_reports_from_the_log() -> None:
+    got = host_checks()
+    assert got == dict.fromkeys(got, (True, "")), got
+    assert len(got) == 6
+    # what a host-mode series can still catch: a managed gauge 10 % high (values-off-10), finding 23's running
+    # memory with nobody holding the lock, a running-client gauge that is not 0
+    assert host_checks({"managed": lambda t: mover_mib(t) * MIB * 1.1})["managed_follows_client_reports"][0] is False
+    assert host_checks({"running_memory": lambda t: 16.0 * MIB})["running_memory_within_reports"][0] is False
+    assert host_checks({"running": lambda t: 1.0})["running_clients_follow_locks"][0] is False
+    # without the scheduler's MEM_UPDATE lines (debug off) the loop's reports are missing: ERROR, never PASS
+    assert host_checks(updates=False)["managed_follows_client_reports"][0] is None

@@ -4,7 +4,8 @@
     python3 workloads/faultshim/build.py --out DIR [--real-libcuda PATH]
 
 writes ``DIR/libcuda.so.1`` (the shim, soname ``libcuda.so.1``, RUNPATH ``$ORIGIN``) and ``DIR/libcuda-real.so.1``,
-a symbolic link to the real driver (``--real-libcuda``, default: ``libcuda.so.1`` from ``ldconfig -p``). Load it
+a symbolic link to the real driver (``--real-libcuda``, default: the ``libcuda.so.1`` the loader finds first, in
+``LD_LIBRARY_PATH`` or ``ldconfig -p``). Load it
 after the client library: ``LD_PRELOAD="<libxpushare.so> DIR/libcuda.so.1"``. Needs gcc. Prints the shim's path;
 on an error prints one ``error:`` line and exits 1. Stdlib only (runs on the GPU node).
 """
@@ -26,7 +27,12 @@ REAL = "libcuda-real.so.1"
 
 
 def find_real_libcuda() -> str:
-    """The driver's ``libcuda.so.1`` as the dynamic loader's cache lists it (ldconfig -p)."""
+    """The driver's ``libcuda.so.1`` the dynamic loader would load: the first in ``LD_LIBRARY_PATH``'s
+    directories (searched before the cache, as the loader does), else the cache's (``ldconfig -p``)."""
+    for directory in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        candidate = Path(directory) / SHIM
+        if directory and candidate.is_file() and SHIM_MARK not in candidate.read_bytes():
+            return str(candidate)
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
     for line in out.splitlines():
