@@ -271,7 +271,6 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
                 "gpu": real_gpu_entry(kube) if kube.real_gpus else {"model": "lab", "memory_gib": 16},
                 "kubeconfig": str(kube.kubeconfig_path),
                 "kubectl": find_kubectl() or "kubectl",
-                "namespace": "default",
                 "ssh": {
                     "user": first.user,
                     "identity": str(first.identity),
