@@ -497,7 +497,8 @@ class K8sBackend(Backend, KubeAccess):
             docs.append(self.render_pod(spec))
         text = dump_manifests(*docs)
         (case_dir / "manifests.yaml").write_text(text, encoding="utf-8")
-        self.kubectl.apply(text)
+        # every pod names its namespace (tenants' differ): kubectl refuses an explicit -n one of them differs from
+        self.kubectl.apply(text, namespace=None)
 
     def _record(self, pod: Pod) -> PodRecord:
         spec = next((p for p in self.pods if dns1123(p.name) == pod.name

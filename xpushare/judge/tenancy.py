@@ -11,8 +11,9 @@ different memory quotas (pod annotations). Per tenant, from the evidence alone:
   ``scheduler.log`` (docs/sut/log.md §registration), for that namespace and no other.
 
 A scheduler that reads annotations from the wrong namespace applies no quota (or the other tenant's) to a
-tenant's pod: its probe holds more than its quota (FAIL ``quota_held[<tenant>]``) and the scheduler line is
-missing or wrong (FAIL ``quota_applied[<tenant>]``). Source: issue 35 item 3.
+tenant's pod: the scheduler line is missing or wrong (FAIL ``quota_applied[<tenant>]``) and the probe holds
+something else than its quota (FAIL ``quota_held[<tenant>]`` or ``quota_usable[<tenant>]``: on the lab the library
+without a quota refused after the first block). Source: issue 35 item 3.
 """
 
 from __future__ import annotations
