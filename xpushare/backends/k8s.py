@@ -69,7 +69,7 @@ from xpushare.transport import interrupt, kube_lease
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
+from xpushare.transport.kube_errors import KubeError, KubeNotFound, KubePodStuck, KubeTimeout
 from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 from xpushare.transport.kube_retry import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 from xpushare.transport.manifest_yaml import dump_manifests
@@ -107,6 +107,8 @@ K8S_DEFAULTS: dict[str, Any] = {
 
 #: How long a new namespace may take to get its ``default`` ServiceAccount (a pod created before it is refused).
 SERVICE_ACCOUNT_WAIT_S = 60.0
+#: How long the run waits for a terminating namespace of its own name to be gone before it makes it again.
+NAMESPACE_GONE_WAIT_S = 300.0
 
 
 def k8s_capabilities(cluster: ClusterSpec) -> frozenset[str]:
@@ -355,6 +357,7 @@ class K8sBackend(Backend, KubeAccess):
         its ``default`` ServiceAccount exists (the API server refuses pods before; a controller adds it)."""
         if name in self.owned_namespaces:
             return
+        self._await_namespace_gone(name)
         doc = {"apiVersion": "v1", "kind": "Namespace",
                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "xpushare",
                                                      RUN_ID_LABEL: label_value(self.run_id)}}}
@@ -370,6 +373,22 @@ class K8sBackend(Backend, KubeAccess):
                     raise XpushareError(f"namespace {name}: no default ServiceAccount after "
                                         f"{SERVICE_ACCOUNT_WAIT_S:g}s ({exc})") from None
             interrupt.sleep(1.0)
+
+    def _await_namespace_gone(self, name: str) -> None:
+        """Wait (up to :data:`NAMESPACE_GONE_WAIT_S`) while namespace ``name`` is terminating: the run's own, deleted
+        at the end of an earlier part of the run (``--resume``, a legacy scenario after another) takes no pods until
+        it is gone."""
+        deadline = time.monotonic() + NAMESPACE_GONE_WAIT_S
+        while True:
+            try:
+                doc = self.kubectl.get_json(["get", "namespace", name], namespace=None)
+            except KubeNotFound:
+                return
+            if not (doc.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            if time.monotonic() >= deadline:
+                raise XpushareError(f"namespace {name} is still terminating after {NAMESPACE_GONE_WAIT_S:g}s")
+            interrupt.sleep(2.0)
 
     def _configmap_name(self) -> str:
         return dns1123(f"xpushare-workloads-{self.run_id}")

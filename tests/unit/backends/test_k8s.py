@@ -162,6 +162,8 @@ class _RecordingMaster:
             items = [{"metadata": {"name": n, "namespace": ns, "uid": n, "labels": {}},
                       "status": {"phase": "Succeeded"}} for n in self.pods.get(ns, [])]
             out = json.dumps({"kind": "PodList", "items": items})
+        elif "get" in argv and "namespace" in argv:  # none of the run's namespaces exists yet
+            return CommandResult("m", tuple(argv), "", 'Error from server (NotFound): namespaces "x" not found', 1, 0.0)
         elif "get" in argv and "nodes" in argv:
             out = json.dumps({"kind": "NodeList", "items": []})
         elif "get" in argv and "lease" in " ".join(argv):

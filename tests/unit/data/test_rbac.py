@@ -70,6 +70,8 @@ class RecordingMaster:
         if "leases.coordination.k8s.io" in argv and "get" in argv:
             out = json.dumps({"kind": "Lease", "metadata": {"resourceVersion": "1", "annotations": {
                 HOLDER_ANNOTATION: HOLDER.to_json()}}, "spec": {}})
+        elif "get" in argv and "namespace" in argv:  # none of the run's namespaces exists yet
+            return CommandResult("m", tuple(argv), "", 'Error from server (NotFound): namespaces "x" not found', 1, 0.0)
         elif "get" in argv and "-o" in argv and argv[argv.index("-o") + 1] == "json":
             out = json.dumps({"kind": "List", "items": []})
         return CommandResult("m", tuple(argv), out, "", 0, 0.0)
