@@ -2,12 +2,12 @@
 the Kubernetes half of the cleanup against real objects, not only its selectors (tests/unit/backends/test_leftovers.py).
 
 A real ``invoke func --cluster lab`` runs one case (its workloads shipped in a ConfigMap, as on a real cluster)
-and is SIGKILLed while its pod runs: nothing of its own cleanup runs, so its pod, its ConfigMap, its log stream
-on the master and its lease are left. ``invoke clean --cluster lab --run-id X`` deletes the pod and the
-ConfigMap by label and stops the stream, saying what it removed; a second ``clean`` says nothing is left. The
-dead run's lease, though fresh, names a holder whose process on this machine is gone: ``clean`` does not count
-it as a live run, and the next run takes it over at once and says so (a holder on another machine would block
-until the lease is stale, ``lease_stale_s``). About 40 s on 2 cores.
+and is SIGKILLed while its pod runs: nothing of its own cleanup runs, so its namespace (``xpushare-<run id>``,
+with its pod and ConfigMap), its log stream on the master and its lease are left. ``invoke clean --cluster lab
+--run-id X`` deletes the namespace by label and stops the stream, saying what it removed; a second ``clean``
+says nothing is left. The dead run's lease, though fresh, names a holder whose process on this machine is gone:
+``clean`` does not count it as a live run, and the next run takes it over at once and says so (a holder on another
+machine would block until the lease is stale, ``lease_stale_s``). About 40 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_OPTIONS
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.paths import REPO_ROOT
+from xpushare.backends.k8s_names import run_namespace
 from xpushare.engine.lease import live_run_ids
 from xpushare.inventory import schema
 from xpushare.transport.kubectl import Kubectl
@@ -51,10 +52,11 @@ def invoke(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
                           timeout=timeout)
 
 
-def test_clean_after_sigkill_removes_the_runs_pods_and_configmaps(inventory: Path, kube_lab: LabCluster,
-                                                                   tmp_path: Path) -> None:
+def test_clean_after_sigkill_removes_the_runs_namespace(inventory: Path, kube_lab: LabCluster,
+                                                        tmp_path: Path) -> None:
+    # the run's pods and ConfigMap live in its own namespace; the lease in the home namespace (default)
     kubectl = Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(kube_lab.kubeconfig_path),
-                      context="lab", namespace="default")
+                      context="lab", namespace=run_namespace(RUN))
     selector = f"app.kubernetes.io/managed-by=xpushare,xpushare/run-id={RUN}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "invoke", "func", "--cluster", "lab", "--inventory", str(inventory), "--run-id", RUN,
@@ -78,7 +80,7 @@ def test_clean_after_sigkill_removes_the_runs_pods_and_configmaps(inventory: Pat
                   kubectl.get_json(["get", "configmaps", "-l", selector, "-o", "json"])["items"]]
     assert configmaps == [f"xpushare-workloads-{RUN}"], configmaps
     assert {p.name for p in kubectl.list_pods(selector)} == set(pods)
-    lease = kubectl.get_json(["get", "leases", "xpushare-run"])
+    lease = kubectl.get_json(["get", "leases", "xpushare-run"], namespace="default")
     assert lease["spec"]["holderIdentity"].endswith(f" {RUN}"), lease["spec"]
     # fresh, but its holder's process on this machine is gone: not a live run that clean must spare
     assert live_run_ids(schema.load(str(inventory)).cluster("lab")) == frozenset()
@@ -87,10 +89,11 @@ def test_clean_after_sigkill_removes_the_runs_pods_and_configmaps(inventory: Pat
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     deleted = next(ln for ln in lines if ln.startswith("lab (kubernetes): deleted: "))
-    assert all(f"pod/{p}" in deleted for p in pods) and f"configmap/xpushare-workloads-{RUN}" in deleted, lines
+    assert f"namespace/{run_namespace(RUN)}" in deleted, lines  # with its pods and ConfigMap
     assert any(ln.startswith("lab-master: stopped: ") and "-schedlog" in ln for ln in lines), lines
-    assert kubectl.list_pods(selector) == []
-    assert kubectl.get_json(["get", "configmaps", "-l", selector, "-o", "json"])["items"] == []
+    assert kubectl.list_pods(selector, all_namespaces=True) == []
+    assert kubectl.get_json(["get", "configmaps", "-l", selector, "-A", "-o", "json"], namespace=None)["items"] == []
+    assert kubectl.get_json(["get", "namespaces", "-l", selector], namespace=None)["items"] == []
 
     again = invoke("clean", "--cluster", "lab", "--inventory", str(inventory), "--run-id", RUN)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -382,7 +382,8 @@ def test_run_directory_full(inventory: Path, kube_lab: LabCluster, tmp_path: Pat
         assert {"manifests.yaml", "plan.json"} <= o.files(), f"{how}: {o.files()}"
     kubectl = Kubectl(LocalHost(), kubectl=find_kubectl() or "kubectl", kubeconfig=str(kube_lab.kubeconfig_path),
                       context="lab", namespace="default", request_timeout_s=30)
-    assert kubectl.list_pods("xpushare/run-id=disk-full") == [], "the case's pods were left running"
+    assert kubectl.list_pods("xpushare/run-id=disk-full", all_namespaces=True) == [], \
+        "the case's pods were left running"
 
 
 # ------------------------------------------------------------------------------------ e) a node rebooted
@@ -400,7 +401,7 @@ def test_gpu_node_rebooted_during_a_case(inventory: Path, kube_lab: LabCluster, 
     def reboot() -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            nodes = [p.node for p in kubectl.list_pods("xpushare/run-id=node-down") if p.node]
+            nodes = [p.node for p in kubectl.list_pods("xpushare/run-id=node-down", all_namespaces=True) if p.node]
             if nodes:
                 ssh.stop_host(nodes[0])
                 kube_lab.set_faults(nodes[0], node_down=True)

@@ -1,9 +1,11 @@
 """Kubernetes mode end to end: real SSH to the lab hosts, real kubectl on the lab master, the lab cluster.
 
 The lab runs the real scheduler and client library on simulated GPUs. `invoke func --cluster lab` reaches
-the expected verdicts on the healthy build; a broken one turns exactly the right cases to FAIL: the mutants
-`annotations-never-reread` (dynamic changes lost) and `no-core-enforcement` (core quota ignored), and the
-real scheduler killed (`scheduler_down`). About 3.5 minutes on 2 cores.
+the expected verdicts on the healthy build, each run in a namespace of its own (removed at its end), two tenants
+in two more (FUNC-013); a broken one turns exactly the right cases to FAIL: the mutants
+`annotations-never-reread` (dynamic changes lost), `no-core-enforcement` (core quota ignored) and
+`annotations-default-namespace` (annotations read from namespace `default`), and the real scheduler killed
+(`scheduler_down`). About 4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def results(root: Path, run_id: str) -> dict[str, dict]:
 
 
 #: Healthy-lab cases: placement, quota rejection and dynamic changes.
-CI_CASES = ("FUNC-001", "FUNC-002", "FUNC-004", "FUNC-006", "FUNC-007", "FUNC-010", "FUNC-012")
+CI_CASES = ("FUNC-001", "FUNC-002", "FUNC-004", "FUNC-006", "FUNC-007", "FUNC-010", "FUNC-012", "FUNC-013")
 #: What the unmodified SUT gets on them: FUNC-010 FAILs on a defect of the SUT (docs/findings.md 18: a raised
 #: memory quota cannot be used past the first one); tests/e2e/test_k8s_isolation.py has the details.
 CI_EXPECTED = {**dict.fromkeys(CI_CASES, "PASS"), "FUNC-010": "FAIL"}
@@ -84,7 +86,7 @@ CI_EXPECTED = {**dict.fromkeys(CI_CASES, "PASS"), "FUNC-010": "FAIL"}
 TIMING_CASES = ("FUNC-003", "FUNC-005", "FUNC-008", "FUNC-009", "FUNC-011")
 
 
-def test_healthy_lab_functional_cases(lab_inventory: Path, tmp_path: Path) -> None:
+def test_healthy_lab_functional_cases(lab_inventory: Path, lab_kubectl_for: Kubectl, tmp_path: Path) -> None:
     proc = run_func(lab_inventory, tmp_path, "healthy", *CI_CASES)
     got = results(tmp_path, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
@@ -101,6 +103,14 @@ def test_healthy_lab_functional_cases(lab_inventory: Path, tmp_path: Path) -> No
     assert set(latencies) == {"80", "100"} and all(0 <= v <= 15 for v in latencies.values())
     mapping = (tmp_path / ".tmplog/healthy/xpushare/lab/functional/FUNC-002/gpu_mapping.txt").read_text()
     assert "GPU-lab-" in mapping
+    # the run's pods lived in its own namespace; two tenants' same-named pods in two more; all of them gone now
+    pods = json.loads((case / "pods.json").read_text())
+    assert {p["namespace"] for p in pods} == {"xpushare-healthy"}
+    tenants = got["FUNC-013"]["metrics"]["tenants"]
+    assert {t["namespace"] for t in tenants.values()} == {"xpushare-healthy-a", "xpushare-healthy-b"}
+    assert len({t["pod"] for t in tenants.values()}) == 1
+    left = lab_kubectl_for.get_json(["get", "namespaces"], namespace=None)["items"]
+    assert not [n["metadata"]["name"] for n in left if n["metadata"]["name"].startswith("xpushare-healthy")]
 
 
 def test_healthy_lab_timing_cases(lab_inventory: Path, tmp_path: Path) -> None:
@@ -122,6 +132,18 @@ def test_annotations_never_reread_fail_the_dynamic_cases(lab_inventory: Path, ku
     assert got["FUNC-010"]["status"] == "FAIL" and "memory_change_logged" in got["FUNC-010"]["summary"]
     assert got["FUNC-012"]["status"] == "FAIL" and "compute_change_logged" in got["FUNC-012"]["summary"]
     assert proc.returncode == 1
+
+
+def test_annotations_from_the_default_namespace_fail_the_tenants(lab_inventory: Path, kube_lab: LabCluster,
+                                                                 tmp_path: Path) -> None:
+    """A scheduler that reads every pod's annotations from namespace `default`: in namespaces of their own, the
+    tenants' quotas never arrive (the unmodified build PASSes FUNC-013 in the healthy run above)."""
+    with kube_lab.running_mutant("annotations-default-namespace"):
+        proc = run_func(lab_inventory, tmp_path, "wrongns", "FUNC-013")
+    got = results(tmp_path, "wrongns")["FUNC-013"]
+    assert got["status"] == "FAIL", proc.stdout[-3000:] + proc.stderr[-2000:]
+    # neither tenant's pod got its quota (the library without one refused early on the lab's simulated GPU)
+    assert "quota_applied[a]" in got["summary"] and "quota_applied[b]" in got["summary"], got["summary"]
 
 
 def test_quota_not_enforced_fails_static_compute(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:

@@ -58,7 +58,8 @@ def test_two_runs_on_one_cluster(inventory: Path, kube_lab: LabCluster, tmp_path
         deadline = time.monotonic() + 180
         pods: list[str] = []
         while not pods and first.poll() is None and time.monotonic() < deadline:
-            pods = [p.name for p in kubectl.list_pods("xpushare/run-id=first") if p.phase == "Running"]
+            pods = [p.name for p in kubectl.list_pods("xpushare/run-id=first", all_namespaces=True)
+                    if p.phase == "Running"]
             time.sleep(0.5)
         assert pods, "the first run's pod never ran"
         lease = kubectl.get_json(["get", "leases", "xpushare-run"])
@@ -70,7 +71,7 @@ def test_two_runs_on_one_cluster(inventory: Path, kube_lab: LabCluster, tmp_path
             intruder.prepare_run("intruder")
         finally:
             intruder.close()
-        assert {p.name for p in kubectl.list_pods("xpushare/run-id=first")} >= set(pods)
+        assert {p.name for p in kubectl.list_pods("xpushare/run-id=first", all_namespaces=True)} >= set(pods)
 
         second = subprocess.run(func(inventory, tmp_path, "second", "FUNC-002"), cwd=ROOT, capture_output=True,
                                 text=True, timeout=120)

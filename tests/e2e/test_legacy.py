@@ -199,7 +199,8 @@ def test_cross_gpu_two_pods_prints_the_tables_and_passes(env: dict[str, Path], k
     assert result["metrics"]["speed_avg_it_s"] is not None
     summary = (env["root"] / ".tmplog" / "xg" / "xpushare" / "case-summary.tsv").read_text()
     assert "lab\tlegacy\tcross-gpu\tPASS" in summary
-    assert lab_kubectl(kube_lab).list_pods("app=xpushare-cross-gpu") == [], "pods are removed after the case"
+    assert lab_kubectl(kube_lab).list_pods("app=xpushare-cross-gpu", all_namespaces=True) == [], \
+        "pods are removed after the case"
 
 
 def test_failing_pods_are_fail_never_pass(env: dict[str, Path]) -> None:

@@ -97,6 +97,9 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "iso_memory_limit": "256Mi",
         "iso_free_margin_mib": 64,
         "iso_start_delay_s": 1,
+        # FUNC-013's two tenants: quotas the card can show (a probe's cap is 3 x its quota, at most the free 1344 MiB
+        # less 64)
+        "func013_memory_limits": ["256Mi", "512Mi"],
         # combination
         "max_probe_gap_s": 3,
         "combo001_memory_limit": "32Mi",
@@ -272,7 +275,6 @@ def lab_inventory(ssh: SshLab, kube: LabCluster, *, params: dict[str, Any] | Non
                 "gpu": real_gpu_entry(kube) if kube.real_gpus else {"model": "lab", "memory_gib": 16},
                 "kubeconfig": str(kube.kubeconfig_path),
                 "kubectl": find_kubectl() or "kubectl",
-                "namespace": "default",
                 "ssh": {
                     "user": first.user,
                     "identity": str(first.identity),

@@ -14,7 +14,10 @@ It serves exactly what ``kubectl`` sends for the verbs xpushare uses (checked wi
   ``container``), ``pods/<n>/eviction`` (policy/v1) and ``pods/<n>:<port>/proxy/<path>``;
 * daemonsets (apps/v1): create, get, list, watch, patch (a spec change bumps ``metadata.generation``);
 * nodes: create, get, list, watch, patch (cordon is ``spec.unschedulable``);
-* namespaces: create, get, list, delete (deleting one deletes its pods);
+* namespaces: create, get, list, patch, delete (deleting one deletes its pods and every other object in it);
+  a namespaced object is created only in an existing namespace (404 ``namespaces "x" not found``), and each
+  namespace gets its ``default`` ServiceAccount at once (the controller's job on a real cluster);
+* serviceaccounts: get, list (only the ``default`` ones);
 * configmaps (v1) and leases (coordination.k8s.io/v1): create, get, list, watch, patch, delete and
   replace (``PUT``, ``kubectl replace``: a ``metadata.resourceVersion`` that is not the stored one is 409
   Conflict, as optimistic concurrency on a real server).
@@ -137,6 +140,7 @@ RESOURCES: dict[str, Resource] = {
     "pods": Resource("", "v1", "pods", "Pod", True, ("po",)),
     "nodes": Resource("", "v1", "nodes", "Node", False, ("no",)),
     "namespaces": Resource("", "v1", "namespaces", "Namespace", False, ("ns",)),
+    "serviceaccounts": Resource("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",), ("get", "list", "watch")),
     "daemonsets": Resource("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",)),
     "poddisruptionbudgets": Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     "configmaps": Resource("", "v1", "configmaps", "ConfigMap", True, ("cm",),
@@ -458,6 +462,8 @@ class Store:
             meta.setdefault("generation", 1)
             self.objects[key] = obj
             self._emit(resource, "ADDED", obj)
+            if resource == "namespaces":  # the service-account controller's part: pods need it to be admitted
+                self.create("serviceaccounts", name, {"metadata": {"name": "default"}})
             return copy.deepcopy(obj)
 
     def get(self, resource: str, namespace: str, name: str) -> Obj:
@@ -872,6 +878,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if res.namespaced and meta_ns and meta_ns != ns:
             raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
                            "namespace sent on the request")
+        if res.namespaced and self.api.store.find("namespaces", "", ns) is None:
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
         if resource == "pods":
             body = default_pod(copy.deepcopy(body))
         elif resource == "daemonsets":
@@ -929,10 +937,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         obj = store.get(resource, ns, name)
         if resource == "pods":
             return self._json(200, self.api.delete_pod(obj, grace))
-        if resource == "namespaces":
+        if resource == "namespaces":  # at once (no Terminating phase): its pods killed, then everything else in it
             pods, _ = store.list("pods", name)
             for pod in pods:
                 self.api.delete_pod(pod, 0)
+            for other, r in RESOURCES.items():
+                if r.namespaced and other != "pods":
+                    for o in store.list(other, name)[0]:
+                        store.remove(other, name, o["metadata"]["name"])
         store.remove(resource, ns, name)
         self._json(200, obj)
 

@@ -86,6 +86,8 @@ ROWS: tuple[Row, ...] = (
     Row("annotations-never-reread", ("FUNC-010", "FUNC-011", "FUNC-012", "COMBO-004", "COMBO-005", "STAB-003",
                                      "STAB-004")),
     Row("annotations-reread-60s", ("FUNC-012", "MET-005")),
+    # the lab's inventory runs each run in a namespace of its own: quotas of pods outside `default` never arrive
+    Row("annotations-default-namespace", ("FUNC-008", "FUNC-009", "COMBO-003", "FUNC-013")),
     Row("memory-limit-frozen", ("FUNC-010", "FUNC-011")),
     # one direction of a dynamic memory change: FUNC-010 FAILs on the unmodified build already (finding 18), so a
     # lost raise is told apart where oversubscription lets a raise be used (COMBO-005) or where the raise stays

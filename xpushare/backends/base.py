@@ -29,6 +29,10 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 CAP_KUBERNETES = "kubernetes"
 CAP_CLIENT_LIBRARY = "client-library"
 CAP_ANNOTATIONS = "annotations"
+#: The backend puts each tenant's pods (:attr:`PodSpec.tenant`) in a namespace of its own, which it creates and
+#: removes: Kubernetes with a namespace per run (the inventory names no fixed ``namespace``). The premise
+#: ``tenant-namespaces`` of the tenancy cases.
+CAP_TENANT_NAMESPACES = "tenant-namespaces"
 #: The backend can follow the SUT's scheduler: its process (``/proc``: RSS, FDs), its ``/healthz`` and ``/metrics``
 #: (:meth:`Backend.scheduler_facts`), and restart it (:meth:`Backend.restart_scheduler`).
 CAP_SCHEDULER_PROCESS = "scheduler-process"
@@ -97,6 +101,9 @@ class PodSpec:
     node: str | None = None
     same_gpu_as: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    tenant: str | None = None
+    """Kubernetes with :data:`CAP_TENANT_NAMESPACES`: the tenant whose namespace the pod runs in (a DNS-1123
+    label, ``a``); None: the run's own namespace. Pods of two tenants may have the same name."""
 
 
 @dataclass
@@ -195,6 +202,11 @@ class Backend(ABC):
 
     def kubernetes(self) -> KubeAccess | None:
         """The Kubernetes-only operations of this backend, or None where workloads are not pods."""
+        return None
+
+    def pod_namespace(self, tenant: str | None = None) -> str | None:
+        """The Kubernetes namespace the case's pods run in (``tenant``'s: that tenant's own, see
+        :attr:`PodSpec.tenant`); None where workloads are not pods. Known after :meth:`prepare_run`."""
         return None
 
     def scheduler_host(self) -> Host | None:

@@ -38,6 +38,7 @@ from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     CAP_KUBERNETES,
     CAP_SCHEDULER_PROCESS,
+    CAP_TENANT_NAMESPACES,
     Backend,
     CaseContext,
     KubeAccess,
@@ -48,10 +49,18 @@ from xpushare.backends.base import (
     write_pod_records,
 )
 from xpushare.backends.harvest_faults import note
-from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
+from xpushare.backends.k8s_names import (
+    MANAGED_BY,
+    RUN_ID_LABEL,
+    dns1123,
+    label_value,
+    run_namespace,
+    tenant_namespace,
+)
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.evidence import events, gpu_health
 from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
+from xpushare.evidence.store import pod_key
 from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import TransportError, XpushareError
@@ -60,7 +69,7 @@ from xpushare.transport import interrupt, kube_lease
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
-from xpushare.transport.kube_errors import KubeError, KubePodStuck, KubeTimeout
+from xpushare.transport.kube_errors import KubeError, KubeNotFound, KubePodStuck, KubeTimeout
 from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 from xpushare.transport.kube_retry import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 from xpushare.transport.manifest_yaml import dump_manifests
@@ -96,14 +105,40 @@ K8S_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: How long a new namespace may take to get its ``default`` ServiceAccount (a pod created before it is refused).
+SERVICE_ACCOUNT_WAIT_S = 60.0
+#: How long the run waits for a terminating namespace of its own name to be gone before it makes it again.
+NAMESPACE_GONE_WAIT_S = 300.0
+
+
+def k8s_capabilities(cluster: ClusterSpec) -> frozenset[str]:
+    """What a k8s backend on ``cluster`` can do, from its inventory alone: tenants get namespaces of their own
+    only where the tool owns the run's namespace (the inventory names no fixed ``namespace``)."""
+    caps = {CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS}
+    if cluster.namespace is None:
+        caps.add(CAP_TENANT_NAMESPACES)
+    return frozenset(caps)
+
+
 class K8sBackend(Backend, KubeAccess):
-    """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`."""
+    """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`.
+
+    Namespaces (docs/config.md §namespaces): with no ``namespace`` in the inventory the run's pods live in a
+    namespace of its own (:func:`~xpushare.backends.k8s_names.run_namespace`) and each tenant's in one beside it
+    (:func:`~xpushare.backends.k8s_names.tenant_namespace`), created labelled with the run id and deleted when
+    the run ends; a fixed ``namespace`` is used as it is, never created or deleted.
+    """
 
     mode = MODE_K8S
-    capabilities = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS})
+    capabilities = k8s_capabilities(ClusterSpec("", MODE_K8S, "xpushare", "cuda", None, None, ()))
 
     def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
+        self.capabilities = k8s_capabilities(cluster)
+        self.namespace = cluster.home_namespace
+        """The run's namespace: the inventory's fixed one, or (after :meth:`prepare_run`) the run's own."""
+        self.owned_namespaces: list[str] = []
+        """Namespaces this backend created (the run's own and the tenants'), deleted by :meth:`close`."""
         self.names = sut_names(cluster.sut)
         self.params = {**K8S_DEFAULTS, **{k: v for k, v in cluster.params.items() if k in K8S_DEFAULTS}}
         self.master_spec = master_spec(cluster)
@@ -181,7 +216,20 @@ class K8sBackend(Backend, KubeAccess):
                                  timestamps=timestamps, prefix=prefix, namespace=self.names.namespace)
 
     def case_pods(self) -> list[PodRecord]:
-        return [self._record(p) for p in self.kubectl.list_pods(self.selector())]
+        return [self._record(p) for p in self._list_case_pods()]
+
+    def pod_namespace(self, tenant: str | None = None) -> str:
+        if tenant is None:
+            return self.namespace
+        return tenant_namespace(self.namespace, tenant)
+
+    def _case_namespaces(self) -> list[str]:
+        """The namespaces of the current case's pods: the run's, and those of the tenants it started."""
+        return sorted({self.namespace, *(self.pod_namespace(p.tenant) for p in self.pods)})
+
+    def _list_case_pods(self) -> list[Pod]:
+        """The current case's pods in every namespace it uses (one kubectl call a namespace)."""
+        return [p for ns in self._case_namespaces() for p in self.kubectl.list_pods(self.selector(), namespace=ns)]
 
     def sut_pods(self, selector: str) -> list[Pod]:
         return self.kubectl.list_pods(selector, namespace=self.names.namespace)
@@ -230,7 +278,8 @@ class K8sBackend(Backend, KubeAccess):
         self.kubectl.delete(name=dns1123(name), wait=True, timeout_s=timeout_s)
 
     def delete_case_pods(self, timeout_s: float) -> None:
-        self.kubectl.delete(self.selector(), wait=True, timeout_s=timeout_s)
+        for ns in self._case_namespaces():
+            self.kubectl.delete(self.selector(), wait=True, timeout_s=timeout_s, namespace=ns)
 
     def forget_pod_specs(self) -> None:
         self.pods.clear()
@@ -268,10 +317,19 @@ class K8sBackend(Backend, KubeAccess):
     # -- run level ---------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
         self.run_id = run_id
-        # Leftovers carrying our label only, and never those of the live run holding the cluster's lease.
+        # Leftovers carrying our label only, and never those of the live run holding the cluster's lease (which
+        # lives in the home namespace, where the kubectl points until the run's namespace exists).
         live = kube_lease.live_run(self.kubectl, LeaseSettings.from_params(self.cluster.params))
-        spare = f",xpushare/run-id notin ({label_value(live)})" if live and live != run_id else ""
+        spare = f",{RUN_ID_LABEL} notin ({label_value(live)})" if live and live != run_id else ""
         self.kubectl.delete(MANAGED_BY + spare, kind="pods,configmaps", wait=True, timeout_s=120)
+        if self.cluster.namespace is None:
+            # earlier runs' namespaces (a resumed run keeps its own: same id, same name)
+            keep = sorted({label_value(r) for r in (live, run_id) if r})
+            self.kubectl.delete(f"{MANAGED_BY},{RUN_ID_LABEL} notin ({','.join(keep)})", kind="namespaces",
+                                wait=False, namespace=None)
+            self.namespace = run_namespace(run_id)
+            self._create_namespace(self.namespace)
+        self.kubectl.namespace = self.namespace
         by_address: dict[str, str] = {}
         for spec in self.gpu_specs.values():
             by_address[spec.address or spec.name] = spec.name
@@ -294,15 +352,55 @@ class K8sBackend(Backend, KubeAccess):
         if self.params["pod_workload_configmap"]:
             self._apply_workloads_configmap()
 
+    def _create_namespace(self, name: str) -> None:
+        """Create namespace ``name`` labelled with the run (applied: a resumed run finds its own) and wait until
+        its ``default`` ServiceAccount exists (the API server refuses pods before; a controller adds it)."""
+        if name in self.owned_namespaces:
+            return
+        self._await_namespace_gone(name)
+        doc = {"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "xpushare",
+                                                     RUN_ID_LABEL: label_value(self.run_id)}}}
+        self.kubectl.apply(dump_manifests(doc), namespace=None)
+        self.owned_namespaces.append(name)
+        deadline = time.monotonic() + SERVICE_ACCOUNT_WAIT_S
+        while True:
+            try:
+                self.kubectl.run(["get", "serviceaccount", "default", "-o", "name"], namespace=name)
+                return
+            except KubeError as exc:
+                if time.monotonic() >= deadline:
+                    raise XpushareError(f"namespace {name}: no default ServiceAccount after "
+                                        f"{SERVICE_ACCOUNT_WAIT_S:g}s ({exc})") from None
+            interrupt.sleep(1.0)
+
+    def _await_namespace_gone(self, name: str) -> None:
+        """Wait (up to :data:`NAMESPACE_GONE_WAIT_S`) while namespace ``name`` is terminating: the run's own, deleted
+        at the end of an earlier part of the run (``--resume``, a legacy scenario after another) takes no pods until
+        it is gone."""
+        deadline = time.monotonic() + NAMESPACE_GONE_WAIT_S
+        while True:
+            try:
+                doc = self.kubectl.get_json(["get", "namespace", name], namespace=None)
+            except KubeNotFound:
+                return
+            if not (doc.get("metadata") or {}).get("deletionTimestamp"):
+                return
+            if time.monotonic() >= deadline:
+                raise XpushareError(f"namespace {name} is still terminating after {NAMESPACE_GONE_WAIT_S:g}s")
+            interrupt.sleep(2.0)
+
     def _configmap_name(self) -> str:
         return dns1123(f"xpushare-workloads-{self.run_id}")
 
     def _apply_workloads_configmap(self) -> None:
         doc = yaml.safe_load((MANIFESTS / "workloads-configmap.yaml").read_text(encoding="utf-8"))
         doc["metadata"]["name"] = self._configmap_name()
-        doc["metadata"]["labels"]["xpushare/run-id"] = label_value(self.run_id)
+        doc["metadata"]["labels"][RUN_ID_LABEL] = label_value(self.run_id)
         doc["data"] = {p.name: p.read_text(encoding="utf-8") for p in sorted(WORKLOADS.glob("*.py"))}
-        self.kubectl.apply(dump_manifests(doc))
+        for ns in [self.namespace, *(n for n in self.owned_namespaces if n != self.namespace)]:
+            doc["metadata"]["namespace"] = ns
+            self.kubectl.apply(dump_manifests(doc), namespace=ns)
 
     # -- case level --------------------------------------------------------------------------------
     def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
@@ -368,10 +466,12 @@ class K8sBackend(Backend, KubeAccess):
         doc = copy.deepcopy(yaml.safe_load((MANIFESTS / "pod.yaml").read_text(encoding="utf-8")))
         meta, pod_spec = doc["metadata"], doc["spec"]
         meta["name"] = dns1123(spec.name)
-        meta["namespace"] = self.cluster.namespace
+        meta["namespace"] = self.pod_namespace(spec.tenant)
         meta["labels"].update(
-            {"xpushare/run-id": label_value(self.run_id), "xpushare/case": label_value(self.case_id.lower())}
+            {RUN_ID_LABEL: label_value(self.run_id), "xpushare/case": label_value(self.case_id.lower())}
         )
+        if spec.tenant is not None:
+            meta["labels"]["xpushare/tenant"] = label_value(spec.tenant)
         if spec.core_limit is not None:
             meta["annotations"][self.names.annotation_core_limit] = str(spec.core_limit)
         if spec.memory_limit is not None:
@@ -379,7 +479,7 @@ class K8sBackend(Backend, KubeAccess):
         if spec.node:
             pod_spec["nodeName"] = spec.node
         elif spec.same_gpu_as:
-            other = next((p for p in self.pods if p.name == spec.same_gpu_as), None)
+            other = next((p for p in self.pods if p.name == spec.same_gpu_as and p.tenant == spec.tenant), None)
             if other is not None and other.node:
                 pod_spec["nodeName"] = other.node
         container = pod_spec["containers"][0]
@@ -401,16 +501,27 @@ class K8sBackend(Backend, KubeAccess):
 
     def start_pods(self, pods: Sequence[PodSpec]) -> None:
         case_dir = self.case_dir
+        tenants = sorted({p.tenant for p in pods if p.tenant is not None})
+        if tenants and CAP_TENANT_NAMESPACES not in self.capabilities:
+            raise XpushareError(f"tenants {', '.join(tenants)}: no namespace of their own on a cluster with a "
+                                f"fixed namespace ({self.namespace})")
+        for tenant in tenants:
+            if self.pod_namespace(tenant) not in self.owned_namespaces:
+                self._create_namespace(self.pod_namespace(tenant))
+                if self.params["pod_workload_configmap"]:
+                    self._apply_workloads_configmap()
         docs = []
         for spec in pods:
             self.pods.append(spec)
             docs.append(self.render_pod(spec))
         text = dump_manifests(*docs)
         (case_dir / "manifests.yaml").write_text(text, encoding="utf-8")
-        self.kubectl.apply(text)
+        # every pod names its namespace (tenants' differ): kubectl refuses an explicit -n one of them differs from
+        self.kubectl.apply(text, namespace=None)
 
     def _record(self, pod: Pod) -> PodRecord:
-        spec = next((p for p in self.pods if dns1123(p.name) == pod.name), None)
+        spec = next((p for p in self.pods if dns1123(p.name) == pod.name
+                     and self.pod_namespace(p.tenant) == (pod.namespace or self.namespace)), None)
         return PodRecord(
             name=pod.name,
             namespace=pod.namespace,
@@ -426,15 +537,20 @@ class K8sBackend(Backend, KubeAccess):
 
     def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, until: str) -> list[PodRecord]:
         wanted = {dns1123(n) for n in names}
+        # a name names one pod in each namespace that has it (tenants' pods may share a name)
+        count = sum(1 for p in self.pods if dns1123(p.name) in wanted) or len(wanted)
+        namespaces = self._case_namespaces()
         interrupt.check()
         try:
             pods = self.kubectl.wait_pods(
-                self.selector(), until=until, count=len(wanted), timeout_s=timeout_s,  # type: ignore[arg-type]
+                self.selector(), until=until, count=count, timeout_s=timeout_s,  # type: ignore[arg-type]
                 poll_s=float(self.params["poll_s"]), sleep=interrupt.sleep,
+                **({"namespace": namespaces[0]} if len(namespaces) == 1 else {"all_namespaces": True}),
             )
         except (KubeTimeout, KubePodStuck) as exc:
             pods = list(exc.pods)
-        records = [self._record(p) for p in pods if p.name in wanted]
+        records = _keyed([self._record(p) for p in pods
+                          if p.name in wanted and (p.namespace or self.namespace) in namespaces])
         write_pod_records(case_dir, records)
         gone = sorted(wanted - {p.name for p in pods})
         if gone:  # deleted behind the run's back, or lost with their node: nothing of them to judge
@@ -454,9 +570,9 @@ class K8sBackend(Backend, KubeAccess):
         events.pod_phases(records, "running")
         return records
 
-    def read_log(self, pod: str) -> str:
+    def read_log(self, pod: str, tenant: str | None = None) -> str:
         try:
-            return self.kubectl.logs(dns1123(pod), timestamps=False)
+            return self.kubectl.logs(dns1123(pod), timestamps=False, namespace=self.pod_namespace(tenant))
         except KubeError:
             return ""
 
@@ -496,7 +612,7 @@ class K8sBackend(Backend, KubeAccess):
 
     def _case_nodes(self) -> list[str]:
         try:
-            pods = self.kubectl.list_pods(self.selector())
+            pods = self._list_case_pods()
         except KubeError:
             return []
         return sorted({p.node for p in pods if p.node})
@@ -526,16 +642,17 @@ class K8sBackend(Backend, KubeAccess):
         files: list[str] = []
         records: list[PodRecord] = []
         try:
-            pods = self.kubectl.list_pods(self.selector())
-            records = [self._record(p) for p in pods]
+            records = _keyed([self._record(p) for p in self._list_case_pods()])
             write_pod_records(case_dir, records)
             files.append("pods.json")
-            if pods:
-                logs = self.kubectl.logs_by_pod(self.selector())
-                for name, text in logs.items():
-                    (case_dir / "pods").mkdir(exist_ok=True)
-                    (case_dir / "pods" / f"{name}.log").write_text(text, encoding="utf-8")
-                    files.append(f"pods/{name}.log")
+            for ns in sorted({r.namespace or self.namespace for r in records}):  # logs per namespace: one call each
+                logs = self.kubectl.logs_by_pod(self.selector(), namespace=ns)
+                for rec in records:
+                    if (rec.namespace or self.namespace) == ns and rec.name in logs and rec.log:
+                        path = case_dir / rec.log
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        path.write_text(logs[rec.name], encoding="utf-8")
+                        files.append(rec.log)
         except XpushareError as exc:
             harvest_faults.fault(case_dir, "pods", exc, faults)
         files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
@@ -554,12 +671,13 @@ class K8sBackend(Backend, KubeAccess):
 
     def cleanup(self) -> None:
         case_dir = self.case_dir
-        try:
-            result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60)
-            if result.forced:
-                note(case_dir, f"cleanup: pods force-deleted: {', '.join(result.deleted)}")
-        except KubeError as exc:
-            note(case_dir, f"cleanup: {exc}")
+        for ns in self._case_namespaces():
+            try:
+                result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60, namespace=ns)
+                if result.forced:
+                    note(case_dir, f"cleanup: pods force-deleted: {', '.join(result.deleted)}")
+            except KubeError as exc:
+                note(case_dir, f"cleanup: {exc}")
         for name in sorted(self.smi_hosts):
             try:
                 self.gpu_host(name).stop(self.dmon_spawn(name))
@@ -577,9 +695,21 @@ class K8sBackend(Backend, KubeAccess):
                 continue
 
     def close(self) -> None:
-        if self.params["pod_workload_configmap"] and self.run_id:
-            with contextlib.suppress(KubeError):
+        if self.params["pod_workload_configmap"] and self.run_id and self.cluster.namespace is not None:
+            with contextlib.suppress(KubeError, TransportError):
                 self.kubectl.delete(name=self._configmap_name(), kind="configmap", wait=False)
+        for ns in self.owned_namespaces:  # with whatever is left in them; only namespaces this run created
+            with contextlib.suppress(KubeError, TransportError):
+                self.kubectl.delete(name=ns, kind="namespace", wait=False, namespace=None)
+        self.owned_namespaces = []
         for host in [self.master, *self.gpu_hosts.values()]:
             host.close()
 
+
+
+def _keyed(records: list[PodRecord]) -> list[PodRecord]:
+    """``records`` with each log path ``pods/<key>.log`` (:func:`~xpushare.evidence.store.pod_key`: pods of two
+    namespaces with one name get ``pods/<namespace>/<name>.log``)."""
+    for rec in records:
+        rec.log = f"pods/{pod_key(rec, records)}.log"
+    return records

@@ -3,9 +3,10 @@ or a lost connection, nothing of the run's own cleanup ran.
 
 Where a run leaves things, and how they are found again:
 
-* Kubernetes mode: pods and ConfigMaps labelled ``app.kubernetes.io/managed-by=xpushare`` and
-  ``xpushare/run-id=<run id>`` in the cluster's namespace (:mod:`xpushare.backends.k8s` labels every object it
-  creates so).
+* Kubernetes mode: the run's own namespaces (``xpushare-<run id>`` and its tenants', cluster-wide) and pods and
+  ConfigMaps in the cluster's home namespace (the inventory's fixed ``namespace``), each labelled
+  ``app.kubernetes.io/managed-by=xpushare`` and ``xpushare/run-id=<run id>`` (:mod:`xpushare.backends.k8s` labels
+  every object it creates so); deleting a namespace deletes whatever is in it.
 * Both modes: every process the backends start on a host (host-mode workloads, node samplers, ``nvidia-smi
   dmon``, k8s-mode log streams) is spawned with a pid file ``<spawn dir>/xp-<run id>-<case>-<name>.pid`` next to
   its log (:meth:`xpushare.transport.base.Host.spawn`), its process-group id inside; the samplers' output
@@ -150,7 +151,8 @@ def kube_selector(run_id: str | None, live: Iterable[str] = ()) -> str:
 
 
 def clean_kubernetes(cluster: ClusterSpec, run_id: str | None, live: Collection[str] = ()) -> Removed:
-    """Delete the pods, then the ConfigMaps, that runs left in the cluster's namespace (see :func:`kube_selector`)."""
+    """Delete the namespaces, then the pods and the ConfigMaps of the home namespace, that runs left (see
+    :func:`kube_selector`); never a namespace without the tool's labels."""
     out = Removed(f"{cluster.name} (kubernetes)")
     try:
         master = connect(master_spec(cluster, "delete pods from"))
@@ -160,6 +162,7 @@ def clean_kubernetes(cluster: ClusterSpec, run_id: str | None, live: Collection[
     kubectl = kubectl_for(cluster, master)
     selector = kube_selector(run_id, live)
     try:
+        out.objects += kubectl.delete(selector, kind="namespaces", wait=False, namespace=None).deleted
         for kind in ("pods", "configmaps"):
             out.objects += kubectl.delete(selector, kind=kind, wait=True, timeout_s=60).deleted
     except (KubeError, TransportError) as exc:

@@ -76,6 +76,12 @@ class CaseRun:
             self.sleep(poll_s)
         return False
 
+    @property
+    def namespace(self) -> str:
+        """The namespace of the case's pods (Kubernetes: the run's own, or the inventory's fixed one); elsewhere
+        the cluster's home namespace, which scheduler lines of host-mode workloads never name."""
+        return self.backend.pod_namespace() or self.cluster.home_namespace
+
     def save_plan(self) -> None:
         atomic_write_text(self.case_dir / "plan.json", json.dumps(self.plan, indent=2) + "\n")
 

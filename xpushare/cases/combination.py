@@ -91,7 +91,7 @@ def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRe
     nodes = sorted({r.node for r in records if r.node})
     if kube is None or not nodes:
         return []
-    ns = run.cluster.namespace
+    ns = run.namespace
     deadline = time.monotonic() + float(run.params["metrics_mid_timeout_s"])
     while True:
         files: list[str] = []
@@ -111,7 +111,7 @@ def run_with_mid(run: CaseRun, specs: Sequence[PodSpec]) -> None:
     names = [s.name for s in specs]
     run.plan.setdefault("pods", [])
     run.plan["pods"] += names
-    run.plan["namespace"] = run.cluster.namespace
+    run.plan["namespace"] = run.namespace
     run.save_plan()
     timeout = float(run.params["pod_timeout_s"])
     run.backend.start_pods(specs)
@@ -159,7 +159,7 @@ def _combo001(run: CaseRun) -> None:
     if not _c1_gate(run):
         return
     limit = str(run.params["combo001_memory_limit"])
-    run.plan.update(memory_limit=limit, namespace=run.cluster.namespace)
+    run.plan.update(memory_limit=limit, namespace=run.namespace)
     args = ("--factor", str(run.params["oversub_factor"]))
     run.run_pods([run.pod("oversub-quota", OVERSUB, args=args, oversub=True, memory_limit=limit)])
     run_quota_probe(run, limit, source="annotation", oversub=True)
@@ -240,7 +240,7 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
     spec = run.pod("w5", W5, args=args, **kept)
     specs = [spec]
     timeout = float(run.params["pod_timeout_s"])
-    run.plan.update(pods=[spec.name], namespace=run.cluster.namespace,
+    run.plan.update(pods=[spec.name], namespace=run.namespace,
                     initial={k: v for k, v in initial.items() if k != "oversub"},
                     changes=[{"key": k, "value": v, "new": n} for k, v, n in changes])
     probe = None

@@ -339,7 +339,7 @@ def _dynamic(
         marker = MEM_PROBE_PREFIX
     run.plan.update(
         pods=[spec.name],
-        namespace=run.cluster.namespace,
+        namespace=run.namespace,
         changes=[{"key": k, "value": v, "new": n} for k, v, n in changes],
     )
     run.save_plan()

@@ -44,7 +44,7 @@ W5_BYTES_PER_N2 = 16
 
 def begin_case(run: CaseRun) -> None:
     """Record the metric prefix, namespace and mode in the plan (saved)."""
-    run.plan.update(prefix=metric_prefix(run.cluster), namespace=run.cluster.namespace, mode=run.cluster.mode)
+    run.plan.update(prefix=metric_prefix(run.cluster), namespace=run.namespace, mode=run.cluster.mode)
     run.save_plan()
 
 
@@ -168,7 +168,7 @@ def live_match(run: CaseRun, name: str) -> ClientMatch:
     """The probe's :class:`ClientMatch` from its current record and output (act side; host mode needs
     the recorded pid and the ``Client ID`` line, both there once the probe printed its first probe line).
     The match goes to ``plan["client"]`` (for the reader; the judgment rebuilds it from the evidence)."""
-    match = live_matches(run.backend, [name], namespace=run.cluster.namespace)[0]
+    match = live_matches(run.backend, [name], namespace=run.namespace)[0]
     run.plan["client"] = match.to_dict()
     run.save_plan()
     return match

@@ -65,7 +65,7 @@ def base_plan(run: CaseRun, workload: str) -> None:
         workload=workload,
         gpu_model=run.cluster.gpu_model,
         backend=run.cluster.backend,
-        namespace=run.cluster.namespace,
+        namespace=run.namespace,
     )
     sizing = fit_to_hardware(run, workload)
     if run.plan["gpu_model"] is None:  # the model the calibration pods' INFO line named, where the inventory names none
@@ -108,7 +108,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
             text = kube.scheduler_log()
             mapping = parse_text(text).pod_gpu
             seen = {wanted[pod]: gpu for (ns, pod), gpu in mapping.items()
-                    if ns == run.cluster.namespace and pod in wanted and gpu}
+                    if ns == run.namespace and pod in wanted and gpu}
         except KubeError:
             pass
         if len(seen) == len(wanted) or time.monotonic() >= deadline:

@@ -238,7 +238,7 @@ def soak_act(
     of the pods whose name ends with it (:class:`~xpushare.soak.loop.SoakSettings`)."""
 
     def act(run: CaseRun, *, resume: bool = False) -> None:
-        run.plan.update(soak=True, namespace=run.cluster.namespace, quota_kind=quota, leak=leak)
+        run.plan.update(soak=True, namespace=run.namespace, quota_kind=quota, leak=leak)
         mix = make_mix(run)
         cycle: tuple[str, ...] = ()
         if quota == "core":

@@ -184,7 +184,7 @@ _STABILITY_HELP = {
 }
 
 func = suite_task(
-    "func", "Run the functional suite FUNC-001..012 (seed 000 section 7) and judge each case.", by_suite("functional"))
+    "func", "Run the functional suite FUNC-001..013 (seed 000 section 7) and judge each case.", by_suite("functional"))
 combo = suite_task("combo", "Run the combination suite COMBO-001..008 (seed 000 section 8).", by_suite("combination"))
 perf = suite_task(
     "perf",

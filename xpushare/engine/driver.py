@@ -57,9 +57,9 @@ def capabilities_of(cluster: ClusterSpec) -> frozenset[str]:
 
         return host_capabilities(cluster)
     if cluster.mode == MODE_K8S:
-        from xpushare.backends.k8s import K8sBackend
+        from xpushare.backends.k8s import k8s_capabilities
 
-        return K8sBackend.capabilities
+        return k8s_capabilities(cluster)
     raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} is not available in this version")
 
 

@@ -103,7 +103,8 @@ class GpuAssignment:
 
 @dataclass
 class Evidence:
-    """Evidence of one case: pod records, pod logs by pod name, other files by relative path.
+    """Evidence of one case: pod records, pod logs by pod key (:func:`pod_key`: the pod's name, unless pods of
+    two namespaces have that name), other files by relative path.
 
     ``mode``: ``"k8s"`` or ``"host"`` (how pods are matched to registrations); ``assignments``: pod name ->
     :class:`GpuAssignment` of every record (without a scheduler log: the GPU ``pods.json`` recorded).
@@ -134,9 +135,10 @@ class Evidence:
         pods = read_pod_records(case_dir)
         logs = {}
         for rec in pods:
-            path = case_dir / "pods" / f"{rec.name}.log"
+            key = pod_key(rec, pods)
+            path = case_dir / "pods" / f"{key}.log"
             if path.exists():
-                logs[rec.name] = path.read_text(encoding="utf-8", errors="replace")
+                logs[key] = path.read_text(encoding="utf-8", errors="replace")
         return cls.from_parts(pods, logs, case_dir=case_dir, mode=mode)
 
     @classmethod
@@ -157,8 +159,12 @@ class Evidence:
         ev.assignments = gpu_assignments(ev.pods, parse_text(ev.text("scheduler.log") or ""), ev.mode, ev.logs,
                                          scheduler_node=(ev.text(SCHEDULER_NODE_FILE) or "").strip() or None,
                                          read=ev.text)
-        ev.pods = [dataclasses.replace(p, gpu=ev.assignments[p.name].gpu) for p in ev.pods]
+        ev.pods = [dataclasses.replace(p, gpu=ev.assignments[pod_key(p, ev.pods)].gpu) for p in ev.pods]
         return ev
+
+    def key(self, rec: PodRecord) -> str:
+        """The key of ``rec`` in :attr:`logs` and :attr:`assignments` (:func:`pod_key`)."""
+        return pod_key(rec, self.pods)
 
     def text(self, name: str) -> str | None:
         """Content of a case file (relative path), or None when it was not collected."""
@@ -204,7 +210,7 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
     for r in records:
         found: list[tuple[Registration, str]] = []
         if not is_host_mode(mode) or scheduler_node is None or r.node == scheduler_node:
-            match = client_match(mode, r.name, namespace=r.namespace, record=r, log=logs.get(r.name))
+            match = client_match(mode, r.name, namespace=r.namespace, record=r, log=logs.get(pod_key(r, records)))
             found = registrations_of(summary, match) if match.usable else []
         nvml = None
         if read is not None and r.host_pid is not None:
@@ -223,8 +229,17 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
         if nvml is not None and nvml.gpus:  # one namespace of GPU names for every pod: the node's UUIDs
             gpu = a.nvml_gpu or key_uuid(a.gpu, nvml.gpus) or a.gpu
             a = dataclasses.replace(a, gpu=gpu)
-        out[r.name] = a
+        out[pod_key(r, records)] = a
     return out
+
+
+def pod_key(rec: PodRecord, records: Sequence[PodRecord]) -> str:
+    """How a pod is named in the evidence (its log ``pods/<key>.log``, :attr:`Evidence.logs`,
+    :attr:`Evidence.assignments`): its name, or ``<namespace>/<name>`` where another record has the same name
+    (two tenants' pods in namespaces of their own)."""
+    if rec.namespace and sum(1 for r in records if r.name == rec.name) > 1:
+        return f"{rec.namespace}/{rec.name}"
+    return rec.name
 
 
 def write_gpu_mapping(ev: Evidence) -> list[str]:

@@ -115,6 +115,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 #: A cluster name names a directory of every run (at most 64 characters, like a run id).
 _CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: The namespace of a cluster's lasting objects when the inventory names none (:attr:`ClusterSpec.home_namespace`).
+DEFAULT_NAMESPACE = "default"
 #: A Kubernetes namespace (an RFC 1123 label).
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 #: The most GPUs a host may declare (``gpus``: a count, or indices below it).
@@ -186,7 +188,10 @@ class ClusterSpec:
     hosts: tuple[HostSpec, ...]
     kubeconfig: str | None = None
     context: str | None = None
-    namespace: str = "default"
+    namespace: str | None = None
+    """Where the test pods run: None (the default) a namespace of each run's own (``xpushare-<run id>``), which
+    the tool creates and removes; a name: that existing namespace, of which the tool deletes only what it
+    labelled (docs/config.md §namespaces)."""
     kubectl: str = "kubectl"
     sut_lib: str | None = None
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
@@ -202,6 +207,12 @@ class ClusterSpec:
     def is_kubernetes(self) -> bool:
         """The workloads are Kubernetes pods and the SUT its DaemonSets (``mode: k8s``)."""
         return is_kubernetes_mode(self.mode)
+
+    @property
+    def home_namespace(self) -> str:
+        """The namespace of the cluster's own objects that outlive a run (the run lease, metrics-check's and
+        envcheck's probe pods): the inventory's ``namespace``, else ``default``."""
+        return self.namespace or DEFAULT_NAMESPACE
 
     @property
     def is_host(self) -> bool:
@@ -480,8 +491,8 @@ class _Parser:
             memory = self.number(memory, f"{kp}.gpu.memory_gib", most=1e6)
         if gpu.get("count") is not None:
             self.count(gpu["count"], f"{kp}.gpu.count", MAX_GPUS)
-        namespace = self.opt_text(raw.get("namespace"), f"{kp}.namespace") or "default"
-        if not _NAMESPACE.fullmatch(namespace):
+        namespace = self.opt_text(raw.get("namespace"), f"{kp}.namespace") or None
+        if namespace is not None and not _NAMESPACE.fullmatch(namespace):
             raise self.fail(f"{kp}.namespace", f"{namespace!r} is not a Kubernetes namespace name "
                                                "(lower-case letters, digits and '-', at most 63)")
         cluster_ssh = self.ssh(raw.get("ssh"), f"{kp}.ssh", base_ssh)

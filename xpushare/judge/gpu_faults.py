@@ -125,7 +125,7 @@ def _used_gpus(ev: Evidence) -> dict[str, set[str] | None]:
     for pod in ev.pods:
         if not pod.node:
             continue
-        a = ev.assignment(pod.name)
+        a = ev.assignment(ev.key(pod))
         names = {n for n in (pod.gpu, a.gpu if a else None, a.nvml_gpu if a else None,
                              a.key_gpu if a else None, a.recorded if a else None) if n}
         if a is not None and a.nvml is not None:

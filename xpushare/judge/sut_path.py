@@ -67,16 +67,16 @@ def registration_delays(ev: Evidence) -> tuple[dict[str, float], dict[str, str]]
     delays: dict[str, float] = {}
     unmeasured: dict[str, str] = {}
     for pod in ev.pods:
-        a = ev.assignment(pod.name)
+        a = ev.assignment(ev.key(pod))
         if a is None or a.source != SOURCE_REGISTRATION or not a.client_ids:
             continue
         first = next((r for r in registrations if r.cid in a.client_ids), None)
         if pod.started is None:
-            unmeasured[pod.name] = "no start time in pods.json"
+            unmeasured[ev.key(pod)] = "no start time in pods.json"
         elif first is None or first.ts is None:
-            unmeasured[pod.name] = "scheduler.log has no timestamps (host mode logs none)"
+            unmeasured[ev.key(pod)] = "scheduler.log has no timestamps (host mode logs none)"
         else:
-            delays[pod.name] = round(first.ts.timestamp() - pod.started, 3)
+            delays[ev.key(pod)] = round(first.ts.timestamp() - pod.started, 3)
     return delays, unmeasured
 
 
@@ -116,21 +116,21 @@ def sut_path_check(ev: Evidence, registration_timeout_s: float = REGISTRATION_TI
     for pod in ev.pods:
         if pod.phase not in _STARTED:
             continue
-        log = ev.logs.get(pod.name, "")
-        a = ev.assignment(pod.name)
+        log = ev.logs.get(ev.key(pod), "")
+        a = ev.assignment(ev.key(pod))
         registered = a is not None and a.source == SOURCE_REGISTRATION
         refused = _PRELOAD_REFUSED.search(log)
         early = before_gpu(log)
         if refused:
-            missing[pod.name] = f"preload refused ({refused.group(0).strip()[:200]})"
+            missing[ev.key(pod)] = f"preload refused ({refused.group(0).strip()[:200]})"
         elif registered and a is not None:
-            seen[pod.name] = f"client {', '.join(a.client_ids)} on GPU {a.registered_key} ({a.matched_by})"
+            seen[ev.key(pod)] = f"client {', '.join(a.client_ids)} on GPU {a.registered_key} ({a.matched_by})"
         elif early:
-            missing[pod.name] = f"the workload failed before it reached the GPU ({early[:200]})"
+            missing[ev.key(pod)] = f"the workload failed before it reached the GPU ({early[:200]})"
         elif (line := _LIBRARY_LINE.search(log)) is not None:
-            unregistered[pod.name] = f"the client library ran ({line.group(0).strip()[:120]}) but never registered"
+            unregistered[ev.key(pod)] = f"the client library ran ({line.group(0).strip()[:120]}) but never registered"
         else:
-            missing[pod.name] = "no registration in scheduler.log and no line of the client library in its output"
+            missing[ev.key(pod)] = "no registration in scheduler.log and no line of the client library in its output"
     delays, unmeasured = registration_delays(ev)
     late = {p: d for p, d in delays.items() if p in seen and d > registration_timeout_s}
     values = {"registered": seen, "not_in_path": missing, "not_registered": unregistered,
@@ -160,17 +160,17 @@ def gpu_identity_check(ev: Evidence) -> Check | None:
     wrong: dict[str, str] = {}
     unverified: dict[str, str] = {}
     for pod in ev.pods:
-        a = ev.assignment(pod.name)
+        a = ev.assignment(ev.key(pod))
         if a is None or a.nvml is None:
             continue
         agrees = a.identity_agrees
         if agrees is None:
             if a.registered_key is not None:
-                unverified[pod.name] = a.nvml.note or "NVML saw no single GPU"
+                unverified[ev.key(pod)] = a.nvml.note or "NVML saw no single GPU"
             continue
         view = (f"SUT key {a.registered_key} -> {a.key_gpu or 'no GPU of the node'}; "
                 f"NVML {', '.join(a.nvml.uuids)}")
-        (compared if agrees else wrong)[pod.name] = view
+        (compared if agrees else wrong)[ev.key(pod)] = view
     if not compared and not wrong:
         return None
     detail = ("the SUT's GPU identity is wrong: " + "; ".join(f"{p}: {v}" for p, v in sorted(wrong.items()))

@@ -59,7 +59,7 @@ def _legacy_spec(run: CaseRun, name: str, workload: str, label: str, *, extra_ar
 def _start(run: CaseRun, specs: Sequence[PodSpec]) -> None:
     run.plan.setdefault("pods", [])
     run.plan["pods"] += [dns1123(s.name) for s in specs]
-    run.plan.setdefault("namespace", run.cluster.namespace)
+    run.plan.setdefault("namespace", run.namespace)
     run.plan.setdefault("gpu_model", run.cluster.gpu_model)
     run.save_plan()
     run.backend.start_pods(specs)
@@ -258,7 +258,7 @@ def act_dynamic_limit(run: CaseRun) -> None:
     """``remote-test-dynamic-limit.sh``: annotate 2Gi, 4Gi, remove, 1Gi on a running pod; then a new
     client under 1Gi (must be refused)."""
     backend = legacy_backend(run)
-    g, ns = _generation(run), run.cluster.namespace
+    g, ns = _generation(run), run.namespace
     label, manual = f"{g}-manual-test", "manual-dynamic-test"
     late = f"{manual}-late"
     _delete_label(run, label)
@@ -319,7 +319,7 @@ def _phases(run: CaseRun, phases: Sequence[tuple[str, Mapping[str, int | None], 
     ``legacy_step_s`` after the annotation, then collect for ``legacy_collect_s`` (the last phase
     ``legacy_final_collect_s``); phase windows are seconds since the dmon start (the case start)."""
     backend = legacy_backend(run)
-    ns = run.cluster.namespace
+    ns = run.namespace
     key = backend.names.annotation_core_limit
     step_s, wait_s = float(run.params["legacy_step_s"]), float(run.params["legacy_log_wait_s"])
     run.plan.update(changes=[], phases=[])

@@ -164,7 +164,7 @@ def k8s_targets(cluster: ClusterSpec, names: SutNames, *, load: bool, timeout_s:
             continue
         print(f"scheduler pod {pod.name} on node {pod.node} ({pod.pod_ip})", file=notes)
         fetch, where, host = _fetcher(cluster, spec, timeout_s, notes)
-        probe = (KubeProbeLoad(kubectl, names, node=pod.node, namespace=cluster.namespace, image=image)
+        probe = (KubeProbeLoad(kubectl, names, node=pod.node, namespace=cluster.home_namespace, image=image)
                  if load else None)
         targets.append(SchedulerTarget(name, f"http://{pod.pod_ip}:{METRICS_PORT}", fetch, where, node=pod.node,
                                        pod=pod.name, probe=probe, owned=[host] if host else [],

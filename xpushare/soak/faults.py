@@ -141,7 +141,7 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
     b, names = _k8s(run), run.backend.names
     ds = names.scheduler_daemonset if which == "scheduler" else names.device_plugin_daemonset
     ns = names.namespace
-    run.plan.update(namespace=run.cluster.namespace, daemonset=ds, min_succeeded=None)
+    run.plan.update(namespace=run.namespace, daemonset=ds, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     start_recorded(run, specs, "load_pods")
     run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
@@ -289,7 +289,7 @@ def fail_drain(run: CaseRun) -> None:
     if _disallowed(run):
         return
     b = _k8s(run)
-    run.plan.update(namespace=run.cluster.namespace, min_succeeded=None)
+    run.plan.update(namespace=run.namespace, min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     start_recorded(run, specs, "load_pods")
     records = run.backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
@@ -377,7 +377,7 @@ def fail_heavy_node(run: CaseRun) -> None:
     if _disallowed(run):
         return
     node = run.params.get("fail004_node") or _largest_node(run)
-    run.plan.update(namespace=run.cluster.namespace, node=node, min_succeeded=int(run.params["fail004_min_succeeded"]))
+    run.plan.update(namespace=run.namespace, node=node, min_succeeded=int(run.params["fail004_min_succeeded"]))
     base_pod, base = _node_facts(run, node)
     base_id = (base_pod.uid, base_pod.restart_count) if base_pod else (None, None)
     run.plan["baseline"] = {"pod": base_pod.name if base_pod else None, "uid": base_id[0],

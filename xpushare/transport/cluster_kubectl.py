@@ -30,7 +30,8 @@ def master_spec(cluster: ClusterSpec, purpose: str = "run kubectl on") -> HostSp
 def kubectl_for(cluster: ClusterSpec, master: Host, *, namespace: str | None = None,
                 request_timeout_s: float | None = None) -> Kubectl:
     """kubectl run on ``master`` (a connected host of ``cluster``) with the cluster's binary, kubeconfig and
-    context; its default namespace is ``namespace``, else the inventory's ``namespace`` (the workloads');
+    context; its default namespace is ``namespace``, else the cluster's home namespace (the inventory's
+    ``namespace``, else ``default``: where the run lease lives);
     ``request_timeout_s``: kubectl's ``--request-timeout`` (None: the Kubectl default). Reads are retried after a
     transient failure as the cluster's ``kubectl_read_retries`` / ``kubectl_retry_backoff_s`` say.
 
@@ -39,5 +40,5 @@ def kubectl_for(cluster: ClusterSpec, master: Host, *, namespace: str | None = N
     """
     extra = {} if request_timeout_s is None else {"request_timeout_s": request_timeout_s}
     return Kubectl(master, kubectl=cluster.kubectl, kubeconfig=cluster.kubeconfig, context=cluster.context,
-                   namespace=cluster.namespace if namespace is None else namespace,
+                   namespace=cluster.home_namespace if namespace is None else namespace,
                    retry=RetryPolicy.from_params(cluster.params), **extra)

@@ -216,13 +216,15 @@ class Kubectl:
         timeout_s: float,
         poll_s: float = 2.0,
         namespace: Any = _USE_DEFAULT,
+        all_namespaces: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> list[Pod]:
         """Wait until at least ``count`` pods match ``selector`` and all of them got to ``until``.
 
         ``running``: every pod has left Pending (phase Running, or already Succeeded/Failed);
-        ``terminal``: every pod is Succeeded or Failed. One ``get pods -l`` call per poll.
+        ``terminal``: every pod is Succeeded or Failed. One ``get pods -l`` call per poll (``all_namespaces``:
+        ``-A``, the pods of every namespace).
 
         Returns:
             The pods of the last poll (sorted by name).
@@ -235,9 +237,10 @@ class Kubectl:
         done = (lambda p: p.phase != "Pending" and p.phase != "Unknown") if until == "running" else (
             lambda p: p.is_terminal)
         deadline = clock() + timeout_s
-        command = self.argv(["get", "pods", "-l", selector, "-o", "json"], namespace=namespace)
+        command = self.argv(["get", "pods", "-l", selector, "-o", "json", *(["-A"] if all_namespaces else [])],
+                            namespace=None if all_namespaces else namespace)
         while True:
-            pods = self.list_pods(selector, namespace=namespace)
+            pods = self.list_pods(selector, namespace=namespace, all_namespaces=all_namespaces)
             activity.pods([p.phase for p in pods], count=count, until=until)
             if len(pods) >= count and all(done(p) for p in pods):
                 return pods

@@ -290,6 +290,33 @@ def test_registration_annotations_and_metrics(lab_cluster: LabCluster, lab_kubec
     wait_for("Removing client", lambda: f"Removing client {cid}" in scheduler_log(k, lab_cluster, start), 10)
 
 
+def test_namespaces_same_names_and_the_pods_real_namespace(lab_cluster: LabCluster, lab_kubectl: Kubectl) -> None:
+    """Pods only in a namespace that exists; a new namespace has its default ServiceAccount; two pods of one name in
+    two namespaces each register with their own namespace (the service-account file the kubelet mounts) and get
+    their own namespace's annotations; deleting a namespace deletes what is in it."""
+    k = lab_kubectl
+    with pytest.raises(KubeNotFound):
+        k.apply(manifest("twin", SLEEPER, labels={"test": "ns"}, gpu=0), namespace="tenant-x")
+    start = datetime.now(timezone.utc) - timedelta(seconds=1)
+    try:
+        for ns, core in (("tenant-a", "30"), ("tenant-b", "70")):
+            k.apply(yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), namespace=None)
+            assert "serviceaccount/default" in k.run(["get", "serviceaccount", "default", "-o", "name"],
+                                                     namespace=ns).stdout
+            k.apply(manifest("twin", GPU_SLEEPER.format(mib=1), labels={"test": "ns"}, annotations={CORE: core}),
+                    namespace=ns)
+        pods = k.wait_pods("test=ns", until="running", count=2, timeout_s=30, poll_s=0.2, all_namespaces=True)
+        assert sorted((p.namespace, p.name) for p in pods) == [("tenant-a", "twin"), ("tenant-b", "twin")]
+        for ns, core in (("tenant-a", "30"), ("tenant-b", "70")):
+            wait_for(f"{ns} registration", lambda ns=ns: f"Pod name = twin, Pod namespace = {ns}" in scheduler_log(
+                k, lab_cluster, start), 10)
+            assert f"Applying initial compute limit for {ns}/twin: {core}%" in scheduler_log(k, lab_cluster, start)
+    finally:
+        for ns in ("tenant-a", "tenant-b"):
+            k.delete(name=ns, kind="namespace", wait=False, namespace=None)
+    assert k.list_pods("test=ns", all_namespaces=True) == []
+
+
 def test_metrics_endpoint_exposition(lab_cluster: LabCluster) -> None:
     node = "lab-node1"
     status, ctype, text = http_get(lab_cluster.scheduler_url(node))

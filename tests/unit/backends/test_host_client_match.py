@@ -367,6 +367,9 @@ class FakeHostLibBackend:
         self.case_dir = Path()  # the case begun: act_and_judge sets it, as Backend.begin_case does
         self.log = POD_A_LOG + "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
 
+    def pod_namespace(self, tenant: str | None = None) -> str | None:
+        return None
+
     def kubernetes(self) -> None:
         return None
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
+
 import pytest
 import yaml
 
-from xpushare.backends.base import PodSpec
+from xpushare.backends.base import CaseContext, PodSpec
 from xpushare.backends.k8s import K8sBackend
-from xpushare.backends.k8s_names import dns1123, label_value
+from xpushare.backends.k8s_names import dns1123, label_value, run_namespace, tenant_namespace
 from xpushare.inventory import schema
 from xpushare.judge.combination import split_capture
 from xpushare.transport.base import CommandResult
@@ -134,3 +138,114 @@ def test_nvidia_smi_on_the_nodes_is_configurable() -> None:
     simulated = backend()
     simulated.params["node_nvidia_smi"] = ["env", "SIMGPU_CONFIG=/lab/{host}/devices", "/lab/nvidia-smi"]
     assert simulated.nvidia_smi_argv("g", "-L") == ["env", "SIMGPU_CONFIG=/lab/g/devices", "/lab/nvidia-smi", "-L"]
+
+
+# ------------------------------------------------------------------------------------------- namespaces
+
+
+class _RecordingMaster:
+    """The master's kubectl calls, recorded; ``get`` of a pod list answers ``pods`` (namespace -> pod names)."""
+
+    name = "m"
+
+    def __init__(self, pods: dict[str, list[str]] | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.stdin: list[str | None] = []
+        self.pods = pods or {}
+
+    def run(self, argv: list[str], *, stdin: str | None = None, **_: object) -> CommandResult:
+        self.calls.append(list(argv))
+        self.stdin.append(stdin)
+        out = ""
+        if "get" in argv and "pods" in argv:
+            ns = argv[argv.index("-n") + 1] if "-n" in argv else ""
+            items = [{"metadata": {"name": n, "namespace": ns, "uid": n, "labels": {}},
+                      "status": {"phase": "Succeeded"}} for n in self.pods.get(ns, [])]
+            out = json.dumps({"kind": "PodList", "items": items})
+        elif "get" in argv and "namespace" in argv:  # none of the run's namespaces exists yet
+            return CommandResult("m", tuple(argv), "", 'Error from server (NotFound): namespaces "x" not found', 1, 0.0)
+        elif "get" in argv and "nodes" in argv:
+            out = json.dumps({"kind": "NodeList", "items": []})
+        elif "get" in argv and "lease" in " ".join(argv):
+            return CommandResult("m", tuple(argv), "", 'Error from server (NotFound): leases "x" not found', 1, 0.0)
+        return CommandResult("m", tuple(argv), out, "", 0, 0.0)
+
+    def close(self) -> None:
+        pass
+
+    def verbs(self) -> list[str]:
+        return [" ".join(a[a.index("--request-timeout") + 2:]) for a in self.calls]
+
+
+def _fake_master(b: K8sBackend, master: _RecordingMaster) -> None:
+    b.master = master  # type: ignore[assignment]
+    b.kubectl.host = master
+    b.gpu_specs = {}
+
+
+def test_the_run_gets_a_labelled_namespace_of_its_own_and_removes_it() -> None:
+    b = backend(cm="false")
+    master = _RecordingMaster()
+    _fake_master(b, master)
+    b.prepare_run("20261121-101010")
+    assert b.namespace == run_namespace("20261121-101010") == "xpushare-20261121-101010"
+    assert b.kubectl.namespace == b.namespace and b.pod_namespace() == b.namespace
+    applied = [yaml.safe_load(s) for s in master.stdin if s]
+    ns = next(d for d in applied if d["kind"] == "Namespace")
+    assert ns["metadata"] == {"name": b.namespace, "labels": {"app.kubernetes.io/managed-by": "xpushare",
+                                                              "xpushare/run-id": "20261121-101010"}}
+    verbs = master.verbs()
+    # earlier runs' namespaces go (never this run's: a resumed run keeps its namespace), then the run's is made
+    # and its default ServiceAccount awaited (pods are refused before it exists)
+    assert any(v.startswith("delete namespaces -l app.kubernetes.io/managed-by=xpushare,xpushare/run-id notin "
+                            "(20261121-101010)") for v in verbs), verbs
+    assert any(v.startswith(f"-n {b.namespace} get serviceaccount default") for v in verbs), verbs
+    master.calls.clear()
+    b.close()
+    assert any(v.startswith(f"delete namespace {b.namespace} ") for v in master.verbs()), master.verbs()
+
+
+def test_a_fixed_namespace_is_used_as_it_is() -> None:
+    cluster = schema.parse(INV.format(sut="xpushare", cm="false") + "    namespace: team-gpu\n").cluster("c1")
+    b = K8sBackend(cluster)
+    master = _RecordingMaster()
+    _fake_master(b, master)
+    b.prepare_run("r1")
+    assert b.namespace == "team-gpu" and "tenant-namespaces" not in b.capabilities
+    assert not any("namespace" in v.split()[:2] or v.startswith("delete namespaces") for v in master.verbs())
+    master.calls.clear()
+    b.close()
+    assert not any("namespace" in v for v in master.verbs())
+
+
+def test_tenants_get_namespaces_of_their_own_and_pods_of_one_name() -> None:
+    b = backend(cm="false")
+    master = _RecordingMaster()
+    _fake_master(b, master)
+    b.prepare_run("20261121-101010")
+    assert "tenant-namespaces" in b.capabilities
+    with tempfile.TemporaryDirectory() as tmp:
+        b.case = CaseContext(Path(tmp), "FUNC-013")
+        b.case_id = "FUNC-013"
+        b.start_pods([PodSpec(name="func-013-probe", workload="mem_probe", tenant="a", memory_limit="1Gi"),
+                      PodSpec(name="func-013-probe", workload="mem_probe", tenant="b", memory_limit="2Gi")])
+        docs = list(yaml.safe_load_all((Path(tmp) / "manifests.yaml").read_text()))
+    assert [d["metadata"]["namespace"] for d in docs] == ["xpushare-20261121-101010-a", "xpushare-20261121-101010-b"]
+    assert {d["metadata"]["name"] for d in docs} == {"func-013-probe"}
+    assert [d["metadata"]["labels"]["xpushare/tenant"] for d in docs] == ["a", "b"]
+    created = [yaml.safe_load(s)["metadata"]["name"] for s in master.stdin if s and "Namespace" in s]
+    assert created == ["xpushare-20261121-101010", "xpushare-20261121-101010-a", "xpushare-20261121-101010-b"]
+    master.pods = {"xpushare-20261121-101010-a": ["func-013-probe"], "xpushare-20261121-101010-b": ["func-013-probe"]}
+    records = b.case_pods()
+    assert [(r.namespace, r.spec.get("memory_limit")) for r in records] == [
+        ("xpushare-20261121-101010-a", "1Gi"), ("xpushare-20261121-101010-b", "2Gi")]
+    master.calls.clear()
+    b.close()
+    assert sum(v.startswith("delete namespace ") for v in master.verbs()) == 3
+
+
+def test_tenant_namespace_names_stay_apart_when_the_run_id_is_long() -> None:
+    base = run_namespace("x" * 80)
+    assert len(base) == 63
+    a, b = tenant_namespace(base, "a"), tenant_namespace(base, "b")
+    assert a != b and len(a) <= 63 and a.endswith("-a") and b.endswith("-b")

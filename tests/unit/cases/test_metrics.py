@@ -165,6 +165,9 @@ class FakeK8sBackend:
         self.specs: list[PodSpec] = []
         self.annotations: list[dict[str, str]] = []
 
+    def pod_namespace(self, tenant: str | None = None) -> str | None:
+        return 'default'
+
     def kubernetes(self) -> FakeK8sBackend:
         return self
 
@@ -210,6 +213,9 @@ class FakeHostBackend:
     def __init__(self) -> None:
         self.hosts = {"localhost": LocalHost()}
         self.run_id = "unit"
+
+    def pod_namespace(self, tenant: str | None = None) -> str | None:
+        return None
 
     def kubernetes(self) -> None:
         return None

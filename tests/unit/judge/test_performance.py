@@ -554,6 +554,9 @@ class FakeBackend:
         self.names = sut_names("xpushare")
         self.kubectl = FakeKubectl(self)
 
+    def pod_namespace(self, tenant: str | None = None) -> str | None:
+        return 'default'
+
     def kubernetes(self) -> FakeBackend:
         return self
 
