@@ -26,6 +26,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sut-src", default=None, metavar="DIR",
                      help="xpushare source tree the lab builds and runs (default: the upstream tree; "
                           "any patched copy, e.g. a mutant)")
+    parser.addoption("--module-durations", type=int, default=0, metavar="N",
+                     help="list the N slowest test modules (setup, call and teardown of their tests summed: with "
+                          "--dist loadfile a module runs on one worker, so this is its share of the run)")
+
+
+#: Seconds per test module (setup + call + teardown of each of its tests), collected from the test reports
+#: (under pytest-xdist the controller receives every worker's reports).
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    count = config.getoption("--module-durations")
+    if count <= 0 or not _MODULE_SECONDS:
+        return
+    terminalreporter.write_sep("=", f"slowest {count} test modules (LONG_MODULES in tests/conftest.py orders them)")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:count]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {module}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

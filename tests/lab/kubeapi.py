@@ -36,11 +36,11 @@ output line: ``<RFC3339Nano> stdout F <text>``), written by the lab kubelet.
 from __future__ import annotations
 
 import builtins
-import copy
 import hashlib
 import http.server
 import json
 import os
+import pickle
 import re
 import socketserver
 import ssl
@@ -58,6 +58,16 @@ from pathlib import Path
 from typing import Any
 
 Obj = dict[str, Any]
+
+# -------------------------------------------------------------------------------------- objects
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of ``obj``, a JSON-like API object (dicts, lists, strings, numbers): pickle's round trip, about
+    four times faster than ``copy.deepcopy``, which the control plane's 50 ms reconcile loop would spend most of its
+    time in (every step lists the pods of both nodes)."""
+    return pickle.loads(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+
 
 # ----------------------------------------------------------------------------------------- time
 
@@ -293,8 +303,8 @@ def parse_field_selector(text: str | None) -> Callable[[Obj], bool]:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -311,8 +321,8 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
     ``$retainKeys``/``$deleteFromPrimitiveList`` directives are dropped.
     """
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if key.startswith("$"):
             continue
@@ -325,7 +335,7 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             and all(isinstance(v, dict) and "name" in v for v in value)
             and all(isinstance(v, dict) and "name" in v for v in result[key])
         ):
-            merged = {item["name"]: item for item in copy.deepcopy(result[key])}
+            merged = {item["name"]: item for item in clone(result[key])}
             for item in value:
                 if item.get("$patch") == "delete":
                     merged.pop(item["name"], None)
@@ -345,7 +355,7 @@ def _pointer(path: str) -> list[str]:
 
 def json_patch(target: Obj, ops: list[Obj]) -> Obj:
     """RFC 6902 JSON patch: ``add``, ``replace``, ``remove``, ``test``."""
-    doc = copy.deepcopy(target)
+    doc = clone(target)
     for op in ops:
         parts = _pointer(op.get("path", ""))
         parent: Any = doc
@@ -415,7 +425,7 @@ class Store:
     def _emit(self, resource: str, type_: str, obj: Obj) -> None:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.events.append(Event(self.rv, resource, type_, copy.deepcopy(obj)))
+        self.events.append(Event(self.rv, resource, type_, clone(obj)))
         self.cond.notify_all()
 
     def close(self) -> None:
@@ -432,7 +442,7 @@ class Store:
             ApiError: 409 AlreadyExists, 422 Invalid.
         """
         res = RESOURCES[resource]
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         with self.lock:
             if not meta.get("name") and meta.get("generateName"):
@@ -464,7 +474,7 @@ class Store:
             self._emit(resource, "ADDED", obj)
             if resource == "namespaces":  # the service-account controller's part: pods need it to be admitted
                 self.create("serviceaccounts", name, {"metadata": {"name": "default"}})
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def get(self, resource: str, namespace: str, name: str) -> Obj:
         """A copy of one object. Raises ApiError 404."""
@@ -473,7 +483,7 @@ class Store:
             obj = self.objects.get((resource, namespace if res.namespaced else "", name))
             if obj is None:
                 raise not_found(resource, name, res.group)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def find(self, resource: str, namespace: str, name: str) -> Obj | None:
         """Like :meth:`get`, ``None`` when absent."""
@@ -492,7 +502,7 @@ class Store:
         """Copies of the matching objects (sorted by namespace, name) and the current resourceVersion."""
         with self.lock:
             items = [
-                copy.deepcopy(o)
+                clone(o)
                 for (r, ns, _), o in sorted(self.objects.items(), key=lambda kv: kv[0])
                 if r == resource
                 and (namespace is None or ns == namespace)
@@ -514,7 +524,7 @@ class Store:
             cur = self.objects.get(key)
             if cur is None:
                 raise not_found(resource, name, res.group)
-            work = copy.deepcopy(cur)
+            work = clone(cur)
             new = fn(work)
             new = work if new is None else new
             meta = new.setdefault("metadata", {})
@@ -527,10 +537,10 @@ class Store:
             if new.get("spec") != cur.get("spec"):
                 meta["generation"] = int(cur["metadata"].get("generation", 1)) + 1
             if new == cur:
-                return copy.deepcopy(cur)
+                return clone(cur)
             self.objects[key] = new
             self._emit(resource, "MODIFIED", new)
-            return copy.deepcopy(new)
+            return clone(new)
 
     def remove(self, resource: str, namespace: str, name: str, uid: str | None = None) -> Obj | None:
         """Remove an object at once (a ``DELETED`` event); ``uid`` guards against a same-named successor."""
@@ -542,7 +552,7 @@ class Store:
                 return None
             del self.objects[key]
             self._emit(resource, "DELETED", cur)
-            return copy.deepcopy(cur)
+            return clone(cur)
 
     def events_after(self, rv: int, timeout: float) -> tuple[builtins.list[Event], bool]:
         """Events with ``rv`` greater than the argument, waiting up to ``timeout`` for one.
@@ -881,9 +891,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if res.namespaced and self.api.store.find("namespaces", "", ns) is None:
             raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
         if resource == "pods":
-            body = default_pod(copy.deepcopy(body))
+            body = default_pod(clone(body))
         elif resource == "daemonsets":
-            body = default_daemonset(copy.deepcopy(body))
+            body = default_daemonset(clone(body))
         if query.get("dryRun"):
             return self._json(201, body)
         obj = self.api.store.create(resource, ns, body)
@@ -924,7 +934,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {res.plural}'
                                f'{"." + res.group if res.group else ""} "{name}": the object has been modified; '
                                "please apply your changes to the latest version and try again")
-            obj = self.api.store.mutate(resource, ns, name, lambda _cur: copy.deepcopy(body))
+            obj = self.api.store.mutate(resource, ns, name, lambda _cur: clone(body))
         self._json(200, obj)
 
     def _delete(self, resource: str, ns: str, name: str, body: Any, query: dict[str, str]) -> None:

@@ -119,10 +119,23 @@ class LabSettings:
         return faults.get("scheduler_env") or None
 
     def faults(self, node: str) -> dict[str, Any]:
+        """The node's switches in force now (``faults.json``; {} when unreadable). The file is parsed again only
+        when it was replaced (``LabCluster`` writes it by rename: a new inode): the reconcile loop asks many
+        times a step."""
         try:
-            return dict(json.loads(self.faults_file.read_text()).get(node) or {})
+            st = self.faults_file.stat()
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = _FAULTS_CACHE.get(self.faults_file)
+            if cached is None or cached[0] != key:
+                cached = (key, json.loads(self.faults_file.read_text()))
+                _FAULTS_CACHE[self.faults_file] = cached
+            return dict(cached[1].get(node) or {})
         except (OSError, ValueError):
             return {}
+
+
+#: ``faults.json`` of each lab, parsed: (inode, mtime, size) of the file read and its contents.
+_FAULTS_CACHE: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 
 # ---------------------------------------------------------------------------------- processes
