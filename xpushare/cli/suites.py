@@ -2,8 +2,8 @@
 built by one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
-``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``, ``--repeat``; help in
-:data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
+``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``,
+``--repeat``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
 case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``). ``--wait`` waits for

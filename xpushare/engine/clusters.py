@@ -67,7 +67,7 @@ class Budget:
 
     def count(self, status: str) -> None:
         """Count a case that ended with ``status`` (only FAIL and ERROR count)."""
-        if status in ("FAIL", "ERROR"):
+        if status in ("FAIL", "ERROR", "INTERMITTENT"):
             with self._lock:
                 self.failures += 1
 

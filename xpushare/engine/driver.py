@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
-from xpushare.engine import dry_run, release
+from xpushare.engine import dry_run, release, sut_build
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.clusters import cluster_names
 from xpushare.engine.lifecycle import judge_case, store, utc_now
@@ -160,6 +160,10 @@ class SuiteHooks(RunHooks):
             self.plans[cluster.name] = {p["case_id"]: p for p in plan}
             run.progress.done(f"run {run.id} on {cluster.name} ({cluster.mode} mode): {len(todo)} case(s) "
                               f"-> {run.dir}; {expected_line(plan)}")
+
+    def prepared(self, run: Run, cluster: ClusterSpec, backend: Backend) -> None:
+        # The SUT build judged (run.json's sut_build): `invoke diff` tells a flip of one build from a change
+        run.meta.setdefault("sut_build", {})[cluster.name] = sut_build.fingerprint(cluster, backend)
 
     def case_scope(self, run: Run, cluster: ClusterSpec, case: CaseDef,
                    position: str) -> contextlib.AbstractContextManager[Any]:

@@ -23,6 +23,8 @@ Run ids: a new one is ``YYYYmmdd-HHMMSS`` of now; a stored run is never rewritte
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,8 +40,8 @@ from xpushare.cases import CaseDef
 from xpushare.engine import lease
 from xpushare.engine.clusters import Budget, disk_full, run_concurrently
 from xpushare.engine.lifecycle import SUT_JUDGING_SUITES, record_not_run, run_case, utc_now
-from xpushare.engine.repeat import run_repeated
 from xpushare.engine.progress import Progress
+from xpushare.engine.repeat import run_repeated
 from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.case_record import CaseRecord
@@ -178,6 +180,9 @@ class RunHooks:
     def started(self, run: Run) -> None:
         """Called once run.json is written, before the first case (the run's opening lines)."""
 
+    def prepared(self, run: Run, cluster: ClusterSpec, backend: Backend) -> None:
+        """Called on ``cluster``'s thread once its backend prepared the run, before its first case."""
+
     def case_scope(self, run: Run, cluster: ClusterSpec, case: CaseDef,
                    position: str) -> contextlib.AbstractContextManager[Any]:
         """The context a case runs in (``position``: ``3/12``)."""
@@ -271,6 +276,8 @@ class Run:
             "started": utc_now().isoformat(),
             "argv": sys.argv[1:],
             "resume": self.resume,
+            # who runs it: `invoke runs` tells a run still going from one that died without its end
+            "process": {"machine": socket.gethostname(), "pid": os.getpid()},
         }
         if selection.release_profiles:
             meta["release_profiles"] = {name: dict(info) for name, info in selection.release_profiles.items()}
@@ -324,6 +331,7 @@ class Run:
         try:
             try:
                 backend.prepare_run(self.id)
+                hooks.prepared(self, cluster, backend)
             except KeyboardInterrupt:
                 return True
             for number, case in enumerate(cases, 1):
@@ -394,6 +402,8 @@ class Run:
             interrupted = interrupted or interrupt.requested()
             results = artifacts.load_results(self.dir)
             status = exit_status_for(self._own(results, selection), interrupted)
+            if errors and not interrupted:  # the process exits with the error it raises: run.json says the same
+                status = raised_status(next(iter(errors.values())))
             counts = summaries.counts(results)
             events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted, counts=counts)
             self.meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
@@ -419,6 +429,12 @@ class Run:
             return results
         mine = {(name, c.suite, c.case_id) for name, cases in selection.todo.items() for c in cases}
         return [r for r in results if (r.get("cluster"), r.get("suite"), r.get("case_id")) in mine]
+
+
+def raised_status(exc: BaseException) -> ExitStatus:
+    """The exit status a run ends with when it raises ``exc`` (its own for an xpushare error, else 1), so that
+    run.json's ``exit_status`` is the process's."""
+    return exc.exit_status if isinstance(exc, XpushareError) else ExitStatus.FAILED
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,7 +1,7 @@
 """Verdict model shared by the engine, the judgments and the reports.
 
-A case ends in exactly one :class:`Status`. Only ``PASS`` counts as a pass anywhere: SKIP, ERROR,
-INTERRUPTED and INTERMITTENT are reported as what they are (seed 000 section 6; README.md "Runs, artifacts and verdicts").
+A case ends in exactly one :class:`Status`. Only ``PASS`` counts as a pass anywhere: SKIP, ERROR, INTERRUPTED
+and INTERMITTENT are reported as what they are (seed 000 section 6; README.md "Runs, artifacts and verdicts").
 """
 
 from __future__ import annotations

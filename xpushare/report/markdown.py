@@ -126,8 +126,8 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
     out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
     out.append(
         f"- pass rate: {fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "
-        "the pass rate is PASS / (all cases except SKIP), so INTERMITTENT, ERROR and INTERRUPTED count against it and SKIP "
-        "is left out; no status other than PASS is ever counted as a pass)"
+        "the pass rate is PASS / (all cases except SKIP), so INTERMITTENT, ERROR and INTERRUPTED count against it "
+        "and SKIP is left out; no status other than PASS is ever counted as a pass)"
     )
     out.append(f"- release_ready: **{md_escape(decision.label)}** (see Release recommendation)")
     out += [f"- release profile: {md_escape(line)}" for line in decision.profiles]
