@@ -388,7 +388,11 @@ class Run:
                             outcome = run_concurrently(jobs)
                             interrupted, errors = outcome.interrupted, outcome.errors
                         else:
-                            interrupted = next(iter(jobs.values()))()
+                            name, job = next(iter(jobs.items()))
+                            try:
+                                interrupted = job()
+                            except Exception as exc:  # as for several clusters: raised after run.json and reports
+                                errors[name] = exc
                 except KeyboardInterrupt:  # between the last case and the end of the block
                     interrupted = True
                 full = [error for error in errors.values() if disk_full(error)]
