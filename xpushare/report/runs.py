@@ -120,7 +120,10 @@ def run_info(root: Path, run_id: str) -> RunInfo:
     state = run_state(meta, results)
     release = decision_of_run(results, meta, interrupted=bool(meta.get("interrupted")) or state != COMPLETE).label \
         if results else None
-    overall = state if state != COMPLETE else (release or NO_CASES)
+    if not results:  # refused or killed before its first case: nothing to decide (hidden unless --all)
+        overall = RUNNING if state == RUNNING else NO_CASES
+    else:
+        overall = state if state != COMPLETE else (release or NO_CASES)
     exit_status = meta.get("exit_status")
     selected = meta.get("selected")
     return RunInfo(

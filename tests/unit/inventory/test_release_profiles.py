@@ -71,3 +71,13 @@ def test_a_playbook_s_required_list_replaces_the_profile(tmp_path: Path) -> None
     rec = profile_record(c1, select(playbook=str(book)), str(book))
     assert rec["required"] == ["FUNC-001"] and rec["source"] == "the playbook's required list"
     assert rec["profile"] == f"playbook:{book}"
+
+
+def test_the_documents_list_the_shipped_profiles() -> None:
+    from tests.lab.matrix import release_profiles_section
+
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    assert "\n".join(release_profiles_section()) in (docs / "verdicts.md").read_text(encoding="utf-8")
+    page = (docs / "release.md").read_text(encoding="utf-8")
+    for p in release.profiles().values():
+        assert f"| `{p.name}` |" in page and f"({len(p.cases)}) |" in page, p.name

@@ -115,7 +115,8 @@ def test_intermittent_is_counted_reported_and_a_junit_failure(tmp_path: Path) ->
     run_dir = write_run(tmp_path, "r1", [record("FUNC-001"), flaky, record("MET-001")], meta(PROFILE))
     paths = build.build(run_dir)
     assert summaries.counts(artifacts.load_results(run_dir))["INTERMITTENT"] == 1
-    case = next(tc for tc in ET.parse(paths.junit).getroot().iter("testcase") if tc.get("name", "").startswith("FUNC-002"))
+    cases = ET.parse(paths.junit).getroot().iter("testcase")
+    case = next(tc for tc in cases if tc.get("name", "").startswith("FUNC-002"))
     failure = case.find("failure")
     assert failure is not None and failure.get("type") == "INTERMITTENT"
     assert "attempt 2 FAIL (c1/functional/FUNC-002/attempts/2)" in (failure.text or "")
