@@ -286,7 +286,7 @@ class Run:
             meta["repeat"] = selection.repeat
         previous = artifacts.read_run_meta(self.dir) if self.reuse is not Reuse.REFUSE else None
         if previous:
-            meta["required"] = sorted(set(previous.get("required") or []) | selection.required)
+            meta["required"] = sorted(set(previous.get("required") or []) | set(meta["required"]))
             seen = {(s["cluster"], s["suite"], s["case_id"]) for s in selected}
             meta["selected"] = [s for s in previous.get("selected") or []
                                 if isinstance(s, dict)
