@@ -90,7 +90,8 @@ def md_table(section: str) -> list[list[str]]:
 
 def test_counts_keep_every_status_apart() -> None:
     results = [make_record(status=s) for s in ("PASS", "SKIP", "SKIP", "ERROR", "INTERRUPTED", "FAIL")]
-    assert summaries.counts(results) == {"PASS": 1, "FAIL": 1, "INTERMITTENT": 0, "SKIP": 2, "ERROR": 1, "INTERRUPTED": 1}
+    assert summaries.counts(results) == {"PASS": 1, "FAIL": 1, "INTERMITTENT": 0, "SKIP": 2, "ERROR": 1,
+                                         "INTERRUPTED": 1}
     assert summaries.counts([]) == {"PASS": 0, "FAIL": 0, "INTERMITTENT": 0, "SKIP": 0, "ERROR": 0,
                                     "INTERRUPTED": 0}
     with pytest.raises(ValueError):
