@@ -360,7 +360,24 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     faults = [r for r in rows if r.kind == "fault"]
     caught_faults = [r.breakage for r in faults if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
     lines.append(f"{len(caught_faults)} of {len(faults)} cluster faults caught.")
+    lines += ["", *release_profiles_section()]
     return "\n".join(lines) + "\n"
+
+
+def release_profiles_section() -> list[str]:
+    """The "Release profiles" section of docs/verdicts.md, from the shipped profiles (xpushare/inventory/release.py):
+    which cases each kind of cluster requires before a run may say release_ready YES (docs/release.md)."""
+    from xpushare.inventory import release
+
+    lines = ["## Release profiles", "",
+             "A verdict above decides a release only as part of a release profile: `release_ready: YES` needs every "
+             "case of the cluster's profile selected, the SUT in the path of every verdict, and each PASS; a partial "
+             "selection is `n/a`, a cluster without the SUT NO (docs/release.md, which also covers `--repeat N` and "
+             "INTERMITTENT). The profiles (xpushare/data/release_profiles.yaml; the inventory's `release_profile` "
+             "picks one):", ""]
+    for p in release.profiles().values():
+        lines.append(f"- `{p.name}` ({len(p.cases)} cases): {p.description}")
+    return lines
 
 
 @contextlib.contextmanager

@@ -35,6 +35,8 @@ RUN_HELP: dict[str, str] = {
     "case": "case ids or globs, comma-separated or repeated, e.g. --case FUNC-001,FUNC-002 or --case 'FUNC-00*'",
     "maxfail": "stop after this many FAIL/ERROR cases (counted over every cluster of the run); the rest are "
     "recorded as not run",
+    "repeat": "run each selected case N times (default 1): its record says k of N, and attempts that disagree "
+    "make it INTERMITTENT, a failure (each attempt's evidence kept under attempts/<n>/)",
     "playbook": "preset from playbooks/ (smoke, release, all) or a YAML path",
     "run_id": "run id (default: YYYYmmdd-HHMMSS now); with --resume, the run to continue (last: the latest)",
     "resume": "re-run only the cases whose latest verdict is not PASS, in the same run dir",

@@ -35,7 +35,9 @@ def _number(value: float | None, *, percent: bool = False) -> str:
 @task(help={"output": OUTPUT_HELP, "root": ROOT_HELP,
             "all": "also the runs without any case result (refused or stopped before their first case)"})
 def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False) -> None:
-    """List the stored runs, oldest first: run id, clusters, selection, start time, counts per status, overall status.
+    """List the stored runs, oldest first: run id, clusters, selection, start time, counts per status, exit status,
+    overall: the release decision (YES, NO, n/a), or INTERRUPTED / INCOMPLETE / RUNNING for a run that did not
+    finish every case it selected (never PASS).
 
     Runs without any case result (a command refused before its first case) are left out unless ``--all``."""
 
@@ -56,8 +58,8 @@ def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False)
             return
         rows = [[r.run_id, ",".join(r.clusters) or "-", r.selection or ",".join(r.suites) or "-", r.started or "-",
                  " ".join(f"{k} {v}" for k, v in r.counts.items() if v) or "-",
-                 r.overall + (" (interrupted)" if r.interrupted else "")] for r in stored]
-        print(tabulate(rows, headers=["run id", "clusters", "selection", "started", "cases", "overall"]))
+                 "-" if r.exit_status is None else r.exit_status, r.overall] for r in stored]
+        print(tabulate(rows, headers=["run id", "clusters", "selection", "started", "cases", "exit", "overall"]))
         if hidden:
             print(f"({hidden} run(s) without any case result not shown; --all shows them)")
 
@@ -86,8 +88,8 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
               f"{result.unchanged} case(s) unchanged, {len(result.metric_deltas)} metric change(s) among the cases "
               f"both ran")
         if result.verdict_changes:
-            rows = [[v.case, v.before, v.after] for v in result.verdict_changes]
-            print("\n" + tabulate(rows, headers=["case", result.a, result.b]))
+            rows = [[v.case, v.before, v.after, v.note] for v in result.verdict_changes]
+            print("\n" + tabulate(rows, headers=["case", result.a, result.b, "note"]))
         for run, others, cases in ((result.b, result.a, result.only_in_a), (result.a, result.b, result.only_in_b)):
             if cases:
                 print(f"\nnot selected by {run} ({len(cases)} case(s) only in {others}): {', '.join(cases)}")

@@ -2,8 +2,8 @@
 built by one factory, :func:`suite_task`.
 
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
-``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``; help in
-:data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
+``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``,
+``--repeat``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
 case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``). ``--wait`` waits for
@@ -62,6 +62,7 @@ class SuiteFlags:
     dry_run: bool = False
     output: str = "table"
     maxfail: str | None = None
+    repeat: str | None = None
 
 
 class Scope(NamedTuple):
@@ -106,12 +107,13 @@ def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
     from xpushare.engine import driver  # the engine pulls in every case module: only when a suite runs
 
     maxfail = count("--maxfail", flags.maxfail, 0) or None
+    repeat = count("--repeat", flags.repeat, 1)
     chosen = scope(flags)
     request = driver.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
         inventory_path=flags.inventory, root=flags.root, wait=flags.wait, dry_run=flags.dry_run, output=flags.output,
-        maxfail=maxfail,
+        maxfail=maxfail, repeat=repeat,
     )
     return driver.run(request)
 
@@ -131,7 +133,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
     P = inspect.Parameter
     shared = [("case", None), ("playbook", None), ("run_id", None), ("resume", False), ("set_", None),
               ("root", "."), ("inventory_", None), ("wait", False), ("dry_run", False), ("output", None),
-              ("verbose", 0), ("maxfail", None)]
+              ("verbose", 0), ("maxfail", None), ("repeat", None)]
     # --cluster has no default here: XTask resolves it (cli/defaults.py resolve_common)
     params = [P("c", P.POSITIONAL_OR_KEYWORD), P("cluster", P.POSITIONAL_OR_KEYWORD, default=None)]
     params += [P(f.name, P.POSITIONAL_OR_KEYWORD, default=f.default) for f in flags]
@@ -152,6 +154,7 @@ def suite_task(name: str, doc: str, scope: ScopeOf, *, help: Mapping[str, str] |
                 root=Path(values["root"]), inventory=values["inventory_"], wait=bool(values["wait"]),
                 extra={f.name: values[f.name] for f in flags}, dry_run=bool(values["dry_run"]),
                 output=output.output_format(values["output"]), maxfail=values["maxfail"],
+                repeat=values["repeat"],
             )
             command_log.set_verbosity(int(values["verbose"] or 0))
             return _run(parsed, scope)

@@ -66,8 +66,8 @@ class Budget:
         return self.maxfail is not None and self.failures >= self.maxfail
 
     def count(self, status: str) -> None:
-        """Count a case that ended with ``status`` (only FAIL and ERROR count)."""
-        if status in ("FAIL", "ERROR"):
+        """Count a case that ended with ``status`` (only FAIL, ERROR and INTERMITTENT count)."""
+        if status in ("FAIL", "ERROR", "INTERMITTENT"):
             with self._lock:
                 self.failures += 1
 

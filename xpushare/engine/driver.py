@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY, CaseDef
-from xpushare.engine import dry_run
+from xpushare.engine import dry_run, release, sut_build
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.clusters import cluster_names
 from xpushare.engine.lifecycle import judge_case, store, utc_now
@@ -86,6 +86,9 @@ class RunRequest:
     maxfail: int | None = None
     """Stop after this many FAIL/ERROR cases, counted across all clusters of the run (None: run every case); the
     rest are recorded as not run."""
+    repeat: int = 1
+    """``--repeat N``: each selected case runs N times and its record says k of N; attempts that disagree make it
+    INTERMITTENT (:mod:`xpushare.engine.repeat`). Below 1 is a :class:`UsageError`."""
 
 
 def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
@@ -99,6 +102,8 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     ``request.wait``), :class:`~xpushare.model.errors.RunDirectoryFull` when the run directory fills up (every
     cluster stops). Returns the exit status over every cluster's cases (see :func:`exit_status_for`).
     """
+    if isinstance(request.repeat, bool) or not isinstance(request.repeat, int) or request.repeat < 1:
+        raise UsageError(f"--repeat {request.repeat!r}: expected a whole number of 1 or more (each case's runs)")
     inventory = schema.load(request.inventory_path)
     clusters = [inventory.cluster(name) for name in cluster_names(request.cluster)]
     for cluster in clusters:
@@ -125,8 +130,10 @@ def run(request: RunRequest, out: TextIO = sys.stdout) -> ExitStatus:
     def params(case: CaseDef, cluster: ClusterSpec) -> dict[str, Any]:
         return case_params(case, cluster, selection, overrides)
 
-    chosen = RunSelection(label=selection.label, cases=selection.cases, required=frozenset(selection.required),
-                          todo=todo, params=params)
+    label = selection.label + (f" repeat={request.repeat}" if request.repeat > 1 else "")
+    chosen = RunSelection(label=label, cases=selection.cases, required=frozenset(selection.required),
+                          todo=todo, params=params, repeat=request.repeat,
+                          release_profiles=release.profile_records(clusters, selection, request.playbook))
     return the_run.execute(chosen, SuiteHooks(selection, overrides, request.output, out))
 
 
@@ -154,6 +161,10 @@ class SuiteHooks(RunHooks):
             run.progress.done(f"run {run.id} on {cluster.name} ({cluster.mode} mode): {len(todo)} case(s) "
                               f"-> {run.dir}; {expected_line(plan)}")
 
+    def prepared(self, run: Run, cluster: ClusterSpec, backend: Backend) -> None:
+        # The SUT build judged (run.json's sut_build): `invoke diff` tells a flip of one build from a change
+        run.meta.setdefault("sut_build", {})[cluster.name] = sut_build.fingerprint(cluster, backend)
+
     def case_scope(self, run: Run, cluster: ClusterSpec, case: CaseDef,
                    position: str) -> contextlib.AbstractContextManager[Any]:
         planned = self.plans.get(cluster.name, {}).get(case.case_id, {})
@@ -168,11 +179,15 @@ class SuiteHooks(RunHooks):
         results, interrupted = outcome.results, outcome.interrupted
         counts = summaries.counts(results)
         summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-        decision = summaries.release_decision(results, set(run.meta["required"]), clusters=run.meta["clusters"],
-                                              interrupted=interrupted)
-        ready = "YES" if decision.ready else f"NO ({len(decision.reasons)} reason(s) in run-report.md)"
-        run.progress.done(f"done: {summary or 'no cases'}; release_ready: {ready}; report: {outcome.paths.markdown} "
-                          f"and {outcome.paths.html.name}")
+        decision = summaries.decision_of_run(results, run.meta, interrupted=interrupted)
+        ready = decision.label
+        if decision.answer == summaries.NO:
+            ready += f" ({len(decision.reasons)} reason(s) in run-report.md)"
+        profiles = ", ".join(f"{name}={info.get('profile')}" for name, info in
+                             (run.meta.get("release_profiles") or {}).items())
+        decided = f" (profile {profiles})" if profiles else ""
+        run.progress.done(f"done: {summary or 'no cases'}; release_ready: {ready}{decided}; report: "
+                          f"{outcome.paths.markdown} and {outcome.paths.html.name}")
         if interrupted:
             run.progress.done(f"interrupted: continue with --run-id {run.id} --resume")
         for name, error in outcome.errors.items():  # the first is raised by the run; each cluster's own is here
@@ -185,13 +200,22 @@ class SuiteHooks(RunHooks):
 def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Sequence[Mapping[str, Any]],
                   decision: summaries.ReleaseDecision, report: Path) -> dict[str, Any]:
     """What ``--output json|yaml`` prints after a run: ``{"run_id", "run_dir", "exit_status", "counts",
-    "release_ready", "release_reasons", "report", "cases": [{"cluster", "suite", "case_id", "status", "summary",
-    "duration_s"}]}`` (paths as text, durations in seconds)."""
+    "release_ready", "release_decision", "release_profiles", "release_reasons", "report", "cases": [{"cluster",
+    "suite", "case_id", "status", "summary", "duration_s", ["verdicts", "pass_count"]}]}`` (paths as text,
+    durations in seconds). ``release_ready`` is true only for YES; ``release_decision`` is ``YES``, ``NO`` or
+    ``n/a (partial selection: N of M required cases)``; ``release_profiles`` the profile that decided each
+    cluster."""
+    cases = []
+    for r in results:
+        case = {key: r.get(key) for key in ("cluster", "suite", "case_id", "status", "summary", "duration_s")}
+        if r.get("verdicts") is not None:
+            case.update(verdicts=r.get("verdicts"), pass_count=r.get("pass_count"))
+        cases.append(case)
     return {
         "run_id": run_id, "run_dir": str(run_dir), "exit_status": int(status), "counts": summaries.counts(results),
-        "release_ready": decision.ready, "release_reasons": list(decision.reasons), "report": str(report),
-        "cases": [{key: r.get(key) for key in ("cluster", "suite", "case_id", "status", "summary", "duration_s")}
-                  for r in results],
+        "release_ready": decision.ready, "release_decision": decision.label,
+        "release_profiles": list(decision.profiles), "release_reasons": list(decision.reasons),
+        "report": str(report), "cases": cases,
     }
 
 
@@ -202,8 +226,7 @@ def stored_result_record(run_dir: Path, paths: build.ReportPaths) -> dict[str, A
     meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)
     interrupted = bool(meta.get("interrupted"))
-    decision = summaries.release_decision(results, set(meta.get("required") or []) or None,
-                                          clusters=meta.get("clusters") or (), interrupted=interrupted)
+    decision = summaries.decision_of_run(results, meta)
     run_id = str(meta.get("run_id") or run_dir.parent.name)
     record = result_record(run_id, run_dir, exit_status_for(results, interrupted), results, decision, paths.markdown)
     return {**record, "html": str(paths.html)}
@@ -252,7 +275,8 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
             fmt: str = "table") -> ExitStatus:
     """Re-judge a stored run with other parameters, offline (no cluster is touched), and rebuild reports.
 
-    Cases that ended SKIP, ERROR (harness) or INTERRUPTED keep their status: there is no evidence to judge. The
+    Cases that ended SKIP, ERROR (harness) or INTERRUPTED keep their status: there is no evidence to judge; a case
+    run several times (``--repeat``) keeps its verdicts over its attempts. The
     run's own verdicts are never lost: the first re-judgment of a case keeps its ``result.json`` whole as
     ``result.original.json``; each re-judgment starts from those original parameters with this call's
     ``overrides`` (never from an earlier re-judgment's), is listed in the case's ``rejudgments`` (when, the
@@ -283,6 +307,8 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
     for stored in results:
         case = REGISTRY.get(stored["case_id"])
         if case is None or case.judge is None or stored["status"] in ("SKIP", "INTERRUPTED") or stored.get("error"):
+            continue
+        if len(stored.get("verdicts") or []) > 1:  # --repeat: one verdict over several attempts' evidence, kept
             continue
         record = CaseRecord.from_json(stored)
         case_dir = artifacts.case_dir(run_dir, record.cluster, record.suite, record.case_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
+from xpushare.engine import release
 from xpushare.engine.lifecycle import skip_reason
 from xpushare.engine.plan import Selection, expected_case_duration, resolved_params
 from xpushare.inventory.schema import ClusterSpec
@@ -44,10 +45,11 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
              capabilities: frozenset[str], root: Path | None = None) -> dict[str, Any]:
     """The dry run of ``cases`` on ``cluster`` as JSON-ready data::
 
-        {"cluster", "mode", "selection", "cases": [{"case_id", "suite", "title", "plan": "RUN" | "SKIP",
+        {"cluster", "mode", "selection", "release", "cases": [{"case_id", "suite", "title", "plan": "RUN" | "SKIP",
          "skip_reason", "expected_duration_s", "expected_duration_basis", "params": {name: {"value", "source"}}}]}
 
-    ``expected_duration_s``: :func:`xpushare.engine.plan.expected_case_duration` (earlier runs, else the sizes).
+    ``expected_duration_s``: :func:`xpushare.engine.plan.expected_case_duration` (earlier runs, else the sizes);
+    ``release``: one line on the cluster's release profile and what this selection can decide (docs/release.md).
 
     ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
     give the expected durations (None: none)."""
@@ -64,7 +66,19 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
             "params": {name: {"value": plain(value), "source": source}
                        for name, (value, source) in sorted(resolved.items())},
         })
-    return {"cluster": cluster.name, "mode": cluster.mode, "selection": selection.label, "cases": planned}
+    profile = release.profile_record(cluster, selection)
+    needed = set(profile["required"])
+    chosen = needed & {c.case_id for c in cases}
+    if not profile["sut"]:
+        outlook = f"; release_ready will be NO: {profile['sut_reason']}"
+    elif chosen != needed:
+        outlook = "; release_ready will be n/a (partial selection)"
+    else:
+        outlook = "; release_ready YES needs each of them to PASS with the SUT in its path"
+    release_line = (f"release profile {profile['profile']} ({profile['source']}): {len(chosen)} of {len(needed)} "
+                    f"required case(s) selected{outlook}")
+    return {"cluster": cluster.name, "mode": cluster.mode, "selection": selection.label, "release": release_line,
+            "cases": planned}
 
 
 def _text(plan: Mapping[str, Any]) -> str:
@@ -83,7 +97,8 @@ def _text(plan: Mapping[str, Any]) -> str:
               for (name, value, source), ids in sorted(shared.items())]
     head = (f"dry run on {plan['cluster']} ({plan['mode']} mode): {len(cases)} case(s), "
             f"{sum(c['plan'] == 'SKIP' for c in cases)} will SKIP; no host contacted")
-    return "\n\n".join([head, output.table(rows), output.table(params)])
+    return "\n\n".join([head + (f"\n{plan['release']}" if plan.get("release") else ""), output.table(rows),
+                        output.table(params)])
 
 
 def render(plan: Mapping[str, Any], fmt: str) -> str:

@@ -30,6 +30,8 @@ class Selection:
     params: dict[str, Any] = field(default_factory=dict)
     cluster_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     label: str = ""
+    required_given: bool = False
+    """The playbook gave ``required``: it replaces each cluster's release profile (docs/release.md)."""
 
 
 def normalise_suite(name: str) -> str:
@@ -121,6 +123,7 @@ def select(
         params=params,
         cluster_params=cluster_params,
         label=" ".join(label_parts),
+        required_given=required is not None,
     )
 
 

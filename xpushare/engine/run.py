@@ -23,6 +23,8 @@ Run ids: a new one is ``YYYYmmdd-HHMMSS`` of now; a stored run is never rewritte
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,8 +39,9 @@ from xpushare.backends.base import Backend
 from xpushare.cases import CaseDef
 from xpushare.engine import lease
 from xpushare.engine.clusters import Budget, disk_full, run_concurrently
-from xpushare.engine.lifecycle import record_not_run, run_case, utc_now
+from xpushare.engine.lifecycle import SUT_JUDGING_SUITES, record_not_run, run_case, utc_now
 from xpushare.engine.progress import Progress
+from xpushare.engine.repeat import run_repeated
 from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.case_record import CaseRecord
@@ -66,11 +69,13 @@ class Reuse(Enum):
 
 
 def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
-    """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 1 when any case is FAIL or ERROR;
-    else 0 (SKIP is not a failure)."""
+    """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 1 when any case is FAIL,
+    INTERMITTENT, ERROR or INTERRUPTED; else 0 (SKIP is not a failure). The exit status is over the cases'
+    verdicts, not the release decision: 0 never says release_ready (docs/release.md)."""
     if interrupted:
         return interrupt.exit_status()
-    if any(r["status"] in ("FAIL", "ERROR", "INTERRUPTED") for r in results):
+    failures = {s.value for s in summaries.FAILURE_STATUSES}
+    if any(r["status"] in failures for r in results):
         return ExitStatus.FAILED
     return ExitStatus.OK
 
@@ -127,13 +132,23 @@ class RunSelection:
     """What a run runs. ``label``: run.json's ``selection``; ``cases``: every case selected (run.json's
     ``selected``, on each cluster); ``required``: the case ids the release decision requires; ``todo``: cluster
     name -> the cases to run now (a resumed run leaves out those that PASSed); ``params``: a case's parameters
-    on a cluster (defaults < inventory < playbook < ``--set``, :func:`xpushare.engine.plan.case_params`)."""
+    on a cluster (defaults < inventory < playbook < ``--set``, :func:`xpushare.engine.plan.case_params`);
+    ``release_profiles``: per cluster the release profile that decides it (run.json's ``release_profiles``,
+    :mod:`xpushare.engine.release`; empty: ``required`` decides); ``repeat``: how many times each case runs
+    (``--repeat N``, :mod:`xpushare.engine.repeat`)."""
 
     label: str
     cases: Sequence[CaseDef]
     required: frozenset[str]
     todo: Mapping[str, Sequence[CaseDef]]
     params: Callable[[CaseDef, ClusterSpec], dict[str, Any]]
+    release_profiles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    repeat: int = 1
+
+    def required_on(self, cluster: str) -> frozenset[str]:
+        """The case ids a release requires on ``cluster``: its profile's, else :attr:`required`."""
+        info = self.release_profiles.get(cluster)
+        return frozenset(info.get("required") or ()) if info is not None else self.required
 
 
 @dataclass
@@ -164,6 +179,9 @@ class RunHooks:
 
     def started(self, run: Run) -> None:
         """Called once run.json is written, before the first case (the run's opening lines)."""
+
+    def prepared(self, run: Run, cluster: ClusterSpec, backend: Backend) -> None:
+        """Called on ``cluster``'s thread once its backend prepared the run, before its first case."""
 
     def case_scope(self, run: Run, cluster: ClusterSpec, case: CaseDef,
                    position: str) -> contextlib.AbstractContextManager[Any]:
@@ -253,20 +271,29 @@ class Run:
             "tool_version": __version__,
             "clusters": [c.name for c in self.clusters],
             "selection": selection.label,
-            "required": sorted(selection.required),
+            "required": sorted(set().union(*(selection.required_on(c.name) for c in self.clusters))),
             "selected": selected,
             "started": utc_now().isoformat(),
             "argv": sys.argv[1:],
             "resume": self.resume,
+            # who runs it: `invoke runs` tells a run still going from one that died without its end
+            "process": {"machine": socket.gethostname(), "pid": os.getpid()},
         }
+        if selection.release_profiles:
+            meta["release_profiles"] = {name: dict(info) for name, info in selection.release_profiles.items()}
+            meta["sut_judging_suites"] = sorted(SUT_JUDGING_SUITES)
+        if selection.repeat > 1:
+            meta["repeat"] = selection.repeat
         previous = artifacts.read_run_meta(self.dir) if self.reuse is not Reuse.REFUSE else None
         if previous:
-            meta["required"] = sorted(set(previous.get("required") or []) | selection.required)
+            meta["required"] = sorted(set(previous.get("required") or []) | set(meta["required"]))
             seen = {(s["cluster"], s["suite"], s["case_id"]) for s in selected}
             meta["selected"] = [s for s in previous.get("selected") or []
                                 if isinstance(s, dict)
                                 and (s.get("cluster"), s.get("suite"), s.get("case_id")) not in seen] + selected
             meta["started"] = previous.get("started", meta["started"])
+            if isinstance(previous.get("release_profiles"), dict):
+                meta["release_profiles"] = {**previous["release_profiles"], **(meta.get("release_profiles") or {})}
             earlier = [str(name) for name in previous.get("clusters") or []]
             meta["clusters"] = earlier + [c.name for c in self.clusters if c.name not in earlier]
             if self.reuse is Reuse.EXTEND:
@@ -304,13 +331,14 @@ class Run:
         try:
             try:
                 backend.prepare_run(self.id)
+                hooks.prepared(self, cluster, backend)
             except KeyboardInterrupt:
                 return True
             for number, case in enumerate(cases, 1):
                 if budget.halted:
                     break
                 params = selection.params(case, cluster)
-                required = case.case_id in selection.required
+                required = case.case_id in selection.required_on(cluster.name)
                 if budget.exhausted():
                     reason = (f"not run: --maxfail {budget.maxfail} reached ({budget.failures} FAIL/ERROR case(s) "
                               "before it)")
@@ -318,9 +346,14 @@ class Run:
                                             required=required, reason=reason)
                 else:
                     with events.case(case.case_id), hooks.case_scope(self, cluster, case, f"{number}/{len(cases)}"):
-                        record, interrupted = run_case(case, run_id=self.id, run_dir=self.dir, cluster=cluster,
-                                                       backend=backend, params=params, required=required,
-                                                       root=self.root)
+                        def attempt(case: CaseDef = case, params: dict[str, Any] = params,
+                                    required: bool = required) -> tuple[CaseRecord, bool]:
+                            return run_case(case, run_id=self.id, run_dir=self.dir, cluster=cluster, backend=backend,
+                                            params=params, required=required, root=self.root)
+
+                        record, interrupted = run_repeated(
+                            attempt, selection.repeat, artifacts.case_dir(self.dir, cluster.name, case.suite,
+                                                                          case.case_id))
                     budget.count(record.status)
                 records.append(record)
                 hooks.case_done(self, cluster, case, record)
@@ -355,7 +388,11 @@ class Run:
                             outcome = run_concurrently(jobs)
                             interrupted, errors = outcome.interrupted, outcome.errors
                         else:
-                            interrupted = next(iter(jobs.values()))()
+                            name, job = next(iter(jobs.items()))
+                            try:
+                                interrupted = job()
+                            except Exception as exc:  # as for several clusters: raised after run.json and reports
+                                errors[name] = exc
                 except KeyboardInterrupt:  # between the last case and the end of the block
                     interrupted = True
                 full = [error for error in errors.values() if disk_full(error)]
@@ -369,16 +406,20 @@ class Run:
             interrupted = interrupted or interrupt.requested()
             results = artifacts.load_results(self.dir)
             status = exit_status_for(self._own(results, selection), interrupted)
+            if errors and not interrupted:  # the process exits with the error it raises: run.json says the same
+                status = raised_status(next(iter(errors.values())))
             counts = summaries.counts(results)
             events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted, counts=counts)
             self.meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
                              counts=counts)
+            self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
             self.write_meta()
             required = set(self.meta["required"])
             paths = build.build(self.dir, required=required)
             if interrupt.requested() and not interrupted:  # the signal came while the reports were written
                 interrupted, status = True, exit_status_for(results, True)
                 self.meta.update(interrupted=True, exit_status=int(status))
+                self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
                 self.write_meta()
                 paths = build.build(self.dir, required=required)
         hooks.finished(self, RunOutcome(results, records, status, interrupted, paths, errors))
@@ -392,6 +433,12 @@ class Run:
             return results
         mine = {(name, c.suite, c.case_id) for name, cases in selection.todo.items() for c in cases}
         return [r for r in results if (r.get("cluster"), r.get("suite"), r.get("case_id")) in mine]
+
+
+def raised_status(exc: BaseException) -> ExitStatus:
+    """The exit status a run ends with when it raises ``exc`` (its own for an xpushare error, else 1), so that
+    run.json's ``exit_status`` is the process's."""
+    return exc.exit_status if isinstance(exc, XpushareError) else ExitStatus.FAILED
 
 
 def first_line(exc: BaseException) -> str:

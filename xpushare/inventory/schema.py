@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.inventory import nodesets
+from xpushare.inventory import nodesets, release
 from xpushare.model import strict_yaml
 from xpushare.model.errors import InventoryError
 
@@ -101,6 +101,7 @@ _CLUSTER_KEYS = {
     "python",
     "workdir",
     "visible_devices",
+    "release_profile",
 }
 #: How the host backend sets ``NVIDIA_VISIBLE_DEVICES`` for a workload (``CUDA_VISIBLE_DEVICES`` is always the
 #: assigned GPU's index): ``unset`` removes it (a bare-metal user launching with ``CUDA_VISIBLE_DEVICES``), ``uuid``
@@ -202,6 +203,19 @@ class ClusterSpec:
     visible_devices: str = "unset"
     """Host mode: ``NVIDIA_VISIBLE_DEVICES`` of a workload, one of :data:`VISIBLE_DEVICES` (whatever the tool's
     or the host's own environment holds)."""
+    gpu_count: int | None = None
+    """The inventory's ``gpu.count`` (None: not given)."""
+    release_profile: str | None = None
+    """The release profile the inventory names (:mod:`xpushare.inventory.release`); None: the default one."""
+
+    @property
+    def release_profile_name(self) -> str:
+        """The release profile that decides this cluster's runs: the inventory's ``release_profile``, else
+        :func:`xpushare.inventory.release.default_profile_name` of its mode, GPU model and GPU count."""
+        if self.release_profile:
+            return self.release_profile
+        gpus = release.gpu_count(self.gpu_count, [h.gpus for h in self.hosts if "gpu" in h.roles])
+        return release.default_profile_name(kubernetes=self.is_kubernetes, gpu_model=self.gpu_model, gpus=gpus)
 
     @property
     def is_kubernetes(self) -> bool:
@@ -489,8 +503,11 @@ class _Parser:
         memory = gpu.get("memory_gib")
         if memory is not None:
             memory = self.number(memory, f"{kp}.gpu.memory_gib", most=1e6)
-        if gpu.get("count") is not None:
-            self.count(gpu["count"], f"{kp}.gpu.count", MAX_GPUS)
+        gpu_count = None if gpu.get("count") is None else self.count(gpu["count"], f"{kp}.gpu.count", MAX_GPUS)
+        profile = self.opt_text(raw.get("release_profile"), f"{kp}.release_profile")
+        if profile is not None and profile not in release.profile_names():
+            raise self.fail(f"{kp}.release_profile", f"unknown release profile {profile!r} (known: "
+                                                     f"{', '.join(release.profile_names())})")
         namespace = self.opt_text(raw.get("namespace"), f"{kp}.namespace") or None
         if namespace is not None and not _NAMESPACE.fullmatch(namespace):
             raise self.fail(f"{kp}.namespace", f"{namespace!r} is not a Kubernetes namespace name "
@@ -523,6 +540,8 @@ class _Parser:
             workdir=self.opt_text(raw.get("workdir"), f"{kp}.workdir"),
             visible_devices=self.choice(raw.get("visible_devices"), f"{kp}.visible_devices", VISIBLE_DEVICES,
                                         "unset"),
+            gpu_count=gpu_count,
+            release_profile=profile,
         )
 
     def hosts(self, value: Any, kp: str, cluster_ssh: SshOptions) -> list[HostSpec]:

@@ -1,7 +1,7 @@
 """Verdict model shared by the engine, the judgments and the reports.
 
-A case ends in exactly one :class:`Status`. Only ``PASS`` counts as a pass anywhere: SKIP, ERROR and
-INTERRUPTED are reported as what they are (seed 000 section 6; README.md "Runs, artifacts and verdicts").
+A case ends in exactly one :class:`Status`. Only ``PASS`` counts as a pass anywhere: SKIP, ERROR, INTERRUPTED
+and INTERMITTENT are reported as what they are (seed 000 section 6; README.md "Runs, artifacts and verdicts").
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ class Status(str, Enum):
     """The harness or the infrastructure failed, so the system under test was not judged."""
     INTERRUPTED = "INTERRUPTED"
     """Stopped by Ctrl-C; ``--resume`` runs it again."""
+    INTERMITTENT = "INTERMITTENT"
+    """``--repeat N``: the case's attempts did not agree (PASS in some, not in others); counted as a failure
+    everywhere (never a pass), the record lists each attempt's verdict."""
 
     def __str__(self) -> str:
         return self.value

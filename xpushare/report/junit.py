@@ -27,7 +27,7 @@ def _xml_text(value: Any) -> str:
 def _set_counts(elem: ET.Element, group: Sequence[Result]) -> None:
     c = counts(group)
     elem.set("tests", str(len(group)))
-    elem.set("failures", str(c["FAIL"]))
+    elem.set("failures", str(c["FAIL"] + c["INTERMITTENT"]))
     elem.set("errors", str(c["ERROR"] + c["INTERRUPTED"]))
     elem.set("skipped", str(c["SKIP"]))
     elem.set("time", f"{sum(record_duration(r) for r in group):.3f}")
@@ -36,10 +36,12 @@ def _set_counts(elem: ET.Element, group: Sequence[Result]) -> None:
 def junit_tree(results: Sequence[Result], run_id: str) -> ET.Element:
     """JUnit XML root: ``<testsuites>`` holding one ``<testsuite name="cluster.suite">`` per pair.
 
-    FAIL -> ``<failure message=summary>``, ERROR -> ``<error message=summary>``, INTERRUPTED ->
+    FAIL -> ``<failure message=summary>``, INTERMITTENT (``--repeat``: attempts disagreed) -> ``<failure
+    message=summary type="INTERMITTENT">`` (its text names each failing attempt's directory), ERROR -> ``<error
+    message=summary>``, INTERRUPTED ->
     ``<error message="interrupted" type="interrupted">``, SKIP -> ``<skipped message=summary>``; the element
     text lists the failed/unevaluated checks, the error text and the evidence paths (relative to the run
-    directory). ``errors`` counts ERROR and INTERRUPTED. ``time`` is in seconds.
+    directory). ``failures`` counts FAIL and INTERMITTENT, ``errors`` ERROR and INTERRUPTED. ``time`` is in seconds.
     """
     root = ET.Element("testsuites", name=f"xpushare {run_id}")
     _set_counts(root, results)
@@ -58,8 +60,8 @@ def junit_tree(results: Sequence[Result], run_id: str) -> ET.Element:
                 ts, "testcase", classname=f"{cluster}.{suite}", name=_xml_text(name), time=f"{record_duration(r):.3f}"
             )
             status, summary = record_status(r), _xml_text(r.get("summary"))
-            if status is Status.FAIL:
-                ET.SubElement(tc, "failure", message=summary, type="FAIL").text = _xml_text(failure_text(r))
+            if status in (Status.FAIL, Status.INTERMITTENT):
+                ET.SubElement(tc, "failure", message=summary, type=status.value).text = _xml_text(failure_text(r))
             elif status is Status.ERROR:
                 ET.SubElement(tc, "error", message=summary, type="ERROR").text = _xml_text(failure_text(r))
             elif status is Status.INTERRUPTED:

@@ -12,6 +12,7 @@ from typing import Any
 from xpushare.model.verdict import Status
 from xpushare.report import artifacts, isolation_table
 from xpushare.report.summaries import (
+    FAILURE_STATUSES,
     Result,
     RunOverview,
     case_where,
@@ -125,10 +126,11 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
     out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
     out.append(
         f"- pass rate: {fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "
-        "the pass rate is PASS / (all cases except SKIP), so ERROR and INTERRUPTED count against it and SKIP "
-        "is left out; no status other than PASS is ever counted as a pass)"
+        "the pass rate is PASS / (all cases except SKIP), so INTERMITTENT, ERROR and INTERRUPTED count against it "
+        "and SKIP is left out; no status other than PASS is ever counted as a pass)"
     )
-    out.append(f"- release_ready: **{'YES' if decision.ready else 'NO'}** (see Release recommendation)")
+    out.append(f"- release_ready: **{md_escape(decision.label)}** (see Release recommendation)")
+    out += [f"- release profile: {md_escape(line)}" for line in decision.profiles]
 
     out += ["", "## Results per cluster and suite", ""]
     rows = [[g.cluster, g.suite, g.status, *g.counts.values(), g.total, g.rate] for g in view.suites]
@@ -136,7 +138,7 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
 
     out += ["", "## Cases", "", *_case_rows(run_dir, results)]
 
-    problems = [r for r in results if record_status(r) in (Status.FAIL, Status.ERROR, Status.INTERRUPTED)]
+    problems = [r for r in results if record_status(r) in FAILURE_STATUSES]
     if problems:
         out += ["", "## Failed and unfinished cases", ""]
         for r in problems:
@@ -185,9 +187,13 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
     cov_header = ["Case", "Cluster", "Suite", "Status", "Covered"]
     out += _md_table(cov_header, cov_rows) if cov_rows else ["No required cases."]
 
-    out += ["", "## Release recommendation", "", f"release_ready: **{'YES' if decision.ready else 'NO'}**", ""]
+    out += ["", "## Release recommendation", "", f"release_ready: **{md_escape(decision.label)}**", ""]
+    if decision.profiles:
+        out += ["Decided by the release profile of each cluster (docs/release.md):", ""]
+        out += [f"- {md_escape(line)}" for line in decision.profiles] + [""]
     if decision.ready:
-        out.append("Every required case ran and no case is FAIL, ERROR or INTERRUPTED.")
+        out.append("Every required case ran to PASS with the SUT in its path, and no case is FAIL, INTERMITTENT, "
+                   "ERROR or INTERRUPTED.")
     else:
         out += ["Reasons:", ""] + [f"- {md_escape(reason)}" for reason in decision.reasons]
     out += ["", md_escape(view.scope)]

@@ -16,8 +16,8 @@ and ``\\r``, and any other control character (or U+2028/U+2029) with ``\\xNN``/`
 always one line of tab-separated fields, whatever splits lines; :func:`read_tsv` undoes it. The csv module is
 not used because it would quote embedded newlines and so spread one row over several lines.
 
-Counting rules: only PASS counts as a pass. SKIP, ERROR and INTERRUPTED are counted as themselves and never
-as PASS; the pass rate is ``PASS / (cases not SKIP)``.
+Counting rules: only PASS counts as a pass. SKIP, ERROR, INTERRUPTED and INTERMITTENT (``--repeat N`` whose
+attempts disagreed) are counted as themselves and never as PASS; the pass rate is ``PASS / (cases not SKIP)``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ from xpushare.report import artifacts
 
 CASE_SUMMARY_HEADER = ("cluster", "suite", "case_id", "status", "summary", "case_log_dir")
 RUN_SUMMARY_HEADER = ("cluster", "suite", "selector", "status")
-STATUS_ORDER: tuple[Status, ...] = (Status.PASS, Status.FAIL, Status.SKIP, Status.ERROR, Status.INTERRUPTED)
+STATUS_ORDER: tuple[Status, ...] = (Status.PASS, Status.FAIL, Status.INTERMITTENT, Status.SKIP, Status.ERROR,
+                                     Status.INTERRUPTED)
+#: Statuses that count as a failure of the case (the exit status 1, the problems of the reports).
+FAILURE_STATUSES: tuple[Status, ...] = (Status.FAIL, Status.INTERMITTENT, Status.ERROR, Status.INTERRUPTED)
 
 Result = Mapping[str, Any]
 
@@ -45,14 +48,15 @@ Result = Mapping[str, Any]
 
 
 def record_status(record: Result) -> Status:
-    """The record's status; ``ValueError`` if it is not one of the five."""
+    """The record's status; ``ValueError`` if it is not one of :class:`Status`."""
     return Status(record["status"])
 
 
 def counts(results: Iterable[Result]) -> dict[str, int]:
-    """``{"PASS": n, "FAIL": n, "SKIP": n, "ERROR": n, "INTERRUPTED": n}``, every key present, in that order.
+    """``{"PASS": n, "FAIL": n, "INTERMITTENT": n, "SKIP": n, "ERROR": n, "INTERRUPTED": n}``, every key present,
+    in that order (:data:`STATUS_ORDER`).
 
-    ``ValueError`` on a record whose status is not one of the five (records from
+    ``ValueError`` on a record whose status is not one of :class:`Status` (records from
     :func:`~xpushare.report.artifacts.load_results` are already normalised).
     """
     out = {s.value: 0 for s in STATUS_ORDER}
@@ -62,7 +66,7 @@ def counts(results: Iterable[Result]) -> dict[str, int]:
 
 
 def pass_rate(c: Mapping[str, int]) -> float | None:
-    """PASS / (PASS + FAIL + ERROR + INTERRUPTED) from :func:`counts`, i.e. SKIP leaves the denominator.
+    """PASS / (every status but SKIP) from :func:`counts`, i.e. SKIP leaves the denominator.
 
     None when no case ran (every case SKIP, or none at all).
     """
@@ -71,11 +75,11 @@ def pass_rate(c: Mapping[str, int]) -> float | None:
 
 
 def aggregate_status(statuses: Iterable[Status | str]) -> Status:
-    """Status of a group of cases (a suite): FAIL if any FAIL; else ERROR if any ERROR; else INTERRUPTED if
-    any INTERRUPTED; else PASS if at least one PASS (the rest being SKIP, which are listed per case); else
-    SKIP (all SKIP, or no case at all). An all-SKIP suite is never PASS."""
+    """Status of a group of cases (a suite): FAIL if any FAIL; else INTERMITTENT if any INTERMITTENT; else ERROR
+    if any ERROR; else INTERRUPTED if any INTERRUPTED; else PASS if at least one PASS (the rest being SKIP, which
+    are listed per case); else SKIP (all SKIP, or no case at all). An all-SKIP suite is never PASS."""
     present = {Status(s) for s in statuses}
-    for s in (Status.FAIL, Status.ERROR, Status.INTERRUPTED, Status.PASS):
+    for s in (Status.FAIL, Status.INTERMITTENT, Status.ERROR, Status.INTERRUPTED, Status.PASS):
         if s in present:
             return s
     return Status.SKIP
@@ -197,6 +201,13 @@ def failure_text(record: Result) -> str:
     if record.get("error"):
         lines.append(f"error: {record['error']}")
     base = str(record.get("case_log_dir", ""))
+    verdicts = record.get("verdicts")
+    if isinstance(verdicts, list) and len(verdicts) > 1:
+        lines.append(f"attempts: {record.get('pass_count')} of {len(verdicts)} PASS ({', '.join(map(str, verdicts))})")
+        for a in record.get("attempts_run") or []:
+            if isinstance(a, Mapping) and a.get("status") != Status.PASS.value:
+                where = f"{base}/{a.get('dir')}" if base else str(a.get("dir"))
+                lines.append(f"attempt {a.get('attempt')} {a.get('status')} ({where}): {a.get('summary')}")
     evidence = [f"{base}/{e}" if base else str(e) for e in record.get("evidence") or []]
     lines.append(f"case dir: {base}")
     lines.extend(f"evidence: {e}" for e in evidence)
@@ -208,12 +219,34 @@ def failure_text(record: Result) -> str:
 # --------------------------------------------------------------------------------------------- release
 
 
+#: The three answers of a release decision.
+YES, NO, NOT_APPLICABLE = "YES", "NO", "n/a"
+
+
 @dataclass(frozen=True)
 class ReleaseDecision:
-    """``ready`` is True only if ``reasons`` is empty; each reason is one readable line."""
+    """``verdict``: YES, NO or n/a; ``ready`` is True only for YES (then ``reasons`` is empty); each reason is one
+    readable line. ``profiles``: per cluster the release profile that decided (``c1: seed-t4 (inventory)``);
+    ``partial``: for a run that did not select every required case, ``partial selection: N of M required cases``."""
 
     ready: bool
     reasons: tuple[str, ...]
+    verdict: str = ""
+    profiles: tuple[str, ...] = ()
+    partial: str | None = None
+
+    @property
+    def answer(self) -> str:
+        """YES, NO or n/a."""
+        return self.verdict or (YES if self.ready else NO)
+
+    @property
+    def label(self) -> str:
+        """The answer as every report prints it: ``YES``, ``NO`` or ``n/a (partial selection: 3 of 35 required
+        cases)``."""
+        if self.answer == NOT_APPLICABLE and self.partial:
+            return f"{NOT_APPLICABLE} ({self.partial})"
+        return self.answer
 
 
 def default_required(results: Iterable[Result]) -> set[str]:
@@ -226,41 +259,145 @@ def case_where(r: Result) -> str:
     return f"{r['cluster']}/{r['suite']}/{r['case_id']}"
 
 
+def ran_workloads(record: Result) -> bool:
+    """Whether the case ran workloads (its evidence has their outputs, ``pods/...``): then a verdict about the SUT
+    needs the SUT in their path. MET-001's scrape of the scheduler runs none."""
+    return any(str(e).startswith("pods/") for e in record.get("evidence") or [])
+
+
+def sut_path_problem(record: Result) -> str | None:
+    """Why a record's verdict does not show the SUT in its workloads' path (its ``sut_in_path`` check is absent or
+    not ok), or None when it does."""
+    checks = [c for c in record.get("checks") or [] if isinstance(c, Mapping) and c.get("name") == "sut_in_path"]
+    if not checks:
+        return "no sut_in_path check in its record: the SUT was not shown in its workloads' path"
+    bad = [c for c in checks if c.get("ok") is not True]
+    if bad:
+        return f"sut_in_path not ok: {bad[0].get('detail') or 'not established'}"
+    return None
+
+
+def profile_line(cluster: str, info: Mapping[str, Any]) -> str:
+    """``c1: seed-t4 (inventory release_profile), 35 required cases``: what the reports say decided a cluster."""
+    required = info.get("required") or []
+    source = f" ({info['source']})" if info.get("source") else ""
+    return f"{cluster}: {info.get('profile') or 'selection'}{source}, {len(required)} required case(s)"
+
+
 def release_decision(
     results: Sequence[Result],
     required: set[str] | None = None,
     *,
     clusters: Iterable[str] = (),
     interrupted: bool = False,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
+    selected: Sequence[Mapping[str, Any]] | None = None,
+    sut_judging_suites: Iterable[str] = (),
 ) -> ReleaseDecision:
-    """Release recommendation: ready only if there are results, at least one PASS, no case (required or not)
-    is FAIL, ERROR or INTERRUPTED, every ``required`` case id has a result and none of its results is SKIP,
-    every cluster in ``clusters`` (from run.json) has results, and the run was not ``interrupted``.
+    """The release decision of a run: YES, NO or n/a (docs/release.md).
 
-    ``required`` defaults to :func:`default_required`. Otherwise NO, with one reason per problem.
+    ``profiles`` (run.json's ``release_profiles``): per cluster ``{"profile", "source", "required": [case ids],
+    "sut": bool, "sut_reason"}``; ``selected`` (run.json's ``selected``): the ``{"cluster", "case_id"}`` the run
+    selected; ``sut_judging_suites``: the suites whose verdicts are about the SUT.
+
+    YES only when every cluster has the SUT (``sut``), the run selected every case of each cluster's profile, each
+    of them has a result and none is SKIP, a PASS of a ``sut_judging_suites`` case that ran workloads has its
+    ``sut_in_path`` check ok, there are results, at least one PASS, no case (required or not) is FAIL,
+    INTERMITTENT, ERROR or INTERRUPTED, every cluster in ``clusters`` has results and the run was not
+    ``interrupted``. NO when one of those fails, except that a partial selection (a required case not selected) is
+    n/a, "partial selection: N of M required cases", unless something refuses the release whatever was selected:
+    a cluster without the SUT, a FAIL or INTERMITTENT case, a PASS without the SUT in its path.
+
+    Without ``profiles`` (a run stored before profiles, a soak, a legacy scenario) the required case ids are
+    ``required`` (default :func:`default_required`) and a partial selection cannot be told: YES or NO.
     """
     required = default_required(results) if required is None else set(required)
     reasons: list[str] = []
+    refusals: list[str] = []  # reasons that say NO whatever the selection
+    lines: list[str] = []
+    partial: str | None = None
+    judging = set(sut_judging_suites)
+    required_on: dict[str, set[str]] = {}
+    if profiles:
+        chosen: dict[str, set[str]] = {}
+        for s in selected or []:
+            if isinstance(s, Mapping):
+                chosen.setdefault(str(s.get("cluster")), set()).add(str(s.get("case_id")))
+        have = sum_required = 0
+        for cluster, info in profiles.items():
+            needed = {str(c) for c in info.get("required") or []}
+            required_on[cluster] = needed
+            lines.append(profile_line(cluster, info))
+            if not info.get("sut", True):
+                refusals.append(f"cluster {cluster} has no SUT: {info.get('sut_reason') or 'the SUT is not there'}")
+            have += len(needed & chosen.get(cluster, set()))
+            sum_required += len(needed)
+        if have < sum_required:
+            partial = f"partial selection: {have} of {sum_required} required cases"
+            missing = sorted({c for cl, need in required_on.items() for c in need - chosen.get(cl, set())},
+                             key=artifacts.natural_key)
+            shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
+            reasons.append(f"{partial}; not selected: {shown}")
     if not results:
         reasons.append("no case results in this run")
     if interrupted:
         reasons.append("the run was interrupted (Ctrl-C) before it finished")
-    for status in (Status.FAIL, Status.ERROR, Status.INTERRUPTED):
+    for status in (Status.FAIL, Status.INTERMITTENT, Status.ERROR, Status.INTERRUPTED):
         for r in results:
             if record_status(r) is status:
-                reasons.append(f"{status.value}: {case_where(r)}: {cell_text(r.get('summary'))}")
-    present = {str(r["case_id"]) for r in results}
-    for case_id in sorted(required - present, key=artifacts.natural_key):
-        reasons.append(f"required case missing: {case_id}")
+                line = f"{status.value}: {case_where(r)}: {cell_text(r.get('summary'))}"
+                (refusals if status in (Status.FAIL, Status.INTERMITTENT) else reasons).append(line)
+
+    def is_required(r: Result) -> bool:
+        needed = required_on.get(str(r["cluster"])) if profiles else required
+        return needed is not None and str(r["case_id"]) in needed
+
+    if profiles:
+        for cluster, needed in required_on.items():
+            selected_here = {str(s.get("case_id")) for s in selected or []
+                             if isinstance(s, Mapping) and str(s.get("cluster")) == cluster}
+            present = {str(r["case_id"]) for r in results if str(r["cluster"]) == cluster}
+            for case_id in sorted((needed & selected_here) - present, key=artifacts.natural_key):
+                reasons.append(f"required case missing: {cluster}/{case_id}")
+    else:
+        present = {str(r["case_id"]) for r in results}
+        for case_id in sorted(required - present, key=artifacts.natural_key):
+            reasons.append(f"required case missing: {case_id}")
     for r in results:
-        if str(r["case_id"]) in required and record_status(r) is Status.SKIP:
+        if is_required(r) and record_status(r) is Status.SKIP:
             reasons.append(f"required case skipped: {case_where(r)}: {cell_text(r.get('summary'))}")
+        has_sut = (profiles or {}).get(str(r["cluster"]), {}).get("sut", True)  # without it: refused above
+        if (is_required(r) and has_sut and record_status(r) is Status.PASS and str(r["suite"]) in judging
+                and ran_workloads(r)):
+            problem = sut_path_problem(r)
+            if problem:
+                refusals.append(f"PASS without the SUT in the path: {case_where(r)}: {problem}")
     seen_clusters = {str(r["cluster"]) for r in results}
     for cluster in sorted(set(clusters) - seen_clusters, key=artifacts.natural_key):
         reasons.append(f"cluster {cluster} has no case results")
     if results and not any(record_status(r) is Status.PASS for r in results):
         reasons.append("no case passed")
-    return ReleaseDecision(not reasons, tuple(reasons))
+    every = tuple(refusals + reasons)
+    if refusals:
+        verdict = NO
+    elif partial:
+        verdict = NOT_APPLICABLE
+    else:
+        verdict = NO if reasons else YES
+    return ReleaseDecision(verdict == YES, every, verdict, tuple(lines), partial)
+
+
+def decision_of_run(results: Sequence[Result], meta: Mapping[str, Any], required: set[str] | None = None,
+                    *, interrupted: bool | None = None) -> ReleaseDecision:
+    """:func:`release_decision` of a stored run from its run.json (``meta``): its clusters, interruption, release
+    profiles, selection and SUT-judging suites; ``required`` defaults to run.json's ``required`` (then the
+    records' flags)."""
+    if required is None:
+        required = set(meta.get("required") or []) or None
+    return release_decision(results, required, clusters=meta.get("clusters") or (),
+                            interrupted=bool(meta.get("interrupted")) if interrupted is None else interrupted,
+                            profiles=meta.get("release_profiles") or None, selected=meta.get("selected") or (),
+                            sut_judging_suites=meta.get("sut_judging_suites") or ())
 
 
 def release_scope(results: Sequence[Result], meta: Mapping[str, Any]) -> str:
@@ -315,8 +452,7 @@ def run_overview(results: Sequence[Result], meta: Mapping[str, Any] | None = Non
     required = default_required(results) if required is None else set(required)
     clusters = sorted({str(r["cluster"]) for r in results} | {str(x) for x in meta.get("clusters") or []},
                       key=artifacts.natural_key)
-    decision = release_decision(results, required, clusters=meta.get("clusters") or (),
-                                interrupted=bool(meta.get("interrupted")))
+    decision = decision_of_run(results, meta, required)
     suites = []
     for (cluster, suite), group in suite_groups(results).items():
         gc = counts(group)

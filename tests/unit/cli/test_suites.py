@@ -8,7 +8,7 @@ from xpushare.cli.collection import namespace
 from xpushare.cli.suites import SUITE_TASKS, SuiteFlags, by_prefix, by_suite, fail, matrix
 
 SHARED = ["cluster", "case", "playbook", "run_id", "resume", "set_", "root", "inventory_", "wait", "dry_run",
-          "output", "verbose", "maxfail"]
+          "output", "verbose", "maxfail", "repeat"]
 
 
 def test_every_suite_task_takes_the_shared_flags_in_order() -> None:
@@ -42,12 +42,14 @@ def test_a_suite_task_hands_the_engine_its_request(monkeypatch: pytest.MonkeyPat
     fail(Context(), "c1", case=["FAIL-002"], wait=True)
     matrix(Context(), "local", suite=["func"], case=["PERF-001"])
     fail(Context(), "c1", maxfail="2")
+    fail(Context(), "c1", repeat="3")
     assert seen[0].overrides == ("x=1", "allow_disruptive=true") and str(seen[0].root) == "/r"
     assert seen[0].case_ids and all(c.startswith("FAIL-") for c in seen[0].case_ids)
     assert seen[1].overrides == () and seen[1].case_ids == ("FAIL-002",) and seen[1].suites == ()
     assert seen[1].wait and not seen[0].wait
     assert seen[2].suites == ("func",) and seen[2].case_ids == ("PERF-001",) and seen[2].cluster == "local"
     assert seen[0].maxfail is None and seen[3].maxfail == 2
+    assert seen[0].repeat == 1 and seen[4].repeat == 3
 
 
 @pytest.mark.parametrize("bad", ["0", "x", "-1"])

@@ -71,3 +71,7 @@ def test_a_run_with_output_json_prints_one_record_and_its_progress_on_stderr(tmp
     assert record["counts"]["SKIP"] == 1 and record["release_ready"] is False and record["release_reasons"]
     assert [c["case_id"] for c in record["cases"]] == ["FUNC-009"]
     assert "[xpushare] done: SKIP 1; release_ready: NO" in proc.stderr
+    # the local cluster has no SUT (host mode, no sut_lib): NO whatever it selected, and the profile that decided
+    assert record["release_decision"] == "NO" and "profile local=host" in proc.stderr
+    assert record["release_profiles"][0].startswith("local: host (default for host mode")
+    assert any("cluster local has no SUT" in r for r in record["release_reasons"])

@@ -90,8 +90,10 @@ def md_table(section: str) -> list[list[str]]:
 
 def test_counts_keep_every_status_apart() -> None:
     results = [make_record(status=s) for s in ("PASS", "SKIP", "SKIP", "ERROR", "INTERRUPTED", "FAIL")]
-    assert summaries.counts(results) == {"PASS": 1, "FAIL": 1, "SKIP": 2, "ERROR": 1, "INTERRUPTED": 1}
-    assert summaries.counts([]) == {"PASS": 0, "FAIL": 0, "SKIP": 0, "ERROR": 0, "INTERRUPTED": 0}
+    assert summaries.counts(results) == {"PASS": 1, "FAIL": 1, "INTERMITTENT": 0, "SKIP": 2, "ERROR": 1,
+                                         "INTERRUPTED": 1}
+    assert summaries.counts([]) == {"PASS": 0, "FAIL": 0, "INTERMITTENT": 0, "SKIP": 0, "ERROR": 0,
+                                    "INTERRUPTED": 0}
     with pytest.raises(ValueError):
         summaries.counts([make_record(status="OK")])
 
@@ -239,7 +241,7 @@ def test_markdown_totals_never_count_skip_as_pass(mixed: tuple[Path, build.Repor
     _, paths = mixed
     text = paths.markdown.read_text(encoding="utf-8")
     overview = md_section(text, "Overview")
-    assert "PASS 1, FAIL 1, SKIP 1, ERROR 1, INTERRUPTED 1" in overview
+    assert "PASS 1, FAIL 1, INTERMITTENT 0, SKIP 1, ERROR 1, INTERRUPTED 1" in overview
     assert "pass rate: 25.0%" in overview  # 1 PASS of the 4 non-SKIP cases
     assert "SKIP" in overview.split("pass rate:")[1]  # the definition is stated
 

@@ -21,7 +21,8 @@ def store(root: Path, run_id: str, started: str | None, cases: list[dict[str, An
     run_dir = artifacts.run_dir(root, run_id)
     run_dir.mkdir(parents=True)
     if started is not None:
-        artifacts.write_run_meta(run_dir, {"run_id": run_id, "clusters": [cluster], "started": started})
+        artifacts.write_run_meta(run_dir, {"run_id": run_id, "clusters": [cluster], "started": started,
+                                           "exit_status": 1, "interrupted": False})
     for case in cases:
         suite = "performance" if case["case_id"].startswith("PERF") else "functional"
         record = {"run_id": run_id, "cluster": cluster, "suite": suite, "summary": "", **case}
@@ -65,8 +66,10 @@ def test_last_is_the_latest_started_run(two_runs: Path, tmp_path_factory: pytest
 def test_list_runs_counts_and_overall(two_runs: Path) -> None:
     store(two_runs, "c-empty", None, [])
     runs = {r.run_id: r for r in list_runs(two_runs)}
-    assert runs["zz-a"].overall == "FAIL" and runs["zz-a"].counts["PASS"] == 2 and runs["zz-a"].counts["FAIL"] == 1
-    assert runs["b"].overall == "FAIL" and runs["b"].counts["SKIP"] == 1
+    # the overall column is the release decision, never a verdict (docs/release.md)
+    assert runs["zz-a"].overall == "NO" and runs["zz-a"].counts["PASS"] == 2 and runs["zz-a"].counts["FAIL"] == 1
+    assert runs["zz-a"].verdicts == "FAIL" and runs["zz-a"].exit_status == 1
+    assert runs["b"].overall == "NO" and runs["b"].counts["SKIP"] == 1
     assert runs["b"].suites == ("functional", "performance") and runs["b"].clusters == ("c1",)
     assert runs["c-empty"].overall == NO_CASES and runs["c-empty"].started is None
     assert not runs["c-empty"].started_cases and runs["b"].started_cases
