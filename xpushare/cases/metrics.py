@@ -99,6 +99,7 @@ from xpushare.judge.metrics_counters import (
 from xpushare.judge.metrics_gauges import GAUGE_KEYS, SERIES_FILE, gauge_checks
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.premises import GPU, NVML, SCHEDULER_METRICS, SUT
 from xpushare.model.verdict import Status, Verdict
 
 W4_ALLOC_FREE = "w4_alloc_free"
@@ -447,21 +448,22 @@ def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 # -------------------------------------------------------------------------------------- the cases
 
-_K8S = frozenset({CAP_KUBERNETES})
+_METRICS = frozenset({SCHEDULER_METRICS})
+_K8S = frozenset({CAP_KUBERNETES, SUT, GPU}) | _METRICS
 SUITE = "metrics"
 
 register(CaseDef(
     "MET-001", SUITE, "/healthz and /metrics reachable", "-",
     "GET /healthz and /metrics of the scheduler (k8s: on met_node, curl from the node; host: scheduler.metrics_url)",
     "metrics_health.txt (HTTP_CODE, OK), metrics.txt (parses, SUT-prefixed samples)",
-    params=_params("001"), act=_met001, judge=_judge001,
+    requires=_METRICS, params=_params("001"), act=_met001, judge=_judge001,
 ))
 register(CaseDef(
     "MET-002", SUITE, "Required metrics present", "W5",
     "W5 probe; poll its node's /metrics until the probe's client shows (host mode: probe only with sut_lib, "
     "matched by host_pid)",
     "metrics_mid.txt against xpushare/data/required_metrics.yaml (missing_metrics, missing_metric_count)",
-    params=_params("002"), act=_met002, judge=_judge002,
+    requires=_METRICS | {SUT, GPU}, params=_params("002"), act=_met002, judge=_judge002,
 ))
 register(CaseDef(
     "MET-003", SUITE, "Memory metrics consistent", "W5",
@@ -471,7 +473,8 @@ register(CaseDef(
     "scheduler.log (MEM_UPDATE lines, debug mode); metrics_series.jsonl while W4 allocates and frees beside the "
     "probe: client count, running clients, managed allocation, running memory, NVML process and device memory "
     "against scheduler.log, the loop's own 'Reported memory usage' lines and the node sampler",
-    requires=_K8S, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
+    requires=_K8S | {NVML},
+    params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
                                   met003_alloc_rounds=3, met003_alloc_mib=256, met003_alloc_hold_s=4.0,
                                   met003_alloc_core_limit=50,
                                   met003_series_interval_s=1.0, met003_series_tail_s=4.0, met003_series_lag_s=1.0,
@@ -503,14 +506,15 @@ register(CaseDef(
     "MET-006", SUITE, "GPU utilization follows dmon", "W5",
     "W5 probe; scrape its node's /metrics every 2 s for 30 s while nvidia-smi dmon runs on the node",
     "metrics_series.jsonl (gpu_utilization_ratio), remote_<node>_dmon.txt (sm column from the header)",
-    requires=_K8S, params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
+    requires=_K8S | {NVML},
+    params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
     act=_met006, judge=_judge006,
 ))
 register(CaseDef(
     "MET-007", SUITE, "Scrape at 2 s", "-",
     "no workload; scrape /metrics every 2 s for met007_duration_s (120 s), then GET /healthz",
     "metrics_series.jsonl (success ratio, scrape latency p50/p99), metrics_health.txt",
-    params=_params("007"), act=_met007, judge=_judge007,
+    requires=_METRICS, params=_params("007"), act=_met007, judge=_judge007,
 ))
 register(CaseDef(
     "MET-008", SUITE, "High-memory alert", "W5",
