@@ -136,7 +136,7 @@ def _why_unmet(name: str, facts: ClusterFacts) -> str | None:
         return None if facts.kubernetes or name in facts.capabilities else f"needs Kubernetes ({_HOST_MODE})"
     if name == "sut":
         return None if facts.kubernetes or facts.sut_lib else (
-            "the SUT is not in the path: host mode without the client library (set sut_lib in the inventory; "
+            "host mode without the SUT's client library in the workloads' path (set sut_lib in the inventory; "
             "invoke deploy installs it)")
     if name == "client-library":
         return None if facts.kubernetes or name in facts.capabilities else (
