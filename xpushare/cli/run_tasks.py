@@ -109,16 +109,16 @@ def cases_(c: Context, suite: str | None = None, output: str | None = None) -> N
         from tabulate import tabulate
 
         from xpushare.cases import REGISTRY
+        from xpushare.cases.premise_table import case_premises
         from xpushare.engine import plan
-        from xpushare.engine.lifecycle import premise_names
 
         fmt = output_format(output)
         wanted = plan.normalise_suite(suite) if suite else None
         chosen = [cd for cd in REGISTRY.values() if wanted in (None, cd.suite)]
-        records = [{"case": cd.case_id, "suite": cd.suite, "title": cd.title, "premises": premise_names(cd),
+        records = [{"case": cd.case_id, "suite": cd.suite, "title": cd.title, "premises": case_premises(cd),
                     "implemented": cd.act is not None, "implemented_by": None if cd.act else cd.implemented_by}
                    for cd in chosen]
-        rows = [[cd.case_id, cd.suite, cd.title, ",".join(premise_names(cd)) or "-",
+        rows = [[cd.case_id, cd.suite, cd.title, ",".join(case_premises(cd)) or "-",
                  "yes" if cd.act else f"no ({cd.implemented_by})"] for cd in chosen]
         text = tabulate(rows, headers=["case", "suite", "title", "premises", "implemented"])
         print(render(records, fmt, text=text))

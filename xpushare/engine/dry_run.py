@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
-from xpushare.engine.lifecycle import cluster_facts, inventory_gpu_count, premise_names, skip_reason
+from xpushare.cases.premise_table import case_premises
+from xpushare.engine.lifecycle import cluster_facts, inventory_gpu_count, skip_reason
 from xpushare.engine.plan import Selection, expected_case_duration, resolved_params
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.premises import ClusterFacts, unmet_before
@@ -64,7 +65,7 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
         resolved = resolved_params(case, cluster, selection, overrides)
         values = {name: value for name, (value, _) in resolved.items()}
         reason = _planned_skip(case, values, capabilities, cluster.mode, facts)
-        names = premise_names(case)
+        names = case_premises(case)
         unmet_names = [n for n in names if unmet_before([n], facts) is not None]
         seconds, basis = expected_case_duration(case, cluster, values, root)
         planned.append({

@@ -28,7 +28,7 @@ from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
-from xpushare.model.premises import PREMISES, ClusterFacts, unmet, unmet_before
+from xpushare.model.premises import ClusterFacts, unmet, unmet_before
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
 from xpushare.report.output import plain
@@ -78,11 +78,6 @@ def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str,
     if case.act is None or case.judge is None:
         return f"not implemented in this version (comes with {case.implemented_by})"
     return None
-
-
-def premise_names(case: CaseDef) -> list[str]:
-    """The premises ``case`` declares, in :data:`~xpushare.model.premises.PREMISES` order (as listed and checked)."""
-    return [name for name in PREMISES if name in case.requires]
 
 
 _GPU_PREMISES = frozenset({"gpu", "two-gpus", "nvml"})

@@ -161,7 +161,7 @@ def test_the_busy_kernel_assembles_for_sm_80_and_sm_90(tmp_path: Path) -> None:
 def test_compute_cases_need_kubernetes_and_skip_in_host_mode() -> None:
     for case in ("ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016"):
         reason = skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "host")
-        assert reason == "needs Kubernetes (this cluster runs in host mode)", (case, reason)
+        assert reason == "premise unmet: kubernetes: needs Kubernetes (this cluster runs in host mode)", (case, reason)
         assert skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "k8s") is None
 
 
