@@ -47,7 +47,7 @@ from xpushare.judge import quota_probe, thresholds
 from xpushare.judge.metrics import read_capture
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.errors import XpushareError
-from xpushare.model.premises import GPU, SUT, TWO_GPUS
+from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 W3 = "w3_idle_add"
@@ -384,7 +384,7 @@ register(
         "2 pods with gpu-core-limit 30 / 70 and oversubscription on, on one GPU (placement confirmed from the "
         "registration lines); wait until all end",
         "pods/*.log runtimes, gpu_mapping.txt, pods.json",
-        requires=_K8S,
+        requires=_K8S | {TWO_PODS_ONE_GPU},
         # "quota still in force, higher quota faster" (seed 000 §8): at least halfway from no quota effect (1)
         # towards the ideal 70/30 = 2.33, as FUNC-009
         params={"combo002_cores": [30, 70], "combo002_min_ratio": 1.5},

@@ -41,7 +41,7 @@ def colocated_pair(
     Host mode pins the second to the first's GPU. In Kubernetes the device plugin gives each pod the
     least-loaded GPU of its node, so ``gpus + 1`` pods pinned to the node with the fewest GPUs bring the
     last pod back to the first one's GPU; fillers in between carry no quota. The judgment confirms the
-    placement from the scheduler's registration lines and SKIPs when it did not happen.
+    placement from the scheduler's registration lines: one that did not happen is ERROR, premise two-pods-one-gpu.
     """
     node, gpus = run.backend.colocation_target()
     a = run.pod(f"{prefix}-a", workload, **first)
@@ -438,7 +438,7 @@ register(
         "W2",
         "30 % and 60 % pods on one GPU (placement confirmed from registration lines)",
         "pods/*.log runtimes, gpu_mapping.txt",
-        requires=_K8S,
+        requires=_K8S | {TWO_PODS_ONE_GPU},
         # "clearly faster" (seed 000 §7): at least halfway from no quota effect (1) to the ideal 60/30 = 2; pods
         # that merely start a little apart on an unenforced GPU finish in start order (1.33 seen on the lab)
         params={"func009_min_ratio": 1.5},

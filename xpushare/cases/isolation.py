@@ -20,7 +20,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge import isolation
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION, ISOLATION_COMPUTE
-from xpushare.model.premises import GPU, SUT
+from xpushare.model.premises import GPU, SUT, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 MEM_PROBE = "mem_probe"
@@ -190,7 +190,8 @@ for _id, _path, _beside, _title, _takers in COMPUTE_PATHS:
             COMPUTE_PROBE,
             _op,
             "pods/*.log ([XPUSHARE][COMPUTE_PROBE] kernels, events and wall clock per interval), pods.json",
-            requires=frozenset({CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU}),
+            requires=frozenset({CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU}
+                               | ({TWO_PODS_ONE_GPU} if _beside else set())),
             params=dict(ISO_COMPUTE_PARAMS),
             act=_compute_act(_path, _beside),
             judge=_compute_judge,

@@ -45,7 +45,7 @@ from xpushare.cases.performance_support import (
 from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
 from xpushare.model.errors import XpushareError
-from xpushare.model.premises import GPU, SUT, TWO_GPUS
+from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 from xpushare.report import plots
 
@@ -379,7 +379,8 @@ register(_perf_case(
     "30 % and 60 % pods on one GPU (pinned node, registration lines, bounded retries), then the baseline; "
     "runtime ratios vs ideal within ±10 % (T4 ±12 %)",
     "pods/*.log, pods.json + gpu_mapping.txt (placement), plan.json attempts, runtime_vs_quota.png",
-    requires=_K8S, params=_p(perf004_quotas=[30, 60], **_MIXED), act=_perf004, judge=_judge004,
+    requires=_K8S | {TWO_PODS_ONE_GPU}, params=_p(perf004_quotas=[30, 60], **_MIXED), act=_perf004,
+    judge=_judge004,
 ))
 register(_perf_case(
     "PERF-005", "performance", "Oversubscription cost (T4)", "W1, oversub",

@@ -122,7 +122,7 @@ def test_beside_a_neighbour_the_mixed_tolerance_applies_and_placement_is_confirm
     v = judge_compute_path(evidence(starved), TH, plan(neighbour=NEIGHBOUR))
     assert v.status.value == "FAIL" and v.summary.startswith("neighbour_quota_held") and "starved" in v.summary
     v = judge_compute_path(evidence(logs, [record(POD), record(NEIGHBOUR, gpu="GPU-b")]), TH, plan(neighbour=NEIGHBOUR))
-    assert v.status.value == "SKIP" and "co-location" in v.summary
+    assert v.status.value == "ERROR" and v.summary.startswith("premise unmet: two-pods-one-gpu: co-location")
     v = judge_compute_path(evidence(logs, [record(POD), record(NEIGHBOUR, phase="Failed")]), TH,
                            plan(neighbour=NEIGHBOUR))
     assert v.status.value == "FAIL", v.summary  # a failed neighbour is not hidden behind a SKIP
