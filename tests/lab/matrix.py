@@ -139,7 +139,8 @@ HOST_MODE: dict[str, str] = {
 #: Breakages of what every verdict about the SUT rests on (judge/sut_path.py: the SUT in each workload's path, its
 #: GPU identity against NVML) that no row of the lab's matrix carries, and where each is shown to turn the verdict.
 OUTSIDE_MATRIX: dict[str, str] = {
-    "a client library the loader refuses": "FUNC-003 ERROR `SUT not in the path: ... preload refused` on the host-mode "
+    "a client library the loader refuses": "FUNC-003 ERROR `premise unmet: sut: SUT not in the path: ... preload "
+    "refused` on the host-mode "
                                            "lab (tests/e2e/test_host_real_sut.py); FUNC-001/004 ERROR on two H200 "
                                            "(docs/runs/2026-11-27-real-sut-2gpu), where FUNC-004 had passed on "
                                            "PyTorch's own out-of-memory error",
