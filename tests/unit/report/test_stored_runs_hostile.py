@@ -26,7 +26,7 @@ FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
 
 
 def invoke(*args: str, root: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
