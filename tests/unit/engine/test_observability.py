@@ -220,10 +220,15 @@ def test_plan_run_tells_which_cases_skip() -> None:
                           required=set())
     plan = dry_run.plan_run(selection.cases, local, selection, {}, frozenset())
     by_id = {c["case_id"]: c for c in plan["cases"]}
-    assert by_id["FUNC-001"]["plan"] == "RUN" and by_id["FUNC-001"]["skip_reason"] is None
+    # local has no SUT (no sut_lib): FUNC-001 SKIPs naming the premise (issue 35: it used to PASS)
+    assert by_id["FUNC-001"]["plan"] == "SKIP" and by_id["FUNC-001"]["skip_reason"].startswith("premise unmet: sut: ")
+    assert by_id["FUNC-001"]["premises_unmet"] == ["sut"]
     assert "client library" in by_id["FUNC-004"]["skip_reason"]
     assert "needs Kubernetes" in by_id["FUNC-009"]["skip_reason"]
     assert by_id["FUNC-001"]["expected_duration_s"] is None
+    with_sut = dataclasses.replace(local, sut_lib="/opt/xpushare/libxpushare.so")
+    runs = dry_run.plan_run([REGISTRY["FUNC-001"]], with_sut, selection, {}, frozenset({"client-library"}))
+    assert runs["cases"][0]["plan"] == "RUN" and runs["cases"][0]["skip_reason"] is None
     k8s = dataclasses.replace(local, mode="k8s")
     caps = frozenset({"kubernetes", "annotations", "client-library", "scheduler-process"})
     fail = dry_run.plan_run([REGISTRY["FAIL-001"]], k8s, selection, {}, caps)["cases"][0]
