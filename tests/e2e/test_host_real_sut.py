@@ -447,8 +447,8 @@ def test_spread_case_with_a_library_the_loader_refuses_is_error(tmp_path: Path) 
     """``sut_lib`` names a file the dynamic loader cannot preload: the workloads run without the SUT (the loader
     only warns), so their success says nothing about it. FUNC-003 is ERROR "SUT not in the path", never PASS."""
     got, case, detail = spread_case(tmp_path, unloadable=True)
-    assert got["status"] == "ERROR" and got["summary"].startswith("SUT not in the path: func-003-w2-1: preload "
-                                                                  "refused"), detail
+    assert got["status"] == "ERROR" and got["summary"].startswith(
+        "premise unmet: sut: SUT not in the path: func-003-w2-1: preload refused"), detail
     path = next(c for c in got["checks"] if c["name"] == "sut_in_path")
     assert path["ok"] is None and len(path["values"]["not_in_path"]) == 4, path
     assert "cannot be preloaded" in (case / "pods" / "func-003-w2-1.log").read_text()

@@ -27,6 +27,7 @@ from typing import Any
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.mutants import MUTANTS, build_mutant
+from xpushare.cases.premise_table import premises_markdown
 from xpushare.transport.kubectl import Kubectl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +141,8 @@ HOST_MODE: dict[str, str] = {
 #: Breakages of what every verdict about the SUT rests on (judge/sut_path.py: the SUT in each workload's path, its
 #: GPU identity against NVML) that no row of the lab's matrix carries, and where each is shown to turn the verdict.
 OUTSIDE_MATRIX: dict[str, str] = {
-    "a client library the loader refuses": "FUNC-003 ERROR `SUT not in the path: ... preload refused` on the host-mode "
+    "a client library the loader refuses": "FUNC-003 ERROR `premise unmet: sut: SUT not in the path: ... preload "
+    "refused` on the host-mode "
                                            "lab (tests/e2e/test_host_real_sut.py); FUNC-001/004 ERROR on two H200 "
                                            "(docs/runs/2026-11-27-real-sut-2gpu), where FUNC-004 had passed on "
                                            "PyTorch's own out-of-memory error",
@@ -301,7 +303,9 @@ def caught(row: Row, outcome: Outcome) -> bool:
 
 
 def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Sequence[str] | None = None) -> str:
-    """docs/verdicts.md: the matrix, per case the breakages that turn it FAIL, the unreachable cases, the score."""
+    """docs/verdicts.md: the matrix, per case the breakages that turn it FAIL, the unreachable cases, what every
+    verdict rests on and the premises of every case (:func:`~xpushare.cases.premise_table.premises_markdown`), the
+    score."""
     cases = list(cases or cases_of(rows))
     healthy = outcomes.get(HEALTHY)
     baselines = [r for r in healthy_rows(rows) if r.breakage in outcomes]
@@ -344,6 +348,7 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
               "SUT\"); every case's verdict, that no GPU it used faulted during it (judge/gpu_faults.py). The "
               "breakages of those checks, and where each is shown:", ""]
     lines += [f"- {what}: {how}" for what, how in OUTSIDE_MATRIX.items()]
+    lines += ["", *premises_markdown().rstrip("\n").split("\n")]  # from the registry, no lab run
     mutants = [r for r in rows if r.kind == "mutant"]
     caught_mutants = [r.breakage for r in mutants if r.breakage in outcomes and caught(r, outcomes[r.breakage])]
     caught_mutants += [m for m in HOST_MODE if m in MUTANTS]

@@ -1,6 +1,6 @@
 """Case definitions: one :class:`CaseDef` per row of the seed's matrix, and the registry of all of them.
 
-A case reads like its row in the seed table: id, title, where it applies (``requires``), parameters
+A case reads like its row in the seed table: id, title, the premises its verdict rests on (``requires``), parameters
 with their defaults, the actions (``act``) and the judgment (``judge``). ``act`` only acts and
 collects; ``judge`` reads the case directory (through :class:`~xpushare.evidence.store.Evidence` and the
 ``plan.json`` that ``act`` wrote) and nothing else, so a stored run can be re-judged offline.
@@ -19,6 +19,7 @@ from xpushare.backends.base import Backend, PodRecord, PodSpec
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.atomic_file import atomic_write_text
+from xpushare.model.premises import PREMISES
 from xpushare.model.verdict import Verdict
 from xpushare.transport import activity, interrupt
 
@@ -124,6 +125,9 @@ class CaseDef:
     sampling: str
     """Which evidence it looks at."""
     requires: frozenset[str] = frozenset()
+    """The premises the verdict rests on (names of :data:`xpushare.model.premises.PREMISES`: ``sut``, ``gpu``,
+    ``kubernetes`` ...): one unmet before the act SKIPs the case naming it, one found unmet in the evidence makes
+    the verdict ERROR naming it (docs/verdicts.md "Premises")."""
     params: Mapping[str, Any] = field(default_factory=dict)
     act: Act | None = None
     judge: Judge | None = None
@@ -135,6 +139,9 @@ class CaseDef:
     expects_gpu_faults: bool = False
     """A case about GPU faults (FAIL-005..007 inject them): a fault during it is its subject, not a reason to
     make the verdict ERROR (docs/faults.md)."""
+    premise_notes: Mapping[str, str] = field(default_factory=dict)
+    """Why this case needs a premise, by premise name: added to its SKIP when that premise is unmet (MET-004: why
+    Kubernetes, not host mode)."""
 
 
 REGISTRY: dict[str, CaseDef] = {}
@@ -148,6 +155,9 @@ def register(case: CaseDef) -> CaseDef:
         raise ValueError(f"duplicate case id {case.case_id}")
     if case.suite not in SUITES:
         raise ValueError(f"{case.case_id}: unknown suite {case.suite}")
+    unknown = sorted(case.requires - set(PREMISES))
+    if unknown:
+        raise ValueError(f"{case.case_id}: unknown premise(s) {', '.join(unknown)}")
     REGISTRY[case.case_id] = case
     return case
 

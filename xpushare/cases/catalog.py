@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from xpushare.backends.base import CAP_KUBERNETES
 from xpushare.cases.base import REGISTRY, CaseDef, register
+from xpushare.model.premises import GPU, SUT
 
 _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("COMBO-001", "combination", "Oversubscription + static memory quota", "W1 oversub=1, quota 10Gi"),
@@ -73,7 +74,7 @@ for _id, _suite, _title, _op in _ROWS:
             "",
             _op,
             "",
-            requires=frozenset({CAP_KUBERNETES}) if _suite == "combination" else frozenset(),
+            requires=frozenset({SUT, GPU} | ({CAP_KUBERNETES} if _suite == "combination" else set())),
             implemented_by=_WORK[_suite],
         )
     )

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import CAP_KUBERNETES, PodRecord, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, PodRecord, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
 from xpushare.cases.functional import (
     DYNAMIC_MEMORY_PARAMS,
@@ -47,10 +47,11 @@ from xpushare.judge import quota_probe, thresholds
 from xpushare.judge.metrics import read_capture
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.errors import XpushareError
+from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 W3 = "w3_idle_add"
-_K8S = frozenset({CAP_KUBERNETES})
+_K8S = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU})
 
 #: The seed's defaults of the COMBO thresholds (the one table the judgments read too).
 _D = thresholds.COMBINATION
@@ -383,7 +384,7 @@ register(
         "2 pods with gpu-core-limit 30 / 70 and oversubscription on, on one GPU (placement confirmed from the "
         "registration lines); wait until all end",
         "pods/*.log runtimes, gpu_mapping.txt, pods.json",
-        requires=_K8S,
+        requires=_K8S | {TWO_PODS_ONE_GPU},
         # "quota still in force, higher quota faster" (seed 000 §8): at least halfway from no quota effect (1)
         # towards the ideal 70/30 = 2.33, as FUNC-009
         params={"combo002_cores": [30, 70], "combo002_min_ratio": 1.5},
@@ -483,7 +484,7 @@ register(
         "they run; wait until they end",
         "scheduler.log registration lines (GPU per pod), metrics_mid*.txt (quota series per pod and GPU), "
         "pods/*.log",
-        requires=_K8S,
+        requires=_K8S | {TWO_GPUS},
         params={**_MID, "combo008_pods": 8, "combo008_memory_limits": ["4Gi", "5Gi"], "combo008_w5_duration_s": 120,
                 "combo008_min_gpus": _D["combo008_min_gpus"],
                 "combo008_effective_tolerance_pct": _D["combo008_effective_tolerance_pct"]},

@@ -11,13 +11,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.collect.mem_probe import MEM_PROBE_PREFIX
 from xpushare.evidence.store import Evidence
 from xpushare.judge import functional, isolation, quota, quota_probe
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION
+from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 W2 = "w2_medium_add"
@@ -40,7 +41,7 @@ def colocated_pair(
     Host mode pins the second to the first's GPU. In Kubernetes the device plugin gives each pod the
     least-loaded GPU of its node, so ``gpus + 1`` pods pinned to the node with the fewest GPUs bring the
     last pod back to the first one's GPU; fillers in between carry no quota. The judgment confirms the
-    placement from the scheduler's registration lines and SKIPs when it did not happen.
+    placement from the scheduler's registration lines: one that did not happen is ERROR, premise two-pods-one-gpu.
     """
     node, gpus = run.backend.colocation_target()
     a = run.pod(f"{prefix}-a", workload, **first)
@@ -184,8 +185,9 @@ def ample_quota(run: CaseRun) -> str:
     return "4Gi" if "T4" in model else "8Gi"
 
 
-_K8S = frozenset({CAP_KUBERNETES})
-_LIB = frozenset({CAP_CLIENT_LIBRARY})
+_SUT = frozenset({SUT, GPU})
+_K8S = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS}) | _SUT
+_LIB = frozenset({CAP_CLIENT_LIBRARY}) | _SUT
 
 register(
     CaseDef(
@@ -195,6 +197,7 @@ register(
         "W2",
         "1 pod, no quota; wait until it ends",
         "pods/*.log (PASS, --- N seconds ---), pods.json",
+        requires=_SUT,
         act=_func001,
         judge=_judge_single,
     )
@@ -208,6 +211,7 @@ register(
         "2 pods pinned to the same GPU; wait until both end (func002_memory_limit: both get that memory "
         "quota annotation, which puts them under the scheduler's lock control: its time-slicing is judged)",
         "pods/*.log, pods.json (GPU, run intervals), scheduler.log (lock turns)",
+        requires=_SUT | {TWO_PODS_ONE_GPU},
         params={"func002_min_overlap_ratio": 0.5, "func002_memory_limit": None},
         act=_func002,
         judge=_judge_pair,
@@ -222,6 +226,7 @@ register(
         "ceil(1.5 x GPUs) pods, at least 2 (the seed's 12 for 8 cards; func003_pods fixes the count); wait "
         "until all end",
         "pods/*.log, pods.json (GPU per pod)",
+        requires=_SUT | {TWO_GPUS},
         params={"func003_pods": None, "func003_pods_per_gpu": 1.5},
         act=_func003,
         judge=_judge_spread,
@@ -433,7 +438,7 @@ register(
         "W2",
         "30 % and 60 % pods on one GPU (placement confirmed from registration lines)",
         "pods/*.log runtimes, gpu_mapping.txt",
-        requires=_K8S,
+        requires=_K8S | {TWO_PODS_ONE_GPU},
         # "clearly faster" (seed 000 §7): at least halfway from no quota effect (1) to the ideal 60/30 = 2; pods
         # that merely start a little apart on an unenforced GPU finish in start order (1.33 seen on the lab)
         params={"func009_min_ratio": 1.5},

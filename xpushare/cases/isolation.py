@@ -13,13 +13,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import colocated_pair
 from xpushare.evidence.store import Evidence
 from xpushare.judge import isolation
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION, ISOLATION_COMPUTE
+from xpushare.model.premises import GPU, SUT, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 MEM_PROBE = "mem_probe"
@@ -93,7 +94,7 @@ for _id, _path, _title, _takers in PATHS:
             f"1 pod probes path {_path} ({_takers}) in iso_step_mib MiB steps up to iso_cap_factor x the quota "
             "(never past the card's free memory) under iso_memory_limit (env in host mode, annotation in k8s)",
             "pods/*.log ([XPUSHARE][MEM_PROBE] accepted/refused bytes, cuMemGetInfo), pods.json",
-            requires=frozenset({CAP_CLIENT_LIBRARY}),
+            requires=frozenset({CAP_CLIENT_LIBRARY, SUT, GPU}),
             params=dict(ISO_PARAMS),
             act=_act(_path),
             judge=_judge,
@@ -189,7 +190,8 @@ for _id, _path, _beside, _title, _takers in COMPUTE_PATHS:
             COMPUTE_PROBE,
             _op,
             "pods/*.log ([XPUSHARE][COMPUTE_PROBE] kernels, events and wall clock per interval), pods.json",
-            requires=frozenset({CAP_CLIENT_LIBRARY, CAP_KUBERNETES}),
+            requires=frozenset({CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU}
+                               | ({TWO_PODS_ONE_GPU} if _beside else set())),
             params=dict(ISO_COMPUTE_PARAMS),
             act=_compute_act(_path, _beside),
             judge=_compute_judge,

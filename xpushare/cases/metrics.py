@@ -107,6 +107,7 @@ from xpushare.judge.metrics_counters import (
 from xpushare.judge.metrics_gauges import GAUGE_KEYS, SERIES_FILE, gauge_checks
 from xpushare.judge.quantity import annotation_bytes, core_limit_value
 from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.premises import GPU, NVML, SCHEDULER_METRICS, SUT
 from xpushare.model.verdict import Status, Verdict
 
 W4_ALLOC_FREE = "w4_alloc_free"
@@ -515,9 +516,10 @@ def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 # -------------------------------------------------------------------------------------- the cases
 
-_K8S = frozenset({CAP_KUBERNETES})
+_METRICS = frozenset({SCHEDULER_METRICS})
+_K8S = frozenset({CAP_KUBERNETES, SUT, GPU}) | _METRICS
 #: MET-003, 006, 008 in both modes: a probe that registers with the scheduler (host mode: the client library, sut_lib).
-_LIB = frozenset({CAP_CLIENT_LIBRARY})
+_LIB = frozenset({CAP_CLIENT_LIBRARY, SUT, GPU}) | _METRICS
 SUITE = "metrics"
 #: Why MET-004 and MET-005 need Kubernetes (docs/sut/client.md §environment, docs/sut/metrics.md §catalogue).
 MET004_NEEDS_KUBERNETES = (
@@ -531,14 +533,14 @@ register(CaseDef(
     "MET-001", SUITE, "/healthz and /metrics reachable", "-",
     "GET /healthz and /metrics of the scheduler (k8s: on met_node, curl from the node; host: scheduler.metrics_url)",
     "metrics_health.txt (HTTP_CODE, OK), metrics.txt (parses, SUT-prefixed samples)",
-    params=_params("001"), act=_met001, judge=_judge001,
+    requires=_METRICS, params=_params("001"), act=_met001, judge=_judge001,
 ))
 register(CaseDef(
     "MET-002", SUITE, "Required metrics present", "W5",
     "W5 probe; poll its node's /metrics until the probe's client shows (host mode: probe only with sut_lib, "
     "matched by host_pid)",
     "metrics_mid.txt against xpushare/data/required_metrics.yaml (missing_metrics, missing_metric_count)",
-    params=_params("002"), act=_met002, judge=_judge002,
+    requires=_METRICS | {SUT, GPU}, params=_params("002"), act=_met002, judge=_judge002,
 ))
 register(CaseDef(
     "MET-003", SUITE, "Memory metrics consistent", "W5",
@@ -548,7 +550,8 @@ register(CaseDef(
     "scheduler.log (MEM_UPDATE lines, debug mode); metrics_series.jsonl while W4 allocates and frees beside the "
     "probe: client count, running clients, managed allocation, running memory, NVML process and device memory "
     "against scheduler.log, the loop's own 'Reported memory usage' lines and the node sampler",
-    requires=_LIB, params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
+    requires=_LIB | {NVML},
+    params=_params("003", met003_sampler_tail_s=3.0, node_sampler_python=None, node_sampler_env={},
                                   met003_alloc_rounds=3, met003_alloc_mib=256, met003_alloc_hold_s=4.0,
                                   met003_alloc_core_limit=50,
                                   met003_series_interval_s=1.0, met003_series_tail_s=4.0, met003_series_lag_s=1.0,
@@ -564,8 +567,9 @@ register(CaseDef(
     "metrics_mid.txt: client_core_quota_config_percent, client_memory_quota_bytes vs the annotations; "
     "metrics_end.txt - metrics_mid.txt: scheduler_drop_lock_total, messages_total{REQ_LOCK, LOCK_RELEASED} and "
     "client_disconnect_total vs scheduler.log's DROP_LOCK, Received and Removing client lines",
-    requires=_K8S, params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None,
-                                   met004_counter_window_s=5.0, met_counter_slack=2),
+    requires=_K8S, premise_notes={CAP_KUBERNETES: MET004_NEEDS_KUBERNETES},
+    params=_params("004", met004_core_limit=35, met004_memory_limit=None, met004_memory_limit_env=None,
+                   met004_counter_window_s=5.0, met_counter_slack=2),
     act=_met004, judge=_judge004,
 ))
 register(CaseDef(
@@ -573,23 +577,24 @@ register(CaseDef(
     "W5 probe at 30 % / 2Gi; scrape every 1 s; annotate 80 % + 4Gi; stop when the metrics show it; Kubernetes "
     "only: " + MET005_NEEDS_KUBERNETES,
     "metrics_before.txt, metrics_series.jsonl, annotations.jsonl (dynamic_quota_metric_latency_sec)",
-    requires=_K8S, params=_params("005", met005_core_from=30, met005_memory_from="2Gi", met005_core_to=80,
-                                  met005_memory_to="4Gi", met005_interval_s=1.0, met005_before_s=3.0,
-                                  met005_timeout_s=60.0),
+    requires=_K8S, premise_notes={CAP_KUBERNETES: MET005_NEEDS_KUBERNETES},
+    params=_params("005", met005_core_from=30, met005_memory_from="2Gi", met005_core_to=80,
+                   met005_memory_to="4Gi", met005_interval_s=1.0, met005_before_s=3.0, met005_timeout_s=60.0),
     act=_met005, judge=_judge005,
 ))
 register(CaseDef(
     "MET-006", SUITE, "GPU utilization follows dmon", "W5",
     "W5 probe; scrape its node's /metrics every 2 s for 30 s while nvidia-smi dmon runs on the node",
     "metrics_series.jsonl (gpu_utilization_ratio), remote_<node>_dmon.txt (sm column from the header)",
-    requires=_LIB, params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
+    requires=_LIB | {NVML},
+    params=_params("006", met006_duration_s=30.0, met006_interval_s=2.0, met006_dmon_command=None),
     act=_met006, judge=_judge006,
 ))
 register(CaseDef(
     "MET-007", SUITE, "Scrape at 2 s", "-",
     "no workload; scrape /metrics every 2 s for met007_duration_s (120 s), then GET /healthz",
     "metrics_series.jsonl (success ratio, scrape latency p50/p99), metrics_health.txt",
-    params=_params("007"), act=_met007, judge=_judge007,
+    requires=_METRICS, params=_params("007"), act=_met007, judge=_judge007,
 ))
 register(CaseDef(
     "MET-008", SUITE, "High-memory alert", "W5",

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.performance_support import (
     OVERSUB,
@@ -45,6 +45,7 @@ from xpushare.cases.performance_support import (
 from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
 from xpushare.model.errors import XpushareError
+from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 from xpushare.report import plots
 
@@ -69,7 +70,7 @@ COMMON: dict[str, Any] = {
 _QUOTA = {"perf_quota_tolerance": 0.08}
 _MIXED = {"perf_mixed_tolerance": 0.10, "perf_mixed_tolerance_t4": 0.12}
 _LINEAR = {"perf_linearity_tolerance": 0.10}
-_K8S = frozenset({CAP_KUBERNETES})
+_K8S = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS})
 
 
 # ------------------------------------------------------------------------------------------------ PERF-001
@@ -339,8 +340,10 @@ def _judge010(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 
 
 def _perf_case(*args: Any, **kw: Any) -> CaseDef:
-    """A PERF row: every one is a measurement that other GPU processes would disturb (``measures_gpu``)."""
-    return CaseDef(*args, **{**kw, "measures_gpu": True})
+    """A PERF row: every one is a measurement that other GPU processes would disturb (``measures_gpu``) of the SUT
+    on a GPU (premises ``sut`` and ``gpu`` besides its own)."""
+    requires = frozenset(kw.pop("requires", frozenset())) | {SUT, GPU}
+    return CaseDef(*args, **{**kw, "requires": requires, "measures_gpu": True})
 
 
 def _p(**kw: Any) -> dict[str, Any]:
@@ -376,7 +379,8 @@ register(_perf_case(
     "30 % and 60 % pods on one GPU (pinned node, registration lines, bounded retries), then the baseline; "
     "runtime ratios vs ideal within ±10 % (T4 ±12 %)",
     "pods/*.log, pods.json + gpu_mapping.txt (placement), plan.json attempts, runtime_vs_quota.png",
-    requires=_K8S, params=_p(perf004_quotas=[30, 60], **_MIXED), act=_perf004, judge=_judge004,
+    requires=_K8S | {TWO_PODS_ONE_GPU}, params=_p(perf004_quotas=[30, 60], **_MIXED), act=_perf004,
+    judge=_judge004,
 ))
 register(_perf_case(
     "PERF-005", "performance", "Oversubscription cost (T4)", "W1, oversub",
@@ -423,7 +427,7 @@ register(_perf_case(
     "PERF-010", "performance", "Multi-card linearity", "W6 (CUDA) / W7 (NPU)",
     "baseline, then min(perf010_pods, GPUs) pods at once across cards; runtime ~ pods per card",
     "pods.json (GPU per pod), pods/*.log",
-    params=_p(perf010_pods=8, **_LINEAR), act=_perf010, judge=_judge010,
+    requires=frozenset({TWO_GPUS}), params=_p(perf010_pods=8, **_LINEAR), act=_perf010, judge=_judge010,
 ))
 register(_perf_case(
     "PERF-011", "performance", "Single-task quota precision", "W6 (CUDA) / W7 (NPU)",

@@ -56,6 +56,7 @@ from xpushare.judge import faults as judge_faults
 from xpushare.judge import quota_probe
 from xpushare.judge import stability as judge_stability
 from xpushare.judge.quantity import parse_quantity
+from xpushare.model.premises import FAULT_INJECTOR, GPU, SUT
 from xpushare.model.verdict import Verdict
 from xpushare.soak import faults, gpu_fault_act
 from xpushare.soak.act import run_soak, settings_from_params
@@ -65,9 +66,11 @@ W3 = "w3_idle_add"
 W4 = "w4_alloc_free"
 W5 = "w5_quota_probe"
 GIB = 2**30
-_K8S = frozenset({CAP_KUBERNETES})
-_SCHED = frozenset({CAP_SCHEDULER_PROCESS})
-_QUOTA = frozenset({CAP_SCHEDULER_PROCESS, CAP_ANNOTATIONS})
+_SUT = frozenset({SUT, GPU})
+_K8S = frozenset({CAP_KUBERNETES}) | _SUT
+_SCHED = frozenset({CAP_SCHEDULER_PROCESS}) | _SUT
+_QUOTA = frozenset({CAP_SCHEDULER_PROCESS, CAP_ANNOTATIONS}) | _SUT
+_INJECTED = _SCHED | {FAULT_INJECTOR}
 
 #: How a soak runs (seconds): shared by STAB and LEAK cases; the lab overrides them to seconds.
 SOAK_PARAMS: dict[str, Any] = {
@@ -429,7 +432,7 @@ register(CaseDef(
     "disruptive: a victim W5 whose driver calls fail (fail005_kind, default illegal-address: CUDA error 700) "
     "fail_fault_after_s into its run, a neighbour on its GPU and one elsewhere; the scheduler survives, the "
     "neighbours keep their it/s, the victim is removed (log and /metrics), a probe runs on that GPU",
-    _GPU_FAULT_EVIDENCE, requires=_SCHED,
+    _GPU_FAULT_EVIDENCE, requires=_INJECTED,
     params={**GPU_FAULT_PARAMS, "fail005_kind": "illegal-address"},
     act=lambda run: gpu_fault_act.fail_gpu_fault(run, "client-error"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
@@ -440,7 +443,7 @@ register(CaseDef(
     "fails; the scheduler survives, the clients of other GPUs keep their it/s, the dead clients are removed (log and "
     "/metrics), a probe runs on another GPU, and /metrics no longer exports the GPU NVML reports lost as a present "
     "GPU (its series gone or marked lost). The lost GPU stays lost until the node is reset",
-    _GPU_FAULT_EVIDENCE + ", gpu_health/<node>-before.txt and -after.txt (NVML, kernel log)", requires=_SCHED,
+    _GPU_FAULT_EVIDENCE + ", gpu_health/<node>-before.txt and -after.txt (NVML, kernel log)", requires=_INJECTED,
     params=dict(GPU_FAULT_PARAMS),
     act=lambda run: gpu_fault_act.fail_gpu_fault(run, "device-lost"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
@@ -450,7 +453,7 @@ register(CaseDef(
     "disruptive: every client of one GPU gets an uncorrectable ECC error (CUDA error 214, Xid 48), a second apart; "
     "the scheduler survives, the clients of other GPUs keep their it/s, the struck clients are removed, a probe "
     "runs on the stormed GPU",
-    _GPU_FAULT_EVIDENCE, requires=_SCHED, params=dict(GPU_FAULT_PARAMS),
+    _GPU_FAULT_EVIDENCE, requires=_INJECTED, params=dict(GPU_FAULT_PARAMS),
     act=lambda run: gpu_fault_act.fail_gpu_fault(run, "ecc-storm"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
 ))

@@ -102,23 +102,25 @@ def report(c: Context, run_id: str, root: str = ".", output: str | None = None) 
 
 @task(name="cases", help={"suite": "only this suite", "output": OUTPUT_HELP})
 def cases_(c: Context, suite: str | None = None, output: str | None = None) -> None:
-    """List every case id of the matrix with its suite, title and where it applies."""
+    """List every case id of the matrix with its suite, title, the premises its verdict rests on and whether it is
+    implemented (``-o json|yaml``: ``premises`` per case; the premises' meanings: docs/verdicts.md)."""
 
     def body() -> None:
         from tabulate import tabulate
 
         from xpushare.cases import REGISTRY
+        from xpushare.cases.premise_table import case_premises
         from xpushare.engine import plan
 
         fmt = output_format(output)
         wanted = plan.normalise_suite(suite) if suite else None
         chosen = [cd for cd in REGISTRY.values() if wanted in (None, cd.suite)]
-        records = [{"case": cd.case_id, "suite": cd.suite, "title": cd.title, "requires": sorted(cd.requires),
+        records = [{"case": cd.case_id, "suite": cd.suite, "title": cd.title, "premises": case_premises(cd),
                     "implemented": cd.act is not None, "implemented_by": None if cd.act else cd.implemented_by}
                    for cd in chosen]
-        rows = [[cd.case_id, cd.suite, cd.title, ",".join(sorted(cd.requires)) or "-",
+        rows = [[cd.case_id, cd.suite, cd.title, ",".join(case_premises(cd)) or "-",
                  "yes" if cd.act else f"no ({cd.implemented_by})"] for cd in chosen]
-        text = tabulate(rows, headers=["case", "suite", "title", "requires", "implemented"])
+        text = tabulate(rows, headers=["case", "suite", "title", "premises", "implemented"])
         print(render(records, fmt, text=text))
 
     guarded(body)

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
+from xpushare.cases.premise_table import case_premises
 from xpushare.engine import release
-from xpushare.engine.lifecycle import skip_reason
+from xpushare.engine.lifecycle import cluster_facts, inventory_gpu_count, skip_reason
 from xpushare.engine.plan import Selection, expected_case_duration, resolved_params
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.premises import ClusterFacts, unmet_before
 from xpushare.report import history, output
 from xpushare.report.output import plain
 
@@ -34,8 +36,9 @@ def expected_duration_s(case: CaseDef, cluster: str, root: Path | None) -> float
     return found.seconds if found else None
 
 
-def _planned_skip(case: CaseDef, params: Mapping[str, Any], capabilities: frozenset[str], mode: str) -> str | None:
-    reason = skip_reason(case, capabilities, mode)
+def _planned_skip(case: CaseDef, params: Mapping[str, Any], capabilities: frozenset[str], mode: str,
+                  facts: ClusterFacts) -> str | None:
+    reason = skip_reason(case, capabilities, mode, facts)
     if reason is None and "allow_disruptive" in params and not params["allow_disruptive"]:
         return DISRUPTIVE_SKIP
     return reason
@@ -45,8 +48,13 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
              capabilities: frozenset[str], root: Path | None = None) -> dict[str, Any]:
     """The dry run of ``cases`` on ``cluster`` as JSON-ready data::
 
-        {"cluster", "mode", "selection", "release", "cases": [{"case_id", "suite", "title", "plan": "RUN" | "SKIP",
-         "skip_reason", "expected_duration_s", "expected_duration_basis", "params": {name: {"value", "source"}}}]}
+        {"cluster", "mode", "selection", "release", "gpu_count", "cases": [{"case_id", "suite", "title",
+         "plan": "RUN" | "SKIP", "skip_reason", "premises", "premises_unmet", "expected_duration_s",
+         "expected_duration_basis", "params": {name: {"value", "source"}}}]}
+
+    ``premises``: those the case declares; ``premises_unmet``: those the inventory already shows unmet (the
+    first of them is the SKIP reason); a premise known only at run time (the GPUs a backend finds, when the
+    inventory lists none: ``gpu_count`` None) or in the evidence is not among them.
 
     ``expected_duration_s``: :func:`xpushare.engine.plan.expected_case_duration` (earlier runs, else the sizes);
     ``release``: one line on the cluster's release profile and what this selection can decide (docs/release.md).
@@ -54,14 +62,18 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
     ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
     give the expected durations (None: none)."""
     planned = []
+    facts = cluster_facts(cluster, capabilities, inventory_gpu_count(cluster))
     for case in cases:
         resolved = resolved_params(case, cluster, selection, overrides)
         values = {name: value for name, (value, _) in resolved.items()}
-        reason = _planned_skip(case, values, capabilities, cluster.mode)
+        reason = _planned_skip(case, values, capabilities, cluster.mode, facts)
+        names = case_premises(case)
+        unmet_names = [n for n in names if unmet_before([n], facts) is not None]
         seconds, basis = expected_case_duration(case, cluster, values, root)
         planned.append({
             "case_id": case.case_id, "suite": case.suite, "title": case.title,
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
+            "premises": names, "premises_unmet": unmet_names,
             "expected_duration_s": seconds, "expected_duration_basis": basis,
             "params": {name: {"value": plain(value), "source": source}
                        for name, (value, source) in sorted(resolved.items())},
@@ -78,14 +90,21 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
     release_line = (f"release profile {profile['profile']} ({profile['source']}): {len(chosen)} of {len(needed)} "
                     f"required case(s) selected{outlook}")
     return {"cluster": cluster.name, "mode": cluster.mode, "selection": selection.label, "release": release_line,
-            "cases": planned}
+            "gpu_count": facts.gpu_count, "cases": planned}
+
+
+def _premises_cell(case: Mapping[str, Any]) -> str:
+    """The case's premises, each unmet one marked ``!`` (``sut!,gpu``)."""
+    unmet_names = set(case.get("premises_unmet") or ())
+    return ",".join(f"{n}!" if n in unmet_names else n for n in case.get("premises") or ()) or "-"
 
 
 def _text(plan: Mapping[str, Any]) -> str:
     cases = plan["cases"]
     rows = [{"case": c["case_id"], "suite": c["suite"], "plan": c["plan"],
              "expected s": "-" if c["expected_duration_s"] is None else f"{c['expected_duration_s']:.0f}",
-             "title": c["title"], "skip reason": c["skip_reason"] or ""} for c in cases]
+             "title": c["title"], "premises": _premises_cell(c), "skip reason": c["skip_reason"] or ""}
+            for c in cases]
     # A parameter with the same value and source in several cases is one row naming them all.
     shared: dict[tuple[str, str, str], list[str]] = {}
     for c in cases:
@@ -95,8 +114,10 @@ def _text(plan: Mapping[str, Any]) -> str:
     params = [{"parameter": name, "value": value, "source": source,
                "cases": "all" if len(ids) == every else ",".join(ids)}
               for (name, value, source), ids in sorted(shared.items())]
+    gpus = plan.get("gpu_count")
     head = (f"dry run on {plan['cluster']} ({plan['mode']} mode): {len(cases)} case(s), "
-            f"{sum(c['plan'] == 'SKIP' for c in cases)} will SKIP; no host contacted")
+            f"{sum(c['plan'] == 'SKIP' for c in cases)} will SKIP; no host contacted; premises marked ! are unmet "
+            f"on this cluster ({'GPUs: known at run time' if gpus is None else f'{gpus} GPU(s) in the inventory'})")
     return "\n\n".join([head + (f"\n{plan['release']}" if plan.get("release") else ""), output.table(rows),
                         output.table(params)])
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import CAP_KUBERNETES, Backend
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, Backend
 from xpushare.cases import CaseDef
 from xpushare.cases.base import CaseRun, load_plan
 from xpushare.engine.plan import expected_case_duration
@@ -28,6 +28,7 @@ from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
+from xpushare.model.premises import ClusterFacts, unmet, unmet_before
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
 from xpushare.report.output import plain
@@ -43,19 +44,57 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str) -> str | None:
-    """Why ``case`` SKIPs on a backend with ``capabilities`` in cluster ``mode`` before it acts (a capability it
-    requires is missing, or it is not implemented), or None when it runs."""
-    missing = case.requires - capabilities - ({CAP_KUBERNETES} if is_kubernetes_mode(mode) else set())
-    if CAP_KUBERNETES in missing:
-        return "needs Kubernetes (this cluster runs in host mode)"
-    if "client-library" in missing:
-        return "needs the SUT's client library (set sut_lib in the inventory; invoke deploy installs it)"
-    if missing:
-        return f"needs {', '.join(sorted(missing))}"
+def cluster_facts(cluster: ClusterSpec, capabilities: frozenset[str], gpu_count: int | None = None) -> ClusterFacts:
+    """What ``cluster`` tells of the premises before a case acts: its mode, the inventory's ``sut_lib`` and
+    ``scheduler`` settings, the backend's ``capabilities`` and ``gpu_count`` (None: unknown; a dry run knows it
+    only where every GPU host lists its ``gpus``, see :func:`inventory_gpu_count`)."""
+    return ClusterFacts(capabilities=capabilities, kubernetes=cluster.is_kubernetes, sut_lib=bool(cluster.sut_lib),
+                        gpu_count=gpu_count, scheduler_log=bool(cluster.scheduler.log_file),
+                        scheduler_metrics=bool(cluster.scheduler.metrics_url))
+
+
+def inventory_gpu_count(cluster: ClusterSpec) -> int | None:
+    """GPUs of a host-mode cluster as its inventory lists them (every GPU host's ``gpus``); None when some host
+    does not list them (``nvidia-smi -L`` tells at run time) or in Kubernetes mode (the nodes tell)."""
+    if cluster.is_kubernetes:
+        return None
+    hosts = cluster.by_role("gpu") or list(cluster.hosts)
+    if not hosts or any(h.gpus is None for h in hosts):
+        return None
+    return sum(len(h.gpus or ()) for h in hosts)
+
+
+def skip_reason(case: CaseDef, capabilities: frozenset[str], mode: str,
+                facts: ClusterFacts | None = None) -> str | None:
+    """Why ``case`` SKIPs before it acts, or None when it runs: a premise it declares does not hold on the cluster
+    (``premise unmet: <name>: <why>``, :func:`xpushare.model.premises.unmet_before` on ``facts``; without
+    ``facts``, those of a backend with ``capabilities`` in cluster ``mode``), or it is not implemented."""
+    if facts is None:
+        facts = ClusterFacts(capabilities=capabilities, kubernetes=is_kubernetes_mode(mode),
+                             sut_lib=CAP_CLIENT_LIBRARY in capabilities)
+    found = unmet_before(case.requires, facts)
+    if found is not None:
+        name, why = found
+        note = case.premise_notes.get(name)
+        return unmet(name, f"{why}: {note}" if note else why)
     if case.act is None or case.judge is None:
         return f"not implemented in this version (comes with {case.implemented_by})"
     return None
+
+
+_GPU_PREMISES = frozenset({"gpu", "two-gpus", "nvml"})
+
+
+def _backend_facts(case: CaseDef, cluster: ClusterSpec, backend: Backend) -> ClusterFacts:
+    """The facts of ``cluster`` before ``case`` acts; the GPU count is asked of the backend only for a case with a
+    GPU premise (in Kubernetes it is a node listing)."""
+    gpus = None
+    if case.requires & _GPU_PREMISES:
+        try:
+            gpus = backend.gpu_count()
+        except XpushareError:  # the nodes could not be listed: unknown, left to the evidence
+            gpus = None
+    return cluster_facts(cluster, backend.capabilities, gpus)
 
 
 def run_case(
@@ -85,7 +124,7 @@ def run_case(
     calls0, retries0 = backend.kubectl_calls(), backend.kubectl_retries()
     interrupted = False
     error: str | None = None
-    reason = skip_reason(case, backend.capabilities, cluster.mode)
+    reason = skip_reason(case, backend.capabilities, cluster.mode, _backend_facts(case, cluster, backend))
     harvested: list[str] = []
     harvest_fault: str | None = None
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order

@@ -99,8 +99,10 @@ def select(
             suite = normalise_suite(str(s))
             wanted += [c.case_id for c in REGISTRY.values() if c.suite == suite]
         params.update(book.get("params") or {})
+        check_vacuous(params, f"playbook {playbook}: params")
         for name, body in (book.get("clusters") or {}).items():
             cluster_params[str(name)] = dict((body or {}).get("params") or {})
+            check_vacuous(cluster_params[str(name)], f"playbook {playbook}: clusters.{name}.params")
         if book.get("required") is not None:
             required = {str(c) for c in book["required"]}
     for s in suites:
@@ -197,10 +199,11 @@ def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> N
 
 def value_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
     """Why ``value`` cannot be parameter ``name`` 's (whose defaults among the cases are ``defaults``), as
-    ``expected ...``; None when it can (:func:`value_fits` for one of them)."""
+    ``expected ...`` or ``makes the case vacuous: ...`` (:func:`vacuous_problem`); None when it can
+    (:func:`value_fits` for one of them)."""
     measured = name.endswith(_UNIT_SUFFIXES)
     if any(value_fits(default, value, measured=measured) for default in defaults):
-        return None
+        return vacuous_problem(name, defaults, value)
     kind = next((d for d in defaults if d is not None), defaults[0])
     want = _KIND_WORDS.get(type(kind), type(kind).__name__)
     if measured and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -208,6 +211,50 @@ def value_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
     elif isinstance(value, float) and not math.isfinite(value):
         want = f"{want}, finite"
     return f"expected {want} (default {kind!r})"
+
+
+#: Parameters that count things a case runs or requires (pods, rounds, repeats, samples ...), by name ending.
+COUNT_SUFFIXES = ("_pods", "_pods_small", "_pods_large", "_max_pods", "_repeats", "_pairs",
+                  "_rounds", "_intervals", "_batch", "_n", "_min_scrapes", "_min_samples", "_min_success",
+                  "_min_succeeded", "_min_changes")
+#: Parameters that are a time window a case measures over (a duration, a window, a sampling interval).
+WINDOW_SUFFIXES = ("_duration_s", "_window_s", "_interval_s", "_load_s")
+
+
+def vacuous_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
+    """Why ``value`` would make a case of parameter ``name`` (defaults ``defaults``) vacuous, a verdict about
+    nothing: a count (:data:`COUNT_SUFFIXES`) below 1 (``func003_pods=0``: no pod runs, "0/0 pods passed"), pods
+    per GPU of 0 or less, a
+    time window (:data:`WINDOW_SUFFIXES`) of 0 s or less, an empty list where every default lists something (an
+    empty quota list). None when it is not; ``None`` (the default's "choose for me") never is. Every value a
+    run takes (``--set``, the inventory's ``params``, a playbook's ``params``) is checked with it before anything
+    runs, a :class:`UsageError` (exit 2)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if name.endswith(COUNT_SUFFIXES) and "_skip_" not in name:  # skipping 0 intervals is a choice
+        if not isinstance(value, int):
+            return f"expected a whole number of at least 1 (a count), got {value!r}"
+        if value < 1:
+            return f"makes the case vacuous: a count of {value} runs or requires nothing (at least 1)"
+    if name.endswith("_per_gpu") and isinstance(value, (int, float)) and value <= 0:
+        return f"makes the case vacuous: {value:g} pods per GPU runs nothing (more than 0)"
+    if name.endswith(WINDOW_SUFFIXES) and isinstance(value, (int, float)) and value <= 0:
+        return f"makes the case vacuous: a time window of {value:g} s measures nothing (more than 0)"
+    listed = [d for d in defaults if d is not None]
+    if isinstance(value, (list, tuple)) and not value and listed \
+            and all(isinstance(d, (list, tuple)) and d for d in listed):
+        return "makes the case vacuous: an empty list (give at least one item)"
+    return None
+
+
+def check_vacuous(params: Mapping[str, Any], where: str) -> None:
+    """Every entry of a playbook's ``params`` (``where`` names it) checked with :func:`vacuous_problem` against the
+    registered cases' defaults. Raises :class:`UsageError`."""
+    defaults = parameter_defaults(list(REGISTRY.values()))
+    for name, value in params.items():
+        problem = vacuous_problem(name, defaults.get(name, []), value)
+        if problem:
+            raise UsageError(f"{where}: bad {name}={value!r}: {problem}")
 
 
 _KIND_WORDS: dict[type, str] = {

@@ -155,11 +155,16 @@ def gpu_name(doc: Mapping[str, Any] | None) -> str | None:
     return str(gpus[0].get("name")) if gpus else None
 
 
+NVIDIA_SMI_MISSING = "missing prerequisite: nvidia-smi not found on the node"
+
+
 def judge_stack(doc: Mapping[str, Any] | None, deviations: Mapping[str, tuple[str, str]],
-                *, error: str | None = None) -> Verdict:
+                *, error: str | None = None, require_nvidia_smi: bool = True) -> Verdict:
     """The stack verdict of one node.
 
-    Checks: ``cuda_usable`` (when nvidia-smi lists GPUs: torch imports, ``torch.cuda.is_available()`` and
+    Checks: ``nvidia_smi`` (``require_nvidia_smi``: the node has ``nvidia-smi``; without it the node misses a
+    prerequisite, ERROR :data:`NVIDIA_SMI_MISSING`, never a PASS; the CPU smoke test requires none),
+    ``cuda_usable`` (when nvidia-smi lists GPUs: torch imports, ``torch.cuda.is_available()`` and
     torch sees as many GPUs as nvidia-smi unless CUDA_VISIBLE_DEVICES narrows them) and ``aligned`` (no
     key deviates from the fleet's majority; ``deviations`` maps key -> (this node's value, majority)).
     ``doc`` None is ERROR with ``error`` as the reason.
@@ -169,6 +174,10 @@ def judge_stack(doc: Mapping[str, Any] | None, deviations: Mapping[str, tuple[st
     checks: list[Check] = []
     smi_gpus = len(_gpus(doc))
     torch = _torch(doc)
+    if require_nvidia_smi:
+        path = (doc.get("nvidia_smi") or {}).get("path")
+        checks.append(Check("nvidia_smi", "nvidia-smi is on the node (a GPU node's prerequisite)", {"path": path},
+                            True if path else None, "" if path else NVIDIA_SMI_MISSING))
     if smi_gpus:
         seen = int(torch.get("device_count") or 0)
         narrowed = "CUDA_VISIBLE_DEVICES" in (doc.get("visible_devices") or {})

@@ -136,12 +136,14 @@ def judge_nodes(ctx: RunContext, raws: Sequence[NodeRaw]) -> tuple[list[fleet.No
             continue
         doc = raw.stack.doc
         res.gpu_name, res.gpu_count = checks.gpu_name(doc), checks.gpu_count(doc)
+        # a GPU node without nvidia-smi misses a prerequisite (ERROR); the CPU smoke test asks for none
         res.steps["stack"] = checks.judge_stack(doc, fleet.deviations_of(raw.node, table, p.ignore_keys),
-                                                error=raw.stack.error)
+                                                error=raw.stack.error, require_nvidia_smi=not p.cpu_smoke)
         if raw.health is not None:
             res.steps["health"] = node_health.judge_health(
                 (raw.health.doc or {}).get("capture"), now=datetime.now(timezone.utc), window_h=p.xid_window_h,
-                ecc_uncorrected_max=p.ecc_uncorrected_max, error=raw.health.error)
+                ecc_uncorrected_max=p.ecc_uncorrected_max, error=raw.health.error,
+                require_nvidia_smi=not p.cpu_smoke)
         plan = raw.plan or checks.gpu_plan(doc, skip_gpu=ctx.skip_gpu, cpu_smoke=p.cpu_smoke,
                                            smoke_procs=p.smoke_procs)
         if not plan.run:

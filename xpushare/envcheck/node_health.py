@@ -13,7 +13,8 @@ Input: one GPU health capture of the node (:mod:`xpushare.evidence.gpu_health`'s
   application clocks and the software power cap are normal);
 * ``gpus_visible``: nvidia-smi lost no GPU ("GPU is lost").
 
-The NVML checks are left out on a node without ``nvidia-smi`` (a CPU node); an ``nvidia-smi`` that fails is
+A node without ``nvidia-smi`` misses a prerequisite: ERROR "missing prerequisite: nvidia-smi not found on the node"
+(the CPU smoke test, which asks for no GPU, leaves the NVML checks out instead); an ``nvidia-smi`` that fails is
 ERROR. Thresholds are recorded in the verdict.
 """
 
@@ -46,9 +47,10 @@ def _xid_check(cap: HealthCapture, now: datetime, window_h: float) -> Check:
     return Check("xid", f"no warning/critical Xid within {window_h:g} h", values, not flagged, detail)
 
 
-def _nvml_checks(cap: HealthCapture, ecc_max: int) -> list[Check]:
-    if cap.smi_exit == 127:  # no nvidia-smi on the node: nothing to judge there
-        return []
+def _nvml_checks(cap: HealthCapture, ecc_max: int, require_nvidia_smi: bool) -> list[Check]:
+    if cap.smi_exit == 127:  # no nvidia-smi on the node
+        return [Check("nvidia_smi", "nvidia-smi is on the node (a GPU node's prerequisite)", {}, None,
+                      "missing prerequisite: nvidia-smi not found on the node")] if require_nvidia_smi else []
     if not cap.nvml_observable:
         return [Check("nvml_health", "nvidia-smi answered the health query", {"output": cap.smi_output[:5]}, None,
                       f"GPU health not observable: {cap.smi_error}")]
@@ -78,9 +80,10 @@ def _nvml_checks(cap: HealthCapture, ecc_max: int) -> list[Check]:
 
 
 def judge_health(text: str | None, *, now: datetime, window_h: float = 2.0, ecc_uncorrected_max: int = 0,
-                 error: str | None = None) -> Verdict:
+                 error: str | None = None, require_nvidia_smi: bool = True) -> Verdict:
     """The ``health`` step's verdict from the node's capture ``text`` (None: not captured, ``error`` says why).
-    ``now``: timezone-aware (the Xid window ends there); ``window_h`` in hours."""
+    ``now``: timezone-aware (the Xid window ends there); ``window_h`` in hours; ``require_nvidia_smi``: a node
+    without ``nvidia-smi`` is ERROR (False: the CPU smoke test, its NVML checks left out)."""
     thresholds = {"xid_window_h": window_h, "ecc_uncorrected_max": ecc_uncorrected_max}
     if text is None:
         return Verdict(*combine([Check("health", "GPU health captured", {}, None, error or "not captured")],
@@ -94,7 +97,7 @@ def judge_health(text: str | None, *, now: datetime, window_h: float = 2.0, ecc_
         checks.append(Check("kernel_log", "the kernel log is readable (dmesg or journalctl -k)",
                             {"source": cap.kernel_log, "lines": cap.kernel_log_lines}, True))
         checks.append(_xid_check(cap, now, window_h))
-    checks += _nvml_checks(cap, ecc_uncorrected_max)
+    checks += _nvml_checks(cap, ecc_uncorrected_max, require_nvidia_smi)
     status, summary = combine(checks, pass_summary=f"no Xid within {window_h:g} h, ECC, remapping and clocks fine"
                               if len(checks) > 2 else f"no Xid within {window_h:g} h (no nvidia-smi on the node)")
     return Verdict(status, summary, checks, thresholds=thresholds)

@@ -64,6 +64,7 @@ from xpushare.judge.combination_evidence import (
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.judge.quota import check_higher_quota_faster
 from xpushare.judge.thresholds import used
+from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
@@ -182,10 +183,10 @@ def judge_compute_pair(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
         return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
     assert a is not None and b is not None  # check_terminal saw both records
     if a.gpu is None or b.gpu is None:
-        return Verdict(Status.SKIP, f"co-location not confirmed: no registration GPU for the pair ({placement})",
-                       checks, used(th), metrics, ev.pod_files())
+        return Verdict(Status.ERROR, unmet(TWO_PODS_ONE_GPU, "co-location not confirmed: no registration GPU for "
+                       f"the pair ({placement})"), checks, used(th), metrics, ev.pod_files())
     if (a.node, a.gpu) != (b.node, b.gpu):
-        return Verdict(Status.SKIP, f"co-location on one GPU not obtained ({placement})",
+        return Verdict(Status.ERROR, unmet(TWO_PODS_ONE_GPU, f"co-location on one GPU not obtained ({placement})"),
                        checks, used(th), metrics, ev.pod_files())
     r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
     q_low, q_high = cores.get(low, "low"), cores.get(high, "high")

@@ -25,6 +25,7 @@ from xpushare.judge.checks import (
     pod_progress,
 )
 from xpushare.judge.thresholds import shown
+from xpushare.model.premises import TWO_GPUS, TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 LOCK_SHARED = "lock-span overlap / shorter span > 0 (the lock went back to the first holder)"
@@ -106,8 +107,9 @@ def judge_same_gpu_pair(
     """FUNC-002: two pods on one GPU both progressed and completed, and their run intervals overlapped.
 
     Every pod of the case must pass. Threshold ``func002_min_overlap_ratio``: overlap / shorter run
-    interval (default 0.5). ``pair``: the two pods meant to share a GPU (else any two that did). When
-    they did not share one, the case is SKIP (never PASS).
+    interval (default 0.5). ``pair``: the two pods meant to share a GPU (else any two that did). The premise
+    ``two-pods-one-gpu`` is checked here: when they did not share one, or the GPU of the pair is in no
+    evidence, the case is ERROR "premise unmet: two-pods-one-gpu: ..." (never PASS, never a FAIL of the SUT).
     """
     checks = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, pods)]
     found, placement = sharing_pair(ev, pods)
@@ -118,8 +120,9 @@ def judge_same_gpu_pair(
     pair = found
     metrics: dict[str, Any] = {"placement": {p: list(w) for p, w in placement.items()}}
     if len(pair) < 2:
-        return Verdict(Status.SKIP, f"co-location on one GPU not obtained (placement {metrics['placement']})",
-                       checks, thresholds.used(th), metrics, ev.pod_files())
+        why = f"co-location on one GPU not obtained (placement {metrics['placement']})"
+        return Verdict(Status.ERROR, unmet(TWO_PODS_ONE_GPU, why), checks, thresholds.used(th), metrics,
+                       ev.pod_files())
     a, b = (ev.pod(p) for p in pair)
     gpu_known = placement[pair[0]][1] is not None
     ratio = overlap_ratio(a, b) if a and b else None
@@ -139,7 +142,8 @@ def judge_same_gpu_pair(
         checks.append(lock)
     status, summary = combine(checks, pass_summary=f"{pair[0]} and {pair[1]} progressed concurrently on one GPU")
     if status is Status.PASS and not gpu_known:
-        summary += " (no GPU on the host: same-GPU placement not applicable)"
+        status, summary = Status.ERROR, unmet(TWO_PODS_ONE_GPU, f"the GPU of {pair[0]} and {pair[1]} is in no "
+                                              f"evidence (placement {metrics['placement']}); was PASS: {summary}")
     metrics.update({"overlap_ratio": ratio, **{f"runtime_s[{p}]": pod_progress(ev, p)["runtime_s"] for p in pair}})
     return Verdict(status, summary, checks, thresholds.used(th), metrics, ev.pod_files())
 
@@ -147,8 +151,9 @@ def judge_same_gpu_pair(
 def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gpus_available: int | None) -> Verdict:
     """FUNC-003: every pod passes; with more than one GPU, the pods ran on more than one GPU.
 
-    ``gpus_available``: GPUs the pods could be placed on (the backend's ``gpu_count``); None (unknown) is an
-    unevaluable check, so the case is ERROR, never a PASS that skipped the spread.
+    ``gpus_available``: GPUs the pods could be placed on (the backend's ``gpu_count``). The premise ``two-gpus``:
+    fewer than two, or unknown (None), is ERROR "premise unmet: two-gpus: ..." (the run SKIPs the case before it
+    acts where it knows; a stored run re-judged gets the ERROR), never a PASS that skipped the spread.
 
     A pod's GPU is the one the scheduler registered its client on (:class:`~xpushare.evidence.store.GpuAssignment`,
     matched by pod name in Kubernetes and by ``host_pid`` in host mode); only a pod with no registration in
@@ -165,10 +170,13 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
         values["not_registered"] = fallback
         values["fallback"] = ("no registration of these pods in the evidence: counted on the GPU pods.json "
                               "recorded (host mode: the tool's placement, not where the scheduler put them)")
-    if gpus_available is None:
-        checks.append(Check("spread_over_gpus", "distinct_gpus > 1 when more than one GPU exists",
-                            values, None, "how many GPUs the cluster has is unknown"))
-    elif gpus_available > 1:
+    if gpus_available is None or gpus_available < 2:
+        why = ("how many GPUs the cluster has is unknown" if gpus_available is None
+               else f"the cluster had {gpus_available} GPU(s)")
+        checks.append(Check("spread_over_gpus", "distinct_gpus > 1 (at least two GPUs exist)", values, None, why))
+        return Verdict(Status.ERROR, unmet(TWO_GPUS, why), checks, thresholds.used(th),
+                       {"distinct_gpus": len(used), "pods": len(pods)}, ev.pod_files())
+    else:
         values["gpus_available"] = gpus_available
         # pods whose GPU nothing tells (no registration, none recorded): fewer than 2 GPUs seen is then no proof
         unplaced = [p for p in pods if (a := ev.assignment(p)) is None or a.gpu is None]
@@ -186,7 +194,7 @@ def judge_spread(ev: Evidence, th: Mapping[str, Any], *, pods: Sequence[str], gp
         )
     status, summary = combine(checks, pass_summary=f"{len(pods)}/{len(pods)} pods passed")
     if status is Status.PASS:
-        summary += f" on {len(used)} GPU(s)" if used else " (no GPU: spread not applicable)"
+        summary += f" on {len(used)} GPU(s)"
         if fallback and used:
             summary += f" ({len(fallback)} pod(s) not registered: GPU from pods.json)"
     return Verdict(status, summary, checks, thresholds.used(th), {"distinct_gpus": len(used), "pods": len(pods)},

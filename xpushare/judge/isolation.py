@@ -29,6 +29,7 @@ from xpushare.judge import quota as quota_judge
 from xpushare.judge.checks import check_pods_succeeded, check_terminal
 from xpushare.judge.performance_checks import ideal_factor, tolerance_for
 from xpushare.judge.thresholds import used
+from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
@@ -416,7 +417,7 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     intervals that overlap the probe's judged ones (:func:`overlapping`), is held to its own quota the same way
     (``neighbour_quota_held``: a path that takes the neighbour's time FAILs even when its own share happens to
     match its quota). With a neighbour, the pair must share one GPU (``pods.json`` node/gpu from the
-    registration lines): not co-located or unknown is SKIP, never PASS.
+    registration lines): not co-located or unknown is ERROR, premise ``two-pods-one-gpu``, never PASS.
     Metrics for the isolation table: ``path``, ``core_limit``, ``held``, ``accuracy`` (share / ideal), the
     share's figures and, with a neighbour, its share and ``neighbour_held``.
     """
@@ -464,8 +465,8 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
         placement = {p.name: [p.node, p.gpu] for p in (a, b) if p}
         metrics["placement"] = placement
         if a is None or b is None or a.gpu is None or b.gpu is None or (a.node, a.gpu) != (b.node, b.gpu):
-            return Verdict(Status.SKIP, f"co-location of the probe and its neighbour on one GPU not confirmed "
-                           f"({placement})", checks, used(th), metrics, ev.pod_files())
+            return Verdict(Status.ERROR, unmet(TWO_PODS_ONE_GPU, "co-location of the probe and its neighbour on one "
+                           f"GPU not confirmed ({placement})"), checks, used(th), metrics, ev.pod_files())
     if held is not None:
         checks.append(held)
     if neighbour and neighbour_held is not None:  # the probe's path must not take the neighbour's share either

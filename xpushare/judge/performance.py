@@ -34,6 +34,7 @@ from xpushare.judge.performance_checks import (
     common_measurements,
     gpu_utilisation,
     ideal_factor,
+    perf_premise_error,
     perf_skip,
     perf_verdict,
     read_jsonl,
@@ -54,6 +55,7 @@ from xpushare.judge.performance_dynamic import (
     throughput_series,
 )
 from xpushare.judge.stats import median, rounded
+from xpushare.model.premises import TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Check, Verdict
 
 __all__ = [
@@ -228,19 +230,20 @@ def judge_mixed(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) ->
 
     ``plan``: ``pair`` [low pod, high pod], ``pair_quotas`` [30, 60], ``baseline_pods``, ``pods``.
     Co-location is confirmed from ``pods.json`` (the GPU of each pod, from the registration lines);
-    when it was not obtained (``plan["colocation_failed"]`` or different GPUs) the case is SKIP, never PASS.
+    when it was not obtained (``plan["colocation_failed"]`` or different GPUs) the case is ERROR, premise
+    ``two-pods-one-gpu``, never PASS.
     Checks: ``runtime_low / runtime_high`` against ``ideal_low / ideal_high`` (2.0 for 30/60) and each
     pod's runtime against ``baseline * 100 / q_eff``, all within the tolerance.
     """
     if plan.get("colocation_failed"):
-        return perf_skip(ev, th, f"co-location on one GPU not obtained after {len(plan.get('attempts') or [])} "
-                     f"attempt(s): {plan.get('attempts')}")
+        return perf_premise_error(ev, th, TWO_PODS_ONE_GPU, "co-location on one GPU not obtained after "
+                                  f"{len(plan.get('attempts') or [])} attempt(s): {plan.get('attempts')}")
     low, high = plan["pair"]
     q_low, q_high = (float(q) for q in plan["pair_quotas"])
     same, placement = check_colocated(ev, [low, high])
     if same is False:
-        return perf_skip(ev, th, f"co-location on one GPU not obtained (placement {placement})",
-                     metrics={"placement": placement})
+        return perf_premise_error(ev, th, TWO_PODS_ONE_GPU, f"co-location on one GPU not obtained (placement "
+                                  f"{placement})", {"placement": placement})
     checks, base = check_baseline(ev, th, plan["baseline_pods"])
     checks.append(check_succeeded(ev, plan["pods"], "pods_succeeded"))
     if same is None:

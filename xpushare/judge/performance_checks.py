@@ -18,6 +18,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, pod_progress
 from xpushare.judge.stats import median, percentile, rounded
 from xpushare.judge.thresholds import used
+from xpushare.model.premises import unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
@@ -139,6 +140,13 @@ def perf_skip(ev: Evidence, th: Mapping[str, Any], reason: str, checks: list[Che
               metrics: dict[str, Any] | None = None) -> Verdict:
     """SKIP with ``reason`` (never counted as a PASS), keeping what was checked and measured."""
     return Verdict(Status.SKIP, reason, checks or [], used(th), metrics or {}, ev.pod_files())
+
+
+def perf_premise_error(ev: Evidence, th: Mapping[str, Any], premise: str, why: str,
+                       metrics: dict[str, Any] | None = None) -> Verdict:
+    """ERROR ``premise unmet: <premise>: <why>`` (:mod:`xpushare.model.premises`): found in the evidence, the case's
+    premise did not hold, so there is nothing to judge; never a PASS, never a FAIL of the SUT."""
+    return Verdict(Status.ERROR, unmet(premise, why), [], used(th), metrics or {}, ev.pod_files())
 
 
 def runtimes(ev: Evidence, pods: Sequence[str]) -> dict[str, float | None]:

@@ -20,6 +20,7 @@ from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
 from xpushare.judge.thresholds import shown, used
+from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
 
@@ -388,12 +389,12 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
     r_low, r_high = pod_progress(ev, low)["runtime_s"], pod_progress(ev, high)["runtime_s"]
     values: dict[str, Any] = {"runtime_30": r_low, "runtime_60": r_high, "placement": placement}
     status, summary = combine(checks, pass_summary="")
-    if status is not Status.PASS:  # a SKIP must not hide a failed pod or missing evidence
+    if status is not Status.PASS:  # an unmet premise must not hide a failed pod or missing evidence
         return Verdict(status, summary, checks, used(th), values, ev.pod_files())
     if a is None or b is None or a.gpu is None or b.gpu is None:
         return Verdict(
-            Status.SKIP,
-            f"co-location not confirmed: no registration GPU for the pair ({placement})",
+            Status.ERROR,
+            unmet(TWO_PODS_ONE_GPU, f"co-location not confirmed: no registration GPU for the pair ({placement})"),
             checks,
             used(th),
             values,
@@ -401,8 +402,8 @@ def judge_mixed_compute(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, 
         )
     if (a.node, a.gpu) != (b.node, b.gpu):
         return Verdict(
-            Status.SKIP,
-            f"co-location on one GPU not obtained ({placement})",
+            Status.ERROR,
+            unmet(TWO_PODS_ONE_GPU, f"co-location on one GPU not obtained ({placement})"),
             checks,
             used(th),
             values,

@@ -17,6 +17,7 @@ from typing import Any
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence import workload_env
 from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
+from xpushare.model.premises import SUT, is_unmet, unmet
 from xpushare.model.verdict import Check, Status, Verdict
 
 __all__ = ["PREREQUISITE_MARKERS", "REGISTRATION_TIMEOUT_S", "before_gpu", "gpu_identity_check",
@@ -185,9 +186,11 @@ def with_sut_checks(verdict: Verdict, ev: Evidence, params: Mapping[str, Any] | 
     ``params``: the case's parameters; ``registration_timeout_s`` (default :data:`REGISTRATION_TIMEOUT_S`) is
     recorded in the verdict's thresholds.
 
-    A PASS or FAIL whose workloads the SUT never saw becomes ERROR "SUT not in the path: <pod>: <why> (was ...)":
-    it is not a verdict on the SUT; a PASS where the library ran but the scheduler did not register a client
-    becomes FAIL. A wrong GPU identity turns PASS, SKIP or FAIL into FAIL naming the
+    A PASS or FAIL whose workloads the SUT never saw becomes ERROR "premise unmet: sut: SUT not in the path:
+    <pod>: <why> (was ...)": it is not a verdict on the SUT (the ``sut`` premise, :mod:`xpushare.model.premises`);
+    a PASS where the library ran but the scheduler did not register a client becomes FAIL, and so does an ERROR
+    of another unmet premise (the scheduler's missing registrations are what left the placement unknown).
+    A wrong GPU identity turns PASS, SKIP or FAIL into FAIL naming the
     disagreement (an ERROR stays ERROR: its evidence is not trusted). Returns the same object, updated.
     """
     timeout = float((params or {}).get("registration_timeout_s", REGISTRATION_TIMEOUT_S))
@@ -195,9 +198,11 @@ def with_sut_checks(verdict: Verdict, ev: Evidence, params: Mapping[str, Any] | 
     if path is not None:
         verdict.thresholds["registration_timeout_s"] = timeout
     verdict.checks += [c for c in (path, identity) if c is not None]
-    if path is not None and path.ok is None and verdict.status in (Status.PASS, Status.FAIL):
-        verdict.status, verdict.summary = Status.ERROR, f"{path.detail} (was {verdict.status}: {verdict.summary})"
-    elif path is not None and path.ok is False and verdict.status is Status.PASS:
+    premise_error = verdict.status is Status.ERROR and is_unmet(verdict.summary)
+    if path is not None and path.ok is None and (verdict.status in (Status.PASS, Status.FAIL) or premise_error):
+        verdict.status, verdict.summary = Status.ERROR, (
+            f"{unmet(SUT, path.detail)} (was {verdict.status}: {verdict.summary})")
+    elif path is not None and path.ok is False and (verdict.status is Status.PASS or premise_error):
         verdict.status, verdict.summary = Status.FAIL, f"sut_in_path: {path.detail} (was PASS: {verdict.summary})"
     elif identity is not None and identity.ok is False and verdict.status is not Status.ERROR:
         was = "" if verdict.status is Status.FAIL else f" (was {verdict.status}: {verdict.summary})"

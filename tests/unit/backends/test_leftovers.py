@@ -84,7 +84,7 @@ def test_prefixes_and_selectors() -> None:
 
 
 def _invoke(*args: str, env: dict[str, str], root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -95,7 +95,8 @@ def test_after_sigkill_of_the_tool_clean_removes_what_the_run_left(tmp_path: Pat
     spawn = tmp_path / "tmp" / f"xpushare-spawn-{os.getuid()}"
     slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "func", "--cluster", "local", "--run-id", "k9", "--case", "FUNC-001",
+        [sys.executable, "-m", "tests.premise_free", "func", "--cluster", "local", "--run-id", "k9",
+         "--case", "FUNC-001",
          "--case", "FUNC-002", *slow, "--root", str(tmp_path)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pods = tmp_path / ".tmplog/k9/xpushare/local/functional/FUNC-001/pods.json"

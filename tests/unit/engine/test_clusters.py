@@ -46,7 +46,7 @@ clusters:
 
 def invoke(*args: str, root: Path, timeout: float = 240,
            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -243,7 +243,8 @@ def test_ctrl_c_interrupts_every_cluster_and_resume_finishes_them(tmp_path: Path
     inv = str(inventory(tmp_path))
     slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "func", "--cluster", "a,local", "--inventory", inv, "--run-id", "m2",
+        [sys.executable, "-m", "tests.premise_free", "func", "--cluster", "a,local", "--inventory", inv,
+         "--run-id", "m2",
          "--case", "FUNC-001", "--case", "FUNC-002", *slow, "--root", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

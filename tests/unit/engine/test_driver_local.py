@@ -1,4 +1,8 @@
-"""The engine end to end on the built-in ``local`` cluster: real processes, real workloads (CPU, tiny)."""
+"""The engine end to end on the built-in ``local`` cluster: real processes, real workloads (CPU, tiny).
+
+The machine has neither a GPU nor the SUT, so the tool runs with the premises it cannot meet waived
+(:mod:`tests.premise_free`): FUNC-001 acts and is judged; FUNC-002 acts and is ERROR, its premise
+``two-pods-one-gpu`` unmet in the evidence (no GPU); the premises themselves: tests/unit/engine/test_premises.py."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ BROKEN = ["--set", 'workload_args={w2_medium_add: [--n, "-5"]}']
 
 def invoke(*args: str, root: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "invoke", *args, "--root", str(root)],
+        [sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
     )
 
@@ -38,7 +42,7 @@ def result(root: Path, run_id: str, case: str) -> dict:
 def test_func_on_local_writes_the_run_dir(tmp_path: Path) -> None:
     proc = invoke("func", "--cluster", "local", "--run-id", "r1", "--case", "FUNC-001", "--case", "FUNC-002",
                   "--case", "FUNC-004", "--case", "FUNC-009", *FAST, root=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # FUNC-002: ERROR
     rd = run_dir(tmp_path, "r1")
     for name in ("case-summary.tsv", "run-summary.tsv", "run.json", "junit.xml", "run-report.md"):
         assert (rd / name).is_file(), name
@@ -53,7 +57,8 @@ def test_func_on_local_writes_the_run_dir(tmp_path: Path) -> None:
     case_dir = rd / "local" / "functional" / "FUNC-001"
     assert (case_dir / "analysis.txt").read_text().count("Judgment") == 1
     assert list((case_dir / "sampler").iterdir()), "sampler evidence (or its no-GPU record) is kept"
-    assert result(tmp_path, "r1", "FUNC-002")["status"] == "PASS"
+    r2 = result(tmp_path, "r1", "FUNC-002")
+    assert r2["status"] == "ERROR" and r2["summary"].startswith("premise unmet: two-pods-one-gpu: ")
     assert result(tmp_path, "r1", "FUNC-004")["status"] == "SKIP"
     assert "client library" in result(tmp_path, "r1", "FUNC-004")["summary"]
     assert "needs Kubernetes" in result(tmp_path, "r1", "FUNC-009")["summary"]
@@ -77,30 +82,51 @@ def test_failing_case_exit_1_then_resume_reruns_only_non_pass(tmp_path: Path) ->
     first = invoke("func", "--cluster", "local", "--run-id", "r2", "--case", "FUNC-001", *BROKEN, root=tmp_path)
     assert first.returncode == 1
     assert result(tmp_path, "r2", "FUNC-001")["status"] == "FAIL"
-    # Adding a case to the run (--resume: a stored run is never rewritten without it): the run still holds a
-    # FAIL, so its exit status stays 1.
+    # Adding a case to the run (--resume: a stored run is never rewritten without it): FUNC-002 is ERROR here
+    # (no GPU: premise two-pods-one-gpu), so the exit status stays 1.
     assert invoke("func", "--cluster", "local", "--run-id", "r2", "--resume", "--case", "FUNC-002", *FAST,
                   root=tmp_path).returncode == 1
-    assert result(tmp_path, "r2", "FUNC-002")["status"] == "PASS"
-    passed_at = result(tmp_path, "r2", "FUNC-002")["started"]
-    again = invoke("func", "--cluster", "local", "--run-id", "r2", "--resume", "--case", "FUNC-001",
-                   "--case", "FUNC-002", *FAST, root=tmp_path)
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert result(tmp_path, "r2", "FUNC-002")["status"] == "ERROR"
+    again = invoke("func", "--cluster", "local", "--run-id", "r2", "--resume", "--case", "FUNC-001", *FAST,
+                   root=tmp_path)
+    assert again.returncode == 1, again.stdout + again.stderr  # the run still holds FUNC-002's ERROR
     r = result(tmp_path, "r2", "FUNC-001")
     assert r["status"] == "PASS" and r["attempt"] == 2
     assert (run_dir(tmp_path, "r2") / "local/functional/FUNC-001/attempts/1/result.json").exists()
-    assert result(tmp_path, "r2", "FUNC-002")["started"] == passed_at  # PASS was not re-run
+    passed_at = r["started"]
+    last = invoke("func", "--cluster", "local", "--run-id", "r2", "--resume", "--case", "FUNC-001",
+                  "--case", "FUNC-002", *FAST, root=tmp_path)
+    assert last.returncode == 1 and result(tmp_path, "r2", "FUNC-002")["attempt"] == 2  # not PASS: run again
+    assert result(tmp_path, "r2", "FUNC-001")["started"] == passed_at  # PASS was not re-run
     rows = (run_dir(tmp_path, "r2") / "case-summary.tsv").read_text().splitlines()[1:]
     assert sorted(r.split("\t")[2] for r in rows) == ["FUNC-001", "FUNC-002"]
 
 
+#: A host-mode cluster of this machine whose inventory lists one GPU: the tool places both FUNC-002 pods on it, so
+#: the pair's GPU is in the evidence (the workloads still run on the CPU).
+ONE_GPU = """\
+clusters:
+  gpu1:
+    mode: host
+    hosts:
+      me: {connection: local, roles: [gpu], gpus: 1}
+"""
+
+
 def test_rejudge_offline_with_other_thresholds(tmp_path: Path) -> None:
-    assert invoke("func", "--cluster", "local", "--run-id", "r3", "--case", "FUNC-002", *FAST,
-                  root=tmp_path).returncode == 0
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(ONE_GPU, encoding="utf-8")
+    proc = invoke("func", "--cluster", "gpu1", "--inventory", str(inv), "--run-id", "r3", "--case", "FUNC-002", *FAST,
+                  root=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def r3() -> dict:
+        return json.loads((run_dir(tmp_path, "r3") / "gpu1" / "functional" / "FUNC-002" / "result.json").read_text())
+
+    assert r3()["status"] == "PASS"
     proc = invoke("judge", "--run-id", "r3", "--set", "func002_min_overlap_ratio=1.5", root=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    r = result(tmp_path, "r3", "FUNC-002")
-    assert r["status"] == "FAIL" and r["thresholds"]["func002_min_overlap_ratio"] == 1.5
+    assert r3()["status"] == "FAIL" and r3()["thresholds"]["func002_min_overlap_ratio"] == 1.5
     assert invoke("judge", "--run-id", "r3", "--set", "func002_min_overlap_ratio=0.5", root=tmp_path).returncode == 0
     assert invoke("report", "--run-id", "r3", root=tmp_path).returncode == 0
     assert invoke("judge", "--run-id", "nope", root=tmp_path).returncode == 2
@@ -118,8 +144,8 @@ def test_a_signal_harvests_cleans_up_exits_128_plus_it_and_resumes(tmp_path: Pat
     """Ctrl-C, and SIGTERM / SIGHUP handled the same way (what ``timeout``, CI and systemd send)."""
     slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", "func", "--cluster", "local", "--run-id", RUN4, "--case", "FUNC-001",
-         "--case", "FUNC-002", *slow, "--root", str(tmp_path)],
+        [sys.executable, "-m", "tests.premise_free", "func", "--cluster", "local", "--run-id", RUN4,
+         "--case", "FUNC-001", "--case", "FUNC-002", *slow, "--root", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     pods = run_dir(tmp_path, RUN4) / "local/functional/FUNC-001/pods.json"
@@ -142,9 +168,9 @@ def test_a_signal_harvests_cleans_up_exits_128_plus_it_and_resumes(tmp_path: Pat
     assert "--resume" in out
     resumed = invoke("func", "--cluster", "local", "--run-id", RUN4, "--resume", "--case", "FUNC-001",
                      "--case", "FUNC-002", *FAST, root=tmp_path)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # FUNC-002 ERROR: no GPU here
     assert result(tmp_path, RUN4, "FUNC-001")["status"] == "PASS"
-    assert result(tmp_path, RUN4, "FUNC-002")["status"] == "PASS"
+    assert result(tmp_path, RUN4, "FUNC-002")["status"] == "ERROR"
 
 
 def test_resolve_run_id_validates_and_needs_an_id_to_resume() -> None:

@@ -15,7 +15,7 @@ BROKEN = ["--set", 'workload_args={w2_medium_add: [--n, "-5"]}']
 
 
 def invoke(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)],
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 

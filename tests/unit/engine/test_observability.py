@@ -33,6 +33,12 @@ def invoke(*args: str, cwd: Path = ROOT, timeout: float = 240) -> subprocess.Com
                           text=True, timeout=timeout)
 
 
+def invoke_waived(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """:func:`invoke` with the premises this machine cannot meet waived (:mod:`tests.premise_free`): a real run."""
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
 # ------------------------------------------------------------------------------------------------ output
 
 
@@ -61,7 +67,7 @@ def test_cases_json_is_only_json() -> None:
     data = json.loads(proc.stdout)
     assert {r["case"] for r in data} == set(REGISTRY)
     func9 = next(r for r in data if r["case"] == "FUNC-009")
-    assert func9["suite"] == "functional" and "kubernetes" in func9["requires"]
+    assert func9["suite"] == "functional" and "kubernetes" in func9["premises"]
     assert yaml.safe_load(invoke("cases", "--suite", "perf", "--output", "yaml").stdout)[0]["case"] == "PERF-001"
 
 
@@ -220,10 +226,15 @@ def test_plan_run_tells_which_cases_skip() -> None:
                           required=set())
     plan = dry_run.plan_run(selection.cases, local, selection, {}, frozenset())
     by_id = {c["case_id"]: c for c in plan["cases"]}
-    assert by_id["FUNC-001"]["plan"] == "RUN" and by_id["FUNC-001"]["skip_reason"] is None
+    # local has no SUT (no sut_lib): FUNC-001 SKIPs naming the premise (issue 35: it used to PASS)
+    assert by_id["FUNC-001"]["plan"] == "SKIP" and by_id["FUNC-001"]["skip_reason"].startswith("premise unmet: sut: ")
+    assert by_id["FUNC-001"]["premises_unmet"] == ["sut"]
     assert "client library" in by_id["FUNC-004"]["skip_reason"]
     assert "needs Kubernetes" in by_id["FUNC-009"]["skip_reason"]
     assert by_id["FUNC-001"]["expected_duration_s"] is None
+    with_sut = dataclasses.replace(local, sut_lib="/opt/xpushare/libxpushare.so")
+    runs = dry_run.plan_run([REGISTRY["FUNC-001"]], with_sut, selection, {}, frozenset({"client-library"}))
+    assert runs["cases"][0]["plan"] == "RUN" and runs["cases"][0]["skip_reason"] is None
     k8s = dataclasses.replace(local, mode="k8s")
     caps = frozenset({"kubernetes", "annotations", "client-library", "scheduler-process"})
     fail = dry_run.plan_run([REGISTRY["FAIL-001"]], k8s, selection, {}, caps)["cases"][0]
@@ -254,8 +265,8 @@ def test_dry_run_contacts_no_host_and_stores_nothing(tmp_path: Path) -> None:
 
 
 def test_local_run_writes_events_and_debug_log(tmp_path: Path) -> None:
-    proc = invoke("func", "--cluster", "local", "--run-id", "obs", "--case", "FUNC-001", "--case", "FUNC-009",
-                  "--root", str(tmp_path), "-v", *FAST)
+    proc = invoke_waived("func", "--cluster", "local", "--run-id", "obs", "--case", "FUNC-001", "--case", "FUNC-009",
+                         "--root", str(tmp_path), "-v", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "+ localhost$ " not in proc.stderr and "~ FUNC-001: start 1 pod(s)" in proc.stderr  # -v: actions
     run_dir = tmp_path / ".tmplog" / "obs" / "xpushare"

@@ -128,8 +128,11 @@ def test_judge_stack_pass_deviation_and_unusable_cuda() -> None:
     assert broken.status is Status.FAIL and "cuda_usable" in broken.summary
     missing = checks.judge_stack(None, {}, error="no 'stack' result")
     assert missing.status is Status.ERROR and "no 'stack' result" in missing.summary
+    # issue 35: a node without nvidia-smi misses a prerequisite: ERROR naming it, never PASS
     no_gpu = checks.judge_stack(stack_doc(gpus=0, cuda=False), {})
-    assert no_gpu.status is Status.PASS
+    assert no_gpu.status is Status.ERROR and no_gpu.summary == f"nvidia_smi: {checks.NVIDIA_SMI_MISSING}"
+    smoke = checks.judge_stack(stack_doc(gpus=0, cuda=False), {}, require_nvidia_smi=False)  # the CPU smoke test
+    assert smoke.status is Status.PASS
 
 
 def test_gpu_plan_skip_fail_error_and_run() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -81,13 +82,17 @@ def test_node_steps_prints_exit_lines_and_stderr_tails() -> None:
         checks.extract_block(proc.stdout, "cublas")
 
 
-def test_local_cluster_without_gpu_skips_gpu_checks_with_the_reason(tmp_path: Path) -> None:
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
+def test_local_cluster_without_nvidia_smi_is_error_naming_it_and_skips_gpu_checks(tmp_path: Path) -> None:
+    """Issue 35: ``invoke envcheck --cluster local`` on a machine without nvidia-smi said PASS."""
     out = io.StringIO()
     status = envcheck_task("local", run_id="nogpu", out=out, root=tmp_path, overrides=FAST_PROBE[1::2])
-    assert status is ExitStatus.OK, out.getvalue()
+    assert status is ExitStatus.FAILED, out.getvalue()
     report = json.loads((tmp_path / ".tmplog" / "nogpu" / "envcheck" / "fleet.json").read_text())
     node = report["nodes"][0]
-    assert node["status"] == "PASS" and node["steps"]["stack"]["status"] == "PASS"
+    assert node["status"] == "ERROR" and node["steps"]["stack"]["status"] == "ERROR"
+    assert "missing prerequisite: nvidia-smi not found" in node["steps"]["stack"]["summary"]
+    assert "missing prerequisite: nvidia-smi not found" in node["steps"]["health"]["summary"]
     for step in ("cublas", "nccl"):
         assert node["steps"][step]["status"] == "SKIP"
         assert "no NVIDIA GPU" in node["steps"][step]["summary"]
@@ -96,14 +101,14 @@ def test_local_cluster_without_gpu_skips_gpu_checks_with_the_reason(tmp_path: Pa
     assert "Not measured: no NVIDIA GPU on this node" in md
     skipped = envcheck_task("local", run_id="skip", out=io.StringIO(), root=tmp_path, skip_gpu=True,
                             overrides=FAST_PROBE[1::2])
-    assert skipped is ExitStatus.OK
+    assert skipped is ExitStatus.FAILED  # --skip-gpu skips the GPU steps, not the node's prerequisites
 
 
 def test_local_cpu_smoke_runs_cublas_and_the_single_node_all_reduce(tmp_path: Path) -> None:
     out = io.StringIO()
     status = envcheck_task("local", run_id="smoke", out=out, root=tmp_path,
                            overrides=[*FAST_PROBE[1::2], "envcheck_cpu_smoke=true"])
-    assert status is ExitStatus.OK, out.getvalue()
+    assert status is ExitStatus.OK, out.getvalue()  # the CPU smoke test asks for no nvidia-smi
     base = tmp_path / ".tmplog" / "smoke" / "envcheck"
     node = json.loads((base / "fleet.json").read_text())["nodes"][0]
     assert node["steps"]["cublas"]["status"] == "PASS" and node["steps"]["nccl"]["status"] == "PASS"

@@ -186,11 +186,14 @@ def test_combo002_broken_and_not_applicable() -> None:
     # Not enforced, pods started apart (lab mutant no-core-enforcement: 4.28 s vs 3.28 s): not clearly faster.
     v = jc.judge_compute_pair(ev2(4.28, 3.28), th("COMBO-002"), PLAN2)
     assert v.status is Status.FAIL and "< 1.5" in v.summary, v.summary
-    # Not on one GPU (bash: always SKIP reported as PASS): SKIP, never PASS.
-    assert jc.judge_compute_pair(ev2(gpu_high="GPU-1"), th("COMBO-002"), PLAN2).status is Status.SKIP
-    # No registration GPU at all: placement unconfirmed, SKIP.
-    assert jc.judge_compute_pair(ev2(gpu_high=None), th("COMBO-002"), PLAN2).status is Status.SKIP
-    # A failed pod is FAIL even when the pair was not co-located (a SKIP must not hide it).
+    # Not on one GPU (bash: always SKIP reported as PASS): the premise two-pods-one-gpu, found unmet in the
+    # evidence, is ERROR naming it, never PASS.
+    v = jc.judge_compute_pair(ev2(gpu_high="GPU-1"), th("COMBO-002"), PLAN2)
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-pods-one-gpu: "), v.summary
+    # No registration GPU at all: placement unconfirmed, the same.
+    v = jc.judge_compute_pair(ev2(gpu_high=None), th("COMBO-002"), PLAN2)
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-pods-one-gpu: "), v.summary
+    # A failed pod is FAIL even when the pair was not co-located (an unmet premise must not hide it).
     v = jc.judge_compute_pair(ev2(gpu_high="GPU-1", low_phase="Failed"), th("COMBO-002"), PLAN2)
     assert v.status is Status.FAIL and "pods_succeeded" in v.summary
 

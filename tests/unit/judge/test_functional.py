@@ -86,10 +86,10 @@ def test_pair_that_ran_one_after_the_other_fails() -> None:
     assert v.status is Status.FAIL and "intervals_overlap" in v.summary
 
 
-def test_pair_on_different_gpus_is_skip_never_pass_and_threshold_is_a_parameter() -> None:
+def test_pair_on_different_gpus_is_premise_error_never_pass_and_threshold_is_a_parameter() -> None:
     ev = Evidence.from_parts([rec("a", gpu="GPU-a"), rec("b", gpu="GPU-b")], {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
     v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"])
-    assert v.status is Status.SKIP and "co-location" in v.summary
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-pods-one-gpu: co-location")
     partial = Evidence.from_parts(
         [rec("a", start=0, end=10), rec("b", start=6, end=16)], {"a": HEALTHY_LOG, "b": HEALTHY_LOG}
     )
@@ -125,20 +125,41 @@ def test_spread_over_gpus() -> None:
     packed = [rec(n, gpu="GPU-0") for n in names]
     v = judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=2)
     assert v.status is Status.FAIL and "spread_over_gpus" in v.summary
-    # One GPU only: spreading is not applicable, the pods must still all pass.
-    assert judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=1).status is Status.PASS
+    # One GPU only: the premise two-gpus did not hold, so the verdict says nothing of the spread: ERROR naming it.
+    one = judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=1)
+    assert one.status is Status.ERROR and one.summary == "premise unmet: two-gpus: the cluster had 1 GPU(s)"
     # Where the pods ran is not in the evidence (no registration, no recorded GPU): ERROR, not "all on one GPU".
     unplaced = [rec(n, gpu=None) for n in names]
     v = judge.judge_spread(Evidence.from_parts(unplaced, logs), TH, pods=names, gpus_available=2)
     assert v.status is Status.ERROR and "no GPU known" in v.summary, v.summary
     # The backend could not tell how many GPUs exist: the spread is unjudged, never a silent PASS.
     unknown = judge.judge_spread(Evidence.from_parts(packed, logs), TH, pods=names, gpus_available=None)
-    assert unknown.status is Status.ERROR and "spread_over_gpus" in unknown.summary
-    one_failed = [*packed[:3], rec("p3", "Failed", 1, gpu="GPU-0")]
+    assert unknown.status is Status.ERROR and unknown.summary.startswith("premise unmet: two-gpus: ")
+    one_failed = [*spread[:3], rec("p3", "Failed", 1, gpu="GPU-1")]
     assert (
-        judge.judge_spread(Evidence.from_parts(one_failed, logs), TH, pods=names, gpus_available=1).status
+        judge.judge_spread(Evidence.from_parts(one_failed, logs), TH, pods=names, gpus_available=2).status
         is Status.FAIL
     )
+
+
+@pytest.mark.parametrize("gpus", [0, 1, None])
+def test_spread_without_two_gpus_is_never_pass(gpus: int | None) -> None:
+    """Issue 35: on a machine without a GPU FUNC-003 PASSed "(no GPU: spread not applicable)"."""
+    names = ["p0", "p1"]
+    cpu = [rec(n, gpu=None) for n in names]
+    v = judge.judge_spread(Evidence.from_parts(cpu, dict.fromkeys(names, HEALTHY_LOG)), TH, pods=names,
+                           gpus_available=gpus)
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-gpus: ") \
+        and "not applicable" not in v.summary
+
+
+def test_pair_whose_gpu_is_in_no_evidence_is_never_pass() -> None:
+    """Issue 35: FUNC-002 PASSed "(no GPU on the host: same-GPU placement not applicable)"."""
+    ev = Evidence.from_parts([rec("a", gpu=None, start=0, end=10), rec("b", gpu=None, start=1, end=11)],
+                             {"a": HEALTHY_LOG, "b": HEALTHY_LOG})
+    v = judge.judge_same_gpu_pair(ev, TH, pods=["a", "b"], pair=["a", "b"])
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-pods-one-gpu: the GPU of a and b") \
+        and "not applicable" not in v.summary
 
 
 def test_rejection_healthy_and_broken() -> None:

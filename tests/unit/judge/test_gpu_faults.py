@@ -167,11 +167,13 @@ def test_envcheck_ecc_remap_throttle_and_lost() -> None:
     assert lost.status is Status.FAIL and "GPU lost (fallen off the bus): 0000:01:00" in lost.summary
 
 
-def test_envcheck_unobservable_is_error_and_a_cpu_node_has_no_nvml_checks() -> None:
+def test_envcheck_unobservable_is_error_and_a_node_without_nvidia_smi_is_error() -> None:
     blind = judge_health(capture([row(0, G0)], log=None), now=NOW)
     assert blind.status is Status.ERROR and "kernel log not observable" in blind.summary
-    cpu = judge_health("## nvidia-smi exit=127\nnvidia-smi: not found\n## kernel-log source=journalctl lines=3\n",
-                       now=NOW)
+    no_smi = "## nvidia-smi exit=127\nnvidia-smi: not found\n## kernel-log source=journalctl lines=3\n"
+    missing = judge_health(no_smi, now=NOW)  # a missing prerequisite: ERROR naming it, never PASS
+    assert missing.status is Status.ERROR and "missing prerequisite: nvidia-smi not found" in missing.summary
+    cpu = judge_health(no_smi, now=NOW, require_nvidia_smi=False)  # the CPU smoke test asks for no GPU
     assert cpu.status is Status.PASS and [c.name for c in cpu.checks] == ["kernel_log", "xid"]
     broken = judge_health(capture([], smi_exit=9), now=NOW)
     assert broken.status is Status.ERROR and "GPU health not observable" in broken.summary

@@ -122,7 +122,7 @@ def test_beside_a_neighbour_the_mixed_tolerance_applies_and_placement_is_confirm
     v = judge_compute_path(evidence(starved), TH, plan(neighbour=NEIGHBOUR))
     assert v.status.value == "FAIL" and v.summary.startswith("neighbour_quota_held") and "starved" in v.summary
     v = judge_compute_path(evidence(logs, [record(POD), record(NEIGHBOUR, gpu="GPU-b")]), TH, plan(neighbour=NEIGHBOUR))
-    assert v.status.value == "SKIP" and "co-location" in v.summary
+    assert v.status.value == "ERROR" and v.summary.startswith("premise unmet: two-pods-one-gpu: co-location")
     v = judge_compute_path(evidence(logs, [record(POD), record(NEIGHBOUR, phase="Failed")]), TH,
                            plan(neighbour=NEIGHBOUR))
     assert v.status.value == "FAIL", v.summary  # a failed neighbour is not hidden behind a SKIP
@@ -161,7 +161,7 @@ def test_the_busy_kernel_assembles_for_sm_80_and_sm_90(tmp_path: Path) -> None:
 def test_compute_cases_need_kubernetes_and_skip_in_host_mode() -> None:
     for case in ("ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016"):
         reason = skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "host")
-        assert reason == "needs Kubernetes (this cluster runs in host mode)", (case, reason)
+        assert reason == "premise unmet: kubernetes: needs Kubernetes (this cluster runs in host mode)", (case, reason)
         assert skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "k8s") is None
 
 

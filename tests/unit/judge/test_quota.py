@@ -513,17 +513,17 @@ def test_func009_broken(tmp_path: Path, kw: dict[str, Any], status: Status, word
 
 
 @pytest.mark.parametrize("gpu_z", [GPU1, None], ids=["other-gpu", "no-registration-line-for-z"])
-def test_func009_pair_not_on_one_gpu_is_skip_never_pass(tmp_path: Path, gpu_z: str | None) -> None:
+def test_func009_pair_not_on_one_gpu_is_premise_error_never_pass(tmp_path: Path, gpu_z: str | None) -> None:
     # Runtimes that would pass: on separate GPUs each pod runs alone at its cap (the bash harness's weakness).
     v = judge(case009(tmp_path, gpus=(GPU0, GPU1, gpu_z)), "FUNC-009")
-    assert v.status is Status.SKIP and "co-location" in v.summary, v.summary
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-pods-one-gpu: co-location"), v.summary
     assert v.metrics["placement"]["func-009-w2-z"] == [NODE, gpu_z]
 
 
 @pytest.mark.parametrize("gpus", [(None, None, None), (None, GPU1, GPU0)], ids=["no-gpu-at-all", "no-gpu-for-a"])
 def test_func009_unconfirmed_placement_is_not_pass(tmp_path: Path, gpus: tuple[str | None, ...]) -> None:
     v = judge(case009(tmp_path, gpus=gpus), "FUNC-009")
-    assert v.status is Status.SKIP, v.summary
+    assert v.status is Status.ERROR and v.summary.startswith("premise unmet: two-pods-one-gpu: "), v.summary
 
 
 def test_func009_failed_pod_is_fail_even_when_not_co_located(tmp_path: Path) -> None:

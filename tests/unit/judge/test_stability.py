@@ -365,7 +365,9 @@ def test_every_case_is_registered_with_its_judgment() -> None:
         assert case.requires, cid
     # host mode runs what needs only the scheduler process; quota changes need annotations; the rest Kubernetes
     host_ok = {"STAB-001", "STAB-002", "FAIL-001"} | {f"LEAK-00{i}" for i in range(1, 6)}
-    assert all(REGISTRY[c].requires == {"scheduler-process"} for c in host_ok)
+    assert all(REGISTRY[c].requires == {"scheduler-process", "sut", "gpu"} for c in host_ok)
+    assert all(REGISTRY[f"FAIL-00{i}"].requires == {"scheduler-process", "sut", "gpu", "fault-injector"}
+               for i in (5, 6, 7))
     assert all("annotations" in REGISTRY[c].requires for c in ("STAB-003", "STAB-004"))
     assert all("kubernetes" in REGISTRY[f"FAIL-00{i}"].requires for i in (2, 3, 4))
     assert REGISTRY["STAB-002"].params["stab_duration_s"] == 24 * 3600

@@ -102,7 +102,8 @@ def test_a_wrong_gpu_key_fails_naming_the_disagreement_even_over_a_skip() -> Non
 def test_a_workload_the_sut_never_saw_is_error(log: str, why: str) -> None:
     ev = host_evidence({"a": (10, None)}, [], logs={"a": log})
     verdict = with_sut_checks(Verdict(Status.PASS, "pod passed"), ev)
-    assert verdict.status is Status.ERROR and verdict.summary.startswith("SUT not in the path: a: " + why)
+    assert verdict.status is Status.ERROR and verdict.summary.startswith(
+        "premise unmet: sut: SUT not in the path: a: " + why)
     assert verdict.summary.endswith("(was PASS: pod passed)")
 
 

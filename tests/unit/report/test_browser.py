@@ -81,7 +81,7 @@ class _Probe(HTMLParser):
 
 
 def invoke(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -23,7 +23,7 @@ ROOT = REPO_ROOT
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

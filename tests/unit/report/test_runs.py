@@ -31,7 +31,7 @@ def store(root: Path, run_id: str, started: str | None, cases: list[dict[str, An
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

@@ -26,7 +26,7 @@ FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
 
 
 def invoke(*args: str, root: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -133,10 +133,15 @@ def test_judge_report_and_resume_on_a_damaged_run_json_are_one_line(tmp_path: Pa
 
 
 def test_a_rejudgment_is_stored_beside_the_runs_own_verdicts(tmp_path: Path) -> None:
-    assert invoke("func", "--cluster", "local", "--run-id", "rj", "--case", "FUNC-002", *FAST,
+    # a host of this machine whose inventory lists one GPU: both FUNC-002 pods are placed on it, so the pair's GPU is
+    # in the evidence (on `local`, without a GPU, FUNC-002 is ERROR: premise two-pods-one-gpu)
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("clusters:\n  gpu1:\n    mode: host\n    hosts:\n"
+                   "      me: {connection: local, roles: [gpu], gpus: 1}\n", encoding="utf-8")
+    assert invoke("func", "--cluster", "gpu1", "--inventory", str(inv), "--run-id", "rj", "--case", "FUNC-002", *FAST,
                   root=tmp_path).returncode == 0
     run_dir = artifacts.run_dir(tmp_path, "rj")
-    case = run_dir / "local" / "functional" / "FUNC-002"
+    case = run_dir / "gpu1" / "functional" / "FUNC-002"
     own = (case / "result.json").read_text()
     proc = invoke("judge", "--run-id", "rj", "--set", "func002_min_overlap_ratio=1.5", root=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr

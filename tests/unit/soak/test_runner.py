@@ -470,7 +470,7 @@ def invoke(*args: str, root: Path) -> Any:
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -1,0 +1,188 @@
+"""Premises (issue 35): every case declares what its verdict rests on; one unmet before the act is SKIP naming it,
+before any pod; a parameter value that makes a case vacuous is exit 2 before anything runs; `invoke cases`, the dry
+run and docs/verdicts.md list the premises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO_ROOT
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS
+from xpushare.cases import REGISTRY, CaseDef
+from xpushare.cases.base import register
+from xpushare.cases.premise_table import premises_markdown
+from xpushare.engine import driver, lifecycle
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.errors import InventoryError, UsageError
+from xpushare.model.premises import PREMISES, ClusterFacts, unmet_before
+
+K8S_CAPS = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS})
+
+
+class CountingBackend:
+    """A backend that knows its GPU count and records whether any case-level call happened (none may, on a SKIP)."""
+
+    def __init__(self, mode: str, capabilities: frozenset[str], gpus: int | None) -> None:
+        self.mode = mode
+        self.capabilities = capabilities
+        self.gpus = gpus
+        self.calls: list[str] = []
+
+    def gpu_count(self) -> int | None:
+        return self.gpus
+
+    def kubectl_calls(self) -> int | None:
+        return None
+
+    def kubectl_retries(self) -> int | None:
+        return None
+
+    def begin_case(self, case_dir: Path, case_id: str) -> None:
+        self.calls.append("begin_case")
+
+    def start_pods(self, pods: object) -> None:
+        self.calls.append("start_pods")
+
+    def harvest(self) -> list[str]:
+        self.calls.append("harvest")
+        return []
+
+    def cleanup(self) -> None:
+        self.calls.append("cleanup")
+
+
+def k8s_cluster() -> ClusterSpec:
+    return ClusterSpec("k", "k8s", "xpushare", "cuda", "Tesla T4", 16,
+                       (HostSpec("m", ("master",), local=True), HostSpec("n1", ("gpu",), local=True)))
+
+
+def host_cluster(sut_lib: str | None) -> ClusterSpec:
+    return ClusterSpec("h", "host", "xpushare", "cuda", None, None, (HostSpec("localhost", ("gpu",), local=True),),
+                       sut_lib=sut_lib)
+
+
+def run(case_id: str, cluster: ClusterSpec, backend: CountingBackend, tmp_path: Path) -> tuple[str, str]:
+    record, _ = lifecycle.run_case(REGISTRY[case_id], run_id="r", run_dir=tmp_path, cluster=cluster,
+                                   backend=backend, params={}, required=True)  # type: ignore[arg-type]
+    return record.status, record.summary
+
+
+def test_every_case_declares_known_premises_and_the_sut_judging_ones_need_the_sut() -> None:
+    for case in REGISTRY.values():
+        assert case.requires <= set(PREMISES), case.case_id
+        if case.case_id not in ("MET-001", "MET-007"):  # no workload: their premise is the scheduler's /metrics
+            assert {"sut", "gpu"} <= case.requires, case.case_id
+    assert {"two-gpus"} <= REGISTRY["COMBO-008"].requires and {"two-gpus"} <= REGISTRY["PERF-010"].requires
+    assert "two-pods-one-gpu" in REGISTRY["FUNC-002"].requires and "two-gpus" in REGISTRY["FUNC-003"].requires
+    with pytest.raises(ValueError, match="unknown premise"):
+        register(CaseDef("FUNC-999", "functional", "t", "", "", "", requires=frozenset({"a-gpu"})))
+
+
+@pytest.mark.parametrize("case_id", ["COMBO-008", "PERF-010"])
+def test_a_two_gpu_case_skips_on_one_gpu_before_any_pod(case_id: str, tmp_path: Path) -> None:
+    """On one real GPU COMBO-008 FAILed ``distinct_gpus: all pods on one GPU``: a premise judged as a defect."""
+    backend = CountingBackend("k8s", K8S_CAPS, gpus=1)
+    status, summary = run(case_id, k8s_cluster(), backend, tmp_path)
+    assert (status, summary) == ("SKIP", "premise unmet: two-gpus: this cluster has 1 GPU(s)")
+    assert backend.calls == []
+    two = CountingBackend("k8s", K8S_CAPS, gpus=2)
+    assert lifecycle.skip_reason(REGISTRY[case_id], two.capabilities, "k8s",
+                                 lifecycle.cluster_facts(k8s_cluster(), two.capabilities, 2)) is None
+
+
+@pytest.mark.parametrize(("case_id", "premise"), [("FUNC-001", "gpu"), ("FUNC-002", "gpu"), ("FUNC-003", "gpu")])
+def test_func_cases_without_a_gpu_skip_naming_it_never_pass(case_id: str, premise: str, tmp_path: Path) -> None:
+    """Issue 35: on a machine without a GPU FUNC-002 and FUNC-003 PASSed as "not applicable"."""
+    backend = CountingBackend("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=0)
+    status, summary = run(case_id, host_cluster("/opt/lib/libxpushare.so"), backend, tmp_path)
+    assert status == "SKIP" and summary.startswith(f"premise unmet: {premise}: no GPU on this cluster")
+    assert backend.calls == []
+
+
+def test_func003_skips_on_one_gpu(tmp_path: Path) -> None:
+    backend = CountingBackend("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=1)
+    assert run("FUNC-003", host_cluster("/lib.so"), backend, tmp_path) == (
+        "SKIP", "premise unmet: two-gpus: this cluster has 1 GPU(s)")
+
+
+def test_host_mode_without_sut_lib_skips_every_func_case_naming_the_sut(tmp_path: Path) -> None:
+    for case_id in ("FUNC-001", "FUNC-002", "FUNC-003"):
+        backend = CountingBackend("host", frozenset(), gpus=2)
+        status, summary = run(case_id, host_cluster(None), backend, tmp_path / case_id)
+        assert status == "SKIP" and summary.startswith("premise unmet: sut: host mode without the SUT's client")
+
+
+def test_unknown_gpu_count_is_left_to_the_evidence() -> None:
+    facts = ClusterFacts(capabilities=frozenset(), kubernetes=True, gpu_count=None)
+    assert unmet_before({"gpu", "two-gpus", "sut"}, facts) is None
+    assert unmet_before({"tenant-namespaces"}, ClusterFacts(frozenset(), kubernetes=False)) == (
+        "tenant-namespaces", "needs Kubernetes (this cluster runs in host mode)")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_a_vacuous_pod_count_is_a_usage_error_before_anything_runs(value: str, tmp_path: Path) -> None:
+    request = driver.RunRequest(cluster="local", case_ids=["FUNC-003"], overrides=[f"func003_pods={value}"],
+                                root=tmp_path)
+    with pytest.raises(UsageError, match="func003_pods"):
+        driver.run(request)
+    assert not (tmp_path / ".tmplog").exists()
+
+
+@pytest.mark.parametrize(("setting", "words"), [
+    ("met007_duration_s=0", "time window of 0 s"),
+    ("combo002_cores=[]", "empty list"),
+    ("perf008_pods_per_gpu=0", "pods per GPU"),
+])
+def test_other_vacuous_values_are_usage_errors(setting: str, words: str, tmp_path: Path) -> None:
+    request = driver.RunRequest(cluster="local", suites=["met", "combo", "perf"], overrides=[setting], root=tmp_path,
+                                dry_run=True)
+    with pytest.raises(UsageError, match=words):
+        driver.run(request)
+
+
+def test_vacuous_values_in_the_inventory_and_a_playbook_are_refused(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("clusters:\n  h:\n    mode: host\n    params: {func003_pods: 0}\n"
+                   "    hosts:\n      me: {connection: local, roles: [gpu]}\n")
+    with pytest.raises(InventoryError, match=r"params\.func003_pods: bad value 0: makes the case vacuous"):
+        driver.run(driver.RunRequest(cluster="h", case_ids=["FUNC-003"], inventory_path=str(inv), root=tmp_path))
+    book = tmp_path / "book.yaml"
+    book.write_text("cases: [FUNC-003]\nparams: {func003_pods: 0}\n")
+    with pytest.raises(UsageError, match=r"playbook .*func003_pods=0: makes the case vacuous"):
+        driver.run(driver.RunRequest(cluster="local", playbook=str(book), root=tmp_path))
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_invoke_cases_and_the_dry_run_show_the_premises(tmp_path: Path) -> None:
+    table = invoke("cases", "--suite", "func")
+    assert table.returncode == 0 and "premises" in table.stdout.splitlines()[0]
+    assert any(line.startswith("FUNC-002") and "sut,gpu,two-pods-one-gpu" in line for line in table.stdout.splitlines())
+    records = {r["case"]: r for r in json.loads(invoke("cases", "--suite", "combo", "-o", "json").stdout)}
+    assert records["COMBO-008"]["premises"] == ["kubernetes", "sut", "gpu", "two-gpus", "annotations"]
+    plan = json.loads(invoke("func", "--cluster", "local", "--case", "FUNC-001,FUNC-009", "--dry-run", "-o", "json",
+                             "--root", str(tmp_path)).stdout)
+    by_id = {c["case_id"]: c for c in plan["cases"]}
+    assert by_id["FUNC-001"]["premises"] == ["sut", "gpu"] and by_id["FUNC-001"]["premises_unmet"] == ["sut"]
+    assert by_id["FUNC-001"]["skip_reason"].startswith("premise unmet: sut: ")
+    assert by_id["FUNC-009"]["premises_unmet"] == ["kubernetes", "sut", "annotations"]
+
+
+def test_the_cli_refuses_func003_pods_0_with_exit_2(tmp_path: Path) -> None:
+    proc = invoke("func", "--cluster", "local", "--case", "FUNC-003", "--set", "func003_pods=0",
+                  "--root", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: bad --set func003_pods=0: makes the case vacuous")
+    assert "Traceback" not in proc.stderr and not (tmp_path / ".tmplog").exists()
+
+
+def test_docs_verdicts_has_the_premises_table_of_the_registry() -> None:
+    text = (REPO_ROOT / "docs" / "verdicts.md").read_text(encoding="utf-8")
+    assert premises_markdown() in text, "regenerate: python -m tests.lab.matrix --write docs/verdicts.md"
