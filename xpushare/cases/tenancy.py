@@ -13,6 +13,7 @@ from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.isolation import ISO_PARAMS, MEM_PROBE, probe_args
 from xpushare.judge import tenancy
 from xpushare.judge.quantity import parse_quantity
+from xpushare.model.premises import GPU, SUT
 
 #: The probe's allocation path: the one every framework's default allocator takes.
 PATH = "cuMemAlloc"
@@ -48,7 +49,7 @@ register(
         "pods.json (namespace of each pod), pods/<namespace>/<pod>.log (MEM_PROBE accepted/refused), scheduler.log "
         "(Applying initial memory limit for <namespace>/<pod>)",
         # premises: Kubernetes, the SUT in the path (checked on the evidence, judge/sut_path), tenant-namespaces
-        requires=frozenset({CAP_KUBERNETES, CAP_CLIENT_LIBRARY, CAP_TENANT_NAMESPACES}),
+        requires=frozenset({CAP_KUBERNETES, CAP_CLIENT_LIBRARY, CAP_TENANT_NAMESPACES, SUT, GPU}),
         params={**ISO_PARAMS, **TENANTS},
         act=_act,
         judge=tenancy.judge_tenants,

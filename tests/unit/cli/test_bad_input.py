@@ -2,7 +2,7 @@
 stderr and exit status 2 (USAGE), never a traceback, and must leave a stored run exactly as it was.
 
 Each case runs ``python -m invoke ...`` from the repository root (a few hundred ms: the mistake is found before
-anything connects or runs). A stored run (one real FUNC-002 on ``local``) sits under the ``--root`` given to
+anything connects or runs). A stored run (one real FUNC-002 on this machine) sits under the ``--root`` given to
 every task that takes one; its files are compared byte for byte before and after each invocation.
 """
 
@@ -21,6 +21,14 @@ from tests.paths import REPO_ROOT
 ROOT = REPO_ROOT
 FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
 RUN = f"stored-{os.getpid()}"  # local workload names carry the run id: one per test process
+STORED_CLUSTER = "gpu1"
+ONE_GPU = f"""\
+clusters:
+  {STORED_CLUSTER}:
+    mode: host
+    hosts:
+      me: {{connection: local, roles: [gpu], gpus: 1}}
+"""
 
 HOST = "clusters:\n  c9:\n    mode: {mode}\n    hosts:\n      c9-gpu1: {{address: 127.0.0.1, roles: [{roles}"
 
@@ -187,7 +195,13 @@ def snapshot(root: Path) -> dict[str, str]:
 def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(root holding one finished run, folder of the corpus' files)."""
     root = tmp_path_factory.mktemp("root")
-    proc = invoke(["func", "--cluster", "local", "--run-id", RUN, "--case", "FUNC-002", *FAST, "--root", str(root)])
+    # A cluster of this machine that lists one GPU, with the premises this machine cannot meet waived
+    # (tests/premise_free.py), so that FUNC-002 acts and is judged: a stored PASS to re-judge.
+    inventory = tmp_path_factory.mktemp("inv") / "inventory.yaml"
+    inventory.write_text(ONE_GPU, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "tests.premise_free", "func", "--cluster", STORED_CLUSTER,
+                           "--inventory", str(inventory), "--run-id", RUN, "--case", "FUNC-002", *FAST,
+                           "--root", str(root)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = tmp_path_factory.mktemp("files")
     for name, body in FILES.items():
@@ -215,7 +229,7 @@ def test_bad_input_is_one_line_and_usage(name: str, stored: tuple[Path, Path]) -
 
 def test_judge_with_a_bad_threshold_keeps_the_stored_thresholds_and_verdict(stored: tuple[Path, Path]) -> None:
     root, _ = stored
-    result = root / ".tmplog" / RUN / "xpushare" / "local" / "functional" / "FUNC-002" / "result.json"
+    result = root / ".tmplog" / RUN / "xpushare" / STORED_CLUSTER / "functional" / "FUNC-002" / "result.json"
     assert '"status": "PASS"' in result.read_text()
     proc = invoke(["judge", "--root", str(root), "--run-id", RUN, "--set", "func002_min_overlap_ratio=abc"])
     assert proc.returncode == 2 and "expected a number" in proc.stderr

@@ -262,7 +262,9 @@ def test_ctrl_c_interrupts_every_cluster_and_resume_finishes_them(tmp_path: Path
     assert (rd / "run-report.md").exists() and "--resume" in out
     resumed = invoke("func", "--cluster", "a,local", "--inventory", inv, "--run-id", "m2", "--resume",
                      "--case", "FUNC-001", "--case", "FUNC-002", *FAST, root=tmp_path)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # resumed, both cases finish on both clusters; FUNC-002 without a GPU is ERROR naming its premise (exit 1)
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
     for cluster in ("a", "local"):
-        for case in ("FUNC-001", "FUNC-002"):
-            assert result(tmp_path, "m2", cluster, case)["status"] == "PASS"
+        assert result(tmp_path, "m2", cluster, "FUNC-001")["status"] == "PASS"
+        func002 = result(tmp_path, "m2", cluster, "FUNC-002")
+        assert func002["status"] == "ERROR" and func002["summary"].startswith("premise unmet: two-pods-one-gpu")

@@ -126,13 +126,13 @@ def test_an_extending_run_accumulates_run_json_in_utc_with_the_tool_version(tmp_
     cluster = local_cluster()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - closed with the process
     first, hooks = Run(root=tmp_path, clusters=[cluster], run_id="x", reuse=Reuse.EXTEND, out=devnull), _Hooks()
-    missing = _case("one", requires=frozenset({"gpu-of-another-world"}))  # SKIP: not a failure
+    missing = _case("one", requires=frozenset({"kubernetes"}))  # SKIP: not a failure
     assert first.execute(_selection(cluster, missing), hooks) == ExitStatus.OK
     assert hooks.done == ["one SKIP"]
     meta = json.loads((first.dir / "run.json").read_text())
     assert meta["tool_version"] and meta["started"].endswith("+00:00") and meta["ended"].endswith("+00:00")
     second = Run(root=tmp_path, clusters=[cluster], run_id="x", reuse=Reuse.EXTEND, out=devnull)
-    assert second.execute(_selection(cluster, _case("two", requires=frozenset({"nope"}))), _Hooks()) == ExitStatus.OK
+    assert second.execute(_selection(cluster, _case("two", requires=frozenset({"annotations"}))), _Hooks()) == ExitStatus.OK
     meta2 = json.loads((second.dir / "run.json").read_text())
     assert meta2["required"] == ["one", "two"] and meta2["started"] == meta["started"]
     assert [s["case_id"] for s in meta2["selected"]] == ["one", "two"] and meta2["clusters"] == ["local"]

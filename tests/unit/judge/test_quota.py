@@ -89,6 +89,9 @@ class ActBackend:
     def colocation_target(self) -> tuple[str | None, int]:
         return NODE, 2
 
+    def pod_namespace(self) -> str | None:
+        return None
+
     def start_pods(self, pods: Sequence[PodSpec]) -> None:
         self.started += pods
 
