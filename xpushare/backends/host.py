@@ -44,8 +44,9 @@ from xpushare.data import workloads_dir
 from xpushare.evidence import events, gpu_health
 from xpushare.inventory.schema import MODE_HOST, ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import TransportError, XpushareError
-from xpushare.transport import activity, interrupt
+from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
+from xpushare.model.unreached import Unreached
+from xpushare.transport import activity, interrupt, reach
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.local import LocalHost
@@ -85,6 +86,9 @@ class HostBackend(Backend):
         self.capabilities = host_capabilities(cluster)
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
+        """The GPU hosts that answer (after :meth:`prepare_run`; every GPU host before it)."""
+        self.dead: dict[str, HostUnreachable] = {}
+        """The GPU hosts that did not answer at :meth:`prepare_run`, with why (inventory order)."""
         # The inventory's ``scheduler`` settings describe the first GPU host's scheduler.
         first = next(iter(self.hosts))
         self.scheduler = HostScheduler(first, self.hosts[first], cluster.scheduler)
@@ -100,7 +104,21 @@ class HostBackend(Backend):
 
     # -- run level -------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
+        """Probe every GPU host (:func:`~xpushare.transport.reach.probe`); go on with those that answer (each
+        one that does not is replaced by an :class:`~xpushare.transport.reach.UnreachableHost`, :meth:`unreachable`
+        lists it); then clear what earlier invocations of this run left, find the GPUs and copy the workloads.
+        Raises :class:`HostUnreachable` when no GPU host answers."""
         self.run_id = run_id
+        self.dead = reach.probe(list(self.hosts.values()))
+        for name in self.dead:
+            self.hosts.pop(name).close()
+        if self.scheduler.name in self.dead:  # whatever reads that scheduler fails at once, naming its host
+            self.scheduler = HostScheduler(self.scheduler.name, reach.UnreachableHost(self.dead[self.scheduler.name]),
+                                           self.cluster.scheduler)
+        if not self.hosts:
+            first = next(iter(self.dead.values()))
+            raise HostUnreachable(first.host, f"{first.describe()}; no GPU host of cluster {self.cluster.name} "
+                                              "answers", first.why)
         for name, host in self.hosts.items():
             # the cluster in the name: two clusters may share a machine (``local`` beside a host-mode cluster)
             self._stop_leftovers(host, procs.safe(f"xp-{run_id}-{self.cluster.name}-"))
@@ -162,7 +180,17 @@ class HostBackend(Backend):
         except TransportError as exc:
             print(f"warning: {exc}", file=sys.stderr)
 
+    def unreachable(self) -> list[Unreached]:
+        return [Unreached.of(error, "gpu") for error in self.dead.values()]
+
+    def _dead(self, name: str, needs: str) -> HostUnreachable:
+        """The error for ``needs`` (what needed the host) on the unreachable GPU host ``name``."""
+        error = self.dead[name]
+        return HostUnreachable(name, f"{error.describe()} ({needs})", error.why)
+
     def _choose(self, spec: PodSpec) -> tuple[str, int | None, str | None]:
+        if spec.node in self.dead:
+            raise self._dead(spec.node, f"pod {spec.name} is placed on it")
         if spec.same_gpu_as:
             other = self.placed[spec.same_gpu_as]
             return other.host, other.gpu_index, other.gpu_uuid
@@ -291,7 +319,12 @@ class HostBackend(Backend):
         return records
 
     def gpu_count(self) -> int | None:
-        """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``)."""
+        """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``). Raises
+        :class:`HostUnreachable` naming a GPU host that did not answer: a case that counts the cluster's GPUs
+        (to spread pods over every GPU, or to find two) needs every GPU host."""
+        if self.dead:
+            raise self._dead(next(iter(self.dead)), f"the GPU count of cluster {self.cluster.name} needs every GPU "
+                                                    "host")
         return sum(len(v) for v in self.gpus.values())
 
     def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
