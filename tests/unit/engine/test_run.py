@@ -89,6 +89,9 @@ class _SkipBackend:
     def prepare_run(self, run_id: str) -> None:
         pass
 
+    def unreachable(self) -> list[Any]:
+        return []
+
     def close(self) -> None:
         pass
 
