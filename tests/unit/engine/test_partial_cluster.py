@@ -105,3 +105,24 @@ def test_a_pod_pinned_to_the_dead_host_fails_naming_it(tmp_path: Path) -> None:
         assert backend._choose(PodSpec(name="q", workload="w2_medium_add"))[0] == "here"
     finally:
         backend.close()
+
+
+def test_a_kubernetes_cluster_whose_master_does_not_answer_has_every_case_error(tmp_path: Path) -> None:
+    """Before: one line, exit 3, no report."""
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("defaults:\n  ssh: {connect_timeout: 2, connect_retries: 1, host_key_policy: ignore}\n"
+                   "clusters:\n  part:\n    mode: k8s\n    hosts:\n"
+                   f"      m: {{address: 127.0.0.1, port: {closed_port()}, roles: [master]}}\n"
+                   "      g: {connection: local, roles: [gpu]}\n")
+    proc = invoke(tmp_path, inv, "--run-id", "p3", "--case", "FUNC-001,FUNC-009")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 3 and "Traceback" not in text, text
+    run_dir = tmp_path / ".tmplog" / "p3" / "xpushare"
+    for case in ("FUNC-001", "FUNC-009"):
+        rec = result(run_dir, case)
+        assert rec["status"] == "ERROR", rec
+        assert rec["summary"].startswith("cluster part unreachable (its master does not answer): m: "
+                                         "UNREACHABLE (refused)"), rec["summary"]
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert [(u["host"], u["role"]) for u in meta["unreachable"]] == [("m", "master")]
+    assert (run_dir / "run-report.md").is_file() and (run_dir / "junit.xml").is_file()
