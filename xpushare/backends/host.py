@@ -183,6 +183,20 @@ class HostBackend(Backend):
     def unreachable(self) -> list[Unreached]:
         return [Unreached.of(error, "gpu") for error in self.dead.values()]
 
+    def _lost(self, name: str, error: HostUnreachable) -> None:
+        """A GPU host that stopped answering during the run: placed on no more, read no more (an
+        :class:`~xpushare.transport.reach.UnreachableHost` for its scheduler), listed by :meth:`unreachable`;
+        the next run (or a resumed one) probes it again."""
+        if name in self.dead:
+            return
+        self.dead[name] = error
+        lost = self.hosts.pop(name, None)
+        if lost is not None:
+            lost.close()
+        if self.scheduler.name == name:
+            self.scheduler = HostScheduler(name, reach.UnreachableHost(error), self.cluster.scheduler)
+        print(f"warning: {name}: {error.describe()}; the run goes on without it", file=sys.stderr)
+
     def _dead(self, name: str, needs: str) -> HostUnreachable:
         """The error for ``needs`` (what needed the host) on the unreachable GPU host ``name``."""
         error = self.dead[name]
@@ -262,7 +276,11 @@ class HostBackend(Backend):
                 f"{self.workload_dir[host_name]}/{spec.workload}.py",
                 *spec.args,
             ]
-            host.spawn(spawn_name, argv, env=env)
+            try:
+                host.spawn(spawn_name, argv, env=env)
+            except HostUnreachable as exc:
+                self._lost(host_name, exc)
+                raise
         self._write_records(case_dir, self._poll())
 
     def _poll(self) -> list[PodRecord]:
@@ -271,18 +289,21 @@ class HostBackend(Backend):
             by_host.setdefault(p.host, []).append(p)
         records: list[PodRecord] = []
         for host_name, placed in by_host.items():
-            host = self.hosts[host_name]
-            res = host.run(
-                ["sh", "-c", procs.POLL, "sh", host.spawn_dir, *(p.spawn_name for p in placed)], timeout=60,
-                check=True,
-            )
-            rows = procs.poll_rows(res.stdout)
+            rows: dict[str, list[str]] = {}
+            if host_name not in self.dead:
+                host = self.hosts[host_name]
+                try:
+                    res = host.run(["sh", "-c", procs.POLL, "sh", host.spawn_dir, *(p.spawn_name for p in placed)],
+                                   timeout=60, check=True)
+                    rows = procs.poll_rows(res.stdout)
+                except HostUnreachable as exc:  # its pods' phase is Unknown, as for a pod on a lost node
+                    self._lost(host_name, exc)
             for p in placed:
                 rc, start, end, pid = rows.get(p.spawn_name, ["-", "-", "-", "-"])
                 records.append(
                     PodRecord(
                         name=p.spec.name,
-                        phase=procs.phase(rc, start),
+                        phase=procs.phase(rc, start) if host_name not in self.dead else "Unknown",
                         exit_code=int(rc) if rc not in ("-", "") and rc.lstrip("-").isdigit() else None,
                         node=host_name,
                         gpu=p.gpu_uuid if p.gpu_uuid else (str(p.gpu_index) if p.gpu_index is not None else None),
@@ -306,6 +327,9 @@ class HostBackend(Backend):
             records = self._poll()
             self._write_records(case_dir, records)
             wanted = [r for r in records if r.name in names]
+            lost = next((r for r in wanted if r.node in self.dead), None)
+            if lost is not None and lost.node is not None:  # a case's pod is never waited for on a lost host
+                raise self._dead(lost.node, f"pod {lost.name} ran there")
             activity.pods([r.phase for r in wanted], count=len(names),
                           until="running" if "Running" in done else "terminal")
             if all(r.phase in done for r in wanted) or time.monotonic() >= deadline:
