@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.host import HostBackend
 from xpushare.backends.base import PodSpec
+from xpushare.backends.host import HostBackend
 from xpushare.inventory.schema import load
 from xpushare.model.errors import HostUnreachable
 
