@@ -141,8 +141,13 @@ def test_a_gpu_host_down_before_the_run_leaves_the_run_to_the_other(inventory: P
     exit 3, nothing ran and no report. Now FUNC-001 runs on the host that answers and PASSes, the run exits 3 and its
     reports list the dead host with why."""
     assert lab.ssh is not None
+    # an earlier test's run could not release its lease (its host was down when it ended): that run is over
+    (lab.workdir / "run.lease").unlink(missing_ok=True)
     lab.ssh.stop_host(NODE2)
-    o = run_case(inventory, tmp_path, "host-down-before")
+    o = faults_run_case(inventory, tmp_path, "host-down-before", CLUSTER)
+    assert (o.run_dir / "run.json").is_file(), o.explain()
+    assert_no_traceback(o)
+    assert_run_reported(o)
     assert o.status == 3, o.explain()
     assert o.record["status"] == "PASS", o.explain() + json.dumps(o.record)[:2000]
     assert f"{NODE2} (gpu): UNREACHABLE (refused)" in o.out + o.err, o.explain()
@@ -157,8 +162,13 @@ def test_the_scheduler_host_down_before_the_run_is_error_naming_it(inventory: Pa
     """The first GPU host (the inventory's scheduler is there) does not answer: FUNC-001 reads that scheduler, so it
     is ERROR naming the host; the lease lives on the host that answers; the reports are written; exit 3."""
     assert lab.ssh is not None
+    # an earlier test's run could not release its lease (its host was down when it ended): that run is over
+    (lab.workdir / "run.lease").unlink(missing_ok=True)
     lab.ssh.stop_host(NODE1)
-    o = run_case(inventory, tmp_path, "scheduler-host-down-before")
+    o = faults_run_case(inventory, tmp_path, "scheduler-host-down-before", CLUSTER)
+    assert (o.run_dir / "run.json").is_file(), o.explain()
+    assert_no_traceback(o)
+    assert_run_reported(o)
     assert o.status == 3, o.explain()
     rec = o.record
     assert rec["status"] == "ERROR" and f"{NODE1}: UNREACHABLE (refused)" in rec["summary"], rec["summary"]
