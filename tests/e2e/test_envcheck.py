@@ -77,7 +77,8 @@ def test_ssh_fan_out_with_cross_node_and_an_unreachable_node(ssh_lab: SshLab, tm
     report = fleet(tmp_path, "ssh1")
     by_node = {n["node"]: n for n in report["nodes"]}
     assert sorted(by_node) == ["lab-node1", "lab-node2", "lab-node3"]  # the master is no gpu host
-    assert by_node["lab-node3"]["status"] == "ERROR" and by_node["lab-node3"]["unreachable"]
+    assert by_node["lab-node3"]["status"] == "UNREACHABLE" and by_node["lab-node3"]["unreachable"]
+    assert by_node["lab-node3"]["why"] == "refused" and "lab-node3: UNREACHABLE (refused)" in text, text
     for name in ("lab-node1", "lab-node2"):
         steps = by_node[name]["steps"]
         assert by_node[name]["status"] == "PASS", by_node[name]

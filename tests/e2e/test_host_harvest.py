@@ -133,3 +133,44 @@ def test_scheduler_host_sshd_stopped_mid_harvest(inventory: Path, lab: HostLab, 
     removed = leftovers.clean(schema.load(str(inventory)).cluster(CLUSTER), o.run_id)
     first = next(r for r in removed if r.where == NODE1)
     assert first.error is None and first.entries, first.lines()
+
+
+def test_a_gpu_host_down_before_the_run_leaves_the_run_to_the_other(inventory: Path, lab: HostLab,
+                                                                      tmp_path: Path) -> None:
+    """Partial cluster (docs/reliability.md): the second GPU host's sshd is stopped before the run. Before: one line,
+    exit 3, nothing ran and no report. Now FUNC-001 runs on the host that answers and PASSes, the run exits 3 and its
+    reports list the dead host with why."""
+    assert lab.ssh is not None
+    # an earlier test's run could not release its lease (its host was down when it ended): that run is over
+    (lab.workdir / "run.lease").unlink(missing_ok=True)
+    lab.ssh.stop_host(NODE2)
+    o = faults_run_case(inventory, tmp_path, "host-down-before", CLUSTER)
+    assert (o.run_dir / "run.json").is_file(), o.explain()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+    assert o.status == 3, o.explain()
+    assert o.record["status"] == "PASS", o.explain() + json.dumps(o.record)[:2000]
+    assert f"{NODE2} (gpu): UNREACHABLE (refused)" in o.out + o.err, o.explain()
+    meta = json.loads((o.run_dir / "run.json").read_text())
+    assert [(u["host"], u["why"]) for u in meta["unreachable"]] == [(NODE2, "refused")]
+    assert f"{NODE2} (gpu): UNREACHABLE (refused)" in (o.run_dir / "run-report.md").read_text()
+    assert o.files() >= POD_FILES | SCHEDULER_FILES and not any(NODE2 in f for f in o.files()), o.files()
+
+
+def test_the_scheduler_host_down_before_the_run_is_error_naming_it(inventory: Path, lab: HostLab,
+                                                                     tmp_path: Path) -> None:
+    """The first GPU host (the inventory's scheduler is there) does not answer: FUNC-001 reads that scheduler, so it
+    is ERROR naming the host; the lease lives on the host that answers; the reports are written; exit 3."""
+    assert lab.ssh is not None
+    # an earlier test's run could not release its lease (its host was down when it ended): that run is over
+    (lab.workdir / "run.lease").unlink(missing_ok=True)
+    lab.ssh.stop_host(NODE1)
+    o = faults_run_case(inventory, tmp_path, "scheduler-host-down-before", CLUSTER)
+    assert (o.run_dir / "run.json").is_file(), o.explain()
+    assert_no_traceback(o)
+    assert_run_reported(o)
+    assert o.status == 3, o.explain()
+    rec = o.record
+    assert rec["status"] == "ERROR" and f"{NODE1}: UNREACHABLE (refused)" in rec["summary"], rec["summary"]
+    meta = json.loads((o.run_dir / "run.json").read_text())
+    assert [(u["host"], u["role"]) for u in meta["unreachable"]] == [(NODE1, "gpu")]

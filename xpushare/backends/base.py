@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import XpushareError
+from xpushare.model.unreached import Unreached
 
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
     from xpushare.inventory.sut import SutNames
@@ -217,7 +218,16 @@ class Backend(ABC):
 
     @abstractmethod
     def prepare_run(self, run_id: str) -> None:
-        """Once per run: remove leftovers of earlier runs (only what carries our labels/pid files)."""
+        """Once per run: remove leftovers of earlier runs (only what carries our labels/pid files). A host that
+        does not answer is recorded (:meth:`unreachable`) and the run goes on without it; raises
+        :class:`~xpushare.model.errors.HostUnreachable` when no host of the cluster that its cases need answers
+        (host mode: every GPU host; Kubernetes: the master)."""
+
+    def unreachable(self) -> list[Unreached]:
+        """The cluster's hosts that did not answer at :meth:`prepare_run`, in inventory order (docs/reliability.md
+        §partial clusters): the run goes on without them; whatever needs one of them (a pod placed there, its
+        scheduler, the cluster's GPU count) raises :class:`~xpushare.model.errors.HostUnreachable` naming it."""
+        return []
 
     @abstractmethod
     def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:

@@ -44,8 +44,9 @@ from xpushare.data import workloads_dir
 from xpushare.evidence import events, gpu_health
 from xpushare.inventory.schema import MODE_HOST, ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import TransportError, XpushareError
-from xpushare.transport import activity, interrupt
+from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
+from xpushare.model.unreached import Unreached
+from xpushare.transport import activity, interrupt, reach
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
 from xpushare.transport.local import LocalHost
@@ -85,6 +86,9 @@ class HostBackend(Backend):
         self.capabilities = host_capabilities(cluster)
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
+        """The GPU hosts that answer (after :meth:`prepare_run`; every GPU host before it)."""
+        self.dead: dict[str, HostUnreachable] = {}
+        """The GPU hosts that did not answer at :meth:`prepare_run`, with why (inventory order)."""
         # The inventory's ``scheduler`` settings describe the first GPU host's scheduler.
         first = next(iter(self.hosts))
         self.scheduler = HostScheduler(first, self.hosts[first], cluster.scheduler)
@@ -100,7 +104,21 @@ class HostBackend(Backend):
 
     # -- run level -------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
+        """Probe every GPU host (:func:`~xpushare.transport.reach.probe`); go on with those that answer (each
+        one that does not is replaced by an :class:`~xpushare.transport.reach.UnreachableHost`, :meth:`unreachable`
+        lists it); then clear what earlier invocations of this run left, find the GPUs and copy the workloads.
+        Raises :class:`HostUnreachable` when no GPU host answers."""
         self.run_id = run_id
+        self.dead = reach.probe(list(self.hosts.values()))
+        for name in self.dead:
+            self.hosts.pop(name).close()
+        if self.scheduler.name in self.dead:  # whatever reads that scheduler fails at once, naming its host
+            self.scheduler = HostScheduler(self.scheduler.name, reach.UnreachableHost(self.dead[self.scheduler.name]),
+                                           self.cluster.scheduler)
+        if not self.hosts:
+            first = next(iter(self.dead.values()))
+            raise HostUnreachable(first.host, f"{first.describe()}; no GPU host of cluster {self.cluster.name} "
+                                              "answers", first.why)
         for name, host in self.hosts.items():
             # the cluster in the name: two clusters may share a machine (``local`` beside a host-mode cluster)
             self._stop_leftovers(host, procs.safe(f"xp-{run_id}-{self.cluster.name}-"))
@@ -162,7 +180,31 @@ class HostBackend(Backend):
         except TransportError as exc:
             print(f"warning: {exc}", file=sys.stderr)
 
+    def unreachable(self) -> list[Unreached]:
+        return [Unreached.of(error, "gpu") for error in self.dead.values()]
+
+    def _lost(self, name: str, error: HostUnreachable) -> None:
+        """A GPU host that stopped answering during the run: placed on no more, read no more (an
+        :class:`~xpushare.transport.reach.UnreachableHost` for its scheduler), listed by :meth:`unreachable`;
+        the next run (or a resumed one) probes it again."""
+        if name in self.dead:
+            return
+        self.dead[name] = error
+        lost = self.hosts.pop(name, None)
+        if lost is not None:
+            lost.close()
+        if self.scheduler.name == name:
+            self.scheduler = HostScheduler(name, reach.UnreachableHost(error), self.cluster.scheduler)
+        print(f"warning: {name}: {error.describe()}; the run goes on without it", file=sys.stderr)
+
+    def _dead(self, name: str, needs: str) -> HostUnreachable:
+        """The error for ``needs`` (what needed the host) on the unreachable GPU host ``name``."""
+        error = self.dead[name]
+        return HostUnreachable(name, f"{error.describe()} ({needs})", error.why)
+
     def _choose(self, spec: PodSpec) -> tuple[str, int | None, str | None]:
+        if spec.node in self.dead:
+            raise self._dead(spec.node, f"pod {spec.name} is placed on it")
         if spec.same_gpu_as:
             other = self.placed[spec.same_gpu_as]
             return other.host, other.gpu_index, other.gpu_uuid
@@ -234,7 +276,11 @@ class HostBackend(Backend):
                 f"{self.workload_dir[host_name]}/{spec.workload}.py",
                 *spec.args,
             ]
-            host.spawn(spawn_name, argv, env=env)
+            try:
+                host.spawn(spawn_name, argv, env=env)
+            except HostUnreachable as exc:
+                self._lost(host_name, exc)
+                raise
         self._write_records(case_dir, self._poll())
 
     def _poll(self) -> list[PodRecord]:
@@ -243,18 +289,21 @@ class HostBackend(Backend):
             by_host.setdefault(p.host, []).append(p)
         records: list[PodRecord] = []
         for host_name, placed in by_host.items():
-            host = self.hosts[host_name]
-            res = host.run(
-                ["sh", "-c", procs.POLL, "sh", host.spawn_dir, *(p.spawn_name for p in placed)], timeout=60,
-                check=True,
-            )
-            rows = procs.poll_rows(res.stdout)
+            rows: dict[str, list[str]] = {}
+            if host_name not in self.dead:
+                host = self.hosts[host_name]
+                try:
+                    res = host.run(["sh", "-c", procs.POLL, "sh", host.spawn_dir, *(p.spawn_name for p in placed)],
+                                   timeout=60, check=True)
+                    rows = procs.poll_rows(res.stdout)
+                except HostUnreachable as exc:  # its pods' phase is Unknown, as for a pod on a lost node
+                    self._lost(host_name, exc)
             for p in placed:
                 rc, start, end, pid = rows.get(p.spawn_name, ["-", "-", "-", "-"])
                 records.append(
                     PodRecord(
                         name=p.spec.name,
-                        phase=procs.phase(rc, start),
+                        phase=procs.phase(rc, start) if host_name not in self.dead else "Unknown",
                         exit_code=int(rc) if rc not in ("-", "") and rc.lstrip("-").isdigit() else None,
                         node=host_name,
                         gpu=p.gpu_uuid if p.gpu_uuid else (str(p.gpu_index) if p.gpu_index is not None else None),
@@ -278,6 +327,9 @@ class HostBackend(Backend):
             records = self._poll()
             self._write_records(case_dir, records)
             wanted = [r for r in records if r.name in names]
+            lost = next((r for r in wanted if r.node in self.dead), None)
+            if lost is not None and lost.node is not None:  # a case's pod is never waited for on a lost host
+                raise self._dead(lost.node, f"pod {lost.name} ran there")
             activity.pods([r.phase for r in wanted], count=len(names),
                           until="running" if "Running" in done else "terminal")
             if all(r.phase in done for r in wanted) or time.monotonic() >= deadline:
@@ -291,7 +343,12 @@ class HostBackend(Backend):
         return records
 
     def gpu_count(self) -> int | None:
-        """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``)."""
+        """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``). Raises
+        :class:`HostUnreachable` naming a GPU host that did not answer: a case that counts the cluster's GPUs
+        (to spread pods over every GPU, or to find two) needs every GPU host."""
+        if self.dead:
+            raise self._dead(next(iter(self.dead)), f"the GPU count of cluster {self.cluster.name} needs every GPU "
+                                                    "host")
         return sum(len(v) for v in self.gpus.values())
 
     def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:

@@ -63,9 +63,10 @@ from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
 from xpushare.evidence.store import pod_key
 from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
-from xpushare.transport import interrupt, kube_lease
+from xpushare.model.unreached import Unreached
+from xpushare.transport import interrupt, kube_lease, reach
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
@@ -159,9 +160,14 @@ class K8sBackend(Backend, KubeAccess):
         self.pods: list[PodSpec] = []
         self.health_nodes: list[str] = []
         """Nodes whose GPU health was captured before the current case (captured again at harvest)."""
+        self.dead: dict[str, HostUnreachable] = {}
+        """The GPU hosts whose SSH did not answer at :meth:`prepare_run` (their nodes' evidence cannot be read)."""
 
     def kubectl_calls(self) -> int | None:
         return self.kubectl.calls
+
+    def unreachable(self) -> list[Unreached]:
+        return [Unreached.of(error, "gpu") for error in self.dead.values()]
 
     def kubectl_retries(self) -> int | None:
         return self.kubectl.retries
@@ -316,7 +322,15 @@ class K8sBackend(Backend, KubeAccess):
 
     # -- run level ---------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
+        """Clear earlier runs' pods, map nodes to GPU hosts and probe each GPU host's SSH: one that does not answer
+        is recorded (:meth:`unreachable`, an :class:`~xpushare.transport.reach.UnreachableHost` in its place) and
+        a case with a pod on its node is ERROR naming it (:meth:`harvest`). Raises :class:`HostUnreachable` when
+        the master does not answer."""
         self.run_id = run_id
+        self.dead = reach.probe([self.gpu_host(name) for name in self.gpu_specs])
+        for name, error in self.dead.items():
+            self.gpu_hosts.pop(name).close()
+            self.gpu_hosts[name] = reach.UnreachableHost(error)
         # Leftovers carrying our label only, and never those of the live run holding the cluster's lease (which
         # lives in the home namespace, where the kubectl points until the run's namespace exists).
         live = kube_lease.live_run(self.kubectl, LeaseSettings.from_params(self.cluster.params))
@@ -339,6 +353,8 @@ class K8sBackend(Backend, KubeAccess):
             elif node.internal_ip and node.internal_ip in by_address:
                 self.node_host[node.name] = by_address[node.internal_ip]
         for name in self.gpu_specs:
+            if name in self.dead:
+                continue
             if self.params["node_nvidia_smi"]:  # configured: no need to look for it
                 self.smi_hosts.add(name)
                 continue
@@ -658,6 +674,10 @@ class K8sBackend(Backend, KubeAccess):
         files += k8s_harvest.scheduler_logs(case_dir, self.master, self.stream_name, self.kubectl, self.names,
                                             self.case_start, faults)
         nodes = sorted({r.node for r in records if r.node})
+        for node in nodes:  # the case's pods ran there, but nothing of that node can be read
+            dead = self.dead.get(self.node_host.get(node) or "")
+            if dead is not None:
+                faults.append(f"node {node}: {dead.host}: {dead.describe()}")
         files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, self.dmon_spawn,
                                            self.nvidia_smi_argv)
         for sampler in self.samplers:

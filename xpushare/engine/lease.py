@@ -9,7 +9,7 @@ machine and whose process is gone (a run killed with SIGKILL, resumed at once). 
 one place (two clusters on one machine) share it.
 
 Where the lease lives (:func:`store_for`): k8s mode, a ``Lease`` in the test namespace
-(:mod:`xpushare.transport.kube_lease`); host mode, a lock file on the first GPU host
+(:mod:`xpushare.transport.kube_lease`); host mode, a lock file on the first GPU host that answers
 (:mod:`xpushare.transport.lock_file`), by default ``/tmp/xpushare-run.lease`` there. The built-in ``local``
 cluster (and any host marked ``connection: local``) keeps it in this machine's temporary directory, or in
 ``$XPUSHARE_LEASE_DIR`` when set. Settings: the cluster parameters ``lease_renew_s``/``lease_stale_s``
@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TextIO
 
-from xpushare.inventory.schema import ClusterSpec
-from xpushare.model.errors import LeaseHeld, UsageError, XpushareError
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+from xpushare.model.errors import HostUnreachable, LeaseHeld, UsageError, XpushareError
 from xpushare.model.lease import Holder, LeaseSettings, LeaseStore, Observed
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
@@ -179,33 +179,49 @@ def lock_path(cluster: ClusterSpec, host_is_local: bool) -> str:
     return f"{REMOTE_LEASE_DIR}/{LEASE_FILE}"
 
 
-def store_for(cluster: ClusterSpec) -> tuple[LeaseStore, Host]:
-    """The lease store of ``cluster`` and the connection it uses (its own: close it after use).
+def store_hosts(cluster: ClusterSpec) -> list[HostSpec]:
+    """Where ``cluster``'s lease may live, in order: Kubernetes, the master; host mode, the GPU hosts (the first
+    that answers holds it, :func:`held`). Raises :class:`UsageError` for a mode without leases."""
+    if cluster.is_kubernetes:
+        from xpushare.transport.cluster_kubectl import master_spec
+
+        return [master_spec(cluster, "hold the run's Lease from")]
+    if cluster.is_host:
+        return list(cluster.by_role("gpu") or cluster.hosts)
+    raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} has no lease")
+
+
+def store_for(cluster: ClusterSpec, spec: HostSpec | None = None) -> tuple[LeaseStore, Host]:
+    """The lease store of ``cluster`` on ``spec`` (default: the first of :func:`store_hosts`) and the connection it
+    uses (its own: close it after use).
 
     Raises:
         UsageError: a mode without leases. TransportError: the host cannot be reached.
     """
+    spec = spec or store_hosts(cluster)[0]
     if cluster.is_kubernetes:
-        from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
+        from xpushare.transport.cluster_kubectl import kubectl_for
         from xpushare.transport.kube_lease import KubeLeaseStore
 
-        master = connect(master_spec(cluster, "hold the run's Lease from"))
+        master = connect(spec)
         return KubeLeaseStore(kubectl_for(cluster, master)), master
-    if cluster.is_host:
-        from xpushare.transport.lock_file import LockFileStore
+    from xpushare.transport.lock_file import LockFileStore
 
-        spec = (cluster.by_role("gpu") or list(cluster.hosts))[0]
-        host = connect(spec)
-        return LockFileStore(host, lock_path(cluster, spec.local)), host
-    raise UsageError(f"cluster {cluster.name!r}: mode {cluster.mode!r} has no lease")
+    host = connect(spec)
+    return LockFileStore(host, lock_path(cluster, spec.local)), host
 
 
 @contextlib.contextmanager
 def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO = sys.stderr,
-         holder: Holder | None = None) -> Iterator[Renewal]:
+         holder: Holder | None = None, unreached: list[HostUnreachable] | None = None) -> Iterator[Renewal | None]:
     """Hold ``cluster``'s lease for ``run_id`` during the block (see the module docstring); lines to ``out``.
     ``holder``: the run's holder when it holds other clusters' leases too (default: a new one); a lease it
     holds already in the same place is left to the block that took it (neither renewed nor released here).
+
+    ``unreached``: a run that goes on with the hosts that answer (docs/reliability.md §partial clusters) gives a
+    list: a lease host that does not answer is added to it and the next one of :func:`store_hosts` is tried (host
+    mode: the lease lives on the first GPU host that answers); when none answers the block runs without the lease
+    and yields None (nothing of the cluster can be changed). Without it such a host raises.
 
     Raises:
         LeaseHeld: another live run holds it and not ``wait``. UsageError: bad lease parameters.
@@ -216,38 +232,56 @@ def held(cluster: ClusterSpec, run_id: str, *, wait: bool = False, out: TextIO =
     def say(line: str) -> None:
         print(f"[xpushare] {line}", file=out, flush=True)
 
-    store, conn = store_for(cluster)
-    try:
-        me = holder or new_holder(run_id)
-        taken = acquire(store, me, settings, cluster=cluster.name, wait=wait, say=say)
-        renewal = Renewal(store, me, settings, cluster=cluster.name, say=say)
-        if not taken:
-            yield renewal  # not started: the block that took the lease renews and releases it
-            return
-        renewal.start()
+    me = holder or new_holder(run_id)
+    candidates = store_hosts(cluster)
+    for number, spec in enumerate(candidates, 1):
+        store, conn = store_for(cluster, spec)
         try:
-            yield renewal
-        finally:
-            renewal.stop()
             try:
-                store.release(me)
-            except XpushareError as exc:
-                say(f"warning: lease of cluster {cluster.name} not released ({exc}); it goes stale by itself")
-    finally:
-        conn.close()
+                taken = acquire(store, me, settings, cluster=cluster.name, wait=wait, say=say)
+            except HostUnreachable as exc:
+                if unreached is None:
+                    raise
+                unreached.append(exc)
+                if number < len(candidates):
+                    say(f"warning: the lease of cluster {cluster.name} cannot live on {spec.name} "
+                        f"({exc.describe()}); trying {candidates[number].name}")
+                continue
+            renewal = Renewal(store, me, settings, cluster=cluster.name, say=say)
+            if not taken:
+                yield renewal  # not started: the block that took the lease renews and releases it
+                return
+            renewal.start()
+            try:
+                yield renewal
+            finally:
+                renewal.stop()
+                try:
+                    store.release(me)
+                except XpushareError as exc:
+                    say(f"warning: lease of cluster {cluster.name} not released ({exc}); it goes stale by itself")
+            return
+        finally:
+            conn.close()
+    yield None  # no host of the lease answers: the cluster is unreachable (only reached with ``unreached``)
 
 
 @contextlib.contextmanager
-def held_all(clusters: Sequence[ClusterSpec], run_id: str, *, wait: bool = False,
-             out: TextIO = sys.stderr) -> Iterator[list[Renewal]]:
+def held_all(clusters: Sequence[ClusterSpec], run_id: str, *, wait: bool = False, out: TextIO = sys.stderr,
+             unreached: dict[str, list[HostUnreachable]] | None = None) -> Iterator[list[Renewal | None]]:
     """Hold the lease of every cluster in ``clusters`` for ``run_id`` during the block (:func:`held` each, one
     holder for the run), taken in name order so that two runs of overlapping clusters never wait on each other
     in a circle. One held by another live run releases those taken and raises before the block runs (with
-    ``wait``: waits for it). Yields the renewals in name order; raises what :func:`held` raises."""
+    ``wait``: waits for it). ``unreached``: cluster name -> the lease hosts that did not answer (filled in; see
+    :func:`held`). Yields the renewals in name order (None: a cluster none of whose lease hosts answers); raises
+    what :func:`held` raises."""
     me = new_holder(run_id)
     with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(held(c, run_id, wait=wait, out=out, holder=me))
-               for c in sorted(clusters, key=lambda c: c.name)]
+        renewals: list[Renewal | None] = []
+        for c in sorted(clusters, key=lambda c: c.name):
+            found = None if unreached is None else unreached.setdefault(c.name, [])
+            renewals.append(stack.enter_context(held(c, run_id, wait=wait, out=out, holder=me, unreached=found)))
+        yield renewals
 
 
 def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:

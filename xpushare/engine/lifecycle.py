@@ -223,11 +223,13 @@ def record_not_run(
     params: dict[str, Any],
     required: bool,
     reason: str,
+    status: Status = Status.INTERRUPTED,
 ) -> CaseRecord:
     """Store the record of a case the run did not reach (``reason``, e.g. ``--maxfail`` reached) and return it.
 
-    Its status is INTERRUPTED, so it counts as not run in every report (never PASS) and ``--resume`` runs it;
-    an earlier attempt's directory is archived as for a case that runs.
+    Its status is INTERRUPTED (``status``: ERROR for a case whose cluster could not be reached), so it counts as
+    not run in every report (never PASS) and ``--resume`` runs it; an earlier attempt's directory is archived as
+    for a case that runs.
     """
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
@@ -235,9 +237,9 @@ def record_not_run(
     now = utc_now().isoformat()
     record = CaseRecord(
         run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
-        mode=cluster.mode, attempt=attempt, status=Status.INTERRUPTED.value, summary=reason, started=now, ended=now,
+        mode=cluster.mode, attempt=attempt, status=status.value, summary=reason, started=now, ended=now,
         duration_s=0.0, params=plain(params), required=required, operation=_operation(case),
-        sampling=case.sampling, not_run=True)
+        sampling=case.sampling, not_run=True, error=reason if status is Status.ERROR else None)
     store(case_dir, record)
     return record
 

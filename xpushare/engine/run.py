@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from xpushare import __version__
 from xpushare.backends.base import Backend
 from xpushare.cases import CaseDef
-from xpushare.engine import lease
+from xpushare.engine import lease, partial
 from xpushare.engine.clusters import Budget, disk_full, run_concurrently
 from xpushare.engine.lifecycle import SUT_JUDGING_SUITES, record_not_run, run_case, utc_now
 from xpushare.engine.progress import Progress
@@ -45,8 +45,10 @@ from xpushare.engine.repeat import run_repeated
 from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.case_record import CaseRecord
-from xpushare.model.errors import RunDirectoryFull, UsageError, XpushareError
+from xpushare.model.errors import HostUnreachable, RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.unreached import Unreached
+from xpushare.model.verdict import Status
 from xpushare.report import artifacts, build, summaries
 from xpushare.transport import command_log, interrupt
 
@@ -68,12 +70,16 @@ class Reuse(Enum):
     """A legacy scenario: a stored run id gets this scenario beside its earlier ones (run.json accumulates)."""
 
 
-def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool) -> ExitStatus:
-    """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 1 when any case is FAIL,
+def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool, *,
+                    unreachable: bool = False) -> ExitStatus:
+    """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 3 when a host of the run did not
+    answer (``unreachable``: the cases that needed it are ERROR, the others ran); 1 when any case is FAIL,
     INTERMITTENT, ERROR or INTERRUPTED; else 0 (SKIP is not a failure). The exit status is over the cases'
     verdicts, not the release decision: 0 never says release_ready (docs/release.md)."""
     if interrupted:
         return interrupt.exit_status()
+    if unreachable:
+        return ExitStatus.UNREACHABLE
     failures = {s.value for s in summaries.FAILURE_STATUSES}
     if any(r["status"] in failures for r in results):
         return ExitStatus.FAILED
@@ -224,6 +230,10 @@ class Run:
         self._progress = {c.name: Progress(out, label=c.name) for c in self.clusters} if len(self.clusters) > 1 else {}
         self.meta: dict[str, Any] = {}
         self.selection: RunSelection | None = None
+        self.unreached: dict[str, list[Unreached]] = {c.name: [] for c in self.clusters}
+        """Cluster name -> its hosts that did not answer (docs/reliability.md §partial clusters)."""
+        self.cut_off: dict[str, HostUnreachable] = {}
+        """The clusters none of whose lease hosts answered (the master, or every GPU host): their cases are ERROR."""
 
     @property
     def resume(self) -> bool:
@@ -251,7 +261,12 @@ class Run:
         written.
         """
         self.selection = selection
-        with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out):
+        found: dict[str, list[HostUnreachable]] = {}
+        with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out, unreached=found) as renewals:
+            for cluster, renewal in zip(sorted(self.clusters, key=lambda c: c.name), renewals, strict=True):
+                self._note_unreached(cluster, found.get(cluster.name) or [])
+                if renewal is None:
+                    self.cut_off[cluster.name] = found[cluster.name][-1]
             self.dir.mkdir(parents=True, exist_ok=True)
             status = hooks.before_cases(self)
             if status is not None:
@@ -311,6 +326,9 @@ class Run:
         def job() -> bool:
             with events.cluster(cluster.name):
                 try:
+                    if cluster.name in self.cut_off:
+                        self._record_cut_off(cluster, self.cut_off[cluster.name], selection, hooks, records)
+                        return False
                     return self._run_cases(cluster, hooks.backend(cluster), selection, hooks, budget, records)
                 except OSError as exc:
                     if disk_full(exc):
@@ -334,6 +352,11 @@ class Run:
                 hooks.prepared(self, cluster, backend)
             except KeyboardInterrupt:
                 return True
+            except HostUnreachable as exc:  # none of the hosts the cluster's cases need answers
+                self._note_unreached(cluster, [*backend.unreachable(), exc])
+                self._record_cut_off(cluster, exc, selection, hooks, records)
+                return False
+            self._note_unreached(cluster, backend.unreachable())
             for number, case in enumerate(cases, 1):
                 if budget.halted:
                     break
@@ -381,6 +404,9 @@ class Run:
             for cluster in self.clusters:
                 events.emit("run_started", run_id=self.id, cluster=cluster.name, mode=cluster.mode,
                             cases=[c.case_id for c in selection.todo.get(cluster.name, ())], resume=self.resume)
+                for u in self.unreached[cluster.name]:
+                    events.emit("host_unreachable", cluster=cluster.name, host=u.host, role=u.role, why=u.why,
+                                detail=u.detail)
             try:
                 try:
                     with interrupt.installed():
@@ -405,19 +431,20 @@ class Run:
                 events.emit("error", case_id=None, cluster=name, step="run", message=first_line(error))
             interrupted = interrupted or interrupt.requested()
             results = artifacts.load_results(self.dir)
-            status = exit_status_for(self._own(results, selection), interrupted)
+            unreached = [{"cluster": name, **u.to_json()} for name, hosts in self.unreached.items() for u in hosts]
+            status = exit_status_for(self._own(results, selection), interrupted, unreachable=bool(unreached))
             if errors and not interrupted:  # the process exits with the error it raises: run.json says the same
                 status = raised_status(next(iter(errors.values())))
             counts = summaries.counts(results)
             events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted, counts=counts)
             self.meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
-                             counts=counts)
+                             counts=counts, unreachable=unreached)
             self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
             self.write_meta()
             required = set(self.meta["required"])
             paths = build.build(self.dir, required=required)
             if interrupt.requested() and not interrupted:  # the signal came while the reports were written
-                interrupted, status = True, exit_status_for(results, True)
+                interrupted, status = True, exit_status_for(results, True, unreachable=bool(unreached))
                 self.meta.update(interrupted=True, exit_status=int(status))
                 self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
                 self.write_meta()
@@ -426,6 +453,31 @@ class Run:
         if errors:
             raise next(iter(errors.values()))
         return status
+
+    def _note_unreached(self, cluster: ClusterSpec, errors: Sequence[HostUnreachable | Unreached]) -> None:
+        """Record ``cluster``'s hosts that did not answer (each host once, the first reason kept); print each new
+        one and emit it as a ``host_unreachable`` event."""
+        known = self.unreached[cluster.name]
+        for error in errors:
+            found = error if isinstance(error, Unreached) else Unreached.of(error, partial.role_of(cluster, error.host))
+            if any(u.host == found.host for u in known):
+                continue
+            known.append(found)
+            print(f"[xpushare] {cluster.name}: {found.line()}; the run goes on without it", file=self.out, flush=True)
+            events.emit("host_unreachable", cluster=cluster.name, host=found.host, role=found.role, why=found.why,
+                        detail=found.detail)  # those found taking the leases: at run_started
+
+    def _record_cut_off(self, cluster: ClusterSpec, error: HostUnreachable, selection: RunSelection,
+                        hooks: RunHooks, records: list[CaseRecord]) -> None:
+        """Every case of ``cluster`` ERROR naming the host that did not answer (none of the hosts its cases need
+        does): stored, reported, and run again by ``--resume``."""
+        reason = partial.cut_off_reason(cluster, error)
+        for case in selection.todo.get(cluster.name, ()):
+            record = record_not_run(case, run_id=self.id, run_dir=self.dir, cluster=cluster,
+                                    params=selection.params(case, cluster),
+                                    required=case.case_id in selection.required, reason=reason, status=Status.ERROR)
+            records.append(record)
+            hooks.case_done(self, cluster, case, record)
 
     def _own(self, results: list[dict[str, Any]], selection: RunSelection) -> list[dict[str, Any]]:
         """The results the exit status is over: the run's, or for a run that extends a stored one, its own."""

@@ -49,6 +49,8 @@ class NodeRaw:
     nccl: StepRaw | None = None
     error: str | None = None
     unreachable: bool = False
+    why: str | None = None
+    """Why the node did not answer (:attr:`~xpushare.model.errors.HostUnreachable.why`), when ``unreachable``."""
     health: StepRaw | None = None
     """The health step: its capture text in ``doc["capture"]`` (SSH mode: the command's output; Kubernetes mode:
     the ``health`` block of the stack pod's log), or why there is none."""
@@ -129,7 +131,7 @@ def judge_nodes(ctx: RunContext, raws: Sequence[NodeRaw]) -> tuple[list[fleet.No
     table = fleet.majority(values, keys)
     results = []
     for raw in raws:
-        res = fleet.NodeResult(raw.node, unreachable=raw.unreachable, error=raw.error,
+        res = fleet.NodeResult(raw.node, unreachable=raw.unreachable, error=raw.error, why=raw.why,
                                artifacts_dir=str(ctx.node_dir(raw.node)))
         if raw.stack is None:
             results.append(res)
@@ -189,7 +191,7 @@ def finish(ctx: RunContext, raws: Sequence[NodeRaw], cross: Verdict | None, note
     ctx.log("")
     for n in nodes:
         steps = " ".join(f"{s}={v.status.value}" for s, v in n.steps.items())
-        ctx.log(f"{n.node:<{width}}  {n.status.value:<5}  {steps}  {n.summary if n.status is not Status.PASS else ''}")
+        ctx.log(f"{n.node:<{width}}  {n.label:<5}  {steps}  {n.summary if n.status is not Status.PASS else ''}")
     if cross is not None:
         ctx.log(f"{'cross-node':<{width}}  {cross.status.value:<5}  {cross.summary}")
     deviating = result.deviating_nodes

@@ -8,9 +8,10 @@ a tie is broken by the value of the alphabetically first node holding a tied val
 marked ``tied`` (no strict majority: every node outside the chosen value is listed as deviating, so a
 2-node fleet that disagrees shows the disagreement rather than hiding it).
 
-Node status: FAIL when any of its steps (stack, cublas, nccl) is FAIL; else ERROR when any is ERROR or
-the node was unreachable; else PASS (SKIP steps don't fail a node). Fleet exit status: UNREACHABLE (3)
-when a node could not be reached, else FAILED (1) when a node or the cross-node step is FAIL or ERROR,
+Node status: UNREACHABLE when the node did not answer (with why: dns, refused, timeout, auth, host key; the
+other nodes are still checked); else FAIL when any of its steps (stack, cublas, nccl) is FAIL; else ERROR when any
+is ERROR; else PASS (SKIP steps don't fail a node). Fleet exit status: UNREACHABLE (3) when a node could not be
+reached, else FAILED (1) when a node or the cross-node step is FAIL or ERROR,
 else OK (0).
 """
 
@@ -27,6 +28,9 @@ from xpushare.envcheck.checks import ALIGN_KEYS
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report.artifacts import atomic_write_text
+
+UNREACHABLE = "UNREACHABLE"
+"""A node's label in the fleet report when it did not answer."""
 
 REPORT_MD = "fleet-report.md"
 REPORT_JSON = "fleet.json"
@@ -83,6 +87,8 @@ class NodeResult:
     steps: dict[str, Verdict] = field(default_factory=dict)
     unreachable: bool = False
     error: str | None = None
+    why: str | None = None
+    """Why the node did not answer (:attr:`~xpushare.model.errors.HostUnreachable.why`), when ``unreachable``."""
     gpu_name: str | None = None
     gpu_count: int = 0
     artifacts_dir: str | None = None
@@ -97,15 +103,23 @@ class NodeResult:
         return Status.PASS
 
     @property
+    def label(self) -> str:
+        """The status the reports show: ``UNREACHABLE`` for a node that did not answer (its :attr:`status` is
+        ERROR: it counts as a node not accepted), else :attr:`status`."""
+        return UNREACHABLE if self.unreachable else self.status.value
+
+    @property
     def summary(self) -> str:
-        if self.unreachable or (self.error and not self.steps):
-            return self.error or "unreachable"
+        if self.unreachable:
+            return f"{UNREACHABLE} ({self.why or 'unreachable'}): {self.error or 'no answer'}"
+        if self.error and not self.steps:
+            return self.error
         bad = [f"{s}: {v.summary}" for s, v in self.steps.items() if v.status in (Status.FAIL, Status.ERROR)]
         return "; ".join(bad) if bad else "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "status": self.status.value, "summary": self.summary,
-                "unreachable": self.unreachable, "error": self.error, "gpu_name": self.gpu_name,
+        return {"node": self.node, "status": self.label, "summary": self.summary,
+                "unreachable": self.unreachable, "why": self.why, "error": self.error, "gpu_name": self.gpu_name,
                 "gpu_count": self.gpu_count, "artifacts_dir": self.artifacts_dir,
                 "steps": {k: v.to_dict() for k, v in self.steps.items()}}
 
@@ -143,8 +157,8 @@ class FleetResult:
         return ExitStatus.OK
 
     def counts(self) -> dict[str, int]:
-        c = Counter(n.status.value for n in self.nodes)
-        return {s.value: c.get(s.value, 0) for s in Status if c.get(s.value)}
+        c = Counter(n.label for n in self.nodes)
+        return {s: c[s] for s in [*(s.value for s in Status), UNREACHABLE] if c.get(s)}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -198,7 +212,7 @@ def render_markdown(result: FleetResult) -> str:
     for n in result.nodes:
         stack, cublas, nccl = (n.steps.get(s) for s in STEPS)
         values = (stack.metrics.get("values") if stack else None) or {}
-        rows.append([n.node, n.status.value, values.get("driver_version"), values.get("torch_version"),
+        rows.append([n.node, n.label, values.get("driver_version"), values.get("torch_version"),
                      f"{n.gpu_count} x {n.gpu_name}" if n.gpu_count else "none",
                      _figure(cublas, "min_tflops", "{:.1f}"), _figure(nccl, "peak_busbw_gbps", "{:.1f}"),
                      _short(n.summary, 100)])
@@ -250,7 +264,7 @@ def render_markdown(result: FleetResult) -> str:
         for step, v in n.steps.items():
             bad += [[n.node, step, c.name, c.expression, _short(c.detail, 100)] for c in v.checks if c.ok is not True]
         if n.unreachable or (n.error and not n.steps):
-            bad.append([n.node, "-", "reachable", "-", n.error or "unreachable"])
+            bad.append([n.node, "-", "reachable", "-", n.summary])
     if cross is not None:
         bad += [["cross-node", "nccl", c.name, c.expression, _short(c.detail, 100)] for c in cross.checks
                 if c.ok is not True]

@@ -37,12 +37,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare.envcheck.context import RunContext
+from xpushare.envcheck.context import NodeRaw, RunContext, finish
 from xpushare.envcheck.k8s_mode import run_k8s
 from xpushare.envcheck.params import resolve_params
 from xpushare.envcheck.ssh_mode import run_ssh
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.model.errors import UsageError
+from xpushare.model.errors import HostUnreachable, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts
@@ -110,6 +110,10 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         kubectl = kubectl_for(spec, owned)
     try:
         return run_k8s(ctx, kubectl, limit=limit)
+    except HostUnreachable as exc:  # the master: no node can be reached through it, the fleet report says so
+        ctx.log(f"{exc.host}: {exc.describe()}")
+        return finish(ctx, [NodeRaw(exc.host, error=exc.message, unreachable=True, why=exc.why)], None,
+                      notes=[f"the master {exc.host} did not answer: no node was checked"])
     finally:
         if owned is not None:  # a kubectl the caller gave keeps its connection
             owned.close()

@@ -17,7 +17,7 @@ from xpushare.envcheck import checks, manifests
 from xpushare.envcheck.context import CROSS_DIR, NodeRaw, RunContext, StepRaw, finish, nccl_plan_note, safe_name
 from xpushare.evidence import gpu_health
 from xpushare.inventory.schema import HostSpec
-from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError
+from xpushare.model.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
@@ -201,8 +201,12 @@ def run_ssh(ctx: RunContext, hosts: Sequence[HostSpec], *, forks: int) -> ExitSt
             if o.value is not None:
                 raws.append(o.value)
             else:
-                ctx.log(f"{o.host}: {'UNREACHABLE' if o.unreachable else 'ERROR'}: {o.error}")
-                raws.append(NodeRaw(o.host, error=str(o.error), unreachable=o.unreachable))
+                if isinstance(o.error, HostUnreachable):  # the others are still checked
+                    ctx.log(f"{o.host}: {o.error.describe()}")
+                    raws.append(NodeRaw(o.host, error=o.error.message, unreachable=True, why=o.error.why))
+                else:
+                    ctx.log(f"{o.host}: ERROR: {o.error}")
+                    raws.append(NodeRaw(o.host, error=str(o.error)))
         cross = None
         plans = {r.node: r.plan for r in raws if r.plan is not None and r.plan.run}
         if ctx.params.cross_node and len(hosts) > 1:

@@ -38,6 +38,8 @@ EVENTS = (
     "harvest_started",  # case_id
     "harvest_ended",  # case_id, files (count), step (harvest | cleanup)
     "error",  # case_id (or null), step, message
+    "host_unreachable",  # host, role, why, detail: a host that did not answer (the run goes on without it)
+    "host_back",  # host, missing_s: a host that answers again after host_unreachable (a soak's sampling)
 )
 """Every event name, with its fields; every event but ``run_ended`` also has ``cluster``."""
 

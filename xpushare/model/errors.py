@@ -36,14 +36,34 @@ class TransportError(XpushareError):
         self.message = message
 
 
+#: Why a host did not answer, as :attr:`HostUnreachable.why` says it (the run report, run.json, envcheck).
+UNREACHABLE_WHY = ("dns", "refused", "timeout", "no route", "auth", "host key", "ssh", "unreachable")
+
+
 class HostUnreachable(TransportError):
-    """Could not connect or authenticate to the host (kept distinct from a command that failed)."""
+    """Could not connect or authenticate to the host (kept distinct from a command that failed).
+
+    ``why``: one of :data:`UNREACHABLE_WHY`: ``dns`` (the name does not resolve), ``refused`` (nothing listens
+    on the port), ``timeout`` (no answer within ``connect_timeout``), ``no route``, ``auth`` (the key was
+    refused), ``host key`` (changed, or unknown under ``strict``), ``ssh`` (the handshake failed: no SSH server
+    there), ``unreachable`` (anything else)."""
 
     exit_status = ExitStatus.UNREACHABLE
+
+    def __init__(self, host: str, message: str, why: str = "unreachable") -> None:
+        super().__init__(host, message)
+        self.why = why if why in UNREACHABLE_WHY else "unreachable"
+
+    def describe(self) -> str:
+        """``UNREACHABLE (<why>): <message>`` (the host's name left out: the caller names it)."""
+        return f"UNREACHABLE ({self.why}): {self.message}"
 
 
 class HostKeyMismatch(HostUnreachable):
     """The host presented a key that differs from known_hosts, or an unknown key under ``strict``."""
+
+    def __init__(self, host: str, message: str, why: str = "host key") -> None:
+        super().__init__(host, message, "host key")
 
 
 class CommandTimeout(TransportError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,18 @@ def _plots(run_dir: Path, results: Sequence[Result]) -> list[str]:
     return lines
 
 
+def _unreachable_lines(meta: Mapping[str, Any]) -> list[str]:
+    """The overview's lines for run.json's ``unreachable`` hosts (docs/reliability.md §partial clusters)."""
+    hosts = [u for u in meta.get("unreachable") or [] if isinstance(u, Mapping)]
+    if not hosts:
+        return []
+    out = [f"- **{len(hosts)} host(s) UNREACHABLE**: the run went on with the hosts that answered; the cases that "
+           "needed one of these are ERROR naming it (exit status 3)"]
+    out += [f"  - {md_escape(u.get('cluster'))}: {md_escape(u.get('host'))} ({md_escape(u.get('role'))}): "
+            f"UNREACHABLE ({md_escape(u.get('why'))}): {md_escape(u.get('detail'))}" for u in hosts]
+    return out
+
+
 def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview, *, run_id: str) -> str:
     """Text of ``run-report.md`` (``view``: the :func:`~xpushare.report.summaries.run_overview` of ``results``);
     links are relative to ``run_dir`` (where the file is written)."""
@@ -118,6 +130,7 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
             out.append(f"- {key.replace('_', ' ')}: {md_escape(meta[key])}")
     if meta.get("interrupted"):
         out.append("- **the run was interrupted**; `--resume` runs the unfinished cases")
+    out += _unreachable_lines(meta)
     rejudged = artifacts.rejudgment_label(meta.get("rejudgments") or [])
     if rejudged:
         out.append(f"- **{md_escape(rejudged)}**: the verdicts below are that re-judgment's (exit status "

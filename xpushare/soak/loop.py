@@ -200,6 +200,7 @@ class SoakLoop:
             self._finish_round(self._round, "interrupted" if reason == "interrupted" else "aborted", remote=False)
         end = self.clock()
         self.guard.close_open_gaps(end, reason)
+        self.sampler.close_missing(end, reason)
         self.ck.active_s = self.active()
         self._active0, self._mono0 = self.ck.active_s, self.mono()
         segment["ended"] = round(end, 3)

@@ -81,6 +81,8 @@ class Sampler:
         self.last_tick_wall: float | None = checkpoint.last_sample_ts
         # Host mode: every client is pod "none"; this case's clients are known by the pids of its processes.
         self.our_pids: set[int] = set()
+        self.missing: dict[str, float] = {}
+        """Node -> unix time since when its host does not answer (it dropped out; the soak goes on without it)."""
 
     def tick(self, phase: str, *, full: bool = False) -> bool:
         """One sampling tick; returns True when every node was sampled (else a gap is open or continues).
@@ -104,20 +106,49 @@ class Sampler:
             self.guard.failed("sample", st, exc)
             return False
         for ns in samples:
+            self._presence(ns, now)
             self._record_node(ns, now, el, phase, full=full)
         self.ck.samples += 1
         errors = [s for s in samples if s.error]
         if samples and len(errors) < len(samples):
             self.ck.last_sample_ts = now
             self.last_tick_wall = now
+        answered = [s for s in samples if s.why is None]  # a node that dropped out is tracked on its own
+        errors = [s for s in answered if s.error]
         if errors:
             self.guard.failed("sample", st, TransportError(errors[0].node, errors[0].error or "sampling failed"))
+            return False
+        if samples and not answered:
+            first = samples[0]
+            self.guard.failed("sample", st, TransportError(first.node, first.error or "no node answers"))
             return False
         if not samples:
             self.guard.failed("sample", st, TransportError("cluster", "no scheduler pod found"))
             return False
         self.guard.succeeded("sample", st)
         return True
+
+    def _presence(self, ns: NodeSample, now: float) -> None:
+        """A node whose host stops answering is a ``host_unreachable`` event; once it answers again, a ``host_back``
+        event with how long it was missing (``missing_s``; the soak report sums them per node)."""
+        if ns.why is not None:
+            if ns.node not in self.missing:
+                self.missing[ns.node] = now
+                self.guard.event("host_unreachable", node=ns.node, why=ns.why, error=(ns.error or "")[:500])
+                self.guard.say(f"{ns.node}: UNREACHABLE ({ns.why}): {ns.error}; the soak goes on without it")
+            return
+        since = self.missing.pop(ns.node, None)
+        if since is not None:
+            self.guard.event("host_back", node=ns.node, missing_s=round(now - since, 3), how="answered again")
+            self.guard.say(f"{ns.node}: answers again after {now - since:.0f}s")
+
+    def close_missing(self, end: float, reason: str) -> None:
+        """At the segment's end: each node still missing gets its ``host_back`` event with ``how`` ``still
+        missing at <reason>`` (a resumed soak finds it again at its first tick)."""
+        for node, since in sorted(self.missing.items()):
+            self.guard.event("host_back", node=node, missing_s=round(max(0.0, end - since), 3),
+                             how=f"still missing at {reason}")
+        self.missing = {}
 
     def _check_restart(self, sp: SchedPod) -> None:
         base = (self.baseline.get("schedulers") or {}).get(sp.node)

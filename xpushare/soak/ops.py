@@ -28,7 +28,7 @@ from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
 from xpushare.evidence.scrape_capture import scrape_command, split_trailer
 from xpushare.evidence.soak_series import gzip_file
-from xpushare.model.errors import TransportError, XpushareError
+from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.transport.kube_errors import KubeError
 
 __all__ = [
@@ -78,6 +78,9 @@ class NodeSample:
     procs: tuple[ProcSample, ...] = ()
     metrics_text: str | None = None
     error: str | None = None
+    why: str | None = None
+    """Set when the node's host did not answer (:attr:`~xpushare.model.errors.HostUnreachable.why`): the node
+    dropped out (the soak goes on with the others and records how long it was missing)."""
 
 
 @dataclass(frozen=True)
@@ -267,16 +270,29 @@ class BackendSoakOps:
         self.backend = backend
         self.case_dir = Path(case_dir)
         self._facts: dict[str, SchedulerFacts] = {}
+        self._dead: HostUnreachable | None = None
 
     def scheduler_pods(self) -> list[SchedPod]:
-        facts = self.backend.scheduler_facts(metrics=True)
+        try:
+            facts = self.backend.scheduler_facts(metrics=True)
+        except HostUnreachable as exc:  # the scheduler's host dropped out: a node sample of its own (sample)
+            self._facts, self._dead = {}, exc
+            return []
+        self._dead = None
         self._facts = {f.node: f for f in facts}
         return [SchedPod(f.node, f.pod or "-", f.instance or "", f.restarts, f.healthy) for f in facts
                 if f.error is None and f.instance is not None]
 
     def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
-        out = []
+        # every GPU host the backend lost (at the run's start or since): the soak records how long it is missing
+        dead = {u.host: NodeSample(u.host, error=u.detail, why=u.why) for u in self.backend.unreachable()}
+        if self._dead is not None:
+            dead.setdefault(self._dead.host, NodeSample(self._dead.host, error=self._dead.message, why=self._dead.why))
+            return list(dead.values())
+        out = list(dead.values())
         for node, f in sorted(self._facts.items()):
+            if node in dead:
+                continue
             if f.error is not None:
                 out.append(NodeSample(node, error=f.error))
             elif not f.processes:
@@ -352,7 +368,8 @@ class K8sSoakOps(BackendSoakOps):
             try:
                 res = self.kube.gpu_host(host_name).run(argv, timeout=60)
             except TransportError as exc:
-                out.append(NodeSample(sp.node, error=exc.message))
+                why = exc.why if isinstance(exc, HostUnreachable) else None
+                out.append(NodeSample(sp.node, error=exc.message, why=why))
                 continue
             out.append(parse_node_output(sp.node, res.stdout))
         return out

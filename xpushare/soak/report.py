@@ -130,6 +130,8 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     lines += ["", "## Gaps", ""]
     lines += [f"- {g.get('op')}: {float(g.get('duration_s') or 0):.1f}s ({g.get('how')}): {g.get('error', '')[:160]}"
               for g in gaps[:100]] or ["none"]
+    lines += ["", "## Hosts missing", ""]
+    lines += _missing_lines(data.events)
     lines += ["", "## Anomalies", ""]
     lines += [f"- at {float(a.get('elapsed_s') or 0):.0f}s: {a.get('what')}" for a in anomalies[:100]] or ["none"]
     lines += ["", "## Plots", ""]
@@ -143,6 +145,29 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     path = soak / "soak-report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _missing_lines(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per node whose host dropped out (``host_unreachable``), for how long in all (the ``host_back`` events'
+    ``missing_s``), how often, why, and whether it was still missing when the soak ended."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.get("kind") == "host_unreachable":
+            n = nodes.setdefault(str(e.get("node")), {"times": 0, "missing_s": 0.0, "why": set(), "open": True})
+            n["times"] += 1
+            n["why"].add(str(e.get("why")))
+            n["open"] = True
+        elif e.get("kind") == "host_back" and str(e.get("node")) in nodes:
+            n = nodes[str(e.get("node"))]
+            n["missing_s"] += float(e.get("missing_s") or 0)
+            n["open"] = str(e.get("how", "")).startswith("still missing")
+    if not nodes:
+        return ["none: every node answered throughout"]
+    out = ["| node | missing for | times | why | at the end |", "|---|---|---|---|---|"]
+    for node, n in sorted(nodes.items()):
+        out.append(f"| {node} | {n['missing_s']:.0f} s | {n['times']} | {', '.join(sorted(n['why']))} | "
+                   f"{'still missing' if n['open'] else 'answering'} |")
+    return out
 
 
 def _mib(value: Any) -> str:

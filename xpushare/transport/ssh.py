@@ -8,6 +8,7 @@ Host-key policy (inventory ``host_key_policy``): ``strict`` accepts only keys al
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -150,6 +151,27 @@ def _run_on(conn: Connection, line: str, options: Mapping[str, object]) -> objec
         raise
 
 
+def why_unreachable(exc: BaseException) -> str:
+    """What a failed connection attempt says about the host, as :attr:`HostUnreachable.why` names it: ``dns``,
+    ``refused``, ``timeout``, ``no route``, ``ssh`` (something answered, but no SSH server), else ``unreachable``."""
+    if isinstance(exc, socket.gaierror):
+        return "dns"
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):  # one error per address tried
+        kinds = {why_unreachable(e) for e in exc.errors.values()}
+        return kinds.pop() if len(kinds) == 1 else "unreachable"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "no route"
+    if isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED:
+        return "refused"
+    if isinstance(exc, (EOFError, paramiko.SSHException)):
+        return "ssh"
+    return "unreachable"
+
+
 def _is_unreachable(exc: BaseException) -> bool:
     return isinstance(
         exc,
@@ -261,7 +283,7 @@ class SshHost(Host):
                     ) from None
                 except paramiko.AuthenticationException as exc:
                     conn.close()
-                    raise HostUnreachable(self.name, f"authentication failed: {exc}") from None
+                    raise HostUnreachable(self.name, f"authentication failed: {exc}", "auth") from None
                 except Exception as exc:
                     conn.close()
                     if "not in known_hosts" in str(exc):
@@ -278,7 +300,8 @@ class SshHost(Host):
                 self._conn = conn
                 return conn
             detail = str(last) or type(last).__name__
-            raise HostUnreachable(self.name, f"cannot connect to {self.target} after {attempts} attempt(s): {detail}")
+            raise HostUnreachable(self.name, f"cannot connect to {self.target} after {attempts} attempt(s): {detail}",
+                                  why_unreachable(last) if last is not None else "unreachable")
 
     def _drop(self) -> None:
         with self._lock:

@@ -131,6 +131,9 @@ class _NoBackend:
     def prepare_run(self, run_id: str) -> None:
         pass
 
+    def unreachable(self) -> list[Any]:
+        return []
+
     def close(self) -> None:
         pass
 

@@ -89,6 +89,9 @@ class _SkipBackend:
     def prepare_run(self, run_id: str) -> None:
         pass
 
+    def unreachable(self) -> list[Any]:
+        return []
+
     def close(self) -> None:
         pass
 
@@ -132,7 +135,8 @@ def test_an_extending_run_accumulates_run_json_in_utc_with_the_tool_version(tmp_
     meta = json.loads((first.dir / "run.json").read_text())
     assert meta["tool_version"] and meta["started"].endswith("+00:00") and meta["ended"].endswith("+00:00")
     second = Run(root=tmp_path, clusters=[cluster], run_id="x", reuse=Reuse.EXTEND, out=devnull)
-    assert second.execute(_selection(cluster, _case("two", requires=frozenset({"annotations"}))), _Hooks()) == ExitStatus.OK
+    two = _case("two", requires=frozenset({"annotations"}))
+    assert second.execute(_selection(cluster, two), _Hooks()) == ExitStatus.OK
     meta2 = json.loads((second.dir / "run.json").read_text())
     assert meta2["required"] == ["one", "two"] and meta2["started"] == meta["started"]
     assert [s["case_id"] for s in meta2["selected"]] == ["one", "two"] and meta2["clusters"] == ["local"]

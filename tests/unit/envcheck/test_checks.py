@@ -301,17 +301,41 @@ def test_fleet_report_names_the_deviating_node_and_fails_it(tmp_path: Path) -> N
     ctx = ctx_for(tmp_path)
     odd = stack_doc(driver="550.54.15", env={"NCCL_NVLS_ENABLE": "0", "NCCL_IB_HCA": "mlx5_0"})
     raws = [raw_node("gpu1", stack_doc()), raw_node("gpu2", stack_doc()), raw_node("gpu3", odd),
-            context.NodeRaw("gpu4", error="gpu4: cannot connect to 10.0.0.4 after 3 attempt(s)", unreachable=True)]
+            context.NodeRaw("gpu4", error="cannot connect to 10.0.0.4 after 3 attempt(s)", unreachable=True,
+                            why="timeout")]
     status = context.finish(ctx, raws, Verdict(Status.PASS, "cross ok"))
     assert status is ExitStatus.UNREACHABLE
     report = json.loads((ctx.base / "fleet.json").read_text())
     by_node = {n["node"]: n for n in report["nodes"]}
-    assert [by_node[n]["status"] for n in ("gpu1", "gpu2", "gpu3", "gpu4")] == ["PASS", "PASS", "FAIL", "ERROR"]
+    assert [by_node[n]["status"] for n in ("gpu1", "gpu2", "gpu3", "gpu4")] == ["PASS", "PASS", "FAIL", "UNREACHABLE"]
+    assert by_node["gpu4"]["why"] == "timeout" and report["counts"] == {"PASS": 2, "FAIL": 1, "UNREACHABLE": 1}
     assert report["deviating_nodes"] == {"gpu3": ["driver_version", "nccl_env"]}
     assert report["majority"]["driver_version"]["value"] == "580.159.04"
     md = (ctx.base / "fleet-report.md").read_text()
-    assert "- `gpu3`: driver_version, nccl_env" in md and "cannot connect" in md
+    assert "- `gpu3`: driver_version, nccl_env" in md
+    assert "| gpu4 | UNREACHABLE |" in md and "UNREACHABLE (timeout): cannot connect to 10.0.0.4" in md
     assert (ctx.base / "local" / "gpu3" / "verdict.json").exists()
+
+
+def test_k8s_mode_with_a_master_that_does_not_answer_writes_the_fleet_report(tmp_path: Path) -> None:
+    """Before: one line (the connection error), exit 3, no fleet report."""
+    import socket
+
+    from xpushare.envcheck import envcheck_task
+    from xpushare.inventory import schema
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    spec = schema.parse("defaults: {ssh: {connect_timeout: 2, connect_retries: 1, host_key_policy: ignore}}\n"
+                        "clusters:\n  k:\n    mode: k8s\n    hosts:\n"
+                        f"      km: {{address: 127.0.0.1, port: {port}, roles: [master]}}\n").cluster("k")
+    out = io.StringIO()
+    status = envcheck_task("k", mode="k8s", run_id="km", root=tmp_path, out=out, cluster_spec=spec)
+    assert status is ExitStatus.UNREACHABLE, out.getvalue()
+    report = json.loads((tmp_path / ".tmplog" / "km" / "envcheck" / "fleet.json").read_text())
+    assert [(n["node"], n["status"], n["why"]) for n in report["nodes"]] == [("km", "UNREACHABLE", "refused")]
+    assert report["notes"] == ["the master km did not answer: no node was checked"]
 
 
 def test_fleet_all_healthy_is_ok_and_broken_gpu_fails(tmp_path: Path) -> None:

@@ -233,6 +233,48 @@ def test_a_connection_drop_is_a_recorded_gap_not_fatal(tmp_path: Path, error: Ex
     assert js.check_coverage(data, max_gap_fraction=0.5).ok is True
 
 
+class TwoNodeOps(FakeOps):
+    """FakeOps with a second node, ``n2``, whose host does not answer during ``gone`` (seconds since T0)."""
+
+    def __init__(self, vc: VClock, gone: tuple[float, float]) -> None:
+        super().__init__(vc)
+        self.gone = gone
+
+    def sample(self, pods: Any) -> list[NodeSample]:
+        first = super().sample(pods)
+        if self.gone[0] <= self.vc.t - T0 < self.gone[1]:
+            return [*first, NodeSample("n2", error="cannot connect to 10.0.0.2 after 3 attempt(s)", why="timeout")]
+        return [*first, NodeSample("n2", (ProcSample(4343, 30 * MIB, 10, 3),), first[0].metrics_text)]
+
+
+@pytest.mark.parametrize("back", [True, False])
+def test_a_node_that_drops_out_is_an_event_and_the_soak_goes_on(tmp_path: Path, back: bool) -> None:
+    """Before: the node's failed samples kept the sampling in one gap as long as it was gone, and nothing said
+    which host was missing or for how long."""
+    from xpushare.soak.report import write_report
+
+    vc = VClock()
+    ops = TwoNodeOps(vc, (30.0, 90.0) if back else (30.0, 1e9))
+    out = io.StringIO()
+    ck = make_loop(tmp_path, ops, vc, settings(), out=out).run()
+    assert ck.final_done and ck.rounds == 3
+    events = list(iter_jsonl(tmp_path / "case" / "soak" / "events.jsonl"))
+    gone = [e for e in events if e["kind"] == "host_unreachable"]
+    assert [(e["node"], e["why"]) for e in gone] == [("n2", "timeout")]
+    returned = [e for e in events if e["kind"] == "host_back"]
+    assert len(returned) == 1 and returned[0]["node"] == "n2"
+    assert not [e for e in events if e["kind"] == "gap" and e["op"] == "sample"]  # n1 was sampled throughout
+    assert "n2: UNREACHABLE (timeout)" in out.getvalue()
+    report = write_report(tmp_path / "case", TH, title="STAB-X", plots=False).read_text()
+    row = next(line for line in report.splitlines() if line.startswith("| n2 |"))
+    if back:
+        assert 55.0 <= returned[0]["missing_s"] <= 70.0 and returned[0]["how"] == "answered again"
+        assert row.endswith("| 1 | timeout | answering |"), row
+    else:
+        assert returned[0]["how"].startswith("still missing at") and row.endswith("| still missing |"), row
+    assert f"| n2 | {returned[0]['missing_s']:.0f} s |" in row
+
+
 def test_a_real_kubectl_error_is_retried_then_fatal(tmp_path: Path) -> None:
     vc = VClock()
     ops = FakeOps(vc)
@@ -525,6 +567,9 @@ def test_backend_soak_ops_follow_the_scheduler_process(tmp_path: Path) -> None:
 
         def kubernetes(self) -> None:
             return None
+
+        def unreachable(self) -> list[Any]:
+            return []
 
         def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
             proc = SchedulerProcess(self.pid, 4096, 8, 2)
