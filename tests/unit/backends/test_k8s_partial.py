@@ -27,9 +27,11 @@ def closed_port() -> int:
 
 
 class Kubectl:
-    """What prepare_run and harvest ask of kubectl: two nodes, one pod on the given node."""
+    """What prepare_run and harvest ask of kubectl: two nodes, one pod on the given node (in the inventory's fixed
+    namespace, which the backend does not create)."""
 
     calls = retries = 0
+    namespace: str | None = None
 
     def __init__(self, pod_node: str) -> None:
         self.pod_node = pod_node
@@ -55,6 +57,7 @@ defaults: {{ssh: {{connect_timeout: 2, connect_retries: 1, host_key_policy: igno
 clusters:
   k:
     mode: k8s
+    namespace: tests
     hosts:
       m: {{connection: local, roles: [master]}}
       g1: {{connection: local, roles: [gpu]}}

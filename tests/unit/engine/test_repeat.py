@@ -59,6 +59,9 @@ class _Backend:
     def kubectl_retries(self) -> None:
         return None
 
+    def unreachable(self) -> list[Any]:
+        return []
+
 
 class _Hooks(RunHooks):
     def __init__(self, error_on: str | None = None) -> None:
