@@ -28,7 +28,7 @@ from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
-from xpushare.model.premises import ClusterFacts, unmet, unmet_before
+from xpushare.model.premises import PREMISES, ClusterFacts, unmet, unmet_before
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
 from xpushare.report.output import plain
@@ -195,7 +195,8 @@ def run_case(
         phases_s=_phase_durations(t0, phases), thresholds=plain(verdict.thresholds),
         params=plain(params), metrics=plain(verdict.metrics), checks=plain(verdict.to_dict()["checks"]),
         evidence=sorted(set(verdict.evidence) | set(harvested)), required=required, operation=_operation(case),
-        sampling=case.sampling, kubectl_calls=None if calls0 is None or calls1 is None else calls1 - calls0,
+        sampling=case.sampling, premises=premise_names(case),
+        kubectl_calls=None if calls0 is None or calls1 is None else calls1 - calls0,
         kubectl_retries=retried, error=error)
     store(case_dir, record)
     events.emit("case_ended", suite=case.suite, status=record.status, summary=record.summary,
@@ -208,6 +209,12 @@ def store(case_dir: Path, record: CaseRecord) -> None:
     doc = record.to_json()
     artifacts.write_result(case_dir, doc)
     artifacts.write_analysis(case_dir, doc)
+
+
+def premise_names(case: CaseDef) -> list[str]:
+    """The case's declared premises in the order of :data:`~xpushare.model.premises.PREMISES` (its record's
+    ``premises``)."""
+    return [name for name in PREMISES if name in case.requires]
 
 
 def _operation(case: CaseDef) -> str:
@@ -239,7 +246,8 @@ def record_not_run(
         run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
         mode=cluster.mode, attempt=attempt, status=status.value, summary=reason, started=now, ended=now,
         duration_s=0.0, params=plain(params), required=required, operation=_operation(case),
-        sampling=case.sampling, not_run=True, error=reason if status is Status.ERROR else None)
+        sampling=case.sampling, premises=premise_names(case), not_run=True,
+        error=reason if status is Status.ERROR else None)
     store(case_dir, record)
     return record
 

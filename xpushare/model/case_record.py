@@ -60,6 +60,9 @@ class CaseRecord:
     error: str | None = None
     not_run: bool = False
     """A case the run did not reach (``--maxfail``): INTERRUPTED, never acted."""
+    premises: list[str] = field(default_factory=list)
+    """What the verdict rests on (docs/verdicts.md "Premises"): the case's declared premises; empty in a record
+    stored before they were kept."""
     rejudged: str | None = None
     rejudgments: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +80,8 @@ class CaseRecord:
             del out["params"]
         if self.not_run:
             out["not_run"] = True
+        if self.premises:
+            out["premises"] = list(self.premises)
         if self.rejudged is not None:
             out["rejudged"] = self.rejudged
         if self.rejudgments is not None:
