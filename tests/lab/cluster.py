@@ -697,8 +697,8 @@ MIN_STEP_GAP_S = 0.02
 def _wait_for_work(store: Store, faults_stamp: Callable[[], object],
                    next_wakes: Iterable[Callable[[float], float | None]], stop: threading.Event,
                    seen: tuple[int, int], faults_seen: object, started: float) -> None:
-    """Block the reconcile loop until its next step is due (see :data:`IDLE_STEP_S`): instead of a fixed 20 Hz
-    poll, which burned a core's worth of CPU across a CI run's labs while they sat idle.
+    """Block the reconcile loop until its next step is due (see :data:`IDLE_STEP_S`), instead of a fixed 20 Hz
+    poll that cost every lab CPU while nothing happened (tests/lab/README-kube.md "CPU").
 
     Args:
         store: the API objects; ``seen`` its :meth:`~tests.lab.kubeapi.Store.version` when the last step began.
