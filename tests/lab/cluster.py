@@ -47,13 +47,16 @@ import time
 import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tests.lab.nodens import die_with_parent
 from xpushare.inventory.sut import SutNames, sut_names
 from xpushare.transport.base import CommandResult
+
+if TYPE_CHECKING:
+    from tests.lab.kubeapi import Store
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
@@ -681,6 +684,48 @@ def api_fault(per_node: Iterable[Mapping[str, Any]]) -> tuple[float, bool]:
     return delay, fail
 
 
+#: The reconcile loop's pacing, seconds. It steps when the store changed (any write, a pod process's exit),
+#: when ``faults.json`` was replaced (checked with one ``stat`` every FAULTS_POLL_S, as often as the old fixed
+#: 20 Hz loop stepped: ``LabCluster.set_faults`` waits for the kubelets' acknowledgement), when a kubelet's
+#: next time-driven transition is due (``Kubelet.next_wake``) and at least every IDLE_STEP_S; never sooner than
+#: MIN_STEP_GAP_S after the last step began, so a burst of writes costs at most 1/MIN_STEP_GAP_S steps a second.
+FAULTS_POLL_S = 0.05
+IDLE_STEP_S = 1.0
+MIN_STEP_GAP_S = 0.02
+
+
+def _wait_for_work(store: Store, faults_stamp: Callable[[], object],
+                   next_wakes: Iterable[Callable[[float], float | None]], stop: threading.Event,
+                   seen: tuple[int, int], faults_seen: object, started: float) -> None:
+    """Block the reconcile loop until its next step is due (see :data:`IDLE_STEP_S`), instead of a fixed 20 Hz
+    poll that cost every lab CPU while nothing happened (tests/lab/README-kube.md "CPU").
+
+    Args:
+        store: the API objects; ``seen`` its :meth:`~tests.lab.kubeapi.Store.version` when the last step began.
+        faults_stamp: ``LabSettings.faults_stamp``; ``faults_seen`` its value when the last step began.
+        next_wakes: each kubelet's ``next_wake``. ``started``: when the last step began (``time.monotonic``).
+    """
+    now = time.monotonic()
+    due = started + IDLE_STEP_S
+    for next_wake in next_wakes:
+        wake = next_wake(now)
+        if wake is not None:
+            due = min(due, wake)
+    due = max(due, started + MIN_STEP_GAP_S)
+    changed = False
+    while not stop.is_set():
+        now = time.monotonic()
+        if now >= due:
+            return
+        if changed and now >= started + MIN_STEP_GAP_S:
+            return
+        if changed:
+            stop.wait(started + MIN_STEP_GAP_S - now)
+            continue
+        version = store.wait_change(seen, min(FAULTS_POLL_S, due - now))
+        changed = version != seen or faults_stamp() != faults_seen
+
+
 def serve(workdir: Path) -> int:
     """The control-plane process: API server + controllers + kubelets until SIGTERM."""
     from tests.lab.kubeapi import ApiServer, Store, default_daemonset, now_rfc3339
@@ -723,6 +768,7 @@ def serve(workdir: Path) -> int:
     api.start()
     control_plane_log(f"lab API server on {api.url}; nodes: {', '.join(cfg['nodes'])}")
     while not stop.is_set():
+        seen, faults_seen = store.version(), settings.faults_stamp()
         t0 = time.monotonic()
         try:
             controllers.step()
@@ -730,7 +776,7 @@ def serve(workdir: Path) -> int:
                 k.step()
         except Exception:
             control_plane_log("reconcile error:\n" + traceback.format_exc())
-        stop.wait(max(0.0, 0.05 - (time.monotonic() - t0)))
+        _wait_for_work(store, settings.faults_stamp, [k.next_wake for k in kubelets], stop, seen, faults_seen, t0)
     control_plane_log("stopping")
     for k in kubelets:
         k.terminate()

@@ -410,12 +410,17 @@ class Store:
 
     Objects are plain dicts keyed by ``(plural, namespace or "", name)``. Every mutation bumps the
     counter, stamps ``metadata.resourceVersion`` and appends a watch event. Thread-safe.
+
+    The control plane's reconcile loop sleeps in :meth:`wait_change` until a write or a :meth:`kick` (a pod
+    process ended) instead of polling: :meth:`version` names the state it last acted on.
     """
 
     def __init__(self, *, event_log: int = 20000) -> None:
         self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)
+        self.cond = threading.Condition(self.lock)  # watches: a new event
+        self.changed = threading.Condition(self.lock)  # the reconcile loop: a write or a kick
         self.rv = 1
+        self.kicks = 0
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.events: deque[Event] = deque(maxlen=event_log)
         self.closed = False
@@ -427,11 +432,34 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self.events.append(Event(self.rv, resource, type_, clone(obj)))
         self.cond.notify_all()
+        self.changed.notify_all()
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+            self.changed.notify_all()
+
+    # -- change notification (the reconcile loop)
+
+    def version(self) -> tuple[int, int]:
+        """The state's stamp: (resourceVersion, kicks); it differs after any write or :meth:`kick`."""
+        with self.lock:
+            return self.rv, self.kicks
+
+    def kick(self) -> None:
+        """Wake :meth:`wait_change` without a write (something outside the store changed: a process ended)."""
+        with self.changed:
+            self.kicks += 1
+            self.changed.notify_all()
+
+    def wait_change(self, seen: tuple[int, int], timeout: float) -> tuple[int, int]:
+        """Wait up to ``timeout`` seconds until :meth:`version` differs from ``seen`` (or the store is closed);
+        returns the version now."""
+        with self.changed:
+            if (self.rv, self.kicks) == seen and not self.closed and timeout > 0:
+                self.changed.wait(timeout)
+            return self.rv, self.kicks
 
     # -- CRUD
 

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -117,6 +118,15 @@ class LabSettings:
     def scheduler_env_of(faults: dict[str, Any]) -> dict[str, str] | None:
         """The extra scheduler environment of a node with ``faults`` (its ``scheduler_env``; None: none)."""
         return faults.get("scheduler_env") or None
+
+    def faults_stamp(self) -> tuple[int, int, int] | None:
+        """(inode, mtime, size) of ``faults.json`` now (None when absent): it changes when the file is replaced,
+        so the reconcile loop can notice a fault switch with one ``stat``."""
+        try:
+            st = self.faults_file.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def faults(self, node: str) -> dict[str, Any]:
         """The node's switches in force now (``faults.json``; {} when unreadable). The file is parsed again only
@@ -211,6 +221,10 @@ class PodRun:
     transitions: dict[str, str] = field(default_factory=dict)
 
 
+#: How often a kubelet looks again at what it cannot be woken by: a starting scheduler's metrics port (its
+#: readiness probe), a moment due but not yet acted on. Seconds.
+PROBE_PERIOD_S = 0.05
+
 #: Scheduling priority of every pod process (the workloads and the real scheduler, a pod here): above the
 #: machine's other work. A GPU node gives its pods cores of their own; on the lab's shared machine the simulated
 #: GPU's timeline advances only while a client submits, so a CPU-starved client would measure the machine's
@@ -226,14 +240,26 @@ def _pod_process_setup() -> None:  # pragma: no cover - runs in the child betwee
         os.setpriority(os.PRIO_PROCESS, 0, POD_NICE)
 
 
-def _log_reader(proc: subprocess.Popen[bytes], path: Path) -> None:
-    """Copy the merged stdout/stderr of ``proc`` into a CRI-style log file, one stamped line per line."""
+def _log_reader(proc: subprocess.Popen[bytes], path: Path, done: Callable[[], None]) -> None:
+    """Copy the merged stdout/stderr of ``proc`` into a CRI-style log file, one stamped line per line; call
+    ``done`` at the end of the output (the kubelet records an exit only once its output is drained)."""
     assert proc.stdout is not None
-    with open(path, "a", encoding="utf-8") as out:
-        for raw in iter(proc.stdout.readline, b""):
-            text = raw.decode("utf-8", errors="replace").rstrip("\n")
-            out.write(f"{rfc3339nano(time.time())} stdout F {text}\n")
-            out.flush()
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            for raw in iter(proc.stdout.readline, b""):
+                text = raw.decode("utf-8", errors="replace").rstrip("\n")
+                out.write(f"{rfc3339nano(time.time())} stdout F {text}\n")
+                out.flush()
+    finally:
+        done()
+
+
+def _exit_waiter(proc: subprocess.Popen[bytes], done: Callable[[], None]) -> None:
+    """Wait for ``proc`` to exit, then call ``done``: the reconcile loop wakes on a container's exit instead of
+    polling for it (``Popen.poll`` elsewhere answers None until this wait has reaped the process)."""
+    with contextlib.suppress(Exception):
+        proc.wait()
+    done()
 
 
 def _expand(value: str, env: dict[str, str]) -> str:
@@ -264,6 +290,23 @@ class Kubelet:
         self.ns.start()
 
     # -- the loop
+
+    def next_wake(self, now: float) -> float | None:
+        """When (``time.monotonic``) this kubelet must step again with nothing else changed, None: only on a
+        change. Time-driven transitions: a grace period's end, a crash-looping container's restart, a
+        scheduler's readiness probe (every :data:`PROBE_PERIOD_S` until its metrics port answers). A container's
+        exit wakes the loop by itself (:func:`_exit_waiter`). A moment already past counts as one probe period
+        ahead, so a transition the step cannot take yet never spins the loop."""
+        times: list[float] = []
+        for run in self.runs.values():
+            if run.grace_deadline is not None and self._alive(run):
+                times.append(run.grace_deadline)
+            times.extend(run.next_start.values())
+            if run.ip == self.node.scheduler_address:
+                times.extend(now for cr in run.runs.values() if cr.proc is not None and cr.running and not cr.ready)
+        if not times:
+            return None
+        return max(min(times), now + PROBE_PERIOD_S) if min(times) <= now else min(times)
 
     def step(self) -> None:
         self._apply_faults()
@@ -531,8 +574,11 @@ class Kubelet:
             cr.message = f"failed to create containerd task: exec: {exc}"
             return
         cr.proc = proc
-        cr.reader = threading.Thread(target=_log_reader, args=(proc, log), daemon=True, name=f"log-{meta['name']}")
+        cr.reader = threading.Thread(target=_log_reader, args=(proc, log, self.store.kick), daemon=True,
+                                     name=f"log-{meta['name']}")
         cr.reader.start()
+        threading.Thread(target=_exit_waiter, args=(proc, self.store.kick), daemon=True,
+                         name=f"wait-{meta['name']}").start()
         if scheduler_pod:
             self.settings.scheduler_pid_file(self.node.name).write_text(f"{proc.pid}\n")
 
