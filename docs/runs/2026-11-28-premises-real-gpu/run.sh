@@ -5,6 +5,7 @@
 # namespaces), COMBO-008, PERF-010 and MET-003 on the lab; then host mode on the same GPU: `invoke deploy` (the real
 # SUT and the fault shim it builds) and FAIL-005 with no injector configured (the shim deploy installed), FUNC-001.
 # PART=2 (two GPUs): the lab with one node per GPU: the dry run again, then FUNC-003, COMBO-008 and PERF-010.
+# PART=3 (one GPU): --repeat 5 of MET-003 and COMBO-002 on the lab: how often each verdict flips (INTERMITTENT).
 # Every step ends with a `timeout`. Run from the repository root with SUT_SRC (the upstream source tree), DEPS
 # (tests/lab/gpu/fetch-deps.sh's folder) and OUT. Outputs: $OUT/console.txt, $OUT/cases.json, $OUT/runs.tar.gz.
 set -u
@@ -30,7 +31,11 @@ timeout 30 python3 -m invoke cases -o json > "$OUT/cases.json"; echo "### cases 
 echo "### dry run of every FUNC/COMBO/PERF/MET/ISO case on the lab"
 timeout 60 python3 -m invoke matrix --cluster lab --inventory "$INV" --root "$ROOT" --dry-run --case "$ALL" \
   | awk '/^parameter/{exit} {print}'
-if [ "$PART" = 2 ]; then
+if [ "$PART" = 3 ]; then  # intermittency: finding 23 (MET-003) and finding 21 (a quota pod's exit crash)
+  step 300 metrics 'MET-003' --cluster lab --inventory "$INV" --repeat 5
+  step 240 combo 'COMBO-002' --cluster lab --inventory "$INV" --repeat 5
+  timeout 60 python3 -m invoke lab.down
+elif [ "$PART" = 2 ]; then
   step 150 func 'FUNC-003' --cluster lab --inventory "$INV"
   step 150 combo 'COMBO-008' --cluster lab --inventory "$INV"
   step 200 perf 'PERF-010' --cluster lab --inventory "$INV"
