@@ -301,9 +301,16 @@ def load_checks(exposition: Exposition, *, expected_clients: int, matches: Seque
 def render_table(lines: Sequence[CheckLine]) -> str:
     """The checklist as a text table (tabulate ``simple``): check, expected, observed, result; long cells wrap
     (at most :data:`CELL_WIDTHS` characters a line), so that the table fits a terminal of about 150 columns."""
-    rows = [(ln.item, ln.expected, ln.observed, ln.status.value) for ln in lines]
+    rows = [tuple(_cell(c) for c in (ln.item, ln.expected, ln.observed, ln.status.value)) for ln in lines]
     return tabulate(rows, headers=["check", "expected", "observed", "result"], tablefmt="simple",
                     maxcolwidths=list(CELL_WIDTHS))
+
+
+def _cell(text: str) -> str:
+    """A cell as the table shows it: one of only whitespace (a scraped header such as a Content-Type of a lone
+    newline) as its repr, which is both readable and a text tabulate's wrapping accepts (it raises ValueError on a
+    lone newline)."""
+    return repr(text) if text and not text.strip() else text
 
 
 def exit_status(lines: Sequence[CheckLine], *, unreachable: bool = False) -> ExitStatus:
