@@ -318,8 +318,8 @@ def release_decision(
     partial: str | None = None
     judging = set(sut_judging_suites)
     required_on: dict[str, set[str]] = {}
+    chosen: dict[str, set[str]] = {}  # per cluster, the case ids the run selected
     if profiles:
-        chosen: dict[str, set[str]] = {}
         for s in selected or []:
             if isinstance(s, Mapping):
                 chosen.setdefault(str(s.get("cluster")), set()).add(str(s.get("case_id")))
@@ -354,10 +354,8 @@ def release_decision(
 
     if profiles:
         for cluster, needed in required_on.items():
-            selected_here = {str(s.get("case_id")) for s in selected or []
-                             if isinstance(s, Mapping) and str(s.get("cluster")) == cluster}
             present = {str(r["case_id"]) for r in results if str(r["cluster"]) == cluster}
-            for case_id in sorted((needed & selected_here) - present, key=artifacts.natural_key):
+            for case_id in sorted((needed & chosen.get(cluster, set())) - present, key=artifacts.natural_key):
                 reasons.append(f"required case missing: {cluster}/{case_id}")
     else:
         present = {str(r["case_id"]) for r in results}
