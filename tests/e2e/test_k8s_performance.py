@@ -3,8 +3,9 @@
 The lab runs the upstream scheduler and client library (tests/lab/README-kube.md) with 500 ms quota
 windows (``XPUSHARE_COMPUTE_WINDOW_MS``, the SUT's minimum). A W6 at n = 2048 is 12 000 adds of 0.5 ms of
 simulated GPU time each: kernels sleep on the simulated GPU's timeline, so runtimes follow the quota, not
-the machine's CPU speed or load, and no test here needs the cores to itself. Measured on 2 cores with other
-lab runs beside it, the seed's tolerances hold (no lab tolerance):
+the machine's CPU speed, and no test here needs the cores to itself. Measured on 2 cores with one other
+lab run beside it, the seed's tolerances hold (the healthy run still takes a lab tolerance for PERF-011,
+:data:`LAB_QUOTA_TOLERANCE`, for a machine loaded more than that):
 
 * baseline 6.08-6.26 s (over ``perf_baseline_min_s`` 5); the bracketing baselines of one PERF-011 run
   differed by 0.03 % to 2.7 %;
@@ -87,8 +88,17 @@ def explain(got: dict[str, dict], proc: subprocess.CompletedProcess) -> str:
     return "\n".join(lines) + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+#: The healthy run's PERF-011 tolerance. The seed's ±8 % held in every run on a 2-core machine with one other lab
+#: beside it (above), but not in CI with a second pytest worker's labs on the same 2 cores: q25 +8.6 to +8.9 %
+#: (q50 +3.4 %, q75 +3.7 %). A client handed the lock while descheduled starts its launches late, about 10 ms of
+#: a 500 ms window, which is a larger part of a 25 % share than of a 75 % one; the mutants' errors (-21 % and
+#: beyond) stay far outside this tolerance, and they are judged at the seed's ±8 %.
+LAB_QUOTA_TOLERANCE = 0.12
+
+
 def test_healthy_sut_verdicts_and_plots_are_reported(inventory: Path, runs: Path) -> None:
-    proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007")
+    proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007",
+                sets=(f"perf_quota_tolerance={LAB_QUOTA_TOLERANCE}",))
     got = results(runs, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
     assert set(statuses) == {"PERF-004", "PERF-007", "PERF-011"}, explain(got, proc)
@@ -101,7 +111,7 @@ def test_healthy_sut_verdicts_and_plots_are_reported(inventory: Path, runs: Path
     p11 = got["PERF-011"]
     assert set(p11["metrics"]["ratios"]) == {"25", "50", "75"}
     assert len(p11["metrics"]["baseline_samples_s"]) == 2  # bracketed: before and after the quota pods
-    assert p11["thresholds"]["perf_quota_tolerance"] == 0.08  # the seed's default
+    assert p11["thresholds"]["perf_quota_tolerance"] == LAB_QUOTA_TOLERANCE
     p7 = got["PERF-007"]["metrics"]
     assert 0 <= p7["metric_latency_s"] <= 15 and 0 <= p7["throughput_latency_s"] <= 15, explain(got, proc)
     # docs/findings.md 15: two quota clients that share the GPU are billed half the wall time each, whatever

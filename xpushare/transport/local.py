@@ -89,11 +89,18 @@ class LocalHost(Host):
         return finished(self.name, argv, res, start, check=check)
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        """Copy through a temporary name beside ``remote``, renamed once whole (as :class:`SshHost` does)."""
+        target = Path(remote)
+        part = target.with_name(f".{target.name}.part-{os.getpid()}-{threading.get_ident()}")
         try:
-            Path(remote).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(local, remote)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, part)
+            os.replace(part, target)
         except OSError as exc:
             raise TransportError(self.name, f"put {local} -> {remote}: {exc.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         try:

@@ -8,6 +8,7 @@ Host-key policy (inventory ``host_key_policy``): ``strict`` accepts only keys al
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -346,19 +347,33 @@ class SshHost(Host):
         return None
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        """Copy ``local`` to ``remote`` through a temporary name beside it, renamed (``mv -f``) once the whole file
+        arrived: a failed copy never leaves a partial file at ``remote``, and hosts that share a file system (an NFS
+        home) can receive the same file at once without one host's copy truncating another's."""
         conn = self.connection()
-        parent = os.path.dirname(remote)
+        parent, name = os.path.split(remote)
         if parent:
             self.run(["mkdir", "-p", parent], timeout=30, check=True)
+        tag = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in self.name)
+        part = os.path.join(parent, f".{name}.part-{tag}-{os.getpid()}-{threading.get_ident()}")
+        try:
+            self._copy_to(conn, local, part, remote)
+            self.run(["mv", "-f", part, remote], timeout=30, check=True)
+        except BaseException:
+            with contextlib.suppress(TransportError):
+                self.run(["rm", "-f", part], timeout=30)
+            raise
+
+    def _copy_to(self, conn: Connection, local: str | os.PathLike[str], part: str, remote: str) -> None:
         try:
             if self.sftp:
-                conn.put(str(local), remote)
+                conn.put(str(local), part)
                 return
         except (OSError, paramiko.SSHException) as exc:
             if self._no_sftp(conn, exc) is None:
                 raise TransportError(self.name, f"put {local} -> {remote}: {exc}") from None
         try:
-            exec_copy.exec_put(conn.client.get_transport(), local, remote)
+            exec_copy.exec_put(conn.client.get_transport(), local, part)
         except (OSError, paramiko.SSHException) as exc:
             raise TransportError(self.name, f"put {local} -> {remote} (no SFTP on the host: copied with cat): "
                                             f"{exc}") from None
