@@ -1,5 +1,8 @@
 """Every breakage is caught: each row of tests/lab/matrix.py (a mutant build of the real SUT or a cluster fault)
-turns the cases it is about FAIL (or the ERROR the row lists), through ``invoke matrix --cluster lab``.
+turns the cases it is about FAIL (or the ERROR the row lists), through ``invoke matrix --cluster lab``. A row that
+names the lab tests covering it (``Row.covered_by``: they run the same breakage and assert every case of the row
+with more detail) is not run a second time here; :func:`test_a_covered_row_names_lab_tests_that_run_its_breakage`
+keeps those names true.
 docs/verdicts.md is the same matrix written by ``python -m tests.lab.matrix --write``; this module also checks
 that the document covers every row and accounts for every mutant.
 
@@ -30,6 +33,9 @@ LABS = 3
 #: The unmodified build under each scheduler setting a row needs (the default-settings baseline is what the
 #: suites' own lab tests judge).
 SETTING_BASELINES = [r for r in healthy_rows(ROWS) if r.setting is not None]
+#: The rows run here: a row that names the lab tests covering it (``Row.covered_by``) is asserted by those, which run
+#: the same breakage with more detail; running it again here would only double CI's time.
+RUN_HERE = [r for r in ROWS if not r.covered_by]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +49,7 @@ def outcomes(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Itera
             inventory = write_inventory(tmp_path_factory.mktemp("matrix-inv") / "inventory.yaml", ssh_lab, kube)
             labs.append(MatrixLab(kube, inventory, tmp_path_factory.mktemp("matrix-runs")))
         todo: queue.Queue[Row] = queue.Queue()
-        for row in sorted([*ROWS, *SETTING_BASELINES], key=lambda r: -len(r.cases)):  # the longest rows first
+        for row in sorted([*RUN_HERE, *SETTING_BASELINES], key=lambda r: -len(r.cases)):  # the longest rows first
             todo.put(row)
         results: dict[str, Outcome | BaseException] = {}
 
@@ -66,7 +72,7 @@ def outcomes(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield results
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.breakage for r in ROWS])
+@pytest.mark.parametrize("row", RUN_HERE, ids=[r.breakage for r in RUN_HERE])
 def test_breakage_is_caught(outcomes: dict[str, Outcome | BaseException], row: Row) -> None:
     outcome = outcomes[row.breakage]
     if isinstance(outcome, BaseException):
@@ -91,3 +97,16 @@ def test_every_mutant_is_accounted_for_and_the_document_covers_the_matrix() -> N
     for name in [r.breakage for r in ROWS] + list(UNCAUGHT) + list(HOST_MODE):
         assert f"`{name}`" in text, name
     assert "## Mutation score" in text
+
+
+def test_a_covered_row_names_lab_tests_that_run_its_breakage() -> None:
+    """Each ``covered_by`` entry is a test function of a lab module that names the row's breakage, so a renamed or
+    deleted covering test, or one about another mutant, cannot silently leave a row unasserted."""
+    covered = [r for r in ROWS if r.covered_by]
+    assert covered and len(RUN_HERE) + len(covered) == len(ROWS)
+    for row in covered:
+        for nodeid in row.covered_by:
+            path, _, function = nodeid.partition("::")
+            source = (REPO_ROOT / path).read_text(encoding="utf-8")
+            assert path.startswith("tests/e2e/") and f"def {function}(" in source, nodeid
+            assert f'"{row.breakage}"' in source, (row.breakage, nodeid)

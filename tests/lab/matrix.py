@@ -49,7 +49,10 @@ class Row:
     PASS, so the case is INTERMITTENT or FAIL, never PASS, once one attempt catches it); ``setting``: a name of
     :data:`SETTINGS`,
     a documented configuration of the real scheduler the row runs under (the unmodified build is judged
-    under it too, in the row ``healthy@<setting>``).
+    under it too, in the row ``healthy@<setting>``); ``covered_by``: the lab tests (``module::function``) that
+    run the same breakage and assert every case of the row FAILs, with more detail than the row (the figure
+    that breaks, the check that catches it): CI asserts the row through them instead of running it a second
+    time in tests/e2e/test_verdict_matrix.py (the ``--write`` run of this module still runs every row).
     """
 
     breakage: str
@@ -60,6 +63,7 @@ class Row:
     sets: tuple[str, ...] = ()
     setting: str | None = None
     repeat: int = 1
+    covered_by: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -83,8 +87,10 @@ ROWS: tuple[Row, ...] = (
     # ISO-012/013/015/016 FAIL on the unmodified build already (finding 20): the row shows them under the mutant too
     Row("no-core-enforcement", ("FUNC-008", "FUNC-009", "COMBO-002", "COMBO-006", "PERF-003", "PERF-004",
                                 "PERF-007", "ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016")),
-    Row("quota-generous-30", ("PERF-011",)),
-    Row("quota-stingy-30", ("PERF-011", "PERF-004")),
+    Row("quota-generous-30", ("PERF-011",),
+        covered_by=("tests/e2e/test_k8s_performance.py::test_skewed_enforcement_fails_the_precision_cases",)),
+    Row("quota-stingy-30", ("PERF-011", "PERF-004"),
+        covered_by=("tests/e2e/test_k8s_performance.py::test_skewed_enforcement_fails_the_precision_cases",)),
     Row("memory-limit-ignored", ("FUNC-006", "COMBO-001")),
     Row("oversub-always-on", ("FUNC-004",)),
     Row("oversub-never", ("FUNC-005",)),
@@ -101,10 +107,14 @@ ROWS: tuple[Row, ...] = (
     # lost raise is told apart where oversubscription lets a raise be used (COMBO-005) or where the raise stays
     # under the pod's first quota (STAB-004's 512Mi -> 128Mi -> 384Mi, the seed's 8Gi -> 2Gi -> 6Gi shape)
     Row("memory-limit-raise-ignored", ("FUNC-010", "COMBO-005", "STAB-004")),
-    Row("memory-limit-decrease-ignored", ("FUNC-011", "COMBO-005", "STAB-004")),
+    Row("memory-limit-decrease-ignored", ("FUNC-011", "COMBO-005", "STAB-004"),
+        covered_by=("tests/e2e/test_k8s_quota_probe.py::test_decrease_ignored_is_caught_after_the_decrease",
+                    "tests/e2e/test_k8s_stability.py::"
+                    "test_stab004_memory_probe_fails_a_change_that_is_logged_but_not_enforced")),
     # the cuMemAlloc path, the one the unmodified build holds (ISO-001). A per-request check is masked without
     # oversubscription (the physical allocatable is the first quota, finding 18): COMBO-005 sees it (FUNC-006/007 PASS)
-    Row("memory-limit-per-request", ("COMBO-005",)),
+    Row("memory-limit-per-request", ("COMBO-005",),
+        covered_by=("tests/e2e/test_k8s_quota_probe.py::test_the_cuMemAlloc_path_broken_two_ways",)),
     Row("dlsym-memalloc-unhooked", ("FUNC-006", "FUNC-007")),
     # STAB-002 with more pods than nodes: the lab's default rounds put one pod on each node's scheduler
     Row("crash-on-second-client", ("FUNC-002", "PERF-008", "PERF-009", "PERF-010", "STAB-001", "STAB-002", "FAIL-004"),
@@ -114,20 +124,34 @@ ROWS: tuple[Row, ...] = (
     # lab only, tests/e2e/test_gpu_faults.py)
     Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007", "MET-003"),
         sets=("leak_churn_rounds=5", "leak_pods=4")),
-    Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4")),
-    Row("metrics-missing", ("MET-002",)),
-    Row("counter-as-gauge", (METRICS_CHECK,)),  # no MET case judges a family's TYPE (docs/verdicts.md)
-    Row("label-missing", (METRICS_CHECK,)),  # in k8s the probe is matched by pod; host_pid is judged under load
-    Row("values-off-10", ("MET-003",)),
-    Row("healthz-500", ("MET-001", "MET-007")),
+    Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4"),
+        covered_by=("tests/e2e/test_k8s_stability.py::"
+                    "test_a_scheduler_leaking_per_registration_fails_leak_001_and_002",)),
+    Row("metrics-missing", ("MET-002",),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_metrics_missing_fails_met002",)),
+    # no MET case judges a family's TYPE (docs/verdicts.md)
+    Row("counter-as-gauge", (METRICS_CHECK,),
+        covered_by=("tests/e2e/test_metrics_check.py::test_mutant_fails_its_idle_lines",)),
+    # in k8s the probe is matched by pod; host_pid is judged under load
+    Row("label-missing", (METRICS_CHECK,),
+        covered_by=("tests/e2e/test_metrics_check.py::test_label_missing_fails_the_host_pid_line",)),
+    Row("values-off-10", ("MET-003",),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_values_off_10_fails_met003",)),
+    Row("healthz-500", ("MET-001", "MET-007"),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_healthz_500_fails_met001_and_met007",)),
     Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004")),
     Row("utilization-smoothing-halved", ("MET-006",)),
     Row("gpu-memory-sampled-once", ("MET-003", "MET-008")),
-    Row("drop-lock-not-counted", ("MET-004", METRICS_CHECK)),
-    Row("managed-memory-never-shrinks", ("MET-003",)),
-    Row("running-clients-high-water", ("MET-003",)),
+    Row("drop-lock-not-counted", ("MET-004", METRICS_CHECK),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_drop_lock_not_counted_fails_met004",
+                    "tests/e2e/test_metrics_check.py::test_drop_lock_not_counted_fails_the_drop_lock_line")),
+    Row("managed-memory-never-shrinks", ("MET-003",),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_a_gauge_that_does_not_follow_fails_met003",)),
+    Row("running-clients-high-water", ("MET-003",),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_a_gauge_that_does_not_follow_fails_met003",)),
     # the lab registers within about 1 s: a 3 s limit shows the 5 s delay (sut_in_path, checked on every case)
-    Row("register-after-5s", ("MET-002",), sets=("registration_timeout_s=3",)),
+    Row("register-after-5s", ("MET-002",), sets=("registration_timeout_s=3",),
+        covered_by=("tests/e2e/test_k8s_metrics.py::test_a_late_registration_fails_sut_in_path",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
         faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
@@ -320,7 +344,8 @@ def render(rows: Sequence[Row], outcomes: Mapping[str, Outcome], *, cases: Seque
     baselines = [r for r in healthy_rows(rows) if r.breakage in outcomes]
     lines = ["# Verdicts under breakage", "",
              "Generated by `python -m tests.lab.matrix --write docs/verdicts.md` from runs of the lab on the real SUT",
-             "(tests/lab/matrix.py; asserted by tests/e2e/test_verdict_matrix.py). Each row breaks the lab one way: a",
+             "(tests/lab/matrix.py; asserted by tests/e2e/test_verdict_matrix.py, or by the lab tests a row names as",
+             "covering it). Each row breaks the lab one way: a",
              "mutant build of the SUT (tests/lab/mutants/README.md) or a cluster fault (tests/lab/README-kube.md);",
              "`healthy` is the unmodified build. A cell is the case's verdict in that row; `·` = not run.", ""]
     header = ["breakage", "kind", *cases]
