@@ -89,7 +89,9 @@ class LocalHost(Host):
         self.name = name
         self._spawn_dir = spawn_dir or str(Path(tempfile.gettempdir()) / f"xpushare-spawn-{os.getuid()}")
         runner = _InterruptibleLocal if interruptible else _BulkLocal
-        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": runner}}))
+        # lazy: the transport's runner takes nothing from the user's Invoke files (a ``run.echo`` or ``run.pty`` there
+        # would change every command; a malformed one is the program's to report, once: cli/config_files.py)
+        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": runner}}, lazy=True))
 
     @property
     def spawn_dir(self) -> str:

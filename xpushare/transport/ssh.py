@@ -223,10 +223,13 @@ class SshHost(Host):
     def _new_connection(self) -> Connection:
         opts = self.ssh
         overrides = {"runners": {"remote": _InterruptibleRemote if self._interruptible else _BulkRemote}}
+        # lazy: no Invoke/Fabric files (``~/.fabric.yaml``) under the inventory's settings, as for LocalHost; the SSH
+        # client config (the inventory's ``ssh_config``, else ``~/.ssh/config``) is still read
         if opts.ssh_config:
-            config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides)
+            config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides, lazy=True)
         else:
-            config = Config(overrides=overrides)
+            config = Config(overrides=overrides, lazy=True)
+        config.load_ssh_config()
         connect_kwargs: dict[str, object] = {
             "banner_timeout": opts.connect_timeout,
             "auth_timeout": opts.connect_timeout,
