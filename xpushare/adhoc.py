@@ -87,22 +87,36 @@ def exit_status_of(outcomes: Sequence[HostOutcome[Any]], failed: Sequence[bool])
     return ExitStatus.OK
 
 
+def partial_output(error: BaseException | None) -> tuple[str, str]:
+    """What a command that timed out wrote before its deadline (stdout, stderr); empty for any other error."""
+    if isinstance(error, CommandTimeout):
+        return error.stdout, error.stderr
+    return "", ""
+
+
 def render_folded(outcomes: Sequence[HostOutcome[CommandResult]]) -> str:
     """Group hosts with identical output and exit code: ``c1-gpu[1-8]: 580.159.04``; each group's hosts are
-    one ClusterShell node set, which ``--limit`` takes back."""
+    one ClusterShell node set, which ``--limit`` takes back. A command that timed out shows the output it wrote
+    before its deadline, then why it has no exit status."""
     groups: dict[tuple[str, str, int | None, str], list[str]] = {}
     for o in outcomes:
         key: tuple[str, str, int | None, str]
         if o.value is not None:
             key = (o.value.stdout.rstrip("\n"), o.value.stderr.rstrip("\n"), o.value.exit_code, "")
         else:
-            key = ("", "", None, str(o.error))
+            out, err = partial_output(o.error)
+            key = (out.rstrip("\n"), err.rstrip("\n"), None, str(o.error))
         groups.setdefault(key, []).append(o.host)
     blocks = []
     for (out, err, code, error), names in groups.items():
         label = fold(names)
         if error:
-            blocks.append(f"{label}: {_status_of_error(error)}")
+            kept = out if not err else (f"{out}\n{err}" if out else err)
+            if kept:
+                indented = "\n".join(f"  {line}" for line in kept.splitlines())
+                blocks.append(f"{label}: {_status_of_error(error)}; its output until then:\n{indented}")
+            else:
+                blocks.append(f"{label}: {_status_of_error(error)}")
             continue
         suffix = "" if code == 0 else f" (exit {code})"
         body = out if not err else (f"{out}\n{err}" if out else err)
@@ -134,18 +148,26 @@ def run_adhoc(
     ``error`` (None, or why there is no exit status).
 
     ``stream``: instead of the folded output, print each host's lines as they come, ``host: line`` (stdout to
-    ``out``, stderr to ``err``, default ``sys.stderr``), like pdsh.
+    ``out``, stderr to ``err``, default ``sys.stderr``), like pdsh; with ``fmt`` json/yaml every streamed line goes
+    to ``err``, so that ``out`` holds the records alone.
+
+    ``timeout``: a deadline per host; the call returns within ``timeout`` +
+    :data:`~xpushare.transport.deadline.GRACE_S` after the commands started, also when a command left a child
+    holding its output open (here its process group is ended; over SSH its channel is closed). That host's status
+    is ``TIMEOUT``, its exit ``None``, and its ``stdout``/``stderr`` what it wrote before the deadline.
 
     Ctrl-C, SIGTERM or SIGHUP end the commands (here and on the hosts) and raise ``KeyboardInterrupt``.
     """
     conns = [connect(h, interruptible=True) for h in hosts]
     lock = threading.Lock()
+    lines_err = err or sys.stderr
+    lines_out = out if fmt == "table" else lines_err  # json/yaml: stdout is the records' alone
 
     def one(host: Host) -> CommandResult:
         if not stream:
             return host.run(argv, timeout=timeout)
-        o = PrefixedLines(out, host.name, lock)
-        e = PrefixedLines(err or sys.stderr, host.name, lock)
+        o = PrefixedLines(lines_out, host.name, lock)
+        e = PrefixedLines(lines_err, host.name, lock)
         try:
             return host.run(argv, timeout=timeout, out_stream=o, err_stream=e)
         finally:
@@ -160,10 +182,7 @@ def run_adhoc(
     interrupt.check()  # a command ended by Ctrl-C/SIGTERM/SIGHUP: the task ends as interrupted (128 + the signal)
     failed = [o.value is not None and not o.value.ok for o in outcomes]
     if fmt != "table":
-        records = [{"host": o.host, "status": _status_word(o), "exit": o.value.exit_code if o.value else None,
-                    "duration_s": round(o.value.duration_s, 3) if o.value else None,
-                    "stdout": o.value.stdout if o.value else "", "stderr": o.value.stderr if o.value else "",
-                    "error": None if o.error is None else str(o.error)} for o in outcomes]
+        records = [_run_record(o) for o in outcomes]
         print(output.render(records, fmt), file=out)
         return exit_status_of(outcomes, failed)
     if stream:
@@ -175,12 +194,28 @@ def run_adhoc(
     rows = []
     for o in outcomes:
         v = o.value
-        rows.append(
-            [o.host, _status_word(o), v.exit_code if v else "", f"{v.duration_s:.2f}" if v else ""]
-        )
+        took = v.duration_s if v else _timed_out_after(o.error)
+        rows.append([o.host, _status_word(o), v.exit_code if v else "", "" if took is None else f"{took:.2f}"])
     print(file=out)
     print(tabulate(rows, headers=["host", "status", "exit", "seconds"]), file=out)
     return exit_status_of(outcomes, failed)
+
+
+def _timed_out_after(error: BaseException | None) -> float | None:
+    return error.duration_s if isinstance(error, CommandTimeout) else None
+
+
+def _run_record(o: HostOutcome[CommandResult]) -> dict[str, Any]:
+    """One host's record of ``invoke run -o json|yaml`` (fields: :func:`run_adhoc`)."""
+    if o.value is not None:
+        v = o.value
+        return {"host": o.host, "status": _status_word(o), "exit": v.exit_code, "duration_s": round(v.duration_s, 3),
+                "stdout": v.stdout, "stderr": v.stderr, "error": None}
+    out, err = partial_output(o.error)
+    took = _timed_out_after(o.error)
+    return {"host": o.host, "status": _status_word(o), "exit": None,
+            "duration_s": None if took is None else round(took, 3), "stdout": out, "stderr": err,
+            "error": None if o.error is None else str(o.error)}
 
 
 def _ping_one(host: Host, kubectl: str | None, kubeconfig: str | None = None) -> tuple[float, float, HostFacts]:

@@ -1,5 +1,6 @@
 """``invoke run`` ends its commands on Ctrl-C, SIGTERM and SIGHUP: on ``local`` it used to wait for the command's
-timeout; over SSH the remote command kept running without its session."""
+timeout; over SSH the remote command kept running without its session. Its ``--timeout`` is a deadline over SSH
+too (the local side: tests/unit/transport/test_deadline.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import pytest
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from xpushare.inventory.schema import SshOptions
-from xpushare.model.errors import TransportError
+from xpushare.model.errors import CommandTimeout, TransportError
+from xpushare.transport.deadline import GRACE_S
 from xpushare.transport.ssh import SshHost
 
 ROOT = REPO_ROOT
@@ -130,3 +132,34 @@ def test_invoke_run_over_ssh_on_sigterm_ends_the_remote_command_without_a_traceb
             proc.kill()
         _kill_remote(checker, f"^sleep {seconds}")
         checker.close()
+
+
+@pytest.mark.lab
+def test_over_ssh_a_timeout_is_a_deadline_without_a_thread_traceback(ssh_lab: SshLab, tmp_path: Path) -> None:
+    """``invoke run --timeout 3 -- bash -c 'sleep 20 & echo started'`` over SSH: the backgrounded child holds the
+    channel open past the command's exit; the timer's channel close came back as exit 0 ``ok`` (about 3 tries in
+    4) with Fabric's ``EOFError`` thread traceback. Now every try is a CommandTimeout by the deadline plus the
+    grace, with the output written before it."""
+    h = ssh_lab.host("lab-node1")
+    opts = SshOptions(user=h.user, port=h.port, identity=str(h.identity), host_key_policy="strict",
+                      known_hosts=str(ssh_lab.write_known_hosts(tmp_path / "known_hosts")), connect_timeout=5)
+    seconds = f"20.{uuid.uuid4().int % 10**6:06d}"
+    host = SshHost("lab-node1", h.address, opts, interruptible=True)  # the host of invoke run
+    checker = SshHost("lab-node1", h.address, opts)
+    seen: list[threading.ExceptHookArgs] = []
+    previous, threading.excepthook = threading.excepthook, seen.append
+    try:
+        for _ in range(3):
+            start = time.monotonic()
+            with pytest.raises(CommandTimeout) as caught:
+                host.run(["bash", "-c", f"sleep {seconds} & echo started"], timeout=1)
+            assert time.monotonic() - start < 1 + GRACE_S
+            assert caught.value.stdout == "started\n" and "'bash' timed out after 1 s" in str(caught.value)
+            host.close()  # as invoke run's fan-out does, while a timer might still be closing the channel
+        time.sleep(0.5)
+        assert not seen, [str(args.exc_value) for args in seen]
+    finally:
+        threading.excepthook = previous
+        _kill_remote(checker, f"^sleep {seconds}")
+        checker.close()
+        host.close()

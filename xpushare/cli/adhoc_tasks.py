@@ -47,11 +47,14 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
         "role": "master | gpu | all (default: all)",
         "limit": LIMIT_HELP,
         "forks": f"hosts at once (default {DEFAULT_FORKS})",
-        "timeout": "seconds per command (default 60)",
+        "timeout": "seconds per command (default 60), a deadline: the command is ended (here its process group, "
+                   "over SSH its channel) and run returns within S + 3 s; the host's row says TIMEOUT with the "
+                   "output until then, exit 1",
         "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP + " (per host: status, exit, duration_s, stdout, stderr, error)",
         "verbose": VERBOSE_HELP,
-        "stream": "print each host's lines as they come, prefixed 'host: ' (like pdsh), not folded at the end",
+        "stream": "print each host's lines as they come, prefixed 'host: ' (like pdsh), not folded at the end "
+                  "(with --output json|yaml on stderr: stdout holds the records alone)",
     },
     incrementable=["verbose"],
 )

@@ -12,14 +12,17 @@ quietly with status 141, as a task's output does (:func:`xpushare.cli.guard.pipe
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from invoke import Config, Program
 from invoke.exceptions import Exit, ParseError
 
 from xpushare import __version__
+from xpushare.cli import config_files
 from xpushare.cli.collection import namespace
 from xpushare.cli.guard import pipe_closed
 from xpushare.cli.taskdef import help_first
@@ -78,7 +81,21 @@ class XpushareConfig(Config):
 
 class XpushareProgram(Program):
     """The ``xpushare`` command: Invoke's program whose parse errors are one ``error:`` line and exit 2
-    (Invoke documents subclassing :class:`~invoke.program.Program` to build a standalone command)."""
+    (Invoke documents subclassing :class:`~invoke.program.Program` to build a standalone command), as is a config
+    file it would read that is not usable (:mod:`~xpushare.cli.config_files`)."""
+
+    def create_config(self) -> None:
+        """Invoke's step that reads the system and user files (``/etc/xpushare.*``, ``~/.xpushare.*``), each
+        checked first."""
+        prefix = self.config_class.prefix
+        config_files.check_level(f"/etc/{prefix}")
+        config_files.check_level(f"~/.{prefix}")
+        super().create_config()
+
+    def update_config(self, merge: bool = True) -> None:
+        """Invoke's step that reads the runtime file (``-f FILE``, ``$INVOKE_RUNTIME_CONFIG``), checked first."""
+        config_files.check_runtime(runtime_path(self))
+        super().update_config(merge)
 
     def parse_tasks(self) -> None:
         try:
@@ -108,7 +125,14 @@ class XpushareProgram(Program):
             raise SystemExit(int(ExitStatus.USAGE)) from None
 
 
-def adopt(prog: Program) -> Program:
+def runtime_path(prog: Program) -> str | None:
+    """The runtime config file Invoke's program reads: its ``-f`` value, else ``$INVOKE_RUNTIME_CONFIG`` (as
+    ``Program.update_config`` picks it); None when neither is given."""
+    given = prog.args.config.value
+    return str(given) if given else os.environ.get("INVOKE_RUNTIME_CONFIG") or None
+
+
+def adopt(prog: Program, project: Path | None = None) -> Program:
     """Give ``invoke``'s own program (built by Invoke before ``tasks.py`` is loaded, so it cannot be an
     :class:`XpushareProgram`) the same parse-error policy; returns ``prog``.
 
@@ -116,7 +140,16 @@ def adopt(prog: Program) -> Program:
     the task names and their flags, run after ``tasks.py`` is loaded), and its ``parse_cleanup`` step (``--list``
     and ``--help``) for a closed output pipe, as :class:`XpushareProgram` does. Adopting twice is harmless: the
     inner wrapper already turned the ``ParseError`` into an ``Exit``.
+
+    It also checks the config files Invoke reads after ``tasks.py`` (:mod:`~xpushare.cli.config_files`): the project's
+    ``invoke.*`` in ``project`` (the directory of ``tasks.py``), at once, and the runtime file, in the wrapped
+    ``update_config`` step; one that is not usable raises the :class:`~xpushare.cli.config_files.ConfigFileError`
+    (``Exit``: one ``error:`` line, exit 2). The system and user files (``/etc/invoke.*``, ``~/.invoke.*``) Invoke
+    has read before ``tasks.py`` is loaded, beyond the reach of any task collection: Invoke's own error for them
+    stands (the ``xpushare`` command reads its own files, and checks them; the transport reads neither).
     """
+    if project is not None:
+        config_files.check_level(str(project / prog.config_class.prefix))
     parse: Callable[[], None] = prog.parse_tasks
 
     def parse_tasks() -> None:
@@ -133,7 +166,14 @@ def adopt(prog: Program) -> Program:
         except BrokenPipeError:
             raise SystemExit(pipe_closed()) from None
 
+    update: Callable[..., None] = prog.update_config
+
+    def update_config(merge: bool = True) -> None:
+        config_files.check_runtime(runtime_path(prog))
+        update(merge)
+
     prog.parse_tasks = parse_tasks  # type: ignore[method-assign]
+    prog.update_config = update_config  # type: ignore[method-assign]
     prog.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
     return prog
 

@@ -67,7 +67,17 @@ class HostKeyMismatch(HostUnreachable):
 
 
 class CommandTimeout(TransportError):
-    """A command ran past its timeout (also raised when the network stalls mid-command)."""
+    """A command ran past its timeout (also raised when the network stalls mid-command).
+
+    ``stdout``/``stderr``: what the command wrote before its deadline (decoded text, possibly empty);
+    ``duration_s``: seconds from its start to the end of the wait."""
+
+    def __init__(self, host: str, message: str, *, stdout: str = "", stderr: str = "",
+                 duration_s: float | None = None) -> None:
+        super().__init__(host, message)
+        self.stdout = stdout
+        self.stderr = stderr
+        self.duration_s = duration_s
 
 
 class ConnectionLost(TransportError):

@@ -121,29 +121,36 @@ def logged_run(
     *,
     lost: tuple[type[BaseException], ...] = (),
     on_fault: Callable[[], None] | None = None,
+    shown: str | None = None,
 ) -> tuple[Any, float]:
     """Run ``argv`` (``env`` prefixed, :func:`env_argv`) as one quoted line through ``execute`` (an invoke/Fabric
     ``run``), its start, end or failure in :mod:`~xpushare.transport.command_log`; return the ``Result`` and the
     ``time.monotonic()`` before it (for :func:`finished`).
 
-    invoke's ``CommandTimedOut`` raises :class:`CommandTimeout`, an exception of ``lost`` :class:`ConnectionLost`;
-    ``on_fault`` is called first (e.g. to drop a connection)."""
+    invoke's ``CommandTimedOut`` raises :class:`CommandTimeout` (with the output read before the deadline), an
+    exception of ``lost`` :class:`ConnectionLost`; ``on_fault`` is called first (e.g. to drop a connection).
+    ``shown``: the command's name in those errors (default ``argv[0]``; a wrapper's caller names the command it
+    wraps)."""
     words = env_argv(argv, env)
+    name = shown if shown is not None else argv[0]
     line = shlex.join(words)
     start = time.monotonic()
     command_log.started(host, words)
     try:
         res = execute(line)
     except CommandTimedOut as exc:
-        command_log.failed(host, words, exc, time.monotonic() - start)
+        took = time.monotonic() - start
+        command_log.failed(host, words, exc, took)
         if on_fault is not None:
             on_fault()
-        raise CommandTimeout(host, f"{argv[0]!r} timed out after {timeout} s") from None
+        partial = exc.result  # what the command wrote before its deadline: kept, not lost with the timeout
+        raise CommandTimeout(host, f"{name!r} timed out after {timeout or 0:g} s", stdout=partial.stdout or "",
+                             stderr=partial.stderr or "", duration_s=took) from None
     except lost as exc:
         command_log.failed(host, words, exc, time.monotonic() - start)
         if on_fault is not None:
             on_fault()
-        raise ConnectionLost(host, f"connection lost during {argv[0]!r}: {exc}") from None
+        raise ConnectionLost(host, f"connection lost during {name!r}: {exc}") from None
     assert res is not None
     command_log.ended(host, words, res.exited, time.monotonic() - start)
     return res, start

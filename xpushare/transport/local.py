@@ -6,10 +6,12 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from invoke import Config as InvokeConfig
 from invoke import Context
@@ -29,27 +31,47 @@ from xpushare.transport.base import (
     read_in_memory_stdin,
     runner_options,
 )
+from xpushare.transport.deadline import DeadlineRunner
 
 
-class _BulkLocal(Local):
-    """invoke's local runner with the same in-memory stdin and 64 KiB reads."""
+class _BulkLocal(DeadlineRunner, Local):
+    """invoke's local runner with the same in-memory stdin and 64 KiB reads, its timeout a deadline
+    (:class:`~xpushare.transport.deadline.DeadlineRunner`)."""
 
     read_chunk_size = 65536
     read_our_stdin = read_in_memory_stdin
 
 
 class _InterruptibleLocal(_BulkLocal):
-    """A runner whose command ends when Ctrl-C, SIGTERM or SIGHUP reaches us: invoke's own answer (``\x03`` on the
-    command's stdin) reaches no command without a terminal, so the command gets the signal itself (SIGTERM for
-    SIGTERM and SIGHUP, SIGINT for Ctrl-C), and SIGKILL if it is still there after :data:`KILL_AFTER_S`."""
+    """A runner whose command runs in a process group of its own, ended as a whole when Ctrl-C, SIGTERM or SIGHUP
+    reaches us, or at its timeout: invoke's own answer to Ctrl-C (``\x03`` on the command's stdin) reaches no
+    command without a terminal, and its timeout kills the shell alone, so a child that holds the output pipe
+    (``sleep 170 &``) lived on. The group gets the signal (SIGTERM for SIGTERM, SIGHUP and a timeout, SIGINT for
+    Ctrl-C), then SIGKILL if anything of it is still there after :data:`KILL_AFTER_S`. A process that left the
+    group (``setsid``) is out of reach; its output is no longer read past the deadline
+    (:data:`~xpushare.transport.deadline.GRACE_S`)."""
 
-    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
-        signum = signal.SIGINT if interrupt_requests.received() in (None, signal.SIGINT) else signal.SIGTERM
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signum)
-        timer = threading.Timer(KILL_AFTER_S, self.kill)
+    def start(self, command: str, shell: str, env: dict[str, Any]) -> None:
+        # invoke's Local.start for a command without a pty (ours never have one), in a new session: its own group
+        self.process = subprocess.Popen(command, shell=True, executable=shell, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, stdin=subprocess.PIPE, start_new_session=True)
+
+    def _signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)  # the group outlives its leader while a member holds the pipe
+
+    def _end_group(self, signum: int) -> None:
+        self._signal_group(signum)
+        timer = threading.Timer(KILL_AFTER_S, self._signal_group, (signal.SIGKILL,))
         timer.daemon = True
         timer.start()
+
+    def kill(self) -> None:
+        """At the timeout: SIGTERM to the group, SIGKILL :data:`KILL_AFTER_S` later."""
+        self._end_group(signal.SIGTERM)
+
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        self._end_group(signal.SIGINT if interrupt_requests.received() in (None, signal.SIGINT) else signal.SIGTERM)
 
 
 #: Seconds between the signal a command of an interruptible host gets and its SIGKILL.
@@ -67,7 +89,9 @@ class LocalHost(Host):
         self.name = name
         self._spawn_dir = spawn_dir or str(Path(tempfile.gettempdir()) / f"xpushare-spawn-{os.getuid()}")
         runner = _InterruptibleLocal if interruptible else _BulkLocal
-        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": runner}}))
+        # lazy: the transport's runner takes nothing from the user's Invoke files (a ``run.echo`` or ``run.pty`` there
+        # would change every command; a malformed one is the program's to report, once: cli/config_files.py)
+        self._context = Context(config=InvokeConfig(overrides={"runners": {"local": runner}}, lazy=True))
 
     @property
     def spawn_dir(self) -> str:

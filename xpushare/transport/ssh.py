@@ -44,6 +44,7 @@ from xpushare.transport.base import (
     read_in_memory_stdin,
     runner_options,
 )
+from xpushare.transport.deadline import DeadlineRunner
 from xpushare.transport.ssh_files import load_known_hosts, usable_identity
 
 # paramiko logs a failed handshake as a traceback at ERROR from its transport thread; with no handler
@@ -53,8 +54,10 @@ from xpushare.transport.ssh_files import load_known_hosts, usable_identity
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-class _BulkRemote(Remote):
-    """Fabric's remote runner reading 64 KiB at a time (the default 1000-byte reads cost ~1 s per MB)."""
+class _BulkRemote(DeadlineRunner, Remote):
+    """Fabric's remote runner reading 64 KiB at a time (the default 1000-byte reads cost ~1 s per MB), its timeout a
+    deadline (:class:`~xpushare.transport.deadline.DeadlineRunner`): at the timeout the channel is closed, which ends
+    the reads at once even when a child of the command still holds its output open on the host."""
 
     read_chunk_size = 65536
     read_our_stdin = read_in_memory_stdin
@@ -220,10 +223,13 @@ class SshHost(Host):
     def _new_connection(self) -> Connection:
         opts = self.ssh
         overrides = {"runners": {"remote": _InterruptibleRemote if self._interruptible else _BulkRemote}}
+        # lazy: no Invoke/Fabric files (``~/.fabric.yaml``) under the inventory's settings, as for LocalHost; the SSH
+        # client config (the inventory's ``ssh_config``, else ``~/.ssh/config``) is still read
         if opts.ssh_config:
-            config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides)
+            config = Config(runtime_ssh_path=os.path.expanduser(opts.ssh_config), overrides=overrides, lazy=True)
         else:
-            config = Config(overrides=overrides)
+            config = Config(overrides=overrides, lazy=True)
+        config.load_ssh_config()
         connect_kwargs: dict[str, object] = {
             "banner_timeout": opts.connect_timeout,
             "auth_timeout": opts.connect_timeout,
@@ -322,19 +328,21 @@ class SshHost(Host):
         err_stream: TextSink | None = None,
     ) -> CommandResult:
         conn = self.connection()
+        shown = argv[0] if argv else "?"
         if self._interruptible and stdin is None:
             argv = ["sh", "-c", ENDS_WITH_SESSION, "sh", *argv]
         options = runner_options(timeout, stdin, out_stream, err_stream)
         # On a timeout the channel was closed under a possibly stalled transport: start afresh, as on a lost one.
         res, start = logged_run(self.name, argv, env, timeout, lambda line: _run_on(conn, line, options),
-                                lost=_LOST, on_fault=self._drop)
+                                lost=_LOST, on_fault=self._drop, shown=shown)
         if res.exited == -1 or not conn.is_connected:
             # The channel closed without an exit status: the session or the connection died, or our timeout closed
             # it (invoke reports that as a plain result when its timer thread has not ended yet: a race under load).
             self._drop()
             if timeout is not None and time.monotonic() - start >= timeout:
-                raise CommandTimeout(self.name, f"{argv[0]!r} timed out after {timeout} s")
-            raise ConnectionLost(self.name, f"connection lost during {argv[0]!r} (no exit status)")
+                raise CommandTimeout(self.name, f"{shown!r} timed out after {timeout:g} s", stdout=res.stdout,
+                                     stderr=res.stderr, duration_s=time.monotonic() - start)
+            raise ConnectionLost(self.name, f"connection lost during {shown!r} (no exit status)")
         return finished(self.name, argv, res, start, check=check)
 
     def _no_sftp(self, conn: Connection, exc: BaseException) -> paramiko.Transport | None:

@@ -15,6 +15,8 @@ class PrefixedLines:
     """A write-only text stream that writes each complete line to ``out`` as ``<prefix>: <line>``.
 
     A partial last line waits for its newline or for :meth:`close`. ``lock`` serialises writers of one ``out``.
+    Text written after :meth:`close` is dropped: a reader thread left behind at a command's deadline
+    (:mod:`~xpushare.transport.deadline`) must not print after the task's summary.
     """
 
     def __init__(self, out: TextIO, prefix: str, lock: threading.Lock) -> None:
@@ -22,9 +24,12 @@ class PrefixedLines:
         self._prefix = prefix
         self._lock = lock
         self._pending = ""
+        self._closed = False
 
     def write(self, text: str) -> int:
         """Buffer ``text``; write every line it completes. Returns ``len(text)``."""
+        if self._closed:
+            return len(text)
         *lines, self._pending = (self._pending + text).split("\n")
         if lines:
             self._emit(lines)
@@ -34,7 +39,8 @@ class PrefixedLines:
         """Nothing to do: complete lines are written at once, a partial one waits for :meth:`close`."""
 
     def close(self) -> None:
-        """Write a pending partial line (a command's last line without a newline)."""
+        """Write a pending partial line (a command's last line without a newline); later writes are dropped."""
+        self._closed = True
         if self._pending:
             pending, self._pending = self._pending, ""
             self._emit([pending])

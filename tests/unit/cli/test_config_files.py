@@ -1,0 +1,127 @@
+"""A config file Invoke would read that is not usable is one ``error:`` line and exit 2 from every entry point
+(xpushare/cli/config_files.py): not YAML/JSON/Python, not a mapping, binary, a folder, a ``-f`` file that does not
+exist. Before: Invoke's traceback (a parser error, ``AttributeError: 'list' object has no attribute 'items'``,
+``UnicodeDecodeError``, ``IsADirectoryError``), exit 1; and the transport read ``~/.invoke.yaml`` (and
+``~/.fabric.yaml``) again for each host, so a malformed one broke ``xpushare run --cluster local``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO_ROOT
+from xpushare.cli import config_files
+from xpushare.cli.config_files import ConfigFileError
+from xpushare.cli.program import program
+from xpushare.transport.local import LocalHost
+
+#: name -> (file suffix, bytes): each a config file Invoke could not use.
+BROKEN = {
+    "syntax": ("yaml", b"xpushare: [a\n  b: :\n"),
+    "list": ("yaml", b"- 1\n- 2\n"),
+    "scalar": ("yml", b"hello\n"),
+    "binary": ("yaml", b"\xff\xfe\x00\x01bin"),
+    "json": ("json", b'{"a": '),
+    "json-list": ("json", b"[1]"),
+    "python": ("py", b"def (:\n"),
+}
+
+
+def _write(path: Path, content: bytes | None) -> Path:
+    if content is None:
+        path.mkdir(parents=True)
+    else:
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("name", [*BROKEN, "folder"])
+def test_every_broken_file_is_a_config_file_error_naming_it(name: str, tmp_path: Path) -> None:
+    suffix, content = BROKEN.get(name, ("yaml", None))
+    path = _write(tmp_path / f"conf.{suffix}", content)
+    with pytest.raises(ConfigFileError) as caught:
+        config_files.check_file(path)
+    assert caught.value.code == 2 and caught.value.message.startswith(f"error: config file {path}: ")
+    assert "\n" not in caught.value.message
+
+
+@pytest.mark.parametrize("text", ["", "# nothing\n", "xpushare:\n  forks: 4\n", "run: {echo: true}\n"])
+def test_a_usable_file_passes(text: str, tmp_path: Path) -> None:
+    config_files.check_file(_write(tmp_path / "c.yaml", text.encode()))
+
+
+def test_the_level_checks_the_one_file_invoke_reads(tmp_path: Path) -> None:
+    """Invoke reads the first of .yaml, .yml, .json, .py that exists: a broken file behind it is never read."""
+    (tmp_path / "invoke.yaml").write_text("a: 1\n")
+    (tmp_path / "invoke.json").write_text("[")
+    config_files.check_level(str(tmp_path / "invoke"))
+    (tmp_path / "invoke.yaml").unlink()
+    with pytest.raises(ConfigFileError, match=r"invoke\.json: not valid JSON"):
+        config_files.check_level(str(tmp_path / "invoke"))
+    config_files.check_level(str(tmp_path / "none"))  # no file: nothing to check
+
+
+def test_a_runtime_file_that_does_not_exist_or_has_no_known_type_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigFileError, match="no such file"):
+        config_files.check_runtime(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigFileError, match="unsupported type 'txt'"):
+        config_files.check_runtime(str(_write(tmp_path / "c.txt", b"a: 1\n")))
+    config_files.check_runtime(None)
+
+
+def _xpushare(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        program.run(["xpushare", *argv])
+        code = 0
+    except SystemExit as ended:
+        code = int(ended.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["syntax", "list", "binary", "json", "python"])
+def test_the_xpushare_command_says_one_line_for_its_user_and_runtime_files(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    suffix, content = BROKEN[name]
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    _write(home / f".xpushare.{suffix}", content)
+    code, err = _xpushare(["hosts"], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: config file {home}/.xpushare."), err
+    (home / f".xpushare.{suffix}").unlink()
+    runtime = _write(tmp_path / f"rt.{suffix}", content)
+    code, err = _xpushare(["-f", str(runtime), "hosts"], capsys)
+    assert code == 2 and err == err.splitlines()[0] + "\n" and str(runtime) in err and "Traceback" not in err
+
+
+def test_the_transport_does_not_read_the_users_invoke_or_fabric_files(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``xpushare run --cluster local`` failed on a malformed ``~/.invoke.yaml``: every LocalHost read it again
+    (and a ``run.echo: true`` there would have echoed every command of the tool)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".invoke.yaml").write_bytes(BROKEN["syntax"][1])
+    (tmp_path / ".fabric.yaml").write_bytes(BROKEN["list"][1])
+    assert LocalHost().run(["echo", "ok"], timeout=30).stdout == "ok\n"
+
+
+def test_invoke_says_one_line_for_the_projects_and_the_runtime_file(tmp_path: Path) -> None:
+    """``invoke`` (tasks.py) checks the project's invoke.yaml beside tasks.py and the ``-f`` file; a user's
+    ``~/.invoke.yaml`` Invoke reads before any tasks.py is loaded (docs/config.md)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO_ROOT / "tasks.py", project / "tasks.py")
+    (project / "invoke.yaml").write_bytes(BROKEN["list"][1])
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), "hosts"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"error: config file {project}/invoke.yaml: holds a list, not a mapping of sections (e.g. 'xpushare: {{...}}')"]
+    (project / "invoke.yaml").unlink()
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), "-f", str(tmp_path / "no.yaml"),
+                           "hosts"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stderr == f"error: config file {tmp_path}/no.yaml: no such file\n"
