@@ -193,7 +193,8 @@ def outcome_summary(line: MemProbeLine, quota: int, outcome: Any, status: Status
         return (f"quota_held: {line.path} bypassed: held {_mib(got)} under a {_mib(q)} quota "
                 f"(+{_mib(got - q)}, {got / q - 1:+.1%}{'; the probe stopped at its cap' if not line.refused else ''})")
     if outcome == "held, not usable":
-        return (f"quota_usable: {line.path} held but not usable: only {_mib(got)} of a {_mib(q)} quota could be allocated "
+        return (f"quota_usable: {line.path} held but not usable: only {_mib(got)} of a {_mib(q)} quota could be "
+                f"allocated "
                 f"(-{_mib(q - got)}, {got / q - 1:+.1%}; refused: {line.error})")
     return fallback
 
