@@ -132,7 +132,9 @@ def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
     paths: dict[str, str] = {}
     for sut, cluster, run, r in found:
         case = str(r.get("case_id") or "?")
-        paths.setdefault(case, str((r.get("metrics") or {}).get("path") or "-"))
+        path = (r.get("metrics") or {}).get("path")  # a SKIP records none: another system's result may
+        if path or case not in paths:
+            paths[case] = str(path or "-")
         out.cells.setdefault(case, {})[label[(sut, cluster, run)]] = _cell(r)
     out.cases = sorted(paths.items(), key=lambda kv: artifacts.natural_key(kv[0]))
     return out
