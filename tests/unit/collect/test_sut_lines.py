@@ -18,7 +18,8 @@ def test_hami_core_lines_carry_the_pid_level_and_message() -> None:
 
 def test_other_lines_and_garbage_are_skipped() -> None:
     assert hami_lines("[HAMI-core Msg(x:1:f.c:2)]: no pid\n[XPUSHARE][INFO]: hello\n\x00\n") == []
-    assert mps_client_events("[2026-11-28 16:00:01.390 Server 5100] New client x connected\nNew client 1 connected\n") == []
+    bad = "[2026-11-28 16:00:01.390 Server 5100] New client x connected\nNew client 1 connected\n"
+    assert mps_client_events(bad) == []
 
 
 def test_mps_server_log_gives_connects_and_disconnects() -> None:

@@ -87,6 +87,6 @@ def test_the_task_reads_stored_runs_and_writes_a_new_directory_only(tmp_path: Pa
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["systems"] == ["xpushare", "mps"]
     again = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and again.stderr.strip().startswith("error: --out") and "exists" in again.stderr
-    bad = subprocess.run(cmd[:4] + ["--root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+    bad = subprocess.run([*cmd[:4], "--root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "error:" in bad.stderr
