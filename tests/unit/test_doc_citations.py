@@ -4,7 +4,7 @@ A citation is a name ending in ``.md`` (``docs/sut/metrics.md``, ``README-simgpu
 in a source or documentation file; a name with a ``/`` is resolved from the repository root or from the citing
 file's folder, a bare name must be a file somewhere in the repository. A docs/sut/ citation may name sections
 (``docs/sut/log.md §registration, §regex``): each must be a heading ``## §<name>`` of that page
-(docs/sut/README.md says why the names are stable). Reports the tool writes (``run-report.md``) are not
+(docs/sut/README.md says why the names are stable). Reports the tool writes (``run-report.md``, ``compare.md``) are not
 citations; documents outside the repository (an interface reference, a design proposal kept elsewhere) are
 never cited by name.
 """
@@ -24,7 +24,7 @@ ROOT = REPO_ROOT
 SCANNED = ("xpushare", "tests", "docs", "README.md", "tasks.py", "pyproject.toml", ".ci")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".txt", ""}
 #: Files the tool writes into a run directory: names of outputs, not citations (each is checked to be written).
-REPORTS = ("run-report.md", "soak-report.md", "fleet-report.md")
+REPORTS = ("run-report.md", "soak-report.md", "fleet-report.md", "compare.md")
 #: Names of documents that are not in the repository and must not come back.
 GONE = ("sut-interfaces", "bash-harness-cases", "sut-on-cpu", "shared/reference", "landscape.md", "DESIGN.md")
 

@@ -66,7 +66,8 @@ class _Placed:
 
 def host_capabilities(cluster: ClusterSpec) -> frozenset[str]:
     """What a host backend on ``cluster`` can do, from its inventory alone (nothing is contacted)."""
-    caps = {CAP_CLIENT_LIBRARY} if cluster.sut_lib else set()
+    # a system the workload reaches without a preload (MPS: the CUDA driver is its client) is in the path as is
+    caps = {CAP_CLIENT_LIBRARY} if cluster.sut_lib or not cluster.profile.needs_preload else set()
     if cluster.scheduler.process_name and cluster.scheduler.metrics_url:
         caps.add(CAP_SCHEDULER_PROCESS)  # the stability suites follow its /proc figures and /metrics
     return frozenset(caps)
@@ -79,7 +80,7 @@ class HostBackend(Backend):
 
     def __init__(self, cluster: ClusterSpec, *, poll_s: float | None = None) -> None:
         self.cluster = cluster
-        self.names = sut_names(cluster.sut)
+        self.names = sut_names(cluster.generation)
         self.hosts_are_local = all(h.local for h in cluster.hosts)
         # A poll is a few milliseconds on this machine and one SSH round trip elsewhere.
         self.poll_s = poll_s if poll_s is not None else (0.2 if self.hosts_are_local else 1.0)
@@ -233,13 +234,14 @@ class HostBackend(Backend):
         narrowed the visible set). The client library takes its GPU key from ``NVIDIA_VISIBLE_DEVICES`` first
         (its ``read_visible_device``), so a value left over from the tool's environment would name every
         workload's GPU ``0``."""
-        env = {self.names.env_debug: "1", "PYTHONUNBUFFERED": "1"}
+        profile = self.cluster.profile
+        env = {**profile.client_env(self.cluster.scheduler.state_dir), "PYTHONUNBUFFERED": "1"}
         # presence-based in the SUT: omit the variable to disable (docs/sut/README.md §pitfalls item 2)
         if spec.oversub:
             env[self.names.env_oversub] = "1"
-        if spec.memory_limit_env:
+        if spec.memory_limit_env:  # the project's SUT's variable; other systems' quotas come in spec.env
             env[self.names.env_memory_limit] = spec.memory_limit_env
-        if self.cluster.sut_lib:
+        if self.cluster.sut_lib and profile.needs_preload:
             env["LD_PRELOAD"] = self.cluster.sut_lib
         if gpu_index is not None:
             if self.cluster.visible_devices == "uuid" and gpu_uuid:

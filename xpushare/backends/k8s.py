@@ -140,7 +140,7 @@ class K8sBackend(Backend, KubeAccess):
         """The run's namespace: the inventory's fixed one, or (after :meth:`prepare_run`) the run's own."""
         self.owned_namespaces: list[str] = []
         """Namespaces this backend created (the run's own and the tenants'), deleted by :meth:`close`."""
-        self.names = sut_names(cluster.sut)
+        self.names = sut_names(cluster.generation)
         self.params = {**K8S_DEFAULTS, **{k: v for k, v in cluster.params.items() if k in K8S_DEFAULTS}}
         self.master_spec = master_spec(cluster)
         self.master = connect(self.master_spec)

@@ -2,9 +2,12 @@
 ISO-011..016: the core quota judged by the GPU time a workload gets, one kernel launch path per case.
 
 Each case runs the memory probe (``workloads/mem_probe.py``) once, on one path, under the memory quota
-``iso_memory_limit``: by ``<PREFIX>_GPU_MEMORY_LIMIT`` in host mode, by the pod's memory annotation in
-Kubernetes. The judgment is :func:`xpushare.judge.isolation.judge_memory_path`. docs/isolation.md explains the
-paths and which frameworks take them.
+``iso_memory_limit``: in host mode by the variable of the cluster's system (its profile,
+:mod:`xpushare.inventory.sut_profiles`: ``<PREFIX>_GPU_MEMORY_LIMIT``, ``CUDA_DEVICE_MEMORY_LIMIT``,
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``), by the pod's memory annotation in Kubernetes. The core-quota cases set
+theirs by the pod's annotation in Kubernetes and by the system's core-quota variable in host mode (a system
+without one SKIPs, premise ``core-quota``). The judgment is :func:`xpushare.judge.isolation.judge_memory_path`.
+docs/isolation.md explains the paths and which frameworks take them.
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import colocated_pair
 from xpushare.evidence.store import Evidence
 from xpushare.judge import isolation
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION, ISOLATION_COMPUTE
-from xpushare.model.premises import GPU, SUT, TWO_PODS_ONE_GPU
+from xpushare.model.premises import CORE_QUOTA, GPU, SUT, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 MEM_PROBE = "mem_probe"
@@ -73,8 +76,12 @@ def _act(path: str) -> Any:
         limit = str(run.params["iso_memory_limit"])
         quota = parse_quantity(limit)
         k8s = CAP_KUBERNETES in run.backend.capabilities
-        limits = {"memory_limit": limit} if k8s else {"memory_limit_env": limit}
-        run.plan.update(path=path, quota_bytes=quota, quota_source="annotation" if k8s else "env", memory_limit=limit)
+        profile = run.cluster.profile
+        limits: dict[str, Any] = {"memory_limit": limit} if k8s else {"memory_limit_env": limit}
+        if not k8s and profile.generation != profile.name:  # another system: its own variable
+            limits = {"env": tuple(profile.memory_env(quota).items())}
+        run.plan.update(path=path, quota_bytes=quota, quota_source="annotation" if k8s else "env", memory_limit=limit,
+                        sut=profile.name, quota_var=None if k8s else profile.memory_quota_var)
         run.run_pods([run.pod("probe", MEM_PROBE, args=probe_args(run.params, path, quota), **limits)])
 
     return act
@@ -104,8 +111,8 @@ for _id, _path, _title, _takers in PATHS:
 
 # ------------------------------------------------------------------------------------------------ compute
 # ISO-011..016: the core (compute) quota on each kernel launch path, alone and beside a neighbour pod on the same
-# GPU. Core quotas come only from the pod's annotation (docs/sut/scheduler.md §compute-quota), so these cases
-# need Kubernetes.
+# GPU. The project's SUT takes core quotas only from the pod's annotation (docs/sut/scheduler.md §compute-quota);
+# HAMi-core and MPS take them from a variable, so in host mode the cases run where the system's profile has one.
 
 COMPUTE_PROBE = "compute_probe"
 
@@ -155,16 +162,23 @@ def _compute_act(path: str, with_neighbour: bool) -> Any:
         p = run.params
         q, nq = int(p["iso_core_limit"]), int(p["iso_neighbour_core_limit"])
         intervals = int(p["iso_intervals"])
-        run.plan.update(path=path, core_limit=q, quota_source="annotation", neighbour=None,
-                        neighbour_core_limit=nq if with_neighbour else None)
+        k8s = CAP_KUBERNETES in run.backend.capabilities
+        profile = run.cluster.profile
+
+        def quota(percent: int) -> dict[str, Any]:
+            return {"core_limit": percent} if k8s else {"env": tuple(profile.core_env(percent).items())}
+
+        run.plan.update(path=path, core_limit=q, quota_source="annotation" if k8s else "env", neighbour=None,
+                        neighbour_core_limit=nq if with_neighbour else None, sut=profile.name,
+                        quota_var=None if k8s else profile.core_quota_var)
         probe_args = compute_probe_args(p, path, intervals)
         if not with_neighbour:
-            run.run_pods([run.pod("probe", COMPUTE_PROBE, args=probe_args, core_limit=q)])
+            run.run_pods([run.pod("probe", COMPUTE_PROBE, args=probe_args, **quota(q))])
             return
         # the neighbour takes cuLaunchKernel under its own quota and outlasts the probe by two intervals
         neighbour_args = compute_probe_args(p, "cuLaunchKernel", intervals + 2)
-        pods = colocated_pair(run, "probe", COMPUTE_PROBE, {"core_limit": q, "args": probe_args},
-                              {"core_limit": nq, "args": neighbour_args})
+        pods = colocated_pair(run, "probe", COMPUTE_PROBE, {**quota(q), "args": probe_args},
+                              {**quota(nq), "args": neighbour_args})
         # fillers (other GPUs of the node, no quota) run the neighbour's flags
         pods = [pods[0], *(dataclasses.replace(f, args=neighbour_args) for f in pods[1:-1]), pods[-1]]
         run.plan.update(neighbour=pods[-1].name)
@@ -179,7 +193,7 @@ def _compute_judge(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any])
 
 for _id, _path, _beside, _title, _takers in COMPUTE_PATHS:
     _op = (f"1 pod runs the compute probe on path {_path} ({_takers}) for iso_intervals x iso_interval_s s under "
-           "gpu-core-limit iso_core_limit %")
+           "a core quota of iso_core_limit % (gpu-core-limit annotation in k8s, the system's variable in host mode)")
     if _beside:
         _op += ", beside a neighbour pod on the same GPU (cuLaunchKernel, iso_neighbour_core_limit %)"
     register(
@@ -190,7 +204,7 @@ for _id, _path, _beside, _title, _takers in COMPUTE_PATHS:
             COMPUTE_PROBE,
             _op,
             "pods/*.log ([XPUSHARE][COMPUTE_PROBE] kernels, events and wall clock per interval), pods.json",
-            requires=frozenset({CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU}
+            requires=frozenset({CAP_CLIENT_LIBRARY, CORE_QUOTA, SUT, GPU}
                                | ({TWO_PODS_ONE_GPU} if _beside else set())),
             params=dict(ISO_COMPUTE_PARAMS),
             act=_compute_act(_path, _beside),

@@ -13,7 +13,7 @@ from xpushare.cli.clean_tasks import clean
 from xpushare.cli.copy_tasks import get, put
 from xpushare.cli.lab_tasks import lab
 from xpushare.cli.legacy_tasks import baseline_compare, deploy, legacy
-from xpushare.cli.report_tasks import diff, runs
+from xpushare.cli.report_tasks import compare, diff, runs
 from xpushare.cli.run_tasks import cases_, judge, report, soak
 from xpushare.cli.suites import SUITE_TASKS
 from xpushare.cli.sut_tasks import sut, undeploy
@@ -22,4 +22,4 @@ __all__ = ["namespace"]
 
 namespace = Collection(hosts, run_, ping, metrics_check, envcheck, *SUITE_TASKS, soak, judge, report, cases_,
                        deploy, undeploy, sut, baseline_compare, lab, legacy,
-                       clean, runs, diff, put, get)
+                       clean, runs, diff, compare, put, get)

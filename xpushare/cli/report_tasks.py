@@ -1,5 +1,7 @@
-"""Tasks over the stored runs: ``runs`` (list them with their status) and ``diff`` (verdict changes and metric
-deltas between two runs). Both read ``<root>/.tmplog`` only; ``--output json`` prints one JSON document."""
+"""Tasks over the stored runs: ``runs`` (list them with their status), ``diff`` (verdict changes and metric
+deltas between two runs) and ``compare`` (the isolation cases, system x case, over several runs). They read
+``<root>/.tmplog`` only (``compare --out`` also writes a new directory); ``--output json`` prints one JSON
+document."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
 
-__all__ = ["diff", "runs"]
+__all__ = ["compare", "diff", "runs"]
 
 OUTPUT_HELP = "table (default) or json"
 _OUTPUTS = ("table", "json")
@@ -98,5 +100,45 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
                      _number(m.relative, percent=True)] for m in result.metric_deltas]
             print("\n" + tabulate(rows, headers=["case", "metric", result.a, result.b, "delta", "relative"],
                                   disable_numparse=True))
+
+    guarded(body)
+
+
+@task(help={"run_id": "a stored run (a run id or last); give it once per run, e.g. one run per system",
+            "output": OUTPUT_HELP, "root": ROOT_HELP,
+            "out": "also write compare.md, compare.json and (with matplotlib) compare.png into this new directory"},
+      iterable=["run_id"])
+def compare(c: Context, run_id: list[str] | None = None, output: str = "table", root: str = ".",
+            out: str | None = None) -> None:
+    """Compare GPU-sharing systems side by side: the isolation cases of the given runs, one column per system
+    (the cluster's sut), with what each held, whether it was usable, and how far off the quota
+    (docs/isolation.md "Cross-SUT comparison")."""
+
+    def body() -> None:
+        from xpushare.model.atomic_file import atomic_write_text
+        from xpushare.report.compare import compare_runs, plot
+
+        fmt = _output(output)
+        if not run_id:
+            raise UsageError("compare needs --run-id at least once (one per run to compare)")
+        target = Path(out) if out else None
+        if target is not None and target.exists():
+            raise UsageError(f"--out {target} exists; name a new directory (nothing is overwritten)")
+        try:
+            result = compare_runs(Path(root), run_id)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if not result.cases:
+            raise UsageError(f"no isolation results in run(s) {', '.join(run_id)}")
+        doc = json.dumps(result.to_dict(), indent=2)
+        print(doc if fmt == "json" else result.markdown(), end="" if fmt != "json" else "\n")
+        if target is not None:
+            target.mkdir(parents=True)
+            atomic_write_text(target / "compare.md", result.markdown())
+            atomic_write_text(target / "compare.json", doc + "\n")
+            drawn = plot(result, target / "compare.png")
+            if fmt != "json":
+                print(f"\nwritten: {target}/compare.md, compare.json"
+                      + (", compare.png" if drawn.path else f" (no plot: {drawn.note})"))
 
     guarded(body)

@@ -12,6 +12,7 @@ from typing import TextIO
 from tabulate import tabulate
 
 from xpushare.deploy import host as host_sut
+from xpushare.deploy import host_systems
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
@@ -64,18 +65,31 @@ def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None
     :attr:`ExitStatus.FAILED` (a host failed; the others still ran), or :attr:`ExitStatus.UNREACHABLE` when
     every failure was an unreachable host.
 
+    A cluster whose ``sut`` is ``hami-core`` or ``mps`` is deployed by :mod:`xpushare.deploy.host_systems`
+    (``src``: a HAMi-core tree; without it each host clones the upstream repository).
+
     Raises:
-        UsageError: not a host-mode cluster, a setting missing from the inventory, ``deploy`` without a source
-            tree or with one that is not the SUT's.
+        UsageError: not a host-mode cluster, a setting missing from the inventory, ``deploy`` of the project's
+            SUT without a source tree, or with one that is not the system's.
     """
-    layout = host_sut.HostSutLayout.of(cluster)
-    if action == "deploy" and src is None:
-        raise UsageError("deploy needs the SUT's source tree: --sut-src DIR (or $XPUSHARE_SUT_SRC)")
+    system = cluster.sut in host_systems.SYSTEMS
+    if system:  # HAMi-core (built from upstream: --sut-src a tree, else a clone on the host) or MPS's daemon
+        sys_layout = host_systems.SystemLayout.of(cluster)
+    else:
+        layout = host_sut.HostSutLayout.of(cluster)
+        if action == "deploy" and src is None:
+            raise UsageError("deploy needs the SUT's source tree: --sut-src DIR (or $XPUSHARE_SUT_SRC)")
     specs = [cluster.host(name) for name in host_sut.gpu_hosts(cluster)]
     hosts = [connect(spec) for spec in specs]
     try:
         with tempfile.TemporaryDirectory(prefix="xpushare-deploy-") as tmp:
-            outcomes = fan_out(hosts, _operation(action, layout, src, Path(tmp), cluster.python))
+            if system:
+                tarball = host_systems.hami_source_tarball(src, Path(tmp)) if (
+                    action == "deploy" and src is not None and sys_layout.system == "hami-core") else None
+                op = host_systems.operation(sys_layout, action, tarball)
+            else:
+                op = _operation(action, layout, src, Path(tmp), cluster.python)
+            outcomes = fan_out(hosts, op)
     finally:
         for h in hosts:
             h.close()

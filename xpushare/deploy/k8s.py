@@ -22,7 +22,7 @@ ROLLOUT_TIMEOUT_S = 180.0
 
 def daemonsets(cluster: ClusterSpec) -> tuple[str, str]:
     """The scheduler's and the device plugin's DaemonSet names of the cluster's SUT generation."""
-    names = sut_names(cluster.sut)
+    names = sut_names(cluster.generation)
     return names.scheduler_daemonset, names.device_plugin_daemonset
 
 
@@ -35,7 +35,7 @@ def run_action(cluster: ClusterSpec, action: str) -> list[tuple[str, str, bool]]
             call failed.
     """
     master = connect(master_spec(cluster))
-    kubectl = kubectl_for(cluster, master, namespace=sut_names(cluster.sut).namespace)  # the SUT's DaemonSets
+    kubectl = kubectl_for(cluster, master, namespace=sut_names(cluster.generation).namespace)  # the SUT's DaemonSets
     out: list[tuple[str, str, bool]] = []
     try:
         for ds in daemonsets(cluster):

@@ -48,9 +48,11 @@ def cluster_facts(cluster: ClusterSpec, capabilities: frozenset[str], gpu_count:
     """What ``cluster`` tells of the premises before a case acts: its mode, the inventory's ``sut_lib`` and
     ``scheduler`` settings, the backend's ``capabilities`` and ``gpu_count`` (None: unknown; a dry run knows it
     only where every GPU host lists its ``gpus``, see :func:`inventory_gpu_count`)."""
-    return ClusterFacts(capabilities=capabilities, kubernetes=cluster.is_kubernetes, sut_lib=bool(cluster.sut_lib),
+    in_path = bool(cluster.sut_lib) or not cluster.profile.needs_preload  # MPS needs no preload
+    return ClusterFacts(capabilities=capabilities, kubernetes=cluster.is_kubernetes, sut_lib=in_path,
                         gpu_count=gpu_count, scheduler_log=bool(cluster.scheduler.log_file),
-                        scheduler_metrics=bool(cluster.scheduler.metrics_url))
+                        scheduler_metrics=bool(cluster.scheduler.metrics_url),
+                        core_quota_unset=cluster.profile.host_core_quota)
 
 
 def inventory_gpu_count(cluster: ClusterSpec) -> int | None:

@@ -53,7 +53,7 @@ def fingerprint(cluster: ClusterSpec, backend: Backend) -> dict[str, Any]:
             kube = backend.kubernetes()
             if kube is None:
                 return {"id": None, "error": "no Kubernetes access"}
-            names = sut_names(cluster.sut)
+            names = sut_names(cluster.generation)
             pods = kube.sut_pods(names.scheduler_label) + kube.sut_pods(names.device_plugin_label)
             parts = kubernetes_parts(pods)
         else:

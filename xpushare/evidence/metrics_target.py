@@ -245,7 +245,7 @@ def host_target(backend: Backend, cluster: ClusterSpec, *, timeout_s: float = 10
 
 def metric_prefix(cluster: ClusterSpec) -> str:
     """The metric prefix of the cluster's generation without the underscore (``xpushare``/``nvshare``)."""
-    return sut_names(cluster.sut).metric_prefix.rstrip("_")
+    return sut_names(cluster.generation).metric_prefix.rstrip("_")
 
 
 # ---------------------------------------------------------------------------- node-side captures

@@ -8,7 +8,7 @@ Schema (``inventory/inventory.yaml``; README "Inventory" documents every key)::
     clusters:
       c1:
         mode: k8s            # k8s | host
-        sut: nvshare         # nvshare | xpushare (naming generation of the system under test)
+        sut: nvshare         # nvshare | xpushare | hami-core | mps (the GPU-sharing system; hami-core, mps: host mode)
         backend: cuda        # cuda | npu
         gpu: {model: Tesla T4, memory_gib: 16}
         hosts:
@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.inventory import nodesets, release
+from xpushare.inventory import nodesets, release, sut_profiles
 from xpushare.model import strict_yaml
 from xpushare.model.errors import InventoryError
 
@@ -64,7 +64,8 @@ def is_kubernetes_mode(mode: str) -> bool:
 def is_host_mode(mode: str) -> bool:
     """Whether a cluster ``mode`` (:data:`MODES`) runs workloads as processes on the GPU hosts (no Kubernetes)."""
     return mode == MODE_HOST
-SUTS = ("nvshare", "xpushare")
+SUTS = tuple(sut_profiles.PROFILES)
+"""The inventory's ``sut`` values (:data:`xpushare.inventory.sut_profiles.PROFILES`)."""
 BACKENDS = ("cuda", "npu")
 ROLES = ("master", "gpu")
 HOST_KEY_POLICIES = ("strict", "accept-new", "ignore")
@@ -216,6 +217,18 @@ class ClusterSpec:
             return self.release_profile
         gpus = release.gpu_count(self.gpu_count, [h.gpus for h in self.hosts if "gpu" in h.roles])
         return release.default_profile_name(kubernetes=self.is_kubernetes, gpu_model=self.gpu_model, gpus=gpus)
+
+    @property
+    def profile(self) -> sut_profiles.SutProfile:
+        """The GPU-sharing system of the cluster (its ``sut``): how it sets quotas, what proves it in a path."""
+        return sut_profiles.profile(self.sut)
+
+    @property
+    def generation(self) -> str:
+        """The naming generation of the project's SUT the tool's own identifiers follow
+        (:func:`xpushare.inventory.sut.sut_names`): the ``sut`` itself for ``xpushare``/``nvshare``, ``xpushare``
+        for another system, which ignores them."""
+        return self.profile.generation
 
     @property
     def is_kubernetes(self) -> bool:
@@ -498,6 +511,9 @@ class _Parser:
             raise self.fail(kp, "missing required key 'mode' (k8s | host)")
         mode = self.choice(raw.get("mode"), f"{kp}.mode", MODES, MODE_K8S)
         sut = self.choice(raw.get("sut"), f"{kp}.sut", SUTS, "xpushare")
+        why_not = sut_profiles.profile(sut).kubernetes
+        if why_not is not None and is_kubernetes_mode(mode):
+            raise self.fail(f"{kp}.sut", f"sut {sut} in mode {mode}: {why_not}")
         backend = self.choice(raw.get("backend"), f"{kp}.backend", BACKENDS, "cuda")
         gpu = self.mapping(raw.get("gpu"), f"{kp}.gpu", _GPU_KEYS)
         memory = gpu.get("memory_gib")

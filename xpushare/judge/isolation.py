@@ -9,6 +9,11 @@ cases). For one allocation path and a memory quota of Q bytes, with the probe's 
   or a refusal); a probe capped at or below Q + T proves nothing (ERROR, never PASS).
 * **usable**: accepted >= Q - S (the quota's room can really be taken, to within one block).
 * **accuracy** = accepted / Q, reported (metrics ``accuracy``), not judged.
+* **outcome** (metrics ``outcome``, the verdict's summary): ``held`` (both hold), ``held, not usable`` (held, but
+  less than Q - S could be taken: e.g. MPS, whose context counts against its pinned-memory limit), ``bypassed``
+  (more than Q + T); ``usable_short_bytes`` = Q - accepted and ``bypass_bytes`` = accepted - Q say how far off.
+* HAMi-core and MPS must show each workload in their own evidence (:mod:`xpushare.judge.sut_proof`): without
+  it the case is ERROR, premise ``sut``, whatever the figures.
 
 A probe line with ``status=unavailable`` (no torch, no CUDA, a driver without the entry point) is a missing
 node prerequisite: ERROR, never a verdict on the SUT; ``status=error`` is the probe's own failure: ERROR.
@@ -28,6 +33,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge import quota as quota_judge
 from xpushare.judge.checks import check_pods_succeeded, check_terminal
 from xpushare.judge.performance_checks import ideal_factor, tolerance_for
+from xpushare.judge.sut_proof import check_system_in_path
 from xpushare.judge.thresholds import used
 from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
@@ -50,6 +56,8 @@ __all__ = [
     "judge_compute_path",
     "judge_dynamic_memory",
     "judge_memory_path",
+    "outcome_figures",
+    "outcome_summary",
     "overlapping",
     "phase_line",
     "phase_lines",
@@ -142,16 +150,53 @@ def judge_memory_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, An
     line = lines[0] if lines else None
     checks: list[Check] = [check_terminal(ev.pods, [pod]), check_probe_line(line, pod)]
     metrics: dict[str, Any] = {"path": plan.get("path"), "quota_bytes": quota, "quota_source": plan.get("quota_source")}
+    metrics.update(sut=plan.get("sut"), quota_var=plan.get("quota_var"))
+    proof = check_system_in_path(ev, plan, [pod])
+    if proof is not None:
+        checks.append(proof)
+    usable: Check | None = None
     if line is not None and line.status == "ok":
         held = check_held(line, quota, tol)
-        checks += [held, check_usable(line, quota)]
+        usable = check_usable(line, quota)
+        checks += [held, usable]
         metrics.update(accepted_bytes=line.accepted_bytes, accuracy=round(line.accepted_bytes / quota, 4),
-                       held=held.ok, refused_error=line.error, detail=line.detail)
+                       held=held.ok, usable=usable.ok, refused_error=line.error, detail=line.detail,
+                       **outcome_figures(held.ok, usable.ok, line.accepted_bytes, quota))
     status, summary = combine(checks, pass_summary="")
-    if status is Status.PASS and line is not None:
-        summary = (f"{line.path}: held at {_mib(line.accepted_bytes)} of a {_mib(quota)} quota "
-                   f"(accuracy {line.accepted_bytes / quota:.3f}; refused: {line.error})")
+    if proof is not None and proof.ok is None:  # a quota the workload was never under says nothing of the system
+        return Verdict(Status.ERROR, proof.detail, checks, used(th), metrics, ev.pod_files())
+    if line is not None and usable is not None and status in (Status.PASS, Status.FAIL):
+        summary = outcome_summary(line, quota, metrics.get("outcome"), status, summary)
     return Verdict(status, summary, checks, used(th), metrics, ev.pod_files())
+
+
+def outcome_figures(held: bool | None, usable: bool | None, accepted: int, quota: int) -> dict[str, Any]:
+    """The metrics that keep "held" and "usable" apart: ``outcome`` (``held`` | ``held, not usable`` |
+    ``bypassed`` | ``not judged``), ``bypass_bytes`` (accepted - quota, > 0 when bypassed) and
+    ``usable_short_bytes`` (quota - accepted, > 0 when less than the quota could be taken), with each as a
+    fraction of the quota (``bypass_ratio``, ``usable_short_ratio``)."""
+    outcome = ("bypassed" if held is False else "held" if held and usable else
+               "held, not usable" if held and usable is False else "not judged")
+    return {"outcome": outcome, "bypass_bytes": max(0, accepted - quota),
+            "bypass_ratio": round(max(0, accepted - quota) / quota, 4),
+            "usable_short_bytes": max(0, quota - accepted),
+            "usable_short_ratio": round(max(0, quota - accepted) / quota, 4)}
+
+
+def outcome_summary(line: MemProbeLine, quota: int, outcome: Any, status: Status, fallback: str) -> str:
+    """The verdict's one line for a measured path: held (PASS), held but not usable, or bypassed, with how far off."""
+    got, q = line.accepted_bytes, quota
+    if status is Status.PASS:
+        return (f"{line.path}: held at {_mib(got)} of a {_mib(q)} quota "
+                f"(accuracy {got / q:.3f}; refused: {line.error})")
+    if outcome == "bypassed":
+        return (f"quota_held: {line.path} bypassed: held {_mib(got)} under a {_mib(q)} quota "
+                f"(+{_mib(got - q)}, {got / q - 1:+.1%}{'; the probe stopped at its cap' if not line.refused else ''})")
+    if outcome == "held, not usable":
+        return (f"quota_usable: {line.path} held but not usable: only {_mib(got)} of a {_mib(q)} quota could be "
+                f"allocated "
+                f"(-{_mib(q - got)}, {got / q - 1:+.1%}; refused: {line.error})")
+    return fallback
 
 
 def _mib(nbytes: int) -> str:
@@ -433,7 +478,11 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
     # a probe that could not measure exits 1: its line (ERROR) says why, its exit must not turn that into FAIL
     must_succeed = [p for p in pods if p != probe or measured.ok]
     checks: list[Check] = [check_terminal(ev.pods, pods), check_pods_succeeded(ev, must_succeed), measured]
+    proof = check_system_in_path(ev, plan, pods)
+    if proof is not None:
+        checks.append(proof)
     metrics: dict[str, Any] = {"path": plan.get("path"), "core_limit": int(q), "quota_source": plan.get("quota_source"),
+                               "sut": plan.get("sut"), "quota_var": plan.get("quota_var"),
                                "ideal_share": round(ideal, 4), "neighbour": neighbour,
                                "neighbour_core_limit": plan.get("neighbour_core_limit")}
     neighbour_held: Check | None = None
@@ -476,6 +525,8 @@ def judge_compute_path(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, A
         metrics.update(held=held.ok, accuracy=round(share.busy_events / ideal, 4) if share else None,
                        error=held.values.get("error"))
     status, summary = combine(checks, pass_summary="")
+    if proof is not None and proof.ok is None:
+        return Verdict(Status.ERROR, proof.detail, checks, used(th), metrics, ev.pod_files())
     if status is Status.PASS and share is not None:
         next_to = ""
         if neighbour:

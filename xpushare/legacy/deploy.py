@@ -197,7 +197,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     if not cluster.is_kubernetes:
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; deploy needs Kubernetes")
     params = deploy_params(cluster, req.overrides, lenient=req.lenient)
-    names = sut_names(cluster.sut)
+    names = sut_names(cluster.generation)
     source_text = req.source or params["deploy_source"]
     source = Path(str(source_text)).expanduser().resolve() if source_text else None
     if source is not None and not source.is_dir():

@@ -213,7 +213,7 @@ def metrics_check_task(url: str | None, cluster_spec: ClusterSpec | None, *, loa
         cluster = cluster_spec
         want_load = True if load is None else load
         settle = float(cluster.params.get("metrics_check_settle_s", 60.0)) if settle_s is None else settle_s
-        names = sut_names(cluster.sut)
+        names = sut_names(cluster.generation)
         prefix = names.metric_prefix.rstrip("_")
         if cluster.is_kubernetes:
             targets = k8s_targets(cluster, names, load=want_load, timeout_s=timeout_s, notes=notes)

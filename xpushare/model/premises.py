@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BEFORE", "EVIDENCE", "FAULT_INJECTOR", "GPU", "NVML", "PREMISES", "SCHEDULER_LOG", "SCHEDULER_METRICS",
-           "SUT", "TENANT_NAMESPACES", "TWO_GPUS", "TWO_PODS_ONE_GPU", "UNMET", "ClusterFacts", "Premise", "is_unmet",
-           "unmet", "unmet_before"]
+__all__ = ["BEFORE", "CORE_QUOTA", "EVIDENCE", "FAULT_INJECTOR", "GPU", "NVML", "PREMISES", "SCHEDULER_LOG",
+           "SCHEDULER_METRICS", "SUT", "TENANT_NAMESPACES", "TWO_GPUS", "TWO_PODS_ONE_GPU", "UNMET", "ClusterFacts",
+           "Premise", "is_unmet", "unmet", "unmet_before"]
 
 # The premises that are no backend capability (those are named in ``backends/base.py``: ``kubernetes``,
 # ``client-library``, ``annotations``, ``scheduler-process``).
@@ -34,6 +34,7 @@ SCHEDULER_METRICS = "scheduler-metrics"
 NVML = "nvml"
 TENANT_NAMESPACES = "tenant-namespaces"
 FAULT_INJECTOR = "fault-injector"
+CORE_QUOTA = "core-quota"
 
 BEFORE = "before the act"
 EVIDENCE = "in the evidence"
@@ -54,9 +55,9 @@ _ROWS = (
     Premise("kubernetes", "a Kubernetes cluster (workloads are pods, kubectl on the master)", (BEFORE,),
             "before: the cluster's mode"),
     Premise("sut", "the SUT is in the workloads' path: Kubernetes mode (the device plugin preloads the client "
-            "library), or host mode with the inventory's sut_lib", (BEFORE, EVIDENCE),
+            "library), or host mode with the inventory's sut_lib (MPS: its daemon, no library)", (BEFORE, EVIDENCE),
             "before: the cluster's mode and sut_lib; evidence: every started workload registered with the "
-            "scheduler (sut_in_path)"),
+            "scheduler (sut_in_path), or for hami-core and mps their own lines (sut_profiles: proof)"),
     Premise("gpu", "at least one GPU the workloads can use", (BEFORE,),
             "before: the GPUs the backend found (inventory gpus, nvidia-smi -L, the nodes' allocatable vGPUs)"),
     Premise("two-gpus", "at least two GPUs the workloads can be spread over", (BEFORE, EVIDENCE),
@@ -66,6 +67,10 @@ _ROWS = (
     Premise("client-library", "the SUT's client library enforces quotas and oversubscription in each "
             "workload (Kubernetes, or host mode with sut_lib)", (BEFORE,),
             "before: the backend's capabilities"),
+    Premise("core-quota", "a core quota can be set on a workload: a pod annotation (Kubernetes), or in host mode "
+            "the system's core-quota variable (hami-core: CUDA_DEVICE_SM_LIMIT, mps: "
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)", (BEFORE,),
+            "before: the cluster's mode and its sut's profile"),
     Premise("annotations", "quotas are set and changed as pod annotations (Kubernetes)", (BEFORE,),
             "before: the backend's capabilities"),
     Premise("scheduler-process", "the tool can follow the scheduler's process (RSS, FDs, restarts) and its "
@@ -113,7 +118,9 @@ class ClusterFacts:
     SUT's client library configured; ``gpu_count``: GPUs the workloads can use (None: unknown, e.g. a dry run
     of a cluster whose hosts do not list their ``gpus``); ``scheduler_log`` / ``scheduler_metrics``: where the
     scheduler's log / ``/metrics`` are known (host mode: the inventory's ``scheduler`` settings; None: not
-    told); ``fault_injector``: whether a GPU fault injector is configured (None: the cluster does not tell). A
+    told); ``fault_injector``: whether a GPU fault injector is configured (None: the cluster does not tell);
+    ``core_quota_unset``: in host mode, why the cluster's system cannot set a core quota on a workload (None: it
+    can). A
     fact that is None leaves its premise to the evidence.
     """
 
@@ -124,6 +131,7 @@ class ClusterFacts:
     scheduler_log: bool | None = None
     scheduler_metrics: bool | None = None
     fault_injector: bool | None = None
+    core_quota_unset: str | None = None
 
 
 _HOST_MODE = "this cluster runs in host mode"
@@ -138,6 +146,8 @@ def _why_unmet(name: str, facts: ClusterFacts) -> str | None:
         return None if facts.kubernetes or facts.sut_lib else (
             "host mode without the SUT's client library in the workloads' path (set sut_lib in the inventory; "
             "invoke deploy installs it)")
+    if name == "core-quota":
+        return None if facts.kubernetes or facts.core_quota_unset is None else facts.core_quota_unset
     if name == "client-library":
         return None if facts.kubernetes or name in facts.capabilities else (
             "needs the SUT's client library (set sut_lib in the inventory; invoke deploy installs it)")

@@ -17,7 +17,8 @@ from xpushare.report.summaries import Result, record_status
 __all__ = ["HEADER", "isolation_rows"]
 
 HEADER = ("Cluster", "Case", "Path", "Quota under test", "Quota", "Accuracy", "Status")
-"""Columns of :func:`isolation_rows`; Quota is ``held``, ``bypassed`` or ``not judged`` (ERROR/SKIP)."""
+"""Columns of :func:`isolation_rows`; Quota is ``held``, ``held, not usable`` (memory: less than the quota could be
+allocated), ``bypassed`` or ``not judged`` (ERROR/SKIP)."""
 
 
 def isolation_rows(results: Sequence[Result]) -> list[list[str]]:
@@ -37,6 +38,8 @@ def isolation_rows(results: Sequence[Result]) -> list[list[str]]:
                 quota_text += f" beside {int(m['neighbour_core_limit'])} %"
         held = m.get("held")
         verdict = "held" if held is True else "bypassed" if held is False else "not judged"
+        if held is True and m.get("usable") is False:  # the memory judgment's outcome (judge/isolation)
+            verdict = "held, not usable"
         accuracy = m.get("accuracy")
         rows.append([str(r.get("cluster", "")), str(r.get("case_id", "")), str(m.get("path") or "-"), quota_text,
                      verdict, f"{float(accuracy):.3f}" if accuracy is not None else "-", record_status(r).value])

@@ -46,6 +46,11 @@ def _save(fig: Any, path: Path) -> PlotResult:
     return PlotResult(path)
 
 
+def draw_png(draw: Any, path: Path) -> PlotResult:
+    """``draw(axes)`` on a fresh figure saved as PNG at ``path``; never raises (the reason in ``note``)."""
+    return _guard(draw, path)
+
+
 def _guard(draw: Any, path: Path) -> PlotResult:
     made = _figure()
     if isinstance(made, str):

@@ -158,11 +158,23 @@ def test_the_busy_kernel_assembles_for_sm_80_and_sm_90(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
-def test_compute_cases_need_kubernetes_and_skip_in_host_mode() -> None:
+def test_compute_cases_skip_in_host_mode_where_the_system_has_no_core_quota_variable() -> None:
+    # the project's SUT takes a core quota only as an annotation; HAMi-core and MPS by a variable (issue 38)
+    import dataclasses
+
+    from xpushare.engine.lifecycle import cluster_facts
+    from xpushare.inventory.schema import local_cluster
+
+    caps = frozenset({CAP_CLIENT_LIBRARY})
+    host = dataclasses.replace(local_cluster(), sut_lib="/x/lib.so")
     for case in ("ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016"):
-        reason = skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "host")
-        assert reason == "premise unmet: kubernetes: needs Kubernetes (this cluster runs in host mode)", (case, reason)
-        assert skip_reason(REGISTRY[case], frozenset({CAP_CLIENT_LIBRARY}), "k8s") is None
+        reason = skip_reason(REGISTRY[case], caps, "host", cluster_facts(host, caps, 1))
+        assert reason == ("premise unmet: core-quota: sut xpushare sets a core quota only as a pod annotation "
+                          "(Kubernetes mode)"), (case, reason)
+        for sut in ("hami-core", "mps"):
+            facts = cluster_facts(dataclasses.replace(host, sut=sut), caps, 1)
+            assert skip_reason(REGISTRY[case], caps, "host", facts) is None, (case, sut)
+        assert skip_reason(REGISTRY[case], caps, "k8s") is None
 
 
 def test_shares_that_add_up_to_more_than_the_gpu_are_error_not_a_verdict() -> None:

@@ -1,0 +1,28 @@
+"""HAMi-core's log lines and MPS's server log (collect/sut_lines), on fixtures in the formats their sources print."""
+
+from __future__ import annotations
+
+from tests.paths import REPO_ROOT
+from xpushare.collect.sut_lines import hami_lines, mps_client_events
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "collect"
+
+
+def test_hami_core_lines_carry_the_pid_level_and_message() -> None:
+    lines = hami_lines((FIXTURES / "hami_core_probe.log").read_text())
+    assert [(x.level, x.pid) for x in lines] == [("Msg", 4242), ("Msg", 4242), ("ERROR", 4242),
+                                                 ("Msg", 4242)]
+    assert lines[0].message == "Initializing....." and lines[0].file == "libvgpu.c"
+    assert lines[2].message == "Device 0 OOM 1140850688 / 1073741824"
+
+
+def test_other_lines_and_garbage_are_skipped() -> None:
+    assert hami_lines("[HAMI-core Msg(x:1:f.c:2)]: no pid\n[XPUSHARE][INFO]: hello\n\x00\n") == []
+    bad = "[2026-11-28 16:00:01.390 Server 5100] New client x connected\nNew client 1 connected\n"
+    assert mps_client_events(bad) == []
+
+
+def test_mps_server_log_gives_connects_and_disconnects() -> None:
+    events = mps_client_events((FIXTURES / "mps_server.log").read_text())
+    assert [(e.client_pid, e.connected) for e in events] == [(4242, True), (4242, False), (4250, True)]
+    assert events[0].server_pid == 5100 and events[0].when == "2026-11-28 16:00:01.390"

@@ -1,0 +1,92 @@
+"""The cross-SUT comparison (report/compare, ``invoke compare``): system x isolation case from stored runs, with
+held / held-not-usable / bypassed and how far off; SKIP and ERROR never shown as figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.paths import REPO_ROOT
+from xpushare.report import artifacts
+from xpushare.report.compare import compare_results, compare_runs, plot
+
+MIB = 1 << 20
+Q = 1024 * MIB
+
+
+def mem(case: str, path: str, sut: str, cluster: str, status: str, accepted: int | None, **m: Any) -> dict[str, Any]:
+    metrics: dict[str, Any] = {"path": path, "quota_bytes": Q, "sut": sut, **m}
+    if accepted is not None:
+        metrics.update(accepted_bytes=accepted)
+    return {"suite": "isolation", "cluster": cluster, "case_id": case, "status": status, "metrics": metrics,
+            "summary": m.pop("summary", f"{case} {status}")}
+
+
+RUN_X = [mem("ISO-001", "cuMemAlloc", "xpushare", "x1", "PASS", Q, outcome="held", held=True, usable=True),
+         mem("ISO-002", "cuMemAllocManaged", "xpushare", "x1", "FAIL", 3 * Q, outcome="bypassed", held=False)]
+RUN_M = [mem("ISO-001", "cuMemAlloc", "mps", "m1", "FAIL", 448 * MIB, outcome="held, not usable", held=True,
+             usable=False),
+         mem("ISO-002", "cuMemAllocManaged", "mps", "m1", "SKIP", None, summary="premise unmet: gpu: no GPU")]
+
+
+def test_systems_are_columns_and_cells_keep_held_usable_and_bypassed_apart() -> None:
+    c = compare_results([("r1", RUN_X), ("r2", RUN_M)])
+    assert c.systems == ["xpushare", "mps"]
+    assert c.rows() == [
+        ["ISO-001", "cuMemAlloc", "held 1024 MiB PASS", "held, not usable 448 MiB (-56.2%) FAIL"],
+        ["ISO-002", "cuMemAllocManaged", "bypassed 3072 MiB (+200.0%) FAIL", "SKIP"],
+    ]
+    md = c.markdown()
+    assert md.startswith("| case | path | xpushare | mps |\n|---|---|---|---|\n")
+    assert "- ISO-002 mps: SKIP: premise unmet: gpu: no GPU" in md
+    doc = c.to_dict()
+    assert doc["cells"]["ISO-001"]["mps"]["off"] == pytest.approx(448 / 1024 - 1)
+    assert doc["cells"]["ISO-002"]["mps"]["held_mib"] is None
+
+
+def test_one_system_on_two_runs_gets_two_columns_and_a_case_not_run_is_a_dot() -> None:
+    c = compare_results([("r1", RUN_X), ("r3", RUN_X[:1])])
+    assert c.systems == ["xpushare (x1, r1)", "xpushare (x1, r3)"]
+    assert c.rows()[1][3] == "·"
+
+
+def test_compute_cells_show_the_share_and_old_results_take_the_cluster_name() -> None:
+    compute = {"suite": "isolation", "cluster": "h1", "case_id": "ISO-011", "status": "PASS",
+               "metrics": {"path": "cuLaunchKernel", "core_limit": 50, "busy_events": 0.51, "ideal_share": 0.5,
+                           "held": True}}
+    c = compare_results([("r1", [compute])])
+    assert c.systems == ["h1"] and c.rows() == [["ISO-011", "cuLaunchKernel", "share 0.510 (+2.0%) PASS"]]
+
+
+def test_plot_needs_memory_figures() -> None:
+    assert plot(compare_results([("r", [])]), Path("/nonexistent/x.png")).path is None
+
+
+def _store(root: Path, run_id: str, records: list[dict[str, Any]]) -> None:
+    for r in records:
+        case_dir = artifacts.run_dir(root, run_id) / r["cluster"] / "isolation" / r["case_id"]
+        case_dir.mkdir(parents=True, exist_ok=True)
+        artifacts.write_result(case_dir, {**r, "title": r["case_id"], "checks": [], "thresholds": {},
+                                          "evidence": [], "duration_s": 1.0})
+
+
+def test_the_task_reads_stored_runs_and_writes_a_new_directory_only(tmp_path: Path) -> None:
+    _store(tmp_path, "run-x", RUN_X)
+    _store(tmp_path, "run-m", RUN_M)
+    assert compare_runs(tmp_path, ["run-x", "run-m"]).systems == ["xpushare", "mps"]
+    cmd = [sys.executable, "-m", "invoke", "compare", "--run-id", "run-x", "--run-id", "run-m", "--root",
+           str(tmp_path), "--out", str(tmp_path / "cmp")]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "| ISO-001 | cuMemAlloc | held 1024 MiB PASS | held, not usable 448 MiB (-56.2%) FAIL |" in proc.stdout
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["systems"] == ["xpushare", "mps"]
+    again = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and again.stderr.strip().startswith("error: --out") and "exists" in again.stderr
+    bad = subprocess.run([*cmd[:4], "--root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "error:" in bad.stderr

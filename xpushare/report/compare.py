@@ -1,0 +1,176 @@
+"""The cross-SUT comparison: system x isolation case, with what each system held and how far off, from stored runs.
+
+Reads the isolation suite's stored results alone (``result.json``: ``metrics`` as
+:func:`xpushare.judge.isolation.judge_memory_path` and ``judge_compute_path`` record them: ``sut``, ``path``,
+``quota_bytes``, ``accepted_bytes``, ``outcome`` (``held`` | ``held, not usable`` | ``bypassed``),
+``bypass_ratio``, ``usable_short_ratio``, ``core_limit``, ``busy_events``, ``ideal_share``, ``accuracy``). A column
+is one system on one cluster of one run: ``<sut>`` when that names it alone, else ``<sut> (<cluster>, <run>)``; a
+result recorded before the metrics named the system takes its cluster's name. A case not run by a system is
+``·``; a SKIP or ERROR shows as such with its reason in the JSON, never as a figure.
+
+Outputs: :meth:`Comparison.markdown` (a table, then each cell's verdict line), :meth:`Comparison.to_dict` (JSON),
+:func:`plot` (held MiB per memory path and system, the quota as a line; matplotlib optional, as
+:mod:`xpushare.report.plots`). Source: docs/isolation.md §cross-SUT comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xpushare.report import artifacts
+from xpushare.report.plots import PlotResult, draw_png
+from xpushare.report.summaries import Result, record_status
+
+__all__ = ["Cell", "Comparison", "compare_results", "compare_runs", "plot"]
+
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One system's verdict on one case: ``status``, ``outcome`` (memory: held | held, not usable | bypassed;
+    compute: held | bypassed/starved as ``held`` False), ``held_mib`` (memory: what the probe held), ``quota_mib``,
+    ``off`` (the relative distance from the quota: accepted / quota - 1, or share / ideal - 1), ``summary``."""
+
+    status: str
+    outcome: str | None
+    held_mib: float | None
+    quota_mib: float | None
+    off: float | None
+    summary: str
+    core_limit: int | None = None
+    share: float | None = None
+
+    def text(self) -> str:
+        """The table cell: ``held 1024 MiB`` / ``held, not usable 448 MiB (-56.2%)`` / ``bypassed 3072 MiB
+        (+200.0%)`` / ``share 0.51 of 0.50 (+2.0%)``, with a non-PASS status after it; SKIP and ERROR alone."""
+        if self.status in ("SKIP", "ERROR", "NOT_RUN", "INTERRUPTED") or (
+                self.held_mib is None and self.share is None):
+            return self.status
+        off = f" ({self.off:+.1%})" if self.off is not None and abs(self.off) >= 0.0005 else ""
+        if self.share is not None:
+            return f"share {self.share:.3f}{off} {self.status}"
+        return f"{self.outcome or 'measured'} {self.held_mib:.0f} MiB{off} {self.status}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Comparison:
+    """``systems``: the column labels in order; ``cases``: ``(case id, path)`` rows; ``cells[case][system]``."""
+
+    systems: list[str] = field(default_factory=list)
+    cases: list[tuple[str, str]] = field(default_factory=list)
+    cells: dict[str, dict[str, Cell]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"systems": self.systems, "cases": [{"case": c, "path": p} for c, p in self.cases],
+                "cells": {c: {s: cell.to_dict() for s, cell in row.items()} for c, row in self.cells.items()}}
+
+    def rows(self) -> list[list[str]]:
+        """One row per case: case id, path, then each system's :meth:`Cell.text` (``·`` when not run)."""
+        rows = []
+        for case, path in self.cases:
+            row = self.cells.get(case, {})
+            rows.append([case, path, *(row[s].text() if s in row else "·" for s in self.systems)])
+        return rows
+
+    def markdown(self) -> str:
+        """The comparison as markdown: the system x case table, then the non-PASS verdict lines."""
+        head = ["case", "path", *self.systems]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.rows()]
+        notes = [f"- {case} {s}: {cell.status}: {cell.summary}" for case, _ in self.cases
+                 for s, cell in self.cells.get(case, {}).items() if cell.status != "PASS" and cell.summary]
+        if notes:
+            lines += ["", "Verdicts other than PASS:", "", *notes]
+        return "\n".join(lines) + "\n"
+
+
+def _cell(r: Result) -> Cell:
+    m: dict[str, Any] = r.get("metrics") or {}
+    status = record_status(r).value
+    quota = m.get("quota_bytes")
+    accepted = m.get("accepted_bytes")
+    outcome = m.get("outcome")
+    off: float | None = None
+    held_mib = quota_mib = None
+    if quota:
+        quota_mib = int(quota) / _MIB
+        if accepted is not None:
+            held_mib = int(accepted) / _MIB
+            off = int(accepted) / int(quota) - 1
+            if outcome is None:  # a result stored before outcome was recorded
+                outcome = "held" if m.get("held") is True else "bypassed" if m.get("held") is False else None
+    share = m.get("busy_events")
+    core = m.get("core_limit")
+    if share is not None and m.get("ideal_share"):
+        off = float(share) / float(m["ideal_share"]) - 1
+        outcome = "held" if m.get("held") is True else "not held" if m.get("held") is False else None
+    return Cell(status, outcome, held_mib, quota_mib, off, str(r.get("summary") or ""),
+                int(core) if core is not None else None, float(share) if share is not None else None)
+
+
+def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
+    """The comparison of the isolation results of ``runs`` (``(run id, results)`` each, in the order given)."""
+    found: list[tuple[str, str, str, Result]] = []  # (sut, cluster, run, result)
+    for run_id, results in runs:
+        for r in results:
+            if r.get("suite") != "isolation":
+                continue
+            m = r.get("metrics") or {}
+            cluster = str(r.get("cluster") or "?")
+            found.append((str(m.get("sut") or cluster), cluster, run_id, r))
+    keys = list(dict.fromkeys((sut, cluster, run) for sut, cluster, run, _ in found))
+    suts = [k[0] for k in keys]
+    label = {k: k[0] if suts.count(k[0]) == 1 else f"{k[0]} ({k[1]}, {k[2]})" for k in keys}
+    out = Comparison(systems=[label[k] for k in keys])
+    paths: dict[str, str] = {}
+    for sut, cluster, run, r in found:
+        case = str(r.get("case_id") or "?")
+        path = (r.get("metrics") or {}).get("path")  # a SKIP records none: another system's result may
+        if path or case not in paths:
+            paths[case] = str(path or "-")
+        out.cells.setdefault(case, {})[label[(sut, cluster, run)]] = _cell(r)
+    out.cases = sorted(paths.items(), key=lambda kv: artifacts.natural_key(kv[0]))
+    return out
+
+
+def compare_runs(root: Path, run_ids: Sequence[str]) -> Comparison:
+    """:func:`compare_results` of stored runs (each a run id or ``last``). ``ValueError`` names an unknown run."""
+    loaded = []
+    for run_id in run_ids:
+        run_dir = artifacts.stored_run_dir(root, run_id)
+        loaded.append((run_dir.parent.name, artifacts.load_results(run_dir)))
+    return compare_results(loaded)
+
+
+def plot(comparison: Comparison, path: Path) -> PlotResult:
+    """Grouped bars: MiB held per memory path (x) and system (one bar each), the quota as a dashed line. Returns
+    the :class:`PlotResult` (``path`` None and why, without matplotlib or without a memory figure)."""
+    memory = [(case, p) for case, p in comparison.cases
+              if any(c.held_mib is not None for c in comparison.cells.get(case, {}).values())]
+    if not memory:
+        return PlotResult(None, "no memory figures to plot")
+
+    def draw(ax: Any) -> None:
+        n = max(1, len(comparison.systems))
+        width = 0.8 / n
+        for i, system in enumerate(comparison.systems):
+            heights = [(comparison.cells.get(case, {}).get(system) or Cell("", None, None, None, None, "")).held_mib
+                       or 0.0 for case, _ in memory]
+            ax.bar([x + i * width for x in range(len(memory))], heights, width, label=system)
+        quotas = {c.quota_mib for case, _ in memory for c in comparison.cells[case].values() if c.quota_mib}
+        for q in sorted(quotas):
+            ax.axhline(q, linestyle="--", color="black", linewidth=1)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(memory))])
+        ax.set_xticklabels([f"{case}\n{p}" for case, p in memory], rotation=60, fontsize=7)
+        ax.set_ylabel("MiB held (probe's cap: 3 x quota)")
+        ax.set_title("Memory quota per allocation path (dashed: the quota)")
+        ax.legend(fontsize=7)
+
+    return draw_png(draw, path)
