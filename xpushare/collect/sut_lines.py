@@ -14,6 +14,12 @@ Pure; never raises: a line that does not parse is skipped. Two formats:
       [2013-08-05 13:00:09.269 Server 13929] New client 14781 connected
       [2013-08-05 13:00:09.270 Server 13929] Client 14777 disconnected
 
+  and as the R580 driver's server writes it (seen on an H200, docs/runs/2026-11-28-cross-sut), one line per
+  client context::
+
+      [2026-11-28 16:44:55.471 Server 17991] Client {PID: 17960, Context ID: 1} connected
+      [2026-11-28 16:44:56.116 Server 17991] Client process 17960 disconnected
+
 Source: docs/isolation.md §cross-SUT comparison.
 """
 
@@ -29,7 +35,9 @@ _HAMI_RE = re.compile(r"\[HAMI-core (?P<level>Msg|Info|Warn|Debug)\((?P<pid>\d+)
 _HAMI_ERROR_RE = re.compile(r"\[HAMI-core ERROR \(pid:(?P<pid>\d+) thread=(?P<thread>\d+) (?P<file>[^:()]+):"
                             r"(?P<line>\d+)\)\]: (?P<message>.*)$")
 _MPS_RE = re.compile(r"^\[(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) Server (?P<server>\d+)\] "
-                     r"(?:New client (?P<new>\d+) connected|Client (?P<gone>\d+) disconnected)\s*$")
+                     r"(?:New client (?P<new>\d+) connected"
+                     r"|Client \{PID: (?P<new580>\d+), Context ID: \d+\} connected"
+                     r"|Client (?:process )?(?P<gone>\d+) disconnected)\s*$")
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ def mps_client_events(text: str) -> list[MpsClientEvent]:
         m = _MPS_RE.match(raw.strip())
         if m is None:
             continue
-        pid = m["new"] or m["gone"]
-        out.append(MpsClientEvent(m["when"], int(m["server"]), int(pid), m["new"] is not None))
+        joined = m["new"] or m["new580"]
+        pid = joined or m["gone"]
+        out.append(MpsClientEvent(m["when"], int(m["server"]), int(pid), joined is not None))
     return out

@@ -26,3 +26,16 @@ def test_mps_server_log_gives_connects_and_disconnects() -> None:
     events = mps_client_events((FIXTURES / "mps_server.log").read_text())
     assert [(e.client_pid, e.connected) for e in events] == [(4242, True), (4242, False), (4250, True)]
     assert events[0].server_pid == 5100 and events[0].when == "2026-11-28 16:00:01.390"
+
+
+def test_the_r580_drivers_server_log_gives_connects_per_context_and_the_process_leaving() -> None:
+    """The lines an R580 driver's MPS server wrote on an H200 (docs/runs/2026-11-28-cross-sut): a client connects
+    once per context (``Client {PID: p, Context ID: c} connected``) and leaves as ``Client process p disconnected``;
+    the documented ``New client p connected`` never appears there (the first real run judged every case ERROR on
+    that)."""
+    text = (FIXTURES / "mps_server_r580.log").read_text(encoding="utf-8")
+    events = mps_client_events(text)
+    joined = {e.client_pid for e in events if e.connected}
+    assert {17960, 18382, 18603} <= joined
+    assert any(not e.connected and e.client_pid == 18382 for e in events)
+    assert all(e.server_pid == 17991 for e in events)
