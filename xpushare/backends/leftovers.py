@@ -48,8 +48,8 @@ _OURS = (
     '[ $(( $(date +%s) - e )) -le $(( $(stat -c %Y "$2" 2>/dev/null || echo 0) + 2 )) ]; '
     'else kill -0 -"$1" 2>/dev/null; fi; }; '
 )
-# Lists the spawn dir's ``xp-`` and ``xp<length>-`` entries; for a pid file also its pid and its state: 1 ours and running,
-# 2 the pid now names another process (left alone), 0 gone.
+# Lists the spawn dir's ``xp-`` and ``xp<length>-`` entries; for a pid file also its pid and its state: 1 ours
+# and running, 2 the pid now names another process (left alone), 0 gone.
 _LIST = _OURS + (
     'cd "$1" 2>/dev/null || exit 0; for f in xp[-0-9]*; do [ -e "$f" ] || continue; case "$f" in *.pid) '
     'p=$(cat "$f" 2>/dev/null); a=0; if [ -n "$p" ]; then if ours "$p" "$f"; then a=1; '

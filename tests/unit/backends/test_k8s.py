@@ -183,6 +183,20 @@ def _fake_master(b: K8sBackend, master: _RecordingMaster) -> None:
     b.gpu_specs = {}
 
 
+def test_a_case_attempt_reads_only_its_own_pods() -> None:
+    """Pods an earlier, dead attempt of the case left (same names, same case label) are never this attempt's:
+    each attempt labels its pods with its token and selects by it."""
+    b = backend()
+    spec = PodSpec(name="func-010-w5", workload="w5_quota_probe")
+    b.case = CaseContext(Path("."), "FUNC-010")
+    first = b.case.attempt
+    assert b.render_pod(spec)["metadata"]["labels"]["xpushare/attempt"] == first
+    assert b.selector().endswith(f",xpushare/attempt={first}")
+    b.case = CaseContext(Path("."), "FUNC-010")  # the next attempt: a --resume after a crash, a --repeat
+    assert f"xpushare/attempt={first}" not in b.selector()
+    assert "xpushare/attempt" not in b.selector("FUNC-010")  # a case named: every attempt's pods
+
+
 def test_the_run_gets_a_labelled_namespace_of_its_own_and_removes_it() -> None:
     b = backend(cm="false")
     master = _RecordingMaster()

@@ -97,8 +97,8 @@ def test_a_run_id_is_matched_exactly_never_by_prefix(tmp_path: Path) -> None:
         assert removed.stopped == [f"xp8-20261128-5-local-FUNC-003-a1b2c3-w1 (pid {short})"], removed
         assert not _alive(short) and _alive(longer)
         assert all(e.startswith("xp8-20261128-") for e in removed.entries)
-        assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [
-            "xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1.log", "xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1.pid"]
+        kept = "xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1"
+        assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [f"{kept}.log", f"{kept}.pid"]
     finally:
         host.stop("xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1")
 
