@@ -48,6 +48,8 @@ def holding(run_dir: Path, holder: Holder) -> Iterator[None]:
                 break
             except BlockingIOError:
                 time.sleep(0.05)
+            except OSError:  # no flock on this file system: the run goes on, never counted as live
+                break
         else:
             raise LeaseHeld(f"{_who(_holder_in(fd), run_dir)} is live: the same run cannot run twice at once "
                             f"({path})")
@@ -88,6 +90,8 @@ def live_holder(run_dir: Path) -> Holder | bool | None:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return _holder_in(fd) or True
+        except OSError:  # no flock on this file system: not known to be live
+            return None
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
