@@ -261,6 +261,7 @@ class Run:
         written.
         """
         self.selection = selection
+        interrupt.unsettle()  # an earlier run of this process settled: this one's signals are requests again
         found: dict[str, list[HostUnreachable]] = {}
         with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out, unreached=found) as renewals:
             for cluster, renewal in zip(sorted(self.clusters, key=lambda c: c.name), renewals, strict=True):

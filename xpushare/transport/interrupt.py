@@ -79,6 +79,11 @@ def settle() -> None:
         _settled.append(True)
 
 
+def unsettle() -> None:
+    """A new run begins in this process: handled signals are requests again (undoes :func:`settle`)."""
+    _settled.clear()
+
+
 def late() -> list[int]:
     """The handled signals that arrived after :func:`settle` (ignored), in order."""
     return list(_late)

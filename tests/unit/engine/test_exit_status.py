@@ -69,3 +69,27 @@ def test_settle_turns_signals_into_late_notes(monkeypatch: pytest.MonkeyPatch) -
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)
+
+
+def test_a_later_run_of_the_process_is_interruptible_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run.execute outside guarded (its deferred block outermost): an earlier run's settle must not swallow the
+    next run's signals."""
+    monkeypatch.setenv("XPUSHARE_LEASE_DIR", str(tmp_path))
+    with interrupt.installed():  # no request left by an earlier test
+        pass
+    interrupt.settle()  # as an earlier run of this process left it
+    run = Run(root=tmp_path, clusters=[local_cluster()], run_id="r2", out=io.StringIO())
+    selection = RunSelection(label="nothing", cases=[], required=frozenset(), todo={"local": []},
+                             params=lambda case, cluster: {})
+
+    class _SignalAtStart(_SignalAtTheEnd):
+        def prepared(self, run: Run, cluster: ClusterSpec, backend: Backend) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # while the cluster's cases run
+            time.sleep(0.2)
+
+        def finished(self, run: Run, outcome: RunOutcome) -> None:
+            pass
+
+    status = run.execute(selection, _SignalAtStart(signal.SIGTERM))  # no outer block: the run's own are outermost
+    meta = json.loads((run.dir / "run.json").read_text())
+    assert status == meta["exit_status"] == 143 and meta["interrupted"] is True
