@@ -8,6 +8,7 @@ Pod records are written to ``pods.json`` so judgments never read live state.
 from __future__ import annotations
 
 import json
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -157,13 +158,38 @@ def read_pod_records(case_dir: Path) -> list[PodRecord]:
     return [PodRecord(**r) for r in json.loads(path.read_text(encoding="utf-8"))]
 
 
+def run_spawn_prefix(run_id: str) -> str:
+    """``xp<length>-<run id>-``: how every spawn name (pid file, log, sampler directory on a host) of run
+    ``run_id`` begins. The run id's length makes the prefix exact: ``xp8-20261128-`` never begins a name of run
+    ``20261128-101824`` (``xp15-20261128-101824-``), so a run's entries are found by prefix without those of a
+    run whose id begins with its id (``invoke clean --run-id``, :mod:`xpushare.backends.leftovers`). Run ids
+    are ``[A-Za-z0-9._-]`` (:func:`xpushare.report.artifacts.validate_run_id`): valid in a spawn name as is."""
+    return f"xp{len(run_id)}-{run_id}-"
+
+
+def exact_part(text: str) -> str:
+    """``<length>-<text>``: a name part that a prefix match cannot confuse with a longer one (a cluster
+    ``a`` beside a cluster ``a-b`` on one machine)."""
+    return f"{len(text)}-{text}"
+
+
+def new_attempt() -> str:
+    """A fresh attempt token (6 hex digits): the identity of one attempt of a case (:class:`CaseContext`)."""
+    return secrets.token_hex(3)
+
+
 @dataclass(frozen=True)
 class CaseContext:
     """The case a backend serves, given once to :meth:`Backend.begin_case`: ``case_dir`` (the case directory,
-    where every evidence file of the case goes) and ``case_id`` (``FUNC-001``)."""
+    where every evidence file of the case goes), ``case_id`` (``FUNC-001``) and ``attempt``, a token new for
+    each attempt of the case (a ``--resume`` after a crash, each ``--repeat``): every name the attempt gives
+    on a host (spawn names, so its pid files, logs, ``.rc``/``.end`` files) or in Kubernetes (the
+    ``xpushare/attempt`` label of its pods) carries it, so files or pods an earlier, dead attempt left are
+    never read as this attempt's evidence."""
 
     case_dir: Path
     case_id: str
+    attempt: str = field(default_factory=new_attempt)
 
 
 class Backend(ABC):

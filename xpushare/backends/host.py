@@ -37,6 +37,8 @@ from xpushare.backends.base import (
     PodSpec,
     SchedulerFacts,
     SchedulerRestart,
+    exact_part,
+    run_spawn_prefix,
     write_pod_records,
 )
 from xpushare.backends.host_scheduler import HostScheduler
@@ -122,7 +124,7 @@ class HostBackend(Backend):
                                               "answers", first.why)
         for name, host in self.hosts.items():
             # the cluster in the name: two clusters may share a machine (``local`` beside a host-mode cluster)
-            self._stop_leftovers(host, procs.safe(f"xp-{run_id}-{self.cluster.name}-"))
+            self._stop_leftovers(host, self._cluster_prefix())
             self.gpus[name] = self._detect_gpus(host, name)
             if isinstance(host, LocalHost):
                 self.workload_dir[name] = str(WORKLOADS_DIR)
@@ -136,8 +138,13 @@ class HostBackend(Backend):
             self.workload_dir[name] = target
             self.python[name] = self.cluster.python
 
+    def _cluster_prefix(self) -> str:
+        """How the spawn names of this run on this cluster begin, exactly (:func:`run_spawn_prefix`)."""
+        return procs.safe(f"{run_spawn_prefix(self.run_id)}{exact_part(self.cluster.name)}-")
+
     def _stop_leftovers(self, host: Host, prefix: str) -> None:
-        """Stop processes an interrupted earlier invocation of this run left behind (resume safety)."""
+        """Stop processes an interrupted earlier invocation of this run left behind and remove their files
+        (resume safety; a new attempt's names carry a new token, so those files would not be read anyway)."""
         host.run(["sh", "-c", procs.STOP_LEFTOVERS, "sh", host.spawn_dir, prefix], timeout=60)
 
     def _detect_gpus(self, host: Host, name: str) -> list[tuple[int, str]]:
@@ -154,7 +161,8 @@ class HostBackend(Backend):
     def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
         self.case = CaseContext(case_dir, case_id)
         self.placed = {}
-        self.case_prefix = procs.safe(f"xp-{self.run_id}-{self.cluster.name}-{case_id}")
+        # the attempt's token in every name: the .rc/.end/.log of a dead attempt of this case are never read
+        self.case_prefix = procs.safe(f"{self._cluster_prefix()}{case_id}-{self.case.attempt}")
         for name, host in self.hosts.items():
             sampler = [
                 self.python[name],

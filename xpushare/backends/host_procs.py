@@ -40,10 +40,11 @@ CLEANUP = (
     'cd "$1" 2>/dev/null || exit 0; for f in "$2"-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
     'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done; rm -rf -- "$2"-*'
 )
-# Start of a run: processes an interrupted earlier invocation of the run left behind (resume safety).
+# Start of a run: processes an interrupted earlier invocation of the run left behind are stopped and every
+# entry of the run on this cluster goes (resume safety; ``$2`` is the exact prefix of the run and cluster).
 STOP_LEFTOVERS = (
     'cd "$1" 2>/dev/null || exit 0; for f in "$2"*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
-    'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; rm -f "$f"; done'
+    'kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; rm -f "$f"; done; rm -rf -- "$2"*'
 )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -46,14 +47,17 @@ from xpushare.backends.base import (
     PodSpec,
     SchedulerFacts,
     SchedulerRestart,
+    run_spawn_prefix,
     write_pod_records,
 )
 from xpushare.backends.harvest_faults import note
 from xpushare.backends.k8s_names import (
+    ATTEMPT_LABEL,
     MANAGED_BY,
     RUN_ID_LABEL,
     dns1123,
     label_value,
+    run_labels,
     run_namespace,
     tenant_namespace,
 )
@@ -317,8 +321,11 @@ class K8sBackend(Backend, KubeAccess):
     # -- helpers -----------------------------------------------------------------------------------
 
     def selector(self, case_id: str | None = None) -> str:
+        """The pods of a case of this run; of the case's current attempt (its ``xpushare/attempt`` label) when
+        ``case_id`` is None: pods an earlier, dead attempt left are never this attempt's."""
         sel = f"{MANAGED_BY},xpushare/run-id={label_value(self.run_id)}"
-        return f"{sel},xpushare/case={label_value((case_id or self.case_id).lower())}"
+        sel = f"{sel},xpushare/case={label_value((case_id or self.case_id).lower())}"
+        return sel if case_id is not None or self.case is None else f"{sel},{ATTEMPT_LABEL}={self.case.attempt}"
 
     # -- run level ---------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
@@ -376,7 +383,7 @@ class K8sBackend(Backend, KubeAccess):
         self._await_namespace_gone(name)
         doc = {"apiVersion": "v1", "kind": "Namespace",
                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "xpushare",
-                                                     RUN_ID_LABEL: label_value(self.run_id)}}}
+                                                     **run_labels(self.run_id)}}}
         self.kubectl.apply(dump_manifests(doc), namespace=None)
         self.owned_namespaces.append(name)
         deadline = time.monotonic() + SERVICE_ACCOUNT_WAIT_S
@@ -412,7 +419,7 @@ class K8sBackend(Backend, KubeAccess):
     def _apply_workloads_configmap(self) -> None:
         doc = yaml.safe_load((MANIFESTS / "workloads-configmap.yaml").read_text(encoding="utf-8"))
         doc["metadata"]["name"] = self._configmap_name()
-        doc["metadata"]["labels"][RUN_ID_LABEL] = label_value(self.run_id)
+        doc["metadata"]["labels"].update(run_labels(self.run_id))
         doc["data"] = {p.name: p.read_text(encoding="utf-8") for p in sorted(WORKLOADS.glob("*.py"))}
         for ns in [self.namespace, *(n for n in self.owned_namespaces if n != self.namespace)]:
             doc["metadata"]["namespace"] = ns
@@ -424,7 +431,8 @@ class K8sBackend(Backend, KubeAccess):
         self.case_id = case_id
         self._case_start = datetime.now(timezone.utc)
         self.pods = []
-        self.prefix = dns1123(f"xp-{self.run_id}-{case_id}", 200)
+        # exact run prefix and the attempt's token: a dead attempt's streams and files are never this one's
+        self.prefix = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run_spawn_prefix(self.run_id)}{case_id}-{self.case.attempt}")
         self.stream_name = f"{self.prefix}-schedlog"
         argv = self.kubectl.logs_follow_argv(
             self.names.scheduler_label, self.case_start, namespace=self.names.namespace
@@ -484,8 +492,10 @@ class K8sBackend(Backend, KubeAccess):
         meta["name"] = dns1123(spec.name)
         meta["namespace"] = self.pod_namespace(spec.tenant)
         meta["labels"].update(
-            {RUN_ID_LABEL: label_value(self.run_id), "xpushare/case": label_value(self.case_id.lower())}
+            {**run_labels(self.run_id), "xpushare/case": label_value(self.case_id.lower())}
         )
+        if self.case is not None:
+            meta["labels"][ATTEMPT_LABEL] = self.case.attempt
         if spec.tenant is not None:
             meta["labels"]["xpushare/tenant"] = label_value(spec.tenant)
         if spec.core_limit is not None:

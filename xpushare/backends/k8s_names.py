@@ -6,14 +6,21 @@ Pure functions (no kubectl); the case modules use :func:`dns1123` to name the po
 
 from __future__ import annotations
 
+import hashlib
 import re
 
-__all__ = ["MANAGED_BY", "RUN_ID_LABEL", "dns1123", "label_value", "run_namespace", "tenant_namespace"]
+__all__ = ["ATTEMPT_LABEL", "MANAGED_BY", "RUN_ID_LABEL", "RUN_KEY_LABEL", "dns1123", "label_value", "run_key",
+           "run_labels", "run_namespace", "tenant_namespace"]
 
 #: The label selector of every object the tool creates (leftovers of any run are found by it).
 MANAGED_BY = "app.kubernetes.io/managed-by=xpushare"
 #: The label naming the run that created an object (its value: :func:`label_value` of the run id).
 RUN_ID_LABEL = "xpushare/run-id"
+#: The label that names the run exactly (:func:`run_key`): :func:`label_value` of two run ids may be equal
+#: (``abc`` and ``abc-``; 64-character ids cut to 63), so ``invoke clean --run-id`` selects by this one.
+RUN_KEY_LABEL = "xpushare/run-key"
+#: The label naming the attempt of the case that created a pod (:attr:`xpushare.backends.base.CaseContext.attempt`).
+ATTEMPT_LABEL = "xpushare/attempt"
 
 
 def dns1123(text: str, limit: int = 63) -> str:
@@ -26,6 +33,18 @@ def label_value(text: str) -> str:
     """A valid label value (alphanumerics, '-', '_', '.', at most 63, alphanumeric at both ends)."""
     value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
     return value.strip("-_.") or "x"
+
+
+def run_key(run_id: str) -> str:
+    """The value of :data:`RUN_KEY_LABEL` for ``run_id``: the first 40 hex digits of its SHA-256, one-to-one
+    in practice where :func:`label_value` is not."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:40]
+
+
+def run_labels(run_id: str) -> dict[str, str]:
+    """The labels that name run ``run_id`` on every object it creates: :data:`RUN_ID_LABEL` (readable) and
+    :data:`RUN_KEY_LABEL` (exact)."""
+    return {RUN_ID_LABEL: label_value(run_id), RUN_KEY_LABEL: run_key(run_id)}
 
 
 def run_namespace(run_id: str) -> str:

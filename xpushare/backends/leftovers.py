@@ -5,18 +5,21 @@ Where a run leaves things, and how they are found again:
 
 * Kubernetes mode: the run's own namespaces (``xpushare-<run id>`` and its tenants', cluster-wide) and pods and
   ConfigMaps in the cluster's home namespace (the inventory's fixed ``namespace``), each labelled
-  ``app.kubernetes.io/managed-by=xpushare`` and ``xpushare/run-id=<run id>`` (:mod:`xpushare.backends.k8s` labels
-  every object it creates so); deleting a namespace deletes whatever is in it.
+  ``app.kubernetes.io/managed-by=xpushare``, ``xpushare/run-id=<run id>`` and ``xpushare/run-key=<key>``
+  (:mod:`xpushare.backends.k8s` labels every object it creates so; :func:`~xpushare.backends.k8s_names.run_labels`);
+  one run's are selected by the run key, which names the run exactly; deleting a namespace deletes whatever is in it.
 * Both modes: every process the backends start on a host (host-mode workloads, node samplers, ``nvidia-smi
-  dmon``, k8s-mode log streams) is spawned with a pid file ``<spawn dir>/xp-<run id>-<case>-<name>.pid`` next to
-  its log (:meth:`xpushare.transport.base.Host.spawn`), its process-group id inside; the samplers' output
-  directories and the metrics capture scripts are ``<spawn dir>/xp-<run id>-...`` directories. These pid files
+  dmon``, k8s-mode log streams) is spawned with a pid file ``<spawn dir>/xp<n>-<run id>-...-<attempt>-<name>.pid``
+  (``n``: the run id's length, so the prefix names the run exactly, :func:`spawn_prefixes`; ``attempt``: the
+  case attempt's token) next to its log (:meth:`xpushare.transport.base.Host.spawn`), its process-group id
+  inside; the samplers' output directories and the metrics capture scripts are ``<spawn dir>/xp<n>-<run id>-...``
+  directories. These pid files
   and entries are the per-run record on each host: a pid file's process group is stopped (TERM, then KILL
   after about 2 s), then every entry of the run is removed. A pid that now names a process started after its
   pid file was written (the pid was reused since the crash) is left running and reported (``spared``).
 
 Runs still alive are left alone: the caller names them (``invoke clean`` asks the cluster's lease,
-:func:`xpushare.engine.lease.live_run_ids`).
+:func:`xpushare.engine.lease.live_run_ids`, and refuses ``--run-id`` of a live run unless ``--force``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from xpushare.backends.k8s_names import MANAGED_BY, dns1123, label_value
+from xpushare.backends.base import run_spawn_prefix
+from xpushare.backends.k8s_names import MANAGED_BY, RUN_KEY_LABEL, dns1123, label_value, run_key
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import TransportError, UsageError
 from xpushare.transport.base import Host
@@ -33,7 +37,7 @@ from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_errors import KubeError
 
-__all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "spawn_prefixes"]
+__all__ = ["Removed", "clean", "clean_host", "clean_kubernetes", "older_prefixes", "spawn_prefixes"]
 
 # ``ours P F``: whether pid P still names the process group the pid file F recorded. A live process P counts
 # only if it started no later than F was written (+2 s): after a crash, cleaning may come days later, and P may
@@ -44,10 +48,10 @@ _OURS = (
     '[ $(( $(date +%s) - e )) -le $(( $(stat -c %Y "$2" 2>/dev/null || echo 0) + 2 )) ]; '
     'else kill -0 -"$1" 2>/dev/null; fi; }; '
 )
-# Lists the spawn dir's ``xp-`` entries; for a pid file also its pid and its state: 1 ours and running,
-# 2 the pid now names another process (left alone), 0 gone.
+# Lists the spawn dir's ``xp-`` and ``xp<length>-`` entries; for a pid file also its pid and its state: 1 ours
+# and running, 2 the pid now names another process (left alone), 0 gone.
 _LIST = _OURS + (
-    'cd "$1" 2>/dev/null || exit 0; for f in xp-*; do [ -e "$f" ] || continue; case "$f" in *.pid) '
+    'cd "$1" 2>/dev/null || exit 0; for f in xp[-0-9]*; do [ -e "$f" ] || continue; case "$f" in *.pid) '
     'p=$(cat "$f" 2>/dev/null); a=0; if [ -n "$p" ]; then if ours "$p" "$f"; then a=1; '
     'elif kill -0 "$p" 2>/dev/null; then a=2; fi; fi; '
     'printf "PID|%s|%s|%s\\n" "$f" "$p" "$a";; *) printf "ENT|%s\\n" "$f";; esac; done'
@@ -97,14 +101,22 @@ class Removed:
 
 
 def spawn_prefixes(run_id: str) -> tuple[str, ...]:
-    """Name prefixes of a run's entries in a host's spawn dir: the host backend's (``xp-<run id>-``, characters
-    outside ``[A-Za-z0-9_.-]`` as ``-``) and the Kubernetes backend's (the same, lower-case DNS-1123)."""
+    """Name prefixes of a run's entries in a host's spawn dir, exact: ``xp<length>-<run id>-``
+    (:func:`~xpushare.backends.base.run_spawn_prefix`, both backends), which no entry of another run begins with
+    (run ``20261128`` never takes the entries of run ``20261128-101824``)."""
+    return (run_spawn_prefix(run_id),)
+
+
+def older_prefixes(run_id: str) -> tuple[str, ...]:
+    """The prefixes earlier versions of the tool gave a run's entries (``xp-<run id>-``, and its lower-case
+    DNS-1123 form): inexact (``xp-20261128-`` begins the names of run ``20261128-101824`` too), so used only to
+    spare a live run's entries, never to select a run's."""
     host_style = re.sub(r"[^A-Za-z0-9_.-]", "-", f"xp-{run_id}-")
     return tuple(dict.fromkeys((host_style, dns1123(f"xp-{run_id}", 200) + "-")))
 
 
 def _belongs(name: str, run_id: str | None, live: Collection[str]) -> bool:
-    if any(name.startswith(p) for r in live for p in spawn_prefixes(r)):
+    if any(name.startswith(p) for r in live for p in (*spawn_prefixes(r), *older_prefixes(r))):
         return False
     return run_id is None or any(name.startswith(p) for p in spawn_prefixes(run_id))
 
@@ -144,8 +156,8 @@ def clean_host(host: Host, run_id: str | None, live: Collection[str] = ()) -> Re
 
 def kube_selector(run_id: str | None, live: Iterable[str] = ()) -> str:
     """Label selector of the objects to delete: one run's, or every xpushare run's but the ``live`` ones'."""
-    if run_id is not None:
-        return f"{MANAGED_BY},xpushare/run-id={label_value(run_id)}"
+    if run_id is not None:  # exact: two run ids may share a run-id label value, never a run key
+        return f"{MANAGED_BY},{RUN_KEY_LABEL}={run_key(run_id)}"
     keep = sorted({label_value(r) for r in live})
     return f"{MANAGED_BY},xpushare/run-id notin ({','.join(keep)})" if keep else MANAGED_BY
 
@@ -175,8 +187,8 @@ def clean_kubernetes(cluster: ClusterSpec, run_id: str | None, live: Collection[
 def clean(cluster: ClusterSpec, run_id: str | None, live: Collection[str] = ()) -> list[Removed]:
     """Remove what dead runs left on ``cluster``: Kubernetes objects (k8s mode), then each host's spawn dir.
 
-    ``run_id``: only that run's leftovers (even if it is in ``live``: asked for by name); None: every run's
-    but the ``live`` ones'. Returns one :class:`Removed` per place, in inventory order.
+    ``run_id``: only that run's leftovers (even if it is in ``live``: the caller refused a live run unless
+    forced); None: every run's but the ``live`` ones'. Returns one :class:`Removed` per place, in inventory order.
     """
     live = [r for r in live if r != run_id]
     done: list[Removed] = []

@@ -18,14 +18,19 @@ __all__ = ["clean"]
 @task(
     help={
         "cluster": CLUSTER_HELP,
-        "run_id": "only this run's leftovers (default: every run's that is not alive)",
+        "run_id": "only this run's leftovers, the run id matched exactly (default: every run's that is not alive)",
+        "force": "clean --run-id even while that run is live (holds the cluster's lease): its workloads are "
+                 "stopped and its cases end ERROR",
         "inventory": INVENTORY_HELP,
         "output": OUTPUT_HELP + " (per place: where, deleted, stopped, spared, removed, error)",
     },
 )
 def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inventory_: str | None = None,
-          output: str | None = None) -> None:
-    """Remove what dead runs left: pods and ConfigMaps (by label), processes (by pid file), files on the hosts."""
+          output: str | None = None, force: bool = False) -> None:
+    """Remove what dead runs left: pods and ConfigMaps (by label), processes (by pid file), files on the hosts.
+
+    A live run (one holding the cluster's lease) is left alone: without ``--run-id`` its leftovers are spared;
+    ``--run-id`` of a live run is refused (exit 2, naming the holder) unless ``--force``."""
 
     def body() -> ExitStatus:
         from xpushare.backends import leftovers
@@ -41,6 +46,8 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
             except ValueError as exc:
                 raise UsageError(f"--run-id: {exc}") from None
         spec = schema.load(inventory_).cluster(name)
+        if run_id is not None and not force:
+            lease.refuse_live(spec, run_id, what="its workloads and files are not cleaned")
         removed = leftovers.clean(spec, run_id, lease.live_run_ids(spec))
         if fmt != "table":
             print(render([{"where": p.where, "deleted": p.objects, "stopped": p.stopped, "spared": p.spared,

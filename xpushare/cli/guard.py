@@ -50,6 +50,9 @@ def guarded(body: Callable[[], ExitStatus | int | None]) -> None:
         signum = interrupt.received()
         print("interrupted" + (f" ({signal.Signals(signum).name})" if signum else ""), file=sys.stderr)
         raise Exit(code=interrupt.exit_status()) from None
+    for signum in interrupt.late():  # after the run's end was written: its exit status stands (run.json's)
+        print(f"[xpushare] {signal.Signals(signum).name} after the run had ended: ignored, the exit status is the "
+              "run's", file=sys.stderr)
     if status:
         raise Exit(code=int(status))
 

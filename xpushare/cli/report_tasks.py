@@ -69,17 +69,25 @@ def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False)
 
 
 @task(help={"run_a": "the earlier run (a run id or last)", "run_b": "the later run (a run id or last)",
-            "output": OUTPUT_HELP, "root": ROOT_HELP})
-def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = ".") -> None:
-    """Compare two stored runs: the cases whose verdict changed and the metrics whose numbers changed."""
+            "output": OUTPUT_HELP, "root": ROOT_HELP,
+            "force": "compare even a live run (its cases so far: changes and cases missing are not final)"})
+def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = ".", force: bool = False) -> None:
+    """Compare two stored runs: the cases whose verdict changed and the metrics whose numbers changed.
+
+    A live run (still running on this machine) is refused with exit 2 naming it, unless ``--force``."""
 
     def body() -> None:
         from tabulate import tabulate
 
+        from xpushare.report import artifacts, run_lock
         from xpushare.report.runs import diff_runs
 
         fmt = _output(output)
         try:
+            if not force:
+                for run in (run_a, run_b):
+                    run_lock.refuse_live(artifacts.stored_run_dir(Path(root), run),
+                                         what="its verdicts are not final", force_hint=True)
             result = diff_runs(Path(root), run_a, run_b)
         except ValueError as exc:
             raise UsageError(str(exc)) from None

@@ -76,24 +76,28 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
     iterable=["set_"],
 )
 def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".", output: str | None = None) -> None:
-    """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports."""
+    """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports.
+
+    A live run (still running on this machine) is refused with exit 2 naming it: its records are still written."""
     from xpushare.engine import driver
 
     guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
 
 
 @task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP,
-            "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, report, html)"})
-def report(c: Context, run_id: str, root: str = ".", output: str | None = None) -> None:
+            "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, report, html)",
+            "force": "rebuild even while the run is live (its own end rewrites them)"})
+def report(c: Context, run_id: str, root: str = ".", output: str | None = None, force: bool = False) -> None:
     """Rebuild case-summary.tsv, run-summary.tsv, junit.xml, run-report.md and report.html of a stored run.
 
-    With matplotlib installed it also draws the plots the run lacks (a run made without it)."""
+    With matplotlib installed it also draws the plots the run lacks (a run made without it). A live run (still
+    running on this machine) is refused with exit 2 naming it, unless ``--force``."""
 
     def body() -> None:
         from xpushare.engine import driver
 
         fmt = output_format(output)
-        paths = driver.rebuild_reports(run_id, root=Path(root))
+        paths = driver.rebuild_reports(run_id, root=Path(root), force=force)
         text = f"{paths.markdown}\n{paths.html}"
         print(text if fmt == "table" else render(driver.stored_result_record(paths.markdown.parent, paths), fmt))
 

@@ -32,7 +32,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts, build, summaries
+from xpushare.report import artifacts, build, run_lock, summaries
 from xpushare.report.output import plain, render
 
 
@@ -259,13 +259,16 @@ def draw_missing_plots(run_dir: Path) -> list[str]:
     return drawn
 
 
-def rebuild_reports(run_id: str, *, root: Path = Path(".")) -> build.ReportPaths:
+def rebuild_reports(run_id: str, *, root: Path = Path("."), force: bool = False) -> build.ReportPaths:
     """``invoke report``: draw the plots a stored run lacks (:func:`draw_missing_plots`), then rebuild its summaries
-    and reports from the stored records. Raises :class:`UsageError` for an unknown run."""
+    and reports from the stored records. Raises :class:`UsageError` for an unknown run, :class:`LeaseHeld` for a
+    live run (:mod:`xpushare.report.run_lock`; it writes the same files) unless ``force``."""
     try:
         run_dir = artifacts.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if not force:
+        run_lock.refuse_live(run_dir, what="its reports are written by the run itself at its end", force_hint=True)
     draw_missing_plots(run_dir)
     meta = artifacts.read_run_meta(run_dir) or {}
     return build.build(run_dir, required=set(meta.get("required") or []) or None)
@@ -290,12 +293,14 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
 
     Raises:
         UsageError: no such run, a bad override; :class:`~xpushare.model.errors.StoredRunDamaged` for a run.json
-        that cannot be read.
+        that cannot be read; :class:`~xpushare.model.errors.LeaseHeld` for a live run (no ``--force``).
     """
     try:
         run_dir = artifacts.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    # its cases' records are still being written: a re-judgment now would race the run and lose one or the other
+    run_lock.refuse_live(run_dir, what="it is not re-judged", force_hint=False)
     values = parse_overrides(overrides)
     meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)

@@ -284,11 +284,11 @@ def held_all(clusters: Sequence[ClusterSpec], run_id: str, *, wait: bool = False
         yield renewals
 
 
-def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
-    """The run that holds ``cluster``'s lease and is alive, which ``invoke clean`` must leave alone: empty when
-    there is no lease or it could be taken (:func:`stale_reason`: not renewed for the stale time, or its holder
-    ran on this machine and its process is gone, a run killed with SIGKILL). Raises what :func:`store_for` and
-    the store's ``read`` raise."""
+def live_holder(cluster: ClusterSpec) -> tuple[Observed, str] | None:
+    """The lease of ``cluster`` as read now and where it lives, when a live run holds it; None when there is no
+    lease or it could be taken (:func:`stale_reason`: not renewed for the stale time, or its holder ran on this
+    machine and its process is gone, a run killed with SIGKILL). Raises what :func:`store_for` and the store's
+    ``read`` raise."""
     settings = LeaseSettings.from_params(cluster.params)
     store, conn = store_for(cluster)
     try:
@@ -296,5 +296,23 @@ def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
     finally:
         conn.close()
     if seen is None or seen.holder is None or stale_reason(seen, settings, new_holder("")) is not None:
-        return frozenset()
-    return frozenset({seen.holder.run_id})
+        return None
+    return seen, store.where
+
+
+def live_run_ids(cluster: ClusterSpec) -> frozenset[str]:
+    """The run that holds ``cluster``'s lease and is alive (:func:`live_holder`), which ``invoke clean`` must
+    leave alone; empty when none."""
+    found = live_holder(cluster)
+    return frozenset() if found is None or found[0].holder is None else frozenset({found[0].holder.run_id})
+
+
+def refuse_live(cluster: ClusterSpec, run_id: str, *, what: str) -> None:
+    """Raise :class:`LeaseHeld` (exit 2, naming the holder) when run ``run_id`` holds ``cluster``'s lease and is
+    alive (:func:`live_holder`): ``what`` names what was refused (``its leftovers are not cleaned``)."""
+    found = live_holder(cluster)
+    if found is None or found[0].holder is None or found[0].holder.run_id != run_id:
+        return
+    seen, where = found
+    raise LeaseHeld(f"run {run_id} is live: it holds the lease of cluster {cluster.name} ({seen.describe()}; "
+                    f"{where}); {what} (--force to do it anyway)")

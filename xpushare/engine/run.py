@@ -49,7 +49,7 @@ from xpushare.model.errors import HostUnreachable, RunDirectoryFull, UsageError,
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.unreached import Unreached
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts, build, summaries
+from xpushare.report import artifacts, build, run_lock, summaries
 from xpushare.transport import command_log, interrupt
 
 __all__ = ["DEBUG_LOG", "Reuse", "Run", "RunHooks", "RunOutcome", "RunSelection", "disk_full_stops_the_run",
@@ -261,6 +261,7 @@ class Run:
         written.
         """
         self.selection = selection
+        interrupt.unsettle()  # an earlier run of this process settled: this one's signals are requests again
         found: dict[str, list[HostUnreachable]] = {}
         with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out, unreached=found) as renewals:
             for cluster, renewal in zip(sorted(self.clusters, key=lambda c: c.name), renewals, strict=True):
@@ -268,12 +269,15 @@ class Run:
                 if renewal is None:
                     self.cut_off[cluster.name] = found[cluster.name][-1]
             self.dir.mkdir(parents=True, exist_ok=True)
-            status = hooks.before_cases(self)
-            if status is not None:
-                return status
-            self.meta = self._start_meta(selection)
-            with disk_full_stops_the_run(self.dir, self.id):
-                return self._cases_and_reports(selection, hooks)
+            holder = next((r.holder for r in renewals if r is not None), None) or lease.new_holder(self.id)
+            # the run directory's lock: `invoke judge`, `report`, `diff` refuse a live run (report/run_lock.py)
+            with run_lock.holding(self.dir, holder):
+                status = hooks.before_cases(self)
+                if status is not None:
+                    return status
+                self.meta = self._start_meta(selection)
+                with disk_full_stops_the_run(self.dir, self.id):
+                    return self._cases_and_reports(selection, hooks)
 
     def _start_meta(self, selection: RunSelection) -> dict[str, Any]:
         """run.json at the start: this part's fields, merged with a stored run.json when resuming or extending
@@ -443,6 +447,9 @@ class Run:
             self.write_meta()
             required = set(self.meta["required"])
             paths = build.build(self.dir, required=required)
+            # From here a signal changes nothing (not even the lease's release or the closing lines raise): the
+            # status run.json has after the check below is the process's.
+            interrupt.settle()
             if interrupt.requested() and not interrupted:  # the signal came while the reports were written
                 interrupted, status = True, exit_status_for(results, True, unreachable=bool(unreached))
                 self.meta.update(interrupted=True, exit_status=int(status))
@@ -450,8 +457,10 @@ class Run:
                 self.write_meta()
                 paths = build.build(self.dir, required=required)
         hooks.finished(self, RunOutcome(results, records, status, interrupted, paths, errors))
-        if errors:
+        if errors and not interrupted:  # run.json's status is raised_status(error): the process exits with it
             raise next(iter(errors.values()))
+        for name, error in errors.items():  # interrupted: run.json says 128 + the signal, and so does the process
+            print(f"error: {name}: {first_line(error)}", file=sys.stderr, flush=True)
         return status
 
     def _note_unreached(self, cluster: ClusterSpec, errors: Sequence[HostUnreachable | Unreached]) -> None:

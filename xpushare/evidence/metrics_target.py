@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import Backend, KubeAccess
+from xpushare.backends.base import Backend, KubeAccess, run_spawn_prefix
 from xpushare.data import workloads_dir
 from xpushare.evidence.http_fetch import FetchError, TimedFetch, timed, timed_curl_fetcher, urllib_fetcher
 from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
@@ -146,9 +146,12 @@ def scrape_loop(target: ScrapeTarget, out: Path, *, interval_s: float, duration_
 
 
 def spawn_name(backend: Backend, case_id: str, what: str) -> str:
-    """A spawn name unique to the run and case, e.g. ``xp-20260301-120000-met-006-dmon`` (``[A-Za-z0-9_.-]``)."""
+    """A spawn name unique to the run, the case and its attempt, e.g. ``xp15-20260301-120000-met-006-a1b2c3-dmon``
+    (``[A-Za-z0-9_.-]``; the exact run prefix :func:`~xpushare.backends.base.run_spawn_prefix`, the attempt's
+    token of :attr:`~xpushare.backends.base.CaseContext.attempt`: a dead attempt's files are never read)."""
     run_id = backend.run_id or "run"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"xp-{run_id}-{case_id.lower()}-{what}").strip("-.")
+    attempt = f"{backend.case.attempt}-" if backend.case is not None else ""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{run_spawn_prefix(run_id)}{case_id.lower()}-{attempt}{what}")
 
 
 def node_host(backend: Backend, cluster: ClusterSpec, node: str) -> Host:

@@ -30,9 +30,15 @@ HANDLED: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIG
 # The first handled signal of the outermost block; empty: none. The one record of a request (worker threads
 # read it through check(): a list's truth value is safe to read across threads).
 _received: list[int] = []
+# Set by settle(): the run's exit status is written; signals from then on are noted here and change nothing.
+_late: list[int] = []
+_settled: list[bool] = []
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
+    if _settled:
+        _late.append(signum)
+        return
     if not _received:
         _received.append(signum)
     raise KeyboardInterrupt
@@ -47,6 +53,8 @@ def installed() -> Iterator[None]:
         return
     if signal.getsignal(signal.SIGINT) not in (_handler, _recording):  # the outermost block starts from no request
         _received.clear()
+        _late.clear()
+        _settled.clear()
     previous = {s: signal.signal(s, _handler) for s in HANDLED}
     try:
         yield
@@ -56,8 +64,29 @@ def installed() -> Iterator[None]:
 
 
 def _recording(signum: int, frame: FrameType | None) -> None:
-    if not _received:
+    if _settled:
+        _late.append(signum)
+    elif not _received:
         _received.append(signum)
+
+
+def settle() -> None:
+    """The run's exit status is final (written in run.json): from now until the outermost :func:`installed`
+    block ends, a handled signal raises nothing and is not a request (:func:`late` lists it), so that the process
+    exits with the status run.json records, whatever instant a signal lands at (the reports, the lease's release,
+    the closing lines). Signals before the call stay requests (:func:`requested`)."""
+    if not _settled:
+        _settled.append(True)
+
+
+def unsettle() -> None:
+    """A new run begins in this process: handled signals are requests again (undoes :func:`settle`)."""
+    _settled.clear()
+
+
+def late() -> list[int]:
+    """The handled signals that arrived after :func:`settle` (ignored), in order."""
+    return list(_late)
 
 
 @contextmanager
@@ -99,8 +128,8 @@ def exit_status() -> ExitStatus:
 
 
 def check() -> None:
-    """Raise ``KeyboardInterrupt`` if Ctrl-C was pressed (for wait loops)."""
-    if _received:
+    """Raise ``KeyboardInterrupt`` if Ctrl-C was pressed (for wait loops); never after :func:`settle`."""
+    if _received and not _settled:
         raise KeyboardInterrupt
 
 

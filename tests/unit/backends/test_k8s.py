@@ -11,7 +11,7 @@ import yaml
 
 from xpushare.backends.base import CaseContext, PodSpec
 from xpushare.backends.k8s import K8sBackend
-from xpushare.backends.k8s_names import dns1123, label_value, run_namespace, tenant_namespace
+from xpushare.backends.k8s_names import dns1123, label_value, run_key, run_namespace, tenant_namespace
 from xpushare.inventory import schema
 from xpushare.judge.combination import split_capture
 from xpushare.transport.base import CommandResult
@@ -57,7 +57,7 @@ def test_render_pod_is_structural_and_complete() -> None:
     meta, pod = again["metadata"], again["spec"]
     assert meta["name"] == "func-010-w5"
     assert meta["labels"] == {"app.kubernetes.io/managed-by": "xpushare", "xpushare/run-id": "20261121-101010",
-                              "xpushare/case": "func-010"}
+                              "xpushare/run-key": run_key("20261121-101010"), "xpushare/case": "func-010"}
     assert meta["annotations"] == {"nvshare.com/gpu-core-limit": "30", "nvshare.com/gpu-memory-limit": "4Gi"}
     assert pod["restartPolicy"] == "Never" and pod["nodeName"] == "c1-gpu1"
     c = pod["containers"][0]
@@ -183,6 +183,20 @@ def _fake_master(b: K8sBackend, master: _RecordingMaster) -> None:
     b.gpu_specs = {}
 
 
+def test_a_case_attempt_reads_only_its_own_pods() -> None:
+    """Pods an earlier, dead attempt of the case left (same names, same case label) are never this attempt's:
+    each attempt labels its pods with its token and selects by it."""
+    b = backend()
+    spec = PodSpec(name="func-010-w5", workload="w5_quota_probe")
+    b.case = CaseContext(Path("."), "FUNC-010")
+    first = b.case.attempt
+    assert b.render_pod(spec)["metadata"]["labels"]["xpushare/attempt"] == first
+    assert b.selector().endswith(f",xpushare/attempt={first}")
+    b.case = CaseContext(Path("."), "FUNC-010")  # the next attempt: a --resume after a crash, a --repeat
+    assert f"xpushare/attempt={first}" not in b.selector()
+    assert "xpushare/attempt" not in b.selector("FUNC-010")  # a case named: every attempt's pods
+
+
 def test_the_run_gets_a_labelled_namespace_of_its_own_and_removes_it() -> None:
     b = backend(cm="false")
     master = _RecordingMaster()
@@ -193,7 +207,8 @@ def test_the_run_gets_a_labelled_namespace_of_its_own_and_removes_it() -> None:
     applied = [yaml.safe_load(s) for s in master.stdin if s]
     ns = next(d for d in applied if d["kind"] == "Namespace")
     assert ns["metadata"] == {"name": b.namespace, "labels": {"app.kubernetes.io/managed-by": "xpushare",
-                                                              "xpushare/run-id": "20261121-101010"}}
+                                                              "xpushare/run-id": "20261121-101010",
+                                                              "xpushare/run-key": run_key("20261121-101010")}}
     verbs = master.verbs()
     # earlier runs' namespaces go (never this run's: a resumed run keeps its namespace), then the run's is made
     # and its default ServiceAccount awaited (pods are refused before it exists)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.leftovers import clean_host, kube_selector, spawn_prefixes
+from xpushare.backends.k8s_names import label_value, run_key
+from xpushare.backends.leftovers import clean_host, kube_selector, older_prefixes, spawn_prefixes
 from xpushare.transport.local import LocalHost
 
 ROOT = REPO_ROOT
@@ -39,21 +41,21 @@ def _spawn(host: LocalHost, name: str) -> int:
 
 def test_clean_host_stops_one_runs_processes_and_keeps_the_others(tmp_path: Path) -> None:
     host = LocalHost(spawn_dir=str(tmp_path / "spawn"))
-    dead = _spawn(host, "xp-r1-FUNC-001-w2")
-    other = _spawn(host, "xp-r2-FUNC-001-w2")
-    (tmp_path / "spawn" / "xp-r1-FUNC-001-sampler").mkdir()
+    dead = _spawn(host, "xp2-r1-FUNC-001-w2")
+    other = _spawn(host, "xp2-r2-FUNC-001-w2")
+    (tmp_path / "spawn" / "xp2-r1-FUNC-001-sampler").mkdir()
     (tmp_path / "spawn" / "unrelated.txt").write_text("x")
     try:
         removed = clean_host(host, "r1")
         assert removed.error is None
-        assert removed.stopped == [f"xp-r1-FUNC-001-w2 (pid {dead})"]
-        assert set(removed.entries) == {"xp-r1-FUNC-001-w2.pid", "xp-r1-FUNC-001-w2.log", "xp-r1-FUNC-001-sampler"}
+        assert removed.stopped == [f"xp2-r1-FUNC-001-w2 (pid {dead})"]
+        assert set(removed.entries) == {"xp2-r1-FUNC-001-w2.pid", "xp2-r1-FUNC-001-w2.log", "xp2-r1-FUNC-001-sampler"}
         assert not _alive(dead) and _alive(other)
         assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [
-            "unrelated.txt", "xp-r2-FUNC-001-w2.log", "xp-r2-FUNC-001-w2.pid"]
+            "unrelated.txt", "xp2-r2-FUNC-001-w2.log", "xp2-r2-FUNC-001-w2.pid"]
         assert clean_host(host, "r1").lines() == ["localhost: nothing left"]  # again: nothing found is fine
     finally:
-        host.stop("xp-r2-FUNC-001-w2")
+        host.stop("xp2-r2-FUNC-001-w2")
 
 
 def test_clean_host_without_a_run_id_keeps_the_live_runs(tmp_path: Path) -> None:
@@ -76,11 +78,37 @@ def test_an_unusable_spawn_dir_is_an_error_not_a_traceback(tmp_path: Path) -> No
 
 
 def test_prefixes_and_selectors() -> None:
-    assert spawn_prefixes("20260215-134501") == ("xp-20260215-134501-",)
-    assert spawn_prefixes("Run_1") == ("xp-Run_1-", "xp-run-1-")  # host backend's, k8s backend's (DNS-1123)
-    assert kube_selector("r1") == "app.kubernetes.io/managed-by=xpushare,xpushare/run-id=r1"
+    assert spawn_prefixes("20260215-134501") == ("xp15-20260215-134501-",)
+    assert spawn_prefixes("Run_1") == ("xp5-Run_1-",)  # both backends' names, as the run id is
+    assert older_prefixes("Run_1") == ("xp-Run_1-", "xp-run-1-")  # earlier versions': only to spare live runs
+    assert kube_selector("r1") == f"app.kubernetes.io/managed-by=xpushare,xpushare/run-key={run_key('r1')}"
     assert kube_selector(None) == "app.kubernetes.io/managed-by=xpushare"
     assert kube_selector(None, ["b", "a"]) == "app.kubernetes.io/managed-by=xpushare,xpushare/run-id notin (a,b)"
+
+
+def test_a_run_id_is_matched_exactly_never_by_prefix(tmp_path: Path) -> None:
+    """``clean --run-id 20261128`` once stopped and removed the workloads of run ``20261128-101824`` too: a run's
+    entries were found by the prefix ``xp-<run id>-``. Names now carry the run id's length."""
+    host = LocalHost(spawn_dir=str(tmp_path / "spawn"))
+    short = _spawn(host, f"{spawn_prefixes('20261128')[0]}5-local-FUNC-003-a1b2c3-w1")
+    longer = _spawn(host, f"{spawn_prefixes('20261128-101824')[0]}5-local-FUNC-003-d4e5f6-w1")
+    try:
+        removed = clean_host(host, "20261128")
+        assert removed.stopped == [f"xp8-20261128-5-local-FUNC-003-a1b2c3-w1 (pid {short})"], removed
+        assert not _alive(short) and _alive(longer)
+        assert all(e.startswith("xp8-20261128-") for e in removed.entries)
+        kept = "xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1"
+        assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [f"{kept}.log", f"{kept}.pid"]
+    finally:
+        host.stop("xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1")
+
+
+def test_kubernetes_objects_of_a_run_are_selected_exactly() -> None:
+    """Two run ids may share a ``xpushare/run-id`` label value (``abc`` and ``abc-``; 64 characters cut to 63):
+    a run's objects are selected by its run key, which they do not share."""
+    for a, b in (("abc", "abc-"), ("x" * 63 + "a", "x" * 63 + "b"), ("20261128", "20261128-101824")):
+        assert kube_selector(a) != kube_selector(b)
+    assert label_value("abc") == label_value("abc-")  # why the run-id label alone is not enough
 
 
 def _invoke(*args: str, env: dict[str, str], root: Path) -> subprocess.CompletedProcess[str]:
@@ -108,13 +136,13 @@ def test_after_sigkill_of_the_tool_clean_removes_what_the_run_left(tmp_path: Pat
     try:
         _check_clean_after_sigkill(tmp_path, env, spawn, pods)
     finally:  # whatever failed above, leave no workload running on this machine
-        for pid_file in [*spawn.glob("xp-k9-*.pid"), *spawn.glob("xp-k9-*.hostpid")]:
+        for pid_file in [*spawn.glob("xp2-k9-*.pid"), *spawn.glob("xp2-k9-*.hostpid")]:
             with contextlib.suppress(ValueError, OSError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def _check_clean_after_sigkill(tmp_path: Path, env: dict[str, str], spawn: Path, pods: Path) -> None:
-    pids = {p.name: int(p.read_text()) for p in [*spawn.glob("xp-k9-*.pid"), *spawn.glob("xp-k9-*.hostpid")]}
+    pids = {p.name: int(p.read_text()) for p in [*spawn.glob("xp2-k9-*.pid"), *spawn.glob("xp2-k9-*.hostpid")]}
     assert any(n.endswith("-func-001-w2.hostpid") for n in pids) and any(n.endswith("-sampler.pid") for n in pids), pids
     # the kill left the workload running (the sampler may or may not outlive the tool; either way clean must
     # leave nothing)
@@ -124,7 +152,8 @@ def _check_clean_after_sigkill(tmp_path: Path, env: dict[str, str], spawn: Path,
 
     res = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert "localhost: stopped: " in res.stdout and "xp-k9-local-FUNC-001-func-001-w2" in res.stdout
+    assert "localhost: stopped: " in res.stdout
+    assert re.search(r"xp2-k9-5-local-FUNC-001-[0-9a-f]{6}-func-001-w2", res.stdout), res.stdout
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -147,7 +176,7 @@ def test_a_pid_reused_since_the_crash_is_left_running(tmp_path: Path) -> None:
     spawn = tmp_path / "spawn"
     spawn.mkdir()
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    pid_file = spawn / "xp-r1-FUNC-001-w2.pid"
+    pid_file = spawn / "xp2-r1-FUNC-001-w2.pid"
     pid_file.write_text(f"{stranger.pid}\n")
     an_hour_ago = time.time() - 3600
     os.utime(pid_file, (an_hour_ago, an_hour_ago))
@@ -155,7 +184,7 @@ def test_a_pid_reused_since_the_crash_is_left_running(tmp_path: Path) -> None:
     try:
         removed = clean_host(host, "r1")
         assert removed.error is None and removed.stopped == []
-        assert removed.spared == [f"xp-r1-FUNC-001-w2 (pid {stranger.pid})"]
+        assert removed.spared == [f"xp2-r1-FUNC-001-w2 (pid {stranger.pid})"]
         assert "left running (pid reused by another process)" in "\n".join(removed.lines())
         assert _alive(stranger.pid)
         assert not pid_file.exists()  # the run's record is gone: a second clean finds nothing
@@ -170,12 +199,12 @@ def test_one_clean_removes_what_dying_wrappers_write_after_the_listing(tmp_path:
     dir: one ``clean`` still leaves nothing (it needed three passes)."""
     spawn = tmp_path / "spawn"
     host = LocalHost(spawn_dir=str(spawn))
-    script = ('trap \'date > xp-r9-FUNC-001-w2.end; echo 143 > xp-r9-FUNC-001-w2.rc; exit 143\' TERM; '
+    script = ('trap \'date > xp2-r9-FUNC-001-w2.end; echo 143 > xp2-r9-FUNC-001-w2.rc; exit 143\' TERM; '
               'sleep 300 & wait')
-    pid = host.spawn("xp-r9-FUNC-001-w2", ["sh", "-c", script]).pid
+    pid = host.spawn("xp2-r9-FUNC-001-w2", ["sh", "-c", script]).pid
     time.sleep(0.3)  # the trap is set
     removed = clean_host(host, "r9")
-    assert removed.error is None and removed.stopped == [f"xp-r9-FUNC-001-w2 (pid {pid})"]
-    assert "xp-r9-FUNC-001-w2.rc" in removed.entries
+    assert removed.error is None and removed.stopped == [f"xp2-r9-FUNC-001-w2 (pid {pid})"]
+    assert "xp2-r9-FUNC-001-w2.rc" in removed.entries
     assert list(spawn.iterdir()) == []
     assert clean_host(host, "r9").lines() == ["localhost: nothing left"]

@@ -27,7 +27,7 @@ import pytest
 from tests.paths import REPO_ROOT
 from tests.unit.judge.test_metrics import GIB, page
 from tests.unit.metrics_check.test_metrics_check import IDLE, UUID
-from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.backends.base import CaseContext, PodRecord, PodSpec
 from xpushare.backends.k8s import K8sBackend
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
@@ -160,6 +160,7 @@ class FakeK8sBackend:
         self.params = {"metrics_port": port}
         self.node_host = {NODE: NODE}
         self.run_id = "unit"
+        self.case: CaseContext | None = None
         self.kubectl = FakeKubectl([SchedPod("xpushare-scheduler-abc", NODE, "127.0.0.1")])
         self.phase = phase
         self.specs: list[PodSpec] = []
@@ -213,6 +214,7 @@ class FakeHostBackend:
     def __init__(self) -> None:
         self.hosts = {"localhost": LocalHost()}
         self.run_id = "unit"
+        self.case: CaseContext | None = None
 
     def pod_namespace(self, tenant: str | None = None) -> str | None:
         return None
@@ -356,7 +358,10 @@ def test_scrape_loop_is_fixed_rate_and_stops_on_request(tmp_path: Path) -> None:
 
 
 def test_spawn_names_are_safe() -> None:
-    assert spawn_name(FakeHostBackend(), "MET-006", "dmon") == "xp-unit-met-006-dmon"  # type: ignore[arg-type]
+    backend = FakeHostBackend()
+    assert spawn_name(backend, "MET-006", "dmon") == "xp4-unit-met-006-dmon"  # type: ignore[arg-type]
+    backend.case = CaseContext(Path("."), "MET-006", attempt="a1b2c3")  # each attempt: its own names
+    assert spawn_name(backend, "MET-006", "dmon") == "xp4-unit-met-006-a1b2c3-dmon"  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------- host mode
