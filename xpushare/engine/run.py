@@ -44,6 +44,7 @@ from xpushare.engine.progress import Progress
 from xpushare.engine.repeat import run_repeated
 from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model import atomic_file
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HostUnreachable, RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
@@ -267,7 +268,7 @@ class Run:
                 self._note_unreached(cluster, found.get(cluster.name) or [])
                 if renewal is None:
                     self.cut_off[cluster.name] = found[cluster.name][-1]
-            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_file.claim_tree(self.dir)  # no link below it is written through (docs/reliability.md)
             status = hooks.before_cases(self)
             if status is not None:
                 return status
