@@ -67,6 +67,12 @@ class UnsafePath(OSError):
     def __init__(self, code: int, why: str, path: str | os.PathLike[str]) -> None:
         super().__init__(code, why, os.fspath(path))
 
+    def describe(self, shown: str | os.PathLike[str]) -> str:
+        """Why, for a message that already names ``shown``: the refused path added only when it is another one
+        (a linked folder above the file)."""
+        same = os.path.abspath(self.filename) == os.path.abspath(shown)
+        return str(self.strerror) if same else f"{self.strerror}: {self.filename}"
+
 
 def claim_tree(path: str | os.PathLike[str]) -> Path:
     """Declare ``path`` (a directory, created if missing) a tree the tool owns for the rest of the process: every

@@ -99,7 +99,7 @@ class LocalHost(Host):
         try:
             replaced = atomic_file.copy_file(local, target)
         except OSError as exc:
-            raise TransportError(self.name, f"put {local} -> {target}: {_why(exc)}") from None
+            raise TransportError(self.name, f"put {local} -> {target}: {_why(exc, target)}") from None
         return Copied(str(target), replaced)
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> Copied:
@@ -108,15 +108,14 @@ class LocalHost(Host):
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.strerror}") from None
         except OSError as exc:
-            raise TransportError(self.name, f"get {remote} -> {local}: {_why(exc)}") from None
+            raise TransportError(self.name, f"get {remote} -> {local}: {_why(exc, local)}") from None
         return Copied(str(local), replaced)
 
 
-def _why(exc: OSError) -> str:
-    """``strerror``, with the path it names when that is not the one the caller already shows (a link found in a
-    directory component)."""
+def _why(exc: OSError, shown: str | os.PathLike[str]) -> str:
+    """``strerror``, with the refused path when it is not ``shown`` (a link found in a folder above it)."""
     if isinstance(exc, atomic_file.UnsafePath):
-        return f"{exc.strerror} ({exc.filename})"
+        return exc.describe(shown)
     return exc.strerror or str(exc)
 
 

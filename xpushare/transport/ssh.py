@@ -413,7 +413,7 @@ class SshHost(Host):
                 conn.get(remote, w.fh)
             return Copied(str(local), w.replaced)
         except atomic_file.UnsafePath as exc:
-            raise TransportError(self.name, f"get {remote} -> {local}: {exc.strerror} ({exc.filename})") from None
+            raise TransportError(self.name, f"get {remote} -> {local}: {exc.describe(local)}") from None
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc}") from None
         except (EOFError, paramiko.SSHException) as exc:
@@ -431,7 +431,7 @@ class SshHost(Host):
                 exec_copy.exec_get_into(conn.client.get_transport(), remote, w.fh)  # type: ignore[arg-type]
             return Copied(str(local), w.replaced)
         except atomic_file.UnsafePath as exc:
-            raise TransportError(self.name, f"get {remote} -> {local}: {exc.strerror} ({exc.filename})") from None
+            raise TransportError(self.name, f"get {remote} -> {local}: {exc.describe(local)}") from None
         except exec_copy.ExecCopyError as exc:
             if "No such file" in exc.stderr:
                 raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.stderr.strip()}") from None
