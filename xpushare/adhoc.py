@@ -20,11 +20,12 @@ from tabulate import tabulate
 from xpushare.evidence.facts import HostFacts, facts_argv, parse_facts
 from xpushare.inventory.schema import ROLES, ClusterSpec, HostSpec
 from xpushare.inventory.selection import fold
-from xpushare.model.errors import CommandTimeout, ConnectionLost, TransportError, UsageError
+from xpushare.model import atomic_file
+from xpushare.model.errors import CommandTimeout, ConnectionLost, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import output
 from xpushare.transport import interrupt
-from xpushare.transport.base import CommandResult, Host
+from xpushare.transport.base import CommandResult, Copied, Host
 from xpushare.transport.fanout import HostOutcome, fan_out
 from xpushare.transport.hosts import connect
 from xpushare.transport.ssh import SshHost
@@ -300,29 +301,32 @@ def _ping_record(o: HostOutcome[tuple[float, float, HostFacts]], master: bool) -
             "kubectl_server": f.kubectl_server if master else None}
 
 
-def copy_records(outcomes: Sequence[HostOutcome[str]]) -> list[dict[str, Any]]:
+def copy_records(outcomes: Sequence[HostOutcome[Copied]]) -> list[dict[str, Any]]:
     """One record per host of a ``put``/``get``: ``{"host", "status": ok | UNREACHABLE | ERROR, "path" (the copy's
-    path, remote for put, local for get; null on failure), "error" (why, one line; null when ok)}``."""
+    path, remote for put, local for get; null on failure), "replaced" (true when a file was there and was replaced;
+    null on failure), "error" (why, one line; null when ok)}``."""
     return [{"host": o.host, "status": "ok" if o.error is None else "UNREACHABLE" if o.unreachable else "ERROR",
-             "path": o.value if o.error is None else None,
+             "path": o.value.path if o.error is None and o.value is not None else None,
+             "replaced": bool(o.value.replaced) if o.error is None and o.value is not None else None,
              "error": None if o.error is None else _status_of_error(str(o.error))} for o in outcomes]
 
 
-def _copy_report(outcomes: Sequence[HostOutcome[str]], out: TextIO, fmt: str = "table") -> ExitStatus:
-    """``fmt`` table: one line per host, ``host: ok  PATH`` or ``host: UNREACHABLE|ERROR: why``; json or yaml: the
-    :func:`copy_records` alone. Returns the exit status of :func:`exit_status_of` (3 a host unreachable, 1 a copy
-    failed)."""
+def _copy_report(outcomes: Sequence[HostOutcome[Copied]], out: TextIO, fmt: str = "table") -> ExitStatus:
+    """``fmt`` table: one line per host, ``host: ok  PATH``, ``host: ok  PATH (replaced the file there)`` or
+    ``host: UNREACHABLE|ERROR: why``; json or yaml: the :func:`copy_records` alone. Returns the exit status of
+    :func:`exit_status_of` (3 a host unreachable, 1 a copy failed)."""
     records = copy_records(outcomes)
     if fmt != "table":
         print(output.render(records, fmt), file=out)
     else:
         for r in records:
-            print(f"{r['host']}: ok  {r['path']}" if r["error"] is None
+            done = f"{r['host']}: ok  {r['path']}" + ("  (replaced the file there)" if r["replaced"] else "")
+            print(done if r["error"] is None
                   else f"{r['host']}: {r['status']}: {r['error']}", file=out)
     return exit_status_of(outcomes, [False] * len(outcomes))
 
 
-def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], str], forks: int) -> list[HostOutcome[str]]:
+def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], Copied], forks: int) -> list[HostOutcome[Copied]]:
     """Connect to every host, run ``copy`` on each in parallel (:func:`fan_out`), close the connections."""
     conns = [connect(h) for h in hosts]
     try:
@@ -334,8 +338,10 @@ def _copy_on_each(hosts: Sequence[HostSpec], copy: Callable[[Host], str], forks:
 
 def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out: TextIO,
               fmt: str = "table") -> ExitStatus:
-    """Copy the local file ``src`` to ``dest`` on every host in parallel (``dest`` ending in ``/``: a directory,
-    the file keeps its name; its directory is created). Relative remote paths start in the login directory.
+    """Copy the local file ``src`` to ``dest`` on every host in parallel, as ``scp`` does (``dest`` ending in ``/``
+    or naming an existing directory: the file keeps its name in it; its directory is created; a file there is
+    replaced and the host's line says so; a link at the target is refused: :meth:`Host.put`). Relative remote
+    paths start in the login directory.
     ``fmt``: table (a line per host) | json | yaml (:func:`copy_records`), on ``out``.
 
     Raises :class:`UsageError` when ``src`` is not a readable file (before any host is touched).
@@ -344,9 +350,8 @@ def put_files(hosts: Sequence[HostSpec], src: str, dest: str, *, forks: int, out
     if not source.is_file() or not os.access(source, os.R_OK):
         raise UsageError(f"put: {src}: no such readable file (put copies one file)")
     target = dest + source.name if dest.endswith("/") else dest
-    def one(host: Host) -> str:
-        host.put(source, target)
-        return target
+    def one(host: Host) -> Copied:
+        return host.put(source, target)
 
     return _copy_report(_copy_on_each(hosts, one, forks), out, fmt)
 
@@ -359,22 +364,28 @@ def local_copy_path(local_dir: str, host: str, remote: str) -> Path:
     return Path(local_dir).expanduser() / host / PurePosixPath(remote).name
 
 
+def _owned_part(local_dir: str) -> Path:
+    """The folder ``get`` fills: ``local_dir``, or its folders before the first part holding ``{host}``."""
+    path = Path(local_dir).expanduser()
+    if "{host}" not in local_dir:
+        return path
+    parts = path.parts
+    first = next(i for i, part in enumerate(parts) if "{host}" in part)
+    return Path(*parts[:first]) if first else Path(".")
+
+
 def get_files(hosts: Sequence[HostSpec], remote: str, local_dir: str, *, forks: int, out: TextIO,
               fmt: str = "table") -> ExitStatus:
-    """Copy ``remote`` from every host in parallel to a per-host local path (:func:`local_copy_path`); a failed
-    copy leaves no partial file. ``fmt``: as for :func:`put_files`. Raises :class:`UsageError` for a remote path
-    naming no file."""
+    """Copy ``remote`` from every host in parallel to a per-host local path (:func:`local_copy_path`) through the
+    one local write path (:mod:`xpushare.model.atomic_file`): a failed copy leaves no partial file; a file there
+    is replaced and the host's line says so; a link at the path, or a linked folder between ``local_dir`` and
+    the file (``<host>/``), is refused for that host, never written through. ``fmt``: as for
+    :func:`put_files`. Raises :class:`UsageError` for a remote path naming no file."""
     if PurePosixPath(remote).name in ("", ".", "..") or remote.endswith(("/", "/.", "/..")):
         raise UsageError(f"get: {remote!r}: give the remote file's path, not a directory")
-    def one(host: Host) -> str:
-        path = local_copy_path(local_dir, host.name, remote)
-        existed = path.exists()
-        try:
-            host.get(remote, path)
-        except TransportError:
-            if not existed:
-                path.unlink(missing_ok=True)  # sftp opens the local file before it finds the remote one missing
-            raise
-        return str(path)
+    atomic_file.claim_tree(_owned_part(local_dir))
+
+    def one(host: Host) -> Copied:
+        return host.get(remote, local_copy_path(local_dir, host.name, remote))
 
     return _copy_report(_copy_on_each(hosts, one, forks), out, fmt)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xpushare.model.atomic_file import open_append
 from xpushare.model.errors import HarvestIncomplete, RemoteNotFound, XpushareError
 from xpushare.transport.kube_errors import KubeNotFound
 
@@ -21,7 +22,7 @@ HARVEST_ERRORS = "harvest-errors.txt"
 
 def note(case_dir: Path, message: str) -> None:
     """Append one line to the case's ``harvest-errors.txt``."""
-    with (case_dir / HARVEST_ERRORS).open("a", encoding="utf-8") as fh:
+    with open_append(case_dir / HARVEST_ERRORS) as fh:
         fh.write(message + "\n")
 
 

@@ -67,7 +67,7 @@ def node_evidence(case_dir: Path, name: str, host: Host, case_prefix: str, fault
     what = f"node {name}"
     try:
         smi = host.run(NVIDIA_SMI, timeout=60)
-        (case_dir / f"remote_{name}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
+        atomic_write_text(case_dir / f"remote_{name}_nvidia_smi.txt", smi.stdout + smi.stderr)
         files.append(f"remote_{name}_nvidia_smi.txt")
     except TransportError as exc:
         fault(case_dir, f"{what}: nvidia-smi", exc, faults)

@@ -16,6 +16,7 @@ from xpushare.backends.base import SchedulerFacts, SchedulerRestart
 from xpushare.evidence.scrape_capture import curl_capture_argv
 from xpushare.evidence.store import SCHEDULER_NODE_FILE
 from xpushare.inventory.schema import SchedulerSpec
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 
@@ -59,12 +60,12 @@ class HostScheduler:
                 except TransportError as exc:
                     harvest_faults.fault(case_dir, f"scheduler {path}", exc, faults)
                     continue
-                (case_dir / local).write_text(res.stdout + res.stderr, encoding="utf-8")
+                atomic_write_text(case_dir / local, res.stdout + res.stderr)
                 files.append(local)
         if self.settings.log_file:
             try:
-                (case_dir / "scheduler.log").write_text(self.read_log(log_offset or 0), encoding="utf-8")
-                (case_dir / SCHEDULER_NODE_FILE).write_text(self.name + "\n", encoding="utf-8")
+                atomic_write_text(case_dir / "scheduler.log", self.read_log(log_offset or 0))
+                atomic_write_text(case_dir / SCHEDULER_NODE_FILE, self.name + "\n")
                 files += ["scheduler.log", SCHEDULER_NODE_FILE]
             except TransportError as exc:
                 harvest_faults.fault(case_dir, "scheduler log", exc, faults)
@@ -112,4 +113,4 @@ class HostScheduler:
         """Bytes ``start`` to ``size`` of the scheduler log into ``path`` (``log_file`` must be set)."""
         res = self.host.run(["sh", "-c", 'tail -c "+$1" "$2" | head -c "$3"', "sh", str(start + 1),
                              str(self.settings.log_file), str(size - start)], timeout=120)
-        path.write_text(res.stdout, encoding="utf-8")
+        atomic_write_text(path, res.stdout)

@@ -67,6 +67,7 @@ from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
 from xpushare.evidence.store import pod_key
 from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
+from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
 from xpushare.model.unreached import Unreached
@@ -541,7 +542,7 @@ class K8sBackend(Backend, KubeAccess):
             self.pods.append(spec)
             docs.append(self.render_pod(spec))
         text = dump_manifests(*docs)
-        (case_dir / "manifests.yaml").write_text(text, encoding="utf-8")
+        atomic_write_text(case_dir / "manifests.yaml", text)
         # every pod names its namespace (tenants' differ): kubectl refuses an explicit -n one of them differs from
         self.kubectl.apply(text, namespace=None)
 
@@ -618,7 +619,7 @@ class K8sBackend(Backend, KubeAccess):
         full = {keys.get(k, k): v for k, v in annotations.items()}
         when = time.time()
         self.kubectl.annotate(dns1123(pod), full)
-        with (case_dir / "annotations.jsonl").open("a", encoding="utf-8") as fh:
+        with open_append(case_dir / "annotations.jsonl") as fh:
             fh.write(json.dumps({"time": when, "pod": dns1123(pod), "annotations": full}) + "\n")
         return when
 
@@ -633,7 +634,7 @@ class K8sBackend(Backend, KubeAccess):
         body = self.curl_scheduler(node, "/metrics")
         if body is None:
             return None
-        (case_dir / name).write_text(body, encoding="utf-8")
+        atomic_write_text(case_dir / name, body)
         return name
 
     def _case_nodes(self) -> list[str]:
@@ -677,7 +678,7 @@ class K8sBackend(Backend, KubeAccess):
                     if (rec.namespace or self.namespace) == ns and rec.name in logs and rec.log:
                         path = case_dir / rec.log
                         path.parent.mkdir(parents=True, exist_ok=True)
-                        path.write_text(logs[rec.name], encoding="utf-8")
+                        atomic_write_text(path, logs[rec.name])
                         files.append(rec.log)
         except XpushareError as exc:
             harvest_faults.fault(case_dir, "pods", exc, faults)

@@ -19,6 +19,7 @@ from xpushare.backends import scheduler_proc as scheduler_proc_mod
 from xpushare.backends.base import KubeAccess
 from xpushare.backends.harvest_faults import fault, note
 from xpushare.inventory.sut import SutNames
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host
 from xpushare.transport.kubectl import Kubectl
@@ -42,7 +43,7 @@ def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kube
         try:
             text = kubectl.logs(selector=names.scheduler_label, since_time=since, prefix=True,
                                 namespace=names.namespace)
-            (case_dir / "scheduler.log").write_text(text, encoding="utf-8")
+            atomic_write_text(case_dir / "scheduler.log", text)
         except XpushareError as exc:
             fault(case_dir, "scheduler log", exc, faults)
     if (case_dir / "scheduler.log").exists():
@@ -50,7 +51,7 @@ def scheduler_logs(case_dir: Path, master: Host, stream_name: str, kubectl: Kube
     try:
         dp = kubectl.logs(selector=names.device_plugin_label, since_time=since, prefix=True,
                           namespace=names.namespace)
-        (case_dir / "device-plugin.log").write_text(dp, encoding="utf-8")
+        atomic_write_text(case_dir / "device-plugin.log", dp)
         files.append("device-plugin.log")
     except XpushareError as exc:
         fault(case_dir, "device-plugin log", exc, faults)
@@ -71,7 +72,7 @@ def node_evidence(case_dir: Path, kube: KubeAccess, nodes: list[str], names: Sut
         for path, name in (("/metrics", f"metrics{suffix}.txt"), ("/healthz", f"metrics_health{suffix}.txt")):
             body = kube.curl_scheduler(node, path, sched)
             if body is not None:
-                (case_dir / name).write_text(body, encoding="utf-8")
+                atomic_write_text(case_dir / name, body)
                 files.append(name)
         host_name = kube.host_for_node(node)
         if host_name is None:
@@ -82,7 +83,7 @@ def node_evidence(case_dir: Path, kube: KubeAccess, nodes: list[str], names: Sut
         if host_name in smi_hosts:
             try:
                 smi = host.run(smi_argv(host_name), timeout=60)
-                (case_dir / f"remote_{node}_nvidia_smi.txt").write_text(smi.stdout + smi.stderr, encoding="utf-8")
+                atomic_write_text(case_dir / f"remote_{node}_nvidia_smi.txt", smi.stdout + smi.stderr)
                 files.append(f"remote_{node}_nvidia_smi.txt")
                 log = host.stop(dmon_spawn(host_name))
                 host.get(log, case_dir / f"remote_{node}_dmon.txt")
@@ -110,5 +111,5 @@ def cluster_snapshot(case_dir: Path, kubectl: Kubectl, faults: list[str]) -> lis
     except XpushareError as exc:
         fault(case_dir, "cluster snapshot", exc, faults)
         return []
-    (case_dir / "cluster_snapshot.txt").write_text(snap, encoding="utf-8")
+    atomic_write_text(case_dir / "cluster_snapshot.txt", snap)
     return ["cluster_snapshot.txt"]

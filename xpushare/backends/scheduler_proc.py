@@ -20,6 +20,7 @@ from pathlib import Path
 from xpushare.backends.base import SchedulerProcess
 from xpushare.collect import procstat
 from xpushare.evidence.scrape_capture import CODE_TRAILER, split_trailer
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.transport.base import Host
 
 __all__ = ["ProcOutput", "argv", "parse", "pattern", "store_status"]
@@ -68,10 +69,10 @@ def store_status(case_dir: Path, host: Host, binary: str, suffix: str = "") -> s
     res = host.run(["pgrep", "-o", "-f", pattern(binary)], timeout=30)
     pid = res.stdout.strip()
     if not res.ok or not pid.isdigit():
-        (case_dir / name).write_text("SCHEDULER_ALIVE=0\n", encoding="utf-8")
+        atomic_write_text(case_dir / name, "SCHEDULER_ALIVE=0\n")
         return name
     status = host.run(procstat.command(int(pid)), timeout=30)
-    (case_dir / name).write_text(f"SCHEDULER_ALIVE=1\nPID={pid}\n{status.stdout}", encoding="utf-8")
+    atomic_write_text(case_dir / name, f"SCHEDULER_ALIVE=1\nPID={pid}\n{status.stdout}")
     return name
 
 

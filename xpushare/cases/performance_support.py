@@ -22,6 +22,7 @@ from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
+from xpushare.model.atomic_file import open_append
 from xpushare.model.errors import XpushareError
 from xpushare.model.verdict import Verdict
 from xpushare.report import plots
@@ -203,7 +204,7 @@ def scrape_once(run: CaseRun, name: str, index: str) -> dict[str, Any]:
     kube = run.backend.kubernetes()
     got = kube.scrape_metrics(name) if kube is not None else None
     rec = {"t0": t0, "t1": time.time(), "file": got}
-    with (run.case_dir / index).open("a", encoding="utf-8") as fh:
+    with open_append(run.case_dir / index) as fh:
         fh.write(json.dumps(rec) + "\n")
     return rec
 

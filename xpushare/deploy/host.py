@@ -27,10 +27,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from xpushare.data import workloads_dir
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model.atomic_file import atomic_write_bytes, atomic_write_text
 from xpushare.model.errors import TransportError, UsageError
 from xpushare.model.gpu_faults import DEFAULT_STATE_DIR, deployed_shim
 from xpushare.transport.base import Host
@@ -175,10 +177,12 @@ def source_tarball(src: Path, dest_dir: Path) -> Path:
         name = Path(info.name).name
         return None if name == ".git" or name.endswith((".o", ".so")) else info
 
-    with tarfile.open(out, "w:gz") as tar:
-        for child in sorted(src.iterdir()):
-            tar.add(child, arcname=child.name, filter=keep)
-    return out
+    def write(fh: BinaryIO) -> None:
+        with tarfile.open(fileobj=fh, mode="w:gz") as tar:
+            for child in sorted(src.iterdir()):
+                tar.add(child, arcname=child.name, filter=keep)
+
+    return atomic_write_bytes(out, write)
 
 
 def build_and_install(host: Host, layout: HostSutLayout, tarball: Path) -> None:
@@ -313,7 +317,7 @@ def start(host: Host, layout: HostSutLayout) -> str:
     if manager == "systemd":
         with tempfile.TemporaryDirectory() as tmp:
             unit = Path(tmp) / f"{UNIT}.service"
-            unit.write_text(unit_text(layout))
+            atomic_write_text(unit, unit_text(layout))
             host.put(unit, f"/etc/systemd/system/{UNIT}.service")
         res = host.run(["sh", "-c", 'systemctl daemon-reload && systemctl enable --now "$1"', "sh", UNIT], timeout=60)
     else:

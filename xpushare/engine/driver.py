@@ -28,6 +28,7 @@ from xpushare.engine.progress import expected_line
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for, first_line
 from xpushare.inventory import schema
 from xpushare.inventory.schema import MODE_HOST, MODE_K8S, ClusterSpec
+from xpushare.model import atomic_file
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
@@ -301,6 +302,7 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
         raise UsageError(str(exc)) from None
     # its cases' records are still being written: a re-judgment now would race the run and lose one or the other
     run_lock.refuse_live(run_dir, what="it is not re-judged", force_hint=False)
+    atomic_file.claim_tree(run_dir)  # no link planted in the stored run is written through
     values = parse_overrides(overrides)
     meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)

@@ -26,6 +26,7 @@ from xpushare.inventory.schema import ClusterSpec, is_kubernetes_mode
 from xpushare.judge.gpu_faults import with_gpu_fault_check
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
+from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.premises import PREMISES, ClusterFacts, unmet, unmet_before
@@ -150,7 +151,7 @@ def run_case(
             error = str(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            (case_dir / "harness-traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
+            atomic_write_text(case_dir / "harness-traceback.txt", traceback.format_exc())
         finally:
             if error is not None:
                 events.emit("error", step="act", message=error)
@@ -281,7 +282,7 @@ def _note_error(case_dir: Path, line: str) -> None:
     """Append to the case's ``harvest-errors.txt``; a run directory that cannot take it (full) loses only the
     note, never the cleanup that follows."""
     try:
-        with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+        with open_append(case_dir / "harvest-errors.txt") as fh:
             fh.write(line + "\n")
     except OSError:
         pass

@@ -44,6 +44,7 @@ from xpushare.engine.progress import Progress
 from xpushare.engine.repeat import run_repeated
 from xpushare.evidence import events
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model import atomic_file
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HostUnreachable, RunDirectoryFull, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
@@ -269,6 +270,7 @@ class Run:
                 if renewal is None:
                     self.cut_off[cluster.name] = found[cluster.name][-1]
             self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_file.claim_tree(self.dir)  # no link below it is written through (docs/reliability.md)
             holder = next((r.holder for r in renewals if r is not None), None) or lease.new_holder(self.id)
             # the run directory's lock: `invoke judge`, `report`, `diff` refuse a live run (report/run_lock.py)
             with run_lock.holding(self.dir, holder):

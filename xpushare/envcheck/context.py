@@ -19,6 +19,7 @@ from xpushare.envcheck import checks, fleet, node_health
 from xpushare.envcheck.nominal import lookup
 from xpushare.envcheck.params import EnvcheckParams
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.model import atomic_file
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts
@@ -70,6 +71,7 @@ class RunContext:
         self.out = out
         self.started = now_utc()
         self._lock = threading.Lock()
+        self._claimed = False
 
     def log(self, message: str) -> None:
         with self._lock:
@@ -79,7 +81,15 @@ class RunContext:
         return self.base / safe_name(self.cluster.name) / safe_name(node)
 
     def write(self, node: str, name: str, text: str) -> Path:
+        self.claim()
         return artifacts.atomic_write_text(self.node_dir(node) / name, text)
+
+    def claim(self) -> Path:
+        """The run's directory, made a tree the tool owns (no link below it is written through); once."""
+        if not self._claimed:
+            atomic_file.claim_tree(self.base.parent)
+            self._claimed = True
+        return self.base
 
     # -- node-side argv ------------------------------------------------------------------------------
 
@@ -186,7 +196,7 @@ def finish(ctx: RunContext, raws: Sequence[NodeRaw], cross: Verdict | None, note
                  "their figures say nothing about GPUs."]
     result = fleet.FleetResult(ctx.run_id, ctx.cluster.name, ctx.mode, ctx.started, now_utc(), nodes, table,
                                cross, params=ctx.params.to_dict() | {"skip_gpu": ctx.skip_gpu}, notes=list(notes))
-    md, js = fleet.write_report(result, ctx.base)
+    md, js = fleet.write_report(result, ctx.claim())
     width = max((len(n.node) for n in nodes), default=4)
     ctx.log("")
     for n in nodes:

@@ -286,7 +286,6 @@ def _bw_table(v: Verdict) -> str:
 
 def write_report(result: FleetResult, out_dir: Path) -> tuple[Path, Path]:
     """Write ``fleet-report.md`` and ``fleet.json`` into ``out_dir`` (atomically); return both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     md = atomic_write_text(out_dir / REPORT_MD, render_markdown(result))
     js = atomic_write_text(out_dir / REPORT_JSON, json.dumps(result.to_dict(), indent=2, sort_keys=False,
                                                                default=str) + "\n")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from xpushare.backends.base import PodRecord
+from xpushare.model.atomic_file import open_append
 
 __all__ = ["EVENTS", "FILE_NAME", "EventWriter", "case", "cluster", "emit", "pod_phases", "read", "recording"]
 
@@ -50,7 +51,7 @@ class EventWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: TextIO = path.open("a", encoding="utf-8")
+        self._fh: TextIO = open_append(path)
         self._lock = threading.Lock()
 
     def emit(self, event: str, **fields: Any) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xpushare.collect.nvidia_smi import compute_apps_command, parse_compute_apps
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError
 from xpushare.model.verdict import Check
 from xpushare.transport.base import Host
@@ -51,7 +52,7 @@ def capture(hosts: Mapping[str, Host], case_dir: Path, tag: str, timeout_s: floa
             doc[name] = {"exit": None, "output": str(exc)}
     path = case_dir / file_name(tag)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
     return file_name(tag)
 
 

@@ -37,6 +37,7 @@ from xpushare.evidence.http_fetch import FetchError, TimedFetch, timed, timed_cu
 from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
+from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.base import Host, env_argv
 from xpushare.transport.hosts import connect
@@ -96,7 +97,7 @@ class ScrapeTarget:
     def capture(self, case_dir: Path, path: str, name: str) -> ScrapeRecord:
         """GET ``path`` and write it to ``case_dir/name`` in the capture format (:func:`capture_text`)."""
         record, ctype = self.get(path)
-        (case_dir / name).write_text(capture_text(record, ctype), encoding="utf-8")
+        atomic_write_text(case_dir / name, capture_text(record, ctype))
         return record
 
     def describe(self) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def scrape_loop(target: ScrapeTarget, out: Path, *, interval_s: float, duration_
     records: list[ScrapeRecord] = []
     t0 = target.clock()
     k = 0
-    with out.open("a", encoding="utf-8") as fh:
+    with open_append(out) as fh:
         while True:
             due = t0 + k * interval_s
             if due - t0 > duration_s + 1e-9:
@@ -369,5 +370,5 @@ def stamped_log_capture(host: Host, name: str, python: str, path: str, log_to: s
 
 
 def _note(case_dir: Path, message: str) -> None:
-    with (case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+    with open_append(case_dir / "harvest-errors.txt") as fh:
         fh.write(message + "\n")

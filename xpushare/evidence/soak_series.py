@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from xpushare.model.atomic_file import open_append, writing
+
 __all__ = [
     "METRICS_FIELDS",
     "SAMPLE_FIELDS",
@@ -118,14 +120,13 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 def gzip_file(path: Path, target: Path | None = None, *, remove: bool = True) -> Path:
     """Compress ``path`` to ``target`` (default ``<path>.gz``), streaming; remove the original."""
     target = target or path.with_name(path.name + ".gz")
-    tmp = target.with_name(target.name + ".tmp")
-    with path.open("rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+    with path.open("rb") as src, writing(target, binary=True) as w, \
+            gzip.GzipFile(fileobj=w.fh, mode="wb", compresslevel=6) as dst:  # type: ignore[arg-type]
         while True:
             chunk = src.read(1 << 20)
             if not chunk:
                 break
             dst.write(chunk)
-    os.replace(tmp, target)
     if remove:
         path.unlink()
     return target
@@ -146,7 +147,7 @@ class Appender:
 
     def _open(self) -> IO[str]:
         if self._fh is None:
-            self._fh = self.path.open("a", encoding="utf-8", newline="")
+            self._fh = open_append(self.path)
             self._size = self.path.stat().st_size
             if self._size == 0:
                 self._on_new_part(self._fh)

@@ -20,6 +20,7 @@ from xpushare.collect import nvidia_smi
 from xpushare.judge.quantity import parse_quantity
 from xpushare.legacy import tables
 from xpushare.legacy.backend import BASELINE_WORKLOADS, W2, PodExtra, legacy_backend
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import STUCK_REASONS
@@ -159,7 +160,7 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
         except TransportError as exc:
             _say(f"warning: nvidia-smi -L on {host}: {exc}")
             continue
-        (run.case_dir / f"nvidia_smi_L_{node}.txt").write_text(res.stdout, encoding="utf-8")
+        atomic_write_text(run.case_dir / f"nvidia_smi_L_{node}.txt", res.stdout)
 
 
 def _annotate(run: CaseRun, pod: str, key: str, value: str | None) -> float:

@@ -4,7 +4,6 @@ and the scenario's closing report with the legacy tables (:mod:`xpushare.legacy.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.legacy import judgments, tables
 from xpushare.legacy.compare import BOUND
+from xpushare.model.atomic_file import atomic_write_text, copy_file
 
 if TYPE_CHECKING:
     from xpushare.legacy.scenarios import Scenario
@@ -27,7 +27,7 @@ def post_process(sc: Scenario, case_dir: Path, record: Mapping[str, Any], params
     if sc.name == "complex2" and (case_dir / "scheduler.log").exists():
         suffix = str(params.get("legacy_log_suffix") or "")
         if suffix:
-            shutil.copyfile(case_dir / "scheduler.log", case_dir / f"scheduler{suffix}.log")
+            copy_file(case_dir / "scheduler.log", case_dir / f"scheduler{suffix}.log")
     if sc.name == "baseline":
         write_baseline_file(case_dir, record, cluster)
 
@@ -51,7 +51,7 @@ def write_baseline_file(case_dir: Path, record: Mapping[str, Any], cluster: Clus
            "gpu_model": cluster.gpu_model, "cluster": cluster.name, "source": f"run {record.get('run_id')}",
            "unit": "seconds (container start to finish)", "workloads": workloads}
     path = case_dir / "baseline.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
     return path
 
 

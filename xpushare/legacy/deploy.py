@@ -53,6 +53,7 @@ from xpushare.legacy.deploy_render import (
     render_scheduler,
 )
 from xpushare.legacy.deploy_sync import StepFailed, StepSkipped, auto_commit, git_tag, sync_source
+from xpushare.model.atomic_file import atomic_write_text, claim_tree, make_dirs
 from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
@@ -213,7 +214,8 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out_dir = artifacts.run_dir(req.root, run_id) / cluster.name / "deploy"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_tree(artifacts.run_dir(req.root, run_id))
+    make_dirs(out_dir)
     remote_dir = str(params["deploy_remote_dir"])
     excludes = [str(e) for e in params["deploy_excludes"] or ()]
     pipe = Pipeline(out)
@@ -250,8 +252,8 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
         t0 = time.monotonic()
         res = host().run(["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", remote_dir, *make],
                          timeout=float(params["deploy_make_timeout_s"]))
-        (out_dir / "build.log").write_text(f"$ cd {remote_dir} && {shlex.join(make)}\n{res.stdout}{res.stderr}"
-                                           f"\nexit {res.exit_code}\n", encoding="utf-8")
+        atomic_write_text(out_dir / "build.log", f"$ cd {remote_dir} && {shlex.join(make)}\n{res.stdout}{res.stderr}"
+                                                 f"\nexit {res.exit_code}\n")
         if not res.ok:
             tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-20:])
             pipe.log(_indent(tail))
@@ -265,7 +267,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
         state["plugin"] = render_device_plugin(names, images, virtual_devices=int(params["deploy_virtual_devices"]),
                                                plugin_gpus=int(params["deploy_plugin_gpus"]))
         for name, doc in (("scheduler.yaml", state["scheduler"]), ("device-plugin.yaml", state["plugin"])):
-            (out_dir / name).write_text(dump_manifests(doc), encoding="utf-8")
+            atomic_write_text(out_dir / name, dump_manifests(doc))
         return f"tag {tag}: {images['scheduler']}, {names.env_scheduling_mode}={req.mode}"
 
     def clean() -> str:
@@ -301,7 +303,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
             modes = {pod: s.scheduling_mode for pod, s in seen.items()}
             if len(modes) >= max(1, desired) and all(m == want for m in modes.values()):
                 lines = [f"{pod}: {s.scheduling_mode_line}" for pod, s in seen.items()]
-                (out_dir / "scheduler-mode.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+                atomic_write_text(out_dir / "scheduler-mode.log", "\n".join(lines) + "\n")
                 return "; ".join(lines)
             if time.monotonic() > deadline:
                 shown = ", ".join(f"{p}: {m or '(no Scheduling mode line)'}" for p, m in modes.items()) or "no pods"
@@ -327,9 +329,9 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     finally:
         for h in {id(h): h for h in (master, build_host) if h is not None}.values():
             h.close()
-        (out_dir / "deploy.json").write_text(json.dumps(
+        atomic_write_text(out_dir / "deploy.json", json.dumps(
             {"cluster": cluster.name, "mode": req.mode, "skip_setup": req.skip_setup, "steps": pipe.steps,
-             "exit_status": int(status)}, indent=2) + "\n", encoding="utf-8")
+             "exit_status": int(status)}, indent=2) + "\n")
     pipe.log(f"deploy {'succeeded' if status == ExitStatus.OK else 'FAILED'} ({out_dir / 'deploy.json'})")
     return status
 

@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from xpushare.inventory.schema import HostSpec
+from xpushare.model.atomic_file import atomic_write_bytes
 from xpushare.model.errors import XpushareError
 from xpushare.transport.base import Host
 
@@ -81,8 +83,11 @@ def make_archive(source: Path, archive: Path, excludes: Sequence[str]) -> int:
             count += 1
         return info
 
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(str(source), arcname=".", filter=keep)
+    def write(fh: BinaryIO) -> None:
+        with tarfile.open(fileobj=fh, mode="w:gz") as tar:
+            tar.add(str(source), arcname=".", filter=keep)
+
+    atomic_write_bytes(archive, write)
     return count
 
 

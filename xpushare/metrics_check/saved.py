@@ -26,6 +26,7 @@ from typing import Any
 
 from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
 from xpushare.metrics_check.endpoint import EndpointEvidence, HttpResponse
+from xpushare.model import atomic_file
 from xpushare.model.errors import UsageError
 from xpushare.report import artifacts
 
@@ -134,5 +135,6 @@ def claim_run_dir(root: Path, run_id: str | None, *, now: datetime | None = None
             raise UsageError(f"--root {root}: cannot create {base / rid} ({exc.strerror or exc})") from None
         path = base / rid / DIR_NAME
         path.mkdir()
+        atomic_file.claim_tree(base / rid)
         return RunDirectory(rid, path)
     raise UsageError(f"no free run id under {base} for this second; give --run-id")

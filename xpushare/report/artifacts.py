@@ -428,7 +428,8 @@ def archive_previous_attempt(case_dir: Path) -> int | None:
     taken = [int(p.name) for p in attempts.iterdir() if p.name.isdigit()] if attempts.is_dir() else []
     n = max(taken, default=0) + 1
     target = attempts / str(n)
-    target.mkdir(parents=True)
+    atomic_file.make_dirs(attempts)  # a link planted as attempts/ is refused, never moved into
+    target.mkdir()
     for entry in entries:
         os.replace(entry, target / entry.name)
     return n

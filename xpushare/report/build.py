@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from xpushare.model import atomic_file
 from xpushare.report import artifacts
 from xpushare.report.html import render_html
 from xpushare.report.junit import junit_tree
@@ -48,6 +49,8 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
     Each file is written atomically.
     """
     run_dir = Path(run_dir)
+    if run_dir.is_dir():
+        atomic_file.claim_tree(run_dir)  # no link planted in the run is written through
     results = artifacts.load_results(run_dir)
     meta = artifacts.read_run_meta(run_dir) or {}
     run_id = str(meta.get("run_id") or run_dir.parent.name)

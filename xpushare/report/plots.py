@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xpushare.model.atomic_file import atomic_write_bytes
+
 
 @dataclass(frozen=True)
 class PlotResult:
@@ -40,9 +42,8 @@ def _figure() -> tuple[Any, Any] | str:
 
 
 def _save(fig: Any, path: Path) -> PlotResult:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(str(path), format="png")
+    atomic_write_bytes(path, lambda fh: fig.savefig(fh, format="png"))
     return PlotResult(path)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from xpushare.backends.base import PodSpec
+from xpushare.model.atomic_file import open_append
 from xpushare.model.errors import XpushareError
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
@@ -99,6 +100,6 @@ def run_soak(
             write_report(run.case_dir, run.params, title=title or run.case_id,
                          plots=bool(run.params.get("soak_plots", True)))
         except Exception as exc:  # the report must never hide the soak's own outcome
-            with (run.case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+            with open_append(run.case_dir / "harvest-errors.txt") as fh:
                 fh.write(f"soak report: {type(exc).__name__}: {exc}\n")
     return ck

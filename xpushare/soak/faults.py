@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import KubeAccess, PodRecord, PodSpec, SchedulerFacts
 from xpushare.evidence.scrape_capture import split_trailer
+from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.errors import XpushareError
 from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
 from xpushare.transport.kube_errors import KubeError
@@ -76,14 +77,14 @@ def _snapshot_logs(run: CaseRun, name: str) -> None:
             text = b.sut_logs(label)
         except KubeError as exc:
             text = f"# kubectl logs -l {label}: {exc}\n"
-        (run.case_dir / f"{stem}_{name}.log").write_text(text, encoding="utf-8")
+        atomic_write_text(run.case_dir / f"{stem}_{name}.log", text)
 
 
 def _harvest_previous(run: CaseRun) -> None:
     try:
         K8sSoakOps(run.backend, run.case_dir).harvest_previous(run.case_dir / "previous")
     except Exception as exc:  # evidence collection never hides the fault's outcome
-        with (run.case_dir / "harvest-errors.txt").open("a", encoding="utf-8") as fh:
+        with open_append(run.case_dir / "harvest-errors.txt") as fh:
             fh.write(f"previous logs: {type(exc).__name__}: {exc}\n")
 
 
@@ -262,7 +263,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
 def _write_facts(run: CaseRun, name: str, facts: Sequence[SchedulerFacts]) -> None:
     lines = [f"{f.node} instance={f.instance} healthy={f.healthy} error={f.error} pids="
              f"{','.join(str(p.pid) for p in f.processes)}" for f in facts]
-    (run.case_dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(run.case_dir / name, "\n".join(lines) + "\n")
 
 
 def _restore_daemonset(run: CaseRun, ds: str, ns: str, *, already: bool) -> None:

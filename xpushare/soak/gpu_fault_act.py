@@ -29,6 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import CAP_KUBERNETES, PodSpec, SchedulerFacts
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import XpushareError
 from xpushare.model.gpu_faults import KINDS, fault_spec
 from xpushare.soak.faults import SKIP_REASON, start_recorded
@@ -91,7 +92,7 @@ def _facts(run: CaseRun, name: str) -> list[dict[str, Any]]:
                                   "restarts": f.restarts, "error": f.error} for f in facts]
     lines = [f"{f.node} instance={f.instance} healthy={f.healthy} restarts={f.restarts} error={f.error} "
              f"pids={','.join(str(p.pid) for p in f.processes)}" for f in facts]
-    (run.case_dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(run.case_dir / name, "\n".join(lines) + "\n")
     return out
 
 
@@ -105,7 +106,7 @@ def _scrape_after(run: CaseRun) -> None:
     for f in facts:
         name = METRICS_AFTER if len(facts) == 1 else f"metrics_after_fault_{f.node}.txt"
         if f.metrics_text is not None:
-            (run.case_dir / name).write_text(f.metrics_text, encoding="utf-8")
+            atomic_write_text(run.case_dir / name, f.metrics_text)
         page = scrape_facts(f.metrics_text, full=True)
         pages[f.node] = {"file": name if f.metrics_text is not None else None, "ok": page.ok, "error": f.error,
                          "http_code": page.http_code, "client_info": [list(c) for c in page.client_info],

@@ -50,6 +50,7 @@ from xpushare.evidence.soak_series import (
     CsvAppender,
     JsonlAppender,
 )
+from xpushare.model.atomic_file import atomic_write_bytes
 from xpushare.report.artifacts import atomic_write_text
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop_guard import OpGuard
@@ -361,8 +362,7 @@ class SoakLoop:
                 self.ck.failed_logs += 1
                 d = self.dir / "failed-pods"
                 d.mkdir(exist_ok=True)
-                with gzip.open(d / f"{name}.log.gz", "wt", encoding="utf-8") as fh:
-                    fh.write(text)
+                atomic_write_bytes(d / f"{name}.log.gz", gzip.compress(text.encode("utf-8", "backslashreplace")))
         self._keep_logs(rnd)
         ok, _ = self.guard.attempt("rounds", lambda: self.ops.delete_pods(self.s.delete_timeout_s))
         self._need_delete = not ok

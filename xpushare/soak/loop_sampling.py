@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.evidence.soak_series import CsvAppender
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop_guard import OpGuard
@@ -222,7 +223,7 @@ class Sampler:
         d = self.soak_dir / "metrics"
         d.mkdir(exist_ok=True)
         for node, text in self.last_scrape.items():
-            (d / f"{label}_{node}.txt").write_text(text, encoding="utf-8")
+            atomic_write_text(d / f"{label}_{node}.txt", text)
 
     def recovered(self) -> bool:
         """Every node scraped, none shows a client series of ours, and every GPU's memory is back within

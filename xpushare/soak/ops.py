@@ -28,6 +28,7 @@ from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
 from xpushare.evidence.scrape_capture import scrape_command, split_trailer
 from xpushare.evidence.soak_series import gzip_file
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.transport.kube_errors import KubeError
 
@@ -390,7 +391,7 @@ class K8sSoakOps(BackendSoakOps):
                     text = f"# kubectl logs --previous {p.name}: {exc}\n"
                 dest.mkdir(parents=True, exist_ok=True)
                 path = dest / f"{p.name}.previous.log"
-                path.write_text(text, encoding="utf-8")
+                atomic_write_text(path, text)
                 got.append(path)
         return got
 

@@ -26,6 +26,7 @@ from typing import Any
 from xpushare.evidence.store import Evidence
 from xpushare.judge.quota_probe import soak_phase_checks
 from xpushare.judge.stability import check_trend, load_soak, process_series
+from xpushare.model.atomic_file import atomic_write_bytes
 from xpushare.report.artifacts import atomic_write_text, format_value
 
 __all__ = ["write_report"]
@@ -67,7 +68,7 @@ def _plot_series(plt: Any, path: Path, title: str, ylabel: str, series: Mapping[
     if series:
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write_bytes(path, lambda fh: fig.savefig(fh, format="png", dpi=100))
     plt.close(fig)
 
 
@@ -234,7 +235,7 @@ def _draw(plt: Any, soak: Path, data: Any, t0: float, fits: Mapping[str, Any], x
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(soak / "round_runtimes.png", dpi=100)
+        atomic_write_bytes(soak / "round_runtimes.png", lambda fh: fig.savefig(fh, format="png", dpi=100))
         plt.close(fig)
         drawn.append(soak / "round_runtimes.png")
     return drawn

@@ -169,6 +169,15 @@ def env_argv(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
     return ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
 
 
+@dataclass(frozen=True)
+class Copied:
+    """A file ``put`` or ``get`` copied: ``path`` where it landed (remote for put, local for get), ``replaced``
+    True when a file was already there and was replaced."""
+
+    path: str
+    replaced: bool
+
+
 class Host(ABC):
     """A host commands run on. Thread-safe for concurrent ``run`` calls on different hosts."""
 
@@ -197,12 +206,18 @@ class Host(ABC):
         """
 
     @abstractmethod
-    def put(self, local: str | os.PathLike[str], remote: str) -> None:
-        """Copy a local file to ``remote`` on the host, creating its directory. Raises :class:`TransportError`."""
+    def put(self, local: str | os.PathLike[str], remote: str) -> Copied:
+        """Copy a local file to ``remote`` on the host, as ``scp`` does (README "put and get"): its directory is
+        created; a file at ``remote`` is replaced (``Copied.replaced``); an existing directory at ``remote``
+        receives the file under its own name; a symbolic link at the target is refused, never written through.
+        Written to a temporary name beside the target and renamed once whole. Raises :class:`TransportError`."""
 
     @abstractmethod
-    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
-        """Copy ``remote`` from the host to a local file. Raises :class:`TransportError`."""
+    def get(self, remote: str, local: str | os.PathLike[str]) -> Copied:
+        """Copy ``remote`` from the host to the local file ``local`` through the one local write path
+        (:mod:`xpushare.model.atomic_file`): a file there is replaced (``Copied.replaced``), a link or a directory
+        there is refused, a failed copy leaves nothing behind. Raises :class:`TransportError`
+        (:class:`RemoteNotFound` for a missing remote file)."""
 
     @property
     @abstractmethod

@@ -15,6 +15,7 @@ its name and loses its value (``env API_TOKEN=***``), and a URL's password is ma
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import shlex
@@ -22,6 +23,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from xpushare.model.atomic_file import open_append
 
 __all__ = ["ACTIONS", "LOGGER", "SHORT_LINE", "debug_log", "ended", "failed", "mask_url_passwords", "redact",
            "retried", "retrying", "set_verbosity", "started"]
@@ -150,6 +153,9 @@ class _BestEffortFileHandler(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:
         return None
 
+    def _open(self) -> io.TextIOWrapper:
+        return open_append(self.baseFilename)  # the one write path: never through a link, mode from the umask
+
     def format(self, record: logging.LogRecord) -> str:
         return mask_url_passwords(super().format(record))
 
@@ -160,7 +166,6 @@ def debug_log(path: Path) -> Iterator[Path]:
 
     Records reach the file through the root logger; the terminal sees only what :func:`set_verbosity` asked for.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     handler = _BestEffortFileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler.setLevel(logging.DEBUG)

@@ -11,10 +11,13 @@ import os
 import shlex
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import paramiko
 
-__all__ = ["CHUNK", "ExecCopyError", "exec_get", "exec_put"]
+from xpushare.model import atomic_file
+
+__all__ = ["CHUNK", "ExecCopyError", "exec_get", "exec_get_into", "exec_put"]
 
 CHUNK = 65536
 """Bytes read or written at a time."""
@@ -55,29 +58,30 @@ def _finish(channel: paramiko.Channel, deadline: float) -> None:
 def exec_get(transport: paramiko.Transport, remote: str, local: str | os.PathLike[str], *,
              timeout: float = 600.0) -> int:
     """Copy the host's file ``remote`` to ``local`` with ``cat``; returns the bytes written. ``local`` is written
-    to a temporary name beside it and renamed once whole, so a failed copy leaves no partial file.
+    through the one local write path (:func:`xpushare.model.atomic_file.writing`: a temporary name beside it,
+    renamed once whole; never through a link), so a failed copy leaves no partial file.
 
     Raises:
         ExecCopyError: ``cat`` failed (a missing file: ``stderr`` says ``No such file or directory``).
-        paramiko.SSHException, OSError: the channel or the local file failed.
+        paramiko.SSHException, OSError: the channel or the local file failed (``UnsafePath``: a link at ``local``).
     """
+    with atomic_file.writing(local, binary=True) as w:
+        return exec_get_into(transport, remote, w.fh, timeout=timeout)  # type: ignore[arg-type]
+
+
+def exec_get_into(transport: paramiko.Transport, remote: str, fh: BinaryIO, *, timeout: float = 600.0) -> int:
+    """Stream the host's file ``remote`` into the binary handle ``fh`` with ``cat``; returns the bytes written.
+    Raises as :func:`exec_get`; the caller discards what ``fh`` holds after an error."""
     deadline = time.monotonic() + timeout
-    target = Path(local)
-    partial = target.with_name(f".{target.name}.part")
     channel = _session(transport, ["cat", "--", remote], timeout)
     written = 0
-    try:
-        with partial.open("wb") as fh:
-            while True:
-                data = channel.recv(CHUNK)
-                if not data:
-                    break
-                fh.write(data)
-                written += len(data)
-        _finish(channel, deadline)
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)
+    while True:
+        data = channel.recv(CHUNK)
+        if not data:
+            break
+        fh.write(data)
+        written += len(data)
+    _finish(channel, deadline)
     return written
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -17,6 +16,7 @@ from invoke import Config as InvokeConfig
 from invoke import Context
 from invoke.runners import Local
 
+from xpushare.model import atomic_file
 from xpushare.model.errors import (
     RemoteNotFound,
     TransportError,
@@ -24,6 +24,7 @@ from xpushare.model.errors import (
 from xpushare.transport import interrupt as interrupt_requests
 from xpushare.transport.base import (
     CommandResult,
+    Copied,
     Host,
     TextSink,
     finished,
@@ -112,28 +113,34 @@ class LocalHost(Host):
         res, start = logged_run(self.name, argv, env, timeout, lambda line: self._context.run(line, **options))
         return finished(self.name, argv, res, start, check=check)
 
-    def put(self, local: str | os.PathLike[str], remote: str) -> None:
-        """Copy through a temporary name beside ``remote``, renamed once whole (as :class:`SshHost` does)."""
+    def put(self, local: str | os.PathLike[str], remote: str) -> Copied:
+        """Copy through a temporary name beside ``remote``, renamed once whole (as :class:`SshHost` does): this
+        machine's file system, so through the one local write path (:mod:`xpushare.model.atomic_file`); an
+        existing directory at ``remote`` receives the file under its own name; a link at ``remote`` is refused."""
         target = Path(remote)
-        part = target.with_name(f".{target.name}.part-{os.getpid()}-{threading.get_ident()}")
+        if target.is_dir() and not target.is_symlink():
+            target = target / Path(local).name
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(local, part)
-            os.replace(part, target)
+            replaced = atomic_file.copy_file(local, target)
         except OSError as exc:
-            raise TransportError(self.name, f"put {local} -> {remote}: {exc.strerror}") from None
-        finally:
-            with contextlib.suppress(OSError):
-                part.unlink(missing_ok=True)
+            raise TransportError(self.name, f"put {local} -> {target}: {_why(exc, target)}") from None
+        return Copied(str(target), replaced)
 
-    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+    def get(self, remote: str, local: str | os.PathLike[str]) -> Copied:
         try:
-            Path(local).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(remote, local)
+            replaced = atomic_file.copy_file(remote, local)
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.strerror}") from None
         except OSError as exc:
-            raise TransportError(self.name, f"get {remote} -> {local}: {exc.strerror}") from None
+            raise TransportError(self.name, f"get {remote} -> {local}: {_why(exc, local)}") from None
+        return Copied(str(local), replaced)
+
+
+def _why(exc: OSError, shown: str | os.PathLike[str]) -> str:
+    """``strerror``, with the refused path when it is not ``shown`` (a link found in a folder above it)."""
+    if isinstance(exc, atomic_file.UnsafePath):
+        return exc.describe(shown)
+    return exc.strerror or str(exc)
 
 
 

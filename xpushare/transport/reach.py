@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from xpushare.model.errors import HostUnreachable
-from xpushare.transport.base import CommandResult, Host, TextSink
+from xpushare.transport.base import CommandResult, Copied, Host, TextSink
 from xpushare.transport.fanout import fan_out
 
 __all__ = ["UnreachableHost", "probe"]
@@ -45,10 +45,10 @@ class UnreachableHost(Host):
             err_stream: TextSink | None = None) -> CommandResult:
         raise self._raise()
 
-    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+    def put(self, local: str | os.PathLike[str], remote: str) -> Copied:
         raise self._raise()
 
-    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+    def get(self, remote: str, local: str | os.PathLike[str]) -> Copied:
         raise self._raise()
 
     @property

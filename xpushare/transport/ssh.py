@@ -26,6 +26,7 @@ from fabric.runners import Remote
 from invoke.exceptions import ThreadException
 
 from xpushare.inventory.schema import SshOptions
+from xpushare.model import atomic_file
 from xpushare.model.errors import (
     CommandTimeout,
     ConnectionLost,
@@ -37,6 +38,7 @@ from xpushare.model.errors import (
 from xpushare.transport import exec_copy
 from xpushare.transport.base import (
     CommandResult,
+    Copied,
     Host,
     TextSink,
     finished,
@@ -140,6 +142,17 @@ ENDS_WITH_SESSION = (
 
 #: What a lost connection raises while a command runs (also from invoke's I/O threads: :func:`_run_on`).
 _LOST: tuple[type[BaseException], ...] = (OSError, EOFError, paramiko.SSHException)
+
+# put's last step on the host ($1 the whole temporary copy, $2 the destination, $3 the source's name): an existing
+# directory receives the file under its name (as scp does); a link at the target is refused, never written
+# through; prints "replaced <path>" or "created <path>" (Host.put's semantics).
+_PLACE = r"""t=$2
+if [ -d "$t" ] && [ ! -L "$t" ]; then t=${t%/}/$3; fi
+if [ -L "$t" ]; then echo "$t: a symbolic link: refusing to write through it" >&2; exit 1; fi
+if [ -d "$t" ]; then echo "$t: a directory: refusing to replace it with a file" >&2; exit 1; fi
+w=created; if [ -e "$t" ]; then w=replaced; fi
+mv -f -- "$1" "$t" && echo "$w $t"
+"""
 
 
 def _run_on(conn: Connection, line: str, options: Mapping[str, object]) -> object:
@@ -354,10 +367,12 @@ class SshHost(Host):
             return transport
         return None
 
-    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+    def put(self, local: str | os.PathLike[str], remote: str) -> Copied:
         """Copy ``local`` to ``remote`` through a temporary name beside it, renamed (``mv -f``) once the whole file
         arrived: a failed copy never leaves a partial file at ``remote``, and hosts that share a file system (an NFS
-        home) can receive the same file at once without one host's copy truncating another's."""
+        home) can receive the same file at once without one host's copy truncating another's. The semantics of
+        :meth:`Host.put`: an existing directory at ``remote`` receives the file under its own name, a link at the
+        target is refused, a replaced file is said (``Copied.replaced``)."""
         conn = self.connection()
         parent, name = os.path.split(remote)
         if parent:
@@ -366,11 +381,18 @@ class SshHost(Host):
         part = os.path.join(parent, f".{name}.part-{tag}-{os.getpid()}-{threading.get_ident()}")
         try:
             self._copy_to(conn, local, part, remote)
-            self.run(["mv", "-f", part, remote], timeout=30, check=True)
+            res = self.run(["sh", "-c", _PLACE, "sh", part, remote, Path(local).name], timeout=30)
         except BaseException:
             with contextlib.suppress(TransportError):
                 self.run(["rm", "-f", part], timeout=30)
             raise
+        if not res.ok:
+            with contextlib.suppress(TransportError):
+                self.run(["rm", "-f", part], timeout=30)
+            why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.exit_code}"
+            raise TransportError(self.name, f"put {local} -> {remote}: {why}")
+        word, _, path = res.stdout.strip().partition(" ")
+        return Copied(path or remote, word == "replaced")
 
     def _copy_to(self, conn: Connection, local: str | os.PathLike[str], part: str, remote: str) -> None:
         try:
@@ -386,18 +408,20 @@ class SshHost(Host):
             raise TransportError(self.name, f"put {local} -> {remote} (no SFTP on the host: copied with cat): "
                                             f"{exc}") from None
 
-    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
-        """Copy ``remote`` to ``local`` through a temporary file beside it, renamed once the whole file arrived: a
-        failed copy never truncates or replaces a file already at ``local``."""
+    def get(self, remote: str, local: str | os.PathLike[str]) -> Copied:
+        """Copy ``remote`` to ``local`` through the one local write path (:mod:`xpushare.model.atomic_file`): a
+        temporary file beside it, renamed once the whole file arrived, so a failed copy never truncates or
+        replaces a file already at ``local``; a link at ``local`` (or in a folder of a tree the tool owns) is
+        refused, never written through."""
         conn = self.connection()
-        target = Path(local)
-        target.parent.mkdir(parents=True, exist_ok=True)
         if not self.sftp:
             return self._get_by_cat(conn, remote, local)
-        part = target.with_name(f".{target.name}.part-{os.getpid()}-{threading.get_ident()}")
         try:
-            conn.get(remote, str(part))
-            os.replace(part, target)
+            with atomic_file.writing(local, binary=True) as w:
+                conn.get(remote, w.fh)
+            return Copied(str(local), w.replaced)
+        except atomic_file.UnsafePath as exc:
+            raise TransportError(self.name, f"get {remote} -> {local}: {exc.describe(local)}") from None
         except FileNotFoundError as exc:
             raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc}") from None
         except (EOFError, paramiko.SSHException) as exc:
@@ -408,12 +432,14 @@ class SshHost(Host):
             raise ConnectionLost(self.name, f"connection lost during get {remote}: {detail}") from None
         except OSError as exc:
             raise TransportError(self.name, f"get {remote} -> {local}: {exc}") from None
-        finally:
-            part.unlink(missing_ok=True)
 
-    def _get_by_cat(self, conn: Connection, remote: str, local: str | os.PathLike[str]) -> None:
+    def _get_by_cat(self, conn: Connection, remote: str, local: str | os.PathLike[str]) -> Copied:
         try:
-            exec_copy.exec_get(conn.client.get_transport(), remote, local)
+            with atomic_file.writing(local, binary=True) as w:
+                exec_copy.exec_get_into(conn.client.get_transport(), remote, w.fh)  # type: ignore[arg-type]
+            return Copied(str(local), w.replaced)
+        except atomic_file.UnsafePath as exc:
+            raise TransportError(self.name, f"get {remote} -> {local}: {exc.describe(local)}") from None
         except exec_copy.ExecCopyError as exc:
             if "No such file" in exc.stderr:
                 raise RemoteNotFound(self.name, f"get {remote} -> {local}: {exc.stderr.strip()}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -40,10 +41,17 @@ def result(root: Path, run_id: str, case: str) -> dict:
 
 
 def test_func_on_local_writes_the_run_dir(tmp_path: Path) -> None:
-    proc = invoke("func", "--cluster", "local", "--run-id", "r1", "--case", "FUNC-001", "--case", "FUNC-002",
-                  "--case", "FUNC-004", "--case", "FUNC-009", *FAST, root=tmp_path)
+    old_mask = os.umask(0o022)  # the run inherits it: every file and folder it writes must follow it
+    try:
+        proc = invoke("func", "--cluster", "local", "--run-id", "r1", "--case", "FUNC-001", "--case", "FUNC-002",
+                      "--case", "FUNC-004", "--case", "FUNC-009", *FAST, root=tmp_path)
+    finally:
+        os.umask(old_mask)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # FUNC-002: ERROR
     rd = run_dir(tmp_path, "r1")
+    modes = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.lstat().st_mode)) for p in tmp_path.rglob("*")}
+    expected = {k: oct(0o755 if (tmp_path / k).is_dir() else 0o644) for k in modes}
+    assert modes == expected  # as the umask says (docs/reliability.md "One write path"); not mkstemp's 0600
     for name in ("case-summary.tsv", "run-summary.tsv", "run.json", "junit.xml", "run-report.md"):
         assert (rd / name).is_file(), name
     r1 = result(tmp_path, "r1", "FUNC-001")

@@ -35,7 +35,7 @@ def test_put_and_get_records_per_host(tmp_path: Path) -> None:
     status = adhoc.put_files(hosts, str(src), str(tmp_path / "to") + "/", forks=1, out=out, fmt="json")
     assert status == 0
     assert json.loads(out.getvalue()) == [{"host": "localhost", "status": "ok", "path": str(tmp_path / "to" / "w.txt"),
-                                           "error": None}]
+                                           "replaced": False, "error": None}]
     out = io.StringIO()
     status = adhoc.get_files(hosts, str(tmp_path / "missing.txt"), str(tmp_path / "back"), forks=1, out=out,
                              fmt="yaml")
