@@ -189,7 +189,6 @@ def test_settle_reports_what_came_before_and_ignores_what_comes_after() -> None:
         assert interrupt.settle() is False
         _signal(signal.SIGTERM)
         assert not interrupt.requested()
-    with interrupt.installed():  # the next task starts unsettled
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
+    with pytest.raises(KeyboardInterrupt), interrupt.installed():  # the next task starts unsettled
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)

@@ -3,8 +3,8 @@
 hypothesis draws the signal (SIGINT, SIGTERM, SIGHUP), how it is delivered (once or twice, to the tool's process
 or to its process group: ``timeout`` sends it to its child and then to the group, a terminal's Ctrl-C reaches the
 whole foreground group) and the instant (a point of the run's event stream plus a delay, or a delay from the
-moment the run took its first lease). Whatever it draws, the run that the tool leaves must be whole (docs/reliability.md "Signals at any
-instant"):
+moment the run took its first lease). Whatever it draws, the run that the tool leaves must be whole
+(docs/reliability.md "Signals at any instant"):
 
 * every selected case has a ``result.json`` (its verdict, INTERRUPTED, or an INTERRUPTED record of a case the run
   never reached); a signal before the run began leaves no run directory at all;
