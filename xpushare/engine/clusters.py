@@ -87,10 +87,11 @@ class Outcome:
 
 
 def run_concurrently(jobs: Mapping[str, Callable[[], bool]]) -> Outcome:
-    """Run each cluster's job (returns True when it was interrupted) in its own thread and wait for all of them.
-
-    A ``KeyboardInterrupt`` in the main thread while waiting marks the outcome interrupted and keeps waiting: the
-    jobs wind down on their own (harvest, cleanup). A job's exception is kept, not raised: the other clusters
+    """Run each cluster's job (returns True when it was interrupted) in its own thread, one job too, and wait for
+    all of them: the main thread, where Python runs signal handlers, runs no case code (a run records a signal,
+    :func:`xpushare.transport.interrupt.deferred`, and the jobs see it at their waits and wind down: harvest,
+    cleanup, records). A ``KeyboardInterrupt`` in the main thread while waiting marks the outcome interrupted and
+    keeps waiting. A job's exception is kept, not raised: the other clusters
     finish and the run's report is written before the caller raises it.
     """
     outcome = Outcome()

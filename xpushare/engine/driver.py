@@ -190,7 +190,8 @@ class SuiteHooks(RunHooks):
         run.progress.done(f"done: {summary or 'no cases'}; release_ready: {ready}{decided}; report: "
                           f"{outcome.paths.markdown} and {outcome.paths.html.name}")
         if interrupted:
-            run.progress.done(f"interrupted: continue with --run-id {run.id} --resume")
+            by = summaries.interrupted_by(run.meta)
+            run.progress.done(f"interrupted{f' ({by})' if by else ''}: continue with --run-id {run.id} --resume")
         for name, error in outcome.errors.items():  # the first is raised by the run; each cluster's own is here
             run.progress.done(f"{name}: stopped: {first_line(error)}")
         if self.fmt != "table":

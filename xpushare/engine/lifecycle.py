@@ -127,11 +127,15 @@ def run_case(
     calls0, retries0 = backend.kubectl_calls(), backend.kubectl_retries()
     interrupted = False
     error: str | None = None
-    reason = skip_reason(case, backend.capabilities, cluster.mode, _backend_facts(case, cluster, backend))
+    reason: str | None = None
+    try:
+        reason = skip_reason(case, backend.capabilities, cluster.mode, _backend_facts(case, cluster, backend))
+    except KeyboardInterrupt:  # a signal while the nodes were asked (a retry's wait): nothing started yet
+        interrupted = True
     harvested: list[str] = []
     harvest_fault: str | None = None
     phases: dict[str, float] = {}  # phase name -> monotonic end time, in lifecycle order
-    if reason is None:
+    if reason is None and not interrupted:
         assert case.act is not None
         seconds, basis = expected_case_duration(case, cluster, params, root, exclude_run=run_id)
         run = CaseRun(case.case_id, case_dir, backend, cluster, params, plan={

@@ -264,22 +264,34 @@ class Run:
         self.selection = selection
         interrupt.unsettle()  # an earlier run of this process settled: this one's signals are requests again
         found: dict[str, list[HostUnreachable]] = {}
-        with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out, unreached=found) as renewals:
-            for cluster, renewal in zip(sorted(self.clusters, key=lambda c: c.name), renewals, strict=True):
-                self._note_unreached(cluster, found.get(cluster.name) or [])
-                if renewal is None:
-                    self.cut_off[cluster.name] = found[cluster.name][-1]
-            self.dir.mkdir(parents=True, exist_ok=True)
-            atomic_file.claim_tree(self.dir)  # no link below it is written through (docs/reliability.md)
-            holder = next((r.holder for r in renewals if r is not None), None) or lease.new_holder(self.id)
-            # the run directory's lock: `invoke judge`, `report`, `diff` refuse a live run (report/run_lock.py)
-            with run_lock.holding(self.dir, holder):
-                status = hooks.before_cases(self)
-                if status is not None:
-                    return status
-                self.meta = self._start_meta(selection)
-                with disk_full_stops_the_run(self.dir, self.id):
-                    return self._cases_and_reports(selection, hooks)
+        # Taking the leases, a signal ends the task (Ctrl-C ends a --wait) and nothing is written. From the leases
+        # on, a signal is only recorded (interrupt.deferred): the run winds down and ends whole (every case
+        # recorded, run.json's end, the reports), whenever it comes and however often; once run.json's end is
+        # final (interrupt.settle) a later one changes nothing, the lease's release included.
+        with lease.held_all(self.clusters, self.id, wait=self.wait, out=self.out, unreached=found) as renewals, \
+                interrupt.deferred():
+            try:
+                for cluster, renewal in zip(sorted(self.clusters, key=lambda c: c.name), renewals, strict=True):
+                    self._note_unreached(cluster, found.get(cluster.name) or [])
+                    if renewal is None:
+                        self.cut_off[cluster.name] = found[cluster.name][-1]
+                self.dir.mkdir(parents=True, exist_ok=True)
+                atomic_file.claim_tree(self.dir)  # no link below it is written through (docs/reliability.md)
+                holder = next((r.holder for r in renewals if r is not None), None) or lease.new_holder(self.id)
+                # the run directory's lock: `invoke judge`, `report`, `diff` refuse a live run (report/run_lock.py)
+                with run_lock.holding(self.dir, holder):
+                    try:
+                        with interrupt.raising():  # a setup pipeline's commands: Ctrl-C ends them at once
+                            status = hooks.before_cases(self)
+                    except KeyboardInterrupt:  # the cases are recorded INTERRUPTED, not run
+                        status = None
+                    if status is not None:
+                        return status
+                    self.meta = self._start_meta(selection)
+                    with disk_full_stops_the_run(self.dir, self.id):
+                        return self._cases_and_reports(selection, hooks)
+            finally:
+                interrupt.settle()  # the outcome is what run.json says (or the error raised): final
 
     def _start_meta(self, selection: RunSelection) -> dict[str, Any]:
         """run.json at the start: this part's fields, merged with a stored run.json when resuming or extending
@@ -335,7 +347,15 @@ class Run:
                     if cluster.name in self.cut_off:
                         self._record_cut_off(cluster, self.cut_off[cluster.name], selection, hooks, records)
                         return False
-                    return self._run_cases(cluster, hooks.backend(cluster), selection, hooks, budget, records)
+                    try:
+                        backend = hooks.backend(cluster)
+                    except KeyboardInterrupt:  # a signal before the cluster began: its cases are not run
+                        for case in selection.todo.get(cluster.name, ()):
+                            record = self._interrupted_before(case, cluster, selection)
+                            records.append(record)
+                            hooks.case_done(self, cluster, case, record)
+                        return True
+                    return self._run_cases(cluster, backend, selection, hooks, budget, records)
                 except OSError as exc:
                     if disk_full(exc):
                         budget.halt(f"the run directory is full ({cluster.name})")
@@ -354,45 +374,68 @@ class Run:
         interrupted = False
         try:
             try:
+                interrupt.check()
                 backend.prepare_run(self.id)
                 hooks.prepared(self, cluster, backend)
             except KeyboardInterrupt:
-                return True
+                interrupted = True
             except HostUnreachable as exc:  # none of the hosts the cluster's cases need answers
                 self._note_unreached(cluster, [*backend.unreachable(), exc])
                 self._record_cut_off(cluster, exc, selection, hooks, records)
                 return False
-            self._note_unreached(cluster, backend.unreachable())
+            if not interrupted:
+                self._note_unreached(cluster, backend.unreachable())
             for number, case in enumerate(cases, 1):
                 if budget.halted:
                     break
                 params = selection.params(case, cluster)
                 required = case.case_id in selection.required_on(cluster.name)
-                if budget.exhausted():
+                interrupted = interrupted or interrupt.requested()
+                if interrupted:  # recorded, so that every selected case has a record; --resume runs it
+                    record = self._interrupted_before(case, cluster, selection)
+                elif budget.exhausted():
                     reason = (f"not run: --maxfail {budget.maxfail} reached ({budget.failures} FAIL/ERROR case(s) "
                               "before it)")
                     record = record_not_run(case, run_id=self.id, run_dir=self.dir, cluster=cluster, params=params,
                                             required=required, reason=reason)
                 else:
-                    with events.case(case.case_id), hooks.case_scope(self, cluster, case, f"{number}/{len(cases)}"):
-                        def attempt(case: CaseDef = case, params: dict[str, Any] = params,
-                                    required: bool = required) -> tuple[CaseRecord, bool]:
-                            return run_case(case, run_id=self.id, run_dir=self.dir, cluster=cluster, backend=backend,
-                                            params=params, required=required, root=self.root)
-
-                        record, interrupted = run_repeated(
-                            attempt, selection.repeat, artifacts.case_dir(self.dir, cluster.name, case.suite,
-                                                                          case.case_id))
+                    record, interrupted = self._run_one(cluster, backend, selection, hooks, case, params, required,
+                                                        f"{number}/{len(cases)}")
                     budget.count(record.status)
                 records.append(record)
                 hooks.case_done(self, cluster, case, record)
-                if interrupted:
-                    break
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # not from a case (each is recorded): from a hook; the run stops as interrupted
             interrupted = True
         finally:
             backend.close()
         return interrupted
+
+    def _run_one(self, cluster: ClusterSpec, backend: Backend, selection: RunSelection, hooks: RunHooks,
+                 case: CaseDef, params: dict[str, Any], required: bool, position: str) -> tuple[CaseRecord, bool]:
+        """Run one case (``selection.repeat`` times) and return its stored record and whether a signal stopped
+        it. A ``KeyboardInterrupt`` that reached here without a record of the case (a wait in its scope) stores
+        it INTERRUPTED, not run, so that every selected case has a record."""
+        case_dir = artifacts.case_dir(self.dir, cluster.name, case.suite, case.case_id)
+        done: list[tuple[CaseRecord, bool]] = []
+        try:
+            with events.case(case.case_id), hooks.case_scope(self, cluster, case, position):
+                def attempt() -> tuple[CaseRecord, bool]:
+                    return run_case(case, run_id=self.id, run_dir=self.dir, cluster=cluster, backend=backend,
+                                    params=params, required=required, root=self.root)
+
+                done.append(run_repeated(attempt, selection.repeat, case_dir))
+        except KeyboardInterrupt:
+            if not done:
+                return self._interrupted_before(case, cluster, selection), True
+        return done[0]
+
+    def _interrupted_before(self, case: CaseDef, cluster: ClusterSpec, selection: RunSelection) -> CaseRecord:
+        """Store ``case``'s INTERRUPTED record on ``cluster``: the run was interrupted before it (naming the
+        signal), so it did not run; ``--resume`` runs it."""
+        return record_not_run(case, run_id=self.id, run_dir=self.dir, cluster=cluster,
+                              params=selection.params(case, cluster),
+                              required=case.case_id in selection.required_on(cluster.name),
+                              reason=f"not run: the run was interrupted ({interrupt.describe()}) before this case")
 
     def _cases_and_reports(self, selection: RunSelection, hooks: RunHooks) -> ExitStatus:
         """The rest of :meth:`execute` once the run directory exists: the cases, then run.json's end and the
@@ -402,31 +445,18 @@ class Run:
         budget = Budget(self.maxfail)
         records: list[CaseRecord] = []
         jobs = {c.name: self._cluster_job(c, selection, hooks, budget, records) for c in self.clusters}
-        errors: dict[str, BaseException] = {}
-        interrupted = False
-        # A signal after the last case (while run.json's end and the reports are written) is recorded, not raised:
-        # the reports are written whole, then the run ends as interrupted (128 + the signal).
-        with interrupt.deferred(), command_log.debug_log(self.dir / DEBUG_LOG), events.recording(self.dir):
+        # Every cluster's cases run in a thread of their own, one cluster too: the main thread only waits, so a
+        # signal, which Python delivers to the main thread, never lands inside a case's harvest, cleanup or record.
+        with command_log.debug_log(self.dir / DEBUG_LOG), events.recording(self.dir):
             for cluster in self.clusters:
                 events.emit("run_started", run_id=self.id, cluster=cluster.name, mode=cluster.mode,
                             cases=[c.case_id for c in selection.todo.get(cluster.name, ())], resume=self.resume)
                 for u in self.unreached[cluster.name]:
                     events.emit("host_unreachable", cluster=cluster.name, host=u.host, role=u.role, why=u.why,
                                 detail=u.detail)
+            outcome = run_concurrently(jobs)
+            errors = outcome.errors
             try:
-                try:
-                    with interrupt.installed():
-                        if len(jobs) > 1:
-                            outcome = run_concurrently(jobs)
-                            interrupted, errors = outcome.interrupted, outcome.errors
-                        else:
-                            name, job = next(iter(jobs.items()))
-                            try:
-                                interrupted = job()
-                            except Exception as exc:  # as for several clusters: raised after run.json and reports
-                                errors[name] = exc
-                except KeyboardInterrupt:  # between the last case and the end of the block
-                    interrupted = True
                 full = [error for error in errors.values() if disk_full(error)]
                 if full:
                     raise full[0]
@@ -435,34 +465,39 @@ class Run:
                 raise
             for name, error in errors.items():
                 events.emit("error", case_id=None, cluster=name, step="run", message=first_line(error))
-            interrupted = interrupted or interrupt.requested()
+            interrupted = outcome.interrupted or interrupt.requested()
             results = artifacts.load_results(self.dir)
             unreached = [{"cluster": name, **u.to_json()} for name, hosts in self.unreached.items() for u in hosts]
-            status = exit_status_for(self._own(results, selection), interrupted, unreachable=bool(unreached))
-            if errors and not interrupted:  # the process exits with the error it raises: run.json says the same
-                status = raised_status(next(iter(errors.values())))
-            counts = summaries.counts(results)
-            events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted, counts=counts)
-            self.meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
-                             counts=counts, unreachable=unreached)
-            self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
-            self.write_meta()
-            required = set(self.meta["required"])
-            paths = build.build(self.dir, required=required)
-            # From here a signal changes nothing (not even the lease's release or the closing lines raise): the
-            # status run.json has after the check below is the process's.
-            interrupt.settle()
-            if interrupt.requested() and not interrupted:  # the signal came while the reports were written
-                interrupted, status = True, exit_status_for(results, True, unreachable=bool(unreached))
-                self.meta.update(interrupted=True, exit_status=int(status))
-                self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
-                self.write_meta()
-                paths = build.build(self.dir, required=required)
+            status = self._end(results, selection, interrupted, errors, unreached)
+            events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted,
+                        counts=self.meta["counts"])
+            paths = build.build(self.dir, required=set(self.meta["required"]))
+            # The signal came while the end was written: the run ends interrupted. After settle() nothing changes.
+            if interrupt.settle() and not interrupted:
+                interrupted = True
+                status = self._end(results, selection, interrupted, errors, unreached)
+                paths = build.build(self.dir, required=set(self.meta["required"]))
         hooks.finished(self, RunOutcome(results, records, status, interrupted, paths, errors))
-        if errors and not interrupted:  # run.json's status is raised_status(error): the process exits with it
+        if errors and not interrupted:
             raise next(iter(errors.values()))
         for name, error in errors.items():  # interrupted: run.json says 128 + the signal, and so does the process
             print(f"error: {name}: {first_line(error)}", file=sys.stderr, flush=True)
+        return status
+
+    def _end(self, results: list[dict[str, Any]], selection: RunSelection, interrupted: bool,
+             errors: Mapping[str, BaseException], unreached: list[dict[str, Any]]) -> ExitStatus:
+        """Write run.json's end (when, interrupted and by what, the exit status, counts, hosts that did not answer,
+        the release decision) and return the exit status the process ends with: the interrupt's, else the error
+        a cluster raised (raised after the report), else the cases' (:func:`exit_status_for`)."""
+        status = exit_status_for(self._own(results, selection), interrupted, unreachable=bool(unreached))
+        if errors and not interrupted:  # the process exits with the error it raises: run.json says the same
+            status = raised_status(next(iter(errors.values())))
+        self.meta.update(ended=utc_now().isoformat(), interrupted=interrupted, exit_status=int(status),
+                         counts=summaries.counts(results), unreachable=unreached)
+        if interrupted:
+            self.meta["interrupted_by"] = interrupt.describe()
+        self.meta["release_ready"] = summaries.decision_of_run(results, self.meta).label
+        self.write_meta()
         return status
 
     def _note_unreached(self, cluster: ClusterSpec, errors: Sequence[HostUnreachable | Unreached]) -> None:

@@ -19,6 +19,7 @@ from xpushare.report.summaries import (
     cell_text,
     failure_text,
     fmt_rate,
+    interrupted_by,
     pass_rate,
     record_duration,
     record_status,
@@ -129,7 +130,9 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
         if meta.get(key) is not None:
             out.append(f"- {key.replace('_', ' ')}: {md_escape(meta[key])}")
     if meta.get("interrupted"):
-        out.append("- **the run was interrupted**; `--resume` runs the unfinished cases")
+        by = interrupted_by(meta)
+        out.append(f"- **the run was interrupted{f' ({md_escape(by)})' if by else ''}**; `--resume` runs the "
+                   "unfinished cases")
     out += _unreachable_lines(meta)
     rejudged = artifacts.rejudgment_label(meta.get("rejudgments") or [])
     if rejudged:

@@ -293,12 +293,14 @@ def release_decision(
     profiles: Mapping[str, Mapping[str, Any]] | None = None,
     selected: Sequence[Mapping[str, Any]] | None = None,
     sut_judging_suites: Iterable[str] = (),
+    interrupted_by: str | None = None,
 ) -> ReleaseDecision:
     """The release decision of a run: YES, NO or n/a (docs/release.md).
 
     ``profiles`` (run.json's ``release_profiles``): per cluster ``{"profile", "source", "required": [case ids],
     "sut": bool, "sut_reason"}``; ``selected`` (run.json's ``selected``): the ``{"cluster", "case_id"}`` the run
-    selected; ``sut_judging_suites``: the suites whose verdicts are about the SUT.
+    selected; ``sut_judging_suites``: the suites whose verdicts are about the SUT; ``interrupted_by``: the signal that
+    interrupted the run, named in its reason (``Ctrl-C``, ``SIGTERM``, ``SIGHUP``; None: not named).
 
     YES only when every cluster has the SUT (``sut``), the run selected every case of each cluster's profile, each
     of them has a result and none is SKIP, a PASS of a ``sut_judging_suites`` case that ran workloads has its
@@ -341,7 +343,8 @@ def release_decision(
     if not results:
         reasons.append("no case results in this run")
     if interrupted:
-        reasons.append("the run was interrupted (Ctrl-C) before it finished")
+        by = f" ({interrupted_by})" if interrupted_by else ""  # run.json's interrupted_by: the signal as it was
+        reasons.append(f"the run was interrupted{by} before it finished")
     for status in (Status.FAIL, Status.INTERMITTENT, Status.ERROR, Status.INTERRUPTED):
         for r in results:
             if record_status(r) is status:
@@ -395,7 +398,15 @@ def decision_of_run(results: Sequence[Result], meta: Mapping[str, Any], required
     return release_decision(results, required, clusters=meta.get("clusters") or (),
                             interrupted=bool(meta.get("interrupted")) if interrupted is None else interrupted,
                             profiles=meta.get("release_profiles") or None, selected=meta.get("selected") or (),
-                            sut_judging_suites=meta.get("sut_judging_suites") or ())
+                            sut_judging_suites=meta.get("sut_judging_suites") or (),
+                            interrupted_by=interrupted_by(meta))
+
+
+def interrupted_by(meta: Mapping[str, Any]) -> str | None:
+    """What interrupted a stored run as its run.json says (``interrupted_by``: ``Ctrl-C``, ``SIGTERM``,
+    ``SIGHUP``), or None (not interrupted, or a run stored before the field existed)."""
+    by = meta.get("interrupted_by")
+    return by if isinstance(by, str) and by else None
 
 
 def release_scope(results: Sequence[Result], meta: Mapping[str, Any]) -> str:

@@ -261,7 +261,9 @@ def test_ctrl_c_interrupts_every_cluster_and_resume_finishes_them(tmp_path: Path
     assert proc.returncode == 130, out
     for cluster in ("a", "local"):
         assert result(tmp_path, "m2", cluster, "FUNC-001")["status"] == "INTERRUPTED", out
-        assert not (rd / cluster / "functional" / "FUNC-002").exists()  # each cluster stopped
+        never = result(tmp_path, "m2", cluster, "FUNC-002")  # each cluster stopped: recorded, not run
+        assert never["status"] == "INTERRUPTED" and never["not_run"], out
+        assert not (rd / cluster / "functional" / "FUNC-002" / "pods.json").exists()
     assert (rd / "run-report.md").exists() and "--resume" in out
     resumed = invoke("func", "--cluster", "a,local", "--inventory", inv, "--run-id", "m2", "--resume",
                      "--case", "FUNC-001", "--case", "FUNC-002", *FAST, root=tmp_path)

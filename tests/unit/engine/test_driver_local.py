@@ -171,7 +171,10 @@ def test_a_signal_harvests_cleans_up_exits_128_plus_it_and_resumes(tmp_path: Pat
     for name in ("run-summary.tsv", "junit.xml", "run-report.md"):  # the reports are written
         assert (run_dir(tmp_path, RUN4) / name).exists(), name
     assert (run_dir(tmp_path, RUN4) / "local/functional/FUNC-001/pods/func-001-w2.log").exists()  # harvested
-    assert not (run_dir(tmp_path, RUN4) / "local/functional/FUNC-002").exists()  # the run stopped
+    never = result(tmp_path, RUN4, "FUNC-002")  # the run stopped: the case it never reached is recorded, not run
+    assert never["status"] == "INTERRUPTED" and never["not_run"] and "before this case" in never["summary"]
+    assert ("Ctrl-C" if sig == signal.SIGINT else sig.name) in never["summary"]
+    assert not (run_dir(tmp_path, RUN4) / "local/functional/FUNC-002/pods.json").exists()
     assert _spawned_pids(f"xp-{RUN4}-") == []  # cleaned up
     assert "--resume" in out
     resumed = invoke("func", "--cluster", "local", "--run-id", RUN4, "--resume", "--case", "FUNC-001",
