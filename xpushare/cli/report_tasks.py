@@ -1,9 +1,9 @@
 """Tasks over the stored runs: ``runs`` (list them with their status) and ``diff`` (verdict changes and metric
-deltas between two runs). Both read ``<root>/.tmplog`` only; ``--output json`` prints one JSON document."""
+deltas between two runs). Both read ``<root>/.tmplog`` only; ``--output json|yaml`` prints only the records
+(:mod:`xpushare.report.output`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from invoke import Context
@@ -12,18 +12,9 @@ from xpushare.cli.flags import ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
+from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["diff", "runs"]
-
-OUTPUT_HELP = "table (default) or json"
-_OUTPUTS = ("table", "json")
-
-
-def _output(value: str) -> str:
-    """The ``--output`` choice; :class:`UsageError` for anything but table/json."""
-    if value not in _OUTPUTS:
-        raise UsageError(f"--output takes one of {', '.join(_OUTPUTS)}, not {value!r}")
-    return value
 
 
 def _number(value: float | None, *, percent: bool = False) -> str:
@@ -34,7 +25,7 @@ def _number(value: float | None, *, percent: bool = False) -> str:
 
 @task(help={"output": OUTPUT_HELP, "root": ROOT_HELP,
             "all": "also the runs without any case result (refused or stopped before their first case)"})
-def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False) -> None:
+def runs(c: Context, output: str | None = None, root: str = ".", all_: bool = False) -> None:
     """List the stored runs, oldest first: run id, clusters, selection, start time, counts per status, exit status,
     overall: the release decision (YES, NO, n/a), or INTERRUPTED / INCOMPLETE / RUNNING for a run that did not
     finish every case it selected (never PASS).
@@ -46,12 +37,12 @@ def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False)
 
         from xpushare.report.runs import list_runs
 
-        fmt = _output(output)
+        fmt = output_format(output)
         every = list_runs(Path(root))
         stored = every if all_ else [r for r in every if r.started_cases]
         hidden = len(every) - len(stored)
-        if fmt == "json":
-            print(json.dumps([r.to_dict() for r in stored], indent=2))
+        if fmt != "table":
+            print(render([r.to_dict() for r in stored], fmt))
             return
         if not stored:
             print(f"no runs stored under {root}")
@@ -68,7 +59,7 @@ def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False)
 
 @task(help={"run_a": "the earlier run (a run id or last)", "run_b": "the later run (a run id or last)",
             "output": OUTPUT_HELP, "root": ROOT_HELP})
-def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = ".") -> None:
+def diff(c: Context, run_a: str, run_b: str, output: str | None = None, root: str = ".") -> None:
     """Compare two stored runs: the cases whose verdict changed and the metrics whose numbers changed."""
 
     def body() -> None:
@@ -76,13 +67,13 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
 
         from xpushare.report.runs import diff_runs
 
-        fmt = _output(output)
+        fmt = output_format(output)
         try:
             result = diff_runs(Path(root), run_a, run_b)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if fmt == "json":
-            print(json.dumps(result.to_dict(), indent=2))
+        if fmt != "table":
+            print(render(result.to_dict(), fmt))
             return
         print(f"{result.a} -> {result.b}: {len(result.verdict_changes)} verdict change(s), "
               f"{result.unchanged} case(s) unchanged, {len(result.metric_deltas)} metric change(s) among the cases "

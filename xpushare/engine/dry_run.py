@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
+from xpushare.cases.base import title_for
 from xpushare.cases.premise_table import case_premises
 from xpushare.engine import release
 from xpushare.engine.lifecycle import cluster_facts, inventory_gpu_count, skip_reason
@@ -71,7 +72,7 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
         unmet_names = [n for n in names if unmet_before([n], facts) is not None]
         seconds, basis = expected_case_duration(case, cluster, values, root)
         planned.append({
-            "case_id": case.case_id, "suite": case.suite, "title": case.title,
+            "case_id": case.case_id, "suite": case.suite, "title": title_for(case, values),
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
             "premises": names, "premises_unmet": unmet_names,
             "expected_duration_s": seconds, "expected_duration_basis": basis,

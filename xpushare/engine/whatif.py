@@ -81,7 +81,8 @@ def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out
             shutil.copytree(case_dir, copy, symlinks=True)
             verdict = judge_case(REGISTRY[record.case_id], copy, params, record.mode)
             after = verdict.status.value
-            outcome.append({**stored, "status": after, "summary": verdict.summary, "thresholds": plain(verdict.thresholds)})
+            outcome.append({**stored, "status": after, "summary": verdict.summary,
+                            "thresholds": plain(verdict.thresholds)})
             change = "" if after == record.status else f" (was {record.status})"
             if change:
                 changes.append({"cluster": record.cluster, "case_id": record.case_id, "before": record.status,
