@@ -122,7 +122,7 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
 def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
                   no_load: bool = False, min_families: str | None = None, inventory_: str | None = None,
                   output: str | None = None, run_id: str | None = None, root: str = ".") -> None:
-    """The seed 002 checklist of every scheduler's /metrics endpoint as PASS/FAIL lines, one table per scheduler.
+    """The /metrics checklist of every scheduler's endpoint as PASS/FAIL lines, one table per scheduler.
 
     Exit status 1: a FAIL line, 3: a scheduler unreachable. What it fetched and the tables are saved under
     .tmplog/<run-id>/metrics-check/ (docs/metrics-check.md)."""
