@@ -57,7 +57,8 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
     first of them is the SKIP reason); a premise known only at run time (the GPUs a backend finds, when the
     inventory lists none: ``gpu_count`` None) or in the evidence is not among them.
 
-    ``expected_duration_s``: :func:`xpushare.engine.plan.expected_case_duration` (earlier runs, else the sizes);
+    ``expected_duration_s``: 0 for a case that will SKIP, else :func:`xpushare.engine.plan.expected_case_duration`
+    (earlier runs, else the sizes or time windows, else the case's static estimate);
     ``release``: one line on the cluster's release profile and what this selection can decide (docs/release.md).
 
     ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
@@ -70,7 +71,8 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
         reason = _planned_skip(case, values, capabilities, cluster.mode, facts)
         names = case_premises(case)
         unmet_names = [n for n in names if unmet_before([n], facts) is not None]
-        seconds, basis = expected_case_duration(case, cluster, values, root)
+        seconds, basis = (0.0, "will SKIP before it acts") if reason else expected_case_duration(case, cluster, values,
+                                                                                                  root)
         planned.append({
             "case_id": case.case_id, "suite": case.suite, "title": title_for(case, values),
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
