@@ -134,7 +134,8 @@ def test_rejudge_with_another_tolerance_flips_the_stored_verdict(runs: Path) -> 
         tolerance, want = "5", "PASS"
     else:
         pytest.skip(f"stored PERF-011 is {stored['status']}: {stored['summary']}")
-    proc = invoke("judge", "--run-id", "healthy", "--root", str(runs), "--set", f"perf_quota_tolerance={tolerance}")
+    proc = invoke("judge", "--run-id", "healthy", "--root", str(runs), "--set", f"perf_quota_tolerance={tolerance}",
+                  "--apply")
     got = results(runs, "healthy")["PERF-011"]
     assert got["status"] == want, proc.stdout + proc.stderr
     assert got["thresholds"]["perf_quota_tolerance"] == float(tolerance)

@@ -9,6 +9,7 @@ collects; ``judge`` reads the case directory (through :class:`~xpushare.evidence
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -160,6 +161,30 @@ def register(case: CaseDef) -> CaseDef:
         raise ValueError(f"{case.case_id}: unknown premise(s) {', '.join(unknown)}")
     REGISTRY[case.case_id] = case
     return case
+
+
+_TITLE_DURATION = re.compile(r"\(\d+(?:\.\d+)? h\)$")
+DURATION_PARAM = "stab_duration_s"
+"""The parameter a soak case's length is (seconds); its title's ``(24 h)`` is that parameter's default."""
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds / 3600:.2g} h" if seconds >= 3600 else f"{seconds / 60:.2g} min" if seconds >= 60 \
+        else f"{seconds:g} s"
+
+
+def title_for(case: CaseDef, params: Mapping[str, Any]) -> str:
+    """The title of ``case`` as run with ``params``: a soak case's title names the length its
+    ``stab_duration_s`` gives (``16-32 mixed pods (2 min)``), not its default's (``(24 h)``); any other title as
+    registered."""
+    seconds = params.get(DURATION_PARAM)
+    if not _TITLE_DURATION.search(case.title) or isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or seconds <= 0:
+        return case.title
+    return _TITLE_DURATION.sub(f"({_span(float(seconds))})", case.title)
 
 
 def load_plan(case_dir: Path) -> dict[str, Any]:

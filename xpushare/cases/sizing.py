@@ -280,6 +280,9 @@ WINDOW_CASE_TIME: dict[str, tuple[tuple[str, ...], int | str]] = {
     "MET-007": (("met007_duration_s",), 0),
     "MET-008": (("met008_duration_s",), 0),
     "STAB-003": (("stab_duration_s", "stab_pod_duration_s"), 0),
+    "STAB-001": (("stab_duration_s",), 0),
+    "STAB-002": (("stab_duration_s",), 0),
+    "STAB-004": (("stab_duration_s",), 0),
 }
 
 

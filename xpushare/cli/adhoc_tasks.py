@@ -125,7 +125,7 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
 def metrics_check(c: Context, url: str | None = None, cluster: str | None = None, load: bool = False,
                   no_load: bool = False, min_families: str | None = None, inventory_: str | None = None,
                   output: str | None = None, run_id: str | None = None, root: str = ".") -> None:
-    """The seed 002 checklist of every scheduler's /metrics endpoint as PASS/FAIL lines, one table per scheduler.
+    """The /metrics checklist of every scheduler's endpoint as PASS/FAIL lines, one table per scheduler.
 
     Exit status 1: a FAIL line, 3: a scheduler unreachable. What it fetched and the tables are saved under
     .tmplog/<run-id>/metrics-check/ (docs/metrics-check.md)."""
@@ -157,20 +157,22 @@ def metrics_check(c: Context, url: str | None = None, cluster: str | None = None
         "set": "envcheck parameter: --set envcheck_<name>=value (repeatable), see docs/envcheck.md",
         "root": ROOT_HELP,
         "inventory": INVENTORY_HELP,
+        "output": OUTPUT_HELP + " (one record: the fleet report's fleet.json; progress lines then go to stderr)",
     },
     iterable=["set_"],
 )
 def envcheck(c: Context, cluster: str | None = None, limit: str | None = None, forks: str | None = None,
              mode: str = "ssh", run_id: str | None = None, skip_gpu: bool = False, set_: list[str] | None = None,
-             root: str = ".", inventory_: str | None = None) -> None:
+             root: str = ".", inventory_: str | None = None, output: str | None = None) -> None:
     """Node acceptance at scale: stack alignment, cuBLAS bf16, NCCL all-reduce, fleet report (docs/envcheck.md)."""
 
     def body() -> ExitStatus | int | None:
         from xpushare.envcheck import envcheck_task
 
+        fmt = output_format(output)
         n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
         return envcheck_task(defaults.need_cluster(cluster), limit=limit, forks=n_forks, mode=mode,
                              inventory_path=inventory_, run_id=run_id, skip_gpu=skip_gpu, out=sys.stdout,
-                             overrides=set_ or (), root=root)
+                             overrides=set_ or (), root=root, fmt=fmt)
 
     guarded(body)

@@ -19,6 +19,7 @@ from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
+from xpushare.report.output import OUTPUT_HELP, output_format
 
 __all__ = ["baseline_compare", "deploy", "legacy"]
 
@@ -107,19 +108,21 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
         "baseline": "baseline YAML (default: baselines/t4-seed004.yaml; legacy.baseline writes one per run)",
         "cluster": "only this cluster of the run (default: all)",
         "root": ROOT_HELP,
+        "output": OUTPUT_HELP + " (one record: run_id, baseline, gpu_model, comparisons, own_baseline_s)",
     },
     cluster_default=False,
 )
 def baseline_compare(c: Context, run_id: str | None = None, baseline: str | None = None,
-                     cluster: str | None = None, root: str = ".") -> None:
+                     cluster: str | None = None, root: str = ".", output: str | None = None) -> None:
     """Contrast a run with stored baselines: virtualization overhead, concurrency efficiency, idle density."""
 
     def body() -> Any:
         from xpushare.legacy.compare import baseline_compare as compare
 
+        fmt = output_format(output)
         if not run_id:
             raise UsageError("--run-id is required")
-        return compare(run_id, baseline, root=Path(root), cluster=cluster, out=sys.stdout)
+        return compare(run_id, baseline, root=Path(root), cluster=cluster, out=sys.stdout, fmt=fmt)
 
     guarded(body)
 

@@ -17,6 +17,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from invoke import Config, Program
 from invoke.exceptions import Exit, ParseError
@@ -25,6 +26,7 @@ from xpushare import __version__
 from xpushare.cli import config_files
 from xpushare.cli.collection import namespace
 from xpushare.cli.guard import pipe_closed
+from xpushare.cli.help import CLASHING_SHORT, adopt_help, list_tasks, print_help
 from xpushare.cli.taskdef import help_first
 from xpushare.model.exit_status import ExitStatus
 
@@ -97,6 +99,22 @@ class XpushareProgram(Program):
         config_files.check_runtime(runtime_path(self))
         super().update_config(merge)
 
+    def core_args(self) -> list[Any]:
+        """Invoke's global flags without the short letters that are task flags here (:data:`CLASHING_SHORT`)."""
+        args = list(super().core_args())
+        for arg in args:
+            arg.names = tuple(name for name in arg.names if name not in CLASHING_SHORT)
+        return args
+
+    def print_help(self) -> None:
+        print_help(self)
+
+    def list_tasks(self) -> None:
+        if self.list_format == "flat" and not self.list_root:
+            list_tasks(self)
+        else:
+            super().list_tasks()
+
     def parse_tasks(self) -> None:
         try:
             help_first(self, super().parse_tasks)
@@ -134,7 +152,8 @@ def runtime_path(prog: Program) -> str | None:
 
 def adopt(prog: Program, project: Path | None = None) -> Program:
     """Give ``invoke``'s own program (built by Invoke before ``tasks.py`` is loaded, so it cannot be an
-    :class:`XpushareProgram`) the same parse-error policy; returns ``prog``.
+    :class:`XpushareProgram`) the same parse-error policy and the program's help and task list
+    (:func:`xpushare.cli.help.adopt_help`); returns ``prog``.
 
     The one hook on a third-party object: it wraps that instance's ``parse_tasks`` step (the one that parses
     the task names and their flags, run after ``tasks.py`` is loaded), and its ``parse_cleanup`` step (``--list``
@@ -175,7 +194,7 @@ def adopt(prog: Program, project: Path | None = None) -> Program:
     prog.parse_tasks = parse_tasks  # type: ignore[method-assign]
     prog.update_config = update_config  # type: ignore[method-assign]
     prog.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
-    return prog
+    return adopt_help(prog)
 
 
 program = XpushareProgram(namespace=namespace, version=__version__, name="xpushare", binary="xpushare",

@@ -1,11 +1,10 @@
 """Tasks over the stored runs: ``runs`` (list them with their status), ``diff`` (verdict changes and metric
 deltas between two runs) and ``compare`` (the isolation cases, system x case, over several runs). They read
-``<root>/.tmplog`` only (``compare --out`` also writes a new directory); ``--output json`` prints one JSON
-document."""
+``<root>/.tmplog`` only (``compare --out`` also writes a new directory); ``--output json|yaml`` prints only the
+records (:mod:`xpushare.report.output`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from invoke import Context
@@ -14,18 +13,9 @@ from xpushare.cli.flags import ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
+from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["compare", "diff", "runs"]
-
-OUTPUT_HELP = "table (default) or json"
-_OUTPUTS = ("table", "json")
-
-
-def _output(value: str) -> str:
-    """The ``--output`` choice; :class:`UsageError` for anything but table/json."""
-    if value not in _OUTPUTS:
-        raise UsageError(f"--output takes one of {', '.join(_OUTPUTS)}, not {value!r}")
-    return value
 
 
 def _number(value: float | None, *, percent: bool = False) -> str:
@@ -36,7 +26,7 @@ def _number(value: float | None, *, percent: bool = False) -> str:
 
 @task(help={"output": OUTPUT_HELP, "root": ROOT_HELP,
             "all": "also the runs without any case result (refused or stopped before their first case)"})
-def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False) -> None:
+def runs(c: Context, output: str | None = None, root: str = ".", all_: bool = False) -> None:
     """List the stored runs, oldest first: run id, clusters, selection, start time, counts per status, exit status,
     overall: the release decision (YES, NO, n/a), or INTERRUPTED / INCOMPLETE / RUNNING for a run that did not
     finish every case it selected (never PASS).
@@ -48,12 +38,12 @@ def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False)
 
         from xpushare.report.runs import list_runs
 
-        fmt = _output(output)
+        fmt = output_format(output)
         every = list_runs(Path(root))
         stored = every if all_ else [r for r in every if r.started_cases]
         hidden = len(every) - len(stored)
-        if fmt == "json":
-            print(json.dumps([r.to_dict() for r in stored], indent=2))
+        if fmt != "table":
+            print(render([r.to_dict() for r in stored], fmt))
             return
         if not stored:
             print(f"no runs stored under {root}")
@@ -71,7 +61,7 @@ def runs(c: Context, output: str = "table", root: str = ".", all_: bool = False)
 @task(help={"run_a": "the earlier run (a run id or last)", "run_b": "the later run (a run id or last)",
             "output": OUTPUT_HELP, "root": ROOT_HELP,
             "force": "compare even a live run (its cases so far: changes and cases missing are not final)"})
-def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = ".", force: bool = False) -> None:
+def diff(c: Context, run_a: str, run_b: str, output: str | None = None, root: str = ".", force: bool = False) -> None:
     """Compare two stored runs: the cases whose verdict changed and the metrics whose numbers changed.
 
     A live run (still running on this machine) is refused with exit 2 naming it, unless ``--force``."""
@@ -82,7 +72,7 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
         from xpushare.report import artifacts, run_lock
         from xpushare.report.runs import diff_runs
 
-        fmt = _output(output)
+        fmt = output_format(output)
         try:
             if not force:
                 for run in (run_a, run_b):
@@ -91,8 +81,8 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
             result = diff_runs(Path(root), run_a, run_b)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if fmt == "json":
-            print(json.dumps(result.to_dict(), indent=2))
+        if fmt != "table":
+            print(render(result.to_dict(), fmt))
             return
         print(f"{result.a} -> {result.b}: {len(result.verdict_changes)} verdict change(s), "
               f"{result.unchanged} case(s) unchanged, {len(result.metric_deltas)} metric change(s) among the cases "
@@ -116,7 +106,7 @@ def diff(c: Context, run_a: str, run_b: str, output: str = "table", root: str = 
             "output": OUTPUT_HELP, "root": ROOT_HELP,
             "out": "also write compare.md, compare.json and (with matplotlib) compare.png into this new directory"},
       iterable=["run_id"])
-def compare(c: Context, run_id: list[str] | None = None, output: str = "table", root: str = ".",
+def compare(c: Context, run_id: list[str] | None = None, output: str | None = None, root: str = ".",
             out: str | None = None) -> None:
     """Compare GPU-sharing systems side by side: the isolation cases of the given runs, one column per system
     (the cluster's sut), with what each held, whether it was usable, and how far off the quota
@@ -126,7 +116,7 @@ def compare(c: Context, run_id: list[str] | None = None, output: str = "table", 
         from xpushare.model.atomic_file import atomic_write_text
         from xpushare.report.compare import compare_runs, plot
 
-        fmt = _output(output)
+        fmt = output_format(output)
         if not run_id:
             raise UsageError("compare needs --run-id at least once (one per run to compare)")
         target = Path(out) if out else None
@@ -138,14 +128,17 @@ def compare(c: Context, run_id: list[str] | None = None, output: str = "table", 
             raise UsageError(str(exc)) from None
         if not result.cases:
             raise UsageError(f"no isolation results in run(s) {', '.join(run_id)}")
-        doc = json.dumps(result.to_dict(), indent=2)
-        print(doc if fmt == "json" else result.markdown(), end="" if fmt != "json" else "\n")
+        doc = render(result.to_dict(), "json")
+        if fmt == "table":
+            print(result.markdown(), end="")
+        else:
+            print(render(result.to_dict(), fmt))
         if target is not None:
             target.mkdir(parents=True)
             atomic_write_text(target / "compare.md", result.markdown())
             atomic_write_text(target / "compare.json", doc + "\n")
             drawn = plot(result, target / "compare.png")
-            if fmt != "json":
+            if fmt == "table":
                 print(f"\nwritten: {target}/compare.md, compare.json"
                       + (", compare.png" if drawn.path else f" (no plot: {drawn.note})"))
 

@@ -71,17 +71,26 @@ def soak(c: Context, cluster: str | None = None, case: str = "STAB-002", hours: 
         "run_id": "the stored run to re-judge (required; last: the latest)",
         "set": "threshold override name=value (repeatable), e.g. --set func002_min_overlap_ratio=0.8",
         "root": ROOT_HELP,
-        "output": OUTPUT_HELP + " (one record: run_id, exit_status, counts, release_ready, cases, changes, report)",
+        "apply": "store the re-judgment as the run's verdicts (beside the originals, result.original.json) and "
+                 "rebuild its reports; without it nothing is stored",
+        "output": OUTPUT_HELP + " (one record: run_id, applied, exit_status, counts, release_ready, cases, changes)",
     },
     iterable=["set_"],
 )
-def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".", output: str | None = None) -> None:
-    """Re-judge a stored run's evidence with other thresholds, offline, and rebuild its reports.
+def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".", apply: bool = False,
+          output: str | None = None) -> None:
+    """Re-judge a stored run's evidence with other thresholds, offline: what the verdicts would be and what changed.
 
-    A live run (still running on this machine) is refused with exit 2 naming it: its records are still written."""
-    from xpushare.engine import driver
+    Without ``--apply`` it is a what-if: the run, its verdicts, its reports and how ``invoke runs`` lists it stay as
+    they are. ``--apply`` stores the re-judgment as the run's verdicts, keeping the run's own beside them, and
+    rebuilds its reports (docs/verdicts.md "Re-judging a stored run"); ``--apply`` on a live run (still running on
+    this machine) is refused with exit 2 naming it: its records are still written."""
+    from xpushare.engine import driver, whatif
 
-    guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
+    if apply:
+        guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
+    else:
+        guarded(lambda: whatif.whatif(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
 
 
 @task(help={"run_id": "the stored run (required; last: the latest)", "root": ROOT_HELP,

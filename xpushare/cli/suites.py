@@ -187,8 +187,8 @@ _STABILITY_HELP = {
 }
 
 func = suite_task(
-    "func", "Run the functional suite FUNC-001..013 (seed 000 section 7) and judge each case.", by_suite("functional"))
-combo = suite_task("combo", "Run the combination suite COMBO-001..008 (seed 000 section 8).", by_suite("combination"))
+    "func", "Run the functional suite FUNC-001..013 and judge each case (docs/verdicts.md).", by_suite("functional"))
+combo = suite_task("combo", "Run the combination suite COMBO-001..008 (docs/verdicts.md).", by_suite("combination"))
 perf = suite_task(
     "perf",
     "Run the performance suite PERF-001..011 (baseline, quota precision, overhead, latency, scale) and judge it.",
@@ -202,7 +202,7 @@ perf = suite_task(
 )
 metrics = suite_task(
     "metrics",
-    "Run the metrics suite MET-001..008 (seed 000 section 11) on the scheduler serving each probe's node.",
+    "Run the metrics suite MET-001..008 on the scheduler serving each probe's node (docs/metrics-check.md).",
     by_suite("metrics"),
     help={
         "case": "run only this case id (repeatable), e.g. --case MET-001 --case MET-007",
@@ -210,14 +210,13 @@ metrics = suite_task(
     },
 )
 stab = suite_task(
-    "stab", "Run STAB-001..004 (seed 000 §10.1): soaks of 6 h / 24 h by default (--set stab_duration_s=S).",
+    "stab", "Run STAB-001..004: soaks of 6 h / 24 h by default (--set stab_duration_s=S; docs/soak.md).",
     by_prefix("STAB"), help=_STABILITY_HELP)
 leak = suite_task(
-    "leak", "Run LEAK-001..005 (seed 000 §10.2): RSS/FD trends, GPU memory recovery, ghost clients, series growth.",
+    "leak", "Run LEAK-001..005: RSS/FD trends, GPU memory recovery, ghost clients, series growth (docs/soak.md).",
     by_prefix("LEAK"), help=_STABILITY_HELP)
 fail = suite_task(
-    "fail", "Run FAIL-001..007 (seed 000 §10.3, seed 003): fault injection, only with --allow-disruptive; restores in "
-    "finally.",
+    "fail", "Run FAIL-001..007: fault injection, only with --allow-disruptive; every fault restored (docs/faults.md).",
     by_prefix("FAIL", _allow_disruptive), help=_STABILITY_HELP,
     flags=[Flag("allow_disruptive", False, "really inject the faults (restart DaemonSets, drain a node); "
                 "without it every FAIL case is SKIP")],

@@ -74,6 +74,15 @@ class XTask(Task):
             guarded(lambda: defaults.resolve_common(args[0], kwargs, cluster_default=self.cluster_default))
         return super().__call__(*args, **kwargs)
 
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        """Invoke's arguments of the task; its help texts stay for the next call (Invoke's ``arg_opts`` pops
+        them, so a second parse in one process, a ``--help`` after a run included, showed no help)."""
+        kept = dict(self.help)
+        try:
+            return list(super().get_arguments(ignore_unknown_help))
+        finally:
+            self.help = kept
+
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
         names: list[str] = opts["names"]

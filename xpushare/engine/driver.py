@@ -169,7 +169,8 @@ class SuiteHooks(RunHooks):
     def case_scope(self, run: Run, cluster: ClusterSpec, case: CaseDef,
                    position: str) -> contextlib.AbstractContextManager[Any]:
         planned = self.plans.get(cluster.name, {}).get(case.case_id, {})
-        return run.progress_for(cluster).case(case.case_id, case.title, planned.get("expected_duration_s"),
+        return run.progress_for(cluster).case(case.case_id, planned.get("title") or case.title,
+                                              planned.get("expected_duration_s"),
                                               position=position, skip=planned.get("plan") == "SKIP")
 
     def case_done(self, run: Run, cluster: ClusterSpec, case: CaseDef, record: CaseRecord) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases import CaseDef
+from xpushare.cases.base import title_for
 from xpushare.cases.premise_table import case_premises
 from xpushare.engine import release
 from xpushare.engine.lifecycle import cluster_facts, inventory_gpu_count, skip_reason
@@ -56,7 +57,8 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
     first of them is the SKIP reason); a premise known only at run time (the GPUs a backend finds, when the
     inventory lists none: ``gpu_count`` None) or in the evidence is not among them.
 
-    ``expected_duration_s``: :func:`xpushare.engine.plan.expected_case_duration` (earlier runs, else the sizes);
+    ``expected_duration_s``: 0 for a case that will SKIP, else :func:`xpushare.engine.plan.expected_case_duration`
+    (earlier runs, else the sizes or time windows, else the case's static estimate);
     ``release``: one line on the cluster's release profile and what this selection can decide (docs/release.md).
 
     ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
@@ -69,9 +71,10 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
         reason = _planned_skip(case, values, capabilities, cluster.mode, facts)
         names = case_premises(case)
         unmet_names = [n for n in names if unmet_before([n], facts) is not None]
-        seconds, basis = expected_case_duration(case, cluster, values, root)
+        seconds, basis = (0.0, "will SKIP before it acts") if reason else expected_case_duration(case, cluster, values,
+                                                                                                  root)
         planned.append({
-            "case_id": case.case_id, "suite": case.suite, "title": case.title,
+            "case_id": case.case_id, "suite": case.suite, "title": title_for(case, values),
             "plan": "SKIP" if reason else "RUN", "skip_reason": reason,
             "premises": names, "premises_unmet": unmet_names,
             "expected_duration_s": seconds, "expected_duration_basis": basis,

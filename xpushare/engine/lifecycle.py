@@ -18,7 +18,7 @@ from typing import Any
 
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, Backend
 from xpushare.cases import CaseDef
-from xpushare.cases.base import CaseRun, load_plan
+from xpushare.cases.base import CaseRun, load_plan, title_for
 from xpushare.engine.plan import expected_case_duration
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
@@ -196,7 +196,7 @@ def run_case(
     if retried:  # the verdict stands, but says that the API server failed on the way (each retry: debug.log)
         verdict.summary += f" ({retried} kubectl read(s) retried after a transient API failure)"
     record = CaseRecord(
-        run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
+        run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=title_for(case, params),
         mode=cluster.mode, attempt=attempt, status=verdict.status.value, summary=verdict.summary,
         started=started.isoformat(), ended=ended.isoformat(), duration_s=round(time.monotonic() - t0, 3),
         phases_s=_phase_durations(t0, phases), thresholds=plain(verdict.thresholds),
@@ -250,7 +250,7 @@ def record_not_run(
     case_dir.mkdir(parents=True, exist_ok=True)
     now = utc_now().isoformat()
     record = CaseRecord(
-        run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=case.title,
+        run_id=run_id, cluster=cluster.name, suite=case.suite, case_id=case.case_id, title=title_for(case, params),
         mode=cluster.mode, attempt=attempt, status=status.value, summary=reason, started=now, ended=now,
         duration_s=0.0, params=plain(params), required=required, operation=_operation(case),
         sampling=case.sampling, premises=premise_names(case), not_run=True,

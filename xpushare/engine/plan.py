@@ -305,7 +305,10 @@ def expected_case_duration(case: CaseDef, cluster: ClusterSpec, params: Mapping[
     duration among the runs stored under ``root`` (:func:`xpushare.report.history.expected_duration`), else,
     for a quota case, what its workload sizes and quotas make of it on the cluster's GPU model
     (:func:`xpushare.cases.sizing.sized_case_duration`), for a case of time windows their sum
-    (:func:`xpushare.cases.sizing.window_case_duration`); ``(None, why)`` when none tells."""
+    (:func:`xpushare.cases.sizing.window_case_duration`), else the case's static estimate
+    (:func:`xpushare.cases.estimates.static_case_duration`); ``(None, why)`` when none tells (a case outside the
+    matrix)."""
+    from xpushare.cases.estimates import static_case_duration
     from xpushare.cases.sizing import sized_case_duration, window_case_duration
     from xpushare.report import history
 
@@ -313,7 +316,8 @@ def expected_case_duration(case: CaseDef, cluster: ClusterSpec, params: Mapping[
                                       exclude_run=exclude_run) if root is not None else None
     if found is not None:
         return found.seconds, found.basis
-    sized = sized_case_duration(case.case_id, params, cluster.gpu_model) or window_case_duration(case.case_id, params)
+    sized = (sized_case_duration(case.case_id, params, cluster.gpu_model) or window_case_duration(case.case_id, params)
+             or static_case_duration(case.case_id))
     if sized is not None:
         return sized
-    return None, "no earlier PASS/FAIL of this case on this cluster under this root, and no sizing estimate"
+    return None, "no earlier PASS/FAIL of this case on this cluster under this root, and no estimate of its own"

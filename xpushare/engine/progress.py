@@ -53,17 +53,18 @@ def case_line(case_id: str, title: str, elapsed_s: float, expected_s: float | No
 def expected_line(plan: Sequence[Mapping[str, Any]]) -> str:
     """The run's expected total before it starts, from the dry run's plan of each case (``plan``: RUN | SKIP,
     ``expected_duration_s``: seconds or None, :func:`xpushare.engine.plan.expected_case_duration`), e.g.
-    ``expected ~2m10s (3 case(s) from earlier runs or their sizes; 9 will SKIP)`` or ``expected: unknown (no
-    estimate for 3 case(s): no earlier run of them on this cluster, no sizing; 9 will SKIP)``."""
+    ``expected ~2m10s (3 case(s) from earlier runs, their sizes or their static estimates; 9 will SKIP)`` or
+    ``expected: unknown (no estimate for 3 case(s): ...; 9 will SKIP)`` (only a case outside the matrix has none)."""
     running = [c for c in plan if c.get("plan") != "SKIP"]
     skipping = len(plan) - len(running)
     known = [float(c["expected_duration_s"]) for c in running if c.get("expected_duration_s") is not None]
     unknown = len(running) - len(known)
     parts = []
     if known:
-        parts.append(f"{len(known)} case(s) from earlier runs or their sizes")
+        parts.append(f"{len(known)} case(s) from earlier runs, their sizes or their static estimates")
     if unknown:
-        parts.append(f"no estimate for {unknown} case(s): no earlier run of them on this cluster, no sizing")
+        parts.append(f"no estimate for {unknown} case(s): no earlier run of them on this cluster, no estimate of "
+                     "their own")
     if skipping:
         parts.append(f"{skipping} will SKIP")
     head = f"expected ~{duration(sum(known))}" if known or not unknown else "expected: unknown"

@@ -30,6 +30,7 @@ sizes): a test of the plumbing on machines without GPUs, never a GPU verdict.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from xpushare.envcheck import fleet
 from xpushare.envcheck.context import NodeRaw, RunContext, finish
 from xpushare.envcheck.k8s_mode import run_k8s
 from xpushare.envcheck.params import resolve_params
@@ -46,6 +48,7 @@ from xpushare.model.errors import HostUnreachable, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
 from xpushare.report import artifacts
+from xpushare.report.output import render
 from xpushare.transport.base import Host
 from xpushare.transport.fanout import DEFAULT_FORKS
 from xpushare.transport.hosts import connect
@@ -59,8 +62,11 @@ MODES = ("ssh", "k8s")
 def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAULT_FORKS, mode: str = "ssh",
                   inventory_path: str | None = None, run_id: str | None = None, skip_gpu: bool = False,
                   out: TextIO | None = None, overrides: Sequence[str] = (), root: str | os.PathLike[str] = ".",
-                  cluster_spec: ClusterSpec | None = None, kubectl: Any = None) -> ExitStatus:
+                  cluster_spec: ClusterSpec | None = None, kubectl: Any = None, fmt: str = "table") -> ExitStatus:
     """``invoke envcheck``: node acceptance of ``cluster`` with a fleet report; returns the exit status.
+
+    ``fmt`` table prints the progress and the per-node summary on ``out``; json or yaml print them on stderr and
+    then only the fleet record (``fleet.json``, docs/envcheck.md) on ``out``.
 
     Args:
         cluster: inventory cluster name (``local`` always exists).
@@ -71,7 +77,8 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         inventory_path: ``--inventory`` (default ``$XPUSHARE_INVENTORY``, else ``inventory/inventory.yaml``).
         run_id: ``[A-Za-z0-9._-]{1,64}``; default ``YYYYmmdd-HHMMSS`` now (local time).
         skip_gpu: stack check only; cuBLAS and all-reduce are SKIP.
-        out: progress and summary stream (default stdout).
+        out: progress and summary stream (default stdout); with ``fmt`` json or yaml, the record's.
+        fmt: ``table``, ``json`` or ``yaml`` (:mod:`xpushare.report.output`).
         overrides: ``--set envcheck_<name>=<YAML value>`` items (:class:`EnvcheckParams`).
         root: directory holding ``.tmplog/``.
         cluster_spec, kubectl: for tests and embedding: use this cluster instead of the inventory's, and
@@ -84,7 +91,6 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         UsageError / InventoryError (exit 2): bad mode, forks, run id, parameter, cluster or selection.
     """
     from xpushare.inventory import schema
-    from xpushare.inventory.selection import select_hosts
 
     stream = out if out is not None else sys.stdout
     if mode not in MODES:
@@ -98,7 +104,20 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         artifacts.validate_run_id(rid)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    ctx = RunContext(spec, params, run_id=rid, root=Path(root), mode=mode, skip_gpu=skip_gpu, out=stream)
+    ctx = RunContext(spec, params, run_id=rid, root=Path(root), mode=mode, skip_gpu=skip_gpu,
+                     out=stream if fmt == "table" else sys.stderr)
+    status = _run(ctx, spec, limit=limit, forks=int(forks), kubectl=kubectl)
+    record = ctx.base / fleet.REPORT_JSON
+    if fmt != "table" and record.is_file():
+        print(render(json.loads(record.read_text(encoding="utf-8")), fmt), file=stream, flush=True)
+    return status
+
+
+def _run(ctx: RunContext, spec: ClusterSpec, *, limit: str | None, forks: int, kubectl: Any) -> ExitStatus:
+    """The check itself in ``ctx.mode`` (ssh fan-out or Kubernetes pods), its fleet report written."""
+    from xpushare.inventory.selection import select_hosts
+
+    mode = ctx.mode
     if mode == "ssh":
         role = "gpu" if spec.by_role("gpu") else "all"
         return run_ssh(ctx, select_hosts(spec, role=role, limit=limit), forks=int(forks))

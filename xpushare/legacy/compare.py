@@ -45,6 +45,7 @@ from xpushare.legacy import judgments, tables
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import artifacts
+from xpushare.report.output import render
 
 #: Workload kind of each pods-run scenario, and whether the kind saturates the GPU.
 SCENARIO_KIND = {"cross-gpu": "standard", "small": "small", "idle-small": "idle-small"}
@@ -302,8 +303,11 @@ def format_report(run_id: str, baseline: Baseline, comparisons: Sequence[Compari
 
 
 def baseline_compare(run_id: str, baseline_path: str | Path | None = None, *, root: Path = Path("."),
-                     cluster: str | None = None, out: TextIO | None = None) -> ExitStatus:
+                     cluster: str | None = None, out: TextIO | None = None, fmt: str = "table") -> ExitStatus:
     """Compare the legacy scenarios of a stored run with a baseline file; print and store the result.
+
+    ``fmt`` table prints the report's text; json or yaml print only the record stored as
+    ``baseline-compare.json`` (``{"run_id", "baseline", "gpu_model", "comparisons", "own_baseline_s"}``).
 
     Writes ``baseline-compare.txt`` and ``baseline-compare.json`` into the run directory. Raises
     :class:`UsageError` for a bad run id, a missing run or baseline file, or a run without any
@@ -335,9 +339,9 @@ def baseline_compare(run_id: str, baseline_path: str | Path | None = None, *, ro
             if kind and row.passed and row.duration_s is not None and not row.estimated:
                 own[kind] = float(row.duration_s)
     text = format_report(run_id, baseline, comparisons, own, models)
-    print(text, file=out)
     artifacts.atomic_write_text(run_dir / "baseline-compare.txt", text + "\n")
     data = {"run_id": run_id, "baseline": baseline.path, "gpu_model": baseline.gpu_model,
             "comparisons": [asdict(c) for c in comparisons], "own_baseline_s": own}
+    print(render(data, fmt, text=text), file=out)
     artifacts.atomic_write_text(run_dir / "baseline-compare.json", json.dumps(data, indent=2) + "\n")
     return ExitStatus.OK

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xpushare.engine.progress import duration
 from xpushare.evidence.store import Evidence
 from xpushare.judge.quota_probe import soak_phase_checks
 from xpushare.judge.stability import check_trend, load_soak, process_series
@@ -81,7 +82,9 @@ def write_report(case_dir: Path, params: Mapping[str, Any], *, title: str, plots
     ck = data.checkpoint
     lines = [f"# Soak report: {title}", ""]
     lines += [
-        f"- active time {float(ck.get('active_s') or 0) / 3600:.2f} h in {len(ck.get('segments') or [])} segment(s); "
+        f"- active time {duration(float(ck.get('active_s') or 0))}"
+        f"{'' if ck.get('target_s') is None else ' of ' + duration(float(ck['target_s']))} "
+        f"in {len(ck.get('segments') or [])} segment(s); "
         f"rounds {ck.get('rounds', 0)}; sampling ticks {ck.get('samples', 0)}",
         f"- gaps {ck.get('gaps', 0)}, anomalies {ck.get('anomalies', 0)}, failed-pod logs kept "
         f"{ck.get('failed_logs', 0)}",

@@ -19,6 +19,7 @@ parameters of the first segment (``soak/params.json``) stay in force unless give
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY
 from xpushare.engine import driver, dry_run, plan
 from xpushare.engine.cluster_params import check_cluster_params
+from xpushare.engine.progress import duration
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.inventory import schema
@@ -37,13 +39,16 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts
+from xpushare.report import artifacts, summaries
+from xpushare.report.output import render
 from xpushare.soak.checkpoint import Checkpoint
 
 __all__ = ["SoakHooks", "SoakRequest", "soak"]
 
 SOAK_CASES = ("STAB-001", "STAB-002", "STAB-003", "STAB-004")
 PARAMS_FILE = "params.json"
+SOAK_REPORT = "soak-report.md"
+"""The soak's own report in ``soak/``, written once its rounds started (:func:`xpushare.soak.report.write_report`)."""
 
 
 @dataclass
@@ -61,7 +66,8 @@ class SoakRequest:
     dry_run: bool = False
     """Print the plan (the case, each parameter's value and source, whether it would SKIP) and run nothing."""
     output: str = "table"
-    """The dry run's format: table | json | yaml."""
+    """table | json | yaml: the dry run's format, and after a soak the format of its result (json/yaml: the
+    progress lines go to stderr and one record alone to ``out``, :meth:`SoakHooks.finished`)."""
     wait: bool = False
     """Wait for another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`)."""
 
@@ -93,7 +99,7 @@ def _resumable_act(case_act: Any) -> Any:
     return act
 
 
-def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
+def soak(request: SoakRequest, out: TextIO | None = None) -> ExitStatus:
     """Run (or resume) a soak and write the run's reports. Returns the exit status (130 when interrupted).
 
     A :class:`~xpushare.engine.run.Run` of the one case with :class:`SoakHooks`: it holds the cluster's lease
@@ -106,6 +112,7 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
             into a run that already holds that case.
         LeaseHeld: another live run holds the cluster's lease and not ``request.wait`` (exit 2; nothing written).
     """
+    out = out if out is not None else sys.stdout
     case_id = request.case.upper()
     if case_id not in SOAK_CASES:
         raise UsageError(f"invoke soak runs one of {', '.join(SOAK_CASES)}, not {request.case!r}")
@@ -124,8 +131,9 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
                                    request.root)
         print(dry_run.render_all([planned], request.output), file=out)
         return ExitStatus.OK
+    lines = out if request.output == "table" else sys.stderr  # json|yaml: progress on stderr, the record on out
     the_run = Run(root=request.root, clusters=[cluster], run_id=request.run_id,
-                  reuse=Reuse.RESUME if request.resume else Reuse.REFUSE, what="soak", wait=request.wait, out=out)
+                  reuse=Reuse.RESUME if request.resume else Reuse.REFUSE, what="soak", wait=request.wait, out=lines)
     run_id, run_dir = the_run.id, the_run.dir
     case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = plan.case_params(case, cluster, selection, overrides)
@@ -136,8 +144,8 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
             raise UsageError(f"--resume: no soak checkpoint in {case_dir / 'soak'}")
         params = {**json.loads(stored.read_text(encoding="utf-8")), **overrides}
         if ck.final_done:
-            print(f"[xpushare] soak {case_id} of run {run_id} already complete; re-judging", file=out)
-            driver.rejudge(run_id, request.overrides, root=request.root, out=out)
+            print(f"[xpushare] soak {case_id} of run {run_id} already complete; re-judging", file=lines)
+            driver.rejudge(run_id, request.overrides, root=request.root, out=out, fmt=request.output)
             return exit_status_for(artifacts.load_results(run_dir), False)
         act = _resumable_act(case.act)
     else:
@@ -148,34 +156,49 @@ def soak(request: SoakRequest, out: TextIO = sys.stdout) -> ExitStatus:
     soaked = replace(case, act=act)
     chosen = RunSelection(label=f"soak={case_id}", cases=[soaked], required=frozenset({case_id}),
                           todo={cluster.name: [soaked]}, params=lambda _case, _cluster: dict(params))
-    return the_run.execute(chosen, SoakHooks(case_dir, float(params["stab_duration_s"])))
+    hooks = SoakHooks(case_dir, float(params["stab_duration_s"]), request.output, out)
+    if request.output == "table":
+        return the_run.execute(chosen, hooks)
+    with contextlib.redirect_stdout(sys.stderr):  # the soak loop's own lines too: stdout holds the record alone
+        return the_run.execute(chosen, hooks)
 
 
 class SoakHooks(RunHooks):
-    """A soak's run: its opening line (case, cluster, hours, case directory), the case's line after the reports,
-    the soak report's path, and how to continue an interrupted soak."""
+    """A soak's run: its opening line (case, cluster, duration, case directory), the case's line after the
+    reports, the soak report's path when the soak wrote one, how to continue an interrupted soak, and with
+    ``fmt`` json or yaml one record alone on ``result_out``."""
 
-    def __init__(self, case_dir: Path, duration_s: float) -> None:
+    def __init__(self, case_dir: Path, duration_s: float, fmt: str = "table", result_out: TextIO | None = None) -> None:
         self.case_dir = case_dir
         self.duration_s = duration_s
+        self.fmt = fmt
+        self.result_out = result_out if result_out is not None else sys.stdout
 
     def backend(self, cluster: ClusterSpec) -> Backend:
         return driver.make_backend(cluster)
 
     def started(self, run: Run) -> None:
         case_id, cluster = self.case_dir.name, run.clusters[0]
-        run.progress.done(f"soak {case_id} on {cluster.name} for {self.duration_s / 3600:.2f} h"
+        run.progress.done(f"soak {case_id} on {cluster.name} for {duration(self.duration_s)}"
                           f"{' (resumed)' if run.resume else ''} -> {self.case_dir}")
 
     def finished(self, run: Run, outcome: RunOutcome) -> None:
         case_id, cluster = self.case_dir.name, run.clusters[0]
         for record in outcome.records:
             run.progress.done(f"{case_id} {record.status} {record.duration_s or 0.0:.1f}s  {record.summary}")
+        soak_report = self.case_dir / "soak" / SOAK_REPORT
+        written = soak_report.is_file()
         run.progress.done(f"report: {outcome.paths.markdown}; soak report: "
-                          f"{self.case_dir / 'soak' / 'soak-report.md'}")
+                          + (str(soak_report) if written else "none (the soak did not start its rounds)"))
         if outcome.interrupted:
             run.progress.done(f"interrupted: continue with invoke soak --cluster {cluster.name} --case {case_id} "
                               f"--run-id {run.id} --resume")
+        if self.fmt != "table":
+            decision = summaries.decision_of_run(outcome.results, run.meta, interrupted=outcome.interrupted)
+            result = {**driver.result_record(run.id, run.dir, outcome.status, outcome.results, decision,
+                                             outcome.paths.markdown),
+                      "duration_s": self.duration_s, "soak_report": str(soak_report) if written else None}
+            print(render(result, self.fmt), file=self.result_out, flush=True)
 
 
 def _with_params_file(act: Any, params_text: str) -> Any:

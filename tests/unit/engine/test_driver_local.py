@@ -132,10 +132,11 @@ def test_rejudge_offline_with_other_thresholds(tmp_path: Path) -> None:
         return json.loads((run_dir(tmp_path, "r3") / "gpu1" / "functional" / "FUNC-002" / "result.json").read_text())
 
     assert r3()["status"] == "PASS"
-    proc = invoke("judge", "--run-id", "r3", "--set", "func002_min_overlap_ratio=1.5", root=tmp_path)
+    proc = invoke("judge", "--run-id", "r3", "--set", "func002_min_overlap_ratio=1.5", "--apply", root=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert r3()["status"] == "FAIL" and r3()["thresholds"]["func002_min_overlap_ratio"] == 1.5
-    assert invoke("judge", "--run-id", "r3", "--set", "func002_min_overlap_ratio=0.5", root=tmp_path).returncode == 0
+    assert invoke("judge", "--run-id", "r3", "--set", "func002_min_overlap_ratio=0.5", "--apply",
+                  root=tmp_path).returncode == 0
     assert invoke("report", "--run-id", "r3", root=tmp_path).returncode == 0
     assert invoke("judge", "--run-id", "nope", root=tmp_path).returncode == 2
 

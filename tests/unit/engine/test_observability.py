@@ -231,10 +231,15 @@ def test_plan_run_tells_which_cases_skip() -> None:
     assert by_id["FUNC-001"]["premises_unmet"] == ["sut"]
     assert "client library" in by_id["FUNC-004"]["skip_reason"]
     assert "needs Kubernetes" in by_id["FUNC-009"]["skip_reason"]
-    assert by_id["FUNC-001"]["expected_duration_s"] is None
+    # a case that will SKIP takes no time; every case that runs has an expected duration (issue 39: only the
+    # cases that will SKIP had one)
+    assert by_id["FUNC-001"]["expected_duration_s"] == 0.0 and "will SKIP" in by_id["FUNC-001"][
+        "expected_duration_basis"]
     with_sut = dataclasses.replace(local, sut_lib="/opt/xpushare/libxpushare.so")
     runs = dry_run.plan_run([REGISTRY["FUNC-001"]], with_sut, selection, {}, frozenset({"client-library"}))
     assert runs["cases"][0]["plan"] == "RUN" and runs["cases"][0]["skip_reason"] is None
+    assert runs["cases"][0]["expected_duration_s"] > 0 and "static estimate" in runs["cases"][0][
+        "expected_duration_basis"]
     k8s = dataclasses.replace(local, mode="k8s")
     caps = frozenset({"kubernetes", "annotations", "client-library", "scheduler-process"})
     fail = dry_run.plan_run([REGISTRY["FAIL-001"]], k8s, selection, {}, caps)["cases"][0]

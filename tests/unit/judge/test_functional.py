@@ -277,7 +277,8 @@ def test_invoke_judge_rederives_the_mapping_of_a_stored_run(tmp_path: Path, name
         r["gpu"] = r["gpu_key"] = None
     (case / "pods.json").write_text(json.dumps(recs))
     (case / "gpu_mapping.txt").write_text("pod\tnode\tgpu_uuid\nstale\t-\t-\n")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "judge", "--run-id", name, "--root", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "invoke", "judge", "--run-id", name, "--root", str(tmp_path),
+                           "--apply"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json_of(case / "result.json")

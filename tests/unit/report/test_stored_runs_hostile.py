@@ -143,7 +143,7 @@ def test_a_rejudgment_is_stored_beside_the_runs_own_verdicts(tmp_path: Path) -> 
     run_dir = artifacts.run_dir(tmp_path, "rj")
     case = run_dir / "gpu1" / "functional" / "FUNC-002"
     own = (case / "result.json").read_text()
-    proc = invoke("judge", "--run-id", "rj", "--set", "func002_min_overlap_ratio=1.5", root=tmp_path)
+    proc = invoke("judge", "--run-id", "rj", "--set", "func002_min_overlap_ratio=1.5", "--apply", root=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (case / "result.original.json").read_text() == own  # the run's own verdict, whole
     record = json.loads((case / "result.json").read_text())
@@ -156,7 +156,7 @@ def test_a_rejudgment_is_stored_beside_the_runs_own_verdicts(tmp_path: Path) -> 
     report = (run_dir / "run-report.md").read_text()
     assert "re-judged" in report and "result.original.json" in report and "(exit status 1)" in report
     # A second re-judgment starts from the run's own parameters, not from the first re-judgment's.
-    assert invoke("judge", "--run-id", "rj", root=tmp_path).returncode == 0
+    assert invoke("judge", "--run-id", "rj", "--apply", root=tmp_path).returncode == 0
     record = json.loads((case / "result.json").read_text())
     assert record["status"] == "PASS" and record["thresholds"]["func002_min_overlap_ratio"] == 0.5
     assert len(record["rejudgments"]) == 2 and (case / "result.original.json").read_text() == own
