@@ -68,6 +68,12 @@ step() {  # step NAME SECONDS CMD...: the command's output to $OUT/NAME.txt, its
   return $rc
 }
 
+src_rev() {  # the commit of a source tree that is a checkout itself (never the repository around it), else "(no git)"
+  local top
+  top=$(git -C "$1" rev-parse --show-toplevel 2>/dev/null) && [ "$(cd "$1" && pwd -P)" = "$(cd "$top" && pwd -P)" ] \
+    && git -C "$1" rev-parse HEAD || echo "(no git: $(basename "$1"))"
+}
+
 cat >"$INV" <<YAML
 clusters:
   xpushare:
@@ -113,8 +119,8 @@ YAML
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
   command -v nvidia-cuda-mps-control
   echo "xpushare tool $(git rev-parse HEAD 2>/dev/null)"
-  [ -n "$SUT_SRC" ] && echo "xpushare SUT $(git -C "$SUT_SRC" rev-parse HEAD 2>/dev/null || echo '(no git)')"
-  [ -n "$HAMI_CORE_SRC" ] && echo "HAMi-core $(git -C "$HAMI_CORE_SRC" rev-parse HEAD 2>/dev/null || echo '(no git)')"
+  [ -n "$SUT_SRC" ] && echo "xpushare SUT $(src_rev "$SUT_SRC")"
+  [ -n "$HAMI_CORE_SRC" ] && echo "HAMi-core $(src_rev "$HAMI_CORE_SRC")"
   echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-(unset)} CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-(unset)}"
 } >"$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
