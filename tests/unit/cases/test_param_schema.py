@@ -40,7 +40,8 @@ BAD = [
 GOOD = [("func002_min_overlap_ratio", 0.8), ("pod_timeout_s", 60), ("func006_memory_limit", "512Mi"),
         ("func008_quotas", [10, 100]), ("combo003_quotas", [{"core": 40, "memory": "256Mi"}]),
         ("perf002_mode", "exporter"), ("func003_pods", None), ("legacy_util_tolerance", 15)]
-CLUSTER_BAD = [("metrics_port", 0, "port"), ("metrics_port", 99_999_999, "port"), ("kubectl_read_retries", -3, "0..100"),
+CLUSTER_BAD = [("metrics_port", 0, "port"), ("metrics_port", 99_999_999, "port"),
+               ("kubectl_read_retries", -3, "0..100"),
                ("poll_s", 0, "more than 0"), ("lease_renew_s", "abc", "expected a number"),
                ("lease_stale_s", -1, "0..1e+09"), ("probe_image", [1, 2], "text"),
                ("metrics_check_settle_s", float("nan"), "finite"), ("lease_bogus", 1, "unknown parameter")]
