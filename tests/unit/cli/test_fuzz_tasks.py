@@ -19,8 +19,9 @@ cluster gets a ``--cluster`` no inventory defines (the fuzzer checks its own com
 it stops at the edge; ``lab.*`` (it starts and stops the local test lab) is left out, named in :data:`LEFT_OUT`.
 URLs name 127.0.0.1 only.
 
-In-process, one example costs about 0.05 s; a subprocess per example costs about 1 s (the interpreter and the
-imports), so 500 examples fit in a CI minute only in-process. ``XPUSHARE_FUZZ_EXAMPLES`` sets the number of
+Time budget: 90 s on 2 cores for the module. In-process, an example costs about 0.13 s of CPU (the module's 500
+took 66 s of CPU, user and system); a subprocess per example costs about 1.9 s of CPU (the interpreter and the
+imports), 500 of them about 16 minutes, so the fuzzer runs in-process. ``XPUSHARE_FUZZ_EXAMPLES`` sets the number of
 examples (default 500, derandomized: CI runs the same ones every time); raise it for a longer search.
 """
 
@@ -109,6 +110,11 @@ INVENTORIES = {
     "pb-bad.yaml": "cases: [FUNC-001]\nparams: {pod_timeout_s: abc, func003_pods: 0}\n",
     "pb-good.yaml": "cases: [FUNC-001, FUNC-009]\n",
 }
+
+
+#: (inventory, cluster) pairs that name a cluster the inventory defines (None: the built-in inventory).
+PAIRS = [(None, "local"), (None, "local"), ("inv-good.yaml", "c1"), ("inv-k8s.yaml", "k1"), ("inv-good.yaml", "local"),
+         ("inv-good.yaml", "c1,local")]
 
 
 class Sandbox:
@@ -205,55 +211,73 @@ _NUMBERS = ["0", "-1", "1", "2", "0.5", "nan", "inf", "-inf", "1e308", "1e309", 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
 _JUNK = st.sampled_from(["", " ", "-", "--", "-x", "--help", "=", "ü", "日本", "a\nb", "\t", "💥", "..", "/",
                          "x" * 300, "$HOME", "${NOPE}", "'", '"', "\\", "%s", "{}", "[", "*"]) | _TEXT
-_YAML_VALUES = ["1", "0", "-1", "1.5", "1e309", ".nan", ".inf", "-.inf", "9" * 40, "true", "null", "~", "abc", "",
-                "[]", "[1, 2]", "[a]", "{}", "{a: 1}", "'10Gi'", "10Gi", "0Gi", "-1Gi", "[",
-                "!!python/object:os.system", "&a [*a]", "2Gi", "[0]", "[101]", "150", "0.0", "1e9", "100000000000"]
+_GOOD_YAML = ["1", "2", "0.5", "60", "true", "null", "[25, 50]", "'2Gi'", "2Gi", "{}", "scrape"]
+_YAML_VALUES = ["0", "-1", "1.5", "1e309", ".nan", ".inf", "-.inf", "9" * 40, "~", "abc", "", "[]", "[1, 2]", "[a]",
+                "{a: 1}", "10Gi", "0Gi", "-1Gi", "4G", "[", "!!python/object:os.system", "&a [*a]", "[0]", "[101]",
+                "150", "0.0", "1e9", "100000000000", "[{core: 140, memory: x}]"]
+_PARAMS = sorted(parameter_defaults(list(REGISTRY.values())))
 
 
-def _set_items() -> st.SearchStrategy[str]:
-    names = [*sorted(parameter_defaults(list(REGISTRY.values()))), "envcheck_cublas_n", "lease_renew_s", "nope",
-             "", " ", "a=b"]
-    return st.builds(lambda n, v: f"{n}={v}", st.sampled_from(names), st.sampled_from(_YAML_VALUES) | _TEXT) \
-        | _JUNK
+def _set_items(*, hostile: bool) -> st.SearchStrategy[str]:
+    if not hostile:
+        return st.builds(lambda n, v: f"{n}={v}", st.sampled_from(_PARAMS), st.sampled_from(_GOOD_YAML))
+    names = [*_PARAMS, "envcheck_cublas_n", "lease_renew_s", "nope", "", " ", "a=b"]
+    return st.builds(lambda n, v: f"{n}={v}", st.sampled_from(names), st.sampled_from(_YAML_VALUES) | _TEXT)
 
 
-def _case_ids() -> st.SearchStrategy[str]:
-    return st.sampled_from([*sorted(REGISTRY)[:20], "FUNC-00*", "func-001", "FUNC-999", "*", "[", ",", "FUNC-001,",
-                            "STAB-002", "STAB-001"]) | _JUNK
+_CASE_IDS = sorted(REGISTRY)
+_ODD_CASES = ["FUNC-00*", "func-001", "FUNC-999", "*", "[", ",", "FUNC-001,", "STAB-*"]
 
 
 def value_for(box: Sandbox, task: str, arg: Argument, *, hostile: bool) -> st.SearchStrategy[str]:
-    """A strategy of the text a user may give ``arg`` of ``task``: its plausible values (hostile ones among them:
-    paths that are folders, damaged runs ...), and with ``hostile`` also junk of any kind."""
+    """A strategy of the text a user may give ``arg`` of ``task``: with ``hostile`` false a value the task takes
+    (most examples then reach the task's deeper readers), else a hostile one: a path that is a folder, a link or a
+    device, a damaged stored run, a number out of range, junk of any kind."""
     name = arg.names[0]
     paths = st.sampled_from(box.paths())
-    stored = st.sampled_from([*STORED, "zero-link", "not-a-dir", "last", "LAST", "nope", "../x", "a/b", "."])
-    numbers = st.sampled_from(_NUMBERS)
-    specific: dict[str, st.SearchStrategy[str]] = {
-        "cluster": st.sampled_from(["local", "c1", "k1", NO_CLUSTER, "local,c1", "c1,c1", "LOCAL", ",", "local,"]),
-        "inventory": st.one_of(*[st.just(str(box.files / n)) for n in ("inv-good.yaml", "inv-k8s.yaml")] * 2,
-                               st.sampled_from([str(box.files / n) for n in INVENTORIES]), paths),
-        "root": st.one_of(st.just(str(box.root)), st.just(str(box.root)), paths),
-        "run-id": stored, "run-a": stored, "run-b": stored, "baseline": stored | paths,
-        "output": st.sampled_from(["table", "json", "yaml", "JSON", "xml", ""]),
-        "set": _set_items(),
-        "case": _case_ids(),
-        "suite": st.sampled_from([*SUITES, *SUITE_ALIASES, "FUNC", "nope"]),
-        "playbook": st.sampled_from([p.stem for p in playbooks_dir().glob("*.yaml")]
-                                    + [str(box.files / "pb-bad.yaml"), str(box.files / "pb-good.yaml")]) | paths,
-        "url": st.sampled_from(["http://127.0.0.1:9/metrics", "http://127.0.0.1:9", "ftp://127.0.0.1/", "http://[::1",
-                                "127.0.0.1:9", "", "http://", "http://127.0.0.1:99999/", "file:///etc/passwd"]),
-        "role": st.sampled_from(["all", "gpu", "master", "GPU", "", "nodes"]),
-        "mode": st.sampled_from(["auto", "ssh", "k8s", "host", "kubernetes", ""]),
-        "limit": st.sampled_from(["h1", "h[1-3]", "x[1-1000000000]", "@" + str(box.files / "hosts.txt"),
-                                  "@" + str(box.files / "adir"), "@/dev/zero", "@missing", "!h1", "~h.*", "", ","]),
+    good_runs = st.sampled_from(["good", "last"])
+    odd_runs = st.sampled_from([*STORED, "zero-link", "not-a-dir", "LAST", "nope", "../x", "a/b", "."])
+    inventories = [str(box.files / n) for n in ("inv-good.yaml", "inv-k8s.yaml")]
+    playbooks = [p.stem for p in playbooks_dir().glob("*.yaml")] + [str(box.files / "pb-good.yaml")]
+    good: dict[str, st.SearchStrategy[str]] = {
+        "cluster": st.sampled_from(["local", NO_CLUSTER]),
+        "inventory": st.sampled_from(inventories),
+        "root": st.sampled_from([str(box.root), "."]),
+        "run-id": good_runs, "run-a": good_runs, "run-b": good_runs, "baseline": good_runs,
+        "output": st.sampled_from(["table", "json", "yaml"]),
+        "set": _set_items(hostile=False),
+        "case": st.sampled_from([c for c in _CASE_IDS if c.startswith("STAB")] if task == "soak" else _CASE_IDS),
+        "suite": st.sampled_from([*SUITES, *SUITE_ALIASES]),
+        "playbook": st.sampled_from(playbooks),
+        "url": st.sampled_from(["http://127.0.0.1:9/metrics"]),
+        "role": st.sampled_from(["all", "gpu", "master"]),
+        "mode": st.sampled_from(["auto", "ssh", "k8s", "host"]),
+        "limit": st.sampled_from(["h1", "h[1-3]", "@" + str(box.files / "hosts.txt"), "localhost"]),
         "src": paths, "dest": paths, "source": paths, "sut-src": paths,
     }
-    plausible = specific.get(name)
-    if plausible is None:
-        plausible = numbers if name in {"timeout", "forks", "maxfail", "repeat", "hours", "minutes", "min-families",
-                                        "count", "gpus-per-node"} else _TEXT
-    return st.one_of(plausible, _JUNK, numbers) if hostile else plausible
+    odd: dict[str, st.SearchStrategy[str]] = {
+        "cluster": st.sampled_from(["c1", "k1", "local,c1", "c1,c1", "LOCAL", ",", "local,"]),
+        "inventory": st.sampled_from([str(box.files / n) for n in INVENTORIES]) | paths,
+        "root": paths, "run-id": odd_runs, "run-a": odd_runs, "run-b": odd_runs, "baseline": odd_runs | paths,
+        "output": st.sampled_from(["JSON", "xml", ""]),
+        "set": _set_items(hostile=True),
+        "case": st.sampled_from(_ODD_CASES),
+        "suite": st.sampled_from(["FUNC", "nope"]),
+        "playbook": st.sampled_from([str(box.files / "pb-bad.yaml")]) | paths,
+        "url": st.sampled_from(["http://127.0.0.1:9", "ftp://127.0.0.1/", "http://[::1", "127.0.0.1:9", "",
+                                "http://", "http://127.0.0.1:99999/", "file:///etc/passwd"]),
+        "role": st.sampled_from(["GPU", "", "nodes"]),
+        "mode": st.sampled_from(["kubernetes", ""]),
+        "limit": st.sampled_from(["x[1-1000000000]", "@" + str(box.files / "adir"), "@/dev/zero", "@missing", "!h1",
+                                  "~h.*", "", ","]),
+    }
+    numeric = {"timeout", "forks", "maxfail", "repeat", "hours", "minutes", "min-families", "count", "gpus-per-node"}
+    if not hostile:
+        if name in good:
+            return good[name]
+        return st.sampled_from(["1", "2", "3", "10"]) if name in numeric else st.just("x")
+    return st.one_of(odd.get(name, _JUNK), paths if name in good and name in ("src", "dest") else _JUNK,
+                     st.sampled_from(_NUMBERS))
 
 
 def acts_on_a_cluster(task: str) -> bool:
@@ -270,8 +294,15 @@ def command_lines(draw: st.DrawFn, box: Sandbox) -> list[str]:
     arguments = namespace[task].get_arguments()
     hostile = set(draw(st.lists(st.sampled_from([a.names[0] for a in arguments]), max_size=2)))
     words = [task]
+    names = {a.names[0] for a in arguments}
+    if {"cluster", "inventory"} <= names and not acts_on_a_cluster(task) and not hostile & {"cluster", "inventory"}:
+        inventory, cluster = draw(st.sampled_from(PAIRS))  # a cluster its inventory defines: the task goes on
+        words += [f"--cluster={cluster}"] + ([f"--inventory={box.files / inventory}"] if inventory else [])
+        names -= {"cluster", "inventory"}
     for arg in arguments:
         name = arg.names[0]
+        if name not in names:
+            continue
         if name == "dry-run":
             words.append("--dry-run")
             continue
@@ -359,3 +390,19 @@ def test_any_command_line_ends_with_a_documented_status_and_writes_only_where_as
                                                                                    data: st.DataObject) -> None:
     words = data.draw(command_lines(sandbox))
     exercise(sandbox, words)
+
+
+#: What the fuzzer found, kept as explicit examples: (command line with ``ROOT`` for the stored-run root, status).
+FOUND = [
+    (["report", "foreign", "--root", "ROOT"], 2),  # was 0: a Kubernetes Pod's JSON as run.json was reported
+    (["judge", "foreign", "--root", "ROOT"], 2),  # was 1: ... and re-judged
+    (["runs", "--root", "ROOT"], 2),  # was 0 over damaged run.json files, which it lists from their results
+    (["hosts", "--inventory", "FILES/inv-bad-params.yaml"], 2),  # was 0: params a run refuses were shown resolved
+    (["func", "--cluster", "local", "--dry-run", "--set", "func002_min_overlap_ratio=5"], 2),  # was 0
+]
+
+
+@pytest.mark.parametrize(("words", "status"), FOUND)
+def test_what_the_fuzzer_found(sandbox: Sandbox, words: list[str], status: int) -> None:
+    words = [w.replace("ROOT", str(sandbox.root)).replace("FILES", str(sandbox.files)) for w in words]
+    assert exercise(sandbox, words) == status
