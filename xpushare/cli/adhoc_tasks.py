@@ -13,6 +13,7 @@ from xpushare.cli import defaults, flags
 from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
 from xpushare.cli.taskdef import task
+from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.inventory import schema
 from xpushare.inventory.selection import select_hosts
 from xpushare.model.errors import UsageError
@@ -33,6 +34,8 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
         fmt = output_format(output)
         inv = schema.load(inventory_)
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
+        for spec in clusters:  # what a run would refuse is refused here too, before it is shown as resolved
+            check_cluster_params(spec)
         print(adhoc.hosts_table(clusters, fmt))
         if fmt == "table":
             print("\n" + adhoc.hosts_folded(clusters))

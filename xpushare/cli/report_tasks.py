@@ -6,14 +6,18 @@ records (:mod:`xpushare.report.output`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke import Context
 
 from xpushare.cli.flags import ROOT_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
-from xpushare.model.errors import UsageError
+from xpushare.model.errors import StoredRunDamaged, UsageError
 from xpushare.report.output import OUTPUT_HELP, output_format, render
+
+if TYPE_CHECKING:
+    from xpushare.report.runs import RunInfo
 
 __all__ = ["compare", "diff", "runs"]
 
@@ -34,8 +38,6 @@ def runs(c: Context, output: str | None = None, root: str = ".", all_: bool = Fa
     Runs without any case result (a command refused before its first case) are left out unless ``--all``."""
 
     def body() -> None:
-        from tabulate import tabulate
-
         from xpushare.report.runs import list_runs
 
         fmt = output_format(output)
@@ -44,18 +46,34 @@ def runs(c: Context, output: str | None = None, root: str = ".", all_: bool = Fa
         hidden = len(every) - len(stored)
         if fmt != "table":
             print(render([r.to_dict() for r in stored], fmt))
-            return
-        if not stored:
+        elif not stored:
             print(f"no runs stored under {root}")
-            return
-        rows = [[r.run_id, ",".join(r.clusters) or "-", r.selection or ",".join(r.suites) or "-", r.started or "-",
-                 " ".join(f"{k} {v}" for k, v in r.counts.items() if v) or "-",
-                 "-" if r.exit_status is None else r.exit_status, r.overall] for r in stored]
-        print(tabulate(rows, headers=["run id", "clusters", "selection", "started", "cases", "exit", "overall"]))
-        if hidden:
-            print(f"({hidden} run(s) without any case result not shown; --all shows them)")
+        else:
+            _print_runs(stored, hidden)
+        _refuse_damaged(every)
 
     guarded(body)
+
+
+def _print_runs(stored: list[RunInfo], hidden: int) -> None:
+    from tabulate import tabulate
+
+    rows = [[r.run_id, ",".join(r.clusters) or "-", r.selection or ",".join(r.suites) or "-", r.started or "-",
+             " ".join(f"{k} {v}" for k, v in r.counts.items() if v) or "-",
+             "-" if r.exit_status is None else r.exit_status, r.overall] for r in stored]
+    print(tabulate(rows, headers=["run id", "clusters", "selection", "started", "cases", "exit", "overall"]))
+    if hidden:
+        print(f"({hidden} run(s) without any case result not shown; --all shows them)")
+
+
+def _refuse_damaged(listed: list[RunInfo]) -> None:
+    """After the listing: one ``error:`` line (exit 2) naming the runs whose run.json is damaged or foreign (they
+    are listed from their results alone), the first one's reason in full."""
+    damaged = [r for r in listed if r.damaged]
+    if damaged:
+        more = f" (and {len(damaged) - 1} more run(s): {', '.join(r.run_id for r in damaged[1:6])})" \
+            if len(damaged) > 1 else ""
+        raise StoredRunDamaged(f"{damaged[0].damaged}{more}; listed from its results alone")
 
 
 @task(help={"run_a": "the earlier run (a run id or last)", "run_b": "the later run (a run id or last)",

@@ -1,38 +1,36 @@
-"""The inventory's ``params`` of a cluster, checked the way ``--set`` is: a name no case or owner of cluster settings
-knows is a typo, and a value must be of its parameter's type (a misspelt or mistyped parameter would otherwise be
-ignored, or make a case ERROR with a ``ValueError`` halfway through a run)."""
+"""The inventory's ``params`` of a cluster, checked the way ``--set`` is, with the one parameter schema
+(:mod:`xpushare.cases.param_schema`): a name no case or owner of cluster settings knows is a typo, and a value must
+keep its parameter's rules (a misspelt or mistyped parameter would otherwise be ignored, or make a case ERROR with a
+``ValueError`` halfway through a run)."""
 
 from __future__ import annotations
 
-from xpushare.backends.k8s import K8S_DEFAULTS
 from xpushare.cases import REGISTRY
+from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults
 from xpushare.engine.plan import parameter_defaults, value_problem
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import InventoryError
 
-#: Cluster settings read by their owners rather than by cases: the lease (``lease_*``), ``invoke envcheck``
-#: (``envcheck_*``), ``invoke legacy.deploy`` (``deploy_*``), the legacy scenarios (``legacy_*``) and ``invoke
-#: metrics-check``.
-OWNED_PREFIXES = ("lease_", "envcheck_", "deploy_", "legacy_", "metrics_check_")
-OWNED_NAMES = frozenset({"probe_image"})
+__all__ = ["check_cluster_params"]
 
 
 def check_cluster_params(cluster: ClusterSpec) -> None:
     """Check every ``params`` entry of ``cluster`` (``defaults.params`` included).
 
     Raises:
-        InventoryError: a name that is no case parameter, no Kubernetes-backend setting (``pod_image`` ...) and
-        no owned setting (:data:`OWNED_PREFIXES`, :data:`OWNED_NAMES`), or a value not of its parameter's type
-        (``pod_timeout_s: abc``, a negative or infinite quantity).
+        InventoryError: a name that is no case parameter, no cluster setting
+        (:func:`~xpushare.cases.param_schema.cluster_setting_defaults`: ``pod_image``, ``lease_renew_s`` ...) and
+        not under an owner's prefix (:data:`~xpushare.cases.param_schema.OWNED_PREFIXES`), or a value that breaks
+        its parameter's rules (``pod_timeout_s: abc``, a negative or infinite quantity, ``metrics_port: 0``).
     """
     defaults = parameter_defaults(list(REGISTRY.values()))
-    for name, default in K8S_DEFAULTS.items():
-        defaults.setdefault(name, []).append(default)
+    for name, values in cluster_setting_defaults().items():
+        defaults.setdefault(name, []).extend(values)
     for name, value in cluster.params.items():
         where = f"inventory cluster {cluster.name!r}: params.{name}"
         if name in defaults:
             problem = value_problem(name, defaults[name], value)
             if problem:
                 raise InventoryError(f"{where}: bad value {value!r}: {problem}")
-        elif not name.startswith(OWNED_PREFIXES) and name not in OWNED_NAMES:
+        elif not str(name).startswith(OWNED_PREFIXES):
             raise InventoryError(f"{where}: unknown parameter (no case and no cluster setting has it)")

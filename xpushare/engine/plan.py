@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -13,6 +12,7 @@ import yaml
 
 from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS
+from xpushare.cases.param_schema import ParamSpec, cluster_setting_defaults
 from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model import strict_yaml
@@ -184,8 +184,9 @@ def parameter_defaults(cases: Sequence[CaseDef]) -> dict[str, list[Any]]:
 
 
 def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> None:
-    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly), and its value of the
-    parameter's type (:func:`value_fits`), before anything runs or is stored. Raises :class:`UsageError`."""
+    """Every ``--set`` name must be a parameter of some selected case (typos fail loudly), and its value must keep
+    the parameter's rules (:class:`~xpushare.cases.param_schema.ParamSpec`: its kind, range and allowed names),
+    before anything runs or is stored. Raises :class:`UsageError`."""
     defaults = parameter_defaults(cases)
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
@@ -198,105 +199,20 @@ def check_overrides(cases: Sequence[CaseDef], overrides: Mapping[str, Any]) -> N
 
 
 def value_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
-    """Why ``value`` cannot be parameter ``name`` 's (whose defaults among the cases are ``defaults``), as
-    ``expected ...`` or ``makes the case vacuous: ...`` (:func:`vacuous_problem`); None when it can
-    (:func:`value_fits` for one of them)."""
-    measured = name.endswith(_UNIT_SUFFIXES)
-    if any(value_fits(default, value, measured=measured) for default in defaults):
-        return vacuous_problem(name, defaults, value)
-    kind = next((d for d in defaults if d is not None), defaults[0])
-    want = _KIND_WORDS.get(type(kind), type(kind).__name__)
-    if measured and isinstance(value, (int, float)) and not isinstance(value, bool):
-        want = f"a finite quantity 0..{MAX_QUANTITY:g}"
-    elif isinstance(value, float) and not math.isfinite(value):
-        want = f"{want}, finite"
-    return f"expected {want} (default {kind!r})"
-
-
-#: Parameters that count things a case runs or requires (pods, rounds, repeats, samples ...), by name ending.
-COUNT_SUFFIXES = ("_pods", "_pods_small", "_pods_large", "_max_pods", "_repeats", "_pairs",
-                  "_rounds", "_intervals", "_batch", "_n", "_min_scrapes", "_min_samples", "_min_success",
-                  "_min_succeeded", "_min_changes")
-#: Parameters that are a time window a case measures over (a duration, a window, a sampling interval).
-WINDOW_SUFFIXES = ("_duration_s", "_window_s", "_interval_s", "_load_s")
-
-
-def vacuous_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
-    """Why ``value`` would make a case of parameter ``name`` (defaults ``defaults``) vacuous, a verdict about
-    nothing: a count (:data:`COUNT_SUFFIXES`) below 1 (``func003_pods=0``: no pod runs, "0/0 pods passed"), pods
-    per GPU of 0 or less, a
-    time window (:data:`WINDOW_SUFFIXES`) of 0 s or less, an empty list where every default lists something (an
-    empty quota list). None when it is not; ``None`` (the default's "choose for me") never is. Every value a
-    run takes (``--set``, the inventory's ``params``, a playbook's ``params``) is checked with it before anything
-    runs, a :class:`UsageError` (exit 2)."""
-    if value is None or isinstance(value, bool):
-        return None
-    if name.endswith(COUNT_SUFFIXES) and "_skip_" not in name:  # skipping 0 intervals is a choice
-        if not isinstance(value, int):
-            return f"expected a whole number of at least 1 (a count), got {value!r}"
-        if value < 1:
-            return f"makes the case vacuous: a count of {value} runs or requires nothing (at least 1)"
-    if name.endswith("_per_gpu") and isinstance(value, (int, float)) and value <= 0:
-        return f"makes the case vacuous: {value:g} pods per GPU runs nothing (more than 0)"
-    if name.endswith(WINDOW_SUFFIXES) and isinstance(value, (int, float)) and value <= 0:
-        return f"makes the case vacuous: a time window of {value:g} s measures nothing (more than 0)"
-    listed = [d for d in defaults if d is not None]
-    if isinstance(value, (list, tuple)) and not value and listed \
-            and all(isinstance(d, (list, tuple)) and d for d in listed):
-        return "makes the case vacuous: an empty list (give at least one item)"
-    return None
+    """Why ``value`` cannot be parameter ``name`` 's (whose defaults among the cases are ``defaults``): the rule of
+    the one parameter schema it breaks (:meth:`xpushare.cases.param_schema.ParamSpec.problem`); None when it can."""
+    return ParamSpec(name, tuple(defaults)).problem(value)
 
 
 def check_vacuous(params: Mapping[str, Any], where: str) -> None:
-    """Every entry of a playbook's ``params`` (``where`` names it) checked with :func:`vacuous_problem` against the
-    registered cases' defaults. Raises :class:`UsageError`."""
-    defaults = parameter_defaults(list(REGISTRY.values()))
+    """Every entry of a playbook's ``params`` (``where`` names it) checked against the parameter schema
+    (:func:`value_problem` with the registered cases' defaults and the cluster settings'); a name none of them
+    knows is left to its owner (``envcheck_*`` ...). Raises :class:`UsageError`."""
+    defaults = {**cluster_setting_defaults(), **parameter_defaults(list(REGISTRY.values()))}
     for name, value in params.items():
-        problem = vacuous_problem(name, defaults.get(name, []), value)
+        problem = value_problem(str(name), defaults[name], value) if name in defaults else None
         if problem:
             raise UsageError(f"{where}: bad {name}={value!r}: {problem}")
-
-
-_KIND_WORDS: dict[type, str] = {
-    bool: "true or false", int: "a whole number", float: "a number", str: "a text value",
-    list: "a list, e.g. [1, 2]", dict: "a mapping, e.g. {a: 1}",
-}
-
-
-_UNIT_SUFFIXES = ("_s", "_ms", "_pct", "_ratio", "_factor")
-
-#: The largest value a quantity parameter (a name ending in a unit: ``_s``, ``_pct``, ``_ratio`` ...) takes.
-MAX_QUANTITY = 1e9
-
-
-def value_fits(default: Any, value: Any, *, measured: bool = False) -> bool:
-    """Whether an override ``value`` (a parsed YAML scalar, list or mapping) may replace a parameter whose
-    default is ``default``; ``measured``: the parameter is a quantity with a unit (``pod_timeout_s``).
-
-    The same kind: a whole number is also a number; any value replaces a ``None`` default; a text parameter
-    takes any scalar (``--set tag=1.0``); a whole-number default takes a fraction only when ``measured`` (a
-    count such as ``perf001_repeats`` does not). A number is never NaN or infinite, and a ``measured`` one is
-    0..:data:`MAX_QUANTITY` (a negative timeout or ratio would blame the system under test)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    if measured and isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and not 0 <= value <= MAX_QUANTITY:
-        return False
-    if default is None:
-        return True
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) or (isinstance(value, float) and measured)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    if isinstance(default, str):
-        return isinstance(value, (str, int, float))
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple))
-    if isinstance(default, dict):
-        return isinstance(value, dict)
-    return True
 
 
 def expected_case_duration(case: CaseDef, cluster: ClusterSpec, params: Mapping[str, Any], root: Path | None, *,

@@ -553,8 +553,9 @@ def read_run_meta(run_dir: Path) -> dict[str, Any] | None:
 
     Raises:
         StoredRunDamaged: (a ``ValueError`` and a usage error: exit 2) it cannot be read, is not a JSON object, is
-        larger than :data:`MAX_RECORD_BYTES`, or a field has the wrong type (``required: 5``; its list items must
-        be text, ``selected`` and ``rejudgments`` items mappings).
+        larger than :data:`MAX_RECORD_BYTES`, is another tool's JSON (a non-empty object with none of run.json's
+        fields), or a field has the wrong type (``required: 5``; its list items must be text, ``selected`` and
+        ``rejudgments`` items mappings).
     """
     path = Path(run_dir) / RUN_META_FILE
     try:
@@ -566,13 +567,17 @@ def read_run_meta(run_dir: Path) -> dict[str, Any] | None:
         raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} ({detail.splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} (not a JSON object)")
+    if data and not set(data) & set(_META_FIELDS):  # another tool's JSON (a Kubernetes object ...) put there
+        keys = ", ".join(repr(str(k))[:40] for k in list(data)[:3])
+        raise StoredRunDamaged(f"{path}: not a {RUN_META_FILE} of xpushare (none of its fields: {keys})")
     for name, types in _META_FIELDS.items():
         value = data.get(name)
         bad = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
-        if not bad and name in ("clusters", "required") and value is not None:
-            bad = not all(isinstance(item, str) for item in value)
-        if not bad and name in ("selected", "rejudgments") and value is not None:
-            bad = not all(isinstance(item, dict) for item in value)
         if bad:
             raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} (field {name!r} is a {type(value).__name__})")
+        item_type = str if name in ("clusters", "required") else dict if name in ("selected", "rejudgments") else None
+        odd = next((item for item in value or () if not isinstance(item, item_type)), None) if item_type else None
+        if item_type and any(not isinstance(item, item_type) for item in value or ()):
+            raise StoredRunDamaged(f"{path}: damaged {RUN_META_FILE} (field {name!r} holds a {type(odd).__name__}, "
+                                   f"not a {'text' if item_type is str else 'mapping'})")
     return data

@@ -65,6 +65,9 @@ class RunInfo:
     verdicts: str = NO_CASES
     exit_status: int | None = None
     selected: int | None = None
+    damaged: str | None = None
+    """Why its run.json cannot be read (the one line of :class:`~xpushare.model.errors.StoredRunDamaged`); None
+    when it can, or there is none."""
 
     @property
     def started_cases(self) -> bool:
@@ -148,17 +151,18 @@ def list_runs(root: Path) -> list[RunInfo]:
     """Every stored run under ``root``, oldest first (:func:`~xpushare.report.artifacts.stored_run_ids`), also the
     ones without any case result (:attr:`RunInfo.started_cases`: ``invoke runs`` hides those unless ``--all``).
     A run whose run.json is damaged is listed with what its results say, as :data:`INTERRUPTED` (its end cannot
-    be read)."""
+    be read), and :attr:`RunInfo.damaged` says why."""
     out = []
     for run_id in artifacts.stored_run_ids(root):
         try:
             out.append(run_info(root, run_id))
-        except ValueError:  # run.json is not an object: list the run from its results alone
+        except ValueError as exc:  # run.json is not an object: list the run from its results alone
             run_dir = artifacts.run_dir(root, run_id)
             results = artifacts.load_results(run_dir)
             verdicts = aggregate_status(record_status(r) for r in results).value if results else NO_CASES
             out.append(RunInfo(run_id, tuple(sorted({str(r["cluster"]) for r in results})), (), None, None,
-                               counts(results), INTERRUPTED, False, state=INTERRUPTED, verdicts=verdicts))
+                               counts(results), INTERRUPTED, False, state=INTERRUPTED, verdicts=verdicts,
+                               damaged=str(exc)))
     return out
 
 
