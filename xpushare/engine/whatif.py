@@ -24,7 +24,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts, summaries
+from xpushare.report import artifacts, run_lock, summaries
 from xpushare.report.output import plain, render
 
 __all__ = ["judged_again", "whatif"]
@@ -59,6 +59,8 @@ def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out
         run_dir = artifacts.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    # a live run's records are still being written: what it would be is not known yet either
+    run_lock.refuse_live(run_dir, what="it is not re-judged", force_hint=False)
     values = parse_overrides(overrides)
     meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)

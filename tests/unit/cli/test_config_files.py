@@ -95,7 +95,7 @@ def test_the_xpushare_command_says_one_line_for_its_user_and_runtime_files(
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: config file {home}/.xpushare."), err
     (home / f".xpushare.{suffix}").unlink()
     runtime = _write(tmp_path / f"rt.{suffix}", content)
-    code, err = _xpushare(["-f", str(runtime), "hosts"], capsys)
+    code, err = _xpushare(["--config", str(runtime), "hosts"], capsys)
     assert code == 2 and err == err.splitlines()[0] + "\n" and str(runtime) in err and "Traceback" not in err
 
 

@@ -136,7 +136,7 @@ def test_runs_shows_the_selection_and_hides_runs_without_a_case(two_runs: Path) 
     ["diff", "zz-a", "never-ran"],
     ["diff", "../x", "b"],
     ["runs", "--output", "xml"],
-    ["diff", "zz-a", "b", "--output", "yaml"],
+    ["diff", "zz-a", "b", "--output", "xml"],
     ["report", "--run-id", "never-ran"],
     ["func", "--cluster", "local", "--case", "FUNC-004", "--run-id", "last"],
 ])
