@@ -5,16 +5,14 @@ wait at once, a count of 1e11 never ends, a memory quota ``abc`` made the case E
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.inprocess import run_xpushare
 from xpushare.cases import REGISTRY
 from xpushare.cases.param_schema import ParamSpec
-from xpushare.cli.program import program
 from xpushare.engine import driver
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.plan import check_overrides, check_vacuous, parameter_defaults
@@ -92,19 +90,8 @@ def test_shipped_inventories_and_cluster_settings_pass() -> None:
 
 
 def _invoke(*words: str, cwd: Path) -> tuple[int, str]:
-    err = io.StringIO()
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                program.run(["xpushare", *words])
-                code = 0
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-    finally:
-        os.chdir(here)
-    return code, err.getvalue()
+    ran = run_xpushare(words, cwd=cwd)
+    return ran.code, ran.err
 
 
 def test_invoke_hosts_refuses_an_inventory_a_run_would_refuse(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.inprocess import run_xpushare
 from tests.paths import REPO_ROOT
 from xpushare.cli import config_files
 from xpushare.cli.config_files import ConfigFileError
-from xpushare.cli.program import program
 from xpushare.transport.local import LocalHost
 
 #: name -> (file suffix, bytes): each a config file Invoke could not use.
@@ -75,12 +75,8 @@ def test_a_runtime_file_that_does_not_exist_or_has_no_known_type_is_an_error(tmp
 
 
 def _xpushare(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        program.run(["xpushare", *argv])
-        code = 0
-    except SystemExit as ended:
-        code = int(ended.code or 0)
-    return code, capsys.readouterr().err
+    ran = run_xpushare(argv)
+    return ran.code, ran.err
 
 
 @pytest.mark.parametrize("name", ["syntax", "list", "binary", "json", "python"])

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from tests.inprocess import run_xpushare
 from tests.paths import REPO_ROOT
 from tests.unit.cli.test_common_flags import TASKS
-from xpushare.cli.program import program
 
 #: Invoke's core options about its ``c.run`` shell commands, which no task uses, and short letters that are task
 #: flags here (-l --limit, -f --forks, -w --wait).
@@ -21,12 +21,8 @@ NOT_SHOWN = ("--prompt-for-sudo-password", "--dry", "--warn-only", "--pty", "--e
 
 
 def _xpushare(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        program.run(["xpushare", *argv])
-        code = 0
-    except SystemExit as ended:
-        code = int(ended.code or 0)
-    return code, capsys.readouterr().out
+    ran = run_xpushare(argv)
+    return ran.code, ran.out
 
 
 def _split(listing: str) -> tuple[str, str]:

@@ -6,15 +6,13 @@ Kubernetes Pod exited 0 and 1, and ``runs`` exited 0 over damaged runs)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from xpushare.cli.program import program
+from tests.inprocess import run_xpushare
 from xpushare.model.errors import StoredRunDamaged
 from xpushare.report import artifacts
 
@@ -32,19 +30,8 @@ def _store(root: Path, run_id: str, meta: object | None) -> None:
 
 
 def _invoke(root: Path, *words: str) -> tuple[int, str]:
-    err = io.StringIO()
-    here = os.getcwd()
-    os.chdir(root)
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                program.run(["xpushare", *words, "--root", str(root)])
-                code = 0
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-    finally:
-        os.chdir(here)
-    return code, err.getvalue()
+    ran = run_xpushare([*words, "--root", str(root)], cwd=root)
+    return ran.code, ran.err
 
 
 def test_a_foreign_run_json_is_refused_when_read(tmp_path: Path) -> None:
