@@ -81,11 +81,12 @@ def test_healthy_build_holds_and_uses_each_quota(lab_inventory: Path, tmp_path: 
 
 def test_healthy_combination_cases_with_the_probe(lab_inventory: Path, tmp_path: Path) -> None:
     got, detail = run(lab_inventory, tmp_path, "healthy-combo", "COMBO-001", "COMBO-004")
-    # COMBO-001: its workload's first chunk went through before the quota arrived (finding 13); the probe, which
-    # starts after the registration, is held at the 32 MiB quota and can use it
+    # COMBO-001: its workload's first chunk goes through when it comes before the quota (finding 13, a race of the
+    # scheduler's API read with the client's first allocation: FAIL on quota_held alone), else it is refused (PASS);
+    # the probe, which starts after the registration, is held at the 32 MiB quota and can use it either way
     combo1 = got["COMBO-001"]
-    assert combo1["status"] == "FAIL" and [c["name"] for c in combo1["checks"] if c["ok"] is False] == [
-        "quota_held"], detail
+    failed = [c["name"] for c in combo1["checks"] if c["ok"] is False]
+    assert (combo1["status"], failed) in (("FAIL", ["quota_held"]), ("PASS", [])), detail
     assert combo1["metrics"]["quota_probe"]["accepted_bytes"] == 32 * MIB
     # COMBO-004 (no oversubscription): every change logged and applied in order, but the raised memory quota
     # cannot be used past the first one (finding 18): 256 MiB usable of 512 MiB, then of 384 MiB
