@@ -90,17 +90,23 @@ def test_healthy_lab_combination_suite(lab_inventory: Path, tmp_path: Path) -> N
     got = results(tmp_path, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
     detail = json.dumps({k: v["summary"] for k, v in got.items()}, indent=1) + proc.stdout[-2000:] + proc.stderr[-2000:]
-    # findings.md #13: the memory quota arrives after SCHED_ON, so the first chunk is never checked; #18: COMBO-004's
-    # memory probe cannot use a raised quota past the first one (no oversubscription)
-    assert statuses == {**dict.fromkeys(CASES, "PASS"), "COMBO-001": "FAIL", "COMBO-004": "FAIL"}, detail
+    # findings.md #13: the memory quota arrives after SCHED_ON, so a first chunk allocated before it is never checked
+    # (a race: COMBO-001 FAILs when the chunk wins it, PASSes when the quota does); #18: COMBO-004's memory probe
+    # cannot use a raised quota past the first one (no oversubscription)
+    assert statuses == {**dict.fromkeys(CASES, "PASS"), "COMBO-001": statuses.get("COMBO-001"),
+                        "COMBO-004": "FAIL"}, detail
+    assert statuses["COMBO-001"] in ("FAIL", "PASS"), detail
     assert proc.returncode == 1
     case = tmp_path / ".tmplog/healthy/xpushare/lab/combination"
-    # COMBO-001: refused by the quota (the library's line names it), not by the physical limit; what fails is
-    # only that a whole 1 GiB chunk went through before the quota reached the client.
+    # COMBO-001: refused by the quota (the library's line names it), not by the physical limit; what fails, when it
+    # fails, is only that a whole 1 GiB chunk went through before the quota reached the client.
     combo1 = got["COMBO-001"]
-    assert failed_checks(combo1) == ["quota_held"], combo1["summary"]
     assert combo1["metrics"]["rejection_limit_bytes"] == 32 * MIB
-    assert combo1["metrics"]["held_bytes_at_rejection"] == 1024 * MIB
+    if combo1["status"] == "FAIL":
+        assert failed_checks(combo1) == ["quota_held"], combo1["summary"]
+        assert combo1["metrics"]["held_bytes_at_rejection"] == 1024 * MIB
+    else:
+        assert failed_checks(combo1) == [], combo1["summary"]
     # COMBO-002: the 70 % pod finished faster than the 30 % pod on the same simulated GPU.
     assert got["COMBO-002"]["metrics"]["ratio"] > 1.5, got["COMBO-002"]["metrics"]
     # COMBO-003/007/008 read the quota series per pod from the captures taken while the pods ran.
