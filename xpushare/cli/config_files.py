@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from invoke.exceptions import Exit
 
+from xpushare.model import strict_yaml
 from xpushare.model.exit_status import ExitStatus
 
 #: Invoke's suffixes, in the order it tries them (``Config._file_suffixes``).
@@ -103,10 +104,7 @@ def _parsed(path: Path, text: str, suffix: str) -> object:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigFileError(path, f"not valid YAML: {problem}{where}") from None
+        raise ConfigFileError(path, f"not valid YAML: {strict_yaml.describe_error(exc)}") from None
 
 
 def _kind(data: object) -> str:

@@ -54,7 +54,7 @@ def load_playbook(name_or_path: str) -> dict[str, Any]:
     try:
         data = strict_yaml.load(strict_yaml.read_text(path)) or {}
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: bad YAML: {getattr(exc, 'problem', exc)}") from None
+        raise UsageError(f"{path}: bad YAML: {strict_yaml.describe_error(exc)}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text (a playbook is YAML)") from None
     except OSError as exc:

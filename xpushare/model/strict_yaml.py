@@ -45,3 +45,13 @@ def read_text(path: Path, *, limit: int = MAX_BYTES) -> str:
     """The UTF-8 text of ``path``, read at most ``limit`` bytes (``/dev/zero`` included):
     :func:`xpushare.model.bounded_read.read_text`."""
     return bounded_read.read_text(path, limit=limit)
+
+
+def describe_error(exc: yaml.YAMLError) -> str:
+    """One line for a YAML parse error: PyYAML's problem and, when it knows it, where (1-based), e.g.
+    ``found character '\\t' that cannot start any token (line 3, column 1)``; the first line of the error
+    otherwise. Never raises."""
+    mark = getattr(exc, "problem_mark", None)  # only MarkedYAMLError has one; PyYAML documents no other way
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["invalid YAML"])[0]
+    return f"{problem}{where}"
