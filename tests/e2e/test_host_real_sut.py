@@ -62,6 +62,7 @@ from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from tests.paths import REPO_ROOT
+from tests.processes import alive
 from xpushare.backends.base import PodSpec
 from xpushare.backends.host import HostBackend
 from xpushare.collect.metrics import parse_exposition
@@ -135,21 +136,15 @@ def test_host_cleanup_stops_what_the_case_left_running(tmp_path: Path) -> None:
     backend.begin_case(tmp_path, "c1")
     host = backend.hosts["localhost"]
     pid = host.spawn(f"{backend.case_prefix}-capture", ["sleep", "60"]).pid
-    assert _alive(pid)
+    assert alive(pid)
     backend.cleanup()
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not alive(pid)
     assert not list(Path(host.spawn_dir).glob(f"{backend.case_prefix}-*"))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 # ------------------------------------------------------------------------------------------------ the lab

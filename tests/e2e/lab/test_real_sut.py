@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.kubelab import started_kube_lab
+from tests.processes import alive
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab]
@@ -103,7 +104,7 @@ def test_scheduler_down_fault_kills_the_real_process(real_lab: LabCluster, kubec
     real_lab.set_faults("lab-node1", scheduler_down=True)
     try:
         real_lab.wait_scheduler("lab-node1", up=False, timeout_s=10)
-        assert before is not None and not _alive(before)
+        assert before is not None and not alive(before)
         kubectl.apply(pod("test-nosched", W2, node="lab-node1"))
         done = kubectl.wait_pods("test=test-nosched", until="terminal", count=1, timeout_s=60, poll_s=0.5)[0]
         assert done.phase == "Failed"  # the real library cannot connect to the socket and exits
@@ -125,12 +126,6 @@ def test_annotations_denied_fault_leaves_the_quota_unread(real_lab: LabCluster, 
     assert "Core limit = 30%" not in out and "PASS" in out, out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_sut_fault_runs_a_mutant_build_on_one_node(real_lab: LabCluster) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.processes import alive
 from xpushare.backends.k8s_names import label_value, run_key
 from xpushare.backends.leftovers import clean_host, kube_selector, older_prefixes, spawn_prefixes
 from xpushare.transport.local import LocalHost
@@ -27,12 +28,6 @@ from xpushare.transport.local import LocalHost
 ROOT = REPO_ROOT
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _spawn(host: LocalHost, name: str) -> int:
@@ -50,7 +45,7 @@ def test_clean_host_stops_one_runs_processes_and_keeps_the_others(tmp_path: Path
         assert removed.error is None
         assert removed.stopped == [f"xp2-r1-FUNC-001-w2 (pid {dead})"]
         assert set(removed.entries) == {"xp2-r1-FUNC-001-w2.pid", "xp2-r1-FUNC-001-w2.log", "xp2-r1-FUNC-001-sampler"}
-        assert not _alive(dead) and _alive(other)
+        assert not alive(dead) and alive(other)
         assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [
             "unrelated.txt", "xp2-r2-FUNC-001-w2.log", "xp2-r2-FUNC-001-w2.pid"]
         assert clean_host(host, "r1").lines() == ["localhost: nothing left"]  # again: nothing found is fine
@@ -65,7 +60,7 @@ def test_clean_host_without_a_run_id_keeps_the_live_runs(tmp_path: Path) -> None
     try:
         removed = clean_host(host, None, live=["live"])
         assert removed.stopped == [f"xp-old-FUNC-001-w2 (pid {dead})"]
-        assert not _alive(dead) and _alive(live)
+        assert not alive(dead) and alive(live)
         assert "stopped: xp-old-FUNC-001-w2" in "\n".join(removed.lines())
     finally:
         host.stop("xp-live-FUNC-001-w2")
@@ -95,7 +90,7 @@ def test_a_run_id_is_matched_exactly_never_by_prefix(tmp_path: Path) -> None:
     try:
         removed = clean_host(host, "20261128")
         assert removed.stopped == [f"xp8-20261128-5-local-FUNC-003-a1b2c3-w1 (pid {short})"], removed
-        assert not _alive(short) and _alive(longer)
+        assert not alive(short) and alive(longer)
         assert all(e.startswith("xp8-20261128-") for e in removed.entries)
         kept = "xp15-20261128-101824-5-local-FUNC-003-d4e5f6-w1"
         assert sorted(p.name for p in (tmp_path / "spawn").iterdir()) == [f"{kept}.log", f"{kept}.pid"]
@@ -147,7 +142,7 @@ def _check_clean_after_sigkill(tmp_path: Path, env: dict[str, str], spawn: Path,
     # the kill left the workload running (the sampler may or may not outlive the tool; either way clean must
     # leave nothing)
     left = {n: p for n, p in pids.items() if n.endswith("-func-001-w2.hostpid")}
-    assert all(_alive(pid) for pid in left.values()), {n: _alive(p) for n, p in pids.items()}
+    assert all(alive(pid) for pid in left.values()), {n: alive(p) for n, p in pids.items()}
     json.loads(pods.read_text())  # and never half a pods.json
 
     res = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
@@ -155,9 +150,9 @@ def _check_clean_after_sigkill(tmp_path: Path, env: dict[str, str], spawn: Path,
     assert "localhost: stopped: " in res.stdout
     assert re.search(r"xp2-k9-5-local-FUNC-001-[0-9a-f]{6}-func-001-w2", res.stdout), res.stdout
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in pids.values())
+    assert not any(alive(pid) for pid in pids.values())
     assert list(spawn.iterdir()) == []  # pid files, logs and the sampler's directory are gone
     again = _invoke("clean", "--cluster", "local", "--run-id", "k9", env=env, root=tmp_path)
     assert (again.returncode, again.stdout.strip()) == (0, "localhost: nothing left")
@@ -186,7 +181,7 @@ def test_a_pid_reused_since_the_crash_is_left_running(tmp_path: Path) -> None:
         assert removed.error is None and removed.stopped == []
         assert removed.spared == [f"xp2-r1-FUNC-001-w2 (pid {stranger.pid})"]
         assert "left running (pid reused by another process)" in "\n".join(removed.lines())
-        assert _alive(stranger.pid)
+        assert alive(stranger.pid)
         assert not pid_file.exists()  # the run's record is gone: a second clean finds nothing
         assert clean_host(host, "r1").lines() == ["localhost: nothing left"]
     finally:

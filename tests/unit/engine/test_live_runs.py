@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.processes import alive
 from xpushare.backends.leftovers import spawn_prefixes
 from xpushare.model.errors import LeaseHeld
 from xpushare.model.lease import Holder, LeaseSettings
@@ -37,12 +38,6 @@ def _invoke(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_clean_refuses_a_live_run_by_name_and_force_cleans_it(tmp_path: Path) -> None:
@@ -58,16 +53,16 @@ def test_clean_refuses_a_live_run_by_name_and_force_cleans_it(tmp_path: Path) ->
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: run live1 is live"), refused.stderr
         assert f"pid {os.getpid()}" in lines[0] and "--force" in lines[0]
-        assert _alive(pid) and Path(host.spawn_dir, f"{name}.log").exists()  # untouched
+        assert alive(pid) and Path(host.spawn_dir, f"{name}.log").exists()  # untouched
         forced = _invoke("clean", "--cluster", "local", "--run-id", "live1", "--force", tmp=tmp_path)
         assert forced.returncode == 0, forced.stderr
         assert f"stopped: {name} (pid {pid})" in forced.stdout
         deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(pid)
+        assert not alive(pid)
     finally:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, 9)
 
 
