@@ -58,7 +58,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # inherit the controller's environment, so a worker makes its own directory inside the controller's.
     base = os.environ.get("XPUSHARE_LEASE_DIR") or tempfile.mkdtemp(prefix="xpushare-lease-")
     worker = getattr(config, "workerinput", {}).get("workerid")
-    os.environ["XPUSHARE_LEASE_DIR"] = tempfile.mkdtemp(prefix=f"{worker}-", dir=base) if worker else base
+    os.environ["XPUSHARE_LEASE_DIR"] = lease_dir = tempfile.mkdtemp(prefix=f"{worker}-", dir=base) if worker else base
+    # The files the lease protects go with it: two workers' runs with one run id (``r2``) on ``local`` would
+    # otherwise stop each other's workload processes at run start (xpushare.backends.host STOP_LEFTOVERS).
+    os.environ["XPUSHARE_SPAWN_DIR"] = os.path.join(lease_dir, "spawn")
     src = config.getoption("--sut-src")
     if src:  # the lab's builds read it (tests.lab.sut.default_source), in xdist workers too
         os.environ["XPUSHARE_SUT_SRC"] = str(Path(src).expanduser().resolve())

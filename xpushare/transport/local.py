@@ -80,6 +80,18 @@ KILL_AFTER_S = 2.0
 
 
 
+#: Overrides where this machine's workload processes keep their files (a test process sets its own, as it does
+#: its lease directory: concurrent test processes each hold a ``local`` lease, so they must not share the files
+#: the lease protects; docs/leases.md).
+SPAWN_DIR_ENV = "XPUSHARE_SPAWN_DIR"
+
+
+def default_spawn_dir() -> str:
+    """``$XPUSHARE_SPAWN_DIR``, else ``<temporary directory>/xpushare-spawn-<uid>``: one directory per user and
+    machine, which the machine-wide ``local`` lease keeps to one run at a time (docs/leases.md)."""
+    return os.environ.get(SPAWN_DIR_ENV) or str(Path(tempfile.gettempdir()) / f"xpushare-spawn-{os.getuid()}")
+
+
 class LocalHost(Host):
     """This machine, through invoke's local runner (no SSH)."""
 
@@ -88,7 +100,7 @@ class LocalHost(Host):
         that runs (``invoke run``); otherwise the command runs to its end and the caller sees the request at its
         next wait (a run's cleanup commands must finish)."""
         self.name = name
-        self._spawn_dir = spawn_dir or str(Path(tempfile.gettempdir()) / f"xpushare-spawn-{os.getuid()}")
+        self._spawn_dir = spawn_dir or default_spawn_dir()
         runner = _InterruptibleLocal if interruptible else _BulkLocal
         # lazy: the transport's runner takes nothing from the user's Invoke files (a ``run.echo`` or ``run.pty`` there
         # would change every command; a malformed one is the program's to report, once: cli/config_files.py)

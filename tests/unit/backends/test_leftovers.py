@@ -114,6 +114,7 @@ def _invoke(*args: str, env: dict[str, str], root: Path) -> subprocess.Completed
 @pytest.mark.slow
 def test_after_sigkill_of_the_tool_clean_removes_what_the_run_left(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    env.pop("XPUSHARE_SPAWN_DIR", None)  # the default: the temporary directory's
     (tmp_path / "tmp").mkdir()
     spawn = tmp_path / "tmp" / f"xpushare-spawn-{os.getuid()}"
     slow = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "100000000"]}']

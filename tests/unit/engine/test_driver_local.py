@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from xpushare.transport.local import default_spawn_dir
 
 ROOT = REPO_ROOT
 FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
@@ -144,7 +145,7 @@ def test_rejudge_offline_with_other_thresholds(tmp_path: Path) -> None:
 
 
 def _spawned_pids(prefix: str) -> list[int]:
-    spawn = Path(os.environ.get("TMPDIR", "/tmp")) / f"xpushare-spawn-{os.getuid()}"
+    spawn = Path(default_spawn_dir())
     return [int(p.read_text()) for p in spawn.glob(f"{prefix}*.pid") if p.read_text().strip().isdigit()]
 
 

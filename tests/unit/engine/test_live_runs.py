@@ -34,6 +34,7 @@ def _holder(run_id: str) -> Holder:
 
 def _invoke(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XPUSHARE_LEASE_DIR": str(tmp), "TMPDIR": str(tmp / "tmp")}
+    env.pop("XPUSHARE_SPAWN_DIR", None)  # the default: the temporary directory's
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
 

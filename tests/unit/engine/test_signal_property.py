@@ -181,6 +181,7 @@ def _run_and_interrupt(root: Path, sig: signal.Signals, ways: tuple[str, ...], g
     inventory.write_text(INVENTORY.format(lease=root / "loc2.lease"), encoding="utf-8")
     env = {**os.environ, "TMPDIR": str(tmp), "XPUSHARE_LEASE_DIR": str(tmp), marker.split("=")[0]:
            marker.split("=")[1]}
+    env.pop("XPUSHARE_SPAWN_DIR", None)  # the default: the temporary directory's
     argv = [sys.executable, "-m", "tests.premise_free", "func", "--cluster", ",".join(CLUSTERS),
             "--inventory", str(inventory), "--run-id", RUN_ID, "--set", WORKLOAD, "--root", str(root)]
     for case in CASES:
