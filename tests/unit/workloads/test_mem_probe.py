@@ -21,8 +21,9 @@ MIB, GIB = 1 << 20, 1 << 30
 CONTEXT = 256 * MIB  # the simulator's default per-process context overhead
 
 
-def _probe(tmp_path: Path, *args: str, nvml: bool = True) -> MemProbeLine:
-    """One probe run on a 2 GiB simulated GPU (``nvml=False``: only libcuda.so.1 on the library path)."""
+def _probe(tmp_path: Path, *args: str, nvml: bool = True, preload: Path | None = None) -> MemProbeLine:
+    """One probe run on a 2 GiB simulated GPU (``nvml=False``: only libcuda.so.1 on the library path;
+    ``preload``: a library in ``LD_PRELOAD``)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("the simulated GPU needs Linux")
     try:
@@ -42,6 +43,8 @@ def _probe(tmp_path: Path, *args: str, nvml: bool = True) -> MemProbeLine:
         if not (only_cuda / "libcuda.so.1").exists():
             (only_cuda / "libcuda.so.1").symlink_to(build.directory / "libcuda.so.1")
         env["LD_LIBRARY_PATH"] = str(only_cuda)
+    if preload is not None:
+        env["LD_PRELOAD"] = str(preload)
     proc = subprocess.run([sys.executable, str(PROBE), *args], env=env, capture_output=True, text=True, timeout=60)
     (line,) = parse_text(proc.stdout)
     return line
@@ -70,3 +73,30 @@ def test_rounds_and_a_child_process(tmp_path: Path) -> None:
     assert text_line.detail == f"parent:{768 * MIB},child:{768 * MIB}" and text_line.accepted_bytes == 1536 * MIB
     line = _probe(tmp_path, "--path", "cuMemAlloc", "--quota-bytes", str(64 * MIB), "--rounds", "1")
     assert line.round == 0 and line.phase == "start" and line.accepted_bytes == 192 * MIB
+
+
+#: A preloaded NVML that virtualises the device as HAMi-core does: a 1 GiB "card" with 16 MiB free. Its soname is
+#: NVML's, so the probe's ``dlopen("libnvidia-ml.so.1")`` gets it, as it gets HAMi-core's hooks.
+VIRTUAL_NVML = r"""
+typedef struct { unsigned long long total, free, used; } mem_t;
+int nvmlInit_v2(void) { return 0; }
+int nvmlDeviceGetHandleByUUID(const char *uuid, void **h) { *h = (void *)1; return 0; }
+int nvmlDeviceGetCount_v2(unsigned *n) { *n = 1; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) { *h = (void *)1; return 0; }
+int nvmlDeviceGetMemoryInfo(void *h, mem_t *m) { m->total = 1ull << 30; m->free = 16ull << 20;
+  m->used = m->total - m->free; return 0; }
+"""
+
+
+def test_a_preloaded_library_that_virtualises_nvml_does_not_bound_the_probe(tmp_path: Path) -> None:
+    """The probe's bound on the card is read outside the preloaded library (a child process without LD_PRELOAD):
+    read inside it, the cap was the virtual 16 MiB free less the margin, 0, and nothing was measured."""
+    source = tmp_path / "virtual_nvml.c"
+    source.write_text(VIRTUAL_NVML, encoding="utf-8")
+    lib = tmp_path / "libvirtual-nvml.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(lib), str(source)],
+                   check=True, timeout=60)
+    line = _probe(tmp_path, "--path", "cuMemAlloc", "--max-bytes", str(4 * GIB), "--free-margin-mib", "0",
+                  preload=lib)
+    assert line.status == "ok" and line.cap_bytes == 2 * GIB - CONTEXT, line  # the card's free memory
+    assert line.accepted_bytes == 2 * GIB - CONTEXT, line

@@ -34,7 +34,8 @@ Paths (one per process, so that PyTorch's allocator settings take effect before 
 ==================  ==========================================================================================
 
 The cap: the smallest of --cap-factor x --quota-bytes (when a quota is given), --max-bytes (when given) and
-the device's real free memory (NVML, which the client library does not rewrite) less --free-margin-mib, so
+the device's real free memory (NVML; read by a child process without LD_PRELOAD when a library is preloaded, since
+a sharing system may virtualise NVML too, as HAMi-core does) less --free-margin-mib, so
 the probe never asks for more than the card has: managed memory asked beyond the card can hang a shared GPU,
 and xpushare's library turns cuMemAlloc into managed allocations. Without NVML, --max-bytes is required.
 
@@ -296,6 +297,29 @@ def nvml_free_bytes(uuid: str) -> int | None:
         return None
 
 
+def card_free_bytes(uuid: str) -> int | None:
+    """The device's free memory as the card has it: NVML read by a child process without ``LD_PRELOAD`` when a
+    library is preloaded into this one, else by this process (:func:`nvml_free_bytes`); None when NVML cannot tell.
+
+    A sharing system preloaded into the workload may virtualise NVML as well as the driver: HAMi-core answers
+    ``nvmlDeviceGetMemoryInfo`` with its quota as the total and the quota less what it counts as used as the free
+    memory (docs/findings.md, HAMi-core), so a bound read inside the probe would be the quota under test, not the
+    card. xpushare's and NVIDIA MPS's clients leave NVML alone; the child process reads the same NVML either way.
+    """
+    if not os.environ.get("LD_PRELOAD"):
+        return nvml_free_bytes(uuid)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    reader = ("import sys; sys.path.insert(0, sys.argv[1]); import mem_probe as m; "
+              "r = m.nvml_free_bytes(sys.argv[2]); print(-1 if r is None else r)")
+    try:
+        proc = subprocess.run([sys.executable, "-c", reader, os.path.dirname(os.path.abspath(__file__)), uuid],
+                              env=env, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = proc.stdout.strip()
+    return int(text) if proc.returncode == 0 and text.isdigit() else None
+
+
 Block = tuple[Any, ...]
 
 
@@ -492,7 +516,7 @@ def cap_for(args: argparse.Namespace, real_free: int | None) -> int:
 
 def one_round(args: argparse.Namespace, probe: DriverPath | TorchPath | None, drv: Driver | None) -> Attempt:
     step = args.step_mib * c.MIB
-    real_free = nvml_free_bytes(drv.uuid()) if drv is not None else None
+    real_free = card_free_bytes(drv.uuid()) if drv is not None else None
     attempt = Attempt(args.path, cap_for(args, real_free), step)
     if args.path == CHILD_PATH:
         assert isinstance(probe, DriverPath)
