@@ -232,7 +232,8 @@ class HostBackend(Backend):
         uuid = dict(self.gpus.get(host) or []).get(idx) if idx is not None else None
         return host, idx, uuid
 
-    def pod_env(self, spec: PodSpec, gpu_index: int | None, gpu_uuid: str | None = None) -> dict[str, str]:
+    def pod_env(self, spec: PodSpec, spawn_name: str, gpu_index: int | None,
+                gpu_uuid: str | None = None) -> dict[str, str]:
         """Environment of a workload process: SUT variables, preload library, GPU placement.
 
         The GPU is decided here whatever the tool's or the host's environment holds: with the inventory's
@@ -243,7 +244,7 @@ class HostBackend(Backend):
         (its ``read_visible_device``), so a value left over from the tool's environment would name every
         workload's GPU ``0``."""
         profile = self.cluster.profile
-        env = {**profile.client_env(self.cluster.scheduler.state_dir), "PYTHONUNBUFFERED": "1"}
+        env = {**profile.client_env(self.cluster.scheduler.state_dir, spawn_name), "PYTHONUNBUFFERED": "1"}
         # presence-based in the SUT: omit the variable to disable (docs/sut/README.md §pitfalls item 2)
         if spec.oversub:
             env[self.names.env_oversub] = "1"
@@ -271,7 +272,7 @@ class HostBackend(Backend):
         for spec in pods:
             host_name, idx, uuid = self._choose(spec)
             spawn_name = f"{self.case_prefix}-{procs.safe(spec.name)}"
-            env = self.pod_env(spec, idx, uuid)
+            env = self.pod_env(spec, spawn_name, idx, uuid)
             self.placed[spec.name] = _Placed(spec, host_name, idx, uuid, spawn_name, procs.gpu_key(env))
             host = self.hosts[host_name]
             unset = [arg for name in self.unset_vars(env, idx) for arg in ("-u", name)]

@@ -97,14 +97,23 @@ class SutProfile:
             raise ValueError(f"sut {self.name} sets no core quota through the environment")
         return {self.core_quota_var: str(int(percent))}
 
-    def client_env(self, state_dir: str | None) -> dict[str, str]:
-        """What every host-mode workload of this system gets besides its quotas: :attr:`debug_env`, and for MPS the
-        daemon's pipe and log directories under ``state_dir`` (the inventory's ``scheduler.state_dir``; None:
-        :data:`MPS_DEFAULT_ROOT`)."""
+    def client_env(self, state_dir: str | None, workload: str) -> dict[str, str]:
+        """What the host-mode workload ``workload`` (its spawn name, unique in the run) of this system gets besides
+        its quotas: :attr:`debug_env`; for MPS the daemon's pipe and log directories under ``state_dir`` (the
+        inventory's ``scheduler.state_dir``; None: :data:`MPS_DEFAULT_ROOT`); for HAMi-core a shared region of
+        its own, ``<workload>.cudevshr.cache`` in the workload's working directory (the host's spawn directory).
+
+        HAMi-core keeps the limits in that region (``CUDA_DEVICE_MEMORY_SHARED_CACHE``, default
+        ``/tmp/cudevshr.cache``) and a region that exists keeps the limits of the process that created it over the
+        environment of later ones: one region for the whole host let a case's ``CUDA_DEVICE_SM_LIMIT`` lose to an
+        earlier case's region made without it (docs/findings.md, HAMi-core). Under HAMi's device plugin each
+        container has its own region; here each workload does, and a child process shares its parent's."""
         env = dict(self.debug_env)
         if self.name == MPS:
             pipe, log = mps_dirs(state_dir)
             env.update(CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=log)
+        if self.name == HAMI_CORE:
+            env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{workload}.cudevshr.cache"
         return env
 
     @property

@@ -16,22 +16,26 @@ def _backend(sut: str, sut_lib: str | None = "/opt/lib/x.so", state_dir: str | N
 
 
 def test_xpushare_keeps_its_variables_and_preload() -> None:
-    env = _backend("xpushare").pod_env(PodSpec("p", "mem_probe", memory_limit_env="1Gi"), 0)
+    env = _backend("xpushare").pod_env(PodSpec("p", "mem_probe", memory_limit_env="1Gi"), "w0", 0)
     assert env["XPUSHARE_GPU_MEMORY_LIMIT"] == "1Gi" and env["LD_PRELOAD"] == "/opt/lib/x.so"
     assert env["XPUSHARE_DEBUG"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "0"
 
 
 def test_hami_core_gets_its_library_its_log_level_and_the_quota_the_case_gives() -> None:
     spec = PodSpec("p", "mem_probe", env=(("CUDA_DEVICE_MEMORY_LIMIT", "1024m"),))
-    env = _backend("hami-core", "/opt/hami/libvgpu.so").pod_env(spec, 1)
+    backend = _backend("hami-core", "/opt/hami/libvgpu.so")
+    env = backend.pod_env(spec, "xp2-r1-FUNC-1-p", 1)
     assert env["LD_PRELOAD"] == "/opt/hami/libvgpu.so" and env["CUDA_DEVICE_MEMORY_LIMIT"] == "1024m"
     assert env["LIBCUDA_LOG_LEVEL"] == "2" and "XPUSHARE_DEBUG" not in env and env["CUDA_VISIBLE_DEVICES"] == "1"
+    # a shared region per workload: limits a region keeps never cross from one case (or pod) to the next
+    assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "xp2-r1-FUNC-1-p.cudevshr.cache"
+    assert backend.pod_env(spec, "other", 1)["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "other.cudevshr.cache"
 
 
 def test_mps_preloads_nothing_and_points_at_its_daemon() -> None:
     spec = PodSpec("p", "mem_probe", env=(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1024M"),))
-    env = _backend("mps", sut_lib="/opt/lib/x.so", state_dir="/srv/mps").pod_env(spec, 0)
-    assert "LD_PRELOAD" not in env and "XPUSHARE_DEBUG" not in env
+    env = _backend("mps", sut_lib="/opt/lib/x.so", state_dir="/srv/mps").pod_env(spec, "w0", 0)
+    assert "LD_PRELOAD" not in env and "XPUSHARE_DEBUG" not in env and "CUDA_DEVICE_MEMORY_SHARED_CACHE" not in env
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/srv/mps/pipe" and env["CUDA_MPS_LOG_DIRECTORY"] == "/srv/mps/log"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=1024M"
 

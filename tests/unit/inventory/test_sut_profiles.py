@@ -31,9 +31,10 @@ def test_core_quota_variables_and_the_system_without_one() -> None:
 
 
 def test_client_env_preload_and_proof_per_system() -> None:
-    assert profile("xpushare").client_env(None) == {"XPUSHARE_DEBUG": "1"}
-    assert profile("hami-core").client_env(None) == {"LIBCUDA_LOG_LEVEL": "2"}
-    assert profile("mps").client_env("/srv/mps") == {"CUDA_MPS_PIPE_DIRECTORY": "/srv/mps/pipe",
+    assert profile("xpushare").client_env(None, "w") == {"XPUSHARE_DEBUG": "1"}
+    assert profile("hami-core").client_env(None, "w") == {"LIBCUDA_LOG_LEVEL": "2",
+                                                         "CUDA_DEVICE_MEMORY_SHARED_CACHE": "w.cudevshr.cache"}
+    assert profile("mps").client_env("/srv/mps", "w") == {"CUDA_MPS_PIPE_DIRECTORY": "/srv/mps/pipe",
                                                       "CUDA_MPS_LOG_DIRECTORY": "/srv/mps/log"}
     assert mps_dirs(None) == ("/tmp/xpushare-mps/pipe", "/tmp/xpushare-mps/log")
     assert [p.needs_preload for p in PROFILES.values()] == [True, True, True, False]

@@ -159,7 +159,7 @@ def test_host_backend_decides_the_gpu_variables(setting: str, want_cuda: str, wa
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0,1")
     cluster = inventory(tmp_path, setting).cluster("h")
     backend = HostBackend(cluster)
-    env = backend.pod_env(PodSpec(name="p", workload="w2_medium_add"), 1, U1)
+    env = backend.pod_env(PodSpec(name="p", workload="w2_medium_add"), "p0", 1, U1)
     assert env["CUDA_VISIBLE_DEVICES"] == want_cuda and env.get("NVIDIA_VISIBLE_DEVICES") == want_nvidia
     assert backend.unset_vars(env, 1) == unset and backend.unset_vars(env, None) == []
     backend.close()
