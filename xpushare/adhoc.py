@@ -22,7 +22,7 @@ from xpushare.inventory.schema import ROLES, ClusterSpec, HostSpec
 from xpushare.inventory.selection import fold
 from xpushare.model import atomic_file
 from xpushare.model.errors import CommandTimeout, ConnectionLost, UsageError
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.report import output
 from xpushare.transport import interrupt
 from xpushare.transport.base import CommandResult, Copied, Host
@@ -81,11 +81,8 @@ def _status_word(outcome: HostOutcome[CommandResult]) -> str:
 
 def exit_status_of(outcomes: Sequence[HostOutcome[Any]], failed: Sequence[bool]) -> ExitStatus:
     """3 when a host was unreachable, else 1 when any command failed or errored, else 0."""
-    if any(o.unreachable for o in outcomes):
-        return ExitStatus.UNREACHABLE
-    if any(failed) or any(o.error is not None for o in outcomes):
-        return ExitStatus.FAILED
-    return ExitStatus.OK
+    return decide_exit_status(failed=any(failed) or any(o.error is not None for o in outcomes),
+                              unreachable=any(o.unreachable for o in outcomes))
 
 
 def partial_output(error: BaseException | None) -> tuple[str, str]:

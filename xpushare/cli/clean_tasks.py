@@ -9,7 +9,7 @@ from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
 from xpushare.model.errors import UsageError
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["clean"]
@@ -56,6 +56,6 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
             for line in place.lines():
                 print(line)
         # Nothing found is a success; a place that could not be cleaned is not.
-        return ExitStatus.FAILED if any(p.error for p in removed) else ExitStatus.OK
+        return decide_exit_status(failed=any(p.error for p in removed))
 
     guarded(body)

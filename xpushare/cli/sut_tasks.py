@@ -22,7 +22,7 @@ from xpushare.deploy import k8s as k8s_sut
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import decide_exit_status
 from xpushare.report.output import OUTPUT_HELP, output_format, render
 
 __all__ = ["deploy_host_mode", "sut", "undeploy"]
@@ -58,7 +58,7 @@ def _act(cluster_name: str | None, inventory_path: str | None, action: str, outp
     rows = k8s_sut.run_action(cluster, action)
     print(render([{"daemonset": d, "result": r, "ok": ok} for d, r, ok in rows], fmt) if fmt != "table"
           else tabulate(rows, headers=["daemonset", action, "ok"]))
-    return 0 if all(ok for _, _, ok in rows) else int(ExitStatus.FAILED)
+    return int(decide_exit_status(failed=not all(ok for _, _, ok in rows)))
 
 
 @task(help=HELP)

@@ -15,7 +15,7 @@ from xpushare.deploy import host as host_sut
 from xpushare.deploy import host_systems
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import decide_exit_status
 from xpushare.report.output import render
 from xpushare.transport.base import Host
 from xpushare.transport.fanout import fan_out
@@ -100,7 +100,5 @@ def run_on_cluster(cluster: ClusterSpec, action: str, *, src: Path | None = None
         print(tabulate(rows, headers=["host", action, "detail"]), file=out)
     else:
         print(render([{"host": h, "result": r, "detail": d} for h, r, d in rows], fmt), file=out)
-    failed = [o for o in outcomes if o.error is not None]
-    if failed and all(o.unreachable for o in failed):
-        return int(ExitStatus.UNREACHABLE)
-    return int(ExitStatus.FAILED) if failed or unhealthy else 0
+    failed = any(o.error is not None for o in outcomes)
+    return int(decide_exit_status(failed=failed or unhealthy, unreachable=any(o.unreachable for o in outcomes)))

@@ -47,7 +47,7 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model import atomic_file
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HostUnreachable, RunDirectoryFull, UsageError, XpushareError
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.unreached import Unreached
 from xpushare.model.verdict import Status
 from xpushare.report import artifacts, build, run_lock, summaries
@@ -77,14 +77,9 @@ def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool, *,
     answer (``unreachable``: the cases that needed it are ERROR, the others ran); 1 when any case is FAIL,
     INTERMITTENT, ERROR or INTERRUPTED; else 0 (SKIP is not a failure). The exit status is over the cases'
     verdicts, not the release decision: 0 never says release_ready (docs/release.md)."""
-    if interrupted:
-        return interrupt.exit_status()
-    if unreachable:
-        return ExitStatus.UNREACHABLE
     failures = {s.value for s in summaries.FAILURE_STATUSES}
-    if any(r["status"] in failures for r in results):
-        return ExitStatus.FAILED
-    return ExitStatus.OK
+    return decide_exit_status(failed=any(r["status"] in failures for r in results), unreachable=unreachable,
+                              interrupted=interrupt.exit_status() if interrupted else None)
 
 
 def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = Path(".")) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.envcheck.checks import ALIGN_KEYS
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report.artifacts import atomic_write_text
 
@@ -149,12 +149,9 @@ class FleetResult:
         return dict(sorted(out.items()))
 
     def exit_status(self) -> ExitStatus:
-        if any(n.unreachable for n in self.nodes):
-            return ExitStatus.UNREACHABLE
         bad = (Status.FAIL, Status.ERROR)
-        if any(n.status in bad for n in self.nodes) or (self.cross_node and self.cross_node.status in bad):
-            return ExitStatus.FAILED
-        return ExitStatus.OK
+        failed = any(n.status in bad for n in self.nodes) or bool(self.cross_node and self.cross_node.status in bad)
+        return decide_exit_status(failed=failed, unreachable=any(n.unreachable for n in self.nodes))
 
     def counts(self) -> dict[str, int]:
         c = Counter(n.label for n in self.nodes)

@@ -18,7 +18,7 @@ from xpushare.evidence.client_match import KEY_HOST_PID, ClientMatch, matched_cl
 from xpushare.judge.metrics_checks import gpu_rows_for_key
 from xpushare.judge.metrics_evidence import load_required_metrics
 from xpushare.metrics_check.endpoint import DEFAULT_NOTFOUND_PATH, EndpointEvidence, HttpResponse
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.verdict import Status
 
 __all__ = ["CELL_WIDTHS", "CONTENT_TYPE", "COUNTERS", "CheckLine", "answer_text", "check_line", "exit_status",
@@ -316,7 +316,5 @@ def _cell(text: str) -> str:
 def exit_status(lines: Sequence[CheckLine], *, unreachable: bool = False) -> ExitStatus:
     """3 when the endpoint did not answer at all, 1 when any line FAILs, else 0 (a SKIP line, which judged
     nothing, is no failure; the closing line counts it)."""
-    if unreachable:
-        return ExitStatus.UNREACHABLE
-    return ExitStatus.FAILED if any(ln.status is Status.FAIL for ln in lines) else ExitStatus.OK
+    return decide_exit_status(failed=any(ln.status is Status.FAIL for ln in lines), unreachable=unreachable)
 

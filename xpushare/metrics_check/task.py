@@ -24,7 +24,7 @@ from xpushare.metrics_check.probes import ProbeLoad, run_load_checks
 from xpushare.metrics_check.saved import RunDirectory, check_run_id, claim_run_dir
 from xpushare.metrics_check.targets import SchedulerTarget, close_all, host_targets, k8s_targets, url_target
 from xpushare.model.errors import UsageError
-from xpushare.model.exit_status import ExitStatus
+from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.verdict import Status
 from xpushare.report.output import render
 
@@ -123,7 +123,7 @@ def check_target(target: SchedulerTarget, *, prefix: str | None, min_families: i
     cannot be checked (``problem``) is one FAIL line, or UNREACHABLE when nothing could reach it."""
     if target.fetch is None:
         line = check_line("scheduler checked", "reachable, Running", target.problem or "not checked", False)
-        status = ExitStatus.UNREACHABLE if target.unreachable else ExitStatus.FAILED
+        status = decide_exit_status(failed=True, unreachable=target.unreachable)
         return SchedulerResult(target.name, target.base_url, [line], status, target.problem, target.fetched_from,
                                target.node, target.pod)
     result = check_scheduler(target.base_url, fetch=target.fetch, prefix=prefix, min_families=min_families,
@@ -151,10 +151,7 @@ def overall_status(results: Sequence[SchedulerResult]) -> ExitStatus:
     """3 when a scheduler gave no response (it was not tested: that takes precedence), else 1 when any line of any
     scheduler FAILs, else 0."""
     statuses = {r.status for r in results}
-    for worst in (ExitStatus.UNREACHABLE, ExitStatus.FAILED):
-        if worst in statuses:
-            return worst
-    return ExitStatus.OK
+    return decide_exit_status(failed=ExitStatus.FAILED in statuses, unreachable=ExitStatus.UNREACHABLE in statuses)
 
 
 class _Tee(io.StringIO):

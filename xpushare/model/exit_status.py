@@ -28,3 +28,16 @@ class ExitStatus(IntEnum):
     PIPE_CLOSED = 141
     """The reader of standard output went away (``xpushare cases | head``): 128 + SIGPIPE, as a shell reports
     a command killed by it; nothing more is printed."""
+
+
+def decide_exit_status(*, failed: bool, unreachable: bool = False, interrupted: ExitStatus | None = None) -> ExitStatus:
+    """The one exit-status policy of every task (README "Exit status"), most telling first: ``interrupted`` (the
+    128 + signal status of the request that ended the task) when given; :attr:`ExitStatus.UNREACHABLE` when a
+    host or endpoint the task needed did not answer (what it could reach still ran, so it also says the rest
+    is incomplete); :attr:`ExitStatus.FAILED` when anything judged, run or installed failed; else
+    :attr:`ExitStatus.OK`. Each task says what ``failed`` and ``unreachable`` are over (cases, hosts, checks)."""
+    if interrupted is not None:
+        return interrupted
+    if unreachable:
+        return ExitStatus.UNREACHABLE
+    return ExitStatus.FAILED if failed else ExitStatus.OK
