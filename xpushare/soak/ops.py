@@ -15,7 +15,6 @@ Errors: every method may raise :class:`~xpushare.model.errors.TransportError` (S
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -120,58 +119,38 @@ class ScrapeFacts:
         return sum(v for _, v in self.gpu_used) if self.gpu_used else None
 
 
-_LABEL_RE = re.compile(r'(?P<k>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
-
-
 def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
-    """Facts of one ``/metrics`` answer (body + curl trailer). Never raises.
+    """Facts of one ``/metrics`` answer (body + curl trailer), parsed by the one exposition parser
+    (:func:`~xpushare.collect.metrics.parse_exposition`, ``prometheus_client``'s). Never raises.
 
-    Per-tick sampling uses a line scanner (names up to ``{`` or a blank, labels by regex): the full
-    ``prometheus_client`` parser costs ~40 ms per 500-series page, which would dominate a fast soak loop.
-    With ``full`` (baseline, final) the page must also parse with
-    :func:`~xpushare.collect.metrics.parse_exposition`, else it is not ``ok``. Raw pages of the baseline,
-    the final state and every interim report are kept under ``soak/metrics/`` for offline re-parsing.
+    A page without any series the parser could read is not ``ok``. Per tick the series read before a line the
+    parser stops at still count (the round's trends go on; the raw page is kept); with ``full`` (baseline, final)
+    the page must parse whole, else it is not ``ok``. Raw pages of the baseline, the final state and every interim
+    report are kept under ``soak/metrics/`` for offline re-parsing. The parser costs some tens of milliseconds a
+    500-series page: small beside a soak round of remote commands.
     """
     if text is None:
         return ScrapeFacts(ok=False)
     body, code = split_trailer(text)
     if code != 200:
         return ScrapeFacts(ok=False, http_code=code)
-    if full:
-        exp = metrics_mod.parse_exposition(body)
-        if not exp.ok or not exp.families:
-            return ScrapeFacts(ok=False, http_code=code)
-    series = client_series = 0
+    exp = metrics_mod.parse_exposition(body)
+    samples = [sample for family in exp.families for sample in family.samples]
+    if not samples or (full and not exp.ok):
+        return ScrapeFacts(ok=False, http_code=code)
     info: list[tuple[str, str]] = []
     pids: list[int | None] = []
     used: list[tuple[str, float]] = []
-    for raw in body.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        brace = line.find("{")
-        space = line.find(" ")
-        end = brace if 0 <= brace < (space if space >= 0 else len(line)) else space
-        name = line[:end] if end >= 0 else line
-        series += 1
-        if "_client_" in name:
-            client_series += 1
-        if name.endswith("client_info") or name.endswith("gpu_memory_used_bytes"):
-            labels = dict((m.group("k"), m.group("v")) for m in _LABEL_RE.finditer(line[end:line.rfind("}") + 1]))
-            if name.endswith("client_info"):
-                info.append((labels.get("namespace", ""), labels.get("pod", "")))
-                pid = labels.get("host_pid", "")
-                pids.append(int(pid) if pid.isdigit() else None)
-            else:
-                try:
-                    value = float(line.rsplit(None, 1)[-1])
-                except ValueError:
-                    continue
-                used.append((labels.get("gpu_uuid") or labels.get("gpu_index", "?"), value))
-    if series == 0:
-        return ScrapeFacts(ok=False, http_code=code)
-    return ScrapeFacts(ok=True, series_total=series, client_series=client_series, client_info=tuple(info),
-                       gpu_used=tuple(used), http_code=code, client_pids=tuple(pids))
+    for sample in samples:
+        labels = sample.label_dict
+        if sample.name.endswith("client_info"):
+            info.append((labels.get("namespace", ""), labels.get("pod", "")))
+            pid = labels.get("host_pid", "")
+            pids.append(int(pid) if pid.isdigit() else None)
+        elif sample.name.endswith("gpu_memory_used_bytes"):
+            used.append((labels.get("gpu_uuid") or labels.get("gpu_index", "?"), sample.value))
+    return ScrapeFacts(ok=True, series_total=len(samples), client_series=sum("_client_" in s.name for s in samples),
+                       client_info=tuple(info), gpu_used=tuple(used), http_code=code, client_pids=tuple(pids))
 
 
 _NODE_SCRIPT = (

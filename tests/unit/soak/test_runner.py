@@ -499,6 +499,10 @@ def test_node_output_keeps_the_pods_own_process_and_metrics() -> None:
     assert [p.pid for p in unmarked.procs] == [11, 22]
     assert parse_node_output("n1", "@@PROC 11 0\n").error is not None
     assert not scrape_facts("oops\nHTTP_CODE=000\nCONTENT_TYPE=\n").ok
+    # one parser (prometheus_client's): what it cannot read is not counted; a baseline must parse whole
+    broken = 'x_up 1\nx_clients{pod="a"} 2\nx_bad{pod="b" 3\nx_after 4\nHTTP_CODE=200\n'
+    assert scrape_facts(broken).series_total == 2 and not scrape_facts(broken, full=True).ok
+    assert not scrape_facts('x_bad{ 1\nHTTP_CODE=200\n').ok and not scrape_facts("# HELP x_up up\nHTTP_CODE=200\n").ok
     assert not scrape_facts(None).ok
 
 
