@@ -151,8 +151,10 @@ def run_adhoc(
 
     ``timeout``: a deadline per host; the call returns within ``timeout`` +
     :data:`~xpushare.transport.deadline.GRACE_S` after the commands started, also when a command left a child
-    holding its output open (here its process group is ended; over SSH its channel is closed). That host's status
-    is ``TIMEOUT``, its exit ``None``, and its ``stdout``/``stderr`` what it wrote before the deadline.
+    holding its output open (here its process group is ended; over SSH its channel is closed and the command's
+    session ended on the host). That host's status is ``TIMEOUT``, its ``stdout``/``stderr`` what it wrote before
+    the deadline, its exit ``None``, or the command's own exit status when the command had ended and only a process
+    it left in the background held its output (its ``error`` says so).
 
     Ctrl-C, SIGTERM or SIGHUP end the commands (here and on the hosts) and raise ``KeyboardInterrupt``.
     """
@@ -193,7 +195,8 @@ def run_adhoc(
     for o in outcomes:
         v = o.value
         took = v.duration_s if v else _timed_out_after(o.error)
-        rows.append([o.host, _status_word(o), v.exit_code if v else "", "" if took is None else f"{took:.2f}"])
+        code = v.exit_code if v else _ended_with(o.error)
+        rows.append([o.host, _status_word(o), "" if code is None else code, "" if took is None else f"{took:.2f}"])
     print(file=out)
     print(tabulate(rows, headers=["host", "status", "exit", "seconds"]), file=out)
     return exit_status_of(outcomes, failed)
@@ -201,6 +204,12 @@ def run_adhoc(
 
 def _timed_out_after(error: BaseException | None) -> float | None:
     return error.duration_s if isinstance(error, CommandTimeout) else None
+
+
+def _ended_with(error: BaseException | None) -> int | None:
+    """The exit status of a command that ended before its deadline while a process it left behind held its output
+    (:attr:`CommandTimeout.exit_code`); None otherwise."""
+    return error.exit_code if isinstance(error, CommandTimeout) else None
 
 
 def _run_record(o: HostOutcome[CommandResult]) -> dict[str, Any]:
@@ -211,7 +220,7 @@ def _run_record(o: HostOutcome[CommandResult]) -> dict[str, Any]:
                 "stdout": v.stdout, "stderr": v.stderr, "error": None}
     out, err = partial_output(o.error)
     took = _timed_out_after(o.error)
-    return {"host": o.host, "status": _status_word(o), "exit": None,
+    return {"host": o.host, "status": _status_word(o), "exit": _ended_with(o.error),
             "duration_s": None if took is None else round(took, 3), "stdout": out, "stderr": err,
             "error": None if o.error is None else str(o.error)}
 

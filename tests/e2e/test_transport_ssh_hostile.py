@@ -1,9 +1,12 @@
 """SSH transport against hostile local files and dropped connections: a failed ``get`` keeps the local file, a bad
 known_hosts line of another host is skipped (as OpenSSH does), an identity key that cannot be used is refused with
-one line, and a connection lost under invoke's stdin thread is a connection loss."""
+one line, a connection lost under invoke's stdin thread is a connection loss, and a child a command left holding its
+output ends with the command's session at the deadline."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 
 import paramiko
@@ -13,7 +16,8 @@ from invoke.util import ExceptionWrapper
 
 from tests.lab.sshd import SshLab
 from xpushare.inventory.schema import SshOptions
-from xpushare.model.errors import ConnectionLost, RemoteNotFound, TransportError, UsageError
+from xpushare.model.errors import CommandTimeout, ConnectionLost, RemoteNotFound, TransportError, UsageError
+from xpushare.transport.deadline import GRACE_S
 from xpushare.transport.ssh import SshHost
 from xpushare.transport.ssh_files import load_known_hosts, usable_identity
 
@@ -133,3 +137,52 @@ def test_another_thread_exception_stays_a_bug(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(host, "connection", lambda: conn)
     with pytest.raises(ThreadException):
         host.run(["true"])
+
+
+def _alive_on(host: SshHost, seconds: str) -> bool:
+    return host.run(["pgrep", "-f", f"^sleep {seconds}$"]).exit_code == 0
+
+
+def _gone_on(host: SshHost, seconds: str, limit_s: float) -> bool:
+    end = time.monotonic() + limit_s
+    while _alive_on(host, seconds):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@pytest.mark.lab
+def test_a_background_child_holding_the_output_ends_at_the_deadline_on_the_host(ssh_lab: SshLab,
+                                                                                tmp_path: Path) -> None:
+    """``invoke run --timeout 2 -- bash -c 'sleep 40 & echo started'`` over SSH: the call returned at the deadline
+    with ``started``, but the backgrounded ``sleep`` ran on the host to its end (the channel was closed, the command's
+    session watcher had already gone with the command). Now the command's process group ends with the session; a
+    daemon the command started with its output elsewhere (``nohup ... >/dev/null &``) is left running, as before."""
+    opts = ssh_lab.host("lab-node1")
+    host = SshHost("lab-node1", opts.address, _host(ssh_lab, ssh_lab.write_known_hosts(tmp_path / "kh")).ssh,
+                   interruptible=True)  # the host of invoke run
+    checker = _host(ssh_lab, ssh_lab.write_known_hosts(tmp_path / "kh2"))
+    held = f"40.{uuid.uuid4().int % 10**6:06d}"
+    daemon = f"41.{uuid.uuid4().int % 10**6:06d}"
+    try:
+        start = time.monotonic()
+        with pytest.raises(CommandTimeout) as caught:
+            host.run(["bash", "-c", f"sleep {held} & echo started"], timeout=2)
+        assert time.monotonic() - start < 2 + GRACE_S
+        assert caught.value.stdout == "started\n"
+        if caught.value.exit_code is not None:  # the command's end was known at the deadline: said so
+            assert caught.value.exit_code == 0 and "ended (exit 0)" in str(caught.value), str(caught.value)
+        assert _gone_on(checker, held, 10), "the background child outlived the deadline on the host"
+        res = host.run(["bash", "-c", f"nohup sleep {daemon} >/dev/null 2>&1 &"], timeout=30)
+        assert res.ok and res.stdout == ""
+        host.close()  # the session is long gone; the daemon's output was never the command's
+        time.sleep(1)
+        assert _alive_on(checker, daemon), "a daemon with its output elsewhere was ended with the session"
+    finally:
+        for seconds in (held, daemon):
+            pids = checker.run(["pgrep", "-f", f"^sleep {seconds}$"]).stdout.split()
+            if pids:
+                checker.run(["kill", "-KILL", *pids])
+        checker.close()
+        host.close()

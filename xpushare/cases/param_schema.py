@@ -19,8 +19,9 @@ come from its default's type and from its name (docs/config.md "Parameters"):
   :func:`xpushare.judge.quantity.parse_quantity`), or a list of them;
 - a parameter of :data:`CHOICES` is one of its names; a port is 1..65535.
 
-Names under :data:`OWNED_PREFIXES` (``envcheck_*``, ``deploy_*``, ``legacy_*``) are checked by their owners when
-their task runs (``invoke envcheck``: :func:`xpushare.envcheck.params.resolve_params`).
+Names under :data:`OWNED_PREFIXES` (``envcheck_*``, ``deploy_*``, ``legacy_*``) belong to features above the
+cases, which declare their tables (:mod:`xpushare.model.param_owners`); :func:`owned_problem` checks them with the
+same rules, plus each owner's own (``envcheck_cublas_iters`` at least 1), and refuses a name its owner does not have.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ from typing import Any
 
 from xpushare.backends.k8s import K8S_DEFAULTS
 from xpushare.judge.quantity import parse_quantity
+from xpushare.model import param_owners
 from xpushare.model.gpu_faults import KINDS
 from xpushare.model.lease import DEFAULT_RENEW_S, DEFAULT_STALE_S
 
 __all__ = ["CHOICES", "CORE_SUFFIXES", "COUNT_SUFFIXES", "FRACTION_SUFFIXES", "MAX_COUNT", "MAX_QUANTITY",
            "MEMORY_SUFFIXES", "OWNED", "OWNED_PREFIXES", "UNIT_SUFFIXES", "WINDOW_SUFFIXES", "ParamSpec",
-           "cluster_setting_defaults", "vacuous_problem", "value_fits"]
+           "cluster_setting_defaults", "owned_problem", "owned_unknown", "vacuous_problem", "value_fits"]
 
 #: The largest value a quantity parameter (a name ending in a unit: ``_s``, ``_pct``, ``_ratio`` ...) takes.
 MAX_QUANTITY = 1e9
@@ -69,9 +71,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fail005_kind": tuple(KINDS),
     "trend_samples": ("idle", "all"),
 }
-#: Cluster settings whose owners check them when their task runs: ``invoke envcheck`` (``envcheck_*``),
-#: ``invoke legacy.deploy`` (``deploy_*``), the legacy scenarios (``legacy_*``).
-OWNED_PREFIXES = ("envcheck_", "deploy_", "legacy_")
+#: Parameters of features above the cases, declared by their owners (:mod:`xpushare.model.param_owners`):
+#: ``invoke envcheck`` (``envcheck_*``), ``invoke deploy`` (``deploy_*``), the legacy scenarios (``legacy_*``).
+OWNED_PREFIXES = param_owners.OWNED_PREFIXES
 #: Cluster settings read outside the cases, with their defaults (their kinds): the lease (``engine/lease.py``,
 #: ``model/lease.py``), ``invoke metrics-check`` (``metrics_check/``).
 OWNED: dict[str, Any] = {
@@ -239,3 +241,28 @@ def spec_of(name: str, defaults: Mapping[str, Sequence[Any]]) -> ParamSpec | Non
     """The :class:`ParamSpec` of ``name`` among ``defaults`` (name -> its defaults); None for an unknown name."""
     found = defaults.get(name)
     return None if found is None else ParamSpec(name, tuple(found))
+
+
+def owned_unknown(name: str) -> str | None:
+    """Why the owned parameter ``name`` (:data:`OWNED_PREFIXES`) is unknown: its owner does not have it (``unknown
+    parameter (known envcheck_* parameters: ...)``). None when it has it, when ``name`` is not owned, or when its
+    owner is not loaded (:func:`xpushare.model.param_owners.owner_of`)."""
+    owner = param_owners.owner_of(name)
+    if owner is None or name in owner.defaults:
+        return None
+    return f"unknown parameter (known {owner.prefix}* parameters: {', '.join(sorted(owner.defaults))})"
+
+
+def owned_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the owned parameter ``name``'s: the rule of this schema it breaks
+    (:meth:`ParamSpec.problem` on the owner's declared defaults), else the owner's own rule. None when it can, when
+    ``name`` is not owned or unknown to its owner (:func:`owned_unknown`), or when its owner is not loaded."""
+    owner = param_owners.owner_of(name)
+    defaults = None if owner is None else owner.defaults.get(name)
+    if owner is None or defaults is None or (value is None and None in defaults):
+        return None
+    typed = tuple(d for d in defaults if d is not None) or (None,)
+    problem = ParamSpec(name, typed).problem(value)
+    if problem is None and owner.check is not None:
+        problem = owner.check(name, value)
+    return problem

@@ -6,13 +6,15 @@ Which files Invoke reads, and in what order, is Invoke's (https://docs.pyinvoke.
 per level (system ``/etc/``, user ``~/.``, project: the directory of ``tasks.py``) the first of
 ``<prefix>.yaml``, ``.yml``, ``.json``, ``.py`` that exists; at runtime the file of ``-f`` or
 ``$INVOKE_RUNTIME_CONFIG``. :func:`check_level` and :func:`check_runtime` check the one file Invoke would read.
-A ``.py`` file is compiled, not run (Invoke runs it; an error it raises when run is Invoke's).
+A ``.py`` file is compiled, not run; Invoke runs it, and :func:`loading` turns an error it raises then (or any other
+error Invoke meets loading a file) into the same one line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -109,3 +111,15 @@ def _parsed(path: Path, text: str, suffix: str) -> object:
 
 def _kind(data: object) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(data), "value")
+
+
+def loading(load: Callable[[], object], path: str | os.PathLike[str] | None) -> None:
+    """Run one of Invoke's loading steps (``Config.load_system``, ``load_user``, ``load_runtime``, ...) for the file
+    ``path`` it reads (None: none exists, nothing can fail on a file). An error Invoke meets in the file (a ``.py``
+    config that raises when run, a module among its values) raises :class:`ConfigFileError` naming the file."""
+    try:
+        load()
+    except Exception as exc:
+        if path is None:
+            raise
+        raise ConfigFileError(path, f"Invoke could not load it: {type(exc).__name__}: {exc}") from None

@@ -88,16 +88,24 @@ class XpushareProgram(Program):
 
     def create_config(self) -> None:
         """Invoke's step that reads the system and user files (``/etc/xpushare.*``, ``~/.xpushare.*``), each
-        checked first."""
+        checked first, then loaded as Invoke loads them (``Config`` without ``lazy``: system, user, merge), each
+        load guarded (:func:`~xpushare.cli.config_files.loading`: a ``.py`` file that raises is one line)."""
         prefix = self.config_class.prefix
-        config_files.check_level(f"/etc/{prefix}")
-        config_files.check_level(f"~/.{prefix}")
-        super().create_config()
+        system, user = f"/etc/{prefix}", f"~/.{prefix}"
+        config_files.check_level(system)
+        config_files.check_level(user)
+        config = self.config_class(lazy=True)
+        config_files.loading(lambda: config.load_system(merge=False), config_files.first_existing(system))
+        config_files.loading(lambda: config.load_user(merge=False), config_files.first_existing(user))
+        config.merge()
+        self.config = config
 
     def update_config(self, merge: bool = True) -> None:
-        """Invoke's step that reads the runtime file (``-f FILE``, ``$INVOKE_RUNTIME_CONFIG``), checked first."""
-        config_files.check_runtime(runtime_path(self))
-        super().update_config(merge)
+        """Invoke's step that reads the runtime file (``-f FILE``, ``$INVOKE_RUNTIME_CONFIG``), checked first and
+        its load guarded (:func:`~xpushare.cli.config_files.loading`)."""
+        path = runtime_path(self)
+        config_files.check_runtime(path)
+        config_files.loading(lambda: super(XpushareProgram, self).update_config(merge), path)
 
     def core_args(self) -> list[Any]:
         """Invoke's global flags without the short letters that are task flags here (:data:`CLASHING_SHORT`)."""
@@ -188,8 +196,9 @@ def adopt(prog: Program, project: Path | None = None) -> Program:
     update: Callable[..., None] = prog.update_config
 
     def update_config(merge: bool = True) -> None:
-        config_files.check_runtime(runtime_path(prog))
-        update(merge)
+        path = runtime_path(prog)
+        config_files.check_runtime(path)
+        config_files.loading(lambda: update(merge), path)
 
     prog.parse_tasks = parse_tasks  # type: ignore[method-assign]
     prog.update_config = update_config  # type: ignore[method-assign]

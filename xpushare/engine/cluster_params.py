@@ -6,7 +6,7 @@ keep its parameter's rules (a misspelt or mistyped parameter would otherwise be 
 from __future__ import annotations
 
 from xpushare.cases import REGISTRY
-from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults
+from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults, owned_problem, owned_unknown
 from xpushare.engine.plan import parameter_defaults, value_problem
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import InventoryError
@@ -20,8 +20,10 @@ def check_cluster_params(cluster: ClusterSpec) -> None:
     Raises:
         InventoryError: a name that is no case parameter, no cluster setting
         (:func:`~xpushare.cases.param_schema.cluster_setting_defaults`: ``pod_image``, ``lease_renew_s`` ...) and
-        not under an owner's prefix (:data:`~xpushare.cases.param_schema.OWNED_PREFIXES`), or a value that breaks
-        its parameter's rules (``pod_timeout_s: abc``, a negative or infinite quantity, ``metrics_port: 0``).
+        not under an owner's prefix (:data:`~xpushare.cases.param_schema.OWNED_PREFIXES`), a name under an owner's
+        prefix that its owner does not have (``envcheck_cublas_itres``), or a value that breaks its parameter's rules
+        (``pod_timeout_s: abc``, a negative or infinite quantity, ``metrics_port: 0``, ``legacy_pods: -1``;
+        :func:`~xpushare.cases.param_schema.owned_problem`).
     """
     defaults = parameter_defaults(list(REGISTRY.values()))
     for name, values in cluster_setting_defaults().items():
@@ -32,5 +34,12 @@ def check_cluster_params(cluster: ClusterSpec) -> None:
             problem = value_problem(name, defaults[name], value)
             if problem:
                 raise InventoryError(f"{where}: bad value {value!r}: {problem}")
-        elif not str(name).startswith(OWNED_PREFIXES):
+        elif str(name).startswith(OWNED_PREFIXES):
+            unknown = owned_unknown(str(name))
+            if unknown:
+                raise InventoryError(f"{where}: {unknown}")
+            problem = owned_problem(str(name), value)
+            if problem:
+                raise InventoryError(f"{where}: bad value {value!r}: {problem}")
+        else:
             raise InventoryError(f"{where}: unknown parameter (no case and no cluster setting has it)")

@@ -12,7 +12,7 @@ import yaml
 
 from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS
-from xpushare.cases.param_schema import ParamSpec, cluster_setting_defaults
+from xpushare.cases.param_schema import ParamSpec, cluster_setting_defaults, owned_problem, owned_unknown
 from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model import strict_yaml
@@ -206,11 +206,19 @@ def value_problem(name: str, defaults: Sequence[Any], value: Any) -> str | None:
 
 def check_vacuous(params: Mapping[str, Any], where: str) -> None:
     """Every entry of a playbook's ``params`` (``where`` names it) checked against the parameter schema
-    (:func:`value_problem` with the registered cases' defaults and the cluster settings'); a name none of them
-    knows is left to its owner (``envcheck_*`` ...). Raises :class:`UsageError`."""
+    (:func:`value_problem` with the registered cases' defaults and the cluster settings'; an owned parameter,
+    ``envcheck_*``, ``deploy_*``, ``legacy_*``, with its owner's table:
+    :func:`~xpushare.cases.param_schema.owned_problem`, and a name its owner does not have is refused). Raises
+    :class:`UsageError`."""
     defaults = {**cluster_setting_defaults(), **parameter_defaults(list(REGISTRY.values()))}
     for name, value in params.items():
-        problem = value_problem(str(name), defaults[name], value) if name in defaults else None
+        if name in defaults:
+            problem = value_problem(str(name), defaults[name], value)
+        else:
+            unknown = owned_unknown(str(name))
+            if unknown:
+                raise UsageError(f"{where}: {name}: {unknown}")
+            problem = owned_problem(str(name), value)
         if problem:
             raise UsageError(f"{where}: bad {name}={value!r}: {problem}")
 

@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from xpushare.envcheck.manifests import K8sSettings
+from xpushare.model import param_owners
 from xpushare.model.errors import UsageError
 
 MIB = 1 << 20
@@ -95,8 +97,61 @@ SMOKE_DEFAULTS = {"cublas_n": 256, "cublas_warmup": 1, "cublas_iters": 3, "nccl_
                   "nccl_max_bytes": 256 * 1024, "nccl_warmup": 1, "nccl_iters": 3}
 
 
-def _coerce(name: str, value: Any, default: Any) -> Any:
-    """``value`` converted to the type of parameter ``name`` (whose default is ``default``)."""
+#: The least value of each count, size and window (a value below it measures nothing, or never ends: 0 iterations,
+#: a 0-byte message); percentages are 0..100.
+AT_LEAST: dict[str, int] = {"cublas_n": 1, "cublas_warmup": 0, "cublas_iters": 1, "nccl_min_bytes": 4,
+                            "nccl_max_bytes": 4, "nccl_warmup": 0, "nccl_iters": 1, "smoke_procs": 1,
+                            "ecc_uncorrected_max": 0}
+_ABOVE_ZERO = ("nominal_bf16_tflops", "nominal_busbw_gbps", "xid_window_h", "step_timeout_s", "pod_timeout_s")
+_PERCENT = ("cublas_min_pct", "nccl_min_busbw_pct")
+
+
+def _range_problem(name: str, value: Any) -> str | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value):
+        return f"expected a finite number, got {value!r}"
+    if name in AT_LEAST and value < AT_LEAST[name]:
+        return f"at least {AT_LEAST[name]} (got {value!r})"
+    if name in _ABOVE_ZERO and value <= 0:
+        return f"more than 0 (got {value!r})"
+    if name in _PERCENT and not 0 <= value <= 100:
+        return f"a percentage 0..100 (got {value!r})"
+    if name == "cross_min_busbw_gbps" and value < 0:
+        return f"0 or more (got {value!r})"
+    return None
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """``value`` converted to the type of parameter ``name`` and within its range.
+    Raises :class:`UsageError` naming ``envcheck_<name>``."""
+    converted = _converted(name, value)
+    problem = _range_problem(name, converted)
+    if problem:
+        raise UsageError(f"envcheck_{name}: bad value {value!r}: {problem}")
+    return converted
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the envcheck parameter ``key`` (``envcheck_<name>``): its type (as
+    :func:`resolve_params` converts it) or its range (:data:`AT_LEAST`, above 0, a percentage); None when it can or
+    ``key`` is no envcheck parameter. The envcheck rules the parameter schema applies at the edge
+    (:func:`xpushare.cases.param_schema.owned_problem`)."""
+    name = key.removeprefix("envcheck_")
+    if name not in _FIELDS:
+        return None
+    try:
+        _coerce(name, value)
+    except UsageError as exc:
+        why = str(exc).removeprefix(f"{key}: ").removeprefix(f"bad value {value!r}").removeprefix(": ").strip()
+        if why.startswith("(") and why.endswith(")"):
+            why = why[1:-1]
+        return why or str(exc)
+    return None
+
+
+def _converted(name: str, value: Any) -> Any:
+    """``value`` converted to the type of parameter ``name``."""
     ftype = {f.name: str(f.type) for f in dataclasses.fields(EnvcheckParams)}[name]
     where = f"envcheck_{name}"
     if value is None:
@@ -129,7 +184,7 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         if name in _CHOICES and text not in _CHOICES[name]:
             raise UsageError(f"{where}: {text!r} is not one of {', '.join(_CHOICES[name])}")
         return text
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UsageError(f"{where}: bad value {value!r} (expected {ftype.replace(' | None', ' or null')})") from None
 
 
@@ -153,7 +208,7 @@ def resolve_params(cluster_params: Mapping[str, Any], overrides: Mapping[str, An
             if name not in known:
                 raise UsageError(f"{source}: unknown envcheck parameter {key!r} "
                                  f"(known: {', '.join(sorted('envcheck_' + k for k in known))})")
-            values[name] = _coerce(name, value, getattr(defaults, name))
+            values[name] = _coerce(name, value)
     if values.get("cpu_smoke"):
         for name, small in SMOKE_DEFAULTS.items():
             values.setdefault(name, small)
@@ -161,3 +216,24 @@ def resolve_params(cluster_params: Mapping[str, Any], overrides: Mapping[str, An
     if params.nccl_min_bytes < 4 or params.nccl_max_bytes < params.nccl_min_bytes:
         raise UsageError("envcheck_nccl_min_bytes must be >= 4 and <= envcheck_nccl_max_bytes")
     return params
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(EnvcheckParams)}
+_DEFAULTS = EnvcheckParams()
+
+
+def _kinds(name: str) -> tuple[Any, ...]:
+    """The kinds a value of ``name`` may take at the edge, as the parameter schema reads them: its default; for a
+    default of ``None`` (``null`` is its "choose for me") also a sample of its type; a text for a list (one item)."""
+    default = getattr(_DEFAULTS, name)
+    if isinstance(default, tuple):
+        return (list(default), "")
+    if default is not None:
+        return (default,)
+    ftype = str(_FIELDS[name].type)
+    sample = next((s for word, s in (("int", 0), ("float", 0.0), ("str", "")) if ftype.startswith(word)), None)
+    return (None, sample)
+
+
+param_owners.declare("envcheck_", {f"envcheck_{name}": _kinds(name) for name in _FIELDS},
+                     check=value_problem)

@@ -42,7 +42,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from xpushare.cases.param_schema import owned_problem
 from xpushare.collect.scheduler_log import parse_text
+from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.inventory.sut import SutNames, sut_names
@@ -53,6 +55,7 @@ from xpushare.legacy.deploy_render import (
     render_scheduler,
 )
 from xpushare.legacy.deploy_sync import StepFailed, StepSkipped, auto_commit, git_tag, sync_source
+from xpushare.model import param_owners
 from xpushare.model.atomic_file import atomic_write_text, claim_tree, make_dirs
 from xpushare.model.errors import HostUnreachable, UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
@@ -81,6 +84,37 @@ DEPLOY_DEFAULTS: dict[str, Any] = {
     "deploy_rollout_timeout_s": 120,
     "deploy_mode_timeout_s": 60,
 }
+
+#: What each deploy parameter may be besides its default's kind: a ``None`` default is a text or ``null``;
+#: ``deploy_make`` is an argv or one string (split like a shell would).
+_KINDS: dict[str, tuple[Any, ...]] = {
+    **{name: (None, "") for name, value in DEPLOY_DEFAULTS.items() if value is None},
+    "deploy_make": (["make", "all"], "make all"),
+}
+#: The least whole number of each count (the device plugin's virtual devices; its GPUs, 0: none).
+_AT_LEAST = {"deploy_virtual_devices": 1, "deploy_plugin_gpus": 0}
+
+
+def deploy_value_problem(name: str, value: Any) -> str | None:
+    """The deploy rules beyond the parameter schema's: counts (:data:`_AT_LEAST`), a non-empty ``deploy_make``,
+    ``deploy_images`` a mapping of texts; None when ``value`` keeps them (or ``name`` has none)."""
+    if name in _AT_LEAST and isinstance(value, int) and not isinstance(value, bool) and value < _AT_LEAST[name]:
+        return f"at least {_AT_LEAST[name]} (got {value!r})"
+    if name == "deploy_make":
+        if not isinstance(value, (str, list)):
+            return f"an argv list or one command line, got {value!r}"
+        try:
+            if not (shlex.split(value) if isinstance(value, str) else value):
+                return "an empty command"
+        except ValueError as exc:  # an unbalanced quote
+            return f"not a command line: {exc}"
+    if name == "deploy_images" and isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
+        return "a mapping of image names, e.g. {scheduler: registry/name:tag}"
+    return None
+
+
+param_owners.declare("deploy_", {name: _KINDS.get(name, (value,)) for name, value in DEPLOY_DEFAULTS.items()},
+                     check=deploy_value_problem)
 
 
 @dataclass
@@ -149,13 +183,20 @@ class Pipeline:
 def deploy_params(cluster: ClusterSpec, overrides: Sequence[str], *, lenient: bool) -> dict[str, Any]:
     """Deploy parameters: :data:`DEPLOY_DEFAULTS` < inventory ``params`` < ``--set``.
 
-    Raises :class:`UsageError` for an unknown ``--set`` name (unless ``lenient``: other names are ignored).
+    Raises :class:`UsageError` for an unknown ``--set`` name (unless ``lenient``: names outside ``deploy_*`` are
+    ignored, a legacy task passes its own ``--set`` through; an unknown ``deploy_*`` name is refused either way),
+    and for a value that breaks its parameter's rules (the parameter schema,
+    :func:`~xpushare.cases.param_schema.owned_problem`).
     """
     values = parse_overrides(overrides)
-    unknown = sorted(k for k in values if k not in DEPLOY_DEFAULTS)
-    if unknown and not lenient:
+    unknown = sorted(k for k in values if k not in DEPLOY_DEFAULTS and (not lenient or k.startswith("deploy_")))
+    if unknown:
         raise UsageError(f"unknown deploy parameter(s) for --set: {', '.join(unknown)} "
                          f"(known: {', '.join(DEPLOY_DEFAULTS)})")
+    for name, value in values.items():
+        problem = owned_problem(name, value) if name in DEPLOY_DEFAULTS else None
+        if problem:
+            raise UsageError(f"bad --set {name}={value!r}: {problem}")
     params = dict(DEPLOY_DEFAULTS)
     params.update({k: v for k, v in cluster.params.items() if k in DEPLOY_DEFAULTS})
     params.update({k: v for k, v in values.items() if k in DEPLOY_DEFAULTS})
@@ -195,6 +236,7 @@ def run_deploy(req: DeployRequest, out: TextIO | None = None) -> ExitStatus:
     if req.mode not in MODES:
         raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {req.mode!r}")
     cluster = schema.load(req.inventory_path).cluster(req.cluster)
+    check_cluster_params(cluster)  # the inventory's params, as every run checks them (deploy_* too)
     if not cluster.is_kubernetes:
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; deploy needs Kubernetes")
     params = deploy_params(cluster, req.overrides, lenient=req.lenient)

@@ -20,7 +20,9 @@ from typing import Any, TextIO
 
 from xpushare.backends.base import Backend
 from xpushare.cases.base import CaseDef
+from xpushare.cases.param_schema import owned_problem
 from xpushare.engine import plan
+from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
@@ -72,6 +74,10 @@ def scenario_params(sc: Scenario, cluster: ClusterSpec, req: LegacyRequest) -> t
     own = [o for o in req.overrides if not o.partition("=")[0].strip().startswith("deploy_")]
     overrides = parse_overrides(own)
     plan.check_overrides([case], overrides)
+    for name, value in overrides.items():
+        problem = owned_problem(name, value)  # the scenarios' own rules (a memory limit is a quantity)
+        if problem:
+            raise UsageError(f"bad --set {name}={value!r}: {problem}")
     params = plan.case_params(case, cluster, plan.Selection(cases=[case], required={case.case_id}), overrides)
     if sc.count is not None and req.count is not None:
         if req.count < 1:
@@ -99,6 +105,7 @@ def run_scenario(req: LegacyRequest, out: TextIO | None = None) -> ExitStatus:
     if sc is None:
         raise UsageError(f"unknown legacy scenario {req.scenario!r} (known: {', '.join(SCENARIOS)})")
     cluster = schema.load(req.inventory_path).cluster(req.cluster)
+    check_cluster_params(cluster)  # the inventory's params, as every run checks them (legacy_* and deploy_* too)
     if not cluster.is_kubernetes:
         raise UsageError(f"cluster {cluster.name!r} runs in {cluster.mode} mode; the legacy scripts need Kubernetes")
     case, params = scenario_params(sc, cluster, req)

@@ -28,6 +28,7 @@ from typing import Any
 
 from xpushare.cases.base import CaseDef, CaseRun
 from xpushare.evidence.store import Evidence
+from xpushare.judge.quantity import parse_quantity
 from xpushare.legacy import judgments
 from xpushare.legacy.acts import (
     act_baseline,
@@ -45,6 +46,7 @@ from xpushare.legacy.backend import (
     W2,
     W3,
 )
+from xpushare.model import param_owners
 from xpushare.model.verdict import Verdict
 
 SUITE = "legacy"
@@ -136,3 +138,36 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {"legacy_monitor_s": 5.0, "legacy_smoke_args": ["--iters", "2000"], "legacy_smoke_timeout_s": 900,
               "legacy_entrypoint": False, "legacy_images": {}}),
 )}
+
+
+def legacy_param_defaults() -> dict[str, list[Any]]:
+    """Each ``legacy_*`` parameter of the scenarios with every default it has among them."""
+    defaults: dict[str, list[Any]] = {}
+    for sc in SCENARIOS.values():
+        for name, value in sc.params.items():
+            if name.startswith("legacy_") and value not in defaults.setdefault(name, []):
+                defaults[name].append(value)
+    return defaults
+
+
+#: The scenarios' memory limits (a quantity the scheduler accepts, or a list of them).
+MEMORY_PARAMS = ("legacy_memlimit_low", "legacy_memlimit_high", "legacy_dynamic_low", "legacy_dynamic_limits")
+
+
+def legacy_value_problem(name: str, value: Any) -> str | None:
+    """The legacy rules beyond the parameter schema's: a memory limit of :data:`MEMORY_PARAMS` is a quantity such as
+    ``4Gi`` (:func:`xpushare.judge.quantity.parse_quantity`); None when ``value`` keeps them."""
+    if name not in MEMORY_PARAMS or value is None:
+        return None
+    for item in value if isinstance(value, list) else [value]:
+        try:
+            if isinstance(item, bool) or parse_quantity(str(item)) <= 0:
+                return f"a memory limit above 0 such as 4Gi, got {item!r}"
+        except ValueError as exc:
+            return f"{exc} (a memory limit: a number and Gi, Mi, Ki or B, e.g. 4Gi)"
+    return None
+
+
+# The scenarios' own parameters, checked at the edge by the parameter schema (inventory and playbook params;
+# a scenario's --set is checked against its case and these rules, xpushare/legacy/run.py).
+param_owners.declare("legacy_", legacy_param_defaults(), check=legacy_value_problem)

@@ -70,14 +70,17 @@ class CommandTimeout(TransportError):
     """A command ran past its timeout (also raised when the network stalls mid-command).
 
     ``stdout``/``stderr``: what the command wrote before its deadline (decoded text, possibly empty);
-    ``duration_s``: seconds from its start to the end of the wait."""
+    ``duration_s``: seconds from its start to the end of the wait; ``exit_code``: the command's own exit status
+    when it had ended before the deadline and only a process it left in the background held its output open
+    (None: the command itself was still running)."""
 
     def __init__(self, host: str, message: str, *, stdout: str = "", stderr: str = "",
-                 duration_s: float | None = None) -> None:
+                 duration_s: float | None = None, exit_code: int | None = None) -> None:
         super().__init__(host, message)
         self.stdout = stdout
         self.stderr = stderr
         self.duration_s = duration_s
+        self.exit_code = exit_code
 
 
 class ConnectionLost(TransportError):

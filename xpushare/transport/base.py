@@ -36,6 +36,7 @@ from xpushare.model.errors import (
     TransportError,
 )
 from xpushare.transport import command_log
+from xpushare.transport.deadline import OutputHeldOpen
 
 
 class TextSink(Protocol):
@@ -127,7 +128,8 @@ def logged_run(
     ``run``), its start, end or failure in :mod:`~xpushare.transport.command_log`; return the ``Result`` and the
     ``time.monotonic()`` before it (for :func:`finished`).
 
-    invoke's ``CommandTimedOut`` raises :class:`CommandTimeout` (with the output read before the deadline), an
+    invoke's ``CommandTimedOut`` raises :class:`CommandTimeout` (with the output read before the deadline, and the
+    command's own exit status when only a process it left behind held its output: ``OutputHeldOpen``), an
     exception of ``lost`` :class:`ConnectionLost`; ``on_fault`` is called first (e.g. to drop a connection).
     ``shown``: the command's name in those errors (default ``argv[0]``; a wrapper's caller names the command it
     wraps)."""
@@ -144,8 +146,12 @@ def logged_run(
         if on_fault is not None:
             on_fault()
         partial = exc.result  # what the command wrote before its deadline: kept, not lost with the timeout
-        raise CommandTimeout(host, f"{name!r} timed out after {timeout or 0:g} s", stdout=partial.stdout or "",
-                             stderr=partial.stderr or "", duration_s=took) from None
+        ended = exc.exit_code if isinstance(exc, OutputHeldOpen) else None
+        why = (f"{name!r} timed out after {timeout or 0:g} s" if ended is None else
+               f"{name!r} ended (exit {ended}), but a process it left in the background held its output open past "
+               f"the {timeout or 0:g} s timeout (ended at the deadline)")
+        raise CommandTimeout(host, why, stdout=partial.stdout or "", stderr=partial.stderr or "", duration_s=took,
+                             exit_code=ended) from None
     except lost as exc:
         command_log.failed(host, words, exc, time.monotonic() - start)
         if on_fault is not None:

@@ -11,7 +11,9 @@ traceback.
 and the output threads are waited for until the deadline plus :data:`GRACE_S` at most; a thread still reading
 then is left behind (its reads after that are not in the result). What was read by then is the result's
 output; invoke raises ``CommandTimedOut`` with it (:func:`~xpushare.transport.base.logged_run` keeps it in
-:class:`~xpushare.model.errors.CommandTimeout`).
+:class:`~xpushare.model.errors.CommandTimeout`). When the command itself had already ended at the deadline (its
+exit status known) and only a process it left in the background held its output open, the runner raises
+:class:`OutputHeldOpen`, which carries that exit status.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from invoke.runners import Runner
+from invoke.exceptions import CommandTimedOut
+from invoke.runners import Result, Runner
 
 #: Seconds past the deadline a timed-out command may take to end: the kill's own grace (a local command's process
 #: group gets SIGTERM at the deadline and SIGKILL :data:`~xpushare.transport.local.KILL_AFTER_S`, 2 s, later) and
@@ -31,11 +34,22 @@ GRACE_S = 3.0
 _log = logging.getLogger(__name__)
 
 
+class OutputHeldOpen(CommandTimedOut):
+    """The deadline passed after the command itself ended (``exit_code``, its own status) while a process it left
+    behind (``sleep 170 &``) still held its output open; that process was ended at the deadline and ``result``
+    holds the output read until then."""
+
+    def __init__(self, result: Result, timeout: float, exit_code: int) -> None:
+        super().__init__(result, timeout)  # type: ignore[arg-type]  # invoke annotates int; timeouts take fractions
+        self.exit_code = exit_code
+
+
 class DeadlineRunner(Runner):
     """A runner (mixed in before invoke's ``Local`` or Fabric's ``Remote``) whose timeout is a deadline."""
 
     _deadline: float | None = None
     _deadline_hit = False
+    _exit_at_deadline: int | None = None
 
     def start_timer(self, timeout: float | None) -> None:  # invoke annotates int; --timeout takes fractions
         if timeout is None:
@@ -49,13 +63,30 @@ class DeadlineRunner(Runner):
     def _expire(self) -> None:
         self._deadline_hit = True  # before the kill: once the output ends, the result must already say timed out
         try:
+            self._exit_at_deadline = self.command_exit()
+        except Exception as exc:  # a transport closed meanwhile: the command's end is not known
+            _log.debug("the command's exit status at the deadline: %r", exc)
+        try:
             self.kill()
         except Exception as exc:  # a transport closed meanwhile (EOFError): nothing left to end
             _log.debug("kill at the deadline failed: %r", exc)
 
+    def command_exit(self) -> int | None:
+        """The command's own exit status when it has ended (its output may still be held open by a process it left
+        behind), else None; the transports' runners know how to ask (a local process, an SSH channel)."""
+        return None
+
     @property
     def timed_out(self) -> bool:
         return self._deadline_hit
+
+    def _finish(self) -> Result:
+        try:
+            return super()._finish()
+        except CommandTimedOut as exc:
+            if self._exit_at_deadline is None or isinstance(exc, OutputHeldOpen):
+                raise
+            raise OutputHeldOpen(exc.result, exc.timeout, self._exit_at_deadline) from None
 
     def _thread_join_timeout(self, target: Callable[..., object]) -> float | None:  # type: ignore[override]
         own = super()._thread_join_timeout(target)

@@ -42,6 +42,10 @@ class _BulkLocal(DeadlineRunner, Local):
     read_chunk_size = 65536
     read_our_stdin = read_in_memory_stdin
 
+    def command_exit(self) -> int | None:
+        process = self.process  # None under a pty, which the transport never asks for
+        return None if process is None else process.poll()
+
 
 class _InterruptibleLocal(_BulkLocal):
     """A runner whose command runs in a process group of its own, ended as a whole when Ctrl-C, SIGTERM or SIGHUP

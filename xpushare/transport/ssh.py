@@ -64,6 +64,11 @@ class _BulkRemote(DeadlineRunner, Remote):
     read_chunk_size = 65536
     read_our_stdin = read_in_memory_stdin
 
+    def command_exit(self) -> int | None:
+        # sshd sends the exit status when the command ends, before the output a background child holds is closed
+        channel = self.channel
+        return channel.recv_exit_status() if channel is not None and channel.exit_status_ready() else None
+
 
 class _InterruptibleRemote(_BulkRemote):
     """A remote runner that ends the session on Ctrl-C/SIGTERM/SIGHUP: without a terminal there is no way to signal
@@ -132,12 +137,23 @@ class _IgnorePolicy(paramiko.MissingHostKeyPolicy):
             )
 
 
-#: A command (its argv after the script) that ends with its SSH session: a watcher reads the session's input, which
-#: sshd closes when the session goes, and then sends the command SIGTERM; the command reads /dev/null. Exit status
-#: and output are the command's.
+#: A command (its argv after the script) that ends with its SSH session: it runs in a session of its own
+#: (``setsid``, where the host has it), and a watcher reads the session's input, which sshd closes when the session
+#: goes (Ctrl-C, a deadline) or when this script ends, and then ends the command's whole process group (SIGTERM,
+#: SIGKILL 2 s later); the command reads /dev/null. When the command ends while a process it left in the background
+#: (``sleep 170 &``) still holds its output (``pgrep`` and ``/proc`` tell), the script stays until that process
+#: lets go of it or the session goes, so that the watcher can end it; a process of the group whose output goes
+#: elsewhere (a daemon: ``nohup ... >/dev/null &``) is left running. Exit status and output are the command's.
 ENDS_WITH_SESSION = (
-    'exec 3<&0 0</dev/null; "$@" 3<&- & p=$!; { cat <&3 >/dev/null 2>&1; kill -TERM "$p" 2>/dev/null; } & w=$!; '
-    'exec 3<&-; wait "$p"; rc=$?; kill "$w" 2>/dev/null; exit "$rc"'
+    'exec 3<&0 0</dev/null; s=; if command -v setsid >/dev/null 2>&1; then s=1; setsid "$@" 3<&- & '
+    'else "$@" 3<&- & fi; p=$!; '
+    '{ cat <&3 >/dev/null 2>&1; kill -TERM -"$p" "$p"; sleep 2; kill -KILL -"$p"; } >/dev/null 2>&1 & w=$!; '
+    'exec 3<&-; wait "$p"; rc=$?; '
+    'held() { for q in $(pgrep -g "$p" 2>/dev/null); do for f in /proc/"$q"/fd/*; do l=$(readlink "$f" 2>/dev/null); '
+    'if [ -n "$l" ] && { [ "$l" = "$o" ] || [ "$l" = "$e" ]; }; then return 0; fi; done; done; return 1; }; '
+    'if [ -n "$s" ]; then o=$(readlink /proc/$$/fd/1); e=$(readlink /proc/$$/fd/2); '
+    'while kill -0 "$w" 2>/dev/null && kill -0 -"$p" 2>/dev/null && held; do sleep 0.5; done; fi; '
+    'kill "$w" 2>/dev/null; exit "$rc"'
 )
 
 #: What a lost connection raises while a command runs (also from invoke's I/O threads: :func:`_run_on`).

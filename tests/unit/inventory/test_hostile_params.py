@@ -49,7 +49,7 @@ def test_inventory_params_are_checked_like_set(params: str, word: str) -> None:
 
 
 def test_good_inventory_params_pass() -> None:
-    check_cluster_params(cluster("{pod_timeout_s: 120, pod_image: img, lease_stale_s: 30, envcheck_x: 1, "
+    check_cluster_params(cluster("{pod_timeout_s: 120, pod_image: img, lease_stale_s: 30, envcheck_cublas_n: 1024, "
                                  "probe_image: busybox, kubectl_read_retries: 2}"))
 
 

@@ -1,6 +1,7 @@
 """A command's timeout is a deadline (xpushare/transport/deadline.py): ``invoke run --timeout S`` returns within S
 plus GRACE_S even when the command leaves a child holding its output pipe, keeps the output written before the
-deadline, says TIMEOUT (never ok), and prints no thread traceback.
+deadline, says TIMEOUT (never ok), and prints no thread traceback; when the command itself ended before its deadline
+and only a process it left in the background held the pipe, it says so, with the command's exit status.
 
 Before: ``invoke run --cluster local --timeout 5 -- bash -c 'sleep 170 & echo started'`` returned after 170 s and
 lost ``started``; over SSH a channel closed by the timer came back as exit 0 ``ok`` with Fabric's ``EOFError``
@@ -64,8 +65,18 @@ def test_a_child_holding_the_pipe_does_not_outlive_the_timeout(marker: str) -> N
     assert took < 1 + GRACE_S, took
     assert caught.value.stdout == "started\n" and caught.value.stderr == "warn\n"  # kept, not lost
     assert caught.value.duration_s is not None and caught.value.duration_s >= 1
-    assert "'bash' timed out after 1 s" in str(caught.value)
+    # bash itself ended at once: the report says so, with its exit status, and why the call still timed out
+    assert caught.value.exit_code == 0
+    assert ("'bash' ended (exit 0), but a process it left in the background held its output open past the 1 s "
+            "timeout (ended at the deadline)") in str(caught.value)
     assert _gone_within(marker, 5), "the command's process group outlived its timeout"
+
+
+def test_a_command_still_running_at_its_deadline_has_no_exit_status(marker: str) -> None:
+    with pytest.raises(CommandTimeout) as caught:
+        LocalHost(interruptible=True).run(["sh", "-c", f"echo started; exec sleep {marker}"], timeout=1)
+    assert caught.value.exit_code is None and "'sh' timed out after 1 s" in str(caught.value)
+    assert caught.value.stdout == "started\n"
 
 
 def test_a_child_that_left_the_group_is_no_longer_read_after_the_deadline(marker: str) -> None:
@@ -90,13 +101,16 @@ def test_invoke_run_says_timeout_keeps_the_output_and_exits_1(marker: str) -> No
     out = io.StringIO()
     assert run_adhoc([local], argv, forks=1, timeout=1, out=out, fmt="json") == ExitStatus.FAILED
     [record] = json.loads(out.getvalue())
-    assert record["status"] == "TIMEOUT" and record["exit"] is None and record["stdout"] == "started\n"
-    assert record["duration_s"] >= 1 and "timed out after 1 s" in record["error"]
+    assert record["status"] == "TIMEOUT" and record["exit"] == 0 and record["stdout"] == "started\n"
+    assert record["duration_s"] >= 1 and "held its output open past the 1 s timeout" in record["error"]
     table = io.StringIO()
     assert run_adhoc([local], argv, forks=1, timeout=1, out=table) == ExitStatus.FAILED
     text = table.getvalue()
-    assert "localhost: 'bash' timed out after 1 s; its output until then:\n  started\n" in text
+    assert ("localhost: 'bash' ended (exit 0), but a process it left in the background held its output open past "
+            "the 1 s timeout (ended at the deadline); its output until then:\n  started\n") in text
     assert " ok " not in text and "TIMEOUT" in text
+    [row] = [line.split() for line in text.splitlines() if line.startswith("localhost ")]
+    assert row[:3] == ["localhost", "TIMEOUT", "0"], row  # the command's own exit status, in its column
 
 
 def test_streamed_lines_stay_off_the_records_of_json_and_yaml() -> None:
