@@ -155,7 +155,7 @@ def main() -> int:
     out = io.StringIO()
     loop = SoakLoop(cluster, base / "soak", settings, mix, ck, ours_prefix="stab-002-", out=out,
                     clock=clock.clock, monotonic=clock.mono, sleep=clock.sleep)
-    original_tick = loop.tick
+    original_tick = loop.sampler.tick
     start = time.perf_counter()
 
     def tick(phase: str, *, full: bool = False) -> bool:
@@ -170,7 +170,7 @@ def main() -> int:
             print(f"tick {n:6d}  rss {rss_bytes() / 2**20:7.1f} MiB  {time.perf_counter() - start:6.1f} s", flush=True)
         return ok
 
-    loop.tick = tick  # type: ignore[method-assign]
+    loop.sampler.tick = tick  # type: ignore[method-assign]
     loop.run()
     end_rss = rss_bytes()
     elapsed = time.perf_counter() - start
