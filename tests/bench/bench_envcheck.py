@@ -127,11 +127,13 @@ def main() -> int:
                     *(a for s in PROBE_SETTINGS for a in ("--set", s))]
             load = load_average()
             m = measured(argv, env, ok=(0, 1, 3))
+            (work / "envcheck.out").write_text(m.stdout)  # its terminal summary (kept with --keep)
             fleet = json.loads((root / ".tmplog" / "bench" / "envcheck" / "fleet.json").read_text())
             report = (root / ".tmplog" / "bench" / "envcheck" / "fleet-report.md").read_text()
             rows.append({"tool": "xpushare invoke envcheck", "wall_s": round(m.wall_s, 2),
                          "peak_rss_kib": m.peak_rss_kib, "load": load, "counts": fleet["counts"],
-                         "report_lines": report.count("\n")})
+                         "report_lines": report.count("\n"),
+                         "summary_lines": m.stdout.count("\n")})
             print(json.dumps(rows[-1]), flush=True)
         if "pdsh" in only and shutil.which("pdsh") and shutil.which("pdcp"):
             pdsh_env = {**env, "PDSH_SSH_ARGS_APPEND": f"-F {ssh_config}", "PDSH_RCMD_TYPE": "ssh"}
