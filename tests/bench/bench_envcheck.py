@@ -109,7 +109,7 @@ def main() -> int:
         inv = json.loads(inventory.read_text())
         names = [h.name for h in hosts]
         for k in range(args.unreachable):  # nothing listens there: both tools meet a refused connection
-            name, address = f"gone{k + 1:02d}", f"127.0.3.{k + 1}"
+            name, address = f"gone{k + 1:02d}", f"127.0.99.{k + 1}"
             port = lab.closed_port(address)
             inv["clusters"]["bench"]["hosts"][name] = {"address": address, "port": port, "roles": ["gpu"]}
             with ssh_config.open("a") as fh:
