@@ -71,6 +71,13 @@ PROBES = (f'{PYTHON} "$HOME"/.xpushare/envcheck/stack_probe.py --freeze-source m
           + shlex.join(capture_argv()))
 
 
+def summary_lines(output: str) -> int:
+    """Lines of envcheck's closing summary: after the progress lines (one per node) and a blank line, up to
+    ``report:``."""
+    tail = output.rsplit("\n\n", 1)[-1].splitlines()
+    return next((i for i, line in enumerate(tail) if line.startswith("report: ")), len(tail))
+
+
 def main() -> int:
     stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__)
@@ -133,7 +140,7 @@ def main() -> int:
             rows.append({"tool": "xpushare invoke envcheck", "wall_s": round(m.wall_s, 2),
                          "peak_rss_kib": m.peak_rss_kib, "load": load, "counts": fleet["counts"],
                          "report_lines": report.count("\n"),
-                         "summary_lines": m.stdout.count("\n")})
+                         "output_lines": m.stdout.count("\n"), "summary_lines": summary_lines(m.stdout)})
             print(json.dumps(rows[-1]), flush=True)
         if "pdsh" in only and shutil.which("pdsh") and shutil.which("pdcp"):
             pdsh_env = {**env, "PDSH_SSH_ARGS_APPEND": f"-F {ssh_config}", "PDSH_RCMD_TYPE": "ssh"}
