@@ -131,6 +131,8 @@ def test_ssh_mode_keeps_at_most_forks_connections_open(tmp_path: Path, monkeypat
     now each closes when its node is done, as ``invoke run`` does."""
     from tests.unit.envcheck.test_checks import ctx_for
 
+    monkeypatch.setattr(_CountingHost, "open_now", 0)
+    monkeypatch.setattr(_CountingHost, "most_open", 0)
     monkeypatch.setattr(ssh_mode, "connect", lambda spec: _CountingHost(spec.name))
 
     def run(node: Any) -> NodeRaw:
