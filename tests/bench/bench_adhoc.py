@@ -14,39 +14,20 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.lab.sshd import lab_down, lab_up  # noqa: E402
-
-
-def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-    took = time.monotonic() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-500:]}")
-    return took
-
-
-def _stop_on_signal(signum: int, _frame: object) -> None:
-    """SIGTERM/SIGHUP (``timeout``, a closed terminal) end the run as Ctrl-C does: the ``finally`` of :func:`main`
-    stops the lab's sshd daemons (without it a timeout left them all running)."""
-    raise KeyboardInterrupt(f"signal {signum}")
+from tests.bench.benchlab import stop_on_signals, timed, write_inventory
+from tests.lab.sshd import lab_down, lab_up
 
 
 def main() -> int:
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _stop_on_signal)
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
@@ -59,17 +40,7 @@ def main() -> int:
         hosts = list(lab.hosts.values())
         ssh_config = work / "ssh" / "ssh_config"
         known = work / "ssh" / "known_hosts"
-        inv = {
-            "clusters": {
-                "bench": {
-                    "mode": "host",
-                    "ssh": {"host_key_policy": "strict", "known_hosts": str(known), "identity": str(hosts[0].identity),
-                            "user": hosts[0].user},
-                    "hosts": {h.name: {"address": h.address, "port": h.port, "roles": ["gpu"]} for h in hosts},
-                }
-            }
-        }
-        (work / "inventory.yaml").write_text(json.dumps(inv))
+        write_inventory(work / "inventory.yaml", "bench", hosts, known)
         ini = "[all]\n" + "".join(
             f"{h.name} ansible_host={h.address} ansible_port={h.port} ansible_user={h.user} "
             f"ansible_ssh_private_key_file={h.identity} ansible_python_interpreter=/usr/bin/python3\n" for h in hosts

@@ -829,10 +829,12 @@ class SshLab:
 # --------------------------------------------------------------------------------------------------
 
 
-def lab_up(workdir: Path, hosts: int, base: str, prefix: str = "lab-host") -> SshLab:
+def lab_up(workdir: Path, hosts: int, base: str, prefix: str = "lab-host",
+           session_env: Callable[[str], dict[str, str] | None] | None = None) -> SshLab:
     """Start ``hosts`` detached lab hosts on consecutive addresses from ``base``; write client files.
 
-    Hosts are named ``<prefix>01``... Writes ``ssh_config``, ``known_hosts``, ``hosts.txt`` (``address
+    Hosts are named ``<prefix>01``...; ``session_env(name)`` gives a host's session variables
+    (:meth:`SshLab.add_host`). Writes ``ssh_config``, ``known_hosts``, ``hosts.txt`` (``address
     port`` per line) and ``lab.json`` into ``workdir``. Raises ValueError for bad arguments, LabError
     if a lab recorded in ``workdir`` is still up or a host fails (hosts already started are stopped).
     """
@@ -849,7 +851,8 @@ def lab_up(workdir: Path, hosts: int, base: str, prefix: str = "lab-host") -> Ss
     lab = SshLab(workdir, detached=True)
     try:
         for i, address in enumerate(addresses, start=1):
-            lab.add_host(f"{prefix}{i:0{width}d}", address)
+            name = f"{prefix}{i:0{width}d}"
+            lab.add_host(name, address, session_env=session_env(name) if session_env else None)
     except BaseException:
         lab.stop()
         raise

@@ -197,16 +197,26 @@ def finish(ctx: RunContext, raws: Sequence[NodeRaw], cross: Verdict | None, note
     result = fleet.FleetResult(ctx.run_id, ctx.cluster.name, ctx.mode, ctx.started, now_utc(), nodes, table,
                                cross, params=ctx.params.to_dict() | {"skip_gpu": ctx.skip_gpu}, notes=list(notes))
     md, js = fleet.write_report(result, ctx.claim())
-    width = max((len(n.node) for n in nodes), default=4)
     ctx.log("")
-    for n in nodes:
-        steps = " ".join(f"{s}={v.status.value}" for s, v in n.steps.items())
-        ctx.log(f"{n.node:<{width}}  {n.label:<5}  {steps}  {n.summary if n.status is not Status.PASS else ''}")
-    if cross is not None:
-        ctx.log(f"{'cross-node':<{width}}  {cross.status.value:<5}  {cross.summary}")
-    deviating = result.deviating_nodes
-    if deviating:
-        ctx.log("deviating: " + "; ".join(f"{n} ({', '.join(k)})" for n, k in deviating.items()))
+    for line in summary_lines(result):
+        ctx.log(line)
     status = result.exit_status()
     ctx.log(f"report: {md}\njson:   {js}\nexit status {int(status)} ({status.name})")
     return status
+
+
+def summary_lines(result: fleet.FleetResult) -> list[str]:
+    """The terminal summary of a fleet: one line per outcome group (:func:`fleet.outcomes`: failing groups first,
+    ``label  count  node set  summary``), the cross-node line, and the deviating nodes folded per key list; as
+    many lines at 1,000 nodes as there are distinct outcomes."""
+    groups = result.outcomes()
+    width = max((len(o.label) for o in groups), default=5)
+    count_width = max((len(str(len(o.nodes))) for o in groups), default=1)
+    lines = [f"{o.label:<{width}}  {len(o.nodes):>{count_width}}  {o.nodeset}"
+             + (f"  {o.text}" if o.label != Status.PASS.value else "") for o in groups]
+    if result.cross_node is not None:
+        lines.append(f"{'cross-node':<{width}}  {result.cross_node.status.value}  {result.cross_node.summary}")
+    deviating = result.deviating_groups()
+    if deviating:
+        lines.append("deviating: " + "; ".join(f"{nodeset} ({', '.join(keys)})" for nodeset, keys in deviating))
+    return lines

@@ -8,6 +8,12 @@ a tie is broken by the value of the alphabetically first node holding a tied val
 marked ``tied`` (no strict majority: every node outside the chosen value is listed as deviating, so a
 2-node fleet that disagrees shows the disagreement rather than hiding it).
 
+Readable at fleet size (1,000 nodes and more): :func:`outcomes` groups the nodes that ended alike (the same
+status and summary; unreachable nodes by why), failing groups first, each a folded ClusterShell node set
+(``gpu[001-480,482-999]``, the syntax ``--limit`` takes back); the report and the terminal summary lead with these
+groups, list the per-node rows failing nodes first, and fold the node lists of the alignment table, the deviating
+nodes and the checks that did not pass.
+
 Node status: UNREACHABLE when the node did not answer (with why: dns, refused, timeout, auth, host key; the
 other nodes are still checked); else FAIL when any of its steps (stack, cublas, nccl) is FAIL; else ERROR when any
 is ERROR; else PASS (SKIP steps don't fail a node). Fleet exit status: UNREACHABLE (3) when a node could not be
@@ -25,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.envcheck.checks import ALIGN_KEYS
+from xpushare.inventory.selection import fold
 from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.verdict import Status, Verdict
 from xpushare.report.artifacts import atomic_write_text
@@ -124,6 +131,77 @@ class NodeResult:
                 "steps": {k: v.to_dict() for k, v in self.steps.items()}}
 
 
+#: Report order of the node labels: failing first (a node not reached, then FAIL, then ERROR), PASS last.
+LABEL_ORDER: tuple[str, ...] = (UNREACHABLE, Status.FAIL.value, Status.ERROR.value, Status.SKIP.value,
+                                Status.PASS.value)
+
+
+def label_rank(label: str) -> int:
+    """Position of a node label in :data:`LABEL_ORDER` (unknown labels after the failing ones, before PASS)."""
+    return LABEL_ORDER.index(label) if label in LABEL_ORDER else len(LABEL_ORDER) - 1
+
+
+def failing_first(nodes: Sequence[NodeResult]) -> list[NodeResult]:
+    """``nodes`` ordered by :data:`LABEL_ORDER`, keeping their order within a label."""
+    return sorted(nodes, key=lambda n: label_rank(n.label))
+
+
+def group_summary(node: NodeResult) -> str:
+    """What nodes are grouped by besides their label: the summary, and for a node not reached only why (its
+    message names its own address), e.g. ``unreachable (refused)``."""
+    if node.unreachable:
+        return f"unreachable ({node.why or 'no answer'})"
+    return node.summary
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Nodes that ended alike: ``label`` (PASS, FAIL, ERROR, UNREACHABLE), ``summary`` (:func:`group_summary`),
+    ``nodes`` in report order, and ``example``: the first node's own summary (its message when unreachable)."""
+
+    label: str
+    summary: str
+    nodes: tuple[str, ...]
+    example: str
+
+    @property
+    def nodeset(self) -> str:
+        """The nodes folded into one ClusterShell node set (``gpu[001-003,007]``)."""
+        return fold(self.nodes)
+
+    @property
+    def text(self) -> str:
+        """The summary, with the first node's own message where the group hides it (unreachable nodes)."""
+        if self.example == self.summary:
+            return self.summary
+        return f"{self.summary}: {self.example}" if len(self.nodes) == 1 else \
+            f"{self.summary}; e.g. {self.nodes[0]}: {self.example}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.label, "summary": self.summary, "count": len(self.nodes), "nodes": self.nodeset,
+                "example": self.example}
+
+
+def outcomes(nodes: Sequence[NodeResult]) -> list[Outcome]:
+    """The nodes grouped by (label, :func:`group_summary`): failing labels first (:data:`LABEL_ORDER`), within a
+    label the biggest group first."""
+    groups: dict[tuple[str, str], list[NodeResult]] = {}
+    for n in nodes:
+        groups.setdefault((n.label, group_summary(n)), []).append(n)
+    found = [Outcome(label, summary, tuple(n.node for n in members),
+                     members[0].error or members[0].summary if members[0].unreachable else members[0].summary)
+             for (label, summary), members in groups.items()]
+    return sorted(found, key=lambda o: (label_rank(o.label), -len(o.nodes), o.summary))
+
+
+def folded_by_value(by_node: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``[(node set, value)]``: the nodes of ``by_node`` folded per value, the value most nodes hold first."""
+    groups: dict[str, list[str]] = {}
+    for node, value in by_node.items():
+        groups.setdefault(value, []).append(node)
+    return [(fold(names), value) for value, names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
 @dataclass
 class FleetResult:
     """Everything the fleet report shows."""
@@ -153,6 +231,15 @@ class FleetResult:
         failed = any(n.status in bad for n in self.nodes) or bool(self.cross_node and self.cross_node.status in bad)
         return decide_exit_status(failed=failed, unreachable=any(n.unreachable for n in self.nodes))
 
+    def outcomes(self) -> list[Outcome]:
+        """The nodes grouped by outcome, failing groups first (:func:`outcomes`)."""
+        return outcomes(self.nodes)
+
+    def deviating_groups(self) -> list[tuple[str, list[str]]]:
+        """``[(node set, keys)]``: the deviating nodes folded per list of keys they deviate in."""
+        return [(nodeset, keys.split(",")) for nodeset, keys in
+                folded_by_value({n: ",".join(k) for n, k in self.deviating_nodes.items()})]
+
     def counts(self) -> dict[str, int]:
         c = Counter(n.label for n in self.nodes)
         return {s: c[s] for s in [*(s.value for s in Status), UNREACHABLE] if c.get(s)}
@@ -161,7 +248,8 @@ class FleetResult:
         return {
             "schema": SCHEMA, "run_id": self.run_id, "cluster": self.cluster, "mode": self.mode,
             "started": self.started, "ended": self.ended, "exit_status": int(self.exit_status()),
-            "counts": self.counts(), "params": self.params, "notes": self.notes,
+            "counts": self.counts(), "outcomes": [o.to_dict() for o in self.outcomes()],
+            "params": self.params, "notes": self.notes,
             "majority": {k: {"value": m.value, "count": m.count, "total": m.total, "tied": m.tied,
                              "deviating": dict(m.deviating)} for k, m in self.majority.items()},
             "deviating_nodes": self.deviating_nodes,
@@ -196,17 +284,22 @@ def _figure(v: Verdict | None, key: str, fmt: str) -> str:
 
 
 def render_markdown(result: FleetResult) -> str:
-    """The fleet report: summary, per-node table, alignment table, deviating nodes, GPU figures, cross-node."""
+    """The fleet report: summary, outcomes (grouped, failing first, folded node sets), per-node table (failing
+    first), alignment table, deviating nodes, GPU figures, cross-node, the checks that did not pass (folded)."""
     exit_status = result.exit_status()
     counts = ", ".join(f"{k} {v}" for k, v in result.counts().items()) or "no node"
+    ordered = failing_first(result.nodes)
     out = [f"# envcheck fleet report: {result.cluster} ({result.run_id})", ""]
     out.append(f"Mode `{result.mode}`, {len(result.nodes)} node(s): {counts}; exit status {int(exit_status)} "
                f"({exit_status.name}). Started {result.started}, ended {result.ended}.")
     for note in result.notes:
         out.append(f"\n> {note}")
+    out += ["", "## Outcomes", ""]
+    groups = [[o.label, len(o.nodes), f"`{o.nodeset}`", _short(o.text, 160)] for o in result.outcomes()]
+    out.append(_table(["status", "nodes", "node set", "summary"], groups) if groups else "No node.")
     out += ["", "## Nodes", ""]
     rows = []
-    for n in result.nodes:
+    for n in ordered:
         stack, cublas, nccl = (n.steps.get(s) for s in STEPS)
         values = (stack.metrics.get("values") if stack else None) or {}
         rows.append([n.node, n.label, values.get("driver_version"), values.get("torch_version"),
@@ -218,17 +311,17 @@ def render_markdown(result: FleetResult) -> str:
     out += ["", "## Software-stack alignment", ""]
     rows = []
     for key, m in result.majority.items():
-        dev = ", ".join(f"{node}={_short(v, 40)}" for node, v in sorted(m.deviating.items()))
+        dev = ", ".join(f"{nodeset}={_short(v, 40)}" for nodeset, v in folded_by_value(m.deviating))
         rows.append([key, _short(m.value), f"{m.count}/{m.total}" + (" (tie)" if m.tied else ""), dev or "none"])
     out.append(_table(["key", "majority value", "nodes", "deviating"], rows) if rows else "No stack results.")
     out += ["", "## Deviating nodes", ""]
-    dev_nodes = result.deviating_nodes
-    if dev_nodes:
-        out += [f"- `{node}`: {', '.join(keys)}" for node, keys in dev_nodes.items()]
+    dev_groups = result.deviating_groups()
+    if dev_groups:
+        out += [f"- `{nodeset}`: {', '.join(keys)}" for nodeset, keys in dev_groups]
     else:
         out.append("None: every node that answered matches the majority on every key.")
     gpu_rows = []
-    for n in result.nodes:
+    for n in ordered:
         cublas = n.steps.get("cublas")
         if cublas is None or cublas.status is Status.SKIP:
             continue
@@ -241,7 +334,7 @@ def render_markdown(result: FleetResult) -> str:
                else _skip_line(result.nodes, "cublas"))
     out += ["", "## All-reduce per node", ""]
     nccl_blocks = []
-    for n in result.nodes:
+    for n in ordered:
         nccl = n.steps.get("nccl")
         if nccl is None or nccl.status is Status.SKIP or not nccl.metrics.get("busbw_gbps"):
             continue
@@ -256,16 +349,21 @@ def render_markdown(result: FleetResult) -> str:
         if cross.metrics.get("busbw_gbps"):
             out += ["", _bw_table(cross)]
     out += ["", "## Checks that did not pass", ""]
-    bad = []
-    for n in result.nodes:
+    failed: dict[tuple[str, str, str, str], list[str]] = {}  # (step, check, rule, detail) -> nodes
+    for n in ordered:
         for step, v in n.steps.items():
-            bad += [[n.node, step, c.name, c.expression, _short(c.detail, 100)] for c in v.checks if c.ok is not True]
+            for c in v.checks:
+                if c.ok is not True:
+                    failed.setdefault((step, c.name, c.expression, _short(c.detail, 100)), []).append(n.node)
+            if v.status in (Status.FAIL, Status.ERROR) and all(c.ok is True for c in v.checks):  # e.g. no result
+                failed.setdefault((step, "-", "-", _short(v.summary, 100)), []).append(n.node)
         if n.unreachable or (n.error and not n.steps):
-            bad.append([n.node, "-", "reachable", "-", n.summary])
+            failed.setdefault(("-", "reachable", "-", _short(group_summary(n), 100)), []).append(n.node)
+    bad = [[fold(nodes), len(nodes), *key] for key, nodes in failed.items()]
     if cross is not None:
-        bad += [["cross-node", "nccl", c.name, c.expression, _short(c.detail, 100)] for c in cross.checks
+        bad += [["cross-node", "-", "nccl", c.name, c.expression, _short(c.detail, 100)] for c in cross.checks
                 if c.ok is not True]
-    out.append(_table(["node", "step", "check", "rule", "detail"], bad) if bad else "None.")
+    out.append(_table(["node set", "nodes", "step", "check", "rule", "detail"], bad) if bad else "None.")
     out += ["", "## Parameters", "", "```json", json.dumps(result.params, indent=1, sort_keys=True), "```", ""]
     return "\n".join(out)
 

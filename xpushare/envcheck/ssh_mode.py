@@ -195,7 +195,9 @@ def run_ssh(ctx: RunContext, hosts: Sequence[HostSpec], *, forks: int) -> ExitSt
     conns = [connect(h) for h in hosts]
     nodes = {c.name: _SshNode(ctx, c, specs[c.name]) for c in conns}
     try:
-        outcomes = fan_out(conns, lambda h: nodes[h.name].run(), forks=forks)
+        # each connection closed once its node is done: at most ``forks`` open at once, so memory stays flat with
+        # the node count (the cross-node step connects again to the nodes it needs)
+        outcomes = fan_out(conns, lambda h: nodes[h.name].run(), forks=forks, close_each=True)
         raws: list[NodeRaw] = []
         for o in outcomes:
             if o.value is not None:
