@@ -1,4 +1,4 @@
-"""Benchmark of xpushare.collect.scheduler_log.parse_file on a large synthetic scheduler log.
+"""Benchmark of xpushare.evidence.scheduler_log_file.parse_file on a large synthetic scheduler log.
 
 Run on demand (not collected by pytest: ``addopts`` ignores tests/bench):
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from xpushare.collect import scheduler_log
+from xpushare.evidence import scheduler_log_file
 
 GPUS = ["GPU-1f4246ce-cc92-8c8d-9f31-83660be04a1e", "GPU-dc895bd6-43d7-a984-b1ee-870332194bd1"]
 
@@ -177,7 +177,7 @@ def main() -> int:
             gen_s = time.perf_counter() - t0
             rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             t0 = time.perf_counter()
-            summary = scheduler_log.parse_file(path)
+            summary = scheduler_log_file.parse_file(path)
             parse_s = time.perf_counter() - t0
             rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             assert summary.lines == nlines, (summary.lines, nlines)

@@ -363,3 +363,179 @@ def test_layer_table_parsing_and_a_broken_row() -> None:
     units, _ = package_graph()
     engine_imports = {_short(d) for d in units["xpushare.engine"]}
     assert not engine_imports <= {"model"}  # the row above would fail against the real engine
+
+
+# ------------------------------------------------------------------------- the rules the docs state in prose
+
+def _trees(prefix: str = "xpushare") -> Iterator[tuple[str, ast.Module]]:
+    """(module name, AST) of every module whose name is ``prefix`` or starts with ``prefix + "."``."""
+    for name, path in all_modules().items():
+        if name == prefix or name.startswith(prefix + "."):
+            yield name, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _imported_modules(tree: ast.Module) -> set[str]:
+    """The absolute module names a module's ``import`` / ``from ... import`` statements name (a ``from a import b``
+    gives ``a`` and ``a.b``), ``if TYPE_CHECKING:`` bodies left out, relative imports left out."""
+    out: set[str] = set()
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif not node.level and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def _enclosing_functions(tree: ast.Module) -> dict[int, str]:
+    """id(node) -> the name of the top-level function or class the node is in ("" at module level)."""
+    where: dict[int, str] = {}
+    for top in tree.body:
+        label = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ""
+        for node in ast.walk(top):
+            where[id(node)] = label
+    return where
+
+
+#: Libraries a parser must not import: processes, sockets, HTTP, SSH (docs/architecture.md "Parsers are pure").
+IO_LIBRARIES = ("subprocess", "socket", "urllib", "http", "requests", "paramiko", "fabric", "invoke")
+#: Calls that open, read or write a file, start a process or reach the network: ``open(...)`` and these methods
+#: (``Path.read_text``, ``os.system``, ``urllib.request.urlopen`` ...).
+IO_CALLS = frozenset({"open", "read_text", "read_bytes", "write_text", "write_bytes", "urlopen", "Popen", "run",
+                      "check_output", "check_call", "call", "system", "popen", "connect", "mkdir", "makedirs",
+                      "unlink", "remove", "rename", "replace_file", "touch"})
+#: The one read under collect/, named in docs/architecture.md: the Xid catalogue the tool ships (package data).
+COLLECT_READS = {("xpushare.collect.xid", "_load")}
+
+
+def io_in_module(name: str, tree: ast.Module) -> list[str]:
+    """What of :data:`IO_LIBRARIES` / :data:`IO_CALLS` a module imports or calls, as ``"<line>: <what>"``, the
+    :data:`COLLECT_READS` aside."""
+    found = [f"imports {m}" for m in sorted(_imported_modules(tree))
+             if m.split(".")[0] in IO_LIBRARIES]
+    where = _enclosing_functions(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if called in IO_CALLS and (name, where.get(id(node), "")) not in COLLECT_READS:
+            found.append(f"{node.lineno}: calls {called}()")
+    return found
+
+
+def test_collect_does_no_io() -> None:
+    """docs/architecture.md "Parsers are pure and fixture-tested": no module of ``xpushare/collect/`` opens, reads
+    or writes a file, runs a process or reaches the network (no :data:`IO_CALLS` call, no :data:`IO_LIBRARIES`
+    import), the Xid catalogue's read (:data:`COLLECT_READS`) aside. An argv (a list of strings that a caller's
+    transport runs) is no I/O: a command whose output is a format is built beside that format's parser."""
+    found = {name: hits for name, tree in _trees("xpushare.collect") if (hits := io_in_module(name, tree))}
+    assert not found, f"I/O in the parsers of xpushare/collect/ (move it to evidence/ or a backend): {found}"
+
+
+def test_the_io_check_can_fail() -> None:
+    tree = ast.parse("import subprocess\nfrom pathlib import Path\n\ndef f(p):\n    return Path(p).read_text()\n"
+                     "def _load():\n    return open('x').read()\n")
+    assert io_in_module("xpushare.collect.fake", tree) == ["imports subprocess", "5: calls read_text()",
+                                                           "7: calls open()"]
+    assert io_in_module("xpushare.collect.xid", tree) == ["imports subprocess", "5: calls read_text()"]
+
+
+#: run.json's owner (its file name, writing and reading it) and the one module that has it written
+#: (docs/architecture.md "One run for every kind": ``engine/run.write_meta``).
+RUN_JSON_OWNER = "xpushare.report.artifacts"
+RUN_JSON_WRITER = "xpushare.engine.run"
+
+
+def run_json_uses(name: str, tree: ast.Module) -> list[str]:
+    """Where a module names run.json's file (the string ``"run.json"``, ``RUN_META_FILE``) or its writer
+    (``write_run_meta``), other than the definition of that writer."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "run.json":
+            found.append(f"{node.lineno}: 'run.json'")
+        elif isinstance(node, ast.Name) and node.id in ("RUN_META_FILE", "write_run_meta"):
+            found.append(f"{node.lineno}: {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in ("RUN_META_FILE", "write_run_meta"):
+            found.append(f"{node.lineno}: {node.attr}")
+        elif isinstance(node, ast.alias) and node.name in ("RUN_META_FILE", "write_run_meta"):
+            found.append(f"import {node.name}")
+    return found
+
+
+def test_one_writer_of_run_json() -> None:
+    """docs/architecture.md: ``engine/run.write_meta`` is the one writer of run.json. Checked as: the file name
+    (the string ``"run.json"``, its constant ``RUN_META_FILE``) appears in code only in its owner
+    :data:`RUN_JSON_OWNER` (which writes it in ``write_run_meta`` and reads it back), and ``write_run_meta`` is
+    called only from :data:`RUN_JSON_WRITER`. A docstring or comment that mentions run.json writes nothing and is
+    not counted (only an exact ``"run.json"`` string is)."""
+    found = {name: hits for name, tree in _trees() if name != RUN_JSON_OWNER
+             and (hits := [h for h in run_json_uses(name, tree)
+                           if not (name == RUN_JSON_WRITER and h.endswith("write_run_meta"))])}
+    assert not found, f"run.json written or named outside {RUN_JSON_OWNER} / {RUN_JSON_WRITER}.write_meta: {found}"
+    assert run_json_uses(RUN_JSON_WRITER, dict(_trees(RUN_JSON_WRITER))[RUN_JSON_WRITER]), \
+        f"{RUN_JSON_WRITER} no longer writes run.json: update the rule and docs/architecture.md"
+
+
+def test_the_run_json_check_can_fail() -> None:
+    tree = ast.parse("from x import artifacts\nartifacts.write_run_meta(d, {})\n"
+                     "open(d / 'run.json', 'w')\n\"\"\"run.json in a docstring\"\"\"\n")
+    assert run_json_uses("xpushare.engine.driver", tree) == ["2: write_run_meta", "3: 'run.json'"]
+
+
+#: Modules that run kubectl besides transport/ (its kubectl API) and the k8s backend (``backends/k8s*``),
+#: each named in docs/architecture.md "Where kubectl runs": the legacy scenarios' backend (a ``K8sBackend``) and
+#: the features that work on a cluster without a case's backend.
+KUBECTL_FEATURES = {
+    "xpushare.legacy.backend": "legacy/backend.py",
+    "xpushare.backends.leftovers": "backends/leftovers.py",
+    "xpushare.deploy.k8s": "deploy/k8s.py",
+    "xpushare.legacy.deploy": "legacy/deploy.py",
+    "xpushare.engine.lease": "engine/lease.py",
+    "xpushare.envcheck.runner": "envcheck/runner.py",
+    "xpushare.metrics_check.targets": "metrics_check/targets.py",
+}
+KUBECTL_MODULES = ("xpushare.transport.kubectl", "xpushare.transport.cluster_kubectl")
+
+
+def kubectl_uses(tree: ast.Module) -> list[str]:
+    """How a module runs kubectl: it imports transport's kubectl API (:data:`KUBECTL_MODULES`), names the
+    ``Kubectl`` class, writes an argv that starts with the word ``"kubectl"``, or calls a method of something's
+    ``kubectl`` (``backend.kubectl.delete(...)``)."""
+    found = [f"imports {m}" for m in sorted(_imported_modules(tree)) if m in KUBECTL_MODULES]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "Kubectl":
+            found.append(f"{node.lineno}: Kubectl")
+        elif isinstance(node, (ast.List, ast.Tuple)) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                and node.elts[0].value == "kubectl":
+            found.append(f"{node.lineno}: argv ['kubectl', ...]")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "kubectl":
+            found.append(f"{node.lineno}: .kubectl.{node.func.attr}()")
+    return found
+
+
+def test_kubectl_only_in_the_transport_and_the_k8s_backend() -> None:
+    """docs/architecture.md "Where kubectl runs": kubectl is run (see :func:`kubectl_uses`) only by
+    ``transport/``, the k8s backend (``backends/k8s*.py``) and the modules of :data:`KUBECTL_FEATURES`, each
+    named in that section. A case, a judgment, a soak step or a legacy act asks the backend. (What the check
+    cannot see: a ``Kubectl`` handed on as an untyped value; the modules above are where one is made.)"""
+    found = {name: hits for name, tree in _trees()
+             if not (name.startswith("xpushare.transport.") or name.startswith("xpushare.backends.k8s")
+                     or name in KUBECTL_FEATURES) and (hits := kubectl_uses(tree))}
+    assert not found, f"kubectl outside transport/ and the k8s backend (go through the backend): {found}"
+    doc = ARCHITECTURE.read_text(encoding="utf-8")
+    assert "\n### Where kubectl runs\n" in doc, "docs/architecture.md lost its section 'Where kubectl runs'"
+    section = re.split(r"\n##", doc.split("\n### Where kubectl runs\n", 1)[1], maxsplit=1)[0]
+    unnamed = sorted(path for path in KUBECTL_FEATURES.values() if f"`{path}`" not in section)
+    assert not unnamed, f"docs/architecture.md 'Where kubectl runs' does not name: {unnamed}"
+    stale = sorted(n for n, tree in _trees() if n in KUBECTL_FEATURES and not kubectl_uses(tree))
+    assert not stale, f"no longer run kubectl, remove from KUBECTL_FEATURES and the doc: {stale}"
+
+
+def test_the_kubectl_check_can_fail() -> None:
+    tree = ast.parse("from xpushare.transport.kubectl import Kubectl\nk: Kubectl\n"
+                     "argv = ['kubectl', 'get', 'pods']\nbackend.kubectl.delete('app=x')\n"
+                     "headers = ['host', 'kubectl']\ncluster.kubectl\n")
+    assert kubectl_uses(tree) == ["imports xpushare.transport.kubectl", "2: Kubectl", "3: argv ['kubectl', ...]",
+                                  "4: .kubectl.delete()"]

@@ -1,12 +1,18 @@
-"""Evidence collectors: for each kind of evidence, the remote argv that produces it and a pure parser.
+"""Evidence parsers: for each kind of evidence a pure parser and, for the commands whose output it parses
+(``nvidia-smi``, ``nvidia-smi dmon``, ``/proc/<pid>/status``), the argv that produces that output.
 
 Every module here follows the same pattern (pyinfra-style "facts", docs/architecture.md "Parsers are pure and
 fixture-tested"):
 
-* a ``command(...)``-style function returning the remote argv as ``list[str]`` (quoted once, later,
-  by the transport with ``shlex.join``), and
-* pure parsers: text (or an iterable of lines) in, frozen dataclasses out; no I/O, no exceptions on
-  malformed input (malformed parts are reported in the result instead).
+* pure parsers: text (or an iterable of lines) in, frozen dataclasses out; no exceptions on malformed input
+  (malformed parts are reported in the result instead), and
+* where a command's output is the format, a ``command(...)``-style function returning its argv as ``list[str]``
+  (run, and quoted once with ``shlex.join``, by the caller's transport): the command line and the parser of its
+  output change together.
+
+No I/O: no module here opens a file, runs a process or reaches the network (``tests/unit/test_layering.py``
+checks it); the one read is :mod:`xpushare.collect.xid`'s of the Xid catalogue the tool ships
+(``xpushare/data/xid.yaml``). Reading a stored file is :mod:`xpushare.evidence`'s.
 
 Modules (interfaces: docs/sut/README.md):
 

@@ -2,7 +2,8 @@
 
 The log can be huge (debug mode writes a whole pod JSON per client every 5 s, docs/sut/log.md §annotation-debug),
 so the parser is a state machine fed one line at a time, in constant memory apart from per-client
-state and capped event lists: a 1 GB file is parsed line by line (:func:`parse_file`).
+state and capped event lists: a 1 GB file is parsed line by line
+(:func:`~xpushare.evidence.scheduler_log_file.parse_file`).
 
 Interfaces: docs/sut/README.md §naming (``[XPUSHARE]`` and ``[NVSHARE]`` prefixes; registration with or
 without `` on GPU <uuid>``), docs/sut/log.md (line catalogue), §regex (regexes). Optional line prefixes that
@@ -25,8 +26,9 @@ What is counted and how (all per docs/sut/log.md):
   ``Registered client`` line (scheduler.c; one client is registered at a time, so the last such line
   before a registration is its own). Removal lines carry the id only.
 
-This module is the public face: :func:`parse_lines`/:func:`parse_text`/:func:`parse_file`, the kubectl
-argv (:func:`command`) and the line scan that needs no state machine (:func:`logged_allocations`). The
+This module is the public face: :func:`parse_lines`/:func:`parse_text` and the line scan that needs no state
+machine (:func:`logged_allocations`); reading a log file from disk is
+:func:`xpushare.evidence.scheduler_log_file.parse_file`'s (no I/O here, docs/architecture.md). The
 records and :class:`~xpushare.collect.scheduler_log_records.SchedulerLogSummary` live in
 :mod:`~xpushare.collect.scheduler_log_records`, :class:`~xpushare.collect.scheduler_log_parser.SchedulerLogParser`
 (its handlers and caps) in :mod:`~xpushare.collect.scheduler_log_parser`; callers import them from there.
@@ -37,7 +39,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from os import PathLike
 
 from xpushare.collect.pod_log import parse_timestamp
 from xpushare.collect.scheduler_log_parser import SchedulerLogParser
@@ -46,10 +47,8 @@ from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 __all__ = [
     "ClientEvent",
     "client_events",
-    "command",
     "logged_allocations",
     "mem_updates",
-    "parse_file",
     "parse_lines",
     "parse_text",
 ]
@@ -155,47 +154,3 @@ def parse_text(text: str) -> SchedulerLogSummary:
     if lines and lines[-1] == "":
         lines.pop()
     return parse_lines(lines)
-
-
-def parse_file(path: str | PathLike[str]) -> SchedulerLogSummary:
-    """Stream a log file from disk line by line (UTF-8, undecodable bytes replaced).
-
-    The only function of this module that does I/O. Raises ``OSError`` if the file cannot be read.
-    """
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-        return parse_lines(f)
-
-
-def command(
-    namespace: str = "xpushare-system",
-    selector: str = "name=xpushare-scheduler",
-    *,
-    since_time: str | None = None,
-    pod: str | None = None,
-    follow: bool = False,
-    timestamps: bool = True,
-    kubectl: str = "kubectl",
-) -> list[str]:
-    """argv of ``kubectl logs`` for the scheduler, run on the master (docs/sut/log.md, §annotation-debug).
-
-    Use ``since_time`` (RFC3339, the case start) instead of ``--tail`` (docs/sut/log.md §annotation-debug); with a
-    selector,
-    ``--tail=-1`` is added because kubectl otherwise returns only the last 10 lines per pod
-    (docs/sut/bash-harness.md §kubectl) and ``--prefix`` (``[pod/<name>/<container>] ``, stripped by the
-    parser). Pass ``pod`` (the scheduler on the workload's node, docs/sut/README.md §pitfalls item 6; ``kubectl logs``
-    has no
-    field selector, so resolve it first) to read one pod. For the nvshare generation pass
-    ``namespace="nvshare-system", selector="name=nvshare-scheduler"`` (docs/sut/README.md §naming). Never raises.
-    """
-    argv = [kubectl, "-n", namespace, "logs"]
-    if pod is not None:
-        argv.append(pod)
-    else:
-        argv += ["-l", selector, "--tail=-1", "--prefix"]
-    if timestamps:
-        argv.append("--timestamps")
-    if since_time is not None:
-        argv.append(f"--since-time={since_time}")
-    if follow:
-        argv.append("-f")
-    return argv

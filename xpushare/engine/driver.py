@@ -25,7 +25,7 @@ from xpushare.engine.clusters import cluster_names
 from xpushare.engine.lifecycle import judge_case, store, utc_now
 from xpushare.engine.plan import Selection, case_params, check_overrides, select
 from xpushare.engine.progress import expected_line
-from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for, first_line
+from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for, first_line, write_meta
 from xpushare.inventory import schema
 from xpushare.inventory.schema import MODE_HOST, MODE_K8S, ClusterSpec
 from xpushare.model import atomic_file
@@ -349,7 +349,7 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
     status = exit_status_for(artifacts.load_results(run_dir), False)
     if meta:
         meta["rejudgments"] = [*(meta.get("rejudgments") or []), {**entry, "exit_status": int(status)}]
-        artifacts.write_run_meta(run_dir, meta)
+        write_meta(run_dir, meta)
     paths = build.build(run_dir, required=set(meta.get("required") or []) or None)
     if fmt != "table":
         result = {**stored_result_record(run_dir, paths), "overrides": plain(values), "changes": changes}

@@ -9,7 +9,7 @@ Every kind of run goes through :meth:`Run.execute` with a :class:`RunSelection` 
    so that no other run (a suite, a soak, a legacy scenario) changes a cluster it is using; ``--wait`` waits;
 2. creates the run directory (``<root>/.tmplog/<run id>/xpushare``, :func:`xpushare.report.artifacts.run_dir`),
    lets the hooks prepare (:meth:`RunHooks.before_cases`: a legacy scenario's setup) and writes ``run.json``
-   (:meth:`Run.write_meta`, its one writer: times in UTC, ``tool_version`` always);
+   (:meth:`Run.write_meta` through :func:`write_meta`, its one writer: times in UTC, ``tool_version`` always);
 3. runs each cluster's cases through the case lifecycle (:mod:`xpushare.engine.lifecycle`), several clusters
    concurrently (:mod:`xpushare.engine.clusters`), with ``--maxfail``'s budget, the event stream
    (``events.jsonl``) and the command log (``debug.log``);
@@ -197,6 +197,13 @@ class RunHooks:
         """Called once run.json's end and the reports are written (the run's closing lines)."""
 
 
+def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:
+    """Write ``<run_dir>/run.json`` as ``meta`` says: the one writer of it (a run's :meth:`Run.write_meta`, a
+    re-judgment's ``rejudgments`` entry); ``tests/unit/test_layering.py`` keeps every other module from writing it.
+    Raises ``OSError`` when it cannot be written."""
+    artifacts.write_run_meta(run_dir, meta)
+
+
 class Run:
     """One run of ``clusters`` under ``root`` (see the module docstring).
 
@@ -244,8 +251,8 @@ class Run:
         return list(self.selection.todo.get(cluster.name, ())) if self.selection else []
 
     def write_meta(self) -> None:
-        """Write ``run.json`` as :attr:`meta` says now (the one writer of it)."""
-        artifacts.write_run_meta(self.dir, self.meta)
+        """Write ``run.json`` as :attr:`meta` says now (through :func:`write_meta`, the one writer of it)."""
+        write_meta(self.dir, self.meta)
 
     def execute(self, selection: RunSelection, hooks: RunHooks) -> ExitStatus:
         """Run ``selection`` with ``hooks`` holding every cluster's lease; return the exit status over the run's

@@ -44,7 +44,7 @@ def _generation(run: CaseRun) -> str:
 def _delete_label(run: CaseRun, label: str) -> None:
     """Delete the pods the script's label selects (``app=<label>``) in the workload namespace, as the script did."""
     try:
-        legacy_backend(run).kubectl.delete(f"app={label}", wait=True, timeout_s=60)
+        legacy_backend(run).delete_labelled(f"app={label}", timeout_s=60)
     except KubeError as exc:
         _say(f"warning: deleting old app={label} pods: {exc}")
 
@@ -75,7 +75,7 @@ def monitor(run: CaseRun, names: Sequence[str], timeout_s: float, *, until: str 
     start = time.monotonic()
     while True:
         try:
-            pods = {p.name: p for p in backend.kubectl.list_pods(backend.selector())}
+            pods = {p.name: p for p in backend.pods_matching(backend.selector())}
         except KubeError as exc:
             _say(f"warning: {exc}")
             pods = {}
@@ -85,7 +85,7 @@ def monitor(run: CaseRun, names: Sequence[str], timeout_s: float, *, until: str 
             tail = None
             if pod is not None and pod.phase == "Running":
                 try:
-                    tail = backend.kubectl.logs(n, timestamps=False, tail=20)
+                    tail = backend.log_tail(n, 20)
                 except KubeError:
                     tail = None
             cells.append((n, tables.monitor_cell(pod.phase, tail) if pod is not None else "-"))
@@ -148,7 +148,7 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
     """``nvidia-smi -L`` of the nodes the pods run on, as ``nvidia_smi_L_<node>.txt`` (GPU UUID -> index)."""
     backend = legacy_backend(run)
     try:
-        nodes = sorted({p.node for p in backend.kubectl.list_pods(backend.selector()) if p.name in names and p.node})
+        nodes = sorted({p.node for p in backend.pods_matching(backend.selector()) if p.name in names and p.node})
     except KubeError:
         return
     for node in nodes:
@@ -201,9 +201,7 @@ def act_baseline(run: CaseRun) -> None:
     if run.params.get("legacy_baseline_remove_sut", True):
         _say(f"Deleting the {names.generation} DaemonSets (as remote-base-test.sh does); restore them with "
              f"`invoke deploy --cluster {run.cluster.name} --skip-setup`")
-        backend.kubectl.run(["delete", "daemonset", names.scheduler_daemonset, names.device_plugin_daemonset,
-                             "--ignore-not-found", "--wait=true", "--timeout=120s"],
-                            namespace=names.namespace, wait_s=120)
+        backend.delete_sut_daemonsets(timeout_s=120)
         run.plan["sut_removed"] = True
     kinds = list(run.params.get("legacy_baseline_workloads") or BASELINE_WORKLOADS)
     unknown = [k for k in kinds if k not in BASELINE_WORKLOADS]

@@ -15,6 +15,7 @@ from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
+from xpushare.transport.kube_objects import Pod
 
 W1, W2, W3 = "w1_large_add", "w2_medium_add", "w3_idle_add"
 
@@ -60,6 +61,30 @@ class LegacyK8sBackend(K8sBackend):
         """Remember ``extra`` for the pod of ``spec``; returns ``spec``."""
         self.extras[dns1123(spec.name)] = extra
         return spec
+
+    # The scripts' own kubectl steps, kept inside the backend (docs/architecture.md: kubectl stays in the k8s
+    # backends and transport/); the acts of legacy/acts.py call these.
+
+    def delete_labelled(self, selector: str, timeout_s: float = 60.0) -> None:
+        """Delete the workload namespace's pods matching ``selector`` and wait until they are gone.
+
+        Raises :class:`~xpushare.transport.kube_errors.KubeError` when kubectl fails."""
+        self.kubectl.delete(selector, wait=True, timeout_s=timeout_s)
+
+    def pods_matching(self, selector: str) -> list[Pod]:
+        """The workload namespace's pods matching ``selector``. Raises ``KubeError`` when kubectl fails."""
+        return self.kubectl.list_pods(selector)
+
+    def log_tail(self, pod: str, lines: int) -> str:
+        """The last ``lines`` lines of ``pod``'s log, without timestamps. Raises ``KubeError`` (e.g. not started)."""
+        return self.kubectl.logs(pod, timestamps=False, tail=lines)
+
+    def delete_sut_daemonsets(self, timeout_s: int = 120) -> None:
+        """Delete the SUT's scheduler and device-plugin DaemonSets (missing ones are no error) and wait for them,
+        as ``remote-base-test.sh`` does. Raises ``KubeError`` when kubectl fails."""
+        self.kubectl.run(["delete", "daemonset", self.names.scheduler_daemonset, self.names.device_plugin_daemonset,
+                          "--ignore-not-found", "--wait=true", f"--timeout={timeout_s}s"],
+                         namespace=self.names.namespace, wait_s=timeout_s)
 
     def render_pod(self, spec: PodSpec) -> dict[str, Any]:
         doc = super().render_pod(spec)

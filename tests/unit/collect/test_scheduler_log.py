@@ -13,6 +13,7 @@ from tests.paths import FIXTURES
 from xpushare.collect import scheduler_log, scheduler_log_parser, scheduler_log_records
 from xpushare.collect.scheduler_log_parser import SchedulerLogParser
 from xpushare.collect.scheduler_log_records import LimitChange
+from xpushare.evidence import scheduler_log_file
 
 SAMPLES = FIXTURES / "samples"
 FIXTURES = FIXTURES / "collect"
@@ -25,7 +26,7 @@ GPU_B = "GPU-dc895bd6-43d7-a984-b1ee-870332194bd1"
 
 
 def test_real_sample() -> None:
-    s = scheduler_log.parse_file(SAMPLES / "scheduler.log")
+    s = scheduler_log_file.parse_file(SAMPLES / "scheduler.log")
     text = (SAMPLES / "scheduler.log").read_text()
     # Level counts must agree with a plain count of the prefixes in the file.
     for level in ("INFO", "WARN", "DEBUG"):
@@ -60,7 +61,7 @@ def test_real_sample() -> None:
 
 @pytest.fixture(scope="module")
 def ts_summary() -> scheduler_log_records.SchedulerLogSummary:
-    return scheduler_log.parse_file(FIXTURES / "scheduler_timestamps.log")
+    return scheduler_log_file.parse_file(FIXTURES / "scheduler_timestamps.log")
 
 
 def test_timestamps_and_duration(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
@@ -143,7 +144,7 @@ def test_rates(ts_summary: scheduler_log_records.SchedulerLogSummary) -> None:
 
 
 def test_nvshare_generation() -> None:
-    s = scheduler_log.parse_file(FIXTURES / "scheduler_nvshare.log")
+    s = scheduler_log_file.parse_file(FIXTURES / "scheduler_nvshare.log")
     assert s.generation == "nvshare"
     assert [(r.cid, r.gpu, r.pod) for r in s.registrations] == [
         ("1111111111111111", None, "nvshare-cross-gpu-1"),
@@ -237,29 +238,6 @@ def test_to_dict_is_json_ready(ts_summary: scheduler_log_records.SchedulerLogSum
     assert d["first_ts"] == "2026-02-14T10:00:00+00:00"
 
 
-def test_command() -> None:
-    assert scheduler_log.command(since_time="2026-02-14T10:00:00Z") == [
-        "kubectl",
-        "-n",
-        "xpushare-system",
-        "logs",
-        "-l",
-        "name=xpushare-scheduler",
-        "--tail=-1",
-        "--prefix",
-        "--timestamps",
-        "--since-time=2026-02-14T10:00:00Z",
-    ]
-    assert scheduler_log.command("nvshare-system", pod="nvshare-scheduler-x", timestamps=False, follow=True) == [
-        "kubectl",
-        "-n",
-        "nvshare-system",
-        "logs",
-        "nvshare-scheduler-x",
-        "-f",
-    ]
-
-
 def test_limit_change_is_frozen() -> None:
     c = LimitChange("memory", "ns", "p", None, 1, True, None, 1)
     with pytest.raises(AttributeError):
@@ -342,7 +320,7 @@ def test_parse_file_splits_on_newline_only(tmp_path: Path) -> None:
         b"\xff\xfe broken utf-8\n"
         b"[XPUSHARE][INFO]: Removing client a309de43403205dc"  # no final newline
     )
-    s = scheduler_log.parse_file(p)
+    s = scheduler_log_file.parse_file(p)
     assert s.lines == 4
     assert s.levels == {"INFO": 3, "OTHER": 1}
     assert s.lock_ok == 1 and s.disconnects == 1
