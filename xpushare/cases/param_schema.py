@@ -39,7 +39,8 @@ from xpushare.model.lease import DEFAULT_RENEW_S, DEFAULT_STALE_S
 
 __all__ = ["CHOICES", "CORE_SUFFIXES", "COUNT_SUFFIXES", "FRACTION_SUFFIXES", "MAX_COUNT", "MAX_QUANTITY",
            "MEMORY_SUFFIXES", "OWNED", "OWNED_PREFIXES", "UNIT_SUFFIXES", "WINDOW_SUFFIXES", "ParamSpec",
-           "cluster_setting_defaults", "owned_problem", "owned_unknown", "vacuous_problem", "value_fits"]
+           "cluster_setting_defaults", "owned_problem", "owned_refusal", "owned_unknown", "vacuous_problem",
+           "value_fits"]
 
 #: The largest value a quantity parameter (a name ending in a unit: ``_s``, ``_pct``, ``_ratio`` ...) takes.
 MAX_QUANTITY = 1e9
@@ -251,6 +252,16 @@ def owned_unknown(name: str) -> str | None:
     if owner is None or name in owner.defaults:
         return None
     return f"unknown parameter (known {owner.prefix}* parameters: {', '.join(sorted(owner.defaults))})"
+
+
+def owned_refusal(name: str, value: Any) -> str | None:
+    """Why the owned parameter ``name`` cannot be given ``value``, in words for one error line: unknown to its owner
+    (:func:`owned_unknown`), or ``bad value <value>: <the rule>`` (:func:`owned_problem`); None when it can."""
+    unknown = owned_unknown(name)
+    if unknown:
+        return unknown
+    problem = owned_problem(name, value)
+    return f"bad value {value!r}: {problem}" if problem else None
 
 
 def owned_problem(name: str, value: Any) -> str | None:

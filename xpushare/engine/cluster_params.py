@@ -6,7 +6,7 @@ keep its parameter's rules (a misspelt or mistyped parameter would otherwise be 
 from __future__ import annotations
 
 from xpushare.cases import REGISTRY
-from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults, owned_problem, owned_unknown
+from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults, owned_refusal
 from xpushare.engine.plan import parameter_defaults, value_problem
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import InventoryError
@@ -35,11 +35,8 @@ def check_cluster_params(cluster: ClusterSpec) -> None:
             if problem:
                 raise InventoryError(f"{where}: bad value {value!r}: {problem}")
         elif str(name).startswith(OWNED_PREFIXES):
-            unknown = owned_unknown(str(name))
-            if unknown:
-                raise InventoryError(f"{where}: {unknown}")
-            problem = owned_problem(str(name), value)
-            if problem:
-                raise InventoryError(f"{where}: bad value {value!r}: {problem}")
+            refusal = owned_refusal(str(name), value)
+            if refusal:
+                raise InventoryError(f"{where}: {refusal}")
         else:
             raise InventoryError(f"{where}: unknown parameter (no case and no cluster setting has it)")

@@ -12,7 +12,7 @@ import yaml
 
 from xpushare.cases import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 from xpushare.cases.base import COMMON_PARAMS
-from xpushare.cases.param_schema import ParamSpec, cluster_setting_defaults, owned_problem, owned_unknown
+from xpushare.cases.param_schema import ParamSpec, cluster_setting_defaults, owned_refusal
 from xpushare.data import playbooks_dir
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model import strict_yaml
@@ -214,13 +214,12 @@ def check_vacuous(params: Mapping[str, Any], where: str) -> None:
     for name, value in params.items():
         if name in defaults:
             problem = value_problem(str(name), defaults[name], value)
-        else:
-            unknown = owned_unknown(str(name))
-            if unknown:
-                raise UsageError(f"{where}: {name}: {unknown}")
-            problem = owned_problem(str(name), value)
-        if problem:
-            raise UsageError(f"{where}: bad {name}={value!r}: {problem}")
+            if problem:
+                raise UsageError(f"{where}: bad {name}={value!r}: {problem}")
+            continue
+        refusal = owned_refusal(str(name), value)
+        if refusal:
+            raise UsageError(f"{where}: {name}: {refusal}")
 
 
 def expected_case_duration(case: CaseDef, cluster: ClusterSpec, params: Mapping[str, Any], root: Path | None, *,
