@@ -107,11 +107,15 @@ def test_a_compute_case_of_hami_core_needs_its_line_too() -> None:
     assert v.status.value == "PASS", v.summary
 
 
+def recorded_probe_log(name: str) -> str:
+    """A probe's log as recorded on the H200, less its closing lines (:func:`evidence` adds them)."""
+    return (FIXTURES / name).read_text().replace("PASS\n", "").split("--- ")[0]
+
+
 def test_hami_core_on_an_h200_is_held_but_not_usable() -> None:
     """What HAMi-core's own log and the probe said on an H200 (docs/runs/2026-11-28-cross-sut, run 3): refused at
     448 MiB of 1 GiB (HAMi-core counts the CUDA context, ~518 MiB, against the limit: its OOM line)."""
-    log = (FIXTURES / "hami_core_r3_iso001_probe.log").read_text()
-    v = judge_memory_path(evidence(log.replace("PASS\n", "").split("--- ")[0], pid=875), TH, plan("hami-core"))
+    v = judge_memory_path(evidence(recorded_probe_log("hami_core_r3_iso001_probe.log"), pid=875), TH, plan("hami-core"))
     assert v.status.value == "FAIL", v.summary
     assert v.summary.startswith("quota_usable: cuMemAlloc held but not usable: only 448 MiB of a 1024 MiB quota")
     assert v.metrics["outcome"] == "held, not usable" and v.metrics["sut"] == "hami-core"
@@ -120,8 +124,7 @@ def test_hami_core_on_an_h200_is_held_but_not_usable() -> None:
 def test_hami_core_failing_cuMemGetInfo_in_a_child_is_error_not_a_verdict() -> None:
     """Run 3's ISO-009: the child's context took HAMi-core's count over the limit and cuMemGetInfo_v2 failed with
     CUDA_ERROR_INVALID_VALUE: the probe could not finish its measurement, so no verdict on the quota."""
-    log = (FIXTURES / "hami_core_r3_iso009_probe.log").read_text()
-    v = judge_memory_path(evidence(log.replace("PASS\n", "").split("--- ")[0], pid=3341), TH,
+    v = judge_memory_path(evidence(recorded_probe_log("hami_core_r3_iso009_probe.log"), pid=3341), TH,
                           plan("hami-core", "child-process"))
     assert v.status.value == "ERROR", v.summary
     assert "cuMemGetInfo_v2 returned CUDA_ERROR_INVALID_VALUE" in v.summary
