@@ -121,7 +121,8 @@ def test_host_stability_healthy_then_broken(tmp_path: Path) -> None:
         invoke("leak", *common, "--run-id", "broken-leak", "--case", "LEAK-001", "--case", "LEAK-002")
         invoke("fail", *common, "--run-id", "broken-fail", "--allow-disruptive", "--case", "FAIL-001")
         got = verdicts(tmp_path, "broken-leak", "broken-fail")
-        assert got["LEAK-001"]["status"] == "FAIL", got["LEAK-001"]["summary"]
-        assert got["LEAK-002"]["status"] == "FAIL", got["LEAK-002"]["summary"]
+        for leak in ("LEAK-001", "LEAK-002"):  # the checks' figures, so that a miss says what was sampled
+            assert got[leak]["status"] == "FAIL", (got[leak]["summary"], got[leak]["metrics"],
+                                                   [(c["name"], c["ok"], c["values"]) for c in got[leak]["checks"]])
         assert got["FAIL-001"]["status"] == "FAIL", got["FAIL-001"]["summary"]
         assert "nothing restarted it" in got["FAIL-001"]["summary"], got["FAIL-001"]["summary"]

@@ -28,6 +28,7 @@ from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_ski
 from xpushare.judge.stability_checks import (
     check_coverage,
     check_ghost_clients,
+    check_clients_registered,
     check_gpu_recovered,
     check_log_storm,
     check_restarts,
@@ -51,6 +52,7 @@ from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = [
     "SoakData",
+    "check_clients_registered",
     "check_coverage",
     "check_ghost_clients",
     "check_gpu_recovered",
@@ -123,6 +125,7 @@ def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     checks.append(check_ghost_clients(data.final, max_ghosts=int(th["leak_ghost_max"])))
     if has_scheduler_log(ev):
         scan = scan_scheduler_log(scheduler_log_lines(ev))
+        checks.append(check_clients_registered(data.rounds, scan.summary))
         checks.append(check_scheduler_log_clean(scan.summary, max_protocol_errors=int(th["stab_max_protocol_errors"])))
         active = data.checkpoint.get("active_s")
         checks.append(check_log_storm(scan, floor_per_min=float(th["stab_log_storm_floor_per_min"]),
@@ -145,12 +148,17 @@ def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
 def judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """LEAK-001..005 by ``plan["leak"]``: ``rss`` / ``fd`` (trend, and no restart: a restart resets the
     series), ``gpu`` (memory back to the idle baseline), ``ghosts`` (no client_info of our pods after churn),
-    ``series`` (series count bounded). The rounds must have run and ended in every case."""
+    ``series`` (series count bounded). The rounds must have run and ended in every case, and but for ``gpu``
+    the scheduler must have registered their clients (:func:`check_clients_registered`: else ERROR naming the
+    ``sut`` premise, as a flat series of a scheduler that served no client measures nothing)."""
     data = _soak_or_verdict(ev, th, plan)
     if isinstance(data, Verdict):
         return data
     what = plan.get("leak")
     checks = check_rounds(data.rounds, min_success_ratio=0.0)[:2]
+    if what != "gpu":  # GPU memory returns to the driver whether or not the scheduler saw the clients
+        summary = scan_scheduler_log(scheduler_log_lines(ev)).summary if has_scheduler_log(ev) else None
+        checks.append(check_clients_registered(data.rounds, summary))
     if what in ("rss", "fd"):
         checks.append(check_restarts(data.baseline, data.schedulers, data.final))
         checks += _trend_checks(data, th, (what,))

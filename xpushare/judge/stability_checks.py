@@ -153,6 +153,28 @@ def check_rounds(rounds: Sequence[Mapping[str, Any]], *, min_success_ratio: floa
     return [ran, terminal, success]
 
 
+def check_clients_registered(rounds: Sequence[Mapping[str, Any]], summary: SchedulerLogSummary | None) -> Check:
+    """The premise of every trend and churn check: the scheduler served the rounds' clients.
+
+    ``rounds``: ``soak/rounds.jsonl`` records (their ``pods``, for the completed and timed-out rounds);
+    ``summary``: the case's scheduler log parsed (:func:`scan_scheduler_log`), None when there is none.
+    A scheduler that registered no client over rounds of pods measured nothing: a flat RSS or FD series then
+    says nothing about a leak per registration, so ``ok`` is None (ERROR naming the premise), never True. At
+    least one registration is True; the count against the pods is in the values (a long soak's log may have
+    lost its oldest lines to rotation, so fewer registrations than pods is recorded, not judged)."""
+    pods = sum(int(r.get("pods", 0)) for r in rounds if r.get("status") in ("completed", "timeout"))
+    expr = "the scheduler log has >= 1 client registration when the rounds ran pods"
+    if summary is None:
+        return Check("clients_registered", expr, {"pods": pods}, None,
+                     "premise unmet: sut: no scheduler log, so no client registration can be shown")
+    values = {"pods": pods, "registrations": summary.registrations_total, "sources": ["soak/rounds.jsonl",
+              "scheduler.log (Registered client lines)"]}
+    if pods and not summary.registrations_total:
+        return Check("clients_registered", expr, values, None, f"premise unmet: sut: the scheduler registered no "
+                     f"client over {pods} pod(s) of the rounds: nothing was measured")
+    return Check("clients_registered", expr, values, True if pods else None, "" if pods else "no pods ran")
+
+
 def check_coverage(data: SoakData, *, max_gap_fraction: float) -> Check:
     """The samples cover the soak: sampling gaps (SSH drops, kubectl timeouts) are at most
     ``max_gap_fraction`` of the active time. Gaps are recorded, never fatal by themselves; a soak that

@@ -51,6 +51,11 @@ BAD = {
 }
 
 
+#: A bound that only an expansion or a parse gone quadratic reaches (a billion hosts takes hours), far above a busy
+#: CI machine's slowest honest parse (6.3 s for ``deep-nesting`` on 2 loaded cores): the speed itself is not judged here.
+HANG_S = 60
+
+
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_a_bad_inventory_is_one_line(name: str) -> None:
     text, word = BAD[name]
@@ -59,7 +64,7 @@ def test_a_bad_inventory_is_one_line(name: str) -> None:
         schema.parse(text, source="inv.yaml")
     message = str(info.value)
     assert word in message and "\n" not in message, message
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < HANG_S
 
 
 def test_good_values_still_load() -> None:
@@ -80,7 +85,7 @@ def test_a_huge_limit_range_is_one_line(pattern: str) -> None:
     start = time.monotonic()
     with pytest.raises(UsageError, match="more than"):
         expand(pattern, ["c9-gpu1"])
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < HANG_S
 
 
 def test_a_limit_file_is_bounded_and_never_echoed(tmp_path: Path) -> None:

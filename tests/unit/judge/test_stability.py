@@ -262,7 +262,13 @@ def test_updates_applied() -> None:
 # ------------------------------------------------------------------------------------------ whole cases
 
 
-def soak_files(samples: str, *, sched_restarts: int = 0, ghosts: bool = False) -> dict[str, str]:
+#: The scheduler's line for each of the rounds' clients (soak_files: two pods in each of 5 rounds).
+REGISTERED = [f"[XPUSHARE][INFO]: Registered client {i:016x} on GPU 0 with Pod name = stab-002-r{i // 2 + 1}-{i % 2 + 1}, "
+              "Pod namespace = default" for i in range(10)]
+
+
+def soak_files(samples: str, *, sched_restarts: int = 0, ghosts: bool = False,
+               registered: bool = True) -> dict[str, str]:
     final = {"settled": True, "scrape_ok": {"n1": True}, "gpu_used": {"n1": {"G0": 0.0, "G1": 256 * MIB}},
              "series_total": {"n1": 40}, "client_info_ours": {"n1": [["default", "stab-002-r1-1"]] if ghosts else []},
              "schedulers": {"n1": {"pod": "s-1", "uid": "u1", "restarts": sched_restarts}}}
@@ -279,7 +285,7 @@ def soak_files(samples: str, *, sched_restarts: int = 0, ghosts: bool = False) -
         "soak/baseline.json": json.dumps(BASE),
         "soak/final.json": json.dumps(final),
         "soak/checkpoint.json": json.dumps({"rounds": 5, "samples": 40, "active_s": 2400.0, "segments": [{}, {}]}),
-        "scheduler.log": "\n".join(log_lines([20, 25, 22])),
+        "scheduler.log": "\n".join((REGISTERED if registered else []) + log_lines([20, 25, 22])),
     }
 
 
@@ -311,6 +317,21 @@ def test_judge_leak_kinds() -> None:
     assert js.judge_leak(healthy, TH, {"leak": "series"}).status is Status.PASS
     ghost = Evidence.from_parts([], {}, soak_files(samples_csv(flat_series()), ghosts=True))
     assert js.judge_leak(ghost, TH, {"leak": "ghosts"}).status is Status.FAIL
+
+
+@pytest.mark.parametrize("leak", ["rss", "fd", "ghosts", "series"])
+def test_a_scheduler_that_served_no_client_measured_no_leak(leak: str) -> None:
+    """Rounds whose pods the scheduler never registered (a flat series of an idle scheduler): ERROR naming the
+    premise, never the PASS the flat series alone would give; LEAK-003's GPU memory does not rest on it."""
+    unserved = Evidence.from_parts([], {}, soak_files(samples_csv(flat_series()), registered=False))
+    got = js.judge_leak(unserved, TH, {"leak": leak})
+    assert got.status is Status.ERROR and "premise unmet: sut" in got.summary, got.summary
+    assert "over 10 pod(s)" in got.summary
+    assert js.judge_leak(unserved, TH, {"leak": "gpu"}).status is Status.PASS
+    assert js.judge_stab(unserved, TH, {}).status is Status.ERROR
+    served = js.judge_leak(Evidence.from_parts([], {}, soak_files(samples_csv(flat_series()))), TH, {"leak": leak})
+    registered = next(c for c in served.checks if c.name == "clients_registered")
+    assert registered.ok is True and registered.values["registrations"] == 10
 
 
 def fault_plan(**kw: Any) -> dict[str, Any]:

@@ -473,7 +473,8 @@ def test_contexts_streams_events(lab: Lab, tmp_path: Path) -> None:
     assert out["unknown_kernel"] == 500  # CUDA_ERROR_NOT_FOUND
     assert out["query_busy"] == 600 and out["query_idle"] == 0  # CUDA_ERROR_NOT_READY while the kernel runs
     assert 0.29 <= out["stream_sync_s"] <= 0.5
-    assert 299.0 <= out["event_ms"] <= 301.0
+    # the event pair brackets the 300 ms kernel; a loaded machine adds the launch's and the record's own delay on top
+    assert 299.0 <= out["event_ms"] <= 320.0
     assert out["used_after_destroy"] == 0  # destroying a context frees its memory and overhead
     assert out["after_destroy"] == 201
 
