@@ -5,11 +5,9 @@ Without OpenSSH the lab fixtures skip; with ``XPUSHARE_REQUIRE_LAB=1`` (set in C
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,8 @@ if _REPO_ROOT not in sys.path:  # plain `pytest` only puts tests/ on sys.path; t
     sys.path.insert(0, _REPO_ROOT)
 
 from tests.lab.sshd import SshLab, lab_unavailable_reason  # noqa: E402
+
+pytest_plugins = ["tests.cpu_share"]  # cpu_exclusive tests run last, alone
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -106,38 +106,6 @@ def ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
 def fresh_ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     """A private lab per test, same hosts: for tests that rotate keys, stop hosts or kill sessions."""
     yield from _lab(tmp_path_factory.mktemp("fresh-ssh-lab"))
-
-
-@pytest.fixture(autouse=True)
-def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Under pytest-xdist, a test marked ``cpu_exclusive`` runs while no other worker runs a test.
-
-    The lab's "GPU" is the machine's CPU: a runtime ratio of duty-cycled processes (PERF precision) is a
-    measurement of the quota only while nothing else takes the cores. Every other test holds a shared lock;
-    an exclusive test announces itself (so that workers stop starting new tests), then takes the lock
-    exclusively. Without xdist (one process) this does nothing.
-    """
-    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if uid is None:
-        yield
-        return
-    base = Path(tempfile.gettempdir()) / f"xpushare-cpu-{uid}"
-    wanted = base.with_suffix(".wanted")
-    exclusive = request.node.get_closest_marker("cpu_exclusive") is not None
-    with open(base.with_suffix(".lock"), "a") as fh:
-        if exclusive:
-            wanted.touch()
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            wanted.unlink(missing_ok=True)
-        else:
-            deadline = time.monotonic() + 900  # a crashed exclusive test must not hang the run
-            while wanted.exists() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            fcntl.flock(fh, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 #: The longest modules (lab end-to-end runs of whole suites, minutes each), longest first: collected

@@ -9,8 +9,8 @@ processes above the machine's other work (``POD_NICE`` -10 in tests/lab/kubelet.
 cores of their own), the same load gave PASS: PERF-003 q25 -2.3 %, q50 -0.2 %, q75 +2.0 %; PERF-011 q25 +4.5 %,
 q50 +1.4 %, q75 -0.6 %. No lab tolerance is widened: the seed's ±8 % holds under load.
 
-The module runs its cases while two processes spin on the cores for the whole run. Under pytest-xdist it runs while
-no other worker starts a test (``cpu_exclusive``): the load is the two spinners the figures above were measured
+The module runs its cases while two processes spin on the cores for the whole run. Under pytest-xdist it runs last,
+alone (``cpu_exclusive``, tests/cpu_share.py): the load is the two spinners the figures above were measured
 with, not whatever the other workers' labs happen to run beside it (their pods run at the same raised priority as
 this lab's, so with three or more workers the load had no bound and PERF-011 went past ±8 %).
 """

@@ -26,9 +26,9 @@ from typing import Any
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_skip
 from xpushare.judge.stability_checks import (
+    check_clients_registered,
     check_coverage,
     check_ghost_clients,
-    check_clients_registered,
     check_gpu_recovered,
     check_log_storm,
     check_restarts,
@@ -157,8 +157,8 @@ def judge_leak(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     what = plan.get("leak")
     checks = check_rounds(data.rounds, min_success_ratio=0.0)[:2]
     if what != "gpu":  # GPU memory returns to the driver whether or not the scheduler saw the clients
-        summary = scan_scheduler_log(scheduler_log_lines(ev)).summary if has_scheduler_log(ev) else None
-        checks.append(check_clients_registered(data.rounds, summary))
+        log = scan_scheduler_log(scheduler_log_lines(ev)).summary if has_scheduler_log(ev) else None
+        checks.append(check_clients_registered(data.rounds, log))
     if what in ("rss", "fd"):
         checks.append(check_restarts(data.baseline, data.schedulers, data.final))
         checks += _trend_checks(data, th, (what,))

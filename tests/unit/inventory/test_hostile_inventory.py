@@ -51,8 +51,8 @@ BAD = {
 }
 
 
-#: A bound that only an expansion or a parse gone quadratic reaches (a billion hosts takes hours), far above a busy
-#: CI machine's slowest honest parse (6.3 s for ``deep-nesting`` on 2 loaded cores): the speed itself is not judged here.
+#: A bound that only an expansion or a parse gone quadratic reaches (a billion hosts takes hours), far above a
+#: busy CI machine's slowest honest parse (6.3 s for ``deep-nesting`` on 2 loaded cores): speed is not judged here.
 HANG_S = 60
 
 

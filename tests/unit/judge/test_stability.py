@@ -263,8 +263,8 @@ def test_updates_applied() -> None:
 
 
 #: The scheduler's line for each of the rounds' clients (soak_files: two pods in each of 5 rounds).
-REGISTERED = [f"[XPUSHARE][INFO]: Registered client {i:016x} on GPU 0 with Pod name = stab-002-r{i // 2 + 1}-{i % 2 + 1}, "
-              "Pod namespace = default" for i in range(10)]
+REGISTERED = [f"[XPUSHARE][INFO]: Registered client {i:016x} on GPU 0 with Pod name = "
+              f"stab-002-r{i // 2 + 1}-{i % 2 + 1}, Pod namespace = default" for i in range(10)]
 
 
 def soak_files(samples: str, *, sched_restarts: int = 0, ghosts: bool = False,

@@ -1,0 +1,83 @@
+"""tests/cpu_share.py: under pytest-xdist a ``cpu_exclusive`` test starts only once every other test has finished,
+and never beside another exclusive one; collection puts them last; two modules that mix them with other tests are
+refused."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = textwrap.dedent("""
+    pytest_plugins = ["tests.cpu_share"]
+
+    def pytest_configure(config):
+        config.addinivalue_line("markers", "cpu_exclusive: runs last, alone")
+""")
+
+# Each test appends (name, start, end) to a shared file; the slow ones keep a worker busy while the exclusive
+# tests would otherwise start.
+MODULE = textwrap.dedent("""
+    import os, time
+    import pytest
+
+    def span(name, seconds):
+        start = time.time()
+        time.sleep(seconds)
+        with open(os.environ["SPANS"], "a") as fh:
+            fh.write(f"{name} {start} {time.time()}\\n")
+
+    @pytest.mark.cpu_exclusive
+    def test_exclusive_a():
+        span("exclusive_a", 0.5)
+
+    def test_slow_other():
+        span("slow", 3.0)
+
+    @pytest.mark.cpu_exclusive
+    def test_exclusive_b():
+        span("exclusive_b", 0.5)
+
+    def test_quick_other():
+        span("quick", 0.1)
+""")
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    from tests.paths import REPO_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)  # this session's ledger is not the inner one's
+    monkeypatch.setenv("SPANS", str(pytester.path / "spans.txt"))
+    pytester.makeconftest(CONFTEST)
+    return pytester
+
+
+def test_exclusive_tests_run_last_and_alone_under_xdist(project: pytest.Pytester) -> None:
+    project.makepyfile(test_timing=MODULE)
+    result = project.runpytest_subprocess("-n", "3", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    spans = {name: (float(a), float(b)) for name, a, b in
+             (line.split() for line in (project.path / "spans.txt").read_text().splitlines())}
+    others_end = max(spans["slow"][1], spans["quick"][1])
+    a, b = spans["exclusive_a"], spans["exclusive_b"]
+    assert min(a[0], b[0]) >= others_end, spans
+    assert a[1] <= b[0] or b[1] <= a[0], spans  # never side by side
+
+
+def test_collection_puts_exclusive_tests_last(project: pytest.Pytester) -> None:
+    project.makepyfile(test_timing=MODULE, test_plain="def test_plain():\n    pass\n")
+    result = project.runpytest_subprocess("--collect-only", "-q")
+    ids = [line for line in result.outlines if "::" in line]
+    assert ids == ["test_plain.py::test_plain", "test_timing.py::test_slow_other", "test_timing.py::test_quick_other",
+                   "test_timing.py::test_exclusive_a", "test_timing.py::test_exclusive_b"]
+
+
+def test_two_mixed_modules_are_refused(project: pytest.Pytester) -> None:
+    project.makepyfile(test_one=MODULE, test_two=MODULE)
+    result = project.runpytest_subprocess("--collect-only", "-q")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*mix cpu_exclusive tests with others: only one module may*"])
