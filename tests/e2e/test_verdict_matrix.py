@@ -1,18 +1,21 @@
 """Every breakage is caught: each row of tests/lab/matrix.py (a mutant build of the real SUT or a cluster fault)
-turns the cases it is about FAIL (or the ERROR the row lists), through ``invoke matrix --cluster lab``. A row that
-names the lab tests covering it (``Row.covered_by``: they run the same breakage and assert every case of the row
-with more detail) is not run a second time here; :func:`test_a_covered_row_names_lab_tests_that_run_its_breakage`
-keeps those names true.
-docs/verdicts.md is the same matrix written by ``python -m tests.lab.matrix --write``; this module also checks
-that the document covers every row and accounts for every mutant.
+turns the cases it is about FAIL (or the ERROR the row lists), through ``invoke matrix --cluster lab``. CI runs a
+row's ``Row.ci_cases``: not the cases lab tests already run under the same breakage and assert with more detail
+(``Row.covered_by`` for a whole row, ``Row.cases_covered_by`` per case), nor the cases the unmodified build FAILs
+already (their FAIL shows nothing about the breakage); :func:`test_covering_tests_run_the_breakage_and_assert_the_case`
+keeps those names true. docs/verdicts.md is the whole matrix, every case of every row, written by
+``python -m tests.lab.matrix --write``; this module also checks that the document covers every row and accounts for
+every mutant.
 
 The rows run on ``LABS`` labs of this module's own at once (a row is a few cases of a lab whose simulated kernels
-sleep, so the machine is mostly idle while it runs): about 8 minutes on 2 cores instead of 20 one after the other.
+sleep, so the machine is mostly idle while it runs).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import dataclasses
 import queue
 import threading
 from collections.abc import Iterator
@@ -33,9 +36,9 @@ LABS = 3
 #: The unmodified build under each scheduler setting a row needs (the default-settings baseline is what the
 #: suites' own lab tests judge).
 SETTING_BASELINES = [r for r in healthy_rows(ROWS) if r.setting is not None]
-#: The rows run here: a row that names the lab tests covering it (``Row.covered_by``) is asserted by those, which run
-#: the same breakage with more detail; running it again here would only double CI's time.
-RUN_HERE = [r for r in ROWS if not r.covered_by]
+#: The rows run here, each with its ``ci_cases`` only: the other cases are asserted by the lab tests that cover them
+#: (running them again here would only double CI's time) or FAIL on the unmodified build already.
+RUN_HERE = [dataclasses.replace(r, cases=r.ci_cases) for r in ROWS if r.ci_cases]
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +102,38 @@ def test_every_mutant_is_accounted_for_and_the_document_covers_the_matrix() -> N
     assert "## Mutation score" in text
 
 
-def test_a_covered_row_names_lab_tests_that_run_its_breakage() -> None:
-    """Each ``covered_by`` entry is a test function of a lab module that names the row's breakage, so a renamed or
-    deleted covering test, or one about another mutant, cannot silently leave a row unasserted."""
-    covered = [r for r in ROWS if r.covered_by]
-    assert covered and len(RUN_HERE) + len(covered) == len(ROWS)
+def _test_source(nodeid: str) -> str:
+    """The source of the test function ``nodeid`` (``tests/e2e/<module>.py::<function>``), decorators included."""
+    path, _, function = nodeid.partition("::")
+    assert path.startswith("tests/e2e/"), nodeid
+    source = (REPO_ROOT / path).read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            lines = source.splitlines()
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            return "\n".join(lines[first - 1:node.end_lineno])
+    raise AssertionError(f"{nodeid}: no such test function")
+
+
+def _runs_the_breakage(source: str, row: Row) -> bool:
+    return f'"{row.breakage}"' in source or f"{row.breakage}=True" in source
+
+
+def test_covering_tests_run_the_breakage_and_assert_the_case() -> None:
+    """Each ``covered_by`` entry is a test function of a lab module that runs the row's breakage, and each
+    ``cases_covered_by`` entry a test function that runs it itself and also names the case (``"FUNC-008"``, or ``met003`` in its name), so a
+    renamed or deleted covering test, or one about another breakage or case, cannot silently leave a case
+    unasserted."""
+    covered = [r for r in ROWS if r.covered_by or r.cases_covered_by]
+    assert covered and len([r for r in ROWS if r.ci_cases]) == len(RUN_HERE)
     for row in covered:
-        for nodeid in row.covered_by:
-            path, _, function = nodeid.partition("::")
-            source = (REPO_ROOT / path).read_text(encoding="utf-8")
-            assert path.startswith("tests/e2e/") and f"def {function}(" in source, nodeid
-            assert f'"{row.breakage}"' in source, (row.breakage, nodeid)
+        for nodeid in row.covered_by:  # the breakage may be a parameter defined beside the function
+            _test_source(nodeid)
+            module = (REPO_ROOT / nodeid.partition("::")[0]).read_text(encoding="utf-8")
+            assert _runs_the_breakage(module, row), (row.breakage, nodeid)
+        assert set(row.cases_covered_by) <= set(row.cases), row.breakage
+        for case, nodeids in row.cases_covered_by.items():
+            for nodeid in nodeids:
+                source = _test_source(nodeid)
+                named = f'"{case}"' in source or case.lower().replace("-", "") in nodeid.rpartition("::")[2]
+                assert _runs_the_breakage(source, row) and named, (row.breakage, case, nodeid)

@@ -52,7 +52,8 @@ class Row:
     under it too, in the row ``healthy@<setting>``); ``covered_by``: the lab tests (``module::function``) that
     run the same breakage and assert every case of the row FAILs, with more detail than the row (the figure
     that breaks, the check that catches it): CI asserts the row through them instead of running it a second
-    time in tests/e2e/test_verdict_matrix.py (the ``--write`` run of this module still runs every row).
+    time in tests/e2e/test_verdict_matrix.py (the ``--write`` run of this module still runs every row);
+    ``cases_covered_by``: the same per case, for a row whose other cases no lab test asserts (CI runs those only).
     """
 
     breakage: str
@@ -64,6 +65,7 @@ class Row:
     setting: str | None = None
     repeat: int = 1
     covered_by: tuple[str, ...] = ()
+    cases_covered_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -71,6 +73,15 @@ class Row:
 
     def expected(self, case: str) -> tuple[str, ...]:
         return tuple(self.expect.get(case, ("FAIL",)))
+
+    @property
+    def ci_cases(self) -> tuple[str, ...]:
+        """The cases CI runs for this row (tests/e2e/test_verdict_matrix.py): none when lab tests cover the whole
+        row; else those no lab test covers (``cases_covered_by``), less the cases the unmodified build FAILs
+        already (:data:`HEALTHY_FINDINGS`: their FAIL under the breakage shows nothing about catching it)."""
+        if self.covered_by:
+            return ()
+        return tuple(c for c in self.cases if c not in self.cases_covered_by and c not in HEALTHY_FINDINGS)
 
 
 #: Scheduler configurations some rows need (environment of the real scheduler, docs/sut/scheduler.md §environment): a
@@ -86,7 +97,13 @@ SETTINGS: dict[str, dict[str, str]] = {
 ROWS: tuple[Row, ...] = (
     # ISO-012/013/015/016 FAIL on the unmodified build already (finding 20): the row shows them under the mutant too
     Row("no-core-enforcement", ("FUNC-008", "FUNC-009", "COMBO-002", "COMBO-006", "PERF-003", "PERF-004",
-                                "PERF-007", "ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016")),
+                                "PERF-007", "ISO-011", "ISO-012", "ISO-013", "ISO-014", "ISO-015", "ISO-016"),
+        cases_covered_by={
+            "FUNC-008": ("tests/e2e/test_k8s_functional.py::test_quota_not_enforced_fails_static_compute",),
+            **dict.fromkeys(("PERF-004", "PERF-007"), (
+                "tests/e2e/test_k8s_performance.py::test_enforcement_off_fails_the_precision_cases",)),
+            **dict.fromkeys(("ISO-011", "ISO-014"), (
+                "tests/e2e/test_k8s_isolation_compute.py::test_no_core_enforcement_turns_cuLaunchKernel_fail",))}),
     Row("quota-generous-30", ("PERF-011",),
         covered_by=("tests/e2e/test_k8s_performance.py::test_skewed_enforcement_fails_the_precision_cases",)),
     Row("quota-stingy-30", ("PERF-011", "PERF-004"),
@@ -95,13 +112,19 @@ ROWS: tuple[Row, ...] = (
     Row("oversub-always-on", ("FUNC-004",)),
     Row("oversub-never", ("FUNC-005",)),
     Row("annotations-never-reread", ("FUNC-010", "FUNC-011", "FUNC-012", "COMBO-004", "COMBO-005", "STAB-003",
-                                     "STAB-004")),
+                                     "STAB-004"),
+        cases_covered_by={
+            **dict.fromkeys(("FUNC-010", "FUNC-012"), (
+                "tests/e2e/test_k8s_functional.py::test_annotations_never_reread_fail_the_dynamic_cases",)),
+            "COMBO-004": ("tests/e2e/test_k8s_combination.py::test_annotations_never_reread_fail_the_dynamic_case",)}),
     # MET-005 sees the change late only when the 60 s reread falls after its 15 s latency bound (about 3 runs in 4;
     # one run of 2026-11-28 saw it after 0.9 s): three attempts, missed only when all three are lucky (about 1 in 64)
     Row("annotations-reread-60s", ("FUNC-012", "MET-005"), repeat=3,
         expect={"FUNC-012": ("FAIL", "INTERMITTENT"), "MET-005": ("FAIL", "INTERMITTENT")}),
     # the lab's inventory runs each run in a namespace of its own: quotas of pods outside `default` never arrive
-    Row("annotations-default-namespace", ("FUNC-008", "FUNC-009", "COMBO-003", "FUNC-013")),
+    Row("annotations-default-namespace", ("FUNC-008", "FUNC-009", "COMBO-003", "FUNC-013"),
+        cases_covered_by={"FUNC-013": (
+            "tests/e2e/test_k8s_functional.py::test_annotations_from_the_default_namespace_fail_the_tenants",)}),
     Row("memory-limit-frozen", ("FUNC-010", "FUNC-011")),
     # one direction of a dynamic memory change: FUNC-010 FAILs on the unmodified build already (finding 18), so a
     # lost raise is told apart where oversubscription lets a raise be used (COMBO-005) or where the raise stays
@@ -123,7 +146,11 @@ ROWS: tuple[Row, ...] = (
     # FAIL-005/007: the client that died of its GPU error stays in /metrics (FAIL-006 poisons the lab's GPU: host
     # lab only, tests/e2e/test_gpu_faults.py)
     Row("ghost-clients", ("LEAK-004", "LEAK-005", "FAIL-005", "FAIL-007", "MET-003"),
-        sets=("leak_churn_rounds=5", "leak_pods=4")),
+        sets=("leak_churn_rounds=5", "leak_pods=4"),
+        cases_covered_by={
+            **dict.fromkeys(("LEAK-004", "LEAK-005"), (
+                "tests/e2e/test_k8s_stability.py::test_ghost_clients_fail_leak_004_and_leak_005",)),
+            "MET-003": ("tests/e2e/test_k8s_metrics.py::test_a_gauge_that_does_not_follow_fails_met003",)}),
     Row("leak-per-registration", ("LEAK-001", "LEAK-002"), sets=("leak_rounds=4", "leak_pods=4"),
         covered_by=("tests/e2e/test_k8s_stability.py::"
                     "test_a_scheduler_leaking_per_registration_fails_leak_001_and_002",)),
@@ -139,9 +166,13 @@ ROWS: tuple[Row, ...] = (
         covered_by=("tests/e2e/test_k8s_metrics.py::test_values_off_10_fails_met003",)),
     Row("healthz-500", ("MET-001", "MET-007"),
         covered_by=("tests/e2e/test_k8s_metrics.py::test_healthz_500_fails_met001_and_met007",)),
-    Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004")),
+    Row("quota-metrics-missing", ("COMBO-003", "COMBO-007", "MET-004"),
+        cases_covered_by={"COMBO-003": (
+            "tests/e2e/test_k8s_combination.py::test_missing_quota_metrics_fail_combo003",)}),
     Row("utilization-smoothing-halved", ("MET-006",)),
-    Row("gpu-memory-sampled-once", ("MET-003", "MET-008")),
+    Row("gpu-memory-sampled-once", ("MET-003", "MET-008"),
+        cases_covered_by={"MET-003": (
+            "tests/e2e/test_k8s_metrics.py::test_a_gauge_that_does_not_follow_fails_met003",)}),
     Row("drop-lock-not-counted", ("MET-004", METRICS_CHECK),
         covered_by=("tests/e2e/test_k8s_metrics.py::test_drop_lock_not_counted_fails_met004",
                     "tests/e2e/test_metrics_check.py::test_drop_lock_not_counted_fails_the_drop_lock_line")),
@@ -153,9 +184,13 @@ ROWS: tuple[Row, ...] = (
     Row("register-after-5s", ("MET-002",), sets=("registration_timeout_s=3",),
         covered_by=("tests/e2e/test_k8s_metrics.py::test_a_late_registration_fails_sut_in_path",)),
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
-        faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")}),
+        faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")},
+        cases_covered_by={"FUNC-005": ("tests/e2e/test_k8s_functional.py::test_scheduler_down_fails_oversub_case",),
+                          "MET-001": ("tests/e2e/test_k8s_metrics.py::test_scheduler_down_fails_met001",)}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),
-        faults={"annotations_denied": True}),
+        faults={"annotations_denied": True},
+        cases_covered_by=dict.fromkeys(("COMBO-001", "COMBO-003"), (
+            "tests/e2e/test_k8s_combination.py::test_denied_annotations_fail_the_initial_quota_cases",))),
     Row("pack_one_gpu", ("FUNC-003",), faults={"pack_one_gpu": True}, cordon=("lab-node2",)),
     # the pair under lock control (a memory quota) in serial mode: without rotation one waits for the other's end
     Row("lock-never-dropped", ("FUNC-002",), sets=("func002_memory_limit=512Mi",), setting="fixed-switch-1s"),
