@@ -245,9 +245,8 @@ class HostBackend(Backend):
         workload's GPU ``0``."""
         profile = self.cluster.profile
         env = {**profile.client_env(self.cluster.scheduler.state_dir, spawn_name), "PYTHONUNBUFFERED": "1"}
-        # presence-based in the SUT: omit the variable to disable (docs/sut/README.md §pitfalls item 2)
-        if spec.oversub:
-            env[self.names.env_oversub] = "1"
+        if spec.oversub:  # the system's own switch; a case that needs one has the premise oversubscription
+            env.update(profile.oversub_env or {})
         if spec.memory_limit_env:  # the project's SUT's variable; other systems' quotas come in spec.env
             env[self.names.env_memory_limit] = spec.memory_limit_env
         if self.cluster.sut_lib and profile.needs_preload:

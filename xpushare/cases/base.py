@@ -19,6 +19,7 @@ from typing import Any
 from xpushare.backends.base import Backend, PodRecord, PodSpec
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
+from xpushare.judge.quantity import parse_quantity
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.premises import PREMISES
 from xpushare.model.verdict import Verdict
@@ -98,6 +99,20 @@ class CaseRun:
         extra = tuple(kw.pop("args", ()))
         args = (*self.workload_args(workload), *self.sized_args.get(workload, ()), *extra)
         return PodSpec(name=full, workload=workload, args=args, **kw)
+
+    def env_memory_quota(self, limit: str) -> dict[str, Any]:
+        """The :meth:`pod` keywords of a memory quota ``limit`` (a Kubernetes quantity, e.g. ``1Gi``) set in the
+        workload's environment: the project's SUT's ``<PREFIX>_GPU_MEMORY_LIMIT`` as written (``memory_limit_env``);
+        in host mode another system's own variable in its own form (its profile's :meth:`memory_env`:
+        ``CUDA_DEVICE_MEMORY_LIMIT=1024m``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M``).
+
+        Raises:
+            ValueError: ``limit`` is no quantity.
+        """
+        profile = self.cluster.profile
+        if self.cluster.is_kubernetes or profile.generation == profile.name:
+            return {"memory_limit_env": limit}
+        return {"env": tuple(profile.memory_env(parse_quantity(limit)).items())}
 
     def run_pods(self, pods: Sequence[PodSpec]) -> list[PodRecord]:
         """Start the pods and wait (``pod_timeout_s``) until they end; record the plan first."""

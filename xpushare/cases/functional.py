@@ -18,7 +18,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge import functional, isolation, quota, quota_probe
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION
-from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
+from xpushare.model.premises import GPU, OVERSUBSCRIPTION, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 
 W2 = "w2_medium_add"
@@ -149,7 +149,7 @@ def run_quota_probe(run: CaseRun, limit: str, *, source: str, oversub: bool = Fa
         "--free-margin-mib", str(int(run.params["quota_probe_free_margin_mib"])),
         "--start-delay-s", f"{float(run.params['quota_probe_start_delay_s']):g}",
     )
-    quota_kw: dict[str, Any] = {"memory_limit": limit} if source == "annotation" else {"memory_limit_env": limit}
+    quota_kw: dict[str, Any] = {"memory_limit": limit} if source == "annotation" else run.env_memory_quota(limit)
     if oversub:
         quota_kw["oversub"] = True
     spec = run.pod("probe", MEM_PROBE, args=args, **quota_kw)
@@ -160,14 +160,14 @@ def run_quota_probe(run: CaseRun, limit: str, *, source: str, oversub: bool = Fa
 
 def _func006(run: CaseRun) -> None:
     limit = str(run.params["func006_memory_limit"])
-    run.run_pods([run.pod("w2-quota-low", W2, memory_limit_env=limit)])
+    run.run_pods([run.pod("w2-quota-low", W2, **run.env_memory_quota(limit))])
     run_quota_probe(run, limit, source="env")
 
 
 def _func007(run: CaseRun) -> None:
     limit = str(run.params.get("func007_memory_limit") or ample_quota(run))
     run.plan["memory_limit"] = limit
-    run.run_pods([run.pod("w2-quota-ok", W2, memory_limit_env=limit)])
+    run.run_pods([run.pod("w2-quota-ok", W2, **run.env_memory_quota(limit))])
     run_quota_probe(run, limit, source="env")
 
 
@@ -188,6 +188,8 @@ def ample_quota(run: CaseRun) -> str:
 _SUT = frozenset({SUT, GPU})
 _K8S = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS}) | _SUT
 _LIB = frozenset({CAP_CLIENT_LIBRARY}) | _SUT
+#: FUNC-004/005 switch the system's oversubscription off and on: a system without the switch has nothing to judge
+_OVERSUB = _LIB | {OVERSUBSCRIPTION}
 
 register(
     CaseDef(
@@ -240,7 +242,7 @@ register(
         "W1 (oversub)",
         "1 pod asks for oversub_factor x GPU memory without the oversub variable",
         "pods/*.log (cuMemAlloc rejected / CUDA out of memory), pods.json",
-        requires=_LIB,
+        requires=_OVERSUB,
         params={"oversub_factor": 1.5},
         act=_func004,
         judge=_judge_rejected,
@@ -254,7 +256,7 @@ register(
         "W1 (oversub)",
         "the FUNC-004 workload with the oversub variable set",
         "pods/*.log, scheduler_proc.txt (scheduler alive)",
-        requires=_LIB,
+        requires=_OVERSUB,
         params={"oversub_factor": 1.5},
         act=_func005,
         judge=_judge_oversub_on,

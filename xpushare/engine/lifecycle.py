@@ -53,7 +53,8 @@ def cluster_facts(cluster: ClusterSpec, capabilities: frozenset[str], gpu_count:
     return ClusterFacts(capabilities=capabilities, kubernetes=cluster.is_kubernetes, sut_lib=in_path,
                         gpu_count=gpu_count, scheduler_log=bool(cluster.scheduler.log_file),
                         scheduler_metrics=bool(cluster.scheduler.metrics_url),
-                        core_quota_unset=cluster.profile.host_core_quota)
+                        core_quota_unset=cluster.profile.host_core_quota,
+                        oversub_unset=cluster.profile.no_oversubscription)
 
 
 def inventory_gpu_count(cluster: ClusterSpec) -> int | None:

@@ -67,7 +67,9 @@ class SutProfile:
     system's library (``LD_PRELOAD`` of the inventory's ``sut_lib``); ``debug_env``: variables set on every
     workload so its evidence lines are printed; ``proof``: what shows the system was in a workload's path, judged
     as premise ``proof_premise``; ``kubernetes``: None when the tool drives it in Kubernetes mode, else why not
-    (the inventory refuses the pair); ``install``: how ``invoke deploy`` installs, starts and stops it in host mode.
+    (the inventory refuses the pair); ``install``: how ``invoke deploy`` installs, starts and stops it in host mode;
+    ``oversub_env``: the variables that let a workload allocate more GPU memory than the card has (None: the
+    system has no such switch, e.g. MPS).
     """
 
     name: str
@@ -82,6 +84,7 @@ class SutProfile:
     kubernetes: str | None = None
     proof_premise: str = SUT
     debug_env: Mapping[str, str] = field(default_factory=dict)
+    oversub_env: Mapping[str, str] | None = None
 
     def memory_env(self, quota_bytes: int) -> dict[str, str]:
         """The workload's environment for a memory quota of ``quota_bytes`` bytes (> 0)."""
@@ -117,6 +120,12 @@ class SutProfile:
         return env
 
     @property
+    def no_oversubscription(self) -> str | None:
+        """Why a workload of this system cannot be switched to oversubscribe GPU memory (None: it can, by
+        :attr:`oversub_env`)."""
+        return None if self.oversub_env is not None else f"sut {self.name} has no switch to oversubscribe GPU memory"
+
+    @property
     def host_core_quota(self) -> str | None:
         """Why a core quota cannot be set on a host-mode workload (None: it can, by :attr:`core_quota_var`)."""
         if self.core_quota_var is not None:
@@ -134,6 +143,8 @@ def _generation_profile(word: str) -> SutProfile:
                  "installs them at sut_lib and scheduler.binary, runs the scheduler (systemd unit or supervised "
                  "process); sut.start/stop/status"),
         debug_env={f"{word.upper()}_DEBUG": "1"},
+        # presence-based in the SUT: the variable is left out to disable it (docs/sut/README.md §pitfalls item 2)
+        oversub_env={f"{word.upper()}_ENABLE_SINGLE_OVERSUB": "1"},
     )
 
 
@@ -154,6 +165,9 @@ PROFILES: dict[str, SutProfile] = {
         kubernetes=("HAMi-core in Kubernetes runs under HAMi's own device plugin and scheduler, which this tool does "
                     "not drive; use mode: host"),
         debug_env={"LIBCUDA_LOG_LEVEL": "2"},
+        # HAMi's device plugin sets it where the node's deviceMemoryScaling is above 1; libvgpu.c postInit reads
+        # exactly "true"
+        oversub_env={"CUDA_OVERSUBSCRIBE": "true"},
     ),
     MPS: SutProfile(
         name=MPS, generation="xpushare", title="NVIDIA MPS (control daemon per GPU host)",

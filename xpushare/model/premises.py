@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BEFORE", "CORE_QUOTA", "EVIDENCE", "FAULT_INJECTOR", "GPU", "NVML", "PREMISES", "SCHEDULER_LOG",
+__all__ = ["BEFORE", "CORE_QUOTA", "EVIDENCE", "FAULT_INJECTOR", "GPU", "NVML", "OVERSUBSCRIPTION", "PREMISES",
+           "SCHEDULER_LOG",
            "SCHEDULER_METRICS", "SUT", "TENANT_NAMESPACES", "TWO_GPUS", "TWO_PODS_ONE_GPU", "UNMET", "ClusterFacts",
            "Premise", "is_unmet", "unmet", "unmet_before"]
 
@@ -35,6 +36,7 @@ NVML = "nvml"
 TENANT_NAMESPACES = "tenant-namespaces"
 FAULT_INJECTOR = "fault-injector"
 CORE_QUOTA = "core-quota"
+OVERSUBSCRIPTION = "oversubscription"
 
 BEFORE = "before the act"
 EVIDENCE = "in the evidence"
@@ -71,6 +73,9 @@ _ROWS = (
             "the system's core-quota variable (hami-core: CUDA_DEVICE_SM_LIMIT, mps: "
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)", (BEFORE,),
             "before: the cluster's mode and its sut's profile"),
+    Premise("oversubscription", "a workload can be switched to allocate more GPU memory than the card has: the "
+            "system's own switch (xpushare/nvshare: <PREFIX>_ENABLE_SINGLE_OVERSUB, hami-core: CUDA_OVERSUBSCRIBE; "
+            "mps has none)", (BEFORE,), "before: the cluster's sut profile"),
     Premise("annotations", "quotas are set and changed as pod annotations (Kubernetes)", (BEFORE,),
             "before: the backend's capabilities"),
     Premise("scheduler-process", "the tool can follow the scheduler's process (RSS, FDs, restarts) and its "
@@ -120,8 +125,8 @@ class ClusterFacts:
     scheduler's log / ``/metrics`` are known (host mode: the inventory's ``scheduler`` settings; None: not
     told); ``fault_injector``: whether a GPU fault injector is configured (None: the cluster does not tell);
     ``core_quota_unset``: in host mode, why the cluster's system cannot set a core quota on a workload (None: it
-    can). A
-    fact that is None leaves its premise to the evidence.
+    can); ``oversub_unset``: why the cluster's system cannot be switched to oversubscribe GPU memory (None: it
+    can). A fact that is None leaves its premise to the evidence.
     """
 
     capabilities: frozenset[str]
@@ -132,6 +137,7 @@ class ClusterFacts:
     scheduler_metrics: bool | None = None
     fault_injector: bool | None = None
     core_quota_unset: str | None = None
+    oversub_unset: str | None = None
 
 
 _HOST_MODE = "this cluster runs in host mode"
@@ -148,6 +154,8 @@ def _why_unmet(name: str, facts: ClusterFacts) -> str | None:
             "invoke deploy installs it)")
     if name == "core-quota":
         return None if facts.kubernetes or facts.core_quota_unset is None else facts.core_quota_unset
+    if name == "oversubscription":
+        return facts.oversub_unset
     if name == "client-library":
         return None if facts.kubernetes or name in facts.capabilities else (
             "needs the SUT's client library (set sut_lib in the inventory; invoke deploy installs it)")

@@ -45,3 +45,12 @@ def test_mps_is_in_the_path_without_a_library() -> None:
     assert CAP_CLIENT_LIBRARY in host_capabilities(mps)
     for sut in ("xpushare", "hami-core"):
         assert CAP_CLIENT_LIBRARY not in host_capabilities(dataclasses.replace(local_cluster(), sut=sut))
+
+
+def test_oversubscription_is_each_systems_own_switch() -> None:
+    spec = PodSpec("p", "oversub", oversub=True)
+    assert _backend("xpushare").pod_env(spec, "w0", 0)["XPUSHARE_ENABLE_SINGLE_OVERSUB"] == "1"
+    hami = _backend("hami-core", "/opt/hami/libvgpu.so").pod_env(spec, "w0", 0)
+    assert hami["CUDA_OVERSUBSCRIBE"] == "true" and "XPUSHARE_ENABLE_SINGLE_OVERSUB" not in hami
+    off = _backend("hami-core", "/opt/hami/libvgpu.so").pod_env(PodSpec("p", "oversub"), "w0", 0)
+    assert "CUDA_OVERSUBSCRIBE" not in off  # off means absent, as the case asks

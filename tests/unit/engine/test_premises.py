@@ -4,6 +4,7 @@ run and docs/verdicts.md list the premises."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -115,6 +116,20 @@ def test_host_mode_without_sut_lib_skips_every_func_case_naming_the_sut(tmp_path
         backend = CountingBackend("host", frozenset(), gpus=2)
         status, summary = run(case_id, host_cluster(None), backend, tmp_path / case_id)
         assert status == "SKIP" and summary.startswith("premise unmet: sut: host mode without the SUT's client")
+
+
+@pytest.mark.parametrize("case_id", ["FUNC-004", "FUNC-005"])
+def test_oversubscription_cases_skip_on_a_system_without_the_switch(case_id: str, tmp_path: Path) -> None:
+    """MPS has no oversubscription switch: FUNC-004 would "PASS" on the card's own out-of-memory error, a verdict
+    on nothing the system does. HAMi-core has one (CUDA_OVERSUBSCRIBE), so its FUNC-004/005 run."""
+    mps = dataclasses.replace(host_cluster(None), sut="mps")
+    backend = CountingBackend("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=1)
+    assert run(case_id, mps, backend, tmp_path) == (
+        "SKIP", "premise unmet: oversubscription: sut mps has no switch to oversubscribe GPU memory")
+    assert backend.calls == []
+    hami = dataclasses.replace(host_cluster("/opt/hami/libvgpu.so"), sut="hami-core")
+    caps = frozenset({CAP_CLIENT_LIBRARY})
+    assert lifecycle.skip_reason(REGISTRY[case_id], caps, "host", lifecycle.cluster_facts(hami, caps, 1)) is None
 
 
 def test_unknown_gpu_count_is_left_to_the_evidence() -> None:

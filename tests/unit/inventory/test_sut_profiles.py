@@ -30,6 +30,14 @@ def test_core_quota_variables_and_the_system_without_one() -> None:
         profile("xpushare").core_env(50)
 
 
+def test_oversubscription_switch_per_system() -> None:
+    assert profile("xpushare").oversub_env == {"XPUSHARE_ENABLE_SINGLE_OVERSUB": "1"}
+    assert profile("hami-core").oversub_env == {"CUDA_OVERSUBSCRIBE": "true"}
+    assert profile("mps").oversub_env is None
+    assert profile("mps").no_oversubscription == "sut mps has no switch to oversubscribe GPU memory"
+    assert profile("hami-core").no_oversubscription is None
+
+
 def test_client_env_preload_and_proof_per_system() -> None:
     assert profile("xpushare").client_env(None, "w") == {"XPUSHARE_DEBUG": "1"}
     assert profile("hami-core").client_env(None, "w") == {"LIBCUDA_LOG_LEVEL": "2",

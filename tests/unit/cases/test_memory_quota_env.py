@@ -1,0 +1,62 @@
+"""A memory quota set through the workload's environment, per system (cases/base.CaseRun.env_memory_quota): FUNC-006/007
+and their probe under HAMi-core or MPS set that system's own variable, never the project's SUT's, which they ignore
+(a quota that was never set would FAIL the system for a limit it was not given)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from xpushare.cases import REGISTRY
+from xpushare.cases.base import CaseRun
+from xpushare.inventory.schema import ClusterSpec, HostSpec
+
+
+class RecordingBackend:
+    """Records the pods a case starts; every pod ends at once."""
+
+    mode = "host"
+
+    def __init__(self) -> None:
+        self.pods: list = []
+
+    def start_pods(self, pods: list) -> None:
+        self.pods += list(pods)
+
+    def wait_terminal(self, names: list[str], timeout_s: float) -> list:
+        return []
+
+
+def cluster(sut: str, mode: str = "host") -> ClusterSpec:
+    return dataclasses.replace(
+        ClusterSpec("c", mode, "xpushare", "cuda", "NVIDIA H200", None, (HostSpec("h", ("gpu",), local=True),),
+                    sut_lib="/opt/lib.so"), sut=sut)
+
+
+@pytest.mark.parametrize(("sut", "expected"), [
+    ("xpushare", {"memory_limit_env": "1Gi"}),
+    ("nvshare", {"memory_limit_env": "1Gi"}),
+    ("hami-core", {"env": (("CUDA_DEVICE_MEMORY_LIMIT", "1024m"),)}),
+    ("mps", {"env": (("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1024M"),)}),
+])
+def test_each_system_gets_its_own_variable(sut: str, expected: dict, tmp_path: Path) -> None:
+    run = CaseRun("FUNC-006", tmp_path, RecordingBackend(), cluster(sut), {})  # type: ignore[arg-type]
+    assert run.env_memory_quota("1Gi") == expected
+
+
+@pytest.mark.parametrize("case_id", ["FUNC-006", "FUNC-007"])
+def test_func006_and_007_and_their_probe_carry_hami_cores_quota(case_id: str, tmp_path: Path) -> None:
+    backend = RecordingBackend()
+    params = {**REGISTRY[case_id].params, "pod_timeout_s": 1, "workload_args": {},
+              "func006_memory_limit": "1Gi", "func007_memory_limit": "2Gi"}
+    REGISTRY[case_id].act(CaseRun(case_id, tmp_path, backend, cluster("hami-core"), params))  # type: ignore[arg-type]
+    quota = {"FUNC-006": "1024m", "FUNC-007": "2048m"}[case_id]
+    assert [dict(p.env) for p in backend.pods] == [{"CUDA_DEVICE_MEMORY_LIMIT": quota}] * 2
+    assert all(p.memory_limit_env is None for p in backend.pods)
+
+
+def test_kubernetes_keeps_the_sut_variable(tmp_path: Path) -> None:
+    run = CaseRun("FUNC-006", tmp_path, RecordingBackend(), cluster("xpushare", "k8s"), {})  # type: ignore[arg-type]
+    assert run.env_memory_quota("512Mi") == {"memory_limit_env": "512Mi"}
