@@ -121,9 +121,9 @@ def _runs_the_breakage(source: str, row: Row) -> bool:
 
 def test_covering_tests_run_the_breakage_and_assert_the_case() -> None:
     """Each ``covered_by`` entry is a test function of a lab module that runs the row's breakage, and each
-    ``cases_covered_by`` entry a test function that runs it itself and also names the case (``"FUNC-008"``, or ``met003`` in its name), so a
-    renamed or deleted covering test, or one about another breakage or case, cannot silently leave a case
-    unasserted."""
+    ``cases_covered_by`` entry a test function that runs it itself and also names the case (``"FUNC-008"``, or
+    ``met003`` in its name), so a renamed or deleted covering test, or one about another breakage or case, cannot
+    silently leave a case unasserted."""
     covered = [r for r in ROWS if r.covered_by or r.cases_covered_by]
     assert covered and len([r for r in ROWS if r.ci_cases]) == len(RUN_HERE)
     for row in covered:
