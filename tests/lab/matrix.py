@@ -183,8 +183,11 @@ ROWS: tuple[Row, ...] = (
     # the lab registers within about 1 s: a 3 s limit shows the 5 s delay (sut_in_path, checked on every case)
     Row("register-after-5s", ("MET-002",), sets=("registration_timeout_s=3",),
         covered_by=("tests/e2e/test_k8s_metrics.py::test_a_late_registration_fails_sut_in_path",)),
+    # a scheduler that never comes back: FAIL-001/002 wait 30 s for it, not the lab's 90 s (a healthy lab's restart
+    # is back within a few seconds, docs/soak.md)
     Row("scheduler_down", ("FUNC-001", "FUNC-005", "FUNC-007", "MET-001", "PERF-001", "FAIL-001", "FAIL-002"),
         faults={"scheduler_down": True}, expect={"MET-001": ("FAIL", "ERROR"), "PERF-001": ("FAIL", "ERROR")},
+        sets=("fail_restart_timeout_s=30",),
         cases_covered_by={"FUNC-005": ("tests/e2e/test_k8s_functional.py::test_scheduler_down_fails_oversub_case",),
                           "MET-001": ("tests/e2e/test_k8s_metrics.py::test_scheduler_down_fails_met001",)}),
     Row("annotations_denied", ("FUNC-008", "FUNC-012", "COMBO-001", "COMBO-003", "COMBO-008"),

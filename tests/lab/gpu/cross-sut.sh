@@ -13,6 +13,9 @@
 #   SYSTEMS        which systems, in order (default "xpushare hami-core mps")
 #   COMPUTE_CASES  the core-quota cases run for HAMi-core and MPS (default "ISO-011 ISO-014": cuLaunchKernel alone
 #                  and beside a neighbour; all six fit only without the memory cases in 8 minutes)
+#   SUITES         "iso" (default), "func" or "iso func": func runs FUNC_CASES on each system (`invoke func`)
+#   FUNC_CASES     the functional cases (default "FUNC-001 FUNC-004 FUNC-006 FUNC-007": a workload's runtime with
+#                  the system in its path, oversubscription off, a static memory quota too low and sufficient)
 #   DEPS           wheels of the tool's Python packages (tests/lab/gpu/fetch-deps.sh: $DEPS/whl), used only when
 #                  this machine's python lacks them (default .labdeps)
 #   CUDA_HOME      the CUDA toolkit (cuda.h, nvml.h, nvcc) for HAMi-core's build (default /usr/local/cuda)
@@ -31,6 +34,8 @@ SUT_SRC=${SUT_SRC:-${XPUSHARE_SUT_SRC:-}}
 HAMI_CORE_SRC=${HAMI_CORE_SRC:-}
 SYSTEMS=${SYSTEMS:-xpushare hami-core mps}
 COMPUTE_CASES=${COMPUTE_CASES:-ISO-011 ISO-014}
+SUITES=${SUITES:-iso}
+FUNC_CASES=${FUNC_CASES:-FUNC-001 FUNC-004 FUNC-006 FUNC-007}
 DEPS=${DEPS:-.labdeps}
 PY=${PYTHON:-python3}
 QUOTA=${ISO_QUOTA:-1Gi}
@@ -142,12 +147,20 @@ MEMORY=(--case ISO-001 --case ISO-002 --case ISO-003 --case ISO-004 --case ISO-0
 COMPUTE=()
 for c in $COMPUTE_CASES; do COMPUTE+=(--case "$c"); done
 [ ${#COMPUTE[@]} -gt 0 ] && COMPUTE+=("${COMPUTE_SET[@]}")
+FUNC=()
+for c in $FUNC_CASES; do FUNC+=(--case "$c"); done
 RUNS=()
-iso() {  # iso SYSTEM SECONDS [CASE FLAGS]: one run of the system's cluster
+iso() {  # iso SYSTEM SECONDS [CASE FLAGS]: one run of the system's cluster (and its functional run, with SUITES)
   local sys=$1 limit=$2; shift 2
-  OK_RC="0 1" step "iso-$sys" "$limit" "$PY" -m invoke iso --cluster "$sys" --inventory "$INV" --run-id "cross-$sys" --root "$OUT" \
-    "${ISO_SET[@]}" "$@"
-  RUNS+=(--run-id "cross-$sys")
+  if [[ " $SUITES " == *" iso "* ]]; then
+    OK_RC="0 1" step "iso-$sys" "$limit" "$PY" -m invoke iso --cluster "$sys" --inventory "$INV" --run-id "cross-$sys" \
+      --root "$OUT" "${ISO_SET[@]}" "$@"
+    RUNS+=(--run-id "cross-$sys")
+  fi
+  if [[ " $SUITES " == *" func "* ]] && [ ${#FUNC[@]} -gt 0 ]; then
+    OK_RC="0 1" step "func-$sys" 180 "$PY" -m invoke func --cluster "$sys" --inventory "$INV" --run-id "func-$sys" \
+      --root "$OUT" "${FUNC[@]}"
+  fi
 }
 
 for sys in $SYSTEMS; do
@@ -182,11 +195,31 @@ for sys in $SYSTEMS; do
   esac
 done
 
+# FUNC-001's workload again with no system in its path, its own argv from the first func run's pods.json: the
+# runtime each system's FUNC-001 is compared with (twice: the first run also pays PyTorch's start-up)
+if [[ " $SUITES " == *" func "* ]] && [[ " $FUNC_CASES " == *" FUNC-001 "* ]]; then
+  argv=$("$PY" - "$OUT" <<'PYEOF'
+import glob, json, shlex, sys
+for path in sorted(glob.glob(sys.argv[1] + "/.tmplog/func-*/*/*/functional/FUNC-001/pods.json")):
+    spec = json.load(open(path))[0]["spec"]
+    print(shlex.join(["xpushare/data/workloads/" + spec["workload"] + ".py", *spec["args"]]))
+    break
+PYEOF
+)
+  if [ -n "$argv" ]; then
+    for i in 1 2; do
+      # shellcheck disable=SC2086
+      env -u LD_PRELOAD timeout 120 "$PY" $argv >"$OUT/func001-no-system-$i.txt" 2>&1
+      echo "### FUNC-001 workload with no system ($i): exit $? $(grep -h -- '--- .* seconds ---' "$OUT/func001-no-system-$i.txt")"
+    done
+  fi
+fi
+
 if [ ${#RUNS[@]} -gt 0 ]; then
   step compare 60 "$PY" -m invoke compare "${RUNS[@]}" --root "$OUT" --out "$OUT/compare"
 fi
 mkdir -p "$OUT/runs"
-for d in "$OUT"/.tmplog/cross-*; do
+for d in "$OUT"/.tmplog/cross-* "$OUT"/.tmplog/func-*; do
   [ -d "$d" ] || continue
   cp -r "$d" "$OUT/runs/" 2>/dev/null
 done
