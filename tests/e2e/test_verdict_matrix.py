@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import dataclasses
 import queue
 import threading
 from collections.abc import Iterator
@@ -24,10 +23,12 @@ import pytest
 
 from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
-from tests.lab.matrix import HOST_MODE, ROWS, UNCAUGHT, MatrixLab, Outcome, Row, healthy_rows
+from tests.lab.matrix import HOST_MODE, METRICS_CHECK, ROWS, UNCAUGHT, MatrixLab, Outcome, Row, healthy_rows
 from tests.lab.mutants import MUTANTS
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from xpushare.cases import REGISTRY
+from xpushare.engine.plan import parameter_defaults
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 DOC = REPO_ROOT / "docs" / "verdicts.md"
@@ -38,7 +39,7 @@ LABS = 3
 SETTING_BASELINES = [r for r in healthy_rows(ROWS) if r.setting is not None]
 #: The rows run here, each with its ``ci_cases`` only: the other cases are asserted by the lab tests that cover them
 #: (running them again here would only double CI's time) or FAIL on the unmodified build already.
-RUN_HERE = [dataclasses.replace(r, cases=r.ci_cases) for r in ROWS if r.ci_cases]
+RUN_HERE = [r.narrowed(r.ci_cases) for r in ROWS if r.ci_cases]
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +138,13 @@ def test_covering_tests_run_the_breakage_and_assert_the_case() -> None:
                 source = _test_source(nodeid)
                 named = f'"{case}"' in source or case.lower().replace("-", "") in nodeid.rpartition("::")[2]
                 assert _runs_the_breakage(source, row) and named, (row.breakage, case, nodeid)
+
+
+def test_every_row_run_here_sets_only_what_its_cases_take() -> None:
+    """``invoke`` refuses a ``--set`` no selected case has a parameter for: a row narrowed to some of its cases
+    (FAIL-005/007 of ``ghost-clients``) must not carry the overrides of the cases it left out (its LEAK ones)."""
+    for row in RUN_HERE:
+        known = parameter_defaults([REGISTRY[c] for c in row.cases if c != METRICS_CHECK])
+        assert all(item.partition("=")[0] in known for item in row.sets), (row.breakage, row.sets)
+    ghosts = next(r for r in ROWS if r.breakage == "ghost-clients")
+    assert ghosts.narrowed(("FAIL-005",)).sets == () and ghosts.narrowed(ghosts.cases).sets == ghosts.sets

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import signal
 import subprocess
@@ -27,7 +28,9 @@ from typing import Any
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.mutants import MUTANTS, build_mutant
+from xpushare.cases import REGISTRY
 from xpushare.cases.premise_table import premises_markdown
+from xpushare.engine.plan import parameter_defaults
 from xpushare.transport.kubectl import Kubectl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +76,13 @@ class Row:
 
     def expected(self, case: str) -> tuple[str, ...]:
         return tuple(self.expect.get(case, ("FAIL",)))
+
+    def narrowed(self, cases: Sequence[str]) -> Row:
+        """The row on ``cases`` (some of its own), with the ``--set`` overrides those cases have a parameter for
+        (``invoke`` refuses a ``--set`` no selected case knows)."""
+        known = parameter_defaults([REGISTRY[c] for c in cases if c != METRICS_CHECK])
+        return dataclasses.replace(self, cases=tuple(cases),
+                                   sets=tuple(x for x in self.sets if x.partition("=")[0] in known))
 
     @property
     def ci_cases(self) -> tuple[str, ...]:
