@@ -140,7 +140,7 @@ def run_case(
         assert case.act is not None
         seconds, basis = expected_case_duration(case, cluster, params, root, exclude_run=run_id)
         run = CaseRun(case.case_id, case_dir, backend, cluster, params, plan={
-            "expected_duration_s": seconds, "expected_duration_basis": basis})
+            "expected_duration_s": seconds, "expected_duration_basis": basis, "sut": cluster.profile.name})
         try:
             activity.note(phase="begin")
             backend.begin_case(case_dir, case.case_id)
@@ -318,9 +318,10 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
         ev = Evidence.load(case_dir, mode)
         mapping = write_gpu_mapping(ev)
         read = ReadParams(params)
-        verdict = case.judge(ev, read, load_plan(case_dir))
+        plan = load_plan(case_dir)
+        verdict = case.judge(ev, read, plan)
         if case.suite in SUT_JUDGING_SUITES:
-            verdict = with_sut_checks(verdict, ev, params)
+            verdict = with_sut_checks(verdict, ev, params, plan)
         if case.measures_gpu and verdict.status is not Status.SKIP:
             verdict = with_idle_check(verdict, ev)
         verdict = with_gpu_fault_check(verdict, ev, expects_gpu_faults=case.expects_gpu_faults)

@@ -17,6 +17,7 @@ from typing import Any
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence import workload_env
 from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
+from xpushare.judge.sut_proof import check_system_in_path
 from xpushare.model.premises import SUT, is_unmet, unmet
 from xpushare.model.verdict import Check, Status, Verdict
 
@@ -180,11 +181,14 @@ def gpu_identity_check(ev: Evidence) -> Check | None:
                  {"agree": compared, "disagree": wrong, "unverified": unverified}, not wrong, detail)
 
 
-def with_sut_checks(verdict: Verdict, ev: Evidence, params: Mapping[str, Any] | None = None) -> Verdict:
+def with_sut_checks(verdict: Verdict, ev: Evidence, params: Mapping[str, Any] | None = None,
+                    plan: Mapping[str, Any] | None = None) -> Verdict:
     """``verdict`` with :func:`sut_path_check` and :func:`gpu_identity_check` added (those that apply).
 
     ``params``: the case's parameters; ``registration_timeout_s`` (default :data:`REGISTRATION_TIMEOUT_S`) is
-    recorded in the verdict's thresholds.
+    recorded in the verdict's thresholds. ``plan``: the case's ``plan.json``; where its ``sut`` is another system
+    (``hami-core``, ``mps``), that system's own evidence of every started workload is the ``sut_in_path`` check
+    (:func:`xpushare.judge.sut_proof.check_system_in_path`) instead of the project's scheduler registrations.
 
     A PASS or FAIL whose workloads the SUT never saw becomes ERROR "premise unmet: sut: SUT not in the path:
     <pod>: <why> (was ...)": it is not a verdict on the SUT (the ``sut`` premise, :mod:`xpushare.model.premises`);
@@ -194,14 +198,18 @@ def with_sut_checks(verdict: Verdict, ev: Evidence, params: Mapping[str, Any] | 
     disagreement (an ERROR stays ERROR: its evidence is not trusted). Returns the same object, updated.
     """
     timeout = float((params or {}).get("registration_timeout_s", REGISTRATION_TIMEOUT_S))
-    path, identity = sut_path_check(ev, timeout), gpu_identity_check(ev)
-    if path is not None:
-        verdict.thresholds["registration_timeout_s"] = timeout
+    started = [ev.key(p) for p in ev.pods if p.phase in _STARTED]
+    path = check_system_in_path(ev, plan or {}, started) if started else None
+    if path is None:  # the project's SUT (or nothing started)
+        path = sut_path_check(ev, timeout)
+        if path is not None:
+            verdict.thresholds["registration_timeout_s"] = timeout
+    identity = gpu_identity_check(ev)
     verdict.checks += [c for c in (path, identity) if c is not None]
     premise_error = verdict.status is Status.ERROR and is_unmet(verdict.summary)
     if path is not None and path.ok is None and (verdict.status in (Status.PASS, Status.FAIL) or premise_error):
-        verdict.status, verdict.summary = Status.ERROR, (
-            f"{unmet(SUT, path.detail)} (was {verdict.status}: {verdict.summary})")
+        why = path.detail if is_unmet(path.detail) else unmet(SUT, path.detail)
+        verdict.status, verdict.summary = Status.ERROR, f"{why} (was {verdict.status}: {verdict.summary})"
     elif path is not None and path.ok is False and (verdict.status is Status.PASS or premise_error):
         verdict.status, verdict.summary = Status.FAIL, f"sut_in_path: {path.detail} (was PASS: {verdict.summary})"
     elif identity is not None and identity.ok is False and verdict.status is not Status.ERROR:
