@@ -34,7 +34,7 @@ _HAMI_RE = re.compile(r"\[HAMI-core (?P<level>Msg|Info|Warn|Debug)\((?P<pid>\d+)
                       r"(?P<line>\d+)\)\]: (?P<message>.*)$")
 _HAMI_ERROR_RE = re.compile(r"\[HAMI-core ERROR \(pid:(?P<pid>\d+) thread=(?P<thread>\d+) (?P<file>[^:()]+):"
                             r"(?P<line>\d+)\)\]: (?P<message>.*)$")
-_MPS_RE = re.compile(r"^\[(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) Server (?P<server>\d+)\] "
+_MPS_RE = re.compile(r"^\[(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) Server\s+(?P<server>\d+)\] "
                      r"(?:New client (?P<new>\d+) connected"
                      r"|Client \{PID: (?P<new580>\d+), Context ID: \d+\} connected"
                      r"|Client (?:process )?(?P<gone>\d+) disconnected)\s*$")

@@ -39,3 +39,13 @@ def test_the_r580_drivers_server_log_gives_connects_per_context_and_the_process_
     assert {17960, 18382, 18603} <= joined
     assert any(not e.connected and e.client_pid == 18382 for e in events)
     assert all(e.server_pid == 17991 for e in events)
+
+
+def test_a_server_pid_of_four_digits_is_padded_and_still_read() -> None:
+    """The server pads its pid (``Server  6366``, two spaces, on the H200 of run 5 of docs/runs/2026-11-28-cross-sut):
+    with one space required every line was skipped and each MPS workload judged "never connected"."""
+    text = (FIXTURES / "mps_server_r580_padded_pid.log").read_text(encoding="utf-8")
+    assert "Server  6366]" in text
+    events = mps_client_events(text)
+    assert [(e.client_pid, e.connected) for e in events] == [(6100, True), (6100, True), (6100, False)]
+    assert {e.server_pid for e in events} == {6366}
