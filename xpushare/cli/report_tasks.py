@@ -1,5 +1,5 @@
 """Tasks over the stored runs: ``runs`` (list them with their status), ``diff`` (verdict changes and metric
-deltas between two runs) and ``compare`` (the isolation cases, system x case, over several runs). They read
+deltas between two runs) and ``compare`` (the isolation and functional cases, system x case, over several runs). They read
 ``<root>/.tmplog`` only (``compare --out`` also writes a new directory); ``--output json|yaml`` prints only the
 records (:mod:`xpushare.report.output`)."""
 
@@ -126,9 +126,9 @@ def diff(c: Context, run_a: str, run_b: str, output: str | None = None, root: st
       iterable=["run_id"])
 def compare(c: Context, run_id: list[str] | None = None, output: str | None = None, root: str = ".",
             out: str | None = None) -> None:
-    """Compare GPU-sharing systems side by side: the isolation cases of the given runs, one column per system
-    (the cluster's sut), with what each held, whether it was usable, and how far off the quota
-    (docs/isolation.md "Cross-SUT comparison")."""
+    """Compare GPU-sharing systems side by side: the isolation and functional cases of the given runs, one column
+    per system (the cluster's sut), with what each held, whether it was usable, how far off the quota, and a
+    workload's runtime (docs/isolation.md "Cross-SUT comparison")."""
 
     def body() -> None:
         from xpushare.model.atomic_file import atomic_write_text

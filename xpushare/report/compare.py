@@ -1,9 +1,12 @@
-"""The cross-SUT comparison: system x isolation case, with what each system held and how far off, from stored runs.
+"""The cross-SUT comparison: system x case, with what each system held and how far off, from stored runs.
 
-Reads the isolation suite's stored results alone (``result.json``: ``metrics`` as
+Reads the isolation and functional suites' stored results (``result.json``). The isolation cases' ``metrics`` as
 :func:`xpushare.judge.isolation.judge_memory_path` and ``judge_compute_path`` record them: ``sut``, ``path``,
 ``quota_bytes``, ``accepted_bytes``, ``outcome`` (``held`` | ``held, not usable`` | ``bypassed``),
-``bypass_ratio``, ``usable_short_ratio``, ``core_limit``, ``busy_events``, ``ideal_share``, ``accuracy``). A column
+``bypass_ratio``, ``usable_short_ratio``, ``core_limit``, ``busy_events``, ``ideal_share``, ``accuracy``); the
+functional cases' as their judgments record them: ``runtime_s`` (a workload's runtime, FUNC-001/007) and
+``quota_probe`` (the memory probe under a static quota, FUNC-006/007: :func:`xpushare.judge.quota_probe.
+add_static_figures`: ``quota_bytes``, ``accepted_bytes``, ``step_bytes``, ``tolerance_bytes``, ``path``). A column
 is one system on one cluster of one run: ``<sut>`` when that names it alone, else ``<sut> (<cluster>, <run>)``; a
 result recorded before the metrics named the system takes its cluster's name. A case not run by a system is
 ``·``; a SKIP or ERROR shows as such with its reason in the JSON, never as a figure.
@@ -24,9 +27,11 @@ from xpushare.report import artifacts
 from xpushare.report.plots import PlotResult, draw_png
 from xpushare.report.summaries import Result, record_status
 
-__all__ = ["Cell", "Comparison", "compare_results", "compare_runs", "plot"]
+__all__ = ["SUITES", "Cell", "Comparison", "compare_results", "compare_runs", "plot"]
 
 _MIB = 1 << 20
+#: The suites whose cases the comparison shows.
+SUITES = ("isolation", "functional")
 
 
 @dataclass(frozen=True)
@@ -43,13 +48,16 @@ class Cell:
     summary: str
     core_limit: int | None = None
     share: float | None = None
+    runtime_s: float | None = None
 
     def text(self) -> str:
         """The table cell: ``held 1024 MiB`` / ``held, not usable 448 MiB (-56.2%)`` / ``bypassed 3072 MiB
-        (+200.0%)`` / ``share 0.51 of 0.50 (+2.0%)``, with a non-PASS status after it; SKIP and ERROR alone."""
-        if self.status in ("SKIP", "ERROR", "NOT_RUN", "INTERRUPTED") or (
-                self.held_mib is None and self.share is None):
+        (+200.0%)`` / ``share 0.51 of 0.50 (+2.0%)`` / ``21.94 s`` (a runtime), with a non-PASS status after it;
+        SKIP and ERROR alone, and a verdict without figures as its status."""
+        if self.status in ("SKIP", "ERROR", "NOT_RUN", "INTERRUPTED"):
             return self.status
+        if self.held_mib is None and self.share is None:
+            return f"{self.runtime_s:.2f} s {self.status}" if self.runtime_s is not None else self.status
         off = f" ({self.off:+.1%})" if self.off is not None and abs(self.off) >= 0.0005 else ""
         if self.share is not None:
             return f"share {self.share:.3f}{off} {self.status}"
@@ -91,9 +99,25 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
+def _probe_outcome(probe: dict[str, Any]) -> str | None:
+    """A static-quota probe's outcome by the rules of docs/isolation.md (held: at most the quota plus the
+    tolerance; usable: at least the quota less one step)."""
+    try:
+        quota, accepted = int(probe["quota_bytes"]), int(probe["accepted_bytes"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if accepted > quota + int(probe.get("tolerance_bytes") or 0):
+        return "bypassed"
+    return "held" if accepted >= quota - int(probe.get("step_bytes") or 0) else "held, not usable"
+
+
 def _cell(r: Result) -> Cell:
-    m: dict[str, Any] = r.get("metrics") or {}
+    m: dict[str, Any] = dict(r.get("metrics") or {})
     status = record_status(r).value
+    probe = m.get("quota_probe")
+    if isinstance(probe, dict):  # a functional case's memory probe under its static quota
+        m.update(quota_bytes=probe.get("quota_bytes"), accepted_bytes=probe.get("accepted_bytes"),
+                 outcome=_probe_outcome(probe))
     quota = m.get("quota_bytes")
     accepted = m.get("accepted_bytes")
     outcome = m.get("outcome")
@@ -111,16 +135,19 @@ def _cell(r: Result) -> Cell:
     if share is not None and m.get("ideal_share"):
         off = float(share) / float(m["ideal_share"]) - 1
         outcome = "held" if m.get("held") is True else "not held" if m.get("held") is False else None
+    runtime = m.get("runtime_s")
     return Cell(status, outcome, held_mib, quota_mib, off, str(r.get("summary") or ""),
-                int(core) if core is not None else None, float(share) if share is not None else None)
+                int(core) if core is not None else None, float(share) if share is not None else None,
+                float(runtime) if isinstance(runtime, (int, float)) else None)
 
 
 def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
-    """The comparison of the isolation results of ``runs`` (``(run id, results)`` each, in the order given)."""
+    """The comparison of the isolation and functional results of ``runs`` (``(run id, results)`` each, in the
+    order given)."""
     found: list[tuple[str, str, str, Result]] = []  # (sut, cluster, run, result)
     for run_id, results in runs:
         for r in results:
-            if r.get("suite") != "isolation":
+            if r.get("suite") not in SUITES:
                 continue
             m = r.get("metrics") or {}
             cluster = str(r.get("cluster") or "?")
@@ -132,7 +159,10 @@ def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
     paths: dict[str, str] = {}
     for sut, cluster, run, r in found:
         case = str(r.get("case_id") or "?")
-        path = (r.get("metrics") or {}).get("path")  # a SKIP records none: another system's result may
+        metrics = r.get("metrics") or {}
+        probe = metrics.get("quota_probe")
+        # a SKIP records none: another system's result may; a functional case's path is its probe's
+        path = metrics.get("path") or (probe.get("path") if isinstance(probe, dict) else None)
         if path or case not in paths:
             paths[case] = str(path or "-")
         out.cells.setdefault(case, {})[label[(sut, cluster, run)]] = _cell(r)

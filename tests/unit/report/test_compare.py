@@ -1,5 +1,6 @@
-"""The cross-SUT comparison (report/compare, ``invoke compare``): system x isolation case from stored runs, with
-held / held-not-usable / bypassed and how far off; SKIP and ERROR never shown as figures."""
+"""The cross-SUT comparison (report/compare, ``invoke compare``): system x isolation or functional case from stored
+runs, with held / held-not-usable / bypassed and how far off, a workload's runtime; SKIP and ERROR never shown as
+figures."""
 
 from __future__ import annotations
 
@@ -90,3 +91,33 @@ def test_the_task_reads_stored_runs_and_writes_a_new_directory_only(tmp_path: Pa
     bad = subprocess.run([*cmd[:4], "--root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "error:" in bad.stderr
+
+
+def func(case: str, cluster: str, status: str, **metrics: Any) -> dict[str, Any]:
+    return {"suite": "functional", "cluster": cluster, "case_id": case, "status": status, "metrics": metrics,
+            "summary": f"{case} {status}"}
+
+
+def probe(accepted: int) -> dict[str, Any]:
+    return {"quota_bytes": Q, "accepted_bytes": accepted, "step_bytes": 64 * MIB, "tolerance_bytes": 21474836,
+            "path": "cuMemAlloc"}
+
+
+def test_functional_cases_show_runtimes_and_the_static_quotas_probe() -> None:
+    """FUNC-001 and FUNC-006 of xpushare and MPS on the H200 (docs/runs/2026-11-28-cross-sut, runs 5 and 6);
+    FUNC-004 SKIPs on MPS (no oversubscription switch), and a verdict without figures is its status."""
+    xp = [func("FUNC-001", "xpushare", "PASS", runtime_s=21.944), func("FUNC-004", "xpushare", "PASS", oom_markers=3),
+          func("FUNC-006", "xpushare", "PASS", oom_markers=3, quota_probe=probe(Q))]
+    mps = [func("FUNC-001", "mps", "PASS", runtime_s=21.71),
+           {**func("FUNC-004", "mps", "SKIP"), "summary": "premise unmet: oversubscription: sut mps has no switch"},
+           func("FUNC-006", "mps", "FAIL", quota_probe=probe(448 * MIB))]
+    c = compare_results([("func-xpushare", xp), ("func-mps", mps), ("iso", RUN_X[:1])])
+    assert c.systems == ["xpushare (xpushare, func-xpushare)", "mps", "xpushare (x1, iso)"]
+    assert c.rows()[:3] == [
+        ["FUNC-001", "-", "21.94 s PASS", "21.71 s PASS", "·"],
+        ["FUNC-004", "-", "PASS", "SKIP", "·"],
+        ["FUNC-006", "cuMemAlloc", "held 1024 MiB PASS", "held, not usable 448 MiB (-56.2%) FAIL", "·"],
+    ]
+    assert c.to_dict()["cells"]["FUNC-001"]["mps"]["runtime_s"] == pytest.approx(21.71)
+    bypassed = compare_results([("r", [func("FUNC-007", "hami", "FAIL", quota_probe=probe(3 * Q))])])
+    assert bypassed.rows() == [["FUNC-007", "cuMemAlloc", "bypassed 3072 MiB (+200.0%) FAIL"]]
