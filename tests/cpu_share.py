@@ -12,8 +12,9 @@ three workers of four idled for minutes, once per exclusive test. At the end the
 How: collection puts the modules with exclusive tests after all the others, and the exclusive tests last in their
 module (at most one module may mix them with other tests, so that no other test is ever queued behind an
 exclusive one on a worker); each worker appends the node id of every test it finished to a ledger shared by the
-session's workers; an exclusive test starts when the ledger holds every other selected test. Without xdist (one
-process, tests in order) nothing waits.
+session's workers; an exclusive test starts when the ledger holds every other selected test, or once no other
+worker has run a test for :data:`IDLE_S` seconds (the rest will never come: ``-x`` or ``--maxfail`` stopped the run,
+or a worker died). Without xdist (one process, tests in order) nothing waits.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ MARK = "cpu_exclusive"
 #: How long an exclusive test waits for the others: a test that hangs must not hang the run (the exclusive test
 #: then runs beside it, and its figures may be off).
 WAIT_LIMIT_S = 3600.0
+
+#: How long every other worker must have been idle (no test running, none finished) before an exclusive test stops
+#: waiting for tests that are not coming; ``XPUSHARE_CPU_SHARE_IDLE_S`` sets it (the plugin's own tests).
+IDLE_S = float(os.environ.get("XPUSHARE_CPU_SHARE_IDLE_S", "60"))
 
 #: Node ids of this session's selected tests that are not exclusive (each xdist worker collects them all).
 _OTHERS: set[str] = set()
@@ -68,14 +73,29 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _OTHERS.update(item.nodeid for item in session.items if not exclusive(item))
 
 
+def _running_file() -> Path | None:
+    """This worker's marker of a test in progress (``<session>.running.<worker>``), None without xdist."""
+    base = _session_file(".running")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return None if base is None or worker is None else base.with_name(f"{base.name}.{worker}")
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    running = _running_file()
+    if running is not None:
+        running.write_text(nodeid, encoding="utf-8")
+
+
 def pytest_runtest_logfinish(nodeid: str) -> None:
-    ledger = _session_file(".done")
+    ledger, running = _session_file(".done"), _running_file()
     if ledger is not None:
         fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, (nodeid + "\n").encode())  # one write per line, appended whole (O_APPEND)
         finally:
             os.close(fd)
+    if running is not None:
+        running.unlink(missing_ok=True)
 
 
 def _others_finished(ledger: Path) -> bool:
@@ -86,19 +106,29 @@ def _others_finished(ledger: Path) -> bool:
     return done >= _OTHERS
 
 
+def _others_idle(ledger: Path, mine: Path) -> bool:
+    """No other worker runs a test and none finished one for :data:`IDLE_S` seconds."""
+    if any(p != mine for p in ledger.parent.glob(ledger.name.replace(".done", ".running.*"))):
+        return False
+    try:
+        return time.time() - ledger.stat().st_mtime > IDLE_S
+    except FileNotFoundError:
+        return True
+
+
 @pytest.fixture(autouse=True)
 def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
     """An exclusive test waits for every other test of the session, then holds the session's lock exclusively;
     every other test holds it shared (so an exclusive test that stopped waiting at :data:`WAIT_LIMIT_S` still
     never starts inside another test)."""
-    lock, ledger = _session_file(".lock"), _session_file(".done")
-    if lock is None or ledger is None:
+    lock, ledger, mine = _session_file(".lock"), _session_file(".done"), _running_file()
+    if lock is None or ledger is None or mine is None:
         yield
         return
     with open(lock, "a") as fh:
         if exclusive(request.node):
             deadline = time.monotonic() + WAIT_LIMIT_S
-            while not _others_finished(ledger) and time.monotonic() < deadline:
+            while not _others_finished(ledger) and not _others_idle(ledger, mine) and time.monotonic() < deadline:
                 time.sleep(1.0)
             fcntl.flock(fh, fcntl.LOCK_EX)
         else:

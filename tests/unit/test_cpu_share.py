@@ -5,6 +5,7 @@ refused."""
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -81,3 +82,34 @@ def test_two_mixed_modules_are_refused(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("--collect-only", "-q")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*mix cpu_exclusive tests with others: only one module may*"])
+
+
+def test_an_exclusive_test_stops_waiting_for_tests_that_are_not_coming(project: pytest.Pytester,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-x``: the first failure stops the run before the other test of its module starts, while the exclusive test,
+    alone in its module on the other worker, already waits for it. It goes ahead once no other worker has run a test
+    for the idle time (3 s here) instead of waiting out its hour."""
+    monkeypatch.setenv("XPUSHARE_CPU_SHARE_IDLE_S", "3")
+    project.makepyfile(
+        test_a=textwrap.dedent("""
+            import time
+
+            def test_fails_first():
+                time.sleep(2.0)
+                assert False
+
+            def test_never_started():
+                pass
+        """),
+        test_b=textwrap.dedent("""
+            import pytest
+
+            @pytest.mark.cpu_exclusive
+            def test_exclusive():
+                pass
+        """))
+    started = time.monotonic()
+    result = project.runpytest_subprocess("-n", "2", "--dist", "loadfile", "-x", "-p", "no:cacheprovider",
+                                          timeout=600)
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)  # xdist's -x ends INTERRUPTED
+    assert time.monotonic() - started < 300, "waited for a test the stopped run never started"
