@@ -1,7 +1,7 @@
 """Tasks over the stored runs: ``runs`` (list them with their status), ``diff`` (verdict changes and metric
-deltas between two runs) and ``compare`` (the isolation and functional cases, system x case, over several runs). They read
-``<root>/.tmplog`` only (``compare --out`` also writes a new directory); ``--output json|yaml`` prints only the
-records (:mod:`xpushare.report.output`)."""
+deltas between two runs) and ``compare`` (the isolation and functional cases, system x case, over several runs).
+They read ``<root>/.tmplog`` only (``compare --out`` also writes a new directory); ``--output json|yaml`` prints
+only the records (:mod:`xpushare.report.output`)."""
 
 from __future__ import annotations
 
