@@ -108,7 +108,7 @@ def _others_finished(ledger: Path) -> bool:
 
 def _others_idle(ledger: Path, mine: Path) -> bool:
     """No other worker runs a test and none finished one for :data:`IDLE_S` seconds."""
-    if any(p != mine for p in ledger.parent.glob(ledger.name.replace(".done", ".running.*"))):
+    if any(p != mine for p in mine.parent.glob(mine.name.rpartition(".")[0] + ".*")):  # every worker's marker
         return False
     try:
         return time.time() - ledger.stat().st_mtime > IDLE_S

@@ -77,9 +77,8 @@ def _act(path: str) -> Any:
         quota = parse_quantity(limit)
         k8s = CAP_KUBERNETES in run.backend.capabilities
         profile = run.cluster.profile
-        limits: dict[str, Any] = {"memory_limit": limit} if k8s else {"memory_limit_env": limit}
-        if not k8s and profile.generation != profile.name:  # another system: its own variable
-            limits = {"env": tuple(profile.memory_env(quota).items())}
+        # an annotation, or the environment variable of the cluster's system
+        limits: dict[str, Any] = {"memory_limit": limit} if k8s else run.env_memory_quota(limit)
         run.plan.update(path=path, quota_bytes=quota, quota_source="annotation" if k8s else "env", memory_limit=limit,
                         sut=profile.name, quota_var=None if k8s else profile.memory_quota_var)
         run.run_pods([run.pod("probe", MEM_PROBE, args=probe_args(run.params, path, quota), **limits)])

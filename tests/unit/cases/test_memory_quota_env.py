@@ -18,6 +18,7 @@ class RecordingBackend:
     """Records the pods a case starts; every pod ends at once."""
 
     mode = "host"
+    capabilities: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.pods: list = []
@@ -51,7 +52,9 @@ def test_func006_and_007_and_their_probe_carry_hami_cores_quota(case_id: str, tm
     backend = RecordingBackend()
     params = {**REGISTRY[case_id].params, "pod_timeout_s": 1, "workload_args": {},
               "func006_memory_limit": "1Gi", "func007_memory_limit": "2Gi"}
-    REGISTRY[case_id].act(CaseRun(case_id, tmp_path, backend, cluster("hami-core"), params))  # type: ignore[arg-type]
+    act = REGISTRY[case_id].act
+    assert act is not None
+    act(CaseRun(case_id, tmp_path, backend, cluster("hami-core"), params))  # type: ignore[arg-type]
     quota = {"FUNC-006": "1024m", "FUNC-007": "2048m"}[case_id]
     assert [dict(p.env) for p in backend.pods] == [{"CUDA_DEVICE_MEMORY_LIMIT": quota}] * 2
     assert all(p.memory_limit_env is None for p in backend.pods)
@@ -60,3 +63,12 @@ def test_func006_and_007_and_their_probe_carry_hami_cores_quota(case_id: str, tm
 def test_kubernetes_keeps_the_sut_variable(tmp_path: Path) -> None:
     run = CaseRun("FUNC-006", tmp_path, RecordingBackend(), cluster("xpushare", "k8s"), {})  # type: ignore[arg-type]
     assert run.env_memory_quota("512Mi") == {"memory_limit_env": "512Mi"}
+
+
+def test_iso_memory_cases_take_the_same_variable(tmp_path: Path) -> None:
+    backend = RecordingBackend()
+    case = REGISTRY["ISO-001"]
+    params = {**case.params, "pod_timeout_s": 1, "workload_args": {}, "iso_memory_limit": "1Gi"}
+    assert case.act is not None
+    case.act(CaseRun("ISO-001", tmp_path, backend, cluster("mps"), params))  # type: ignore[arg-type]
+    assert [dict(p.env) for p in backend.pods] == [{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1024M"}]
