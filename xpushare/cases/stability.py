@@ -110,6 +110,7 @@ STAB_PARAMS: dict[str, Any] = {
     **TREND_PARAMS,
     "stab_min_success_ratio": 1.0,
     "stab_max_protocol_errors": 0,
+    "stab_exit_race_s": 5,
     "stab_log_storm_floor_per_min": 1200,
     "stab_log_storm_factor": 10,
 }

@@ -14,6 +14,7 @@ from typing import Any
 
 from xpushare.collect.pod_log import parse_timestamp
 from xpushare.collect.scheduler_log_records import (
+    ConnectionFailure,
     LimitChange,
     LimitSend,
     LockSpan,
@@ -109,6 +110,7 @@ class SchedulerLogParser:
         self.overload_warnings = 0
         self.send_failures = 0
         self.receive_failures = 0
+        self.connection_failures: list[ConnectionFailure] = []
         self.fatal_lines: list[LogLine] = []
         # client id -> kubectl timestamp text of its first LOCK_OK / last release, LOCK_OKs with a timestamp
         self.lock_first_grant: dict[str, str] = {}
@@ -361,10 +363,16 @@ class SchedulerLogParser:
             self.metrics_enabled = False
 
     def _on_failed(self, msg: str, ts_text: str | None, lineno: int) -> None:
-        if msg.startswith("Failed to send message to client"):
+        if msg.startswith("Failed to send message to client "):
             self.send_failures += 1
-        elif msg.startswith("Failed to receive message from client"):
+            kind = "send"
+        elif msg.startswith("Failed to receive message from client "):
             self.receive_failures += 1
+            kind = "receive"
+        else:
+            return
+        if len(self.connection_failures) < MAX_EVENTS:
+            self.connection_failures.append(ConnectionFailure(kind, msg.rsplit(" ", 1)[1], _ts(ts_text), lineno))
 
     # -------------------------------------------------------------------------------------------
 
@@ -402,6 +410,7 @@ class SchedulerLogParser:
             overload_warnings=self.overload_warnings,
             send_failures=self.send_failures,
             receive_failures=self.receive_failures,
+            connection_failures=tuple(self.connection_failures),
             fatal_lines=tuple(self.fatal_lines),
             fatal_count=levels.get("FATAL", 0),
             first_ts=_ts(self.first_ts_text),

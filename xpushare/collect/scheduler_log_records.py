@@ -17,6 +17,7 @@ from tabulate import tabulate
 __all__ = [
     "DISTRIBUTION_TITLE",
     "RATE_KEYS",
+    "ConnectionFailure",
     "LimitChange",
     "LimitSend",
     "LockSpan",
@@ -86,6 +87,20 @@ class LimitSend:
 
 
 @dataclass(frozen=True)
+class ConnectionFailure:
+    """``Failed to send message to client <id16>`` (``kind="send"``) or ``Failed to receive message from client
+    <id16>`` (``kind="receive"``): the scheduler met EAGAIN/ECONNRESET/EPIPE on the client's socket and drops the
+    client (``Removing client``). ``ts``: kubectl timestamp or ``None``; ``lineno``: 1-based line number.
+    Source: docs/sut/log.md §disconnects; scheduler.c ``send_message``/``receive_message``.
+    """
+
+    kind: str
+    cid: str
+    ts: datetime | None
+    lineno: int
+
+
+@dataclass(frozen=True)
 class LogLine:
     """One stored log line: message text (prefixes stripped), kubectl timestamp, 1-based line number."""
 
@@ -147,7 +162,8 @@ class SchedulerLogSummary:
       running_list``), ``promotions`` (``promoted from wait queue``), ``wait_queue_moves`` (``moved
       to wait queue``), ``disconnects`` (``Removing client <id>``, including ``<UNREGISTERED>``),
       ``unregistered_disconnects``, ``disconnected_clients`` (ids), ``overload_warnings``
-      (``Memory overload detected``), ``send_failures``/``receive_failures``;
+      (``Memory overload detected``), ``send_failures``/``receive_failures`` and ``connection_failures`` (the
+      first ``MAX_EVENTS`` of them, in order);
     * ``fatal_lines`` (first ``MAX_FATAL``), ``fatal_count`` (= ``levels["FATAL"]``);
     * ``first_ts``/``last_ts``: first and last kubectl timestamps (``None`` without ``--timestamps``);
     * ``lock_spans``: ``client_id -> LockSpan`` from the timestamped ``Sent LOCK_OK`` / ``released from
@@ -186,6 +202,7 @@ class SchedulerLogSummary:
     overload_warnings: int
     send_failures: int
     receive_failures: int
+    connection_failures: tuple[ConnectionFailure, ...]
     fatal_lines: tuple[LogLine, ...]
     fatal_count: int
     first_ts: datetime | None
@@ -328,6 +345,7 @@ class SchedulerLogSummary:
             "overload_warnings": self.overload_warnings,
             "send_failures": self.send_failures,
             "receive_failures": self.receive_failures,
+            "connection_failures": [{"kind": f.kind, "cid": f.cid, "ts": ts(f.ts)} for f in self.connection_failures],
             "fatal_count": self.fatal_count,
             "fatal_lines": [line.text for line in self.fatal_lines],
             "first_ts": ts(self.first_ts),

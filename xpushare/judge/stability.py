@@ -126,7 +126,9 @@ def judge_stab(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     if has_scheduler_log(ev):
         scan = scan_scheduler_log(scheduler_log_lines(ev))
         checks.append(check_clients_registered(data.rounds, scan.summary))
-        checks.append(check_scheduler_log_clean(scan.summary, max_protocol_errors=int(th["stab_max_protocol_errors"])))
+        checks.append(check_scheduler_log_clean(scan.summary, data.rounds,
+                                                max_protocol_errors=int(th["stab_max_protocol_errors"]),
+                                                exit_race_s=float(th["stab_exit_race_s"])))
         active = data.checkpoint.get("active_s")
         checks.append(check_log_storm(scan, floor_per_min=float(th["stab_log_storm_floor_per_min"]),
                                       factor=float(th["stab_log_storm_factor"]),

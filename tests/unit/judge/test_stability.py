@@ -225,9 +225,48 @@ def test_log_storm_and_clean_log() -> None:
     c = js.check_log_storm(storm, floor_per_min=100, factor=10)
     assert c.ok is False and c.values["max_per_min"] == 5000
     assert js.check_log_storm(js.scan_scheduler_log(["no timestamp"]), floor_per_min=1, factor=1).ok is None
-    assert js.check_scheduler_log_clean(calm.summary, max_protocol_errors=0).ok is True
+    assert js.check_scheduler_log_clean(calm.summary, [], max_protocol_errors=0, exit_race_s=5).ok is True
     dirty = js.scan_scheduler_log(log_lines([3], fatal=True))
-    assert js.check_scheduler_log_clean(dirty.summary, max_protocol_errors=0).ok is False
+    assert js.check_scheduler_log_clean(dirty.summary, [], max_protocol_errors=0, exit_race_s=5).ok is False
+
+
+def stamped(at: float, message: str, scheduler: str = "a") -> str:
+    import datetime as dt
+    ts = dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"[pod/xpushare-scheduler-{scheduler}/s] {ts} [XPUSHARE][INFO]: {message}"
+
+
+def failure_log(failed_at: float, *, kind: str = "receive", registered: bool = True) -> list[str]:
+    """A client of pod w5-1 registers at T0, gets a DROP_LOCK, then the scheduler fails on its socket."""
+    cid = "9947bdf5193d94ac"
+    lines = [stamped(T0, f"Registered client {cid} on GPU GPU-0 with Pod name = w5-1, Pod namespace = ns")]
+    lines = lines if registered else []
+    lines += [stamped(failed_at - 0.05, f"Sent DROP_LOCK to client {cid}"),
+              stamped(failed_at, f"Failed to {kind} message {'to' if kind == 'send' else 'from'} client {cid}"),
+              stamped(failed_at, f"Removing client {cid}")]
+    return lines
+
+
+def rounds_ending(pod: str, finished: float) -> list[dict]:
+    return [{"round": 1, "status": "completed", "detail": {pod: {"phase": "Succeeded", "finished": finished}}}]
+
+
+@pytest.mark.parametrize("kind", ["send", "receive"])
+def test_a_socket_failure_as_the_pod_exits_is_no_protocol_error(kind: str) -> None:
+    # the scheduler's message was in flight when the process exited: the kernel's reset, not a protocol fault
+    summary = js.scan_scheduler_log(failure_log(T0 + 40.28, kind=kind)).summary
+    c = js.check_scheduler_log_clean(summary, rounds_ending("w5-1", T0 + 40), max_protocol_errors=0, exit_race_s=5)
+    assert c.ok is True and c.values["disconnects_at_exit"] and not c.values["protocol_errors"], c
+
+
+@pytest.mark.parametrize("case", ["pod ran on", "no registration", "pod never ended"])
+def test_a_socket_failure_on_a_living_or_unknown_client_is_a_protocol_error(case: str) -> None:
+    summary = js.scan_scheduler_log(failure_log(T0 + 40, registered=case != "no registration")).summary
+    rounds = {"pod ran on": rounds_ending("w5-1", T0 + 100), "no registration": rounds_ending("w5-1", T0 + 40),
+              "pod never ended": []}[case]
+    c = js.check_scheduler_log_clean(summary, rounds, max_protocol_errors=0, exit_race_s=5)
+    assert c.ok is False and "1 protocol error(s)" in c.detail and not c.values["disconnects_at_exit"], c
+    assert js.check_scheduler_log_clean(summary, rounds, max_protocol_errors=1, exit_race_s=5).ok is True
 
 
 def change_line(at: float, pod: str, old: int, new: int, *, kind: str = "Compute") -> str:
