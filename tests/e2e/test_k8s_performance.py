@@ -184,7 +184,7 @@ def test_enforcement_off_fails_the_precision_cases(inventory: Path, kube_lab: La
 # out, as its budgets (39 % + 78 %) would ask for 117 % of each window.
 SKEWS = {
     "stingy": ("quota-stingy-30", ("PERF-011", "PERF-004"), "50", 1),
-    "generous": ("quota-generous-30", ("PERF-011",), "25", -1),
+    "generous": ("quota-generous-30", ("PERF-011",), "50", -1),
 }
 
 
