@@ -56,6 +56,7 @@ import contextlib
 import ctypes
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -308,16 +309,59 @@ def card_free_bytes(uuid: str) -> int | None:
     """
     if not os.environ.get("LD_PRELOAD"):
         return nvml_free_bytes(uuid)
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    reader = ("import sys; sys.path.insert(0, sys.argv[1]); import mem_probe as m; "
-              "r = m.nvml_free_bytes(sys.argv[2]); print(-1 if r is None else r)")
-    try:
-        proc = subprocess.run([sys.executable, "-c", reader, os.path.dirname(os.path.abspath(__file__)), uuid],
-                              env=env, capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = proc.stdout.strip()
-    return int(text) if proc.returncode == 0 and text.isdigit() else None
+    return _CARD_READER.free_bytes(uuid)
+
+
+class _CardReader:
+    """One child process without ``LD_PRELOAD`` that answers a UUID per line with NVML's free bytes (-1: unknown).
+
+    Started at the first question and kept: the probe asks once per measurement, and a Python start per question
+    cost more CPU than the measurement (0.15 s a question on two cores, a share of the card's host the workloads
+    beside the probe would otherwise have)."""
+
+    CODE = ("import sys; sys.path.insert(0, sys.argv[1]); import mem_probe as m\n"
+            "for line in sys.stdin:\n"
+            "    r = m.nvml_free_bytes(line.strip()); print(-1 if r is None else r, flush=True)\n")
+    TIMEOUT_S = 120.0
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def free_bytes(self, uuid: str) -> int | None:
+        proc = self.proc or self._start()
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            return None
+        try:
+            proc.stdin.write(uuid.replace("\n", " ") + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], self.TIMEOUT_S)
+            text = proc.stdout.readline().strip() if ready else ""
+        except (OSError, ValueError):
+            text = ""
+        if not text:  # hung or died: the next question starts a new reader
+            self.stop()
+        return int(text) if text.isdigit() else None
+
+    def _start(self) -> subprocess.Popen[str] | None:
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, os.path.dirname(os.path.abspath(__file__))],
+                                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+        return self.proc
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+_CARD_READER = _CardReader()
 
 
 Block = tuple[Any, ...]
