@@ -1,5 +1,7 @@
 """Tasks on the hosts of an inventory, outside the case matrix: ``hosts``, ``run``, ``ping``,
-``metrics-check`` and ``envcheck``. Each parses its flags and calls the library; exit statuses are the README's."""
+``metrics-check`` and ``envcheck``. Each parses its flags and calls the library; exit statuses are the README's.
+The library is imported in the task's body: SSH and the case registry are most of the command line's start-up,
+which ``--help`` and a usage error skip."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from pathlib import Path
 
 from invoke import Context
 
-from xpushare import adhoc
 from xpushare.cli import defaults, flags
 from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, LIMIT_HELP, ROOT_HELP, VERBOSE_HELP
 from xpushare.cli.guard import guarded, remainder_argv
@@ -31,6 +32,8 @@ def hosts(c: Context, cluster: str | None = None, inventory_: str | None = None,
     """Print the resolved inventory: clusters, hosts, roles, addresses and SSH settings."""
 
     def body() -> None:
+        from xpushare import adhoc
+
         fmt = output_format(output)
         inv = schema.load(inventory_)
         clusters = [inv.cluster(cluster)] if cluster else list(inv.clusters.values())
@@ -67,6 +70,8 @@ def run_(c: Context, cluster: str | None = None, role: str = "all", limit: str |
     """Run a command on the selected hosts in parallel: invoke run --cluster c1 --role gpu -- nvidia-smi -L"""
 
     def body() -> ExitStatus | int | None:
+        from xpushare import adhoc
+
         fmt = output_format(output)
         command_log.set_verbosity(verbose)
         n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)
@@ -99,6 +104,8 @@ def ping(c: Context, cluster: str | None = None, role: str = "all", limit: str |
     """Check reachability and latency; report hostname, kernel, GPUs, driver and kubectl versions."""
 
     def body() -> ExitStatus | int | None:
+        from xpushare import adhoc
+
         fmt = output_format(output)
         command_log.set_verbosity(verbose)
         n_forks = flags.count("--forks", defaults.forks(c, forks), DEFAULT_FORKS)

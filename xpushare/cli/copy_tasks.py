@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 from invoke import Context
 
-from xpushare import adhoc
 from xpushare.cli import defaults, flags
 from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP, LIMIT_HELP
 from xpushare.cli.guard import guarded
@@ -35,7 +33,7 @@ def put(c: Context, src: str, dest: str, cluster: str | None = None, role: str =
         forks: str | None = None, inventory_: str | None = None, output: str | None = None) -> None:
     """Copy a local file to the selected hosts in parallel: invoke put --cluster c1 --role gpu ./w.py /tmp/"""
 
-    _copy(adhoc.put_files, src, dest, cluster, role, limit, forks, inventory_, output)
+    _copy("put", src, dest, cluster, role, limit, forks, inventory_, output)
 
 
 @task(help={**_HELP, "src": "remote file to fetch",
@@ -45,15 +43,18 @@ def get(c: Context, src: str, dest: str, cluster: str | None = None, role: str =
         output: str | None = None) -> None:
     """Copy a file from the selected hosts in parallel, a copy per host: invoke get --cluster c1 /tmp/x.log out/"""
 
-    _copy(adhoc.get_files, src, dest, cluster, role, limit, forks, inventory_, output)
+    _copy("get", src, dest, cluster, role, limit, forks, inventory_, output)
 
 
-def _copy(copy: Callable[..., ExitStatus], src: str, dest: str, cluster: str | None, role: str, limit: str | None,
+def _copy(direction: str, src: str, dest: str, cluster: str | None, role: str, limit: str | None,
           forks: str | None, inventory_: str | None, output: str | None) -> None:
-    """The body of ``put`` and ``get``: ``copy`` (:func:`adhoc.put_files` or :func:`adhoc.get_files`) between
+    """The body of ``put`` and ``get`` (``direction``): :func:`adhoc.put_files` or :func:`adhoc.get_files` between
     here and the selected hosts, under :func:`guarded`."""
 
     def body() -> ExitStatus | int | None:
+        from xpushare import adhoc  # SSH: imported only when a copy runs (start-up of --help and usage errors)
+
+        copy = adhoc.put_files if direction == "put" else adhoc.get_files
         fmt = output_format(output)
         n_forks = flags.count("--forks", forks, DEFAULT_FORKS)
         spec = schema.load(inventory_).cluster(defaults.need_cluster(cluster))

@@ -13,12 +13,10 @@ from pathlib import Path
 from invoke import Collection, Context
 from tabulate import tabulate
 
-from xpushare import deploy as sut_ops
 from xpushare.cli import defaults
 from xpushare.cli.flags import CLUSTER_HELP, INVENTORY_HELP
 from xpushare.cli.guard import guarded
 from xpushare.cli.taskdef import task
-from xpushare.deploy import k8s as k8s_sut
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
@@ -44,10 +42,15 @@ def sut_source(explicit: str | None) -> Path | None:
 
 def deploy_host_mode(cluster: ClusterSpec, sut_src: str | None) -> int:
     """``invoke deploy`` of a host-mode cluster: build, install and start the SUT on every GPU host."""
+    from xpushare import deploy as sut_ops  # SSH and kubectl: imported when a task acts, not at start-up
+
     return sut_ops.run_on_cluster(cluster, "deploy", src=sut_source(sut_src), out=sys.stdout)
 
 
 def _act(cluster_name: str | None, inventory_path: str | None, action: str, output: str | None = None) -> int:
+    from xpushare import deploy as sut_ops
+    from xpushare.deploy import k8s as k8s_sut
+
     fmt = output_format(output)
     cluster = _cluster(cluster_name, inventory_path)
     if cluster.is_host:

@@ -5,11 +5,12 @@ keep its parameter's rules (a misspelt or mistyped parameter would otherwise be 
 
 from __future__ import annotations
 
-from xpushare.cases import REGISTRY
-from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults, owned_refusal
-from xpushare.engine.plan import parameter_defaults, value_problem
-from xpushare.inventory.schema import ClusterSpec
+from typing import TYPE_CHECKING
+
 from xpushare.model.errors import InventoryError
+
+if TYPE_CHECKING:
+    from xpushare.inventory.schema import ClusterSpec
 
 __all__ = ["check_cluster_params"]
 
@@ -25,6 +26,11 @@ def check_cluster_params(cluster: ClusterSpec) -> None:
         (``pod_timeout_s: abc``, a negative or infinite quantity, ``metrics_port: 0``, ``legacy_pods: -1``;
         :func:`~xpushare.cases.param_schema.owned_problem`).
     """
+    # imported here: the case registry is most of the command line's start-up, and a usage error or --help needs none
+    from xpushare.cases import REGISTRY
+    from xpushare.cases.param_schema import OWNED_PREFIXES, cluster_setting_defaults, owned_refusal
+    from xpushare.engine.plan import parameter_defaults, value_problem
+
     defaults = parameter_defaults(list(REGISTRY.values()))
     for name, values in cluster_setting_defaults().items():
         defaults.setdefault(name, []).extend(values)
