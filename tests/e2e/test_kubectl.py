@@ -355,6 +355,22 @@ def test_wait_pods_timeout_carries_last_pods() -> None:
     assert clock.sleeps == [2, 2, 1]
 
 
+def test_wait_pods_backs_off_while_nothing_changes_and_starts_over_on_a_change() -> None:
+    running = [_pod("a", "Running")]
+    host = FakeHost(_lists(*[running] * 6, [_pod("a", "Succeeded")]))
+    clock = Clock()
+    k = kubectl(host)
+    k.wait_pods("run=r1", until="terminal", count=1, timeout_s=600, poll_s=1, poll_max_s=3, clock=clock,
+                sleep=clock.sleep)
+    assert clock.sleeps == [1, 1.5, 2.25, 3, 3, 3]  # the first list is a change (nothing seen before)
+    host = FakeHost(_lists([_pod("a", "Pending")], [_pod("a", "Pending")], running, running, running,
+                           [_pod("a", "Succeeded")]))
+    clock = Clock()
+    kubectl(host).wait_pods("run=r1", until="terminal", count=1, timeout_s=600, poll_s=1, poll_max_s=3,
+                            clock=clock, sleep=clock.sleep)
+    assert clock.sleeps == [1, 1.5, 1, 1.5, 2.25]  # Pending -> Running is a change: back to poll_s
+
+
 def test_wait_pods_fails_fast_on_stuck_pod() -> None:
     host = FakeHost(_lists([_pod("a", "Pending", waiting="ImagePullBackOff")]))
     with pytest.raises(KubePodStuck, match="a: ImagePullBackOff") as info:

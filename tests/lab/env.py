@@ -75,6 +75,7 @@ def lab_params(kube: LabCluster) -> dict[str, Any]:
         "pod_workload_configmap": False,
         "pod_image": "lab",
         "poll_s": 0.5,
+        "poll_max_s": 2.0,
         "pod_timeout_s": 300,
         # functional
         "func003_pods": 4,

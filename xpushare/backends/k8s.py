@@ -90,6 +90,8 @@ K8S_DEFAULTS: dict[str, Any] = {
     "pod_workload_dir": "/opt/xpushare/workloads",
     "pod_workload_configmap": True,
     "poll_s": 2.0,
+    # waits for pods back off from poll_s to poll_max_s while nothing changes (Kubectl.wait_pods)
+    "poll_max_s": 10.0,
     "metrics_port": 9402,
     "vgpus_per_gpu": 10,
     "kubectl_request_timeout_s": 30,  # kubectl's --request-timeout: an API server that does not answer in time
@@ -571,7 +573,8 @@ class K8sBackend(Backend, KubeAccess):
         try:
             pods = self.kubectl.wait_pods(
                 self.selector(), until=until, count=count, timeout_s=timeout_s,  # type: ignore[arg-type]
-                poll_s=float(self.params["poll_s"]), sleep=interrupt.sleep,
+                poll_s=float(self.params["poll_s"]), poll_max_s=float(self.params["poll_max_s"]),
+                sleep=interrupt.sleep,
                 **({"namespace": namespaces[0]} if len(namespaces) == 1 else {"all_namespaces": True}),
             )
         except (KubeTimeout, KubePodStuck) as exc:

@@ -55,7 +55,7 @@ COUNT_SUFFIXES = ("_pods", "_pods_small", "_pods_large", "_max_pods", "_repeats"
 #: Parameters that are a time window a case measures over (a duration, a window, a sampling interval).
 WINDOW_SUFFIXES = ("_duration_s", "_window_s", "_interval_s", "_load_s")
 #: Waits that end the case when they run out, and polling periods: 0 would end every wait at once or spin.
-POSITIVE_SUFFIXES = ("_timeout_s", "poll_s")
+POSITIVE_SUFFIXES = ("_timeout_s", "poll_s", "poll_max_s")
 #: Fractions of a whole (a share of rounds, of successes, of the memory quota ...): 0..1.
 FRACTION_SUFFIXES = ("_fraction", "_overlap_ratio", "_success_ratio", "_update_ratio", "_fill_ratio", "_alert_ratio",
                      "_progress_min_ratio", "_max_drop", "_tolerance_ratio", "_tolerance", "_tolerance_t4",

@@ -215,6 +215,7 @@ class Kubectl:
         count: int,
         timeout_s: float,
         poll_s: float = 2.0,
+        poll_max_s: float | None = None,
         namespace: Any = _USE_DEFAULT,
         all_namespaces: bool = False,
         clock: Callable[[], float] = time.monotonic,
@@ -224,7 +225,11 @@ class Kubectl:
 
         ``running``: every pod has left Pending (phase Running, or already Succeeded/Failed);
         ``terminal``: every pod is Succeeded or Failed. One ``get pods -l`` call per poll (``all_namespaces``:
-        ``-A``, the pods of every namespace).
+        ``-A``, the pods of every namespace). Polls ``poll_s`` seconds apart; with ``poll_max_s`` above it, each
+        poll that sees the pods' phases unchanged waits 1.5 times longer, up to ``poll_max_s``, and a change starts
+        again at ``poll_s``: a half-hour pod costs the API server and the master a few hundred calls, not one
+        every ``poll_s``, and a pod that moves is still seen within ``poll_s``. Pod times in the evidence come
+        from the kubelet (``startedAt``/``finishedAt``), not from when a poll saw them.
 
         Returns:
             The pods of the last poll (sorted by name).
@@ -239,9 +244,14 @@ class Kubectl:
         deadline = clock() + timeout_s
         command = self.argv(["get", "pods", "-l", selector, "-o", "json", *(["-A"] if all_namespaces else [])],
                             namespace=None if all_namespaces else namespace)
+        interval = poll_s
+        last: list[tuple[str, str]] | None = None
         while True:
             pods = self.list_pods(selector, namespace=namespace, all_namespaces=all_namespaces)
             activity.pods([p.phase for p in pods], count=count, until=until)
+            phases = [(p.name, p.phase) for p in pods]
+            interval = poll_s if phases != last else min(interval * 1.5, max(poll_s, poll_max_s or poll_s))
+            last = phases
             if len(pods) >= count and all(done(p) for p in pods):
                 return pods
             stuck = [p for p in pods if not done(p) and (p.waiting_reason in STUCK_REASONS
@@ -254,7 +264,7 @@ class Kubectl:
                 seen = ", ".join(f"{p.name}={p.phase}" for p in pods) or "none"
                 raise KubeTimeout(command, "", -1, f"timed out after {timeout_s:g}s waiting for {count} pod(s) "
                                   f"-l {selector} to be {until}; seen: {seen}", pods=pods)
-            sleep(min(poll_s, remaining))
+            sleep(min(interval, remaining))
 
     # -- logs
 
