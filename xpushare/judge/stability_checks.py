@@ -348,9 +348,12 @@ def check_scheduler_log_clean(summary: SchedulerLogSummary, rounds: Sequence[Map
     protocol error: the scheduler had a message (a DROP_LOCK at the end of a quantum, a LOCK_OK) in flight when
     the process exited, and the kernel answered with a reset (scheduler.c treats every such errno as a dead
     client). The pod comes from the client's ``Registered client`` line, its end from ``rounds`` (the soak's
-    per-pod ``finished``, Unix seconds, whole seconds from the kubelet). A failure without a timestamp, a
-    registration or a known end counts as a protocol error: nothing shows the client was leaving."""
-    finished = _finish_times(rounds)
+    per-pod ``finished``, Unix seconds, whole seconds from the kubelet), and it must have Succeeded: a client
+    the scheduler dropped while it worked exits on its broken socket (client.c ``true_or_exit``), and that
+    pod Failed within the same seconds. A failure without a timestamp, a registration or a known successful
+    end counts as a protocol error: nothing shows the client was leaving of its own accord."""
+    finished = {name: end for name, end in _finish_times(rounds).items()
+                if name in _succeeded(rounds)}
     pods: dict[str, list[tuple[int, str]]] = {}
     for reg in summary.registrations:
         pods.setdefault(reg.cid, []).append((reg.lineno, reg.pod.lower()))
@@ -377,6 +380,11 @@ def check_scheduler_log_clean(summary: SchedulerLogSummary, rounds: Sequence[Map
         f": {'; '.join(errors[:3])}" if errors else "")
     return Check("scheduler_log_clean", f"fatal == 0 and send/receive failures <= {max_protocol_errors} (a failure "
                  f"within {exit_race_s:g} s of its pod's end is a disconnect at exit)", values, ok, detail)
+
+
+def _succeeded(rounds: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {name.lower() for r in rounds for name, info in (r.get("detail") or {}).items()
+            if info.get("phase") == "Succeeded"}
 
 
 def _finish_times(rounds: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -247,8 +247,8 @@ def failure_log(failed_at: float, *, kind: str = "receive", registered: bool = T
     return lines
 
 
-def rounds_ending(pod: str, finished: float) -> list[dict]:
-    return [{"round": 1, "status": "completed", "detail": {pod: {"phase": "Succeeded", "finished": finished}}}]
+def rounds_ending(pod: str, finished: float, phase: str = "Succeeded") -> list[dict]:
+    return [{"round": 1, "status": "completed", "detail": {pod: {"phase": phase, "finished": finished}}}]
 
 
 @pytest.mark.parametrize("kind", ["send", "receive"])
@@ -259,11 +259,12 @@ def test_a_socket_failure_as_the_pod_exits_is_no_protocol_error(kind: str) -> No
     assert c.ok is True and c.values["disconnects_at_exit"] and not c.values["protocol_errors"], c
 
 
-@pytest.mark.parametrize("case", ["pod ran on", "no registration", "pod never ended"])
+@pytest.mark.parametrize("case", ["pod ran on", "no registration", "pod never ended", "pod failed with it"])
 def test_a_socket_failure_on_a_living_or_unknown_client_is_a_protocol_error(case: str) -> None:
+    # "pod failed with it": the scheduler dropped a working client, whose library exits on the broken socket
     summary = js.scan_scheduler_log(failure_log(T0 + 40, registered=case != "no registration")).summary
     rounds = {"pod ran on": rounds_ending("w5-1", T0 + 100), "no registration": rounds_ending("w5-1", T0 + 40),
-              "pod never ended": []}[case]
+              "pod never ended": [], "pod failed with it": rounds_ending("w5-1", T0 + 40, "Failed")}[case]
     c = js.check_scheduler_log_clean(summary, rounds, max_protocol_errors=0, exit_race_s=5)
     assert c.ok is False and "1 protocol error(s)" in c.detail and not c.values["disconnects_at_exit"], c
     assert js.check_scheduler_log_clean(summary, rounds, max_protocol_errors=1, exit_race_s=5).ok is True
