@@ -7,8 +7,11 @@
 * ``no-core-enforcement`` (tests/lab/mutants): the quota is received and logged but never throttles: ISO-011
   FAILs (the probe gets the whole GPU); ISO-014 FAILs on both pods (the never-dropped lock keeps the neighbour
   waiting through the probe's run: ``neighbour_quota_held``). The matrix row (tests/lab/matrix.py) runs all six.
+* PERF-012 at one slice (50 % beside a 50 % neighbour): the unmodified build keeps the slice's share (PASS); under
+  ``no-core-enforcement`` the probe alone has the whole GPU and beside the neighbour about half: FAIL
+  ``neighbour_impact_q50``.
 
-About 6 minutes for the module.
+About 8 minutes for the module.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytes
     return write_inventory(tmp_path_factory.mktemp("iso-compute-inv") / "inventory.yaml", ssh_lab, kube_lab)
 
 
-def run_iso(inventory: Path, root: Path, run_id: str, *cases: str) -> tuple[dict[str, dict[str, Any]], str]:
-    args = [a for c in cases for a in ("--case", c)]
-    proc = subprocess.run([sys.executable, "-m", "invoke", "iso", "--cluster", "lab", "--inventory", str(inventory),
+def run_iso(inventory: Path, root: Path, run_id: str, *cases: str, task: str = "iso",
+            sets: tuple[str, ...] = ()) -> tuple[dict[str, dict[str, Any]], str]:
+    args = [a for c in cases for a in ("--case", c)] + [a for s in sets for a in ("--set", s)]
+    proc = subprocess.run([sys.executable, "-m", "invoke", task, "--cluster", "lab", "--inventory", str(inventory),
                            "--run-id", run_id, "--root", str(root), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     base = root / ".tmplog" / run_id / "xpushare" / "lab"
@@ -53,6 +57,9 @@ def run_iso(inventory: Path, root: Path, run_id: str, *cases: str) -> tuple[dict
 
 
 CASES_UNDER_MUTANT = ("ISO-011", "ISO-014")
+#: PERF-012 at one slice (a 50 % probe beside a 50 % neighbour): the noisy-neighbour figure of issue 38
+NOISY = ("PERF-012",)
+NOISY_SETS = ("perf012_slices=[50]",)
 
 
 def shares(got: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -73,10 +80,23 @@ def test_core_quota_holds_on_cuLaunchKernel_only(lab_inventory: Path, tmp_path: 
         assert "bypassed" in got[case]["summary"]
 
 
+def test_a_noisy_neighbour_leaves_the_slice_its_share(lab_inventory: Path, tmp_path: Path) -> None:
+    got, detail = run_iso(lab_inventory, tmp_path, "noisy", *NOISY, task="perf", sets=NOISY_SETS)
+    v = got.get("PERF-012")
+    assert v is not None and v["status"] == "PASS", (v, detail)
+    (row,) = v["metrics"]["slices"]
+    assert row["slice"] == 50 and abs(row["impact"]) <= 0.10 and 0.4 < row["share_alone"] < 0.6, row
+
+
 def test_no_core_enforcement_turns_cuLaunchKernel_fail(lab_inventory: Path, kube_lab: LabCluster,
                                                        tmp_path: Path) -> None:
     with kube_lab.running_mutant("no-core-enforcement"):
         got, detail = run_iso(lab_inventory, tmp_path, "mutant", *CASES_UNDER_MUTANT)
+        noisy, noisy_detail = run_iso(lab_inventory, tmp_path, "mutant-noisy", *NOISY, task="perf", sets=NOISY_SETS)
+    # alone the probe has the whole GPU, beside the unthrottled neighbour about half of it
+    v = noisy.get("PERF-012")
+    assert v is not None and v["status"] == "FAIL" and "neighbour_impact_q50" in v["summary"], (v, noisy_detail)
+    assert v["metrics"]["slices"][0]["impact"] < -0.25, v["metrics"]
     print(json.dumps(shares(got), indent=1))
     assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(CASES_UNDER_MUTANT, "FAIL"), (shares(got), detail)
     assert got["ISO-011"]["metrics"]["busy_events"] > 0.9  # the whole GPU under a 50 % quota

@@ -61,7 +61,7 @@ FRACTION_SUFFIXES = ("_fraction", "_overlap_ratio", "_success_ratio", "_update_r
                      "_progress_min_ratio", "_max_drop", "_tolerance_ratio", "_tolerance", "_tolerance_t4",
                      "trend_alpha")
 #: Compute (core) quotas in percent of the GPU (a number, or a list of them: ``perf003_quotas``).
-CORE_SUFFIXES = ("_core_limit", "_core", "_core_from", "_core_to", "_cores", "_quotas")
+CORE_SUFFIXES = ("_core_limit", "_core", "_core_from", "_core_to", "_cores", "_quotas", "_slices")
 #: Memory quotas: a quantity (``4Gi``) or a list of them.
 MEMORY_SUFFIXES = ("_memory_limit", "_memory_limits", "_memory_from", "_memory_to", "_memory_cycle",
                    "_memory_base")

@@ -13,7 +13,9 @@
 #   SYSTEMS        which systems, in order (default "xpushare hami-core mps")
 #   COMPUTE_CASES  the core-quota cases run for HAMi-core and MPS (default "ISO-011 ISO-014": cuLaunchKernel alone
 #                  and beside a neighbour; all six fit only without the memory cases in 8 minutes)
-#   SUITES         "iso" (default), "func" or "iso func": func runs FUNC_CASES on each system (`invoke func`)
+#   SUITES         any of "iso" (default), "func", "perf": func runs FUNC_CASES on each system (`invoke func`), perf
+#                  runs PERF-012 (a noisy neighbour's impact at PERF012_SLICES, default "25,50,75") on each system with
+#                  a core quota in host mode (`invoke perf`; xpushare's core quota is a pod annotation: left out)
 #   FUNC_CASES     the functional cases (default "FUNC-001 FUNC-004 FUNC-006 FUNC-007": a workload's runtime with
 #                  the system in its path, oversubscription off, a static memory quota too low and sufficient)
 #   DEPS           wheels of the tool's Python packages (tests/lab/gpu/fetch-deps.sh: $DEPS/whl), used only when
@@ -36,6 +38,7 @@ SYSTEMS=${SYSTEMS:-xpushare hami-core mps}
 COMPUTE_CASES=${COMPUTE_CASES:-ISO-011 ISO-014}
 SUITES=${SUITES:-iso}
 FUNC_CASES=${FUNC_CASES:-FUNC-001 FUNC-004 FUNC-006 FUNC-007}
+PERF012_SLICES=${PERF012_SLICES:-25,50,75}
 DEPS=${DEPS:-.labdeps}
 PY=${PYTHON:-python3}
 QUOTA=${ISO_QUOTA:-1Gi}
@@ -161,6 +164,12 @@ iso() {  # iso SYSTEM SECONDS [CASE FLAGS]: one run of the system's cluster (and
     OK_RC="0 1" step "func-$sys" 180 "$PY" -m invoke func --cluster "$sys" --inventory "$INV" --run-id "func-$sys" \
       --root "$OUT" "${FUNC[@]}"
   fi
+  if [[ " $SUITES " == *" perf "* ]] && [ "$sys" != xpushare ]; then
+    OK_RC="0 1" step "perf-$sys" 240 "$PY" -m invoke perf --cluster "$sys" --inventory "$INV" --run-id "perf-$sys" \
+      --root "$OUT" --case PERF-012 --set "perf012_slices=[$PERF012_SLICES]" --set iso_intervals=3 \
+      --set iso_interval_s=2 --set iso_start_delay_s=0.5
+    RUNS+=(--run-id "perf-$sys")
+  fi
 }
 
 for sys in $SYSTEMS; do
@@ -219,7 +228,7 @@ if [ ${#RUNS[@]} -gt 0 ]; then
   step compare 60 "$PY" -m invoke compare "${RUNS[@]}" --root "$OUT" --out "$OUT/compare"
 fi
 mkdir -p "$OUT/runs"
-for d in "$OUT"/.tmplog/cross-* "$OUT"/.tmplog/func-*; do
+for d in "$OUT"/.tmplog/cross-* "$OUT"/.tmplog/func-* "$OUT"/.tmplog/perf-*; do
   [ -d "$d" ] || continue
   cp -r "$d" "$OUT/runs/" 2>/dev/null
 done
