@@ -6,7 +6,9 @@ Reads the isolation and functional suites' stored results (``result.json``). The
 ``bypass_ratio``, ``usable_short_ratio``, ``core_limit``, ``busy_events``, ``ideal_share``, ``accuracy``); the
 functional cases' as their judgments record them: ``runtime_s`` (a workload's runtime, FUNC-001/007) and
 ``quota_probe`` (the memory probe under a static quota, FUNC-006/007: :func:`xpushare.judge.quota_probe.
-add_static_figures`: ``quota_bytes``, ``accepted_bytes``, ``step_bytes``, ``tolerance_bytes``, ``path``). A column
+add_static_figures`: ``quota_bytes``, ``accepted_bytes``, ``step_bytes``, ``tolerance_bytes``, ``path``); PERF-012's
+as :func:`xpushare.judge.noisy_neighbour.judge_noisy_neighbour` records them (``slices``: per slice its
+``impact``, the share beside the noisy neighbour / alone - 1). A column
 is one system on one cluster of one run: ``<sut>`` when that names it alone, else ``<sut> (<cluster>, <run>)``; a
 result recorded before the metrics named the system takes its cluster's name. A case not run by a system is
 ``·``; a SKIP or ERROR shows as such with its reason in the JSON, never as a figure.
@@ -27,11 +29,13 @@ from xpushare.report import artifacts
 from xpushare.report.plots import PlotResult, draw_png
 from xpushare.report.summaries import Result, record_status
 
-__all__ = ["SUITES", "Cell", "Comparison", "compare_results", "compare_runs", "plot"]
+__all__ = ["PERFORMANCE_CASES", "SUITES", "Cell", "Comparison", "compare_results", "compare_runs", "plot"]
 
 _MIB = 1 << 20
-#: The suites whose cases the comparison shows.
-SUITES = ("isolation", "functional")
+#: The suites whose cases the comparison shows, and the performance cases among them (those with a figure that
+#: reads across systems).
+SUITES = ("isolation", "functional", "performance")
+PERFORMANCE_CASES = ("PERF-012",)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class Cell:
     core_limit: int | None = None
     share: float | None = None
     runtime_s: float | None = None
+    impacts: tuple[tuple[int, float], ...] = ()
+    """PERF-012: ``(slice percent, impact)`` per slice judged."""
 
     def text(self) -> str:
         """The table cell: ``held 1024 MiB`` / ``held, not usable 448 MiB (-56.2%)`` / ``bypassed 3072 MiB
@@ -56,6 +62,8 @@ class Cell:
         SKIP and ERROR alone, and a verdict without figures as its status."""
         if self.status in ("SKIP", "ERROR", "NOT_RUN", "INTERRUPTED"):
             return self.status
+        if self.impacts:
+            return "impact " + ", ".join(f"{q} %: {x:+.1%}" for q, x in self.impacts) + f" {self.status}"
         if self.held_mib is None and self.share is None:
             return f"{self.runtime_s:.2f} s {self.status}" if self.runtime_s is not None else self.status
         off = f" ({self.off:+.1%})" if self.off is not None and abs(self.off) >= 0.0005 else ""
@@ -136,9 +144,11 @@ def _cell(r: Result) -> Cell:
         off = float(share) / float(m["ideal_share"]) - 1
         outcome = "held" if m.get("held") is True else "not held" if m.get("held") is False else None
     runtime = m.get("runtime_s")
+    impacts = tuple((int(row["slice"]), float(row["impact"])) for row in m.get("slices") or ()
+                    if isinstance(row, dict) and isinstance(row.get("impact"), (int, float)))
     return Cell(status, outcome, held_mib, quota_mib, off, str(r.get("summary") or ""),
                 int(core) if core is not None else None, float(share) if share is not None else None,
-                float(runtime) if isinstance(runtime, (int, float)) else None)
+                float(runtime) if isinstance(runtime, (int, float)) else None, impacts)
 
 
 def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
@@ -147,7 +157,8 @@ def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
     found: list[tuple[str, str, str, Result]] = []  # (sut, cluster, run, result)
     for run_id, results in runs:
         for r in results:
-            if r.get("suite") not in SUITES:
+            if r.get("suite") not in SUITES or (r.get("suite") == "performance"
+                                                and r.get("case_id") not in PERFORMANCE_CASES):
                 continue
             m = r.get("metrics") or {}
             cluster = str(r.get("cluster") or "?")

@@ -121,3 +121,15 @@ def test_functional_cases_show_runtimes_and_the_static_quotas_probe() -> None:
     assert c.to_dict()["cells"]["FUNC-001"]["mps"]["runtime_s"] == pytest.approx(21.71)
     bypassed = compare_results([("r", [func("FUNC-007", "hami", "FAIL", quota_probe=probe(3 * Q))])])
     assert bypassed.rows() == [["FUNC-007", "cuMemAlloc", "bypassed 3072 MiB (+200.0%) FAIL"]]
+
+
+def test_noisy_neighbour_cells_show_the_impact_per_slice_and_other_perf_cases_stay_out() -> None:
+    def perf(case: str, sut: str, status: str, slices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"suite": "performance", "cluster": sut, "case_id": case, "status": status,
+                "metrics": {"sut": sut, "path": "cuLaunchKernel", "slices": slices}, "summary": f"{case} {status}"}
+
+    hami = perf("PERF-012", "hami-core", "FAIL", [{"slice": 25, "impact": -0.5}, {"slice": 75, "impact": -0.02}])
+    mps = perf("PERF-012", "mps", "PASS", [{"slice": 25, "impact": 0.01}, {"slice": 75}])
+    c = compare_results([("p1", [hami, perf("PERF-001", "hami-core", "PASS", [])]), ("p2", [mps])])
+    assert c.rows() == [["PERF-012", "cuLaunchKernel", "impact 25 %: -50.0%, 75 %: -2.0% FAIL",
+                         "impact 25 %: +1.0% PASS"]]
