@@ -54,10 +54,12 @@ ROOT = REPO_ROOT
 PERF_PARAMS: dict[str, Any] = {"workload_args": {**LAB_WORKLOAD_ARGS, "w5_quota_probe": ["--n", "2048"]}}
 
 
-#: The pods' priority of this module's lab: above the other pytest workers' labs (their pods run at the lab's
-#: default -10), so that the runtime ratios measure the quota, not the other labs' load (a healthy PERF-004 read
-#: +34 % once with four labs on two cores at the same priority).
-PRECISION_POD_NICE = -15
+#: The pods' priority of this module's lab: the highest, above the other pytest workers' labs (their pods run at
+#: the lab's default -10), so that the runtime ratios measure the quota, not the other labs' load (a healthy
+#: PERF-004 read +34 % once with four labs on two cores at the same priority; at -15, a CPU weight only three
+#: times theirs, a healthy PERF-011 q25 read +17 % with a fifth process tree busy beside the four workers; at -20
+#: the weight is nine times theirs).
+PRECISION_POD_NICE = -20
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +144,7 @@ def test_rejudge_with_another_tolerance_flips_the_stored_verdict(runs: Path) -> 
     if stored["status"] == "PASS":  # tighten: the same evidence FAILs
         tolerance, want = "0.001", "FAIL"
     elif stored["status"] == "FAIL" and "monotonic" not in stored["summary"]:  # loosen: the same evidence PASSes
-        tolerance, want = "5", "PASS"
+        tolerance, want = "0.99", "PASS"  # a fraction: the parameter's rule refuses 5
     else:
         pytest.skip(f"stored PERF-011 is {stored['status']}: {stored['summary']}")
     proc = invoke("judge", "--run-id", "healthy", "--root", str(runs), "--set", f"perf_quota_tolerance={tolerance}",
