@@ -23,6 +23,7 @@ from xpushare.engine.plan import expected_case_duration
 from xpushare.evidence import events, gpu_apps
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory.schema import ClusterSpec, is_kubernetes_mode
+from xpushare.inventory.sut_profiles import PROFILES
 from xpushare.judge.gpu_faults import with_gpu_fault_check
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.judge.thresholds import ReadParams
@@ -323,7 +324,8 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
         if case.suite in SUT_JUDGING_SUITES:
             verdict = with_sut_checks(verdict, ev, params, plan)
         if case.measures_gpu and verdict.status is not Status.SKIP:
-            verdict = with_idle_check(verdict, ev)
+            sut = PROFILES.get(str(plan.get("sut")))
+            verdict = with_idle_check(verdict, ev, own=sut.gpu_processes if sut else ())
         verdict = with_gpu_fault_check(verdict, ev, expects_gpu_faults=case.expects_gpu_faults)
     except Exception as exc:
         return Verdict(Status.ERROR, f"judgment failed on the stored evidence: {type(exc).__name__}: {exc}")
@@ -332,10 +334,11 @@ def judge_case(case: CaseDef, case_dir: Path, params: Mapping[str, Any], mode: s
     return verdict
 
 
-def with_idle_check(verdict: Verdict, ev: Evidence) -> Verdict:
+def with_idle_check(verdict: Verdict, ev: Evidence, own: tuple[str, ...] = ()) -> Verdict:
     """The verdict with :func:`gpu_apps.idle_check` added: a GPU another process used turns it ERROR ("GPU
-    busy: ..."), whatever the measurement said, since neither a PASS nor a FAIL taken then is about the SUT."""
-    check = gpu_apps.idle_check({name: ev.text(name) for name in map(gpu_apps.file_name, gpu_apps.TAGS)})
+    busy: ..."), whatever the measurement said, since neither a PASS nor a FAIL taken then is about the SUT;
+    ``own`` names the system's own GPU processes (MPS's server), which are not another process's load."""
+    check = gpu_apps.idle_check({name: ev.text(name) for name in map(gpu_apps.file_name, gpu_apps.TAGS)}, own)
     verdict.checks.append(check)
     verdict.evidence = sorted(set(verdict.evidence) | {gpu_apps.file_name(t) for t in gpu_apps.TAGS
                                                        if ev.text(gpu_apps.file_name(t)) is not None})

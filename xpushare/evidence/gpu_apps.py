@@ -17,7 +17,7 @@ judged unknown: nothing is concluded from it, and the check then names it, so th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from xpushare.collect.nvidia_smi import compute_apps_command, parse_compute_apps
@@ -56,11 +56,13 @@ def capture(hosts: Mapping[str, Host], case_dir: Path, tag: str, timeout_s: floa
     return file_name(tag)
 
 
-def busy(text_of: Mapping[str, str | None]) -> tuple[list[str], list[str]]:
+def busy(text_of: Mapping[str, str | None], own: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """The foreign GPU processes and the hosts whose state is unknown, from the captured files.
 
     Args:
         text_of: ``file_name(tag)`` -> its content (None when not captured), for the tags of :data:`TAGS`.
+        own: process names (their last path component) of the system under test's own GPU processes
+            (:attr:`~xpushare.inventory.sut_profiles.SutProfile.gpu_processes`: MPS's server): not foreign.
 
     Returns:
         ``(processes, unknown)``: ``"<tag> <host>: pid <pid> <name> (<MiB> MiB) on <uuid>"`` per process on a GPU
@@ -85,22 +87,25 @@ def busy(text_of: Mapping[str, str | None]) -> tuple[list[str], list[str]]:
                 unknown.append(f"{tag} {host}: {output.strip().splitlines()[-1] if output.strip() else 'no answer'}")
                 continue
             for app in parse_compute_apps(output, FIELDS):
+                if (app.process_name or "").rsplit("/", 1)[-1] in own:
+                    continue
                 mem = app.used_memory_bytes
                 mib = f"{mem // (1 << 20)} MiB" if mem is not None else "? MiB"
                 processes.append(f"{tag} {host}: pid {app.pid} {app.process_name} ({mib}) on {app.gpu_uuid}")
     return processes, unknown
 
 
-def idle_check(text_of: Mapping[str, str | None]) -> Check:
-    """``gpu_idle``: no other compute process on the case's GPUs before its first pod or after its last.
+def idle_check(text_of: Mapping[str, str | None], own: Sequence[str] = ()) -> Check:
+    """``gpu_idle``: no other compute process on the case's GPUs before its first pod or after its last; the
+    system under test's ``own`` processes (see :func:`busy`) do not count.
 
     ``ok`` True when both snapshots were taken on every host and were empty; None ("GPU busy: ...") when a
     process was there, which makes the verdict ERROR, never FAIL; True with a detail naming what could not be
     seen when a host has no nvidia-smi (the lab's Kubernetes node hosts, a CPU-only host): nothing seen is
     then not evidence of a busy GPU, and the detail says so.
     """
-    processes, unknown = busy(text_of)
-    values = {"processes": processes, "unknown": unknown}
+    processes, unknown = busy(text_of, own)
+    values = {"processes": processes, "unknown": unknown, "own_processes_ignored": list(own)}
     expression = "no other compute process on the GPUs before the first pod or after the last one ended"
     if processes:
         return Check("gpu_idle", expression, values, None, "GPU busy: " + "; ".join(processes))

@@ -69,7 +69,9 @@ class SutProfile:
     as premise ``proof_premise``; ``kubernetes``: None when the tool drives it in Kubernetes mode, else why not
     (the inventory refuses the pair); ``install``: how ``invoke deploy`` installs, starts and stops it in host mode;
     ``oversub_env``: the variables that let a workload allocate more GPU memory than the card has (None: the
-    system has no such switch, e.g. MPS).
+    system has no such switch, e.g. MPS); ``gpu_processes``: the system's own processes that hold a GPU context
+    while it serves workloads (``nvidia-smi --query-compute-apps`` lists them: MPS's server), never another
+    tenant's load on the GPU.
     """
 
     name: str
@@ -85,6 +87,7 @@ class SutProfile:
     proof_premise: str = SUT
     debug_env: Mapping[str, str] = field(default_factory=dict)
     oversub_env: Mapping[str, str] | None = None
+    gpu_processes: tuple[str, ...] = ()
 
     def memory_env(self, quota_bytes: int) -> dict[str, str]:
         """The workload's environment for a memory quota of ``quota_bytes`` bytes (> 0)."""
@@ -179,6 +182,8 @@ PROFILES: dict[str, SutProfile] = {
                  "<state_dir>/pipe and CUDA_MPS_LOG_DIRECTORY=<state_dir>/log; sut.stop / undeploy send it 'quit'"),
         kubernetes=("MPS in Kubernetes is the NVIDIA device plugin's sharing mode, which this tool does not drive; "
                     "use mode: host"),
+        # the server holds the GPU's context for its clients and stays between them (NVIDIA's MPS guide, §2.3)
+        gpu_processes=("nvidia-cuda-mps-server",),
     ),
 }
 

@@ -2,12 +2,16 @@
 
 For each slice q the compute probe (``workloads/compute_probe.py``, path ``cuLaunchKernel``) runs alone under a
 core quota of q %, then again beside a neighbour that launches kernels back to back under the rest of the GPU
-(100 - q %) on the same GPU. The **impact** of the neighbour is the probe's GPU share beside it against its share
-alone, ``share_beside / share_alone - 1``: 0 when the slice is isolated, -0.5 when the neighbour took half of
-it. Both shares come from the probe's own clocks (the GPU's events and the process's wall clock, which must
-agree); beside the neighbour only the probe's intervals are judged, and the neighbour's share over them is
-reported. The tolerance is the seed's for quotas mixed on one GPU (``perf_mixed_tolerance`` ±10 %, T4 ±12 %:
-seed 000 §6 P1). Source: docs/performance.md "PERF-012"; the probe line: docs/isolation.md.
+(100 - q %) on the same GPU. The **impact** of the neighbour is the probe's throughput beside it against its
+throughput alone, ``kernels_per_s beside / kernels_per_s alone - 1``: every kernel is the same fixed work, so this
+is the work the slice got done, 0 when it is isolated, -0.5 when the neighbour took half of it. Throughput, not the
+GPU share of docs/isolation.md (kernels x the shortest kernel / wall time): two contexts that run at once stretch
+each other's kernels (the project's SUT runs its quota clients at once; MPS puts them on SMs of their own), which
+moves the share without moving the work done; on one H200 the share read +13.7 % for a 25 % slice whose throughput
+changed by +0.1 %. The shares are reported beside the impact, and the two clocks must agree as in the ISO cases.
+Beside the neighbour only the probe's intervals from ``iso_compute_skip_intervals`` on are judged. The tolerance is
+the seed's for quotas mixed on one GPU (``perf_mixed_tolerance`` ±10 %, T4 ±12 %: seed 000 §6 P1).
+Source: docs/performance.md "PERF-012"; the probe line: docs/isolation.md.
 """
 
 from __future__ import annotations
@@ -33,29 +37,31 @@ from xpushare.model.verdict import Check, Status, Verdict, combine
 
 __all__ = ["check_impact", "judge_noisy_neighbour"]
 
-IMPACT = "|share beside the neighbour / share alone - 1| <= tolerance"
+IMPACT = "|kernels per second beside the neighbour / alone - 1| <= tolerance"
 
 
 def check_impact(q: int, alone: ComputeShare, beside: ComputeShare, tol: float, tol_name: str) -> Check:
-    """The neighbour's impact on a q % slice: ``beside.busy_events / alone.busy_events - 1`` within ``±tol``.
+    """The neighbour's impact on a q % slice: ``beside.kernels_per_s / alone.kernels_per_s - 1`` within ``±tol``
+    (kernels of fixed work: the work the slice got done per second).
 
     Returns a :class:`Check` named ``neighbour_impact_q<q>``: FAIL when the slice lost (or gained) more than
-    ``tol`` of its share alone; not evaluable when the probe got no GPU time alone."""
+    ``tol`` of its throughput alone; not evaluable when the probe ran no kernel alone."""
     name = f"neighbour_impact_q{q}"
-    values: dict[str, Any] = {"slice": q, "share_alone": round(alone.busy_events, 4),
-                              "share_beside": round(beside.busy_events, 4), "tolerance": tol,
-                              "tolerance_param": tol_name}
+    values: dict[str, Any] = {"slice": q, "kernels_per_s_alone": round(alone.kernels_per_s, 3),
+                              "kernels_per_s_beside": round(beside.kernels_per_s, 3),
+                              "share_alone": round(alone.busy_events, 4), "share_beside": round(beside.busy_events, 4),
+                              "tolerance": tol, "tolerance_param": tol_name}
     expr = f"{IMPACT} ({tol_name} = {tol})"
-    if alone.busy_events <= 0:
-        return Check(name, expr, values, None, f"the {q} % slice got no GPU time alone: nothing to compare")
-    impact = beside.busy_events / alone.busy_events - 1
+    if alone.kernels_per_s <= 0:
+        return Check(name, expr, values, None, f"the {q} % slice ran no kernel alone: nothing to compare")
+    impact = beside.kernels_per_s / alone.kernels_per_s - 1
     values["impact"] = round(impact, 4)
     if abs(impact) <= tol:
         return Check(name, expr, values, True)
-    what = "the neighbour took part of it" if impact < 0 else "it took more beside the neighbour than alone"
+    what = "the neighbour took part of it" if impact < 0 else "it got more done beside the neighbour than alone"
     return Check(name, expr, values, False,
-                 f"{q} % slice: share {beside.busy_events:.3f} beside the neighbour against {alone.busy_events:.3f} "
-                 f"alone ({impact:+.1%}, beyond ±{tol:.0%}): {what}")
+                 f"{q} % slice: {beside.kernels_per_s:.1f} kernels/s beside the neighbour against "
+                 f"{alone.kernels_per_s:.1f} alone ({impact:+.1%}, beyond ±{tol:.0%}): {what}")
 
 
 def _colocated(ev: Evidence, victim: str, noisy: str) -> tuple[bool, dict[str, Any]]:
@@ -73,8 +79,8 @@ def judge_noisy_neighbour(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
     ``iso_compute_skip_intervals``; a probe that could not run is ERROR, never a verdict) with the two clocks
     agreeing (``iso_compute_sources_tolerance``); the system is in the workloads' path where its profile can
     prove it; the victim and the noisy neighbour shared one GPU (else ERROR, premise ``two-pods-one-gpu``); and per
-    slice :func:`check_impact`. Metrics: ``slices`` (per slice: share alone, beside, the neighbour's share over
-    the victim's intervals, impact) and ``worst_impact``."""
+    slice :func:`check_impact`. Metrics: ``slices`` (per slice: throughput and share alone, beside, the neighbour's
+    over the victim's intervals, impact) and ``worst_impact``."""
     pods = list(plan.get("pods") or [])
     skip = int(th["iso_compute_skip_intervals"])
     tol, tol_name = tolerance_for(th, plan, mixed=True)
@@ -107,6 +113,7 @@ def judge_noisy_neighbour(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
         for key, share in (("alone", alone), ("beside", beside), ("noisy", n_share)):
             if share is not None:
                 row[f"share_{key}"] = round(share.busy_events, 4)
+                row[f"kernels_per_s_{key}"] = round(share.kernels_per_s, 3)
         for share in (alone, beside):
             if share is not None:
                 checks.append(check_sources_agree(share, th, name=f"clocks_agree_q{q}"))
@@ -115,8 +122,8 @@ def judge_noisy_neighbour(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
             impacts.append(impact)
             row["impact"] = impact.values.get("impact")
         figures.append(row)
-    metrics: dict[str, Any] = {"slices": figures, "sut": plan.get("sut"), "quota_source": plan.get("quota_source"),
-                               "quota_var": plan.get("quota_var")}
+    metrics: dict[str, Any] = {"slices": figures, "path": plan.get("path"), "sut": plan.get("sut"),
+                               "quota_source": plan.get("quota_source"), "quota_var": plan.get("quota_var")}
     known = [r["impact"] for r in figures if r.get("impact") is not None]
     if known:
         metrics["worst_impact"] = min(known, key=lambda x: -abs(x))

@@ -20,6 +20,7 @@ from xpushare.engine.lifecycle import with_idle_check
 from xpushare.evidence import gpu_apps
 from xpushare.evidence.store import Evidence
 from xpushare.inventory import schema
+from xpushare.inventory.sut_profiles import PROFILES
 from xpushare.model.verdict import Check, Status, Verdict
 from xpushare.transport.base import CommandResult
 
@@ -142,6 +143,18 @@ def test_a_leftover_process_makes_the_gpu_busy(tmp_path: Path) -> None:
     assert check.detail.startswith("GPU busy: before gpu1: pid 478 python3 (610 MiB) on GPU-")
     doc = json.loads((tmp_path / "gpu_apps" / "before.json").read_text())
     assert doc["gpu1"]["exit"] == 0
+
+
+def test_the_mps_server_is_the_system_not_another_tenant(tmp_path: Path) -> None:
+    # what an H200 listed after PERF-012 under MPS: the server holds the context for its clients and stays
+    header = "pid, process_name, used_gpu_memory [MiB], gpu_uuid\n"
+    server = header + "12852, nvidia-cuda-mps-server, 66 MiB, GPU-55d3955f-b277-f8c0-4cb8-1039edd4fd51\n"
+    text_of = files(header, server, tmp_path)
+    assert gpu_apps.idle_check(text_of).ok is None  # another system's run: a busy GPU
+    check = gpu_apps.idle_check(text_of, PROFILES["mps"].gpu_processes)
+    assert check.ok is True and check.values["own_processes_ignored"] == ["nvidia-cuda-mps-server"]
+    other = server + "478, /usr/bin/python3, 610 MiB, GPU-55d3955f-b277-f8c0-4cb8-1039edd4fd51\n"
+    assert gpu_apps.idle_check(files(header, other, tmp_path), ("nvidia-cuda-mps-server",)).ok is None
 
 
 def test_a_host_without_nvidia_smi_is_named_not_judged(tmp_path: Path) -> None:

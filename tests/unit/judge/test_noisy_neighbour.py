@@ -54,8 +54,22 @@ def test_a_neighbour_that_takes_half_the_slice_is_fail() -> None:
     # no core enforcement: alone the probe has the whole GPU, beside the neighbour half of it
     v = run({25: (1.0, 0.5, 0.5), 75: (0.75, 0.74, 0.25)})
     assert v.status.value == "FAIL", v.summary
-    assert "25 % slice: share 0.500 beside the neighbour against 1.000 alone (-50.0%" in v.summary
+    assert "25 % slice: 125.0 kernels/s beside the neighbour against 250.0 alone (-50.0%" in v.summary
     assert v.metrics["worst_impact"] == -0.5
+
+
+def test_kernels_stretched_by_a_concurrent_neighbour_are_judged_by_the_work_done() -> None:
+    # an H200 under the project's SUT: beside the neighbour each kernel took 4.52 ms instead of 3.98, the same
+    # kernels per second: the GPU share reads +13 %, the slice lost nothing
+    a, v, n = names(25)
+    logs = {a: HAMI_INIT + log(line(1.0, 0), line(0.25, 1), line(0.25, 2)),
+            v: HAMI_INIT + log(line(1.0, 0), line(0.2825, 1, kernel_ms=4.52), line(0.2825, 2, kernel_ms=4.52)),
+            n: HAMI_INIT + log(*(line(0.72, i) for i in range(4)))}
+    verdict = judge_noisy_neighbour(Evidence.from_parts([record(a), record(v), record(n)], logs, mode="host"), TH,
+                                    plan(25))
+    assert verdict.status.value == "PASS", verdict.summary
+    row = verdict.metrics["slices"][0]
+    assert row["impact"] == 0.0 and row["share_beside"] > 1.1 * row["share_alone"], row
 
 
 def test_a_slice_that_gets_more_beside_the_neighbour_is_fail_too() -> None:
