@@ -9,7 +9,7 @@
   waiting through the probe's run: ``neighbour_quota_held``). The matrix row (tests/lab/matrix.py) runs all six.
 * PERF-012 at one slice (50 % beside a 50 % neighbour): the unmodified build keeps the slice's share (PASS); under
   ``no-core-enforcement`` the probe alone has the whole GPU and beside the neighbour about half: FAIL
-  ``neighbour_impact_q50``.
+  ``neighbour_impact_q50``. PERF-013 (three context probes) PASSes in the healthy run.
 
 About 8 minutes for the module.
 """
@@ -81,11 +81,16 @@ def test_core_quota_holds_on_cuLaunchKernel_only(lab_inventory: Path, tmp_path: 
 
 
 def test_a_noisy_neighbour_leaves_the_slice_its_share(lab_inventory: Path, tmp_path: Path) -> None:
-    got, detail = run_iso(lab_inventory, tmp_path, "noisy", *NOISY, task="perf", sets=NOISY_SETS)
+    # and PERF-013 in the same run: three context probes (register-after-5s turns it FAIL: test_k8s_metrics.py)
+    got, detail = run_iso(lab_inventory, tmp_path, "noisy", *NOISY, "PERF-013", task="perf",
+                          sets=(*NOISY_SETS, "perf013_repeats=3"))
     v = got.get("PERF-012")
     assert v is not None and v["status"] == "PASS", (v, detail)
     (row,) = v["metrics"]["slices"]
     assert row["slice"] == 50 and abs(row["impact"]) <= 0.10 and 0.4 < row["share_alone"] < 0.6, row
+    ctx = got.get("PERF-013")
+    assert ctx is not None and ctx["status"] == "PASS", (ctx, detail)
+    assert len(ctx["metrics"]["total_ms"]) == 3 and ctx["metrics"]["device"] == "sim", ctx["metrics"]
 
 
 def test_no_core_enforcement_turns_cuLaunchKernel_fail(lab_inventory: Path, kube_lab: LabCluster,

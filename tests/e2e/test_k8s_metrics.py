@@ -204,10 +204,17 @@ def test_a_gauge_that_does_not_follow_fails_met003(mutant: str, check: str, lab_
 
 def test_a_late_registration_fails_sut_in_path(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
     """``register-after-5s``: the scheduler admits each client 5 s after it asked; with ``registration_timeout_s`` 3
-    (the lab registers within about 1 s) MET-002, which passes on the page, FAILs on ``sut_in_path``."""
+    (the lab registers within about 1 s) MET-002, which passes on the page, FAILs on ``sut_in_path``; PERF-013
+    (the context probe, whose ``cuInit`` is where the client registers) FAILs on ``context_latency``."""
     wait_idle(kube_lab)
     with kube_lab.running_mutant("register-after-5s"):
         run_metrics(lab_inventory, tmp_path, "late", "MET-002", sets=("registration_timeout_s=3",))
+        invoke("perf", "--cluster", "lab", "--inventory", str(lab_inventory), "--run-id", "late-ctx", "--root",
+               str(tmp_path), "--case", "PERF-013", "--set", "perf013_repeats=1")
+    ctx = json.loads((tmp_path / ".tmplog" / "late-ctx" / "xpushare" / "lab" / "performance" / "PERF-013" /
+                      "result.json").read_text())
+    assert ctx["status"] == "FAIL" and "slowest step init_ms" in ctx["summary"], ctx["summary"]
+    assert ctx["metrics"]["median_ms"]["init_ms"] > 4500, ctx["metrics"]
     got = results(tmp_path, "late")["MET-002"]
     assert got["status"] == "FAIL", got["summary"]
     path = next(c for c in got["checks"] if c["name"] == "sut_in_path")

@@ -5,7 +5,7 @@ Suite modules register their implemented cases first; the catalog then adds plac
 """
 
 from xpushare.cases import combination, functional, isolation, metrics, performance, noisy_neighbour  # noqa: F401, I001
-from xpushare.cases import stability, tenancy  # noqa: F401
+from xpushare.cases import context_latency, stability, tenancy  # noqa: F401
 from xpushare.cases import catalog  # noqa: F401  (must come last)
 from xpushare.cases.base import REGISTRY, SUITE_ALIASES, SUITES, CaseDef
 

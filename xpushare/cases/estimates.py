@@ -38,6 +38,7 @@ STATIC_CASE_S: dict[str, float] = {
     "PERF-001": 600.0, "PERF-002": 900.0, "PERF-003": 6 * W2_T4_S, "PERF-004": 900.0, "PERF-005": 900.0,
     "PERF-006": 900.0, "PERF-007": 200.0, "PERF-008": 1800.0, "PERF-009": 600.0, "PERF-010": 900.0,
     "PERF-011": 1200.0, "PERF-012": 3 * 2 * _ISO_COMPUTE_S,  # per slice: the probe alone, then beside a neighbour
+    "PERF-013": 5 * 20.0,  # five short probe processes, each started and deleted
     # stability: soaks last stab_duration_s (their parameter gives it first); leaks run their rounds; faults
     # a load of fail_load_s around the fault and the recovery
     "STAB-001": 6 * 3600.0, "STAB-002": 24 * 3600.0, "STAB-003": 6 * 3600.0, "STAB-004": 6 * 3600.0,

@@ -8,7 +8,9 @@ functional cases' as their judgments record them: ``runtime_s`` (a workload's ru
 ``quota_probe`` (the memory probe under a static quota, FUNC-006/007: :func:`xpushare.judge.quota_probe.
 add_static_figures`: ``quota_bytes``, ``accepted_bytes``, ``step_bytes``, ``tolerance_bytes``, ``path``); PERF-012's
 as :func:`xpushare.judge.noisy_neighbour.judge_noisy_neighbour` records them (``slices``: per slice its
-``impact``, the share beside the noisy neighbour / alone - 1). A column
+``impact``, the throughput beside the noisy neighbour / alone - 1); PERF-013's as
+:func:`xpushare.judge.context_latency.judge_context_latency` does (``median_ms``: the wait for a first context and
+kernel, per step and in total). A column
 is one system on one cluster of one run: ``<sut>`` when that names it alone, else ``<sut> (<cluster>, <run>)``; a
 result recorded before the metrics named the system takes its cluster's name. A case not run by a system is
 ``·``; a SKIP or ERROR shows as such with its reason in the JSON, never as a figure.
@@ -20,7 +22,7 @@ Outputs: :meth:`Comparison.markdown` (a table, then each cell's verdict line), :
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ _MIB = 1 << 20
 #: The suites whose cases the comparison shows, and the performance cases among them (those with a figure that
 #: reads across systems).
 SUITES = ("isolation", "functional", "performance")
-PERFORMANCE_CASES = ("PERF-012",)
+PERFORMANCE_CASES = ("PERF-012", "PERF-013")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Cell:
     runtime_s: float | None = None
     impacts: tuple[tuple[int, float], ...] = ()
     """PERF-012: ``(slice percent, impact)`` per slice judged."""
+    latency_ms: Mapping[str, float] | None = None
+    """PERF-013: the median wait per step and ``total_ms`` (milliseconds)."""
 
     def text(self) -> str:
         """The table cell: ``held 1024 MiB`` / ``held, not usable 448 MiB (-56.2%)`` / ``bypassed 3072 MiB
@@ -64,6 +68,9 @@ class Cell:
             return self.status
         if self.impacts:
             return "impact " + ", ".join(f"{q} %: {x:+.1%}" for q, x in self.impacts) + f" {self.status}"
+        if self.latency_ms:
+            return (f"first kernel {self.latency_ms['total_ms']:.1f} ms (init {self.latency_ms['init_ms']:.1f}, "
+                    f"context {self.latency_ms['context_ms']:.1f}) {self.status}")
         if self.held_mib is None and self.share is None:
             return f"{self.runtime_s:.2f} s {self.status}" if self.runtime_s is not None else self.status
         off = f" ({self.off:+.1%})" if self.off is not None and abs(self.off) >= 0.0005 else ""
@@ -146,9 +153,11 @@ def _cell(r: Result) -> Cell:
     runtime = m.get("runtime_s")
     impacts = tuple((int(row["slice"]), float(row["impact"])) for row in m.get("slices") or ()
                     if isinstance(row, dict) and isinstance(row.get("impact"), (int, float)))
+    latency = m.get("median_ms")
     return Cell(status, outcome, held_mib, quota_mib, off, str(r.get("summary") or ""),
                 int(core) if core is not None else None, float(share) if share is not None else None,
-                float(runtime) if isinstance(runtime, (int, float)) else None, impacts)
+                float(runtime) if isinstance(runtime, (int, float)) else None, impacts,
+                dict(latency) if isinstance(latency, dict) and "total_ms" in latency else None)
 
 
 def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:

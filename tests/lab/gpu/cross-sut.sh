@@ -14,8 +14,9 @@
 #   COMPUTE_CASES  the core-quota cases run for HAMi-core and MPS (default "ISO-011 ISO-014": cuLaunchKernel alone
 #                  and beside a neighbour; all six fit only without the memory cases in 8 minutes)
 #   SUITES         any of "iso" (default), "func", "perf": func runs FUNC_CASES on each system (`invoke func`), perf
-#                  runs PERF-012 (a noisy neighbour's impact at PERF012_SLICES, default "25,50,75") on each system with
-#                  a core quota in host mode (`invoke perf`; xpushare's core quota is a pod annotation: left out)
+#                  runs PERF-013 (the wait for a first context, on every system, and the context probe with no
+#                  system: ctx-no-system.txt) and PERF-012 (a noisy neighbour's impact at PERF012_SLICES, default
+#                  "25,50,75") on each system with a core quota in host mode (xpushare's is a pod annotation)
 #   FUNC_CASES     the functional cases (default "FUNC-001 FUNC-004 FUNC-006 FUNC-007": a workload's runtime with
 #                  the system in its path, oversubscription off, a static memory quota too low and sufficient)
 #   DEPS           wheels of the tool's Python packages (tests/lab/gpu/fetch-deps.sh: $DEPS/whl), used only when
@@ -164,10 +165,12 @@ iso() {  # iso SYSTEM SECONDS [CASE FLAGS]: one run of the system's cluster (and
     OK_RC="0 1" step "func-$sys" 180 "$PY" -m invoke func --cluster "$sys" --inventory "$INV" --run-id "func-$sys" \
       --root "$OUT" "${FUNC[@]}"
   fi
-  if [[ " $SUITES " == *" perf "* ]] && [ "$sys" != xpushare ]; then
+  if [[ " $SUITES " == *" perf "* ]]; then
+    local noisy=(--case PERF-012 --set "perf012_slices=[$PERF012_SLICES]" --set iso_intervals=3 --set iso_interval_s=2
+                 --set iso_start_delay_s=0.5)
+    [ "$sys" = xpushare ] && noisy=()
     OK_RC="0 1" step "perf-$sys" 240 "$PY" -m invoke perf --cluster "$sys" --inventory "$INV" --run-id "perf-$sys" \
-      --root "$OUT" --case PERF-012 --set "perf012_slices=[$PERF012_SLICES]" --set iso_intervals=3 \
-      --set iso_interval_s=2 --set iso_start_delay_s=0.5
+      --root "$OUT" --case PERF-013 "${noisy[@]}"
     RUNS+=(--run-id "perf-$sys")
   fi
 }
@@ -222,6 +225,15 @@ PYEOF
       echo "### FUNC-001 workload with no system ($i): exit $? $(grep -h -- '--- .* seconds ---' "$OUT/func001-no-system-$i.txt")"
     done
   fi
+fi
+
+# PERF-013's probe with no system in its path, five processes: what each system's PERF-013 is compared with
+if [[ " $SUITES " == *" perf "* ]]; then
+  : >"$OUT/ctx-no-system.txt"
+  for i in 1 2 3 4 5; do
+    env -u LD_PRELOAD timeout 60 "$PY" xpushare/data/workloads/ctx_probe.py >>"$OUT/ctx-no-system.txt" 2>&1
+  done
+  grep -h 'CTX_PROBE' "$OUT/ctx-no-system.txt"
 fi
 
 if [ ${#RUNS[@]} -gt 0 ]; then

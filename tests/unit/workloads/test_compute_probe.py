@@ -23,7 +23,8 @@ PROBE = REPO_ROOT / "xpushare" / "data" / "workloads" / "compute_probe.py"
 PATHS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch")
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def sim_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a process on one simulated GPU (built once; SKIP where it cannot be built)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("the simulated GPU needs Linux")
     try:
@@ -53,7 +54,7 @@ def _lines(proc: subprocess.Popen[str]) -> list[ComputeProbeLine]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_each_launch_path_alone_fills_the_gpu_and_both_clocks_agree(tmp_path: Path, path: str) -> None:
-    lines = _lines(_start(_env(tmp_path), path, "--intervals", "2"))
+    lines = _lines(_start(sim_env(tmp_path), path, "--intervals", "2"))
     assert [x.interval for x in lines] == [0, 1] and all(x.status == "ok" and x.path == path for x in lines)
     for x in lines:
         assert abs(x.kernel_ms_events - 2.0) < 0.05 and x.device == "sim", x
@@ -62,7 +63,7 @@ def test_each_launch_path_alone_fills_the_gpu_and_both_clocks_agree(tmp_path: Pa
 
 
 def test_two_probes_on_one_gpu_split_it_whatever_their_paths(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+    env = sim_env(tmp_path)
     a, b = _start(env, "cuLaunchKernel", "--intervals", "4"), _start(env, "cuGraphLaunch", "--intervals", "4")
     la, lb = _lines(a), _lines(b)
     both = [(x.busy_events, y.busy_events) for x, y in zip(la[1:3], lb[1:3], strict=True)]  # while both ran
@@ -114,7 +115,7 @@ CLIENT = textwrap.dedent("""
 
 
 def test_the_new_entry_points_resolve_and_run_on_the_timeline(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", CLIENT], env=_env(tmp_path), capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", CLIENT], env=sim_env(tmp_path), capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
