@@ -403,7 +403,8 @@ register(_perf_case(
     "W5 at 25 %; annotate 75 %; poll /metrics until the exported value changes; throughput step from probes",
     "annotations.jsonl, metrics_probe/*.txt + metrics_probe.jsonl, pods/*.log (QUOTA_PROBE), scheduler.log, "
     "throughput_timeline.png",
-    requires=_K8S,
+    # annotations alone (they are Kubernetes'): in host mode the SKIP then says why no system's quota can change
+    requires=frozenset({CAP_ANNOTATIONS}),
     params=_p(perf007_from=25, perf007_to=75, dynamic_max_latency_s=15, probe_interval_s=10, perf007_pre_s=40,
               perf007_post_s=60, perf007_settle_s=30, perf007_min_gain=1.5, perf007_poll_s=1,
               perf007_metric_timeout_s=60),

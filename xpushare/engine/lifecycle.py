@@ -55,7 +55,8 @@ def cluster_facts(cluster: ClusterSpec, capabilities: frozenset[str], gpu_count:
                         gpu_count=gpu_count, scheduler_log=bool(cluster.scheduler.log_file),
                         scheduler_metrics=bool(cluster.scheduler.metrics_url),
                         core_quota_unset=cluster.profile.host_core_quota,
-                        oversub_unset=cluster.profile.no_oversubscription)
+                        oversub_unset=cluster.profile.no_oversubscription,
+                        quota_change_unset=None if cluster.is_kubernetes else cluster.profile.host_quota_change)
 
 
 def inventory_gpu_count(cluster: ClusterSpec) -> int | None:

@@ -135,6 +135,14 @@ class SutProfile:
             return None
         return f"sut {self.name} sets a core quota only as a pod annotation (Kubernetes mode)"
 
+    @property
+    def host_quota_change(self) -> str:
+        """Why a host-mode workload's quota cannot change while it runs: each system reads it from the workload's
+        environment at start (the project's SUT changes a running pod's quota only by its annotation)."""
+        variables = ", ".join(v for v in (self.memory_quota_var, self.core_quota_var) if v)
+        return (f"sut {self.name} takes a workload's quotas from its environment at start ({variables}): a running "
+                "workload's quota cannot be changed, so there is no change to time")
+
 
 def _generation_profile(word: str) -> SutProfile:
     return SutProfile(

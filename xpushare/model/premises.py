@@ -126,7 +126,9 @@ class ClusterFacts:
     told); ``fault_injector``: whether a GPU fault injector is configured (None: the cluster does not tell);
     ``core_quota_unset``: in host mode, why the cluster's system cannot set a core quota on a workload (None: it
     can); ``oversub_unset``: why the cluster's system cannot be switched to oversubscribe GPU memory (None: it
-    can). A fact that is None leaves its premise to the evidence.
+    can); ``quota_change_unset``: in host mode, why a running workload's quota cannot change (premise
+    ``annotations``, e.g. PERF-007's time until a change is enforced). A fact that is None leaves its premise to the
+    evidence.
     """
 
     capabilities: frozenset[str]
@@ -138,6 +140,7 @@ class ClusterFacts:
     fault_injector: bool | None = None
     core_quota_unset: str | None = None
     oversub_unset: str | None = None
+    quota_change_unset: str | None = None
 
 
 _HOST_MODE = "this cluster runs in host mode"
@@ -160,7 +163,8 @@ def _why_unmet(name: str, facts: ClusterFacts) -> str | None:
         return None if facts.kubernetes or name in facts.capabilities else (
             "needs the SUT's client library (set sut_lib in the inventory; invoke deploy installs it)")
     if name in ("annotations", "tenant-namespaces"):
-        return None if facts.kubernetes or name in facts.capabilities else f"needs Kubernetes ({_HOST_MODE})"
+        change = f": {facts.quota_change_unset}" if name == "annotations" and facts.quota_change_unset else ""
+        return None if facts.kubernetes or name in facts.capabilities else f"needs Kubernetes ({_HOST_MODE}{change})"
     if name == "scheduler-process":
         return None if facts.kubernetes or name in facts.capabilities else (
             "the scheduler's process is not known (host mode: set scheduler.process_name and scheduler.metrics_url)")

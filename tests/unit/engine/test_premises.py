@@ -132,6 +132,17 @@ def test_oversubscription_cases_skip_on_a_system_without_the_switch(case_id: str
     assert lifecycle.skip_reason(REGISTRY[case_id], caps, "host", lifecycle.cluster_facts(hami, caps, 1)) is None
 
 
+@pytest.mark.parametrize("sut", ["mps", "hami-core"])
+def test_the_time_to_enforce_a_quota_change_skips_in_host_mode_saying_why(sut: str) -> None:
+    """PERF-007 times a running pod's quota change: in host mode every system reads its quotas at start."""
+    cluster = dataclasses.replace(host_cluster("/opt/x.so"), sut=sut)
+    caps = frozenset({CAP_CLIENT_LIBRARY})
+    why = lifecycle.skip_reason(REGISTRY["PERF-007"], caps, "host", lifecycle.cluster_facts(cluster, caps, 1))
+    assert why is not None and why.startswith("premise unmet: annotations: needs Kubernetes (this cluster runs in "
+                                              f"host mode: sut {sut} takes a workload's quotas from its environment")
+    assert "a running workload's quota cannot be changed, so there is no change to time" in why
+
+
 def test_unknown_gpu_count_is_left_to_the_evidence() -> None:
     facts = ClusterFacts(capabilities=frozenset(), kubernetes=True, gpu_count=None)
     assert unmet_before({"gpu", "two-gpus", "sut"}, facts) is None
