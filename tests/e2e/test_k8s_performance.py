@@ -102,11 +102,12 @@ def explain(got: dict[str, dict], proc: subprocess.CompletedProcess) -> str:
 
 
 #: The healthy run's PERF-011 tolerance. The seed's ±8 % held in every run on a 2-core machine with one other lab
-#: beside it (above), but not in CI with a second pytest worker's labs on the same 2 cores: q25 +8.6 to +8.9 %
-#: (q50 +3.4 %, q75 +3.7 %). A client handed the lock while descheduled starts its launches late, about 10 ms of
-#: a 500 ms window, which is a larger part of a 25 % share than of a 75 % one; the mutants' errors (-21 % and
-#: beyond) stay far outside this tolerance, and they are judged at the seed's ±8 %.
-LAB_QUOTA_TOLERANCE = 0.12
+#: beside it (above), but not with three other pytest workers' labs on the same 2 cores: q25 +8.6 to +8.9 %, later
+#: +11.1 to +13.6 % (q50 +3.4 to +5.7 %, q75 +0.5 to +3.7 %), +17 % once with a fifth process tree busy beside
+#: them. A client handed the lock while descheduled starts its launches late, a few ms of a 500 ms window, which is
+#: a larger part of a 25 % share than of a 75 % one; on real GPUs the same cases are within ±4 % (docs/runs). The
+#: mutants are judged at the seed's ±8 % and stay outside it (-21 % and beyond, +35 % and beyond).
+LAB_QUOTA_TOLERANCE = 0.16
 
 
 def test_healthy_sut_verdicts_and_plots_are_reported(inventory: Path, runs: Path) -> None:
