@@ -16,7 +16,8 @@
 #   SUITES         any of "iso" (default), "func", "perf": func runs FUNC_CASES on each system (`invoke func`), perf
 #                  runs PERF-013 (the wait for a first context, on every system, and the context probe with no
 #                  system: ctx-no-system.txt) and PERF-012 (a noisy neighbour's impact at PERF012_SLICES, default
-#                  "25,50,75") on each system with a core quota in host mode (xpushare's is a pod annotation)
+#                  "25,50,75"; empty: PERF-013 alone) on each system with a core quota in host mode (xpushare's is a
+#                  pod annotation)
 #   FUNC_CASES     the functional cases (default "FUNC-001 FUNC-004 FUNC-006 FUNC-007": a workload's runtime with
 #                  the system in its path, oversubscription off, a static memory quota too low and sufficient)
 #   DEPS           wheels of the tool's Python packages (tests/lab/gpu/fetch-deps.sh: $DEPS/whl), used only when
@@ -39,7 +40,7 @@ SYSTEMS=${SYSTEMS:-xpushare hami-core mps}
 COMPUTE_CASES=${COMPUTE_CASES:-ISO-011 ISO-014}
 SUITES=${SUITES:-iso}
 FUNC_CASES=${FUNC_CASES:-FUNC-001 FUNC-004 FUNC-006 FUNC-007}
-PERF012_SLICES=${PERF012_SLICES:-25,50,75}
+PERF012_SLICES=${PERF012_SLICES-25,50,75}
 DEPS=${DEPS:-.labdeps}
 PY=${PYTHON:-python3}
 QUOTA=${ISO_QUOTA:-1Gi}
@@ -168,7 +169,7 @@ iso() {  # iso SYSTEM SECONDS [CASE FLAGS]: one run of the system's cluster (and
   if [[ " $SUITES " == *" perf "* ]]; then
     local noisy=(--case PERF-012 --set "perf012_slices=[$PERF012_SLICES]" --set iso_intervals=3 --set iso_interval_s=2
                  --set iso_start_delay_s=0.5)
-    [ "$sys" = xpushare ] && noisy=()
+    { [ "$sys" = xpushare ] || [ -z "$PERF012_SLICES" ]; } && noisy=()  # PERF012_SLICES="": PERF-013 alone
     OK_RC="0 1" step "perf-$sys" 240 "$PY" -m invoke perf --cluster "$sys" --inventory "$INV" --run-id "perf-$sys" \
       --root "$OUT" --case PERF-013 "${noisy[@]}"
     RUNS+=(--run-id "perf-$sys")
