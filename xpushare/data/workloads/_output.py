@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TextIO
 
-from _common import FP32_BYTES, PROGRESS_PREFIX, QUOTA_PROBE_PREFIX, Device, format_num
+from _common import FP32_BYTES, PASS_MARKER, PROGRESS_PREFIX, QUOTA_PROBE_PREFIX, Device, format_num
 
 # ---------------------------------------------------------------------------------------------------------
 # Output contract
@@ -120,6 +120,16 @@ def format_info(workload: str, dev: Device, model: str, effective: dict[str, flo
     device=<device> name=<repr> model=<repr> <flag>=<value> ...`` (``effective``: the sizes in use)."""
     sizes = " ".join(f"{k}={format_num(v)}" for k, v in effective.items())
     return f"{PROGRESS_PREFIX} workload={workload} device={dev.device} name={dev.name!r} model={model!r} {sizes}"
+
+
+def finish(ok: bool, start: float) -> int:
+    """A probe's end (spec docs/sut/workloads.md §output): with ``ok``, ``PASS`` and the runtime line since
+    ``start`` (``time.perf_counter()`` seconds) on stdout, exit status 0; else nothing more, 1."""
+    if not ok:
+        return 1
+    print(PASS_MARKER, flush=True)
+    print(format_runtime(time.perf_counter() - start), flush=True)
+    return 0
 
 
 def format_quota_probe(elapsed_s: float, iterations: int) -> str:

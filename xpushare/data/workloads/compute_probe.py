@@ -337,11 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_line(iv, index, args.phase, elapsed), flush=True)
         if iv.status != "ok":
             break
-    if not ok:
-        return 1
-    print(c.PASS_MARKER, flush=True)
-    print(o.format_runtime(time.perf_counter() - start), flush=True)
-    return 0
+    return o.finish(ok, start)
 
 
 if __name__ == "__main__":

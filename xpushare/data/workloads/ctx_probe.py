@@ -31,7 +31,6 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _common.py sits next to it
-import _common as c
 import _output as o
 from _cudadrv import (
     SIMGPU_MARKER,
@@ -109,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     status, steps, device, error = measure()
     print(format_line(status, steps, device, error), flush=True)
-    if status != "ok":
-        return 1
-    print(c.PASS_MARKER, flush=True)
-    print(o.format_runtime(time.perf_counter() - start), flush=True)
-    return 0
+    return o.finish(status == "ok", start)
 
 
 if __name__ == "__main__":

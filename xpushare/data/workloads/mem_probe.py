@@ -651,11 +651,7 @@ def main(argv: list[str] | None = None) -> int:
                 attempt = Attempt(args.path, 0, args.step_mib * c.MIB, status="error", error=error)
         ok = ok and attempt.status == "ok"
         print(format_line(attempt, round_no, phase, elapsed), flush=True)
-    if not ok:
-        return 1
-    print(c.PASS_MARKER, flush=True)
-    print(o.format_runtime(time.perf_counter() - start), flush=True)
-    return 0
+    return o.finish(ok, start)
 
 
 if __name__ == "__main__":
