@@ -228,8 +228,8 @@ class Kubectl:
         ``-A``, the pods of every namespace). Polls ``poll_s`` seconds apart; with ``poll_max_s`` above it, each
         poll that sees the pods' phases unchanged waits 1.5 times longer, up to ``poll_max_s``, and a change starts
         again at ``poll_s``: a half-hour pod costs the API server and the master a few hundred calls, not one
-        every ``poll_s``, and a pod that moves is still seen within ``poll_s``. Pod times in the evidence come
-        from the kubelet (``startedAt``/``finishedAt``), not from when a poll saw them.
+        every ``poll_s``, and a pod that moves is seen at most ``poll_max_s`` late. Pod times in the evidence
+        come from the kubelet (``startedAt``/``finishedAt``), not from when a poll saw them.
 
         Returns:
             The pods of the last poll (sorted by name).
