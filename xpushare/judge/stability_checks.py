@@ -352,8 +352,8 @@ def check_scheduler_log_clean(summary: SchedulerLogSummary, rounds: Sequence[Map
     the scheduler dropped while it worked exits on its broken socket (client.c ``true_or_exit``), and that
     pod Failed within the same seconds. A failure without a timestamp, a registration or a known successful
     end counts as a protocol error: nothing shows the client was leaving of its own accord."""
-    finished = {name: end for name, end in _finish_times(rounds).items()
-                if name in _succeeded(rounds)}
+    succeeded = _succeeded(rounds)
+    finished = {name: end for name, end in _finish_times(rounds).items() if name in succeeded}
     pods: dict[str, list[tuple[int, str]]] = {}
     for reg in summary.registrations:
         pods.setdefault(reg.cid, []).append((reg.lineno, reg.pod.lower()))
