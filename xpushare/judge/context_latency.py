@@ -17,7 +17,6 @@ from typing import Any
 from xpushare.collect.ctx_probe import STEPS, CtxProbeLine, parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal
-from xpushare.judge.sut_proof import check_system_in_path
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 
@@ -63,9 +62,9 @@ def check_latency(med: Mapping[str, float], max_total_ms: float) -> Check:
 def judge_context_latency(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> Verdict:
     """PERF-013 over ``plan["pods"]`` (one probe process each). Checks: every pod ended; each printed a complete
     probe line (no driver: ERROR, a node's prerequisite; a failed call: ERROR with the call); every pod that
-    measured succeeded; the system is in the workloads' path where its profile can prove it
-    (:func:`check_system_in_path`); :func:`check_latency`. Metrics: ``median_ms`` (per step and total),
-    ``total_ms`` (each process's), ``processes``."""
+    measured succeeded; :func:`check_latency`. That the system was in each workload's path is checked once for
+    every performance case, after the judgment (:func:`xpushare.judge.sut_path.with_sut_checks`). Metrics:
+    ``median_ms`` (per step and total), ``total_ms`` (each process's), ``processes``."""
     pods = list(plan.get("pods") or [])
     max_total = float(th["perf013_max_total_ms"])
     lines = {pod: parse_text(ev.logs.get(pod) or "") for pod in pods}
@@ -74,16 +73,11 @@ def judge_context_latency(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
                            check_pods_succeeded(ev, [c.values["pod"] for c in measured if c.ok]), *measured]
     if not pods:
         checks.append(Check("processes", "at least one probe process", {}, None, "no probe process in the plan"))
-    proof = check_system_in_path(ev, plan, pods)
-    if proof is not None:
-        checks.append(proof)
     complete = [lines[pod][-1] for pod in pods if lines[pod] and lines[pod][-1].complete]
     med = medians(complete)
     metrics: dict[str, Any] = {"sut": plan.get("sut"), "processes": len(pods), "median_ms": med,
                                "total_ms": [round(x.total_ms, 3) for x in complete],
                                "device": complete[0].device if complete else None}
-    if proof is not None and proof.ok is None:
-        return Verdict(Status.ERROR, proof.detail, checks, used(th), metrics, ev.pod_files())
     if med:
         checks.append(check_latency(med, max_total))
     status, summary = combine(checks, pass_summary="")

@@ -30,7 +30,6 @@ from xpushare.judge.isolation import (
     overlapping,
 )
 from xpushare.judge.performance_checks import tolerance_for
-from xpushare.judge.sut_proof import check_system_in_path
 from xpushare.judge.thresholds import used
 from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
@@ -77,10 +76,11 @@ def judge_noisy_neighbour(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
 
     Checks: every pod ended and succeeded; each probe measured (``status=ok`` lines past
     ``iso_compute_skip_intervals``; a probe that could not run is ERROR, never a verdict) with the two clocks
-    agreeing (``iso_compute_sources_tolerance``); the system is in the workloads' path where its profile can
-    prove it; the victim and the noisy neighbour shared one GPU (else ERROR, premise ``two-pods-one-gpu``); and per
-    slice :func:`check_impact`. Metrics: ``slices`` (per slice: throughput and share alone, beside, the neighbour's
-    over the victim's intervals, impact) and ``worst_impact``."""
+    agreeing (``iso_compute_sources_tolerance``); the victim and the noisy neighbour shared one GPU (else ERROR,
+    premise ``two-pods-one-gpu``); and per slice :func:`check_impact`. That the system was in each workload's path
+    is checked once for every performance case, after the judgment
+    (:func:`xpushare.judge.sut_path.with_sut_checks`). Metrics: ``slices`` (per slice: throughput and share alone,
+    beside, the neighbour's over the victim's intervals, impact) and ``worst_impact``."""
     pods = list(plan.get("pods") or [])
     skip = int(th["iso_compute_skip_intervals"])
     tol, tol_name = tolerance_for(th, plan, mixed=True)
@@ -94,9 +94,6 @@ def judge_noisy_neighbour(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
     # a probe that could not measure exits 1: its line (ERROR) says why, its exit must not turn that into FAIL
     checks.append(check_pods_succeeded(ev, [c.values["pod"] for c in measured if c.ok]))
     checks += measured
-    proof = check_system_in_path(ev, plan, pods)
-    if proof is not None:
-        checks.append(proof)
     figures: list[dict[str, Any]] = []
     impacts: list[Check] = []
     misplaced: list[dict[str, Any]] = []
@@ -130,8 +127,6 @@ def judge_noisy_neighbour(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str
     if not figures:
         checks.append(Check("slices_run", "at least one slice planned", {}, None, "no slice in the plan"))
     status, summary = combine(checks, pass_summary="")
-    if proof is not None and proof.ok is None:
-        return Verdict(Status.ERROR, proof.detail, checks, used(th), metrics, ev.pod_files())
     if status is Status.PASS and misplaced:
         return Verdict(Status.ERROR, unmet(TWO_PODS_ONE_GPU, f"a slice's probe and its noisy neighbour were not "
                        f"confirmed on one GPU ({misplaced[0]})"), checks, used(th), metrics, ev.pod_files())

@@ -18,6 +18,7 @@ from xpushare.cases.base import REGISTRY
 from xpushare.collect.ctx_probe import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.context_latency import judge_context_latency
+from xpushare.judge.sut_path import with_sut_checks
 from xpushare.report.compare import compare_results
 
 PROBE = REPO_ROOT / "xpushare" / "data" / "workloads" / "ctx_probe.py"
@@ -73,7 +74,10 @@ def test_a_process_that_did_not_measure_is_error(log: str) -> None:
 
 
 def test_an_mps_client_the_server_never_saw_is_error_naming_the_premise() -> None:
-    v = judge({"perf-013-r1": line()}, sut="mps")
+    # the proof is added after the judgment, as for every performance case (engine/lifecycle.py)
+    logs = {"perf-013-r1": line()}
+    ev = Evidence.from_parts([record(p) for p in logs], logs, mode="host")
+    v = with_sut_checks(judge(logs, sut="mps"), ev, {}, {"pods": list(logs), "sut": "mps"})
     assert v.status.value == "ERROR" and "premise unmet: sut" in v.summary, v.summary
 
 

@@ -13,6 +13,7 @@ from tests.unit.judge.test_isolation_cross_sut import HAMI_INIT
 from xpushare.cases.base import REGISTRY
 from xpushare.evidence.store import Evidence
 from xpushare.judge.noisy_neighbour import judge_noisy_neighbour
+from xpushare.judge.sut_path import with_sut_checks
 
 
 def names(q: int) -> tuple[str, str, str]:
@@ -96,8 +97,13 @@ def test_a_probe_that_measured_nothing_is_error(alone_log: str) -> None:
 
 
 def test_workloads_the_system_never_saw_are_error_naming_the_premise() -> None:
-    v = run({50: (0.5, 0.5, 0.5)}, hami="")
-    assert v.status.value == "ERROR" and "premise unmet: sut" in v.summary, v.summary
+    # the proof is added after the judgment, as for every performance case (engine/lifecycle.py)
+    plain = run({50: (0.5, 0.5, 0.5)}, hami="")
+    a, v, n = names(50)
+    ev = Evidence.from_parts([record(a), record(v), record(n)], {p: log(line(0.5, 1)) for p in (a, v, n)}, mode="host")
+    checked = with_sut_checks(plain, ev, {}, plan(50))
+    assert checked.status.value == "ERROR" and "premise unmet: sut" in checked.summary, checked.summary
+    assert run({50: (0.5, 0.5, 0.5)}).status.value == "PASS"
 
 
 def test_an_empty_plan_is_not_a_pass() -> None:
