@@ -539,3 +539,22 @@ def test_the_kubectl_check_can_fail() -> None:
                      "headers = ['host', 'kubectl']\ncluster.kubectl\n")
     assert kubectl_uses(tree) == ["imports xpushare.transport.kubectl", "2: Kubectl", "3: argv ['kubectl', ...]",
                                   "4: .kubectl.delete()"]
+
+
+#: A module of the package as docs/architecture.md names it: ``engine/run.py``, ``engine/run.Run``, ``soak/loop*.py``.
+DOC_MODULE = re.compile(r"`(?:xpushare/)?([a-z_]+)/([a-z_0-9*]+)(?:\.py)?(\.[A-Za-z_][\w.]*)?`")
+#: What follows a file name that is not a module's (``soak/params.json``, ``data/xid.yaml``).
+DATA_SUFFIXES = (".json", ".jsonl", ".yaml", ".txt", ".log", ".md", ".csv")
+
+
+def test_every_module_the_architecture_names_exists() -> None:
+    """A rename that leaves docs/architecture.md naming the old module fails here: every ``pkg/module`` it names in
+    backquotes (``engine/run.Run``, ``soak/loop*.py``) is a module (or a package) of ``xpushare/``."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    named = {(pkg, mod) for pkg, mod, rest in DOC_MODULE.findall(text)
+             if pkg in packages and not rest.startswith(DATA_SUFFIXES)}
+    assert len(named) > 40, named  # the scan sees the document
+    missing = sorted(f"{pkg}/{mod}" for pkg, mod in named
+                     if not (list((PACKAGE / pkg).glob(f"{mod}.py")) or (PACKAGE / pkg / mod / "__init__.py").exists()))
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
