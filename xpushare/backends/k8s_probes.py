@@ -10,8 +10,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from xpushare.backends.k8s_manifests import PodManifest, render
 from xpushare.evidence.client_match import ClientMatch, client_match
 from xpushare.inventory.schema import MODE_K8S
 from xpushare.inventory.sut import SutNames
@@ -56,18 +56,14 @@ class KubeProbeLoad:
         return f"metrics-check-{self.run_id}-{index}"
 
     def manifest(self, index: int) -> str:
-        """The probe pod's YAML."""
-        container: dict[str, Any] = {"name": "probe", "image": self.image, "command": list(self.command),
-                                     "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-                                     "resources": {"limits": {self.names.resource: 1}}}
-        meta: dict[str, Any] = {"name": self.pod_name(index), "namespace": self.namespace,
-                                "labels": {RUN_LABEL: self.run_id, "probe": str(index)}}
-        if self.core_limit is not None:
-            meta["annotations"] = {self.names.annotation_core_limit: str(self.core_limit)}
-        spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-        if self.node:
-            spec["nodeSelector"] = {"kubernetes.io/hostname": self.node}
-        return dump_manifests({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+        """The probe pod's YAML (:func:`xpushare.backends.k8s_manifests.render`)."""
+        annotations = None if self.core_limit is None else {self.names.annotation_core_limit: str(self.core_limit)}
+        pod = PodManifest(
+            name=self.pod_name(index), namespace=self.namespace, labels={RUN_LABEL: self.run_id, "probe": str(index)},
+            annotations=annotations, container="probe", image=self.image, command=self.command,
+            env=(("PYTHONUNBUFFERED", "1"),), limits={self.names.resource: 1},
+            node_selector={"kubernetes.io/hostname": self.node} if self.node else {})
+        return dump_manifests(render(pod))
 
     def start(self, index: int) -> str:
         self.kubectl.apply(self.manifest(index), namespace=self.namespace)

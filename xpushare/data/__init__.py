@@ -35,7 +35,8 @@ def playbooks_dir() -> Path:
 
 
 def manifests_dir() -> Path:
-    """``manifests/``: ``pod.yaml``, ``workloads-configmap.yaml``, ``legacy/`` and ``envcheck/`` templates."""
+    """``manifests/``: ``pod.yaml`` (every Pod, :mod:`xpushare.backends.k8s_manifests`), ``workloads-configmap.yaml``,
+    ``legacy/`` and ``envcheck/`` templates."""
     return data_dir() / "manifests"
 
 

@@ -1,4 +1,6 @@
-"""Kubernetes objects of the in-cluster envcheck, rendered structurally from ``manifests/envcheck/*.yaml``.
+"""Kubernetes objects of the in-cluster envcheck, rendered structurally: the ConfigMap, the DaemonSet and the Job
+from ``manifests/envcheck/*.yaml``, the step pods (also a Job's pod template) by the one pod renderer,
+:mod:`xpushare.backends.k8s_manifests`.
 
 Each template is loaded with PyYAML and changed as data (names, labels, image, command, nodeName,
 resources, volumes); nothing is built by string substitution, so no value can break the YAML.
@@ -21,7 +23,6 @@ Pods run ``<python> workloads/envcheck/node_steps.py ...`` in ``workingDir`` (de
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 import shlex
@@ -32,6 +33,16 @@ from typing import Any
 
 import yaml
 
+from xpushare.backends.k8s_manifests import (
+    ConfigMapVolume,
+    EmptyDirVolume,
+    FieldRef,
+    PodManifest,
+    Toleration,
+    Volume,
+    pod_template,
+    render,
+)
 from xpushare.data import manifests_dir, workloads_dir
 from xpushare.transport.manifest_yaml import dump_manifests
 
@@ -107,14 +118,12 @@ def _labels(run: str, component: str, node: str | None = None) -> dict[str, str]
     return labels
 
 
-def _scripts_volume(pod_spec: dict[str, Any], container: dict[str, Any], run: str, settings: K8sSettings) -> None:
+def _scripts(run: str, settings: K8sSettings) -> tuple[Volume, ...]:
+    """The scripts' ConfigMap as a volume at ``<workdir>/workloads/envcheck`` (none when the image holds them)."""
     if settings.scripts != "configmap":
-        return
-    pod_spec.setdefault("volumes", []).append(
-        {"name": "envcheck-scripts", "configMap": {"name": dns_name("xpushare-envcheck-scripts", run),
-                                                   "defaultMode": 0o555}})
-    container.setdefault("volumeMounts", []).append(
-        {"name": "envcheck-scripts", "mountPath": f"{settings.workdir.rstrip('/')}/{SCRIPTS_REL}", "readOnly": True})
+        return ()
+    return (Volume("envcheck-scripts", f"{settings.workdir.rstrip('/')}/{SCRIPTS_REL}",
+                   ConfigMapVolume(dns_name("xpushare-envcheck-scripts", run), default_mode=0o555), read_only=True),)
 
 
 def render_scripts_configmap(run: str, scripts_dir: Path = SCRIPTS_DIR) -> dict[str, Any]:
@@ -154,39 +163,35 @@ def render_stack_daemonset(run: str, settings: K8sSettings, *, probe_args: Seque
                                                     "values": sorted(nodes)}]}]}}}
     if settings.runtime_class:
         spec["runtimeClassName"] = settings.runtime_class
-    _scripts_volume(spec, container, run, settings)
+    for volume in _scripts(run, settings):
+        spec.setdefault("volumes", []).append(volume.volume())
+        container.setdefault("volumeMounts", []).append(volume.mount())
     return doc
 
 
 def render_step_pod(run: str, component: str, node: str, settings: K8sSettings, *, steps_args: Sequence[str],
                     gpus: int, host_network: bool = False) -> dict[str, Any]:
-    """A run-once pod on ``node`` running ``node_steps.py <steps_args>`` with ``gpus`` GPUs (0: none asked)."""
-    doc = load_template("gpu-pod.yaml")
-    doc["metadata"]["name"] = dns_name(f"xpushare-envcheck-{component}", run, node)
-    doc["metadata"]["labels"] = _labels(run, component, node)
-    spec = doc["spec"]
-    spec["nodeName"] = node
-    if host_network:
-        spec["hostNetwork"] = True
-        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    if settings.runtime_class:
-        spec["runtimeClassName"] = settings.runtime_class
-    container = spec["containers"][0]
-    container["image"] = settings.image
-    container["workingDir"] = settings.workdir
-    container["command"] = [settings.python, f"{SCRIPTS_REL}/node_steps.py", *steps_args]
-    container["resources"] = {"limits": {settings.gpu_resource: gpus}} if gpus > 0 else {}
-    _scripts_volume(spec, container, run, settings)
-    return doc
+    """A run-once pod on ``node`` (``nodeName``, every taint tolerated) running ``node_steps.py <steps_args>`` with
+    ``gpus`` GPUs (0: none asked), the node's name in ``XPUSHARE_ENVCHECK_NODE`` and a memory-backed ``/dev/shm``
+    (NCCL's shared-memory transport needs more than the runtime's 64 MiB); rendered by
+    :func:`xpushare.backends.k8s_manifests.render`."""
+    pod = PodManifest(
+        name=dns_name(f"xpushare-envcheck-{component}", run, node), labels=_labels(run, component, node),
+        container="envcheck", image=settings.image, working_dir=settings.workdir,
+        command=(settings.python, f"{SCRIPTS_REL}/node_steps.py", *steps_args),
+        env=(("XPUSHARE_ENVCHECK_NODE", FieldRef("spec.nodeName")), ("PYTHONUNBUFFERED", "1")),
+        limits={settings.gpu_resource: gpus} if gpus > 0 else {}, node_name=node, tolerations=(Toleration(),),
+        volumes=(Volume("dshm", "/dev/shm", EmptyDirVolume(medium="Memory")), *_scripts(run, settings)),
+        grace_period_s=10, host_network=host_network, runtime_class=settings.runtime_class)
+    return render(pod)
 
 
 def wrap_job(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The Job (``gpu-job.yaml``) running ``pod``'s spec once; same name and labels."""
+    """The Job (``gpu-job.yaml``) running ``pod`` (a rendered step pod) once; same name and labels."""
     doc = load_template("gpu-job.yaml")
     doc["metadata"]["name"] = pod["metadata"]["name"]
     doc["metadata"]["labels"] = dict(pod["metadata"]["labels"])
-    spec = copy.deepcopy(dict(pod["spec"]))
-    doc["spec"]["template"] = {"metadata": {"labels": dict(pod["metadata"]["labels"])}, "spec": spec}
+    doc["spec"]["template"] = pod_template(pod)
     return doc
 
 
