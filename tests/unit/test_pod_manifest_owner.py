@@ -1,12 +1,14 @@
 """docs/architecture.md "One renderer of pods": every Pod the tool creates is rendered by
 ``backends/k8s_manifests.py`` from ``data/manifests/pod.yaml``. No other module builds a Pod object (a dict literal,
-``dict(kind="Pod")`` or an assignment whose ``"kind"`` is ``"Pod"``) or names a pod template (``pod.yaml``,
-``gpu-pod.yaml``). Comparing a parsed object's kind (``doc.get("kind") == "Pod"``) builds nothing and is not counted.
+``dict(kind="Pod")``, an assignment whose ``"kind"`` is ``"Pod"``, YAML text with ``kind: Pod``) or names a pod
+template (``pod.yaml``, ``gpu-pod.yaml``). Comparing a parsed object's kind (``doc.get("kind") == "Pod"``) builds
+nothing and is not counted.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,8 @@ OWNER = "xpushare.backends.k8s_manifests"
 #: renderer (:func:`xpushare.backends.k8s_manifests.workload_pod`); remove this entry then.
 PENDING = {"xpushare.backends.k8s"}
 POD_TEMPLATES = ("pod.yaml", "gpu-pod.yaml")
+#: A Pod written as YAML text (a template filled by text substitution).
+POD_YAML = re.compile(r"^\s*kind:\s*['\"]?Pod['\"]?\s*$", re.MULTILINE)
 
 
 def _trees() -> Iterator[tuple[str, ast.Module]]:
@@ -49,6 +53,8 @@ def pod_builds(tree: ast.Module) -> list[str]:
             found.append((node.lineno, "[...]['kind'] = 'Pod'"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in POD_TEMPLATES:
             found.append((node.lineno, f"'{node.value}'"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and POD_YAML.search(node.value):
+            found.append((node.lineno, "'kind: Pod' in YAML text"))
     return [f"{line}: {what}" for line, what in sorted(found)]
 
 
@@ -63,6 +69,6 @@ def test_pods_are_rendered_in_one_place() -> None:
 def test_the_pod_check_can_fail() -> None:
     tree = ast.parse("doc = {'apiVersion': 'v1', 'kind': 'Pod'}\nd = dict(kind='Pod')\nx['kind'] = 'Pod'\n"
                      "load('gpu-pod.yaml')\nif doc.get('kind') == 'Pod': pass\ny = {'kind': 'Job'}\n"
-                     "'''pod.yaml in a docstring'''\n")
+                     "'''pod.yaml in a docstring'''\ntext = 'apiVersion: v1\\nkind: Pod\\n'\n")
     assert pod_builds(tree) == ["1: {'kind': 'Pod'}", "2: dict(kind='Pod')", "3: [...]['kind'] = 'Pod'",
-                                "4: 'gpu-pod.yaml'"]
+                                "4: 'gpu-pod.yaml'", "8: 'kind: Pod' in YAML text"]

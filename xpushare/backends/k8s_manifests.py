@@ -50,6 +50,7 @@ class Toleration:
     effect: str | None = None
 
     def render(self) -> dict[str, str]:
+        """The toleration as the Pod API writes it (``key``/``effect`` left out when None)."""
         out = {"key": self.key, "operator": self.operator, "effect": self.effect}
         return {k: v for k, v in out.items() if v is not None}
 
@@ -83,12 +84,14 @@ class Volume:
     read_only: bool = False
 
     def mount(self) -> dict[str, Any]:
+        """The container's ``volumeMounts`` entry (``readOnly`` only when true)."""
         out: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
         if self.read_only:
             out["readOnly"] = True
         return out
 
     def volume(self) -> dict[str, Any]:
+        """The pod's ``volumes`` entry."""
         if isinstance(self.source, ConfigMapVolume):
             config_map: dict[str, Any] = {"name": self.source.name}
             if self.source.default_mode is not None:
