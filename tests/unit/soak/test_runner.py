@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
 from xpushare.evidence.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
 from xpushare.model.errors import ConnectionLost
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
@@ -119,12 +119,12 @@ class FakeOps:
         for s in specs:
             self.pods.setdefault(s.name, self.vc.t)
 
-    def poll_pods(self) -> list[PodRecord]:
+    def poll_pods(self) -> list[WorkloadRecord]:
         self._check()
         out = []
         for name, created in self.pods.items():
             phase, started, finished = self._phase(created)
-            out.append(PodRecord(name, phase, 0 if phase == "Succeeded" else None, "n1", None, started, finished))
+            out.append(WorkloadRecord(name, phase, 0 if phase == "Succeeded" else None, "n1", None, started, finished))
         return out
 
     def delete_pods(self, timeout_s: float) -> None:
@@ -151,8 +151,8 @@ class FakeOps:
         pass
 
 
-def mix(r: int) -> list[PodSpec]:
-    return [PodSpec(name=f"stab-x-r{r}-{i}", workload="w2_medium_add", core_limit=30) for i in (1, 2)]
+def mix(r: int) -> list[WorkloadSpec]:
+    return [WorkloadSpec(name=f"stab-x-r{r}-{i}", workload="w2_medium_add", core_limit=30) for i in (1, 2)]
 
 
 def settings(**kw: Any) -> SoakSettings:
