@@ -1,8 +1,14 @@
 """What every backend (host processes, Kubernetes pods) offers a test case.
 
-A case asks for :class:`WorkloadSpec` workloads, waits, changes limits, and leaves evidence files in its
-case directory; the backend decides how a "pod" exists (a process on a GPU node, or a Kubernetes pod).
-Pod records are written to ``pods.json`` so judgments never read live state.
+A case asks for workloads (:class:`~xpushare.model.workload.WorkloadSpec`), waits, changes limits, and leaves
+evidence files in its case directory; the backend decides how a "pod" exists (a process on a GPU node, or a
+Kubernetes pod). Its records (:class:`~xpushare.model.workload.WorkloadRecord`) are written to ``pods.json`` so
+judgments never read live state.
+
+:class:`Backend` is what every backend offers; what a cluster may lack is a part (:class:`BackendParts`), each a
+small ABC (:class:`KubeAccess`, :class:`SchedulerControl`, :class:`Annotator`, :class:`Placement`,
+:class:`EvidenceRotation`) or None. The capability names (``CAP_*``) are the premises' vocabulary, derived from
+the parts (:attr:`BackendParts.capabilities`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ if TYPE_CHECKING:  # annotations only: judges import this module without the tra
 
 _P = TypeVar("_P")
 
-#: Capabilities a case may require; a backend lists those it has.
+#: Capabilities a case may require (its ``requires``); a backend has those its parts give.
 CAP_KUBERNETES = "kubernetes"
 CAP_CLIENT_LIBRARY = "client-library"
 CAP_ANNOTATIONS = "annotations"
