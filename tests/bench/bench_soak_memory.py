@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from xpushare.backends.base import PodRecord, PodSpec  # noqa: E402
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec  # noqa: E402
 from xpushare.soak.checkpoint import Checkpoint  # noqa: E402
 from xpushare.soak.loop import SoakLoop, SoakSettings  # noqa: E402
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod  # noqa: E402
@@ -101,12 +101,12 @@ class FakeCluster:
         for s in specs:
             self.pods[s.name] = self.clock.t
 
-    def poll_pods(self) -> list[PodRecord]:
+    def poll_pods(self) -> list[WorkloadRecord]:
         out = []
         for name, created in self.pods.items():
             age = self.clock.t - created
             phase = "Pending" if age < 5 else ("Running" if age < 120 else "Succeeded")
-            out.append(PodRecord(name, phase, 0 if phase == "Succeeded" else None, self.nodes[0], None,
+            out.append(WorkloadRecord(name, phase, 0 if phase == "Succeeded" else None, self.nodes[0], None,
                                  created + 5 if age >= 5 else None, created + 120 if age >= 120 else None))
         return out
 
@@ -146,8 +146,8 @@ def main() -> int:
                             quota_interval_s=300.0, quota_key="core", quota_cycle=("60", "90", "30"),
                             round_timeout_s=3600.0, settle_s=5.0)
 
-    def mix(r: int) -> list[PodSpec]:
-        return [PodSpec(name=f"stab-002-r{r}-{i}", workload="w2_medium_add", core_limit=30) for i in range(32)]
+    def mix(r: int) -> list[WorkloadSpec]:
+        return [WorkloadSpec(name=f"stab-002-r{r}-{i}", workload="w2_medium_add", core_limit=30) for i in range(32)]
 
     marks: dict[str, float] = {}
     base = Path(tempfile.mkdtemp(prefix="xpushare-soak-bench-"))

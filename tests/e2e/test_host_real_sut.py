@@ -63,7 +63,6 @@ from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from tests.paths import REPO_ROOT
 from tests.processes import alive
-from xpushare.backends.base import PodSpec
 from xpushare.backends.host import HostBackend
 from xpushare.collect.metrics import parse_exposition
 from xpushare.collect.scheduler_log import parse_text
@@ -73,6 +72,7 @@ from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec, local_cluster
 from xpushare.metrics_check import checklist, probes, targets, task
 from xpushare.model.exit_status import ExitStatus
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.base import CommandResult
 
 ROOT = REPO_ROOT
@@ -270,8 +270,8 @@ def test_two_concurrent_probes_on_one_gpu_are_two_clients(host_lab: HostLab, inv
     cluster = schema.load(inventory_file).cluster(CLUSTER)
     backend = HostBackend(cluster)
     args = ("--n", "1024", "--duration-s", "60", "--interval-s", "1", "--no-progress")
-    specs = [PodSpec("probe-a", "w5_quota_probe", args=args, node=NODE),
-             PodSpec("probe-b", "w5_quota_probe", args=args, same_gpu_as="probe-a")]
+    specs = [WorkloadSpec("probe-a", "w5_quota_probe", args=args, node=NODE),
+             WorkloadSpec("probe-b", "w5_quota_probe", args=args, same_gpu_as="probe-a")]
     backend.prepare_run(f"two-{os.getpid()}")
     backend.begin_case(tmp_path, "two-probes")
     try:

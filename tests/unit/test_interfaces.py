@@ -5,7 +5,7 @@ Rules, over the AST of every module under ``xpushare/``:
 
 * ``getattr(<expr>, ...)`` or ``hasattr(<expr>, ...)`` where ``<expr>``'s source mentions ``backend``:
   what a backend offers is declared by :class:`xpushare.backends.base.Backend` (optional parts by
-  ``Backend.kubernetes()``), not discovered at run time;
+  ``Backend.parts``, each an object or None), not discovered at run time;
 * ``from xpushare.<m> import _x`` (or a relative import of ``_x``);
 * ``<obj>._x`` where ``<obj>`` is not ``self``, ``cls`` or ``super()``, ``_x`` is not defined in the module
   itself (a module may use its own private names on any object) and is defined in another xpushare module

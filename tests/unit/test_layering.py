@@ -196,7 +196,7 @@ def test_judge_imports_only_lower_layers() -> None:
 
 
 #: Units of the package graph that are not a top-level package: ``backends.base`` is the backend *interface*
-#: (``Backend``, ``PodSpec``, ``PodRecord``), which the evidence layer reads pods with; the backends that
+#: (``Backend`` and its parts; the records the evidence layer reads are ``model/workload.py``'s); the backends that
 #: implement it (``k8s``, ``host``) sit above evidence and may import it (docs/architecture.md).
 SUB_UNITS = ("xpushare.backends.base",)
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import xpushare
+from xpushare.inventory.schema import ClusterSpec
 
 PACKAGE = Path(xpushare.__file__).resolve().parent
 MODE_VALUES = frozenset({"k8s", "host"})
@@ -105,17 +106,23 @@ def test_the_factory_and_the_schema_do_test_the_mode() -> None:
 
 
 def test_kubernetes_operations_come_with_the_capability() -> None:
-    """``Backend.kubernetes()`` (the typed :class:`KubeAccess`) is there exactly when the backend has
-    ``CAP_KUBERNETES``: the Kubernetes backend implements it, the host backend has neither."""
-    from xpushare.backends.base import CAP_KUBERNETES, Backend, KubeAccess
-    from xpushare.backends.host import HostBackend, host_capabilities
+    """The Kubernetes part (a typed :class:`KubeAccess`) is there exactly when the backend has ``CAP_KUBERNETES``:
+    the Kubernetes backend's parts have one (an object of its own, not the backend), the host backend's none; each
+    backend's capabilities are those of its parts, and the dry run's (``capabilities_of``) the same."""
+    from xpushare.backends.base import CAP_KUBERNETES, KubeAccess
+    from xpushare.backends.host import HostBackend
     from xpushare.backends.k8s import K8sBackend
-    from xpushare.inventory.schema import local_cluster
+    from xpushare.engine.driver import capabilities_of
+    from xpushare.inventory.schema import HostSpec, local_cluster
 
-    assert CAP_KUBERNETES in K8sBackend.capabilities and issubclass(K8sBackend, KubeAccess)
-    assert K8sBackend.kubernetes is not Backend.kubernetes
-    assert CAP_KUBERNETES not in host_capabilities(local_cluster()) and not issubclass(HostBackend, KubeAccess)
-    assert HostBackend.kubernetes is Backend.kubernetes  # None
+    k8s_cluster = ClusterSpec("k", "k8s", "xpushare", "cuda", None, None,
+                              (HostSpec("m", ("master",), local=True), HostSpec("g", ("gpu",), local=True)))
+    k8s = K8sBackend(k8s_cluster)
+    assert isinstance(k8s.parts.kubernetes, KubeAccess) and not isinstance(k8s, KubeAccess)
+    assert CAP_KUBERNETES in k8s.parts.capabilities and k8s.parts.capabilities == capabilities_of(k8s_cluster)
+    host = HostBackend(local_cluster())
+    assert host.parts.kubernetes is None and host.parts.annotations is None
+    assert host.parts.capabilities == capabilities_of(local_cluster())
 
 
 def test_kubectl_stays_inside_the_kubernetes_backend() -> None:

@@ -1,42 +1,47 @@
 """What every backend (host processes, Kubernetes pods) offers a test case.
 
-A case asks for :class:`PodSpec` workloads, waits, changes limits, and leaves evidence files in its
-case directory; the backend decides how a "pod" exists (a process on a GPU node, or a Kubernetes pod).
-Pod records are written to ``pods.json`` so judgments never read live state.
+A case asks for workloads (:class:`~xpushare.model.workload.WorkloadSpec`), waits, changes limits, and leaves
+evidence files in its case directory; the backend decides how a "pod" exists (a process on a GPU node, or a
+Kubernetes pod). Its records (:class:`~xpushare.model.workload.WorkloadRecord`) are written to ``pods.json`` so
+judgments never read live state.
+
+:class:`Backend` is what every backend offers; what a cluster may lack is a part (:class:`BackendParts`), each a
+small ABC (:class:`KubeAccess`, :class:`SchedulerControl`, :class:`Annotator`, :class:`Placement`,
+:class:`EvidenceRotation`) or None. The capability names (``CAP_*``) are the premises' vocabulary, derived from
+the parts (:attr:`BackendParts.capabilities`).
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
-from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import XpushareError
 from xpushare.model.unreached import Unreached
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 
 if TYPE_CHECKING:  # annotations only: judges import this module without the transport's SSH stack
     from xpushare.inventory.sut import SutNames
     from xpushare.transport.base import Host
     from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
+_P = TypeVar("_P")
 
-#: Capabilities a case may require; a backend lists those it has.
+#: Capabilities a case may require (its ``requires``); a backend has those its parts give.
 CAP_KUBERNETES = "kubernetes"
 CAP_CLIENT_LIBRARY = "client-library"
 CAP_ANNOTATIONS = "annotations"
-#: The backend puts each tenant's pods (:attr:`PodSpec.tenant`) in a namespace of its own, which it creates and
+#: The backend puts each tenant's pods (:attr:`WorkloadSpec.tenant`) in a namespace of its own, which it creates and
 #: removes: Kubernetes with a namespace per run (the inventory names no fixed ``namespace``). The premise
 #: ``tenant-namespaces`` of the tenancy cases.
 CAP_TENANT_NAMESPACES = "tenant-namespaces"
 #: The backend can follow the SUT's scheduler: its process (``/proc``: RSS, FDs), its ``/healthz`` and ``/metrics``
-#: (:meth:`Backend.scheduler_facts`), and restart it (:meth:`Backend.restart_scheduler`).
+#: (:meth:`SchedulerControl.scheduler_facts`), and restart it (:meth:`SchedulerControl.restart_scheduler`).
 CAP_SCHEDULER_PROCESS = "scheduler-process"
 
 
@@ -75,87 +80,12 @@ class SchedulerFacts:
 
 @dataclass(frozen=True)
 class SchedulerRestart:
-    """What :meth:`Backend.restart_scheduler` did: ``action`` (for humans), the unix time ``at``, and the
+    """What :meth:`SchedulerControl.restart_scheduler` did: ``action`` (for humans), the unix time ``at``, and the
     ``instance`` of every node's scheduler before it (see :class:`SchedulerFacts`)."""
 
     action: str
     at: float
     before: dict[str, str | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PodSpec:
-    """One workload instance a case asks for.
-
-    ``workload`` is a script of ``workloads/`` without ``.py`` (``w2_medium_add``); ``core_limit`` is a
-    percent and ``memory_limit`` a quantity string (``4Gi``), both delivered as annotations (k8s);
-    ``memory_limit_env`` goes into ``<PREFIX>_GPU_MEMORY_LIMIT``; ``same_gpu_as`` pins the pod to the
-    GPU of another pod of the case.
-    """
-
-    name: str
-    workload: str
-    args: tuple[str, ...] = ()
-    core_limit: int | None = None
-    memory_limit: str | None = None
-    memory_limit_env: str | None = None
-    oversub: bool = False
-    node: str | None = None
-    same_gpu_as: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
-    tenant: str | None = None
-    """Kubernetes with :data:`CAP_TENANT_NAMESPACES`: the tenant whose namespace the pod runs in (a DNS-1123
-    label, ``a``); None: the run's own namespace. Pods of two tenants may have the same name."""
-
-
-@dataclass
-class PodRecord:
-    """What became of a pod: phase, exit code, where it ran, and its run interval (unix seconds).
-
-    ``gpu``: the GPU the backend itself knows of: host mode, the one it placed the process on (UUID, else
-    index); None in Kubernetes, where only the scheduler's registration lines tell (the GPU the judgments
-    use is derived from the evidence when it is loaded, :mod:`xpushare.evidence.store`).
-
-    ``host_pid``: host mode only, the pid of the workload process on its host (the process that loads
-    the client library, so the pid the scheduler exports as ``client_info{host_pid}``); None in
-    Kubernetes (a container's host pid is not known to the tool) and until the process started.
-
-    ``gpu_key``: host mode only, the GPU key the client library reports for the environment the backend
-    gave the process (first token of ``NVIDIA_VISIBLE_DEVICES``, else of ``CUDA_VISIBLE_DEVICES``), the
-    same key space as the scheduler's registrations; None when the backend set no device.
-    ``namespace``: Kubernetes only, the pod's namespace.
-    """
-
-    name: str
-    phase: str
-    exit_code: int | None = None
-    node: str | None = None
-    gpu: str | None = None
-    started: float | None = None
-    finished: float | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
-    log: str | None = None
-    """Log path relative to the case directory."""
-    host_pid: int | None = None
-    gpu_key: str | None = None
-    namespace: str | None = None
-
-    @property
-    def terminal(self) -> bool:
-        return self.phase in TERMINAL_PHASES
-
-
-def write_pod_records(case_dir: Path, records: Sequence[PodRecord]) -> Path:
-    """Write ``pods.json`` (a list of pod records) atomically, as it is rewritten at every poll; return its path."""
-    return atomic_write_text(case_dir / "pods.json", json.dumps([asdict(r) for r in records], indent=2) + "\n")
-
-
-def read_pod_records(case_dir: Path) -> list[PodRecord]:
-    """Read ``pods.json``; an absent file is an empty list."""
-    path = case_dir / "pods.json"
-    if not path.exists():
-        return []
-    return [PodRecord(**r) for r in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def run_spawn_prefix(run_id: str) -> str:
@@ -196,19 +126,24 @@ class Backend(ABC):
     """How a case's workloads run and how evidence is gathered on one cluster.
 
     The backend serves one case at a time: :meth:`begin_case` takes the case (its :class:`CaseContext`) and
-    every case-level method after it (pods, waits, logs, annotations, harvest, cleanup) works in that case's
-    directory. Optional parts are declared, not probed: :meth:`kubernetes` gives the Kubernetes-only operations
-    (None elsewhere), :meth:`scheduler_host` the host of a host-mode scheduler (None elsewhere).
+    every case-level method after it (pods, waits, logs, harvest, cleanup) works in that case's directory.
+    Everything a cluster may lack is a part (:attr:`parts`, :class:`BackendParts`): an object, or None where the
+    cluster has none; a caller tests the part for None, never the mode.
     """
 
     mode: str
-    capabilities: frozenset[str] = frozenset()
     names: SutNames
     """Names of the SUT generation under test (labels, annotations, environment variables, resource)."""
     run_id: str = ""
     """The run this backend serves: set by :meth:`prepare_run`, ``""`` before."""
     case: CaseContext | None = None
     """The case this backend serves: set by :meth:`begin_case`, None before the first."""
+
+    @property
+    @abstractmethod
+    def parts(self) -> BackendParts:
+        """What this backend offers beyond running a case's pods (:class:`BackendParts`); its capabilities
+        (:attr:`BackendParts.capabilities`) are derived from it."""
 
     @property
     def case_dir(self) -> Path:
@@ -218,30 +153,6 @@ class Backend(ABC):
             raise XpushareError("no case begun on this backend (begin_case first)")
         return self.case.case_dir
 
-    def kubectl_calls(self) -> int | None:
-        """kubectl invocations so far (None where there is no kubectl)."""
-        return None
-
-    def kubectl_retries(self) -> int | None:
-        """Of :meth:`kubectl_calls`, the retries of reads after a transient API failure
-        (:mod:`xpushare.transport.kube_retry`; None where there is no kubectl)."""
-        return None
-
-    def kubernetes(self) -> KubeAccess | None:
-        """The Kubernetes-only operations of this backend, or None where workloads are not pods."""
-        return None
-
-    def pod_namespace(self, tenant: str | None = None) -> str | None:
-        """The Kubernetes namespace the case's pods run in (``tenant``'s: that tenant's own, see
-        :attr:`PodSpec.tenant`); None where workloads are not pods. Known after :meth:`prepare_run`."""
-        return None
-
-    def scheduler_host(self) -> Host | None:
-        """Host mode: the backend's connection to the host whose scheduler the inventory's ``scheduler``
-        settings describe (``metrics_url``, ``log_file``); owned by the backend (do not close it). None
-        where there is no such host (Kubernetes: a scheduler pod per node, see :meth:`KubeAccess.scheduler_pods`)."""
-        return None
-
     @abstractmethod
     def prepare_run(self, run_id: str) -> None:
         """Once per run: remove leftovers of earlier runs (only what carries our labels/pid files). A host that
@@ -249,11 +160,11 @@ class Backend(ABC):
         :class:`~xpushare.model.errors.HostUnreachable` when no host of the cluster that its cases need answers
         (host mode: every GPU host; Kubernetes: the master)."""
 
+    @abstractmethod
     def unreachable(self) -> list[Unreached]:
         """The cluster's hosts that did not answer at :meth:`prepare_run`, in inventory order (docs/reliability.md
         §partial clusters): the run goes on without them; whatever needs one of them (a pod placed there, its
         scheduler, the cluster's GPU count) raises :class:`~xpushare.model.errors.HostUnreachable` naming it."""
-        return []
 
     @abstractmethod
     def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
@@ -261,77 +172,32 @@ class Backend(ABC):
         when the rest fails) and start case-long evidence (samplers, dmon, log streams); return the context."""
 
     @abstractmethod
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[WorkloadSpec]) -> None:
         """Create the pods (manifests and records in :attr:`case_dir`). Raises
         :class:`~xpushare.model.errors.XpushareError` on failure."""
 
     @abstractmethod
-    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[WorkloadRecord]:
         """Wait until the pods end or ``timeout_s`` passes; return their records either way (and write
         ``pods.json``)."""
 
     @abstractmethod
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[WorkloadRecord]:
         """Wait until the pods run (or ended); return their records (and write ``pods.json``)."""
 
+    @abstractmethod
     def read_log(self, pod: str) -> str:
-        """The pod's output so far (for waits on a workload line; evidence is still taken by harvest)."""
-        raise NotImplementedError
+        """The pod's output so far, ``""`` when none can be read (for waits on a workload line; evidence is
+        still taken by :meth:`harvest`)."""
 
-    def gpu_node_hosts(self) -> dict[str, Host]:
-        """The hosts whose GPUs the case's workloads can use, by inventory name, for GPU process queries
-        (owned by the backend: do not close them). Empty where this backend cannot reach them."""
-        return {}
-
-    def gpu_count(self) -> int | None:
-        """Physical GPUs the case's workloads can be placed on (schedulable nodes or GPU hosts); None where
-        this backend cannot tell. FUNC-003 judges the spread only when it knows there is more than one."""
-        return None
-
-    def colocation_target(self) -> tuple[str | None, int]:
-        """Where to put pods that must share one GPU: ``(node, gpu_count)``.
-
-        ``node`` None means the backend places pods on one GPU itself (``PodSpec.same_gpu_as``);
-        otherwise ``gpu_count + 1`` pods pinned to ``node`` are certain to put two on one GPU.
-        """
-        return None, 1
-
-    def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
-        """Every scheduler this backend's workloads use, one entry per node, with ``/proc`` figures and health
-        (and the ``/metrics`` page when ``metrics``). Needs ``scheduler-process``. Raises
-        :class:`~xpushare.model.errors.TransportError` when the host cannot be reached at all (k8s: KubeError)."""
-        raise NotImplementedError(f"{self.mode} mode cannot observe the scheduler")
-
-    def restart_scheduler(self) -> SchedulerRestart:
-        """Restart the scheduler now, the way its operator would see it fail: k8s ``rollout restart`` of its
-        DaemonSet; host mode ``kill -TERM`` of the scheduler process (only a supervisor brings it back).
-        Returns at once (recovery is for the caller to watch with :meth:`scheduler_facts`). Needs
-        ``scheduler-process``; raises :class:`~xpushare.model.errors.XpushareError` when nothing could be done."""
-        raise NotImplementedError(f"{self.mode} mode cannot restart the scheduler")
-
-    def case_pods(self) -> list[PodRecord]:
+    @abstractmethod
+    def case_pods(self) -> list[WorkloadRecord]:
         """Records of the current case's pods that exist now (``pods.json`` untouched)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def delete_case_pods(self, timeout_s: float) -> None:
         """Stop every pod of the current case and wait up to ``timeout_s`` s until they are gone; case-long
         evidence (samplers, log streams) keeps running."""
-        raise NotImplementedError
-
-    def forget_pod_specs(self) -> None:
-        """Drop the specs of the case's pods started so far (a long case bounds its memory)."""
-        raise NotImplementedError
-
-    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
-        """Rotate the case-long evidence streams into ``dest`` (``scheduler-<tag>.log``, ``dmon-<host>-<tag>.txt``)
-        and restart them; return the local files (see :meth:`KubeAccess.restart_log_streams`; host mode: the
-        scheduler log file's bytes since the last rotation, ``since`` unused)."""
-        raise NotImplementedError
-
-    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        """Set annotations on a running pod (recorded in ``annotations.jsonl`` of :attr:`case_dir`); return the
-        unix time of the call. Needs ``annotations``."""
-        raise NotImplementedError(f"{self.mode} mode has no annotations")
 
     @abstractmethod
     def harvest(self) -> list[str]:
@@ -341,13 +207,112 @@ class Backend(ABC):
     def cleanup(self) -> None:
         """Remove everything the case created (idempotent; runs in ``finally``)."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections at the end of a run."""
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections (and what the run created for itself) at the end of a run."""
+
+
+class Placement(ABC):
+    """Where a case's pods can go: the GPU hosts, how many GPUs, and how to put two pods on one GPU."""
+
+    @abstractmethod
+    def gpu_node_hosts(self) -> dict[str, Host]:
+        """The hosts whose GPUs the case's workloads can use, by inventory name, for GPU process queries
+        (owned by the backend: do not close them). Empty where none can be reached."""
+
+    @abstractmethod
+    def gpu_count(self) -> int | None:
+        """Physical GPUs the case's workloads can be placed on (schedulable nodes or GPU hosts); None where
+        it cannot be told. FUNC-003 judges the spread only when it knows there is more than one."""
+
+    @abstractmethod
+    def colocation_target(self) -> tuple[str | None, int]:
+        """Where to put pods that must share one GPU: ``(node, gpu_count)``.
+
+        ``node`` None means the backend places pods on one GPU itself (``WorkloadSpec.same_gpu_as``);
+        otherwise ``gpu_count + 1`` pods pinned to ``node`` are certain to put two on one GPU.
+        """
+
+
+class EvidenceRotation(ABC):
+    """What a long case (a soak) needs to bound its evidence: rotate the case-long streams, forget old pods."""
+
+    @abstractmethod
+    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
+        """Rotate the case-long evidence streams into ``dest`` (``scheduler-<tag>.log``, ``dmon-<host>-<tag>.txt``)
+        and restart them; return the local files (uncompressed). Kubernetes: the scheduler's stream restarts
+        from ``since`` (default now); a stream that cannot be copied is restarted anyway, then the error is
+        raised; a dmon that cannot be stopped or copied is skipped. Host mode: the scheduler log file's bytes
+        since the last rotation (``since`` unused; nothing when the inventory names no log file)."""
+
+    @abstractmethod
+    def forget_pod_specs(self) -> None:
+        """Drop the specs of the case's pods started so far (a long case bounds its memory; a pod started
+        later with ``same_gpu_as`` an earlier one then is placed freely)."""
+
+
+class SchedulerControl(ABC):
+    """The SUT's scheduler as a process to follow and restart (the premise ``scheduler-process``)."""
+
+    @abstractmethod
+    def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
+        """Every scheduler the backend's workloads use, one entry per node, with ``/proc`` figures and health
+        (and the ``/metrics`` page when ``metrics``). Raises :class:`~xpushare.model.errors.TransportError`
+        when the host cannot be reached at all (k8s: KubeError)."""
+
+    @abstractmethod
+    def restart_scheduler(self) -> SchedulerRestart:
+        """Restart the scheduler now, the way its operator would see it fail: k8s ``rollout restart`` of its
+        DaemonSet; host mode ``kill -TERM`` of the scheduler process (only a supervisor brings it back).
+        Returns at once (recovery is for the caller to watch with :meth:`scheduler_facts`); raises
+        :class:`~xpushare.model.errors.XpushareError` when nothing could be done."""
+
+
+class Annotator(ABC):
+    """Pod annotations changed while the pod runs (the SUT's core and memory limits; the premise ``annotations``)."""
+
+    @abstractmethod
+    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
+        """Set annotations on a running pod of the case (``core``/``memory`` stand for the SUT's limit
+        annotations), recorded in ``annotations.jsonl`` of the case directory; return the unix time of the call."""
+
+
+@dataclass(frozen=True)
+class BackendParts:
+    """The parts of a backend (:attr:`Backend.parts`): each an object, or None where the cluster has none.
+
+    ``placement`` and ``rotation`` every backend has; ``kubernetes`` (:class:`KubeAccess`) where workloads are
+    pods; ``scheduler`` (:class:`SchedulerControl`) where the SUT's scheduler can be followed as a process;
+    ``annotations`` (:class:`Annotator`) where limits are pod annotations; ``scheduler_host`` is host mode's
+    connection to the host whose scheduler the inventory's ``scheduler`` settings describe (``metrics_url``,
+    ``log_file``; owned by the backend: do not close it). ``client_library``: the workloads reach the SUT
+    (its preload library, or a system that needs none); ``tenant_namespaces``: each tenant's pods get a
+    namespace of their own (:data:`CAP_TENANT_NAMESPACES`).
+    """
+
+    placement: Placement
+    rotation: EvidenceRotation
+    kubernetes: KubeAccess | None = None
+    scheduler: SchedulerControl | None = None
+    annotations: Annotator | None = None
+    scheduler_host: Host | None = None
+    client_library: bool = False
+    tenant_namespaces: bool = False
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The premise vocabulary (``CAP_*``) these parts give: the one truth of a backend's capabilities."""
+        caps = {name for name, there in ((CAP_KUBERNETES, self.kubernetes is not None),
+                                         (CAP_SCHEDULER_PROCESS, self.scheduler is not None),
+                                         (CAP_ANNOTATIONS, self.annotations is not None),
+                                         (CAP_CLIENT_LIBRARY, self.client_library),
+                                         (CAP_TENANT_NAMESPACES, self.tenant_namespaces)) if there}
+        return frozenset(caps)
 
 
 class KubeAccess(ABC):
-    """The Kubernetes-only operations of a backend (:meth:`Backend.kubernetes`, there exactly when the backend
-    has :data:`CAP_KUBERNETES`), for cases that act on the cluster itself (scheduler pods and their
+    """The Kubernetes-only operations of a backend (:attr:`BackendParts.kubernetes`, there exactly when the
+    backend has :data:`CAP_KUBERNETES`), for cases that act on the cluster itself (scheduler pods and their
     ``/metrics``, DaemonSets, nodes) rather than on their pods. Every operation a caller needs is a method
     here; kubectl itself stays inside the backend.
 
@@ -356,6 +321,20 @@ class KubeAccess(ABC):
     Errors: :class:`~xpushare.transport.kube_errors.KubeError` from kubectl,
     :class:`~xpushare.model.errors.TransportError` from SSH, unless a method says otherwise.
     """
+
+    @abstractmethod
+    def kubectl_calls(self) -> int:
+        """kubectl invocations so far."""
+
+    @abstractmethod
+    def kubectl_retries(self) -> int:
+        """Of :meth:`kubectl_calls`, the retries of reads after a transient API failure
+        (:mod:`xpushare.transport.kube_retry`)."""
+
+    @abstractmethod
+    def pod_namespace(self, tenant: str | None = None) -> str:
+        """The namespace the case's pods run in (``tenant``'s: that tenant's own, see :attr:`WorkloadSpec.tenant`).
+        Known after :meth:`Backend.prepare_run`."""
 
     # -- the SUT's pods and DaemonSets (kubectl on the master, in the SUT's namespace) ---------------
     @abstractmethod
@@ -469,28 +448,15 @@ class KubeAccess(ABC):
         timestamp when ``timestamps``. Raises :class:`~xpushare.transport.kube_errors.KubeError`."""
 
     @abstractmethod
-    def case_pods(self) -> list[PodRecord]:
-        """Records of the current case's pods that exist now (one kubectl call; ``pods.json`` untouched)."""
-
-    @abstractmethod
     def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
-        """Delete one pod of the case (its :class:`PodSpec` name) and wait up to ``timeout_s`` s until it is
+        """Delete one pod of the case (its :class:`WorkloadSpec` name) and wait up to ``timeout_s`` s until it is
         gone; the case's log streams and samplers keep running."""
 
-    @abstractmethod
-    def delete_case_pods(self, timeout_s: float) -> None:
-        """Delete every pod of the current case and wait up to ``timeout_s`` s until they are gone."""
 
-    @abstractmethod
-    def forget_pod_specs(self) -> None:
-        """Drop the specs of the case's pods started so far (a long case bounds its memory; a pod started
-        later with ``same_gpu_as`` an earlier one then is placed freely)."""
-
-    @abstractmethod
-    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
-        """Rotate the case-long streams: copy the scheduler log stream to ``dest/scheduler-<tag>.log`` and
-        each GPU host's ``nvidia-smi dmon`` to ``dest/dmon-<host>-<tag>.txt``, restarting each stream (the
-        scheduler's from ``since``, default now); return the local files (uncompressed).
-
-        A scheduler stream that cannot be copied is restarted anyway, then the error is raised; a dmon
-        that cannot be stopped or copied is skipped (restarting it may raise)."""
+def require_part(part: _P | None, premise: str) -> _P:
+    """``part`` of a backend's :class:`BackendParts`, for a case whose premise ``premise`` (a ``CAP_*`` name)
+    says the cluster has it. Raises :class:`~xpushare.model.errors.XpushareError` naming the premise when it
+    has not (the case ERRORs: a premise that did not hold is never a verdict on the SUT)."""
+    if part is None:
+        raise XpushareError(f"premise {premise} does not hold: the backend has no such part")
+    return part

@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 
 from xpushare.backends import harvest_faults, host_harvest
@@ -32,15 +31,12 @@ from xpushare.backends.base import (
     CAP_CLIENT_LIBRARY,
     CAP_SCHEDULER_PROCESS,
     Backend,
+    BackendParts,
     CaseContext,
-    PodRecord,
-    PodSpec,
-    SchedulerFacts,
-    SchedulerRestart,
     exact_part,
     run_spawn_prefix,
-    write_pod_records,
 )
+from xpushare.backends.host_parts import HostPlacement, HostRotation, HostSchedulerControl
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.data import workloads_dir
 from xpushare.evidence import events, gpu_health
@@ -48,6 +44,7 @@ from xpushare.inventory.schema import MODE_HOST, ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.model.unreached import Unreached
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec, write_pod_records
 from xpushare.transport import activity, interrupt, reach
 from xpushare.transport.base import Host
 from xpushare.transport.hosts import connect
@@ -58,7 +55,7 @@ WORKLOADS_DIR = workloads_dir()
 
 @dataclass
 class _Placed:
-    spec: PodSpec
+    spec: WorkloadSpec
     host: str
     gpu_index: int | None
     gpu_uuid: str | None
@@ -66,17 +63,31 @@ class _Placed:
     gpu_key: str | None = None
 
 
+def reaches_client_library(cluster: ClusterSpec) -> bool:
+    """Whether the workloads on ``cluster`` reach the SUT: its preload library is named, or the system needs
+    none (MPS: the CUDA driver is its client)."""
+    return bool(cluster.sut_lib) or not cluster.profile.needs_preload
+
+
+def follows_scheduler(cluster: ClusterSpec) -> bool:
+    """Whether the inventory names the scheduler's process and endpoint: the stability suites follow its
+    ``/proc`` figures and ``/metrics``."""
+    return bool(cluster.scheduler.process_name and cluster.scheduler.metrics_url)
+
+
 def host_capabilities(cluster: ClusterSpec) -> frozenset[str]:
-    """What a host backend on ``cluster`` can do, from its inventory alone (nothing is contacted)."""
-    # a system the workload reaches without a preload (MPS: the CUDA driver is its client) is in the path as is
-    caps = {CAP_CLIENT_LIBRARY} if cluster.sut_lib or not cluster.profile.needs_preload else set()
-    if cluster.scheduler.process_name and cluster.scheduler.metrics_url:
-        caps.add(CAP_SCHEDULER_PROCESS)  # the stability suites follow its /proc figures and /metrics
+    """What a host backend on ``cluster`` can do, from its inventory alone (nothing is contacted; for dry
+    runs): the capabilities of the parts :class:`HostBackend` gives (:attr:`BackendParts.capabilities`)."""
+    caps = {CAP_CLIENT_LIBRARY} if reaches_client_library(cluster) else set()
+    if follows_scheduler(cluster):
+        caps.add(CAP_SCHEDULER_PROCESS)
     return frozenset(caps)
 
 
 class HostBackend(Backend):
-    """Workloads as processes on the cluster's GPU hosts."""
+    """Workloads as processes on the cluster's GPU hosts. Its parts (:mod:`xpushare.backends.host_parts`):
+    placement, evidence rotation, the first GPU host's scheduler (where the inventory names its process and
+    endpoint) and that host's connection; no Kubernetes, no annotations."""
 
     mode = MODE_HOST
 
@@ -86,7 +97,6 @@ class HostBackend(Backend):
         self.hosts_are_local = all(h.local for h in cluster.hosts)
         # A poll is a few milliseconds on this machine and one SSH round trip elsewhere.
         self.poll_s = poll_s if poll_s is not None else (0.2 if self.hosts_are_local else 1.0)
-        self.capabilities = host_capabilities(cluster)
         specs = cluster.by_role("gpu") or list(cluster.hosts)
         self.hosts: dict[str, Host] = {h.name: connect(h) for h in specs}
         """The GPU hosts that answer (after :meth:`prepare_run`; every GPU host before it)."""
@@ -104,6 +114,14 @@ class HostBackend(Backend):
         self.log_offset: int | None = None
         self.rotated_offset: int | None = None
         """Scheduler log bytes already copied by :meth:`restart_log_streams` (None: none yet this case)."""
+
+    @property
+    def parts(self) -> BackendParts:
+        """Built at each call: the scheduler's host is replaced when it stops answering."""
+        return BackendParts(placement=HostPlacement(self), rotation=HostRotation(self),
+                            scheduler=HostSchedulerControl(self) if follows_scheduler(self.cluster) else None,
+                            scheduler_host=self.scheduler.host,
+                            client_library=reaches_client_library(self.cluster))
 
     # -- run level -------------------------------------------------------------------------------
     def prepare_run(self, run_id: str) -> None:
@@ -206,14 +224,14 @@ class HostBackend(Backend):
             self.scheduler = HostScheduler(name, reach.UnreachableHost(error), self.cluster.scheduler)
         print(f"warning: {name}: {error.describe()}; the run goes on without it", file=sys.stderr)
 
-    def _dead(self, name: str, needs: str) -> HostUnreachable:
+    def dead_error(self, name: str, needs: str) -> HostUnreachable:
         """The error for ``needs`` (what needed the host) on the unreachable GPU host ``name``."""
         error = self.dead[name]
         return HostUnreachable(name, f"{error.describe()} ({needs})", error.why)
 
-    def _choose(self, spec: PodSpec) -> tuple[str, int | None, str | None]:
+    def _choose(self, spec: WorkloadSpec) -> tuple[str, int | None, str | None]:
         if spec.node in self.dead:
-            raise self._dead(spec.node, f"pod {spec.name} is placed on it")
+            raise self.dead_error(spec.node, f"pod {spec.name} is placed on it")
         if spec.same_gpu_as:
             other = self.placed[spec.same_gpu_as]
             return other.host, other.gpu_index, other.gpu_uuid
@@ -232,7 +250,7 @@ class HostBackend(Backend):
         uuid = dict(self.gpus.get(host) or []).get(idx) if idx is not None else None
         return host, idx, uuid
 
-    def pod_env(self, spec: PodSpec, spawn_name: str, gpu_index: int | None,
+    def pod_env(self, spec: WorkloadSpec, spawn_name: str, gpu_index: int | None,
                 gpu_uuid: str | None = None) -> dict[str, str]:
         """Environment of a workload process: SUT variables, preload library, GPU placement.
 
@@ -264,7 +282,7 @@ class HostBackend(Backend):
         backend placed the workload on a GPU and :meth:`pod_env` did not set it."""
         return ["NVIDIA_VISIBLE_DEVICES"] if gpu_index is not None and "NVIDIA_VISIBLE_DEVICES" not in env else []
 
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[WorkloadSpec]) -> None:
         case_dir = self.case_dir
         if any(p.core_limit is not None or p.memory_limit is not None for p in pods):
             raise XpushareError("host mode cannot apply annotation limits (core_limit / memory_limit)")
@@ -293,11 +311,11 @@ class HostBackend(Backend):
                 raise
         self._write_records(case_dir, self._poll())
 
-    def _poll(self) -> list[PodRecord]:
+    def _poll(self) -> list[WorkloadRecord]:
         by_host: dict[str, list[_Placed]] = {}
         for p in self.placed.values():
             by_host.setdefault(p.host, []).append(p)
-        records: list[PodRecord] = []
+        records: list[WorkloadRecord] = []
         for host_name, placed in by_host.items():
             rows: dict[str, list[str]] = {}
             if host_name not in self.dead:
@@ -311,7 +329,7 @@ class HostBackend(Backend):
             for p in placed:
                 rc, start, end, pid = rows.get(p.spawn_name, ["-", "-", "-", "-"])
                 records.append(
-                    PodRecord(
+                    WorkloadRecord(
                         name=p.spec.name,
                         phase=procs.phase(rc, start) if host_name not in self.dead else "Unknown",
                         exit_code=int(rc) if rc not in ("-", "") and rc.lstrip("-").isdigit() else None,
@@ -327,10 +345,10 @@ class HostBackend(Backend):
                 )
         return records
 
-    def _write_records(self, case_dir: Path, records: list[PodRecord]) -> None:
+    def _write_records(self, case_dir: Path, records: list[WorkloadRecord]) -> None:
         write_pod_records(case_dir, records)
 
-    def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, done: set[str]) -> list[PodRecord]:
+    def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, done: set[str]) -> list[WorkloadRecord]:
         deadline = time.monotonic() + timeout_s
         while True:
             interrupt.check()
@@ -339,36 +357,24 @@ class HostBackend(Backend):
             wanted = [r for r in records if r.name in names]
             lost = next((r for r in wanted if r.node in self.dead), None)
             if lost is not None and lost.node is not None:  # a case's pod is never waited for on a lost host
-                raise self._dead(lost.node, f"pod {lost.name} ran there")
+                raise self.dead_error(lost.node, f"pod {lost.name} ran there")
             activity.pods([r.phase for r in wanted], count=len(names),
                           until="running" if "Running" in done else "terminal")
             if all(r.phase in done for r in wanted) or time.monotonic() >= deadline:
                 return wanted
             time.sleep(self.poll_s)
 
-    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[WorkloadRecord]:
         case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, {"Succeeded", "Failed"})
         events.pod_phases(records, "terminal")
         return records
 
-    def gpu_count(self) -> int | None:
-        """GPUs found on the GPU hosts at run start (inventory ``gpus`` or ``nvidia-smi -L``). Raises
-        :class:`HostUnreachable` naming a GPU host that did not answer: a case that counts the cluster's GPUs
-        (to spread pods over every GPU, or to find two) needs every GPU host."""
-        if self.dead:
-            raise self._dead(next(iter(self.dead)), f"the GPU count of cluster {self.cluster.name} needs every GPU "
-                                                    "host")
-        return sum(len(v) for v in self.gpus.values())
-
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[WorkloadRecord]:
         case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, {"Running", "Succeeded", "Failed"})
         events.pod_phases(records, "running")
         return records
-
-    def gpu_node_hosts(self) -> dict[str, Host]:
-        return dict(self.hosts)
 
     def read_log(self, pod: str) -> str:
         p = self.placed.get(pod)
@@ -379,10 +385,6 @@ class HostBackend(Backend):
         return res.stdout if res.ok else ""
 
     # -- evidence --------------------------------------------------------------------------------
-    def scheduler_host(self) -> Host | None:
-        """The first GPU host's connection (where the inventory's ``scheduler`` settings apply)."""
-        return self.scheduler.host
-
     def harvest(self) -> list[str]:
         """Store the case's evidence (``pods.json``, :mod:`~xpushare.backends.host_harvest`, the scheduler's);
         each piece on its own, so that a transport fault in one loses only that piece. Raises
@@ -407,17 +409,7 @@ class HostBackend(Backend):
         files += self.scheduler.harvest(case_dir, self.log_offset, faults)
         return harvest_faults.complete(files, faults)
 
-    # -- the scheduler as a process (stability suites) -------------------------------------------
-    def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
-        """The first GPU host's scheduler (:meth:`HostScheduler.facts`). Raises :class:`XpushareError` without
-        the inventory's ``scheduler.process_name``."""
-        return self.scheduler.facts(self.cluster.name, metrics=metrics)
-
-    def restart_scheduler(self) -> SchedulerRestart:
-        """``kill -TERM`` every process of the first GPU host's scheduler (:meth:`HostScheduler.restart`)."""
-        return self.scheduler.restart(self.cluster.name)
-
-    def case_pods(self) -> list[PodRecord]:
+    def case_pods(self) -> list[WorkloadRecord]:
         """Records of the case's pods started since the last :meth:`forget_pod_specs` (one poll per host)."""
         return self._poll()
 
@@ -431,26 +423,6 @@ class HostBackend(Backend):
             except TransportError:
                 continue
         self.placed = {}
-
-    def forget_pod_specs(self) -> None:
-        """Forget the pods placed so far (their files stay on the hosts until cleanup; placement starts over)."""
-        self.placed = {}
-
-    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
-        """Copy the scheduler log's bytes since the last rotation (or the case start) to
-        ``dest/scheduler-<tag>.log``; the file itself goes on (``since`` is not needed: nothing is lost)."""
-        log = self.cluster.scheduler.log_file
-        if not log:
-            return []
-        dest.mkdir(parents=True, exist_ok=True)
-        start = self.rotated_offset if self.rotated_offset is not None else (self.log_offset or 0)
-        size = self.scheduler.log_size() or 0
-        if size < start:  # the log was truncated or replaced: take it from its beginning
-            start = 0
-        path = dest / f"scheduler-{tag}.log"
-        self.scheduler.copy_log(path, start, size)
-        self.rotated_offset = size
-        return [path]
 
     def cleanup(self) -> None:
         for p in self.placed.values():

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import re
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.backends import harvest_faults, k8s_harvest, k8s_nodes, k8s_scheduler
+from xpushare.backends import harvest_faults, k8s_harvest
 from xpushare.backends.base import (
     CAP_ANNOTATIONS,
     CAP_CLIENT_LIBRARY,
@@ -41,16 +40,12 @@ from xpushare.backends.base import (
     CAP_SCHEDULER_PROCESS,
     CAP_TENANT_NAMESPACES,
     Backend,
+    BackendParts,
     CaseContext,
-    KubeAccess,
-    PodRecord,
-    PodSpec,
-    SchedulerFacts,
-    SchedulerRestart,
     run_spawn_prefix,
-    write_pod_records,
 )
 from xpushare.backends.harvest_faults import note
+from xpushare.backends.k8s_access import K8sAccess, K8sAnnotator, K8sPlacement, K8sRotation, K8sScheduler
 from xpushare.backends.k8s_names import (
     ATTEMPT_LABEL,
     MANAGED_BY,
@@ -67,16 +62,17 @@ from xpushare.evidence.metrics_target import NodeCapture, sampler_capture
 from xpushare.evidence.store import pod_key
 from xpushare.inventory.schema import MODE_K8S, ClusterSpec
 from xpushare.inventory.sut import sut_names
-from xpushare.model.atomic_file import atomic_write_text, open_append
+from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.model.lease import LeaseSettings
 from xpushare.model.unreached import Unreached
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec, write_pod_records
 from xpushare.transport import interrupt, kube_lease, reach
 from xpushare.transport.base import Host
 from xpushare.transport.cluster_kubectl import kubectl_for, master_spec
 from xpushare.transport.hosts import connect
 from xpushare.transport.kube_errors import KubeError, KubeNotFound, KubePodStuck, KubeTimeout
-from xpushare.transport.kube_objects import DaemonSetStatus, Node, Pod
+from xpushare.transport.kube_objects import Pod
 from xpushare.transport.kube_retry import DEFAULT_BACKOFF_S, DEFAULT_RETRIES
 from xpushare.transport.manifest_yaml import dump_manifests
 
@@ -119,17 +115,25 @@ SERVICE_ACCOUNT_WAIT_S = 60.0
 NAMESPACE_GONE_WAIT_S = 300.0
 
 
+def owns_namespaces(cluster: ClusterSpec) -> bool:
+    """Whether the tool owns the run's namespace on ``cluster`` (the inventory names no fixed ``namespace``):
+    only then tenants get namespaces of their own."""
+    return cluster.namespace is None
+
+
 def k8s_capabilities(cluster: ClusterSpec) -> frozenset[str]:
-    """What a k8s backend on ``cluster`` can do, from its inventory alone: tenants get namespaces of their own
-    only where the tool owns the run's namespace (the inventory names no fixed ``namespace``)."""
+    """What a k8s backend on ``cluster`` can do, from its inventory alone (for dry runs): the capabilities of
+    the parts :class:`K8sBackend` builds (:attr:`BackendParts.capabilities`)."""
     caps = {CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS}
-    if cluster.namespace is None:
+    if owns_namespaces(cluster):
         caps.add(CAP_TENANT_NAMESPACES)
     return frozenset(caps)
 
 
-class K8sBackend(Backend, KubeAccess):
-    """Pods on a Kubernetes cluster running nvshare / xpushare; its own :class:`KubeAccess`.
+class K8sBackend(Backend):
+    """Pods on a Kubernetes cluster running nvshare / xpushare. Its parts (:attr:`parts`) are views of it
+    (:mod:`xpushare.backends.k8s_access`): the :class:`KubeAccess`, the scheduler, annotations, placement and
+    evidence rotation; every one is there on every Kubernetes cluster.
 
     Namespaces (docs/config.md §namespaces): with no ``namespace`` in the inventory the run's pods live in a
     namespace of its own (:func:`~xpushare.backends.k8s_names.run_namespace`) and each tenant's in one beside it
@@ -138,11 +142,9 @@ class K8sBackend(Backend, KubeAccess):
     """
 
     mode = MODE_K8S
-    capabilities = k8s_capabilities(ClusterSpec("", MODE_K8S, "xpushare", "cuda", None, None, ()))
 
     def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
-        self.capabilities = k8s_capabilities(cluster)
         self.namespace = cluster.home_namespace
         """The run's namespace: the inventory's fixed one, or (after :meth:`prepare_run`) the run's own."""
         self.owned_namespaces: list[str] = []
@@ -161,47 +163,32 @@ class K8sBackend(Backend, KubeAccess):
         self.smi_hosts: set[str] = set()
         self.run_id = ""
         self.case_id = ""
-        self._case_start = datetime.now(timezone.utc)
+        self.case_start = datetime.now(timezone.utc)
         self.prefix = ""
         self.stream_name = ""
-        self.pods: list[PodSpec] = []
+        self.pods: list[WorkloadSpec] = []
         self.health_nodes: list[str] = []
         """Nodes whose GPU health was captured before the current case (captured again at harvest)."""
         self.dead: dict[str, HostUnreachable] = {}
         """The GPU hosts whose SSH did not answer at :meth:`prepare_run` (their nodes' evidence cannot be read)."""
+        self.kube = K8sAccess(self)
+        """The Kubernetes-only operations (:attr:`BackendParts.kubernetes`)."""
+        self.annotator = K8sAnnotator(self)
+        """The pod annotations (:attr:`BackendParts.annotations`)."""
+        self._parts = BackendParts(
+            placement=K8sPlacement(self), rotation=K8sRotation(self), kubernetes=self.kube,
+            scheduler=K8sScheduler(self.kube), annotations=self.annotator, client_library=True,
+            tenant_namespaces=owns_namespaces(cluster))
 
-    def kubectl_calls(self) -> int | None:
-        return self.kubectl.calls
+    @property
+    def parts(self) -> BackendParts:
+        return self._parts
 
     def unreachable(self) -> list[Unreached]:
         return [Unreached.of(error, "gpu") for error in self.dead.values()]
 
-    def kubectl_retries(self) -> int | None:
-        return self.kubectl.retries
-
-    def kubernetes(self) -> KubeAccess:
-        return self
-
-    # -- KubeAccess --------------------------------------------------------------------------------
-    @property
-    def case_start(self) -> datetime:
-        return self._case_start
-
-    @property
-    def metrics_port(self) -> int:
-        return int(self.params["metrics_port"])
-
-    @property
-    def vgpus_per_gpu(self) -> int:
-        return int(self.params["vgpus_per_gpu"])
-
-    def node_hosts(self) -> dict[str, str]:
-        return dict(self.node_host)
-
-    def gpu_node_hosts(self) -> dict[str, Host]:
-        return {name: self.gpu_host(name) for name in sorted(set(self.node_host.values())) if name in self.gpu_specs}
-
     def gpu_host(self, name: str) -> Host:
+        """The connection to GPU host ``name`` (opened on first use, kept until :meth:`close`)."""
         if name not in self.gpu_hosts:
             self.gpu_hosts[name] = connect(self.gpu_specs[name])
         return self.gpu_hosts[name]
@@ -218,108 +205,25 @@ class K8sBackend(Backend, KubeAccess):
         base = [str(word).replace("{host}", host) for word in configured] if configured else ["nvidia-smi"]
         return [*base, *args]
 
-    def host_for_node(self, node: str | None) -> str | None:
-        """The inventory GPU host of a Kubernetes node: same name, else same address as its InternalIP."""
-        if node is None:
-            return None
-        return self.node_host.get(node)
-
-    def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
-        return self.kubectl.logs(selector=self.names.scheduler_label, since_time=self.case_start,
-                                 timestamps=timestamps, prefix=prefix, namespace=self.names.namespace)
-
-    def case_pods(self) -> list[PodRecord]:
-        return [self._record(p) for p in self._list_case_pods()]
+    def case_pods(self) -> list[WorkloadRecord]:
+        return [self._record(p) for p in self.list_case_pods()]
 
     def pod_namespace(self, tenant: str | None = None) -> str:
         if tenant is None:
             return self.namespace
         return tenant_namespace(self.namespace, tenant)
 
-    def _case_namespaces(self) -> list[str]:
+    def case_namespaces(self) -> list[str]:
         """The namespaces of the current case's pods: the run's, and those of the tenants it started."""
         return sorted({self.namespace, *(self.pod_namespace(p.tenant) for p in self.pods)})
 
-    def _list_case_pods(self) -> list[Pod]:
+    def list_case_pods(self) -> list[Pod]:
         """The current case's pods in every namespace it uses (one kubectl call a namespace)."""
-        return [p for ns in self._case_namespaces() for p in self.kubectl.list_pods(self.selector(), namespace=ns)]
-
-    def sut_pods(self, selector: str) -> list[Pod]:
-        return self.kubectl.list_pods(selector, namespace=self.names.namespace)
-
-    def sut_logs(self, selector: str) -> str:
-        return self.kubectl.logs(selector=selector, prefix=True, namespace=self.names.namespace)
-
-    def previous_log(self, pod: str) -> str:
-        return self.kubectl.logs(pod, previous=True, namespace=self.names.namespace)
-
-    def restart_daemonset(self, name: str) -> None:
-        self.kubectl.rollout_restart("daemonset", name, namespace=self.names.namespace)
-
-    def await_daemonset(self, name: str, timeout_s: float) -> str:
-        return self.kubectl.rollout_status("daemonset", name, namespace=self.names.namespace, timeout_s=timeout_s)
-
-    def daemonset_status(self, name: str) -> DaemonSetStatus:
-        return self.kubectl.get_daemonset(name, namespace=self.names.namespace)
-
-    def daemonset_env(self, name: str, variable: str) -> str | None:
-        doc = self.kubectl.get_json(["get", "daemonset", name], namespace=self.names.namespace)
-        value = None
-        for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-            for e in c.get("env") or []:
-                if e.get("name") == variable:
-                    value = e.get("value")
-        return value
-
-    def set_daemonset_env(self, name: str, variable: str, value: str | None) -> None:
-        setting = f"{variable}={value}" if value is not None else f"{variable}-"
-        self.kubectl.run(["set", "env", f"daemonset/{name}", setting], namespace=self.names.namespace)
-
-    def nodes(self) -> list[Node]:
-        return self.kubectl.list_nodes()
-
-    def node(self, name: str) -> Node:
-        return self.kubectl.get_node(name)
-
-    def drain_node(self, node: str, *, timeout_s: float, grace_period_s: int | None = None) -> str:
-        return self.kubectl.drain(node, timeout_s=timeout_s, grace_period_s=grace_period_s)
-
-    def uncordon_node(self, node: str) -> None:
-        self.kubectl.uncordon(node)
-
-    def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
-        self.kubectl.delete(name=dns1123(name), wait=True, timeout_s=timeout_s)
+        return [p for ns in self.case_namespaces() for p in self.kubectl.list_pods(self.selector(), namespace=ns)]
 
     def delete_case_pods(self, timeout_s: float) -> None:
-        for ns in self._case_namespaces():
+        for ns in self.case_namespaces():
             self.kubectl.delete(self.selector(), wait=True, timeout_s=timeout_s, namespace=ns)
-
-    def forget_pod_specs(self) -> None:
-        self.pods.clear()
-
-    def restart_log_streams(self, dest: Path, tag: str, *, since: datetime | None = None) -> list[Path]:
-        dest.mkdir(parents=True, exist_ok=True)
-        got: list[Path] = []
-        if self.stream_name:
-            start = datetime.now(timezone.utc) if since is None else since
-            log = self.master.stop(self.stream_name)
-            local = dest / f"scheduler-{tag}.log"
-            try:
-                self.master.get(log, local)
-                got.append(local)
-            finally:
-                argv = self.kubectl.logs_follow_argv(self.names.scheduler_label, start, namespace=self.names.namespace)
-                self.master.spawn(self.stream_name, argv)
-        for name in sorted(self.smi_hosts):
-            host = self.gpu_host(name)
-            spawn = self.dmon_spawn(name)
-            with contextlib.suppress(TransportError):
-                log = host.stop(spawn)
-                local = dest / f"dmon-{name}-{tag}.txt"
-                host.get(log, local)
-                got.append(local)
-            host.spawn(spawn, self.nvidia_smi_argv(name, "dmon", "-s", "u", "-d", "1"))
-        return got
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -432,7 +336,7 @@ class K8sBackend(Backend, KubeAccess):
     def begin_case(self, case_dir: Path, case_id: str) -> CaseContext:
         self.case = CaseContext(case_dir, case_id)
         self.case_id = case_id
-        self._case_start = datetime.now(timezone.utc)
+        self.case_start = datetime.now(timezone.utc)
         self.pods = []
         # exact run prefix and the attempt's token: a dead attempt's streams and files are never this one's
         self.prefix = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run_spawn_prefix(self.run_id)}{case_id}-{self.case.attempt}")
@@ -488,8 +392,8 @@ class K8sBackend(Backend, KubeAccess):
                 note(case_dir, f"node {node}: GPU health {tag}: {exc}")
         return done
 
-    def render_pod(self, spec: PodSpec) -> dict[str, Any]:
-        """The pod manifest of a :class:`PodSpec` (manifests/pod.yaml filled in structurally)."""
+    def render_pod(self, spec: WorkloadSpec) -> dict[str, Any]:
+        """The pod manifest of a :class:`WorkloadSpec` (manifests/pod.yaml filled in structurally)."""
         doc = copy.deepcopy(yaml.safe_load((MANIFESTS / "pod.yaml").read_text(encoding="utf-8")))
         meta, pod_spec = doc["metadata"], doc["spec"]
         meta["name"] = dns1123(spec.name)
@@ -528,10 +432,10 @@ class K8sBackend(Backend, KubeAccess):
             pod_spec["volumes"] = [{"name": "workloads", "configMap": {"name": self._configmap_name()}}]
         return doc
 
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+    def start_pods(self, pods: Sequence[WorkloadSpec]) -> None:
         case_dir = self.case_dir
         tenants = sorted({p.tenant for p in pods if p.tenant is not None})
-        if tenants and CAP_TENANT_NAMESPACES not in self.capabilities:
+        if tenants and not self._parts.tenant_namespaces:
             raise XpushareError(f"tenants {', '.join(tenants)}: no namespace of their own on a cluster with a "
                                 f"fixed namespace ({self.namespace})")
         for tenant in tenants:
@@ -548,10 +452,10 @@ class K8sBackend(Backend, KubeAccess):
         # every pod names its namespace (tenants' differ): kubectl refuses an explicit -n one of them differs from
         self.kubectl.apply(text, namespace=None)
 
-    def _record(self, pod: Pod) -> PodRecord:
+    def _record(self, pod: Pod) -> WorkloadRecord:
         spec = next((p for p in self.pods if dns1123(p.name) == pod.name
                      and self.pod_namespace(p.tenant) == (pod.namespace or self.namespace)), None)
-        return PodRecord(
+        return WorkloadRecord(
             name=pod.name,
             namespace=pod.namespace,
             phase=pod.phase,
@@ -564,11 +468,11 @@ class K8sBackend(Backend, KubeAccess):
             log=f"pods/{pod.name}.log",
         )
 
-    def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, until: str) -> list[PodRecord]:
+    def _wait(self, case_dir: Path, names: Sequence[str], timeout_s: float, until: str) -> list[WorkloadRecord]:
         wanted = {dns1123(n) for n in names}
         # a name names one pod in each namespace that has it (tenants' pods may share a name)
         count = sum(1 for p in self.pods if dns1123(p.name) in wanted) or len(wanted)
-        namespaces = self._case_namespaces()
+        namespaces = self.case_namespaces()
         interrupt.check()
         try:
             pods = self.kubectl.wait_pods(
@@ -588,13 +492,13 @@ class K8sBackend(Backend, KubeAccess):
                                 "went down)")
         return records
 
-    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[WorkloadRecord]:
         case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, "terminal")
         events.pod_phases(records, "terminal")
         return records
 
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
+    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[WorkloadRecord]:
         case_dir = self.case_dir
         records = self._wait(case_dir, names, timeout_s, "running")
         events.pod_phases(records, "running")
@@ -606,62 +510,6 @@ class K8sBackend(Backend, KubeAccess):
         except KubeError:
             return ""
 
-    def gpu_count(self) -> int | None:
-        """GPUs of the schedulable, ready nodes: their allocatable vGPUs / ``vgpus_per_gpu`` (at least 1 per
-        node that offers the resource)."""
-        return k8s_nodes.gpu_count(self.kubectl.list_nodes(), self.names.resource, self.vgpus_per_gpu)
-
-    def colocation_target(self) -> tuple[str | None, int]:
-        """The schedulable node with the fewest GPUs and its GPU count (:func:`k8s_nodes.colocation_target`)."""
-        return k8s_nodes.colocation_target(self.kubectl.list_nodes(), self.names.resource, self.vgpus_per_gpu)
-
-    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        """Annotate a running pod; the call time (unix s) goes to ``annotations.jsonl`` for latency checks."""
-        case_dir = self.case_dir
-        keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
-        full = {keys.get(k, k): v for k, v in annotations.items()}
-        when = time.time()
-        self.kubectl.annotate(dns1123(pod), full)
-        with open_append(case_dir / "annotations.jsonl") as fh:
-            fh.write(json.dumps({"time": when, "pod": dns1123(pod), "annotations": full}) + "\n")
-        return when
-
-    def scrape_metrics(self, name: str, node: str | None = None) -> str | None:
-        """Scrape ``/metrics`` of the scheduler serving ``node`` (default: the first pod's) into ``name``."""
-        case_dir = self.case_dir
-        if node is None:
-            nodes = self._case_nodes()
-            if not nodes:
-                return None
-            node = nodes[0]
-        body = self.curl_scheduler(node, "/metrics")
-        if body is None:
-            return None
-        atomic_write_text(case_dir / name, body)
-        return name
-
-    def _case_nodes(self) -> list[str]:
-        try:
-            pods = self._list_case_pods()
-        except KubeError:
-            return []
-        return sorted({p.node for p in pods if p.node})
-
-    def scheduler_pods(self) -> dict[str, Pod]:
-        return k8s_scheduler.scheduler_pods(self.kubectl, self.names)
-
-    def curl_scheduler(self, node: str, path: str, sched: dict[str, Pod] | None = None) -> str | None:
-        return k8s_scheduler.curl_scheduler(self, node, path, sched)
-
-    # -- the scheduler (Backend) ---------------------------------------------------------------------
-    def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
-        """One entry per node running a scheduler pod (:func:`k8s_scheduler.scheduler_facts`)."""
-        return k8s_scheduler.scheduler_facts(self, self.names, metrics=metrics)
-
-    def restart_scheduler(self) -> SchedulerRestart:
-        """``kubectl rollout restart daemonset/<scheduler>``; returns at once (watch the rollout yourself)."""
-        return k8s_scheduler.restart_scheduler(self, self.names)
-
     # -- evidence ----------------------------------------------------------------------------------
     def harvest(self) -> list[str]:
         """Store the case's evidence; each piece on its own, so that a fault in one (a lost connection, a
@@ -670,9 +518,9 @@ class K8sBackend(Backend, KubeAccess):
         case_dir = self.case_dir
         faults: list[str] = []
         files: list[str] = []
-        records: list[PodRecord] = []
+        records: list[WorkloadRecord] = []
         try:
-            records = _keyed([self._record(p) for p in self._list_case_pods()])
+            records = _keyed([self._record(p) for p in self.list_case_pods()])
             write_pod_records(case_dir, records)
             files.append("pods.json")
             for ns in sorted({r.namespace or self.namespace for r in records}):  # logs per namespace: one call each
@@ -692,7 +540,7 @@ class K8sBackend(Backend, KubeAccess):
             dead = self.dead.get(self.node_host.get(node) or "")
             if dead is not None:
                 faults.append(f"node {node}: {dead.host}: {dead.describe()}")
-        files += k8s_harvest.node_evidence(case_dir, self, nodes, self.names, self.smi_hosts, self.dmon_spawn,
+        files += k8s_harvest.node_evidence(case_dir, self.kube, nodes, self.names, self.smi_hosts, self.dmon_spawn,
                                            self.nvidia_smi_argv)
         for sampler in self.samplers:
             files += sampler.stop(case_dir)
@@ -705,7 +553,7 @@ class K8sBackend(Backend, KubeAccess):
 
     def cleanup(self) -> None:
         case_dir = self.case_dir
-        for ns in self._case_namespaces():
+        for ns in self.case_namespaces():
             try:
                 result = self.kubectl.delete(self.selector(), wait=True, timeout_s=60, namespace=ns)
                 if result.forced:
@@ -741,7 +589,7 @@ class K8sBackend(Backend, KubeAccess):
 
 
 
-def _keyed(records: list[PodRecord]) -> list[PodRecord]:
+def _keyed(records: list[WorkloadRecord]) -> list[WorkloadRecord]:
     """``records`` with each log path ``pods/<key>.log`` (:func:`~xpushare.evidence.store.pod_key`: pods of two
     namespaces with one name get ``pods/<namespace>/<name>.log``)."""
     for rec in records:

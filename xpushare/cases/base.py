@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import Backend, PodRecord, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, Annotator, Backend, require_part
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.judge.quantity import parse_quantity
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.premises import PREMISES
 from xpushare.model.verdict import Verdict
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.transport import activity, interrupt
 
 #: Suite ids (directory names under a run) and the aliases accepted by ``--suite``.
@@ -83,7 +84,14 @@ class CaseRun:
     def namespace(self) -> str:
         """The namespace of the case's pods (Kubernetes: the run's own, or the inventory's fixed one); elsewhere
         the cluster's home namespace, which scheduler lines of host-mode workloads never name."""
-        return self.backend.pod_namespace() or self.cluster.home_namespace
+        kube = self.backend.parts.kubernetes
+        return kube.pod_namespace() if kube is not None else self.cluster.home_namespace
+
+    @property
+    def annotator(self) -> Annotator:
+        """The backend's annotations part, for a case with the premise ``annotations``; raises
+        :class:`~xpushare.model.errors.XpushareError` naming the premise where the cluster has none."""
+        return require_part(self.backend.parts.annotations, CAP_ANNOTATIONS)
 
     def save_plan(self) -> None:
         atomic_write_text(self.case_dir / "plan.json", json.dumps(self.plan, indent=2) + "\n")
@@ -93,12 +101,12 @@ class CaseRun:
         table = self.params.get("workload_args") or {}
         return tuple(str(a) for a in table.get(workload, ()))
 
-    def pod(self, name: str, workload: str, **kw: Any) -> PodSpec:
-        """A :class:`PodSpec` with the case's workload flags; names are ``<case>-<name>`` in DNS-1123 form."""
+    def pod(self, name: str, workload: str, **kw: Any) -> WorkloadSpec:
+        """A :class:`WorkloadSpec` with the case's workload flags; names are ``<case>-<name>`` in DNS-1123 form."""
         full = f"{self.case_id.lower()}-{name}"
         extra = tuple(kw.pop("args", ()))
         args = (*self.workload_args(workload), *self.sized_args.get(workload, ()), *extra)
-        return PodSpec(name=full, workload=workload, args=args, **kw)
+        return WorkloadSpec(name=full, workload=workload, args=args, **kw)
 
     def env_memory_quota(self, limit: str) -> dict[str, Any]:
         """The :meth:`pod` keywords of a memory quota ``limit`` (a Kubernetes quantity, e.g. ``1Gi``) set in the
@@ -114,7 +122,7 @@ class CaseRun:
             return {"memory_limit_env": limit}
         return {"env": tuple(profile.memory_env(parse_quantity(limit)).items())}
 
-    def run_pods(self, pods: Sequence[PodSpec]) -> list[PodRecord]:
+    def run_pods(self, pods: Sequence[WorkloadSpec]) -> list[WorkloadRecord]:
         """Start the pods and wait (``pod_timeout_s``) until they end; record the plan first."""
         self.plan.setdefault("pods", [])
         self.plan["pods"] += [p.name for p in pods]

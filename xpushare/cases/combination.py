@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, PodRecord, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, Judge, register
 from xpushare.cases.functional import (
     DYNAMIC_MEMORY_PARAMS,
@@ -49,6 +49,7 @@ from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.errors import XpushareError
 from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 
 W3 = "w3_idle_add"
 _K8S = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU})
@@ -81,14 +82,14 @@ def _pods_seen(path_text: str, namespace: str) -> set[str]:
     return judge_combo.pods_in_capture(parse_exposition(read_capture(text).body), namespace)
 
 
-def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRecord], base: str) -> list[str]:
+def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[WorkloadRecord], base: str) -> list[str]:
     """Scrape the scheduler of every node the pods run on into ``<base>.txt`` / ``<base>_<node>.txt``.
 
     Repeats every ``metrics_mid_poll_s`` until every pod has a series in some capture or
     ``metrics_mid_timeout_s`` passes; returns the capture file names (empty when nothing could be scraped:
     the judgment then says ERROR).
     """
-    kube = run.backend.kubernetes()
+    kube = run.backend.parts.kubernetes
     nodes = sorted({r.node for r in records if r.node})
     if kube is None or not nodes:
         return []
@@ -107,7 +108,7 @@ def scrape_until_seen(run: CaseRun, pods: Sequence[str], records: Sequence[PodRe
         run.sleep(float(run.params["metrics_mid_poll_s"]))
 
 
-def run_with_mid(run: CaseRun, specs: Sequence[PodSpec]) -> None:
+def run_with_mid(run: CaseRun, specs: Sequence[WorkloadSpec]) -> None:
     """Start the pods, scrape ``metrics_mid`` once they run (see :func:`scrape_until_seen`), wait for the end."""
     names = [s.name for s in specs]
     run.plan.setdefault("pods", [])
@@ -124,7 +125,7 @@ def run_with_mid(run: CaseRun, specs: Sequence[PodSpec]) -> None:
 
 def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) -> str | None:
     """Scrape the scheduler of ``node`` into ``name``; a failed scrape (curl error, no 200) is retried."""
-    kube = run.backend.kubernetes()
+    kube = run.backend.parts.kubernetes
     if kube is None or not node:
         return None
     got = None
@@ -141,10 +142,10 @@ def _scrape_one(run: CaseRun, name: str, node: str | None, attempts: int = 3) ->
 
 def _gpus_available(run: CaseRun) -> int | None:
     """GPUs the cluster offers (schedulable nodes' ``<gen>.com/gpu`` / ``vgpus_per_gpu``); None if unknown."""
-    if run.backend.kubernetes() is None:
+    if run.backend.parts.kubernetes is None:
         return None
     try:
-        return run.backend.gpu_count()
+        return run.backend.parts.placement.gpu_count()
     except XpushareError:
         return None
 
@@ -266,9 +267,9 @@ def dynamic_schedule(run: CaseRun, initial: Mapping[str, Any], changes: Sequence
         run.save_plan()
     for i, (key, value, _new) in enumerate(changes):
         run.sleep(max(0.0, start + step * (i + 1) - time.monotonic()))
-        run.backend.annotate(spec.name, {key: value})
+        run.annotator.annotate(spec.name, {key: value})
         if probe is not None and key == "memory":
-            run.backend.annotate(probe.name, {key: value})
+            run.annotator.annotate(probe.name, {key: value})
     if snapshots:
         run.sleep(max(0.0, start + step * (len(changes) + 1) - time.monotonic()))
         run.plan["metrics_end"] = _scrape_one(run, "metrics_end.txt", node)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.collect.mem_probe import MEM_PROBE_PREFIX
 from xpushare.evidence.store import Evidence
@@ -20,6 +20,7 @@ from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.thresholds import ISOLATION
 from xpushare.model.premises import GPU, OVERSUBSCRIPTION, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
+from xpushare.model.workload import WorkloadSpec
 
 W2 = "w2_medium_add"
 OVERSUB = "oversub"
@@ -35,7 +36,7 @@ def _judge_single(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) 
 
 def colocated_pair(
     run: CaseRun, prefix: str, workload: str, first: dict[str, Any], second: dict[str, Any]
-) -> list[PodSpec]:
+) -> list[WorkloadSpec]:
     """Pods among which ``<prefix>-a`` and the last one are meant to share one GPU (``plan["pair"]``).
 
     Host mode pins the second to the first's GPU. In Kubernetes the device plugin gives each pod the
@@ -43,7 +44,7 @@ def colocated_pair(
     last pod back to the first one's GPU; fillers in between carry no quota. The judgment confirms the
     placement from the scheduler's registration lines: one that did not happen is ERROR, premise two-pods-one-gpu.
     """
-    node, gpus = run.backend.colocation_target()
+    node, gpus = run.backend.parts.placement.colocation_target()
     a = run.pod(f"{prefix}-a", workload, **first)
     if node is None:
         pods = [a, run.pod(f"{prefix}-b", workload, same_gpu_as=a.name, **second)]
@@ -84,7 +85,7 @@ def func003_pod_count(params: Mapping[str, Any], gpus: int | None) -> tuple[int,
 
 
 def _func003(run: CaseRun) -> None:
-    gpus = run.backend.gpu_count()
+    gpus = run.backend.parts.placement.gpu_count()
     count, rule = func003_pod_count(run.params, gpus)
     run.plan["gpus_available"] = gpus
     run.plan["pod_count_rule"] = rule
@@ -357,7 +358,7 @@ def _dynamic(
     run.save_plan()
     run.sleep(step)
     for key, value, _new in changes:
-        run.backend.annotate(spec.name, {key: value})
+        run.annotator.annotate(spec.name, {key: value})
         run.sleep(step)
     run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 

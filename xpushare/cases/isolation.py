@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
+from xpushare.backends.base import CAP_CLIENT_LIBRARY
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import colocated_pair
 from xpushare.evidence.store import Evidence
@@ -75,7 +75,7 @@ def _act(path: str) -> Any:
     def act(run: CaseRun) -> None:
         limit = str(run.params["iso_memory_limit"])
         quota = parse_quantity(limit)
-        k8s = CAP_KUBERNETES in run.backend.capabilities
+        k8s = run.backend.parts.kubernetes is not None
         profile = run.cluster.profile
         # an annotation, or the environment variable of the cluster's system
         limits: dict[str, Any] = {"memory_limit": limit} if k8s else run.env_memory_quota(limit)
@@ -161,7 +161,7 @@ def _compute_act(path: str, with_neighbour: bool) -> Any:
         p = run.params
         q, nq = int(p["iso_core_limit"]), int(p["iso_neighbour_core_limit"])
         intervals = int(p["iso_intervals"])
-        k8s = CAP_KUBERNETES in run.backend.capabilities
+        k8s = run.backend.parts.kubernetes is not None
         profile = run.cluster.profile
 
         def quota(percent: int) -> dict[str, Any]:

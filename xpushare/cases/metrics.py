@@ -169,7 +169,7 @@ def _met002(run: CaseRun) -> None:
         if target is None:
             return
         try:
-            if CAP_CLIENT_LIBRARY not in run.backend.capabilities:  # no process would register: no probe
+            if not run.backend.parts.client_library:  # no process would register: no probe
                 run.plan["probe"] = None
                 record = target.capture(run.case_dir, "/metrics", "metrics_mid.txt")
             else:
@@ -341,7 +341,7 @@ def _met005(run: CaseRun) -> None:
     def on_record(k: int, record: ScrapeRecord) -> bool:
         if not changed:
             if k + 1 >= before:
-                changed.append(run.backend.annotate(pod, {"core": core_to, "memory": mem_to}))
+                changed.append(run.annotator.annotate(pod, {"core": core_to, "memory": mem_to}))
                 run.plan["changed_at"] = changed[0]
                 run.save_plan()
             return True

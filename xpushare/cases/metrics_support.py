@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xpushare.backends.base import PodRecord
 from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.collect.metrics import parse_exposition
@@ -32,6 +31,7 @@ from xpushare.judge.metrics import (
 )
 from xpushare.model.errors import XpushareError
 from xpushare.model.verdict import Status, Verdict
+from xpushare.model.workload import WorkloadRecord
 
 W5 = "w5_quota_probe"
 PROBE_MARKER = "[XPUSHARE][QUOTA_PROBE]"
@@ -100,13 +100,13 @@ def host_scrape_node(run: CaseRun) -> str | None:
     if not run.cluster.scheduler.metrics_url:
         skip_case(run, f"host mode: cluster {run.cluster.name} names no scheduler.metrics_url in the inventory")
         return None
-    host = run.backend.scheduler_host()
+    host = run.backend.parts.scheduler_host
     if host is None:  # pragma: no cover - every host backend has one
         raise XpushareError("host backend without a scheduler host")
     return host.name
 
 
-def _record(records: list[PodRecord], name: str) -> PodRecord | None:
+def _record(records: list[WorkloadRecord], name: str) -> WorkloadRecord | None:
     return next((r for r in records if r.name in (name, dns1123(name))), None)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
+from xpushare.backends.base import CAP_CLIENT_LIBRARY
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import colocated_pair
 from xpushare.cases.isolation import COMPUTE_PROBE, ISO_COMPUTE_PARAMS, compute_probe_args
@@ -36,7 +36,7 @@ def _perf012(run: CaseRun) -> None:
     if not slices or any(not 0 < q < 100 for q in slices):
         raise ValueError(f"perf012_slices must be percentages between 1 and 99, got {p['perf012_slices']!r}")
     intervals = int(p["iso_intervals"])
-    k8s = CAP_KUBERNETES in run.backend.capabilities
+    k8s = run.backend.parts.kubernetes is not None
     profile = run.cluster.profile
 
     def quota(percent: int) -> dict[str, Any]:

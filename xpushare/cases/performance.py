@@ -226,7 +226,7 @@ def _perf007(run: CaseRun) -> None:
     run.plan["probe_started"] = run.wait_for_line(spec.name, "QUOTA_PROBE]", float(run.params["pod_timeout_s"]))
     run.save_plan()
     run.sleep(pre)
-    at = run.backend.annotate(spec.name, {"core": str(q_to)})
+    at = run.annotator.annotate(spec.name, {"core": str(q_to)})
     deadline = time.monotonic() + float(run.params["perf007_metric_timeout_s"])
     poll = float(run.params["perf007_poll_s"])
     i = 0
@@ -303,7 +303,7 @@ def _judge008(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any]) -> V
 def _perf009(run: CaseRun) -> None:
     workload = perf_workload(run)
     base_plan(run, workload)
-    node, gpus = run.backend.colocation_target()
+    node, gpus = run.backend.parts.placement.colocation_target()
     run_baseline(run, workload, node)
     per = int(run.params["perf009_pods_per_gpu"])
     env = pod_env(run)

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xpushare.backends.base import PodSpec
 from xpushare.cases.base import CaseRun
 from xpushare.cases.functional import colocated_pair
 from xpushare.cases.sizing import fit_to_hardware
@@ -25,6 +24,7 @@ from xpushare.judge import performance as judge_perf
 from xpushare.model.atomic_file import open_append
 from xpushare.model.errors import XpushareError
 from xpushare.model.verdict import Verdict
+from xpushare.model.workload import WorkloadSpec
 from xpushare.report import plots
 
 W1 = "w1_large_add"
@@ -55,7 +55,7 @@ def pod_env(run: CaseRun) -> tuple[tuple[str, str], ...]:
 
 def target_node(run: CaseRun) -> str | None:
     """The node the case pins its pods to (Kubernetes: the one with the fewest GPUs); None in host mode."""
-    return run.backend.colocation_target()[0]
+    return run.backend.parts.placement.colocation_target()[0]
 
 
 def base_plan(run: CaseRun, workload: str) -> None:
@@ -85,7 +85,7 @@ def run_baseline(run: CaseRun, workload: str, node: str | None, name: str = "bas
 def total_gpus(run: CaseRun) -> int:
     """GPUs of the cluster: Kubernetes: allocatable vGPUs / ``vgpus_per_gpu`` per schedulable node;
     host mode: the detected GPUs of the GPU hosts. 0 when unknown."""
-    return run.backend.gpu_count() or 0
+    return run.backend.parts.placement.gpu_count() or 0
 
 
 def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, str] | None:
@@ -95,7 +95,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
     or ``timeout_s`` passed; returns what was seen. None where the backend has no kubectl (host mode
     places pods on a GPU itself).
     """
-    kube = run.backend.kubernetes()
+    kube = run.backend.parts.kubernetes
     if kube is None:
         return None
     from xpushare.backends.k8s_names import dns1123
@@ -119,7 +119,7 @@ def live_gpus(run: CaseRun, pods: Sequence[str], timeout_s: float) -> dict[str, 
 
 def start_colocated(
     run: CaseRun, prefix: str, workload: str, first: dict[str, Any], second: dict[str, Any]
-) -> list[PodSpec] | None:
+) -> list[WorkloadSpec] | None:
     """Start a pair meant to share one GPU (``plan["pair"]``) and confirm it, with bounded retries.
 
     Uses :func:`colocated_pair`; fillers run ``perf_filler_workload`` (default: the same workload) with
@@ -165,7 +165,7 @@ def start_colocated(
 def _delete_attempt(run: CaseRun, names: Sequence[str]) -> None:
     """Delete one placement attempt's pods by name (Kubernetes), leaving the case's log streams and samplers
     running; without kubectl, the backend's cleanup of the whole case."""
-    kube = run.backend.kubernetes()
+    kube = run.backend.parts.kubernetes
     if kube is None:
         run.backend.cleanup()
         return
@@ -201,7 +201,7 @@ def scrape_once(run: CaseRun, name: str, index: str) -> dict[str, Any]:
     """One scrape of the scheduler's /metrics into ``name``; appends ``{t0, t1, file}`` to ``index``."""
     (run.case_dir / name).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    kube = run.backend.kubernetes()
+    kube = run.backend.parts.kubernetes
     got = kube.scrape_metrics(name) if kube is not None else None
     rec = {"t0": t0, "t1": time.time(), "file": got}
     with open_append(run.case_dir / index) as fh:
@@ -209,7 +209,7 @@ def scrape_once(run: CaseRun, name: str, index: str) -> dict[str, Any]:
     return rec
 
 
-def run_scraped(run: CaseRun, spec: PodSpec, interval_s: float) -> None:
+def run_scraped(run: CaseRun, spec: WorkloadSpec, interval_s: float) -> None:
     """Start ``spec`` and scrape every ``interval_s`` until it ends (or ``pod_timeout_s``)."""
     run.plan.setdefault("pods", []).append(spec.name)
     run.save_plan()
@@ -231,7 +231,7 @@ def run_scraped(run: CaseRun, spec: PodSpec, interval_s: float) -> None:
 def exporter_disabled(run: CaseRun) -> Any:
     """Kubernetes: set ``<PREFIX>_METRICS_ENABLE=0`` on the scheduler DaemonSet and wait for the rollout;
     restore the original value (or remove the variable) in ``finally``. Records both in the plan."""
-    kube, names = run.backend.kubernetes(), run.backend.names
+    kube, names = run.backend.parts.kubernetes, run.backend.names
     if kube is None:
         raise XpushareError("perf002_mode=exporter needs Kubernetes (the scheduler DaemonSet is redeployed)")
     ds, var = names.scheduler_daemonset, names.env_metrics_enable

@@ -130,7 +130,7 @@ def calibrate(run: CaseRun, workload: str) -> dict[str, Any]:
     """
     out: dict[str, Any] = {"iters_per_s": None, "model": None, "device_name": None, "pods": [], "samples": []}
     iters = CALIBRATION_ITERS
-    node = run.backend.colocation_target()[0]
+    node = run.backend.parts.placement.colocation_target()[0]
     for attempt in range(1, CALIBRATION_TRIES + 1):
         spec = run.pod(f"calib{attempt}", workload, node=node, args=("--iters", str(iters), "--no-progress"))
         out["pods"].append(spec.name)

@@ -8,12 +8,12 @@ and SKIP unless ``allow_disruptive`` is set (``invoke fail --allow-disruptive``)
 
 What each case needs (``requires``), so which run in host mode (a ``mode: host`` cluster whose inventory names
 ``scheduler.process_name`` and ``metrics_url``: the backend then follows that one scheduler process's ``/proc``
-figures and ``/metrics``, :meth:`~xpushare.backends.base.Backend.scheduler_facts`):
+figures and ``/metrics``, :meth:`~xpushare.backends.base.SchedulerControl.scheduler_facts`):
 
 * STAB-001, STAB-002, LEAK-001..005, FAIL-001: ``scheduler-process`` only; they run in both modes. STAB-001's
   50 % core limit is an annotation: where the backend has none (host mode) its pods run without it (``plan.json``
   ``core_limit_note``) and share one GPU through ``same_gpu_as``. Host-mode FAIL-001 kills the scheduler process
-  (:meth:`~xpushare.backends.base.Backend.restart_scheduler`): only a supervisor (``invoke deploy``'s) brings
+  (:meth:`~xpushare.backends.base.SchedulerControl.restart_scheduler`): only a supervisor (``invoke deploy``'s) brings
   it back, and without one the case FAILs saying so.
 * STAB-003, STAB-004: their point is changing the running pods' quota by annotation every
   ``stab_quota_interval_s`` (STAB-004: ``stab004_quota_interval_s``); host mode has no annotations (a
@@ -48,7 +48,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS, PodSpec
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import DYNAMIC_MEMORY_PARAMS, MEM_PROBE, ample_quota, dynamic_probe_args
 from xpushare.evidence.store import Evidence
@@ -58,6 +58,7 @@ from xpushare.judge import stability as judge_stability
 from xpushare.judge.quantity import parse_quantity
 from xpushare.model.premises import FAULT_INJECTOR, GPU, SUT
 from xpushare.model.verdict import Verdict
+from xpushare.model.workload import WorkloadSpec
 from xpushare.soak import faults, gpu_fault_act
 from xpushare.soak.act import run_soak, settings_from_params
 
@@ -139,19 +140,19 @@ FAIL_PARAMS: dict[str, Any] = {
 # ------------------------------------------------------------------------------------------- mixes
 
 
-def _stab001(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+def _stab001(run: CaseRun) -> Callable[[int], list[WorkloadSpec]]:
     """4 x W2 at 50 % core, all on the node with the fewest GPUs ("固定 4 Pod 同卡轮转"); where the backend places
     pods on one GPU itself (host mode) they share the first pod's GPU. Without annotations no core limit."""
-    node, _gpus = run.backend.colocation_target()
+    node, _gpus = run.backend.parts.placement.colocation_target()
     run.plan["node"] = node
     count, core = int(run.params["stab001_pods"]), int(run.params["stab001_core"])
     limit: int | None = core
-    if CAP_ANNOTATIONS not in run.backend.capabilities:
+    if run.backend.parts.annotations is None:
         limit = None
         run.plan["core_limit_note"] = (f"{run.backend.mode} mode has no annotations: the pods run without the "
                                        f"{core} % core limit")
 
-    def mix(r: int) -> list[PodSpec]:
+    def mix(r: int) -> list[WorkloadSpec]:
         first = run.pod(f"r{r}-w2-1", W2, core_limit=limit, node=node)
         same = None if node else first.name
         return [first, *(run.pod(f"r{r}-w2-{i}", W2, core_limit=limit, node=node, same_gpu_as=same)
@@ -160,11 +161,11 @@ def _stab001(run: CaseRun) -> Callable[[int], list[PodSpec]]:
     return mix
 
 
-def _stab002(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+def _stab002(run: CaseRun) -> Callable[[int], list[WorkloadSpec]]:
     """Odd rounds ``stab002_pods_large`` pods, even rounds ``stab002_pods_small``; W2 and W3 alternate."""
     small, large = int(run.params["stab002_pods_small"]), int(run.params["stab002_pods_large"])
 
-    def mix(r: int) -> list[PodSpec]:
+    def mix(r: int) -> list[WorkloadSpec]:
         n = large if r % 2 else small
         return [run.pod(f"r{r}-{'w2' if i % 2 else 'w3'}-{i}", W2 if i % 2 else W3) for i in range(1, n + 1)]
 
@@ -175,7 +176,7 @@ def _w5_args(run: CaseRun, key: str = "stab_pod_duration_s") -> tuple[str, ...]:
     return ("--duration-s", f"{float(run.params[key]):g}")
 
 
-def _stab003(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+def _stab003(run: CaseRun) -> Callable[[int], list[WorkloadSpec]]:
     count = int(run.params["stab_quota_pods"])
     return lambda r: [run.pod(f"r{r}-w5-{i}", W5, core_limit=30, args=_w5_args(run)) for i in range(1, count + 1)]
 
@@ -194,7 +195,7 @@ def _memory_cycle(run: CaseRun) -> tuple[str, ...]:
     return (*(str(v) for v in run.params["stab004_memory_cycle"]), _memory_base(run))
 
 
-def _stab004(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+def _stab004(run: CaseRun) -> Callable[[int], list[WorkloadSpec]]:
     """``stab_quota_pods`` x W5 and the memory probe (``r<round>-probe``), all under the base quota, running
     ``stab004_pod_duration_s``; the probe measures up to ``dynamic_probe_cap_factor`` x the largest quota of
     the cycle. ``plan``: ``memory_probe_suffix``, ``memory_base_bytes``, ``memory_cycle``."""
@@ -204,7 +205,7 @@ def _stab004(run: CaseRun) -> Callable[[int], list[PodSpec]]:
     probe_args = dynamic_probe_args(run.params, max(parse_quantity(v) for v in cycle), duration)
     run.plan.update(memory_probe_suffix=PROBE_SUFFIX, memory_base_bytes=parse_quantity(base), memory_cycle=cycle)
 
-    def mix(r: int) -> list[PodSpec]:
+    def mix(r: int) -> list[WorkloadSpec]:
         w5 = [run.pod(f"r{r}-w5-{i}", W5, memory_limit=base, args=_w5_args(run, "stab004_pod_duration_s"))
               for i in range(1, count + 1)]
         return [*w5, run.pod(f"r{r}{PROBE_SUFFIX}", MEM_PROBE, memory_limit=base, args=probe_args)]
@@ -212,8 +213,8 @@ def _stab004(run: CaseRun) -> Callable[[int], list[PodSpec]]:
     return mix
 
 
-def _pairs(workload: str, key: str) -> Callable[[CaseRun], Callable[[int], list[PodSpec]]]:
-    def make(run: CaseRun) -> Callable[[int], list[PodSpec]]:
+def _pairs(workload: str, key: str) -> Callable[[CaseRun], Callable[[int], list[WorkloadSpec]]]:
+    def make(run: CaseRun) -> Callable[[int], list[WorkloadSpec]]:
         count = int(run.params[key])
         return lambda r: [run.pod(f"r{r}-{i}", workload) for i in range(1, count + 1)]
 
@@ -228,7 +229,7 @@ def _run_id(run: CaseRun) -> str:
 
 
 def soak_act(
-    make_mix: Callable[[CaseRun], Callable[[int], Sequence[PodSpec]]],
+    make_mix: Callable[[CaseRun], Callable[[int], Sequence[WorkloadSpec]]],
     *,
     duration_key: str | None = None,
     rounds_key: str | None = None,

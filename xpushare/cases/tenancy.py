@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_TENANT_NAMESPACES
+from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_TENANT_NAMESPACES, require_part
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.isolation import ISO_PARAMS, MEM_PROBE, probe_args
 from xpushare.judge import tenancy
@@ -27,12 +27,13 @@ def _act(run: CaseRun) -> None:
     limits = [str(q) for q in run.params["func013_memory_limits"]]
     if len(tenants) < 2 or len(limits) != len(tenants) or len(set(limits)) != len(limits):
         raise ValueError("func013_tenants: two tenants or more, func013_memory_limits: one distinct quota each")
+    kube = require_part(run.backend.parts.kubernetes, CAP_KUBERNETES)
     specs, plan = [], []
     for tenant, limit in zip(tenants, limits, strict=True):
         quota = parse_quantity(limit)
         spec = run.pod("probe", MEM_PROBE, args=probe_args(run.params, PATH, quota), memory_limit=limit, tenant=tenant)
         specs.append(spec)
-        plan.append({"tenant": tenant, "namespace": run.backend.pod_namespace(tenant), "pod": spec.name,
+        plan.append({"tenant": tenant, "namespace": kube.pod_namespace(tenant), "pod": spec.name,
                      "memory_limit": limit, "quota_bytes": quota})
     run.plan.update(path=PATH, tenants=plan)
     run.run_pods(specs)

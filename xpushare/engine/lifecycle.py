@@ -97,10 +97,16 @@ def _backend_facts(case: CaseDef, cluster: ClusterSpec, backend: Backend) -> Clu
     gpus = None
     if case.requires & _GPU_PREMISES:
         try:
-            gpus = backend.gpu_count()
+            gpus = backend.parts.placement.gpu_count()
         except XpushareError:  # the nodes could not be listed: unknown, left to the evidence
             gpus = None
-    return cluster_facts(cluster, backend.capabilities, gpus)
+    return cluster_facts(cluster, backend.parts.capabilities, gpus)
+
+
+def _kubectl_counts(backend: Backend) -> tuple[int | None, int | None]:
+    """kubectl calls and retries so far; None where the backend has no Kubernetes part."""
+    kube = backend.parts.kubernetes
+    return (None, None) if kube is None else (kube.kubectl_calls(), kube.kubectl_retries())
 
 
 def run_case(
@@ -127,12 +133,12 @@ def run_case(
     case_dir.mkdir(parents=True, exist_ok=True)
     started, t0 = utc_now(), time.monotonic()
     events.emit("case_started", suite=case.suite, attempt=attempt)
-    calls0, retries0 = backend.kubectl_calls(), backend.kubectl_retries()
+    calls0, retries0 = _kubectl_counts(backend)
     interrupted = False
     error: str | None = None
     reason: str | None = None
     try:
-        reason = skip_reason(case, backend.capabilities, cluster.mode, _backend_facts(case, cluster, backend))
+        reason = skip_reason(case, backend.parts.capabilities, cluster.mode, _backend_facts(case, cluster, backend))
     except KeyboardInterrupt:  # a signal while the nodes were asked (a retry's wait): nothing started yet
         interrupted = True
     harvested: list[str] = []
@@ -147,7 +153,7 @@ def run_case(
             activity.note(phase="begin")
             backend.begin_case(case_dir, case.case_id)
             if case.measures_gpu:
-                gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "before")
+                gpu_apps.capture(backend.parts.placement.gpu_node_hosts(), case_dir, "before")
             phases["begin"] = time.monotonic()
             activity.note(phase="act")
             case.act(run)
@@ -174,7 +180,7 @@ def run_case(
             events.emit("harvest_ended", step="cleanup")
             if case.measures_gpu:  # every pod of the case is gone: what is left on the GPU is not ours
                 _guarded_step(case_dir, "gpu processes",
-                              lambda: gpu_apps.capture(backend.gpu_node_hosts(), case_dir, "after"))
+                              lambda: gpu_apps.capture(backend.parts.placement.gpu_node_hosts(), case_dir, "after"))
             phases["cleanup"] = time.monotonic()
         interrupted = interrupted or interrupt.requested()  # a Ctrl-C that landed in the harvest or cleanup
     if reason is not None:
@@ -194,7 +200,7 @@ def run_case(
             verdict.status = Status.ERROR
             error = f"evidence incomplete: {harvest_fault}"
     ended = utc_now()
-    calls1, retries1 = backend.kubectl_calls(), backend.kubectl_retries()
+    calls1, retries1 = _kubectl_counts(backend)
     retried = None if retries0 is None or retries1 is None else retries1 - retries0
     if retried:  # the verdict stands, but says that the API server failed on the way (each retry: debug.log)
         verdict.summary += f" ({retried} kubectl read(s) retried after a transient API failure)"

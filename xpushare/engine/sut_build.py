@@ -50,7 +50,7 @@ def fingerprint(cluster: ClusterSpec, backend: Backend) -> dict[str, Any]:
     reads: an error is recorded in the result."""
     try:
         if cluster.is_kubernetes:
-            kube = backend.kubernetes()
+            kube = backend.parts.kubernetes
             if kube is None:
                 return {"id": None, "error": "no Kubernetes access"}
             names = sut_names(cluster.generation)
@@ -61,7 +61,7 @@ def fingerprint(cluster: ClusterSpec, backend: Backend) -> dict[str, Any]:
             if not files:
                 return {"id": None, "error": "no sut_lib or scheduler.binary in the inventory"}
             parts = []
-            for name, host in sorted(backend.gpu_node_hosts().items()):
+            for name, host in sorted(backend.parts.placement.gpu_node_hosts().items()):
                 res = host.run(["sha256sum", "--", *files], timeout=_TIMEOUT_S)
                 for line in res.stdout.splitlines():
                     digest, _, path = line.partition("  ")

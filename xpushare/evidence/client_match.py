@@ -9,7 +9,7 @@ docs/sut/client.md §identity):
   container's process;
 * outside Kubernetes (``mode: host``, the built-in ``local`` cluster) pod and namespace are both the
   string ``none`` for every client, so a workload is matched by ``host_pid`` (the pid the host backend
-  recorded for the process, ``PodRecord.host_pid``; the scheduler exports the SO_PEERCRED pid) and by
+  recorded for the process, ``WorkloadRecord.host_pid``; the scheduler exports the SO_PEERCRED pid) and by
   ``client_id`` (the ``Client ID = <id16>`` lines of the workload's own log), never by pod name.
 
 :func:`client_match` is the one place that picks the key by mode; every judge and check takes the
@@ -33,11 +33,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.backends.base import Backend, PodRecord
+from xpushare.backends.base import Backend
 from xpushare.collect import client_lines
 from xpushare.collect.metrics import Exposition, Sample
 from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.inventory.schema import MODE_K8S, is_kubernetes_mode
+from xpushare.model.workload import WorkloadRecord
 
 __all__ = [
     "KEY_HOST_PID",
@@ -63,7 +64,7 @@ workload logged)."""
 class ClientMatch:
     """How the scheduler's clients of one workload are recognised.
 
-    ``workload``: our name of the workload (the pod name in Kubernetes, the PodSpec name in host mode);
+    ``workload``: our name of the workload (the pod name in Kubernetes, the WorkloadSpec name in host mode);
     ``key``: :data:`KEY_POD` or :data:`KEY_HOST_PID` (chosen by :func:`client_match`, never by hand);
     ``pod``/``namespace``: k8s only (``namespace`` None: any); ``host_pids``: host only, the pids of
     the workload's process as the scheduler sees them (host pid namespace); ``client_ids``: host only,
@@ -137,7 +138,7 @@ class ClientMatch:
                    tuple(str(c) for c in data.get("client_ids") or ()))
 
 
-def client_match(mode: str, workload: str, *, namespace: str | None = None, record: PodRecord | None = None,
+def client_match(mode: str, workload: str, *, namespace: str | None = None, record: WorkloadRecord | None = None,
                  log: str | None = None) -> ClientMatch:
     """The match of one workload, its key chosen by the cluster ``mode`` (``"k8s"`` or anything else: host).
 

@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare.backends.base import PodRecord
 from xpushare.model.atomic_file import open_append
+from xpushare.model.workload import WorkloadRecord
 
 __all__ = ["EVENTS", "FILE_NAME", "EventWriter", "case", "cluster", "emit", "pod_phases", "read", "recording"]
 
@@ -119,7 +119,7 @@ def emit(event: str, **fields: Any) -> None:
         writer.emit(event, **{**{k: v for k, v in scoped.items() if v is not None}, **fields})
 
 
-def pod_phases(records: Sequence[PodRecord], waited_for: str) -> None:
+def pod_phases(records: Sequence[WorkloadRecord], waited_for: str) -> None:
     """One ``pod_phase`` event per record a backend's wait returned (``waited_for``: terminal or running)."""
     for record in records:
         emit("pod_phase", pod=record.name, phase=record.phase, node=record.node, exit_code=record.exit_code,

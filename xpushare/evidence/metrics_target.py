@@ -18,7 +18,7 @@ The capture and series formats are :mod:`xpushare.evidence.scrape_capture`'s; th
 curl on a node) are :mod:`xpushare.evidence.http_fetch`'s.
 
 Only the backend interface is used (:class:`~xpushare.backends.base.Backend`: ``run_id``, ``names``,
-``scheduler_host()``; :class:`~xpushare.backends.base.KubeAccess` from ``kubernetes()``: ``kubectl``,
+``parts.scheduler_host``; :class:`~xpushare.backends.base.KubeAccess` from ``parts.kubernetes``: ``kubectl``,
 ``node_hosts()``, ``metrics_port``); errors are :class:`~xpushare.model.errors.XpushareError` with one line.
 """
 
@@ -161,7 +161,7 @@ def node_host(backend: Backend, cluster: ClusterSpec, node: str) -> Host:
     The node -> host map is the one the k8s backend built in ``prepare_run`` (same name, else same
     address as the node's InternalIP). Raises :class:`XpushareError` when no GPU host maps to ``node``.
     """
-    kube = backend.kubernetes()
+    kube = backend.parts.kubernetes
     mapping = kube.node_hosts() if kube is not None else {}
     name = mapping.get(node) or next((h.name for h in cluster.by_role("gpu") if h.name == node), None)
     if name is None:
@@ -170,7 +170,7 @@ def node_host(backend: Backend, cluster: ClusterSpec, node: str) -> Host:
 
 
 def _kube(backend: Backend) -> KubeAccess:
-    kube = backend.kubernetes()
+    kube = backend.parts.kubernetes
     if kube is None:
         raise XpushareError(f"{backend.mode} backend has no kubectl: a scheduler pod needs Kubernetes mode")
     return kube
@@ -232,15 +232,15 @@ def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, time
 
 def host_target(backend: Backend, cluster: ClusterSpec, *, timeout_s: float = 10.0) -> ScrapeTarget | None:
     """Host mode: the inventory's ``scheduler.metrics_url`` (None when it names none), fetched on the
-    backend's :meth:`~xpushare.backends.base.Backend.scheduler_host` (urllib on this machine or without
-    one, curl over SSH elsewhere)."""
+    backend's scheduler host (:attr:`~xpushare.backends.base.BackendParts.scheduler_host`; urllib on this machine
+    or without one, curl over SSH elsewhere)."""
     url = cluster.scheduler.metrics_url
     if not url:
         return None
     base = url.rstrip("/")
     for suffix in ("/metrics", "/healthz"):
         base = base.removesuffix(suffix)
-    host = backend.scheduler_host()
+    host = backend.parts.scheduler_host
     if host is None or isinstance(host, LocalHost):
         return ScrapeTarget(base, timed(urllib_fetcher(timeout_s)))
     return ScrapeTarget(base, timed_curl_fetcher(host, timeout_s=timeout_s), fetched_from=host.name,

@@ -7,7 +7,7 @@ The GPU of each pod is derived here, when the evidence is loaded, never at harve
 the backend observed (``pods.json``), the scheduler's log (``scheduler.log``) and, in host mode, the pid
 of each workload process; :func:`gpu_assignments` matches every pod to its ``Registered client ... on GPU
 <key>`` line (:mod:`xpushare.evidence.client_match`: by pod name and namespace in Kubernetes, by ``host_pid`` /
-``client_id`` in host mode) and the loaded records carry that GPU in ``PodRecord.gpu``. A pod with no
+``client_id`` in host mode) and the loaded records carry that GPU in ``WorkloadRecord.gpu``. A pod with no
 registration keeps the GPU ``pods.json`` recorded (in host mode the backend's own placement), and its
 :class:`GpuAssignment` says so. So ``invoke judge`` on a stored run re-derives the mapping with the
 current parser, and :func:`write_gpu_mapping` writes ``gpu_mapping.txt`` from it at judgment time.
@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xpushare.backends.base import PodRecord, read_pod_records
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.evidence.client_match import client_match, registrations_of
 from xpushare.evidence.nvml_placement import NvmlPlacement, key_uuid, nvml_placement
 from xpushare.inventory.schema import MODE_HOST, MODE_K8S, is_host_mode, is_kubernetes_mode
 from xpushare.model.atomic_file import atomic_write_text
+from xpushare.model.workload import WorkloadRecord, read_pod_records
 
 __all__ = [
     "SCHEDULER_NODE_FILE",
@@ -110,7 +110,7 @@ class Evidence:
     :class:`GpuAssignment` of every record (without a scheduler log: the GPU ``pods.json`` recorded).
     """
 
-    pods: list[PodRecord]
+    pods: list[WorkloadRecord]
     logs: dict[str, str]
     files: dict[str, str] = field(default_factory=dict)
     case_dir: Path | None = None
@@ -144,7 +144,7 @@ class Evidence:
     @classmethod
     def from_parts(
         cls,
-        pods: list[PodRecord],
+        pods: list[WorkloadRecord],
         logs: Mapping[str, str],
         files: Mapping[str, str] | None = None,
         *,
@@ -162,7 +162,7 @@ class Evidence:
         ev.pods = [dataclasses.replace(p, gpu=ev.assignments[pod_key(p, ev.pods)].gpu) for p in ev.pods]
         return ev
 
-    def key(self, rec: PodRecord) -> str:
+    def key(self, rec: WorkloadRecord) -> str:
         """The key of ``rec`` in :attr:`logs` and :attr:`assignments` (:func:`pod_key`)."""
         return pod_key(rec, self.pods)
 
@@ -174,7 +174,7 @@ class Evidence:
             return (self.case_dir / name).read_text(encoding="utf-8", errors="replace")
         return None
 
-    def pod(self, name: str) -> PodRecord | None:
+    def pod(self, name: str) -> WorkloadRecord | None:
         return next((p for p in self.pods if p.name == name), None)
 
     def assignment(self, name: str) -> GpuAssignment | None:
@@ -186,7 +186,7 @@ class Evidence:
         return [f"pods/{n}.log" for n in sorted(self.logs)]
 
 
-def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, mode: str,
+def gpu_assignments(records: Sequence[WorkloadRecord], summary: SchedulerLogSummary, mode: str,
                     logs: Mapping[str, str] | None = None, *, scheduler_node: str | None = None,
                     read: Callable[[str], str | None] | None = None) -> dict[str, GpuAssignment]:
     """Each pod's GPU: where NVML saw its process, else the scheduler's registration (the last one matched).
@@ -233,7 +233,7 @@ def gpu_assignments(records: Sequence[PodRecord], summary: SchedulerLogSummary, 
     return out
 
 
-def pod_key(rec: PodRecord, records: Sequence[PodRecord]) -> str:
+def pod_key(rec: WorkloadRecord, records: Sequence[WorkloadRecord]) -> str:
     """How a pod is named in the evidence (its log ``pods/<key>.log``, :attr:`Evidence.logs`,
     :attr:`Evidence.assignments`): its name, or ``<namespace>/<name>`` where another record has the same name
     (two tenants' pods in namespaces of their own)."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
 from xpushare.evidence.store import Evidence
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict
+from xpushare.model.workload import WorkloadRecord
 
 
 def pod_progress(ev: Evidence, name: str) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def check_rejected(ev: Evidence, name: str) -> Check:
     return Check("allocation_rejected", "phase == Failed and oom_markers(log) != []", values, ok, detail)
 
 
-def check_terminal(records: Sequence[PodRecord], names: Sequence[str]) -> Check:
+def check_terminal(records: Sequence[WorkloadRecord], names: Sequence[str]) -> Check:
     """All pods reached Succeeded/Failed (no pod left Pending or Running at the timeout)."""
     phases = {r.name: r.phase for r in records if r.name in names}
     stuck = [n for n in names if phases.get(n) not in ("Succeeded", "Failed")]
@@ -103,7 +103,7 @@ def check_terminal(records: Sequence[PodRecord], names: Sequence[str]) -> Check:
     )
 
 
-def overlap_ratio(a: PodRecord, b: PodRecord) -> float | None:
+def overlap_ratio(a: WorkloadRecord, b: WorkloadRecord) -> float | None:
     """Overlap of two run intervals as a fraction of the shorter one (0..1); None without times."""
     if None in (a.started, b.started, a.finished, b.finished):
         return None

@@ -27,7 +27,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import PodRecord
 from xpushare.collect.pod_log import Probe, quota_probes
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
@@ -35,11 +34,12 @@ from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_ski
 from xpushare.judge.lost_gpu import check_lost_gpu_reported
 from xpushare.model.gpu_faults import KINDS
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.model.workload import WorkloadRecord
 
 __all__ = ["judge_gpu_fault", "window_rates"]
 
 
-def _wall(probe: Probe, rec: PodRecord | None) -> float | None:
+def _wall(probe: Probe, rec: WorkloadRecord | None) -> float | None:
     """Unix time of a progress line: its kubectl timestamp, else the pod's start + the loop's elapsed seconds
     (the loop starts a little after the process: the margin absorbs that)."""
     if probe.ts is not None:
@@ -57,7 +57,7 @@ def _rate(points: Sequence[tuple[float, Probe]]) -> float | None:
     return (last.iterations - first.iterations) / span if span > 0 else None
 
 
-def window_rates(log: str, rec: PodRecord | None, fault_start: float, fault_end: float,
+def window_rates(log: str, rec: WorkloadRecord | None, fault_start: float, fault_end: float,
                  margin_s: float) -> tuple[float | None, float | None, int, int]:
     """Iterations per second of a W5 pod before ``fault_start - margin_s`` and after ``fault_end + margin_s`` (unix
     seconds), from its progress lines; None where a window has fewer than 2 lines. Also the lines in each window."""

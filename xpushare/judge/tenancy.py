@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.backends.base import PodRecord
 from xpushare.collect.mem_probe import parse_text as parse_probe
 from xpushare.collect.scheduler_log import parse_text as parse_scheduler
 from xpushare.collect.scheduler_log_records import SchedulerLogSummary
@@ -29,6 +28,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import check_held, check_probe_line, check_usable, tolerance_bytes
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.model.workload import WorkloadRecord
 
 __all__ = ["PREMISE", "judge_tenants"]
 
@@ -36,7 +36,7 @@ __all__ = ["PREMISE", "judge_tenants"]
 PREMISE = "tenant-namespaces"
 
 
-def _record(ev: Evidence, pod: str, namespace: str) -> PodRecord | None:
+def _record(ev: Evidence, pod: str, namespace: str) -> WorkloadRecord | None:
     return next((r for r in ev.pods if r.name == pod and r.namespace == namespace), None)
 
 
@@ -48,7 +48,7 @@ def _check_namespaces(tenants: Sequence[Mapping[str, Any]]) -> Check:
                  "" if ok else f"premise {PREMISE} did not hold: the tenants' namespaces are {namespaces}")
 
 
-def _check_pod(rec: PodRecord | None, tenant: str, pod: str, namespace: str) -> Check:
+def _check_pod(rec: WorkloadRecord | None, tenant: str, pod: str, namespace: str) -> Check:
     name = f"pod_terminal[{tenant}]"
     expr = "the tenant's pod (by name and namespace) reached a terminal phase"
     if rec is None:

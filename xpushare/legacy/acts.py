@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
-from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.collect import nvidia_smi
@@ -22,6 +21,7 @@ from xpushare.legacy import tables
 from xpushare.legacy.backend import BASELINE_WORKLOADS, W2, PodExtra, legacy_backend
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError, UsageError, XpushareError
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import STUCK_REASONS
 
@@ -51,13 +51,13 @@ def _delete_label(run: CaseRun, label: str) -> None:
 
 def _legacy_spec(run: CaseRun, name: str, workload: str, label: str, *, extra_args: Sequence[str] = (),
                  native: bool = False, resource: str | None = None, extra_labels: Mapping[str, str] | None = None,
-                 **kw: Any) -> PodSpec:
-    spec = PodSpec(name=name, workload=workload, args=(*run.workload_args(workload), *extra_args), **kw)
+                 **kw: Any) -> WorkloadSpec:
+    spec = WorkloadSpec(name=name, workload=workload, args=(*run.workload_args(workload), *extra_args), **kw)
     labels = {"app": label, **(extra_labels or {})}
     return legacy_backend(run).add_extra(spec, PodExtra(labels=labels, resource=resource, native=native))
 
 
-def _start(run: CaseRun, specs: Sequence[PodSpec]) -> None:
+def _start(run: CaseRun, specs: Sequence[WorkloadSpec]) -> None:
     run.plan.setdefault("pods", [])
     run.plan["pods"] += [dns1123(s.name) for s in specs]
     run.plan.setdefault("namespace", run.namespace)
@@ -117,7 +117,7 @@ def _finish(run: CaseRun, names: Sequence[str], timeout_s: float) -> None:
 def _scheduler_text(run: CaseRun) -> str:
     backend = legacy_backend(run)
     try:
-        return backend.scheduler_log(prefix=False, timestamps=False)
+        return backend.kube.scheduler_log(prefix=False, timestamps=False)
     except KubeError:
         return ""
 
@@ -152,7 +152,7 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
     except KubeError:
         return
     for node in nodes:
-        host = backend.host_for_node(node)
+        host = backend.kube.host_for_node(node)
         if host is None or host not in backend.smi_hosts:
             continue
         try:
@@ -164,7 +164,7 @@ def _capture_gpu_lists(run: CaseRun, names: Sequence[str]) -> None:
 
 
 def _annotate(run: CaseRun, pod: str, key: str, value: str | None) -> float:
-    return legacy_backend(run).annotate(pod, {key: value})  # type: ignore[dict-item]
+    return legacy_backend(run).annotator.annotate(pod, {key: value})  # type: ignore[dict-item]
 
 
 def _elapsed_since_dmon(run: CaseRun) -> float:
@@ -247,7 +247,7 @@ def act_memlimit(run: CaseRun) -> None:
     run.backend.wait_terminal(run.plan["pods"], 1.0)
 
 
-def _manual_pod(run: CaseRun, name: str, label: str, **kw: Any) -> PodSpec:
+def _manual_pod(run: CaseRun, name: str, label: str, **kw: Any) -> WorkloadSpec:
     """A long-running W2 pod (``manual-test-pod.yaml``): the workload args plus ``legacy_manual_args``."""
     extra = [str(a) for a in run.params.get("legacy_manual_args") or ()]
     return _legacy_spec(run, name, W2, label, extra_args=extra, **kw)

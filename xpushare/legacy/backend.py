@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s import K8sBackend
 from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.kube_objects import Pod
 
 W1, W2, W3 = "w1_large_add", "w2_medium_add", "w3_idle_add"
@@ -40,7 +40,7 @@ BASELINE_WORKLOADS: dict[str, tuple[str, str, str]] = {
 
 @dataclass(frozen=True)
 class PodExtra:
-    """What a legacy pod has beyond a :class:`PodSpec`: ``app``-style labels, another extended resource
+    """What a legacy pod has beyond a :class:`WorkloadSpec`: ``app``-style labels, another extended resource
     (``nvidia.com/gpu`` for the native baseline) and ``native`` (no SUT environment variables)."""
 
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -57,7 +57,7 @@ class LegacyK8sBackend(K8sBackend):
         self.extras: dict[str, PodExtra] = {}
         self.case_params: Mapping[str, Any] = {}
 
-    def add_extra(self, spec: PodSpec, extra: PodExtra) -> PodSpec:
+    def add_extra(self, spec: WorkloadSpec, extra: PodExtra) -> WorkloadSpec:
         """Remember ``extra`` for the pod of ``spec``; returns ``spec``."""
         self.extras[dns1123(spec.name)] = extra
         return spec
@@ -86,7 +86,7 @@ class LegacyK8sBackend(K8sBackend):
                           "--ignore-not-found", "--wait=true", f"--timeout={timeout_s}s"],
                          namespace=self.names.namespace, wait_s=timeout_s)
 
-    def render_pod(self, spec: PodSpec) -> dict[str, Any]:
+    def render_pod(self, spec: WorkloadSpec) -> dict[str, Any]:
         doc = super().render_pod(spec)
         extra = self.extras.get(dns1123(spec.name), PodExtra())
         doc["metadata"]["labels"].update(extra.labels)

@@ -28,10 +28,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from xpushare.backends.base import PodRecord
 from xpushare.collect import pod_log
 from xpushare.collect.scheduler_log import parse_text
 from xpushare.collect.scheduler_log_records import DISTRIBUTION_TITLE
+from xpushare.model.workload import WorkloadRecord
 from xpushare.transport.kube_objects import split_prefixed_logs
 
 RULE = "=" * 90
@@ -91,7 +91,7 @@ def max_kernel_window(text: str) -> int | None:
     return max(values) if values else None
 
 
-def pod_row(name: str, record: PodRecord | None, log: str | None) -> PodRow:
+def pod_row(name: str, record: WorkloadRecord | None, log: str | None) -> PodRow:
     """The table row of one pod from its record (``pods.json``) and log (``pods/<pod>.log``); never raises."""
     text = log or ""
     phase = record.phase if record is not None else None
@@ -128,7 +128,7 @@ def pod_row(name: str, record: PodRecord | None, log: str | None) -> PodRow:
     )
 
 
-def pod_rows(names: Sequence[str], records: Iterable[PodRecord], logs: Mapping[str, str]) -> list[PodRow]:
+def pod_rows(names: Sequence[str], records: Iterable[WorkloadRecord], logs: Mapping[str, str]) -> list[PodRow]:
     """Rows for ``names`` in that order (a name without a record still gets a FAIL row)."""
     by_name = {r.name: r for r in records}
     return [pod_row(n, by_name.get(n), logs.get(n)) for n in names]

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from xpushare.backends.base import Backend, PodSpec
+from xpushare.backends.base import Backend
 from xpushare.backends.k8s_probes import DEFAULT_PROBE_IMAGE, PROBE_COMMAND, RUN_LABEL, KubeProbeLoad
 from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import KEY_POD, ClientMatch, live_matches
 from xpushare.metrics_check.checklist import CheckLine, answer_text, check_line, load_checks, shorten
 from xpushare.metrics_check.endpoint import HttpResponse
 from xpushare.model.errors import XpushareError
+from xpushare.model.workload import WorkloadSpec
 
 __all__ = ["DEFAULT_PROBE_IMAGE", "PROBE_COMMAND", "RUN_LABEL", "BackendProbeLoad", "KubeProbeLoad", "ProbeLoad",
            "run_load_checks"]
@@ -52,7 +53,7 @@ class BackendProbeLoad:
     or a Kubernetes backend (``core_limit`` becomes the annotation, ``node`` pins the pod).
 
     :meth:`matches` follows the backend's ``mode``: host mode matches by the pid the backend recorded for
-    the probe process (``PodRecord.host_pid``) and the ``Client ID`` lines of its output; Kubernetes by
+    the probe process (``WorkloadRecord.host_pid``) and the ``Client ID`` lines of its output; Kubernetes by
     the pod name (in ``namespace``, None: any)."""
 
     backend: Backend
@@ -72,7 +73,7 @@ class BackendProbeLoad:
             self.backend.begin_case(self.case_dir, "metrics-check")
             self._started = True
         name = f"metrics-check-{index}"
-        spec = PodSpec(name=name, workload="w5_quota_probe", args=self.args, core_limit=self.core_limit,
+        spec = WorkloadSpec(name=name, workload="w5_quota_probe", args=self.args, core_limit=self.core_limit,
                        node=self.node)
         self.backend.start_pods([spec])
         rec = self.backend.wait_running([name], self.timeout_s)

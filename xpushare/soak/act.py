@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from xpushare.backends.base import PodSpec
 from xpushare.model.atomic_file import open_append
 from xpushare.model.errors import XpushareError
+from xpushare.model.workload import WorkloadSpec
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import SoakOps, soak_ops
@@ -63,7 +63,7 @@ def settings_from_params(
 def run_soak(
     run: CaseRun,
     settings: SoakSettings,
-    mix: Callable[[int], Sequence[PodSpec]],
+    mix: Callable[[int], Sequence[WorkloadSpec]],
     *,
     run_id: str,
     resume: bool = False,

@@ -23,10 +23,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from xpushare.backends.base import KubeAccess, PodRecord, PodSpec, SchedulerFacts
+from xpushare.backends.base import CAP_SCHEDULER_PROCESS, KubeAccess, SchedulerFacts, require_part
 from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.errors import XpushareError
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
@@ -52,7 +53,7 @@ def _disallowed(run: CaseRun) -> bool:
 
 def _k8s(run: CaseRun) -> KubeAccess:
     """The run's Kubernetes operations; the FAIL cases require Kubernetes, so none is a usage error."""
-    kube = run.backend.kubernetes()
+    kube = run.backend.parts.kubernetes
     if kube is None:
         raise XpushareError(f"fault injection needs Kubernetes, not a {run.backend.mode} backend")
     return kube
@@ -88,14 +89,15 @@ def _harvest_previous(run: CaseRun) -> None:
             fh.write(f"previous logs: {type(exc).__name__}: {exc}\n")
 
 
-def _load(run: CaseRun, count: int, *, node: str | None = None, workload: str = W5, tag: str = "load") -> list[PodSpec]:
+def _load(run: CaseRun, count: int, *, node: str | None = None, workload: str = W5,
+          tag: str = "load") -> list[WorkloadSpec]:
     args: tuple[str, ...] = ()
     if workload == W5:
         args = ("--duration-s", f"{float(run.params['fail_load_s']):g}")
     return [run.pod(f"{tag}-{i}", workload, args=args, node=node) for i in range(1, count + 1)]
 
 
-def start_recorded(run: CaseRun, specs: Sequence[PodSpec], key: str) -> None:
+def start_recorded(run: CaseRun, specs: Sequence[WorkloadSpec], key: str) -> None:
     """Start ``specs`` and record their names in the case's plan under ``key`` and ``pods`` (saved first, so a
     harvest after a crash still knows them)."""
     run.plan.setdefault(key, [])
@@ -114,7 +116,7 @@ def _probe(run: CaseRun, node: str | None = None) -> None:
     run.backend.wait_terminal([spec.name], float(run.params["pod_timeout_s"]))
 
 
-def _wait_all(run: CaseRun) -> list[PodRecord]:
+def _wait_all(run: CaseRun) -> list[WorkloadRecord]:
     names = list(run.plan.get("load_pods") or []) + list(run.plan.get("replacement_pods") or [])
     return run.backend.wait_terminal(names, float(run.params["pod_timeout_s"]))
 
@@ -187,21 +189,22 @@ def fail_restart_daemonset(run: CaseRun, which: str) -> None:
 
 def fail_restart_scheduler(run: CaseRun) -> None:
     """FAIL-001: restart the scheduler under load. Kubernetes: :func:`fail_restart_daemonset` (``rollout
-    restart``). Elsewhere (host mode): :meth:`~xpushare.backends.base.Backend.restart_scheduler` kills the
+    restart``). Elsewhere (host mode): :meth:`~xpushare.backends.base.SchedulerControl.restart_scheduler` kills the
     scheduler process, then recovery is a scheduler process with a new pid answering ``/healthz`` 200 on every
     node; with nothing to restart it (no supervisor) there is none, and ``scheduler_came_back`` says so."""
-    if run.backend.kubernetes() is not None:
+    if run.backend.parts.kubernetes is not None:
         fail_restart_daemonset(run, "scheduler")
         return
     if _disallowed(run):
         return
     backend = run.backend
+    scheduler = require_part(backend.parts.scheduler, CAP_SCHEDULER_PROCESS)
     run.plan.update(min_succeeded=None)
     specs = _load(run, int(run.params["fail_pods"]))
     start_recorded(run, specs, "load_pods")
     backend.wait_running([s.name for s in specs], float(run.params["pod_timeout_s"]))
     run.sleep(float(run.params["fail_pre_fault_s"]))
-    _write_facts(run, "scheduler_before_fault.txt", backend.scheduler_facts())
+    _write_facts(run, "scheduler_before_fault.txt", scheduler.scheduler_facts())
     fault: dict[str, Any] = {"kind": "restart the scheduler", "applied": False}
     run.plan["fault"] = fault
     timeout = float(run.params["fail_restart_timeout_s"])
@@ -209,7 +212,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
                                  "expression": "a new scheduler process answers /healthz 200 on every node"}
     try:
         try:
-            restart = backend.restart_scheduler()
+            restart = scheduler.restart_scheduler()
         except XpushareError as exc:
             fault["error"] = str(exc)
             run.save_plan()
@@ -220,7 +223,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
         facts: list[SchedulerFacts] = []
         while True:
             try:
-                facts = backend.scheduler_facts()
+                facts = scheduler.scheduler_facts()
             except XpushareError as exc:
                 facts = [SchedulerFacts("?", error=str(exc))]
             back = [f for f in facts if f.error is None and f.processes and f.healthy
@@ -245,7 +248,7 @@ def fail_restart_scheduler(run: CaseRun) -> None:
         run.save_plan()
     finally:
         try:
-            after = backend.scheduler_facts()
+            after = scheduler.scheduler_facts()
             _write_facts(run, "scheduler_after_fault.txt", after)
             run.plan["restored"] = bool(after) and all(f.processes and f.healthy for f in after)
             run.plan["restore_detail"] = "; ".join(
@@ -344,7 +347,7 @@ def fail_drain(run: CaseRun) -> None:
     run.save_plan()
 
 
-def _busiest_node(records: Sequence[PodRecord]) -> str | None:
+def _busiest_node(records: Sequence[WorkloadRecord]) -> str | None:
     counts: dict[str, int] = {}
     for r in records:
         if r.node and not r.terminal:

@@ -28,10 +28,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from xpushare.backends.base import CAP_KUBERNETES, PodSpec, SchedulerFacts
+from xpushare.backends.base import CAP_SCHEDULER_PROCESS, SchedulerFacts, require_part
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import XpushareError
 from xpushare.model.gpu_faults import KINDS, fault_spec
+from xpushare.model.workload import WorkloadSpec
 from xpushare.soak.faults import SKIP_REASON, start_recorded
 from xpushare.soak.gpu_fault_injector import PREMISE, Injector, find_injector
 from xpushare.soak.ops import scrape_facts
@@ -48,18 +49,18 @@ METRICS_AFTER = "metrics_after_fault.txt"
 
 
 def _w5(run: CaseRun, name: str, *, env: tuple[tuple[str, str], ...] = (), node: str | None = None,
-        same_gpu_as: str | None = None) -> PodSpec:
+        same_gpu_as: str | None = None) -> WorkloadSpec:
     args = ("--duration-s", f"{float(run.params['fail_fault_load_s']):g}",
             "--interval-s", f"{float(run.params['fail_probe_interval_s']):g}")
     return run.pod(name, W5, args=args, env=env, node=node, same_gpu_as=same_gpu_as)
 
 
-def _load(run: CaseRun, scenario: str, injector: Injector) -> tuple[list[PodSpec], list[PodSpec]]:
+def _load(run: CaseRun, scenario: str, injector: Injector) -> tuple[list[WorkloadSpec], list[WorkloadSpec]]:
     """The victims and the neighbours. Host mode (the backend places pods): the first victim first, then
     ``fail_neighbours_same_gpu`` pods on its GPU, then the other neighbours, which go to the least loaded GPUs.
     Kubernetes: every pod on the node with the fewest GPUs, one more than it has GPUs (so two share one)."""
     after = float(run.params["fail_fault_after_s"])
-    node, gpus = run.backend.colocation_target()
+    node, gpus = run.backend.parts.placement.colocation_target()
     kind = str(run.params.get("fail005_kind") or "illegal-address") if scenario == "client-error" else (
         "device-lost" if scenario == "device-lost" else "ecc-uncorrectable")
     if kind not in KINDS:
@@ -85,8 +86,8 @@ def _load(run: CaseRun, scenario: str, injector: Injector) -> tuple[list[PodSpec
 
 def _facts(run: CaseRun, name: str) -> list[dict[str, Any]]:
     try:
-        facts = run.backend.scheduler_facts()
-    except (XpushareError, NotImplementedError) as exc:
+        facts = require_part(run.backend.parts.scheduler, CAP_SCHEDULER_PROCESS).scheduler_facts()
+    except XpushareError as exc:
         facts = [SchedulerFacts("?", error=str(exc))]
     out: list[dict[str, Any]] = [{"node": f.node, "instance": f.instance, "healthy": f.healthy,
                                   "restarts": f.restarts, "error": f.error} for f in facts]
@@ -99,8 +100,8 @@ def _facts(run: CaseRun, name: str) -> list[dict[str, Any]]:
 def _scrape_after(run: CaseRun) -> None:
     """``/metrics`` of every scheduler after the load: which clients it still exports (``client_info``)."""
     try:
-        facts = run.backend.scheduler_facts(metrics=True)
-    except (XpushareError, NotImplementedError) as exc:
+        facts = require_part(run.backend.parts.scheduler, CAP_SCHEDULER_PROCESS).scheduler_facts(metrics=True)
+    except XpushareError as exc:
         facts = [SchedulerFacts("?", error=str(exc))]
     pages: dict[str, Any] = {}
     for f in facts:
@@ -127,11 +128,11 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
         run.plan["skip"] = SKIP_REASON
         run.save_plan()
         return
-    if scenario == "device-lost" and CAP_KUBERNETES in run.backend.capabilities:
+    if scenario == "device-lost" and run.backend.parts.kubernetes is not None:
         run.plan["skip"] = LOST_GPU_ON_KUBERNETES
         run.save_plan()
         return
-    found = find_injector(run.cluster, run.params, run.backend.gpu_node_hosts)
+    found = find_injector(run.cluster, run.params, run.backend.parts.placement.gpu_node_hosts)
     if isinstance(found, str):  # known before the act: SKIP at once, no snapshot, no pod
         run.plan["skip"] = PREMISE + found
         run.save_plan()
@@ -155,7 +156,7 @@ def fail_gpu_fault(run: CaseRun, scenario: str) -> None:
     run.plan["scheduler_after"] = _facts(run, "scheduler_after_fault.txt")
     _scrape_after(run)
     run.save_plan()
-    node = run.backend.colocation_target()[0]
+    node = run.backend.parts.placement.colocation_target()[0]
     if scenario == "device-lost":  # the lost GPU is gone: the probe goes where a neighbour on another GPU ran
         lost = {r.gpu for r in records if r.name in fault["victims"]}
         run.plan["lost_gpus"] = sorted(g for g in lost if g)

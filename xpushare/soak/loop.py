@@ -42,7 +42,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from xpushare.backends.base import PodSpec
 from xpushare.evidence.soak_series import (
     METRICS_FIELDS,
     SAMPLE_FIELDS,
@@ -51,6 +50,7 @@ from xpushare.evidence.soak_series import (
     JsonlAppender,
 )
 from xpushare.model.atomic_file import atomic_write_bytes
+from xpushare.model.workload import WorkloadSpec
 from xpushare.report.artifacts import atomic_write_text
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop_guard import OpGuard
@@ -86,7 +86,7 @@ class SoakLoop:
         ops: SoakOps,
         soak_dir: Path,
         settings: SoakSettings,
-        mix: Callable[[int], Sequence[PodSpec]],
+        mix: Callable[[int], Sequence[WorkloadSpec]],
         checkpoint: Checkpoint,
         *,
         ours_prefix: str,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from xpushare.backends.base import PodRecord, PodSpec
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 
 __all__ = ["Round", "RoundOutcome", "round_record", "start_values"]
 
@@ -21,14 +21,14 @@ class Round:
     no: int
     started: float
     started_mono: float
-    specs: list[PodSpec]
+    specs: list[WorkloadSpec]
     names: list[str]
     values: dict[str, str] = field(default_factory=dict)
     first_running: dict[str, float] = field(default_factory=dict)
-    last: dict[str, PodRecord] = field(default_factory=dict)
+    last: dict[str, WorkloadRecord] = field(default_factory=dict)
 
 
-def start_values(specs: Sequence[PodSpec], quota_key: str | None) -> dict[str, str]:
+def start_values(specs: Sequence[WorkloadSpec], quota_key: str | None) -> dict[str, str]:
     """``pod name -> its starting quota value`` for the changed quota (``core``: percent, ``memory``: bytes);
     pods without that limit are left out, and every pod without ``quota_key``."""
     values: dict[str, str] = {}

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Protocol
 
 from xpushare.backends import scheduler_proc
-from xpushare.backends.base import Backend, PodRecord, PodSpec, SchedulerFacts
+from xpushare.backends.base import CAP_ANNOTATIONS, CAP_SCHEDULER_PROCESS, Backend, SchedulerFacts, require_part
 from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
 from xpushare.evidence.scrape_capture import scrape_command, split_trailer
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.transport.kube_errors import KubeError
 
 __all__ = [
@@ -210,10 +211,10 @@ class SoakOps(Protocol):
     def sample(self, pods: Sequence[SchedPod]) -> list[NodeSample]:
         """One tick of every node that runs a scheduler pod (a node that fails gets ``error``)."""
 
-    def start_pods(self, specs: Sequence[PodSpec]) -> None:
+    def start_pods(self, specs: Sequence[WorkloadSpec]) -> None:
         """Create a round's pods (idempotent: applying them again changes nothing)."""
 
-    def poll_pods(self) -> list[PodRecord]:
+    def poll_pods(self) -> list[WorkloadRecord]:
         """Records of every pod of this case that exists now."""
 
     def delete_pods(self, timeout_s: float) -> None:
@@ -241,7 +242,7 @@ class BackendSoakOps:
     """:class:`SoakOps` over any backend with ``scheduler-process`` (host mode: the first GPU host's scheduler
     process), inside a case (``begin_case`` ran). Everything goes through the :class:`Backend` interface.
 
-    One sampling tick is one remote command (:meth:`Backend.scheduler_facts` with ``/metrics``); the scheduler
+    One sampling tick is one remote command (:meth:`SchedulerControl.scheduler_facts` with ``/metrics``); the scheduler
     "pod" is the process: its ``uid`` is the oldest scheduler pid, so a new pid is a restart. A restarted host
     scheduler leaves no previous-container log: its log file goes on (:meth:`harvest_previous` gets nothing).
     """
@@ -254,7 +255,7 @@ class BackendSoakOps:
 
     def scheduler_pods(self) -> list[SchedPod]:
         try:
-            facts = self.backend.scheduler_facts(metrics=True)
+            facts = require_part(self.backend.parts.scheduler, CAP_SCHEDULER_PROCESS).scheduler_facts(metrics=True)
         except HostUnreachable as exc:  # the scheduler's host dropped out: a node sample of its own (sample)
             self._facts, self._dead = {}, exc
             return []
@@ -282,27 +283,28 @@ class BackendSoakOps:
                 out.append(NodeSample(node, procs, f.metrics_text))
         return out
 
-    def start_pods(self, specs: Sequence[PodSpec]) -> None:
+    def start_pods(self, specs: Sequence[WorkloadSpec]) -> None:
         self.backend.start_pods(specs)
 
-    def poll_pods(self) -> list[PodRecord]:
+    def poll_pods(self) -> list[WorkloadRecord]:
         return self.backend.case_pods()
 
     def delete_pods(self, timeout_s: float) -> None:
         self.backend.delete_case_pods(timeout_s)
 
     def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        return float(self.backend.annotate(pod, annotations))
+        return float(require_part(self.backend.parts.annotations, CAP_ANNOTATIONS).annotate(pod, annotations))
 
     def pod_log(self, pod: str) -> str:
         return str(self.backend.read_log(pod))
 
     def end_round(self) -> None:
-        self.backend.forget_pod_specs()
+        self.backend.parts.rotation.forget_pod_specs()
 
     def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
         start = None if since is None else datetime.fromtimestamp(since, timezone.utc)
-        return [gzip_file(p) for p in self.backend.restart_log_streams(dest, f"{index:04d}", since=start)]
+        rotation = self.backend.parts.rotation
+        return [gzip_file(p) for p in rotation.restart_log_streams(dest, f"{index:04d}", since=start)]
 
     def harvest_previous(self, dest: Path) -> list[Path]:
         return []
@@ -314,11 +316,11 @@ class K8sSoakOps(BackendSoakOps):
     processes (:func:`node_script`), and restarted SUT pods leave previous-container logs.
 
     Uses the backend's Kubernetes operations and node connections (one thread, so no concurrent use). Raises
-    :class:`~xpushare.model.errors.XpushareError` when the backend is not Kubernetes (``kubernetes()`` is None).
+    :class:`~xpushare.model.errors.XpushareError` when the backend is not Kubernetes (its ``kubernetes`` part is None).
     """
 
     def __init__(self, backend: Backend, case_dir: Path) -> None:
-        kube = backend.kubernetes()
+        kube = backend.parts.kubernetes
         if kube is None:
             raise XpushareError(f"a soak needs Kubernetes, not a {backend.mode} backend")
         super().__init__(backend, case_dir)
@@ -377,6 +379,6 @@ class K8sSoakOps(BackendSoakOps):
 
 def soak_ops(backend: Backend, case_dir: Path) -> SoakOps:
     """The soak operations for ``backend``: Kubernetes' own where it has them, else :class:`BackendSoakOps`."""
-    if backend.kubernetes() is not None:
+    if backend.parts.kubernetes is not None:
         return K8sSoakOps(backend, case_dir)
     return BackendSoakOps(backend, case_dir)

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from xpushare.backends.base import CaseContext, PodSpec
+from xpushare.backends.base import CaseContext
 from xpushare.backends.host import HostBackend
 from xpushare.inventory.schema import local_cluster
+from xpushare.model.workload import WorkloadSpec
 
 QUICK = ("--n", "64", "--iters", "50")
 SLOW = ("--n", "64", "--iters", "100000000")
@@ -30,7 +31,7 @@ def _attempt(case_dir: Path, args: tuple[str, ...]) -> HostBackend:
     backend.prepare_run("r1")
     case_dir.mkdir(parents=True, exist_ok=True)
     backend.begin_case(case_dir, "FUNC-003")
-    backend.start_pods([PodSpec(name="func-003-w2", workload="w2_medium_add", args=args)])
+    backend.start_pods([WorkloadSpec(name="func-003-w2", workload="w2_medium_add", args=args)])
     return backend
 
 

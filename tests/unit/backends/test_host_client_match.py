@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from tests.paths import FIXTURES
 from tests.unit.cases.test_metrics import FakeExporter, act_and_judge, exporter, host_cluster  # noqa: F401 (fixture)
 from tests.unit.metrics_check.test_metrics_check import IDLE, METRICS_CT, UUID, with_rows
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord, PodSpec, write_pod_records
 from xpushare.backends.host import HostBackend
 from xpushare.backends.host_procs import POLL, WRAPPER
 from xpushare.backends.host_scheduler import HostScheduler
@@ -53,6 +53,7 @@ from xpushare.evidence.store import SOURCE_RECORDED, SOURCE_REGISTRATION, Eviden
 from xpushare.judge import metrics as jm
 from xpushare.metrics_check import checklist, endpoint, probes
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord, write_pod_records
 from xpushare.transport.base import CommandResult
 from xpushare.transport.local import LocalHost
 
@@ -117,7 +118,7 @@ def host_page(clients: Sequence[dict[str, Any]] = (A, B), *, nvml: int = 0) -> s
 
 
 def host_match(pid: int | None = PID_A, log: str | None = None, name: str = PROBE) -> ClientMatch:
-    return client_match("host", name, record=PodRecord(name=name, phase="Running", host_pid=pid), log=log)
+    return client_match("host", name, record=WorkloadRecord(name=name, phase="Running", host_pid=pid), log=log)
 
 
 def line(lines: Sequence[checklist.CheckLine], item: str) -> checklist.CheckLine:
@@ -128,7 +129,7 @@ def line(lines: Sequence[checklist.CheckLine], item: str) -> checklist.CheckLine
 
 
 def test_the_key_is_chosen_by_mode() -> None:
-    rec = PodRecord(name="pod-a", phase="Running", host_pid=PID_A)
+    rec = WorkloadRecord(name="pod-a", phase="Running", host_pid=PID_A)
     k8s = client_match("k8s", "pod-a", namespace="default", record=rec, log=POD_A_LOG)
     assert (k8s.key, k8s.pod, k8s.namespace, k8s.host_pids, k8s.client_ids) == (KEY_POD, "pod-a", "default", (), ())
     host = client_match("host", "pod-a", namespace="default", record=rec, log=POD_A_LOG)
@@ -140,7 +141,7 @@ def test_the_key_is_chosen_by_mode() -> None:
     assert host.key_of({**labels, "client_id": CID_B, "host_pid": str(PID_B)}) is None
     assert k8s.key_of(labels) is None  # the pod-name key can never find a host-mode client
     assert ClientMatch.from_dict(json.loads(json.dumps(host.to_dict()))) == host
-    nothing = client_match("host", "pod-a", record=PodRecord(name="pod-a", phase="Pending"))
+    nothing = client_match("host", "pod-a", record=WorkloadRecord(name="pod-a", phase="Pending"))
     assert not nothing.usable and nothing.key_of(labels) is None and "unknown" in nothing.describe()
 
 
@@ -207,41 +208,23 @@ def test_real_exporter_shows_no_nvml_memory_for_an_index_key() -> None:
     assert [ln.item for ln in fixed if not ln.ok] == []
 
 
-class HostBackendFake:
-    """The surface of HostBackend that BackendProbeLoad uses: the pid appears in the record after the
-    start, the ``Client ID`` line in the output after the first CUDA call."""
+def probing_host(pid: int, log: str) -> FakeBackend:
+    """The host backend as BackendProbeLoad sees it: the pid appears in the record after the start (the first
+    two polls have none), the ``Client ID`` line in the output after the first CUDA call (the fourth poll)."""
+    polls = [0]
 
-    mode = "host"
+    def records(names: Sequence[str], until: str) -> list[WorkloadRecord]:
+        polls[0] += 1
+        return [WorkloadRecord(name=n, phase="Running", node="localhost", host_pid=pid if polls[0] > 2 else None)
+                for n in names]
 
-    def __init__(self, pid: int, log: str) -> None:
-        self.pid, self.log, self.polls = pid, log, 0
-        self.specs: list[PodSpec] = []
-
-    def prepare_run(self, run_id: str) -> None:
-        pass
-
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
-        pass
-
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
-        self.specs += pods
-
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        self.polls += 1
-        pid = self.pid if self.polls > 2 else None  # not recorded yet on the first polls
-        return [PodRecord(name=n, phase="Running", node="localhost", host_pid=pid) for n in names]
-
-    def read_log(self, pod: str) -> str:
-        return self.log if self.polls > 3 else ""
-
-    def cleanup(self) -> None:
-        pass
+    return FakeBackend(records=records, log=lambda pod: log if polls[0] > 3 else "")
 
 
 @pytest.mark.parametrize(("page", "ok"), [(host_page([A]), True), (host_page([B]), False)])
 def test_run_load_checks_through_a_host_backend(tmp_path: Path, page: str, ok: bool) -> None:
-    backend = HostBackendFake(PID_A, POD_A_LOG)
-    load = probes.BackendProbeLoad(backend, tmp_path)  # type: ignore[arg-type]
+    backend = probing_host(PID_A, POD_A_LOG)
+    load = probes.BackendProbeLoad(backend, tmp_path)
     now = [0.0]
 
     def sleep(s: float) -> None:
@@ -253,7 +236,7 @@ def test_run_load_checks_through_a_host_backend(tmp_path: Path, page: str, ok: b
     assert info.ok is ok, info.observed
     if ok:
         assert f"matched by host_pid {PID_A} and client_id {CID_A}" in info.observed
-        assert load.matches([PROBE]) == [client_match("host", PROBE, record=PodRecord(PROBE, "Running",
+        assert load.matches([PROBE]) == [client_match("host", PROBE, record=WorkloadRecord(PROBE, "Running",
                                                                                       host_pid=PID_A), log=POD_A_LOG)]
     else:
         assert f"not found: {PROBE} [host_pid {PID_A} or client_id {CID_A}]" in info.observed
@@ -340,7 +323,7 @@ def test_met003_judge_host_mode_nvml_cross_check_by_pid() -> None:
 
 
 def test_met_judge_glue_rebuilds_the_match_from_the_evidence() -> None:
-    rec = PodRecord(name="met-002-probe", phase="Running", node="localhost", host_pid=PID_A)
+    rec = WorkloadRecord(name="met-002-probe", phase="Running", node="localhost", host_pid=PID_A)
     ev = Evidence.from_parts([rec], {"met-002-probe": POD_A_LOG}, {"metrics_mid.txt": host_page()})
     plan = {"mode": "host", "probe": "met-002-probe", "namespace": "default", "prefix": "xpushare"}
     case = REGISTRY["MET-002"]
@@ -354,41 +337,21 @@ def test_met_judge_glue_rebuilds_the_match_from_the_evidence() -> None:
 # ------------------------------------------------------------------------ MET-002 act in host mode
 
 
-class FakeHostLibBackend:
+def host_with_library(pid: int) -> FakeBackend:
     """Host mode with the client library: the probe is a process whose pid the backend recorded."""
+    log = POD_A_LOG + "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
+    backend: FakeBackend
 
-    mode = "host"
-    capabilities = frozenset({CAP_CLIENT_LIBRARY})
-
-    def __init__(self, pid: int) -> None:
-        self.hosts = {"localhost": LocalHost()}
-        self.run_id = "unit"
-        self.pid = pid
-        self.case_dir = Path()  # the case begun: act_and_judge sets it, as Backend.begin_case does
-        self.log = POD_A_LOG + "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
-
-    def pod_namespace(self, tenant: str | None = None) -> str | None:
-        return None
-
-    def kubernetes(self) -> None:
-        return None
-
-    def scheduler_host(self) -> LocalHost:
-        return self.hosts["localhost"]
-
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
-        self.names = [p.name for p in pods]
-
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        recs = [PodRecord(name=n, phase="Running", node="localhost", host_pid=self.pid) for n in names]
-        write_pod_records(self.case_dir, recs)  # as the host backend does on every poll
+    def records(names: Sequence[str], until: str) -> list[WorkloadRecord]:
+        recs = [WorkloadRecord(name=n, phase="Running", node="localhost", host_pid=pid) for n in names]
+        write_pod_records(backend.case_dir, recs)  # as the host backend does on every poll
         for n in names:  # what the harvest brings back
-            (self.case_dir / "pods").mkdir(exist_ok=True)
-            (self.case_dir / "pods" / f"{n}.log").write_text(self.log, encoding="utf-8")
+            (backend.case_dir / "pods").mkdir(exist_ok=True)
+            (backend.case_dir / "pods" / f"{n}.log").write_text(log, encoding="utf-8")
         return recs
 
-    def read_log(self, pod: str) -> str:
-        return self.log
+    backend = FakeBackend(run_id="unit", client_library=True, scheduler_host=LocalHost(), records=records, log=log)
+    return backend
 
 
 @pytest.mark.parametrize(("clients", "status"), [((A, B), Status.PASS), ((B,), Status.FAIL)])
@@ -398,7 +361,7 @@ def test_met002_act_host_mode_with_probe(exporter: tuple[FakeExporter, int], tmp
     page = host_page(clients)  # FAIL: the scheduler lost the probe (only the other process is registered)
     state.render = lambda: page  # type: ignore[method-assign]
     cluster = host_cluster(f"http://127.0.0.1:{port}/metrics")
-    v, plan, _ = act_and_judge("MET-002", FakeHostLibBackend(PID_A), cluster, tmp_path)
+    v, plan, _ = act_and_judge("MET-002", host_with_library(PID_A), cluster, tmp_path)
     assert v.status is status, v.summary
     assert plan["probe"] == "met-002-probe" and plan["mode"] == "host"
     assert plan["client"]["key"] == KEY_HOST_PID and plan["client"]["host_pids"] == [PID_A]
@@ -429,9 +392,9 @@ def test_host_wrapper_records_the_workload_pid(tmp_path: Path) -> None:
 
 def test_gpu_mapping_is_derived_at_judgment_from_registrations_by_pid(tmp_path: Path) -> None:
     """Harvest stores pods.json and scheduler.log; the mapping is derived (and written) when judging."""
-    write_pod_records(tmp_path, [PodRecord("func-002-w2-a", "Succeeded", 0, "localhost", UUID, host_pid=PID_A,
+    write_pod_records(tmp_path, [WorkloadRecord("func-002-w2-a", "Succeeded", 0, "localhost", UUID, host_pid=PID_A,
                                            gpu_key="1"),
-                                 PodRecord("func-002-w2-b", "Succeeded", 0, "localhost", UUID, host_pid=4242,
+                                 WorkloadRecord("func-002-w2-b", "Succeeded", 0, "localhost", UUID, host_pid=4242,
                                            gpu_key="1")])
     (tmp_path / "pods").mkdir()
     (tmp_path / "pods" / "func-002-w2-a.log").write_text(POD_A_LOG, encoding="utf-8")
@@ -461,7 +424,7 @@ def test_gpu_mapping_is_derived_at_judgment_from_registrations_by_pid(tmp_path: 
 
 def test_met002_without_anything_to_match_is_an_error() -> None:
     """Host mode, no pid in pods.json and no Client ID line: the probe's clients cannot be told apart."""
-    rec = PodRecord(name="met-002-probe", phase="Running", node="localhost")
+    rec = WorkloadRecord(name="met-002-probe", phase="Running", node="localhost")
     ev = Evidence.from_parts([rec], {}, {"metrics_mid.txt": host_page()})
     case = REGISTRY["MET-002"]
     assert case.judge is not None
@@ -482,13 +445,12 @@ def test_host_scheduler_facts_are_not_healthy_without_a_healthz_answer() -> None
 
     cluster = host_cluster(None)
     cluster = replace(cluster, scheduler=replace(cluster.scheduler, process_name="xpushare-scheduler"))
-    backend = HostBackend(cluster)
     node = SchedulerNode("localhost")
-    backend.hosts = {"localhost": node}
-    backend.scheduler = HostScheduler("localhost", node, cluster.scheduler)
-    [facts] = backend.scheduler_facts()
+    scheduler = HostScheduler("localhost", node, cluster.scheduler)  # no metrics_url: no scheduler part either
+    assert HostBackend(cluster).parts.scheduler is None
+    [facts] = scheduler.facts(cluster.name)
     assert facts.processes and facts.instance == "4242" and not facts.healthy
     node.health = "@@HEALTH\nOK\nHTTP_CODE=200\n"
-    assert backend.scheduler_facts()[0].healthy
+    assert scheduler.facts(cluster.name)[0].healthy
     node.health = "@@HEALTH\ncurl: (7) refused\nHTTP_CODE=000\n"
-    assert not backend.scheduler_facts()[0].healthy
+    assert not scheduler.facts(cluster.name)[0].healthy

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from xpushare.backends.base import PodSpec
 from xpushare.backends.host import HostBackend
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.inventory.schema import SchedulerSpec, local_cluster
 from xpushare.model.errors import CommandTimeout, ConnectionLost, HarvestIncomplete, RemoteNotFound
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.base import CommandResult
 from xpushare.transport.local import LocalHost
 
@@ -65,7 +65,7 @@ def case(tmp_path: Path) -> Iterator[tuple[HostBackend, FlakyHost, Path]]:
     backend.begin_case(case_dir, "c1")
     with log.open("a", encoding="utf-8") as fh:
         fh.write("scheduler line of the case\n")
-    backend.start_pods([PodSpec(POD, "w2_medium_add", ("--help",))])
+    backend.start_pods([WorkloadSpec(POD, "w2_medium_add", ("--help",))])
     [record] = backend.wait_terminal([POD], 60)
     assert record.phase in ("Succeeded", "Failed"), record
     try:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xpushare.backends.base import CaseContext, PodSpec
+from xpushare.backends.base import CaseContext
 from xpushare.backends.k8s import K8sBackend
 from xpushare.backends.k8s_names import dns1123, label_value, run_key, run_namespace, tenant_namespace
 from xpushare.inventory import schema
 from xpushare.judge.combination import split_capture
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.base import CommandResult
 from xpushare.transport.kube_objects import Pod
 
@@ -48,7 +49,7 @@ def test_label_value_is_valid() -> None:
 
 def test_render_pod_is_structural_and_complete() -> None:
     b = backend("nvshare")
-    spec = PodSpec(name="func-010-w5", workload="w5_quota_probe", args=("--duration-s", "60"), core_limit=30,
+    spec = WorkloadSpec(name="func-010-w5", workload="w5_quota_probe", args=("--duration-s", "60"), core_limit=30,
                    memory_limit="4Gi", memory_limit_env="2Gi", oversub=True, node="c1-gpu1",
                    env=(("EXTRA", "1"),))
     doc = b.render_pod(spec)
@@ -74,7 +75,7 @@ def test_render_pod_is_structural_and_complete() -> None:
 
 def test_oversub_is_left_out_when_off_and_generation_changes_names() -> None:
     b = backend("xpushare", cm="false")
-    doc = b.render_pod(PodSpec(name="p", workload="w2_medium_add"))
+    doc = b.render_pod(WorkloadSpec(name="p", workload="w2_medium_add"))
     c = doc["spec"]["containers"][0]
     env = {e["name"] for e in c["env"]}
     assert "XPUSHARE_ENABLE_SINGLE_OVERSUB" not in env  # presence-based in the SUT: "0" would enable it
@@ -124,7 +125,7 @@ def test_scheduler_scrape_notes_only_a_failed_curl(stderr: str, exit_code: int, 
     b.node_host = {"g": "g"}
     host = _CannedHost(PAGE, stderr, exit_code)
     b.gpu_hosts["g"] = host  # type: ignore[assignment]
-    text = b.curl_scheduler("g", "/metrics", {"g": _scheduler_pod("127.0.0.22")})
+    text = b.kube.curl_scheduler("g", "/metrics", {"g": _scheduler_pod("127.0.0.22")})
     assert text is not None and host.argv[-1] == "http://127.0.0.22:9402/metrics"
     body, note = split_capture(text)
     if want is None:
@@ -187,7 +188,7 @@ def test_a_case_attempt_reads_only_its_own_pods() -> None:
     """Pods an earlier, dead attempt of the case left (same names, same case label) are never this attempt's:
     each attempt labels its pods with its token and selects by it."""
     b = backend()
-    spec = PodSpec(name="func-010-w5", workload="w5_quota_probe")
+    spec = WorkloadSpec(name="func-010-w5", workload="w5_quota_probe")
     b.case = CaseContext(Path("."), "FUNC-010")
     first = b.case.attempt
     assert b.render_pod(spec)["metadata"]["labels"]["xpushare/attempt"] == first
@@ -203,7 +204,7 @@ def test_the_run_gets_a_labelled_namespace_of_its_own_and_removes_it() -> None:
     _fake_master(b, master)
     b.prepare_run("20261121-101010")
     assert b.namespace == run_namespace("20261121-101010") == "xpushare-20261121-101010"
-    assert b.kubectl.namespace == b.namespace and b.pod_namespace() == b.namespace
+    assert b.kubectl.namespace == b.namespace and b.kube.pod_namespace() == b.namespace
     applied = [yaml.safe_load(s) for s in master.stdin if s]
     ns = next(d for d in applied if d["kind"] == "Namespace")
     assert ns["metadata"] == {"name": b.namespace, "labels": {"app.kubernetes.io/managed-by": "xpushare",
@@ -226,7 +227,7 @@ def test_a_fixed_namespace_is_used_as_it_is() -> None:
     master = _RecordingMaster()
     _fake_master(b, master)
     b.prepare_run("r1")
-    assert b.namespace == "team-gpu" and "tenant-namespaces" not in b.capabilities
+    assert b.namespace == "team-gpu" and "tenant-namespaces" not in b.parts.capabilities
     assert not any("namespace" in v.split()[:2] or v.startswith("delete namespaces") for v in master.verbs())
     master.calls.clear()
     b.close()
@@ -238,12 +239,12 @@ def test_tenants_get_namespaces_of_their_own_and_pods_of_one_name() -> None:
     master = _RecordingMaster()
     _fake_master(b, master)
     b.prepare_run("20261121-101010")
-    assert "tenant-namespaces" in b.capabilities
+    assert "tenant-namespaces" in b.parts.capabilities
     with tempfile.TemporaryDirectory() as tmp:
         b.case = CaseContext(Path(tmp), "FUNC-013")
         b.case_id = "FUNC-013"
-        b.start_pods([PodSpec(name="func-013-probe", workload="mem_probe", tenant="a", memory_limit="1Gi"),
-                      PodSpec(name="func-013-probe", workload="mem_probe", tenant="b", memory_limit="2Gi")])
+        b.start_pods([WorkloadSpec(name="func-013-probe", workload="mem_probe", tenant="a", memory_limit="1Gi"),
+                      WorkloadSpec(name="func-013-probe", workload="mem_probe", tenant="b", memory_limit="2Gi")])
         docs = list(yaml.safe_load_all((Path(tmp) / "manifests.yaml").read_text()))
     assert [d["metadata"]["namespace"] for d in docs] == ["xpushare-20261121-101010-a", "xpushare-20261121-101010-b"]
     assert {d["metadata"]["name"] for d in docs} == {"func-013-probe"}

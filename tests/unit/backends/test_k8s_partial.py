@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from xpushare.backends import k8s_harvest
-from xpushare.backends.base import CaseContext, PodRecord
+from xpushare.backends.base import CaseContext
 from xpushare.backends.k8s import K8sBackend
 from xpushare.inventory import schema
 from xpushare.model.errors import HarvestIncomplete, HostUnreachable
+from xpushare.model.workload import WorkloadRecord
 from xpushare.transport import kube_lease
 
 
@@ -69,7 +70,8 @@ clusters:
     monkeypatch.setattr(kube_lease, "live_run", lambda *_: None)
     for name in ("scheduler_logs", "node_evidence", "cluster_snapshot"):
         monkeypatch.setattr(k8s_harvest, name, lambda *_, **__: [])
-    monkeypatch.setattr(K8sBackend, "_record", lambda self, p: PodRecord(name=p.name, phase="Succeeded", node=p.node))
+    monkeypatch.setattr(K8sBackend, "_record",
+                        lambda self, p: WorkloadRecord(name=p.name, phase="Succeeded", node=p.node))
     backend.prepare_run("r1")
     assert [(u.host, u.role, u.why) for u in backend.unreachable()] == [("g2", "gpu", "refused")]
     with pytest.raises(HostUnreachable, match=r"g2: UNREACHABLE \(refused\)"):

@@ -9,25 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from xpushare.cases import REGISTRY
 from xpushare.cases.base import CaseRun
 from xpushare.inventory.schema import ClusterSpec, HostSpec
-
-
-class RecordingBackend:
-    """Records the pods a case starts; every pod ends at once."""
-
-    mode = "host"
-    capabilities: frozenset[str] = frozenset()
-
-    def __init__(self) -> None:
-        self.pods: list = []
-
-    def start_pods(self, pods: list) -> None:
-        self.pods += list(pods)
-
-    def wait_terminal(self, names: list[str], timeout_s: float) -> list:
-        return []
 
 
 def cluster(sut: str, mode: str = "host") -> ClusterSpec:
@@ -43,32 +28,32 @@ def cluster(sut: str, mode: str = "host") -> ClusterSpec:
     ("mps", {"env": (("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1024M"),)}),
 ])
 def test_each_system_gets_its_own_variable(sut: str, expected: dict, tmp_path: Path) -> None:
-    run = CaseRun("FUNC-006", tmp_path, RecordingBackend(), cluster(sut), {})  # type: ignore[arg-type]
+    run = CaseRun("FUNC-006", tmp_path, FakeBackend(), cluster(sut), {})
     assert run.env_memory_quota("1Gi") == expected
 
 
 @pytest.mark.parametrize("case_id", ["FUNC-006", "FUNC-007"])
 def test_func006_and_007_and_their_probe_carry_hami_cores_quota(case_id: str, tmp_path: Path) -> None:
-    backend = RecordingBackend()
+    backend = FakeBackend()  # every pod ends at once
     params = {**REGISTRY[case_id].params, "pod_timeout_s": 1, "workload_args": {},
               "func006_memory_limit": "1Gi", "func007_memory_limit": "2Gi"}
     act = REGISTRY[case_id].act
     assert act is not None
-    act(CaseRun(case_id, tmp_path, backend, cluster("hami-core"), params))  # type: ignore[arg-type]
+    act(CaseRun(case_id, tmp_path, backend, cluster("hami-core"), params))
     quota = {"FUNC-006": "1024m", "FUNC-007": "2048m"}[case_id]
-    assert [dict(p.env) for p in backend.pods] == [{"CUDA_DEVICE_MEMORY_LIMIT": quota}] * 2
-    assert all(p.memory_limit_env is None for p in backend.pods)
+    assert [dict(p.env) for p in backend.started] == [{"CUDA_DEVICE_MEMORY_LIMIT": quota}] * 2
+    assert all(p.memory_limit_env is None for p in backend.started)
 
 
 def test_kubernetes_keeps_the_sut_variable(tmp_path: Path) -> None:
-    run = CaseRun("FUNC-006", tmp_path, RecordingBackend(), cluster("xpushare", "k8s"), {})  # type: ignore[arg-type]
+    run = CaseRun("FUNC-006", tmp_path, FakeBackend(), cluster("xpushare", "k8s"), {})
     assert run.env_memory_quota("512Mi") == {"memory_limit_env": "512Mi"}
 
 
 def test_iso_memory_cases_take_the_same_variable(tmp_path: Path) -> None:
-    backend = RecordingBackend()
+    backend = FakeBackend()  # every pod ends at once
     case = REGISTRY["ISO-001"]
     params = {**case.params, "pod_timeout_s": 1, "workload_args": {}, "iso_memory_limit": "1Gi"}
     assert case.act is not None
-    case.act(CaseRun("ISO-001", tmp_path, backend, cluster("mps"), params))  # type: ignore[arg-type]
-    assert [dict(p.env) for p in backend.pods] == [{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1024M"}]
+    case.act(CaseRun("ISO-001", tmp_path, backend, cluster("mps"), params))
+    assert [dict(p.env) for p in backend.started] == [{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1024M"}]

@@ -20,15 +20,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from tests.fakes.backend import FakeAnnotator, FakeBackend, FakeKube
 from tests.paths import REPO_ROOT
 from tests.unit.judge.test_metrics import GIB, page
 from tests.unit.metrics_check.test_metrics_check import IDLE, UUID
-from xpushare.backends.base import CaseContext, PodRecord, PodSpec
-from xpushare.backends.k8s import K8sBackend
+from xpushare.backends.base import CaseContext
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
@@ -39,10 +39,10 @@ from xpushare.evidence.metrics_target import ScrapeTarget, scrape_loop, spawn_na
 from xpushare.evidence.scrape_capture import capture_text
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
-from xpushare.inventory.sut import sut_names
 from xpushare.judge import metrics as jm
 from xpushare.judge import quantity, thresholds
 from xpushare.model.verdict import Status, Verdict
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.transport.local import LocalHost
 
 ROOT = REPO_ROOT
@@ -139,91 +139,44 @@ class SchedPod:
     phase: str = "Running"
 
 
-class FakeKubectl:
-    def __init__(self, pods: list[SchedPod]) -> None:
-        self.pods = pods
-
-    def list_pods(self, selector: str | None = None, *, namespace: Any = None) -> list[SchedPod]:
-        assert selector == "name=xpushare-scheduler" and namespace == "xpushare-system"
-        return list(self.pods)
+def probe_records(names: Sequence[str], phase: str) -> list[WorkloadRecord]:
+    """The probe pods as a wait finds them: ``phase`` on the node (a pod not Running ended with exit 1)."""
+    return [WorkloadRecord(name=n, phase=phase, node=NODE, exit_code=None if phase == "Running" else 1) for n in names]
 
 
-class FakeK8sBackend:
-    """The public surface of K8sBackend the MET acts use; probe pods are exporter state."""
+def fake_k8s(state: FakeExporter, port: int, *, phase: str = "Running") -> FakeBackend:
+    """A Kubernetes backend for the MET acts: the scheduler pod is the exporter at ``port``, a started probe pod
+    is exporter state, annotations change the exporter's quotas."""
 
-    mode = "k8s"
-    capabilities = frozenset({"kubernetes", "annotations", "client-library"})
-
-    def __init__(self, state: FakeExporter, port: int, *, phase: str = "Running") -> None:
-        self.state = state
-        self.names = sut_names("xpushare")
-        self.params = {"metrics_port": port}
-        self.node_host = {NODE: NODE}
-        self.run_id = "unit"
-        self.case: CaseContext | None = None
-        self.kubectl = FakeKubectl([SchedPod("xpushare-scheduler-abc", NODE, "127.0.0.1")])
-        self.phase = phase
-        self.specs: list[PodSpec] = []
-        self.annotations: list[dict[str, str]] = []
-
-    def pod_namespace(self, tenant: str | None = None) -> str | None:
-        return 'default'
-
-    def kubernetes(self) -> FakeK8sBackend:
-        return self
-
-    sut_pods = K8sBackend.sut_pods  # over the fake kubectl
-
-    def scheduler_host(self) -> None:
-        return None
-
-    @property
-    def metrics_port(self) -> int:
-        return int(self.params["metrics_port"])
-
-    def node_hosts(self) -> dict[str, str]:
-        return dict(self.node_host)
-
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
+    def start(pods: Sequence[WorkloadSpec]) -> None:
         for spec in pods:
-            self.specs.append(spec)
             mem = quantity.annotation_bytes(spec.memory_limit) if spec.memory_limit else 0
-            mem = mem if self.state.memory_from_annotation else 0
-            self.state.probe = Probe(spec.name, core=quantity.core_limit_value(spec.core_limit), mem_quota=mem)
+            mem = mem if state.memory_from_annotation else 0
+            state.probe = Probe(spec.name, core=quantity.core_limit_value(spec.core_limit), mem_quota=mem)
 
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return [PodRecord(name=n, phase=self.phase, node=NODE, exit_code=None if self.phase == "Running" else 1)
-                for n in names]
-
-    log = "[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n"
-
-    def read_log(self, pod: str) -> str:
-        return self.log
-
-    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        when = time.time()
-        self.annotations.append(dict(annotations))
-        self.state.annotate(annotations)
-        return when
+    kube = FakeKube(metrics_port=port, node_hosts={NODE: NODE},
+                    sut_pods=cast(Any, [SchedPod("xpushare-scheduler-abc", NODE, "127.0.0.1")]))
+    return FakeBackend.having({"kubernetes", "annotations", "client-library"}, mode="k8s", run_id="unit",
+                              kubernetes=kube, annotations=FakeAnnotator(on_annotate=lambda _, a: state.annotate(a)),
+                              records=lambda names, until: probe_records(names, phase), on_start=start,
+                              log="[XPUSHARE][QUOTA_PROBE] elapsed=1.0s it=10 it_per_sec=10.00\n")
 
 
-class FakeHostBackend:
-    mode = "host"
-    capabilities: frozenset[str] = frozenset()
+def kube_of(backend: FakeBackend) -> FakeKube:
+    kube = backend.parts.kubernetes
+    assert isinstance(kube, FakeKube)
+    return kube
 
-    def __init__(self) -> None:
-        self.hosts = {"localhost": LocalHost()}
-        self.run_id = "unit"
-        self.case: CaseContext | None = None
 
-    def pod_namespace(self, tenant: str | None = None) -> str | None:
-        return None
+def annotations_of(backend: FakeBackend) -> list[dict[str, str]]:
+    annotator = backend.parts.annotations
+    assert isinstance(annotator, FakeAnnotator)
+    return [a for _, a in annotator.calls]
 
-    def kubernetes(self) -> None:
-        return None
 
-    def scheduler_host(self) -> LocalHost:
-        return self.hosts["localhost"]
+def fake_host(**kw: Any) -> FakeBackend:
+    """A host backend whose scheduler host is this machine (no client library unless ``kw`` says so)."""
+    return FakeBackend(mode="host", run_id="unit", scheduler_host=LocalHost(), **kw)
 
 
 def k8s_cluster() -> ClusterSpec:
@@ -260,7 +213,7 @@ def params_for(case_id: str, **over: Any) -> dict[str, Any]:
     return p
 
 
-def act_and_judge(case_id: str, backend: Any, cluster: ClusterSpec, tmp_path: Path, **over: Any
+def act_and_judge(case_id: str, backend: FakeBackend, cluster: ClusterSpec, tmp_path: Path, **over: Any
                   ) -> tuple[Verdict, dict[str, Any], Path]:
     """Run the case's act (as the engine does, minus harvest) and judge the stored case dir."""
     case = REGISTRY[case_id]
@@ -268,7 +221,7 @@ def act_and_judge(case_id: str, backend: Any, cluster: ClusterSpec, tmp_path: Pa
     case_dir.mkdir(parents=True)
     params = params_for(case_id, **over)
     run = CaseRun(case_id, case_dir, backend, cluster, params)
-    backend.case_dir = case_dir  # as the lifecycle's Backend.begin_case does
+    backend.case = CaseContext(case_dir, case_id)  # as the lifecycle's Backend.begin_case does
     assert case.act is not None
     case.act(run)
     verdict = lifecycle.judge_case(case, case_dir, params)
@@ -277,10 +230,10 @@ def act_and_judge(case_id: str, backend: Any, cluster: ClusterSpec, tmp_path: Pa
 
 
 @pytest.fixture
-def k8s(exporter: tuple[FakeExporter, int], monkeypatch: pytest.MonkeyPatch) -> tuple[FakeExporter, FakeK8sBackend]:
+def k8s(exporter: tuple[FakeExporter, int], monkeypatch: pytest.MonkeyPatch) -> tuple[FakeExporter, FakeBackend]:
     state, port = exporter
     monkeypatch.setattr(met, "has_command", lambda host, cmd: False)  # no nvidia-smi, whatever this machine has
-    return state, FakeK8sBackend(state, port)
+    return state, fake_k8s(state, port)
 
 
 # ------------------------------------------------------------------------------------ registration
@@ -358,10 +311,10 @@ def test_scrape_loop_is_fixed_rate_and_stops_on_request(tmp_path: Path) -> None:
 
 
 def test_spawn_names_are_safe() -> None:
-    backend = FakeHostBackend()
-    assert spawn_name(backend, "MET-006", "dmon") == "xp4-unit-met-006-dmon"  # type: ignore[arg-type]
+    backend = fake_host()
+    assert spawn_name(backend, "MET-006", "dmon") == "xp4-unit-met-006-dmon"
     backend.case = CaseContext(Path("."), "MET-006", attempt="a1b2c3")  # each attempt: its own names
-    assert spawn_name(backend, "MET-006", "dmon") == "xp4-unit-met-006-a1b2c3-dmon"  # type: ignore[arg-type]
+    assert spawn_name(backend, "MET-006", "dmon") == "xp4-unit-met-006-a1b2c3-dmon"
 
 
 # ------------------------------------------------------------------------------------- host mode
@@ -369,7 +322,7 @@ def test_spawn_names_are_safe() -> None:
 
 def test_host_mode_without_metrics_url_skips(tmp_path: Path) -> None:
     for cid in ("MET-001", "MET-002", "MET-007"):
-        v, _plan, _ = act_and_judge(cid, FakeHostBackend(), host_cluster(None), tmp_path)
+        v, _plan, _ = act_and_judge(cid, fake_host(), host_cluster(None), tmp_path)
         assert v.status is Status.SKIP and "scheduler.metrics_url" in v.summary, cid
 
 
@@ -377,33 +330,27 @@ def test_host_mode_probe_cases_without_metrics_url_skip_before_any_probe(tmp_pat
     """MET-003, 006 and 008 run in host mode, against the scheduler of ``scheduler.metrics_url``: without one
     they SKIP naming it, and no probe was started (the fake host backend has no ``start_pods``)."""
     for cid in ("MET-003", "MET-006", "MET-008"):
-        v, plan, _ = act_and_judge(cid, FakeHostBackend(), host_cluster(None), tmp_path)
+        v, plan, _ = act_and_judge(cid, fake_host(), host_cluster(None), tmp_path)
         assert v.status is Status.SKIP and "scheduler.metrics_url" in v.summary, cid
         assert "probe" not in plan, cid
 
 
-class PinRecorder(FakeHostBackend):
-    """A host backend that records the probe it is asked for, then refuses to start it."""
-
-    capabilities = frozenset({"client-library"})
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.specs: list[PodSpec] = []
-
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
-        self.specs += pods
+def pin_recorder() -> FakeBackend:
+    """A host backend with a client library that records the probe it is asked for, then refuses to start it."""
+    def refuse(pods: Sequence[WorkloadSpec]) -> None:
         raise RuntimeError("recorded")
+
+    return fake_host(client_library=True, on_start=refuse)
 
 
 @pytest.mark.parametrize("cid", ["MET-002", "MET-003", "MET-006", "MET-008"])
 def test_host_mode_probes_go_to_the_scraped_schedulers_host(cid: str, tmp_path: Path) -> None:
     """The inventory's ``scheduler.metrics_url`` is the first GPU host's scheduler: the probe is pinned there
     (elsewhere it would register with a scheduler nobody scrapes), with no annotation quota (host mode has none)."""
-    backend = PinRecorder()
+    backend = pin_recorder()
     with pytest.raises(RuntimeError, match="recorded"):
         act_and_judge(cid, backend, host_cluster("http://127.0.0.1:9/metrics"), tmp_path, met008_n=64)
-    (spec,) = backend.specs
+    (spec,) = backend.started
     assert spec.node == "localhost" and spec.core_limit is None and spec.memory_limit is None, spec
     assert spec.oversub is (cid == "MET-008")
 
@@ -411,14 +358,14 @@ def test_host_mode_probes_go_to_the_scraped_schedulers_host(cid: str, tmp_path: 
 def test_host_mode_with_metrics_url(exporter: tuple[FakeExporter, int], tmp_path: Path) -> None:
     _state, port = exporter
     cluster = host_cluster(f"http://127.0.0.1:{port}/metrics")
-    v, plan, case_dir = act_and_judge("MET-001", FakeHostBackend(), cluster, tmp_path)
+    v, plan, case_dir = act_and_judge("MET-001", fake_host(), cluster, tmp_path)
     assert v.status is Status.PASS, v.summary
     assert plan["target"] == {"url": f"http://127.0.0.1:{port}", "node": None, "scheduler_pod": None,
                               "fetched_from": "this machine", "latency": "wall clock of the request on this machine"}
     assert "HTTP_CODE=200\nCONTENT_TYPE=text/plain" in (case_dir / "metrics_health.txt").read_text()
-    v, plan, _ = act_and_judge("MET-002", FakeHostBackend(), cluster, tmp_path)
+    v, plan, _ = act_and_judge("MET-002", fake_host(), cluster, tmp_path)
     assert v.status is Status.PASS and plan["probe"] is None, v.summary  # idle page: HELP/TYPE suffice
-    v, _, _ = act_and_judge("MET-007", FakeHostBackend(), cluster, tmp_path)
+    v, _, _ = act_and_judge("MET-007", fake_host(), cluster, tmp_path)
     assert v.status is Status.PASS, v.summary
     assert v.metrics["scrape_latency_p50_s"] is not None and v.metrics["metrics_stress_sample_count"] == 5
 
@@ -437,7 +384,7 @@ def test_local_cluster_task_skips_cases_that_need_what_it_lacks(tmp_path: Path) 
 # -------------------------------------------------------------------------------------- k8s mode
 
 
-def test_met001_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met001_k8s(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, _ = act_and_judge("MET-001", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.PASS, v.summary
@@ -447,23 +394,23 @@ def test_met001_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     assert v.status is Status.FAIL and "healthz_200" in v.summary
 
 
-def test_met001_scheduler_down_and_missing(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met001_scheduler_down_and_missing(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     _, backend = k8s
-    backend.params["metrics_port"] = 9  # nothing listens: curl's "no response"
+    kube_of(backend).port = 9  # nothing listens: curl's "no response"
     v, _, case_dir = act_and_judge("MET-001", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.FAIL, v.summary
     assert "HTTP_CODE=000" in (case_dir / "metrics_health.txt").read_text()
-    backend.kubectl.pods = [SchedPod("other", "node-b", "127.0.0.1")]
+    kube_of(backend).pods = cast(Any, [SchedPod("other", "node-b", "127.0.0.1")])
     with pytest.raises(Exception, match="no scheduler pod"):
         act_and_judge("MET-001", backend, k8s_cluster(), tmp_path / "b")
 
 
-def test_met002_k8s_healthy_and_missing(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met002_k8s_healthy_and_missing(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, _ = act_and_judge("MET-002", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.PASS, v.summary
     assert plan["probe"] == "met-002-probe" and plan["node"] == NODE and plan["settle"]["settled"] is True
-    assert backend.specs[-1].workload == "w5_quota_probe"
+    assert backend.started[-1].workload == "w5_quota_probe"
     state.drop = ("client_info", "scheduler_messages_total")
     v, plan, _ = act_and_judge("MET-002", backend, k8s_cluster(), tmp_path / "b")
     assert v.status is Status.FAIL and plan["settle"]["settled"] is False
@@ -472,37 +419,32 @@ def test_met002_k8s_healthy_and_missing(k8s: tuple[FakeExporter, FakeK8sBackend]
 
 def test_probe_that_does_not_run_is_an_error(exporter: tuple[FakeExporter, int], tmp_path: Path) -> None:
     state, port = exporter
-    backend = FakeK8sBackend(state, port, phase="Failed")
+    backend = fake_k8s(state, port, phase="Failed")
     with pytest.raises(Exception, match="not Running"):
         act_and_judge("MET-002", backend, k8s_cluster(), tmp_path)
 
 
-def test_probe_without_a_probe_line_is_an_error(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_probe_without_a_probe_line_is_an_error(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     _, backend = k8s
     backend.log = "Traceback: import torch failed\n"
     with pytest.raises(Exception, match="printed no"):
         act_and_judge("MET-002", backend, k8s_cluster(), tmp_path, pod_timeout_s=1.5)
 
 
-def test_probe_that_ends_before_its_first_line_is_an_error_at_once(k8s: tuple[FakeExporter, FakeK8sBackend],
+def test_probe_that_ends_before_its_first_line_is_an_error_at_once(k8s: tuple[FakeExporter, FakeBackend],
                                                                    tmp_path: Path) -> None:
     """Running at first, then Failed (an import error): reported as ended, without waiting out pod_timeout_s."""
     _, backend = k8s
     backend.log = "Traceback: import torch failed\n"
     phases = iter(["Running"])
-
-    def wait_running(names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        backend.phase = next(phases, "Failed")
-        return FakeK8sBackend.wait_running(backend, names, timeout_s)
-
-    backend.wait_running = wait_running  # type: ignore[method-assign]
+    backend.records = lambda names, until: probe_records(names, next(phases, "Failed"))
     t0 = time.monotonic()
     with pytest.raises(Exception, match=r"ended \(Failed, exit 1\) before its first"):
         act_and_judge("MET-002", backend, k8s_cluster(), tmp_path, pod_timeout_s=60)
     assert time.monotonic() - t0 < 30
 
 
-def test_met003_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met003_k8s(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, case_dir = act_and_judge("MET-003", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.PASS, v.summary
@@ -560,7 +502,7 @@ def counted_drops(case_dir: Path, *, logged: int, counted: int, messages: int | 
     return lifecycle.judge_case(REGISTRY["MET-004"], case_dir, params_for("MET-004"))
 
 
-def test_met004_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met004_k8s(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, case_dir = act_and_judge("MET-004", backend, k8s_cluster(), tmp_path, met004_counter_window_s=0)
     # no scheduler.log harvested here: the counter cannot be checked against the log, never a silent PASS
@@ -569,7 +511,7 @@ def test_met004_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     v = counted_drops(case_dir, logged=3, counted=3)
     assert v.status is Status.PASS, v.summary
     assert (plan["core_limit"], plan["memory_limit"]) == (35, "4Gi")  # T4: 4Gi (seed 000 MET-004)
-    spec = backend.specs[-1]
+    spec = backend.started[-1]
     assert (spec.core_limit, spec.memory_limit) == (35, "4Gi")
     assert v.metrics["metric_memory_quota_bytes"] == 4 * GIB
     assert counted_drops(case_dir, logged=3, counted=0).summary.startswith("drop_lock_counted: ")  # not counted
@@ -582,11 +524,11 @@ def test_met004_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     assert v.status is Status.FAIL and "memory_quota_matches" in v.summary
 
 
-def test_met005_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met005_k8s(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, case_dir = act_and_judge("MET-005", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.PASS, v.summary
-    assert backend.annotations == [{"core": "80", "memory": "4Gi"}]
+    assert annotations_of(backend) == [{"core": "80", "memory": "4Gi"}]
     assert 0.3 <= v.metrics["dynamic_quota_metric_latency_sec"] < 2.0
     records, _ = jm.parse_series((case_dir / "metrics_series.jsonl").read_text())
     assert any(r.t_end < plan["changed_at"] for r in records)  # scrapes before the change
@@ -606,7 +548,7 @@ def test_met005_without_a_change_is_an_error(tmp_path: Path) -> None:
     assert judge(Evidence.load(tmp_path), {}, {"probe": "p"}).status is Status.ERROR
 
 
-def test_met006_k8s_with_a_dmon_command(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met006_k8s_with_a_dmon_command(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, plan, case_dir = act_and_judge("MET-006", backend, k8s_cluster(), tmp_path, met006_dmon_command=FAKE_DMON)
     assert v.status is Status.PASS, v.summary
@@ -618,14 +560,14 @@ def test_met006_k8s_with_a_dmon_command(k8s: tuple[FakeExporter, FakeK8sBackend]
     assert v.status is Status.FAIL and "metric_util_rises" in v.summary and "dmon_follows" in v.summary
 
 
-def test_met006_without_dmon_skips(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met006_without_dmon_skips(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     _, backend = k8s
     v, _plan, _ = act_and_judge("MET-006", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.SKIP and "nvidia-smi" in v.summary
 
 
 def test_met006_uses_the_backends_dmon_where_the_node_has_nvidia_smi(
-        k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, backend = k8s
     monkeypatch.setattr(met, "has_command", lambda host, cmd: cmd == "nvidia-smi")
     v, plan, case_dir = act_and_judge("MET-006", backend, k8s_cluster(), tmp_path, met006_dmon_command=FAKE_DMON)
@@ -634,7 +576,7 @@ def test_met006_uses_the_backends_dmon_where_the_node_has_nvidia_smi(
     assert v.status is Status.ERROR and "no dmon capture" in v.summary
 
 
-def test_met007_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met007_k8s(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     v, _plan, _case_dir = act_and_judge("MET-007", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.PASS, v.summary
@@ -645,12 +587,12 @@ def test_met007_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     assert v.status is Status.FAIL and "scrape_success" in v.summary
 
 
-def test_met008_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_met008_k8s(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     state.gpu_used = 14 * GIB  # the probe fills the GPU: 14 / 16 > 0.8
     v, plan, _ = act_and_judge("MET-008", backend, k8s_cluster(), tmp_path)
     assert v.status is Status.PASS, v.summary
-    spec = backend.specs[-1]
+    spec = backend.started[-1]
     assert spec.oversub is True and spec.args[-2:] == ("--n", "64")
     state.gpu_used = 4 * GIB
     v, _, _ = act_and_judge("MET-008", backend, k8s_cluster(), tmp_path / "b")
@@ -659,7 +601,7 @@ def test_met008_k8s(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) ->
     assert plan["met008"]["n"] == met008_size(0.85, 16 * GIB)  # sized from the inventory's 16 GiB
 
 
-def test_rejudge_offline_with_other_thresholds(k8s: tuple[FakeExporter, FakeK8sBackend], tmp_path: Path) -> None:
+def test_rejudge_offline_with_other_thresholds(k8s: tuple[FakeExporter, FakeBackend], tmp_path: Path) -> None:
     state, backend = k8s
     state.gpu_used = 14 * GIB
     _, _, case_dir = act_and_judge("MET-008", backend, k8s_cluster(), tmp_path)

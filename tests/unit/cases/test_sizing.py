@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from tests.paths import FIXTURES
-from xpushare.backends.base import PodSpec
 from xpushare.cases import sizing
 from xpushare.cases.base import CaseRun
 from xpushare.cases.performance import COMMON
@@ -28,40 +28,31 @@ SAMPLES = FIXTURES / "samples"
 W6 = "w6_fixed_add"
 
 
-class CalibrationBackend:
-    """Runs calibration pods instantly: a pod with ``--iters N`` reports ``N / rate`` seconds."""
+def calibration(rate: float | None, model: str = "H100") -> FakeBackend:
+    """Runs calibration pods instantly: a pod with ``--iters N`` reports ``N / rate`` seconds (None: it fails)."""
+    backend: FakeBackend
 
-    def __init__(self, rate: float | None, model: str = "H100") -> None:
-        self.rate, self.model = rate, model
-        self.specs: dict[str, PodSpec] = {}
-
-    def colocation_target(self) -> tuple[str | None, int]:
-        return None, 1
-
-    def start_pods(self, pods: list[PodSpec]) -> None:
-        self.specs.update({p.name: p for p in pods})
-
-    def wait_terminal(self, names: list[str], timeout_s: float) -> list[Any]:
-        return []
-
-    def read_log(self, pod: str) -> str:
-        args = self.specs[pod].args
+    def log(pod: str) -> str:
+        args = next(p for p in backend.started if p.name == pod).args
         iters = int(args[args.index("--iters") + 1])
-        info = (f"[XPUSHARE][INFO] workload=w6 device=cuda:0 name='NVIDIA {self.model} X' model={self.model!r} "
+        info = (f"[XPUSHARE][INFO] workload=w6 device=cuda:0 name='NVIDIA {model} X' model={model!r} "
                 f"n=14000 iters={iters} sync_every=1000\n")
-        if self.rate is None:
+        if rate is None:
             return info + "Traceback (most recent call last):\nRuntimeError: CUDA error\n"
-        return info + f"PASS\n--- {iters / self.rate!r} seconds ---\n"
+        return info + f"PASS\n--- {iters / rate!r} seconds ---\n"
+
+    backend = FakeBackend(log=log)
+    return backend
 
 
-def case_run(tmp_path: Path, backend: Any, gpu_model: str | None, **params: Any) -> CaseRun:
+def case_run(tmp_path: Path, backend: FakeBackend, gpu_model: str | None, **params: Any) -> CaseRun:
     cluster = schema.load(None).cluster("local")
     cluster = dataclasses.replace(cluster, gpu_model=gpu_model)
     return CaseRun("PERF-001", tmp_path, backend, cluster, {**COMMON, "workload_args": {}, **params})
 
 
 def test_a_known_fast_gpu_gets_more_iterations(tmp_path: Path) -> None:
-    run = case_run(tmp_path, CalibrationBackend(None), "NVIDIA H100 80GB HBM3")
+    run = case_run(tmp_path, calibration(None), "NVIDIA H100 80GB HBM3")
     record = sizing.fit_to_hardware(run, W6)
     rate = 3.02e12 / (12 * 14000**2)
     want = math.ceil(90 * rate / 1000) * 1000
@@ -73,19 +64,19 @@ def test_a_known_fast_gpu_gets_more_iterations(tmp_path: Path) -> None:
 
 
 def test_a_slow_gpu_keeps_the_legacy_count(tmp_path: Path) -> None:
-    run = case_run(tmp_path, CalibrationBackend(None), "Tesla T4")
+    run = case_run(tmp_path, calibration(None), "Tesla T4")
     record = sizing.fit_to_hardware(run, W6)
     assert W6 not in run.sized_args and record["iters"] == 60000 and record["expected_s"] > 500
 
 
 def test_an_explicit_iteration_count_wins(tmp_path: Path) -> None:
-    run = case_run(tmp_path, CalibrationBackend(None), "H100", workload_args={W6: ["--iters", "777"]})
+    run = case_run(tmp_path, calibration(None), "H100", workload_args={W6: ["--iters", "777"]})
     assert sizing.fit_to_hardware(run, W6)["source"] == "workload_args"
     assert W6 not in run.sized_args
 
 
 def test_an_unknown_gpu_is_calibrated_until_the_run_is_long_enough(tmp_path: Path) -> None:
-    backend = CalibrationBackend(10000.0, model="H200")
+    backend = calibration(10000.0, model="H200")
     run = case_run(tmp_path, backend, None, perf_size_target_s=30)
     record = sizing.fit_to_hardware(run, W6)
     cal = record["calibration"]
@@ -97,13 +88,13 @@ def test_an_unknown_gpu_is_calibrated_until_the_run_is_long_enough(tmp_path: Pat
 
 
 def test_a_failed_calibration_keeps_the_defaults(tmp_path: Path) -> None:
-    run = case_run(tmp_path, CalibrationBackend(None), None)
+    run = case_run(tmp_path, calibration(None), None)
     record = sizing.fit_to_hardware(run, W6)
     assert record["note"].startswith("no rate measured") and W6 not in run.sized_args
 
 
 def test_sizing_can_be_turned_off(tmp_path: Path) -> None:
-    run = case_run(tmp_path, CalibrationBackend(None), "H100", perf_autosize=False)
+    run = case_run(tmp_path, calibration(None), "H100", perf_autosize=False)
     assert sizing.fit_to_hardware(run, W6)["source"].startswith("off") and not run.sized_args
 
 

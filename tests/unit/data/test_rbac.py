@@ -19,12 +19,13 @@ from typing import Any
 import yaml
 
 from xpushare.backends import k8s_harvest, leftovers
-from xpushare.backends.base import CaseContext, PodSpec
+from xpushare.backends.base import CaseContext
 from xpushare.backends.k8s import K8sBackend
 from xpushare.data import manifests_dir
 from xpushare.inventory import schema
 from xpushare.model.errors import XpushareError
 from xpushare.model.lease import Holder, LeaseSettings
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.base import CommandResult
 from xpushare.transport.kube_lease import HOLDER_ANNOTATION, KubeLeaseStore
 from xpushare.transport.kubectl import Kubectl
@@ -155,31 +156,31 @@ def exercised() -> list[tuple[list[str], str | None]]:
     b.prepare_run("r1")
     with tempfile.TemporaryDirectory() as tmp:
         b.case, b.case_id = CaseContext(Path(tmp), "FUNC-013"), "FUNC-013"
-        b.start_pods([PodSpec("p", "mem_probe", memory_limit="1Gi"), PodSpec("p", "mem_probe", tenant="a")])
+        b.start_pods([WorkloadSpec("p", "mem_probe", memory_limit="1Gi"), WorkloadSpec("p", "mem_probe", tenant="a")])
         with contextlib.suppress(XpushareError):  # the recording master has no pods: the wait's request counts
             b.wait_terminal(["p"], 0)
-        b.annotate("p", {"memory": "2Gi"})
+        b.annotator.annotate("p", {"memory": "2Gi"})
         b.read_log("p")
         b.case_pods()
-        b.delete_pod("p")
+        b.kube.delete_pod("p")
         b.delete_case_pods(5)
         since = datetime.now(timezone.utc)
         k8s_harvest.scheduler_logs(Path(tmp), master, "", b.kubectl, b.names, since, [])  # type: ignore[arg-type]
         k8s_harvest.cluster_snapshot(Path(tmp), b.kubectl, [])
         for ds in (b.names.scheduler_daemonset, b.names.device_plugin_daemonset):
-            b.restart_daemonset(ds)
-            b.await_daemonset(ds, 5)
-            b.daemonset_status(ds)
-            b.daemonset_env(ds, "X")
-            b.set_daemonset_env(ds, "X", "1")
-        b.scheduler_log()
-        b.sut_pods(b.names.scheduler_label)
-        b.sut_logs(b.names.scheduler_label)
-        b.previous_log("s")
-        b.nodes()
-        b.node("n")
-        b.drain_node("n", timeout_s=5)
-        b.uncordon_node("n")
+            b.kube.restart_daemonset(ds)
+            b.kube.await_daemonset(ds, 5)
+            b.kube.daemonset_status(ds)
+            b.kube.daemonset_env(ds, "X")
+            b.kube.set_daemonset_env(ds, "X", "1")
+        b.kube.scheduler_log()
+        b.kube.sut_pods(b.names.scheduler_label)
+        b.kube.sut_logs(b.names.scheduler_label)
+        b.kube.previous_log("s")
+        b.kube.nodes()
+        b.kube.node("n")
+        b.kube.drain_node("n", timeout_s=5)
+        b.kube.uncordon_node("n")
         b.cleanup()
         b.close()
     home = Kubectl(master, namespace=cluster.home_namespace)

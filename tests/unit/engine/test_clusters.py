@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from tests.paths import REPO_ROOT
 from xpushare.cases import REGISTRY
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
@@ -125,19 +126,6 @@ def test_events_carry_the_cluster_of_the_thread_that_emits_them(tmp_path: Path) 
     assert "cluster" not in got[2] and "case_id" not in got[2]
 
 
-class _NoBackend:
-    """A backend that runs nothing: for a run whose shared budget forbids every case."""
-
-    def prepare_run(self, run_id: str) -> None:
-        pass
-
-    def unreachable(self) -> list[Any]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_budget_spent_on_another_cluster_records_this_clusters_cases_as_not_run(tmp_path: Path) -> None:
     selection = select(case_ids=["FUNC-001", "FUNC-002"])
     cases = [REGISTRY["FUNC-001"], REGISTRY["FUNC-002"]]
@@ -149,7 +137,7 @@ def test_a_budget_spent_on_another_cluster_records_this_clusters_cases_as_not_ru
                             lambda case, cluster: case_params(case, cluster, selection, {}))
 
     run = Run(root=tmp_path, clusters=[local_cluster()], run_id="r", out=devnull)
-    assert not run._run_cases(local_cluster(), _NoBackend(), chosen(run), RunHooks(),  # type: ignore[arg-type]
+    assert not run._run_cases(local_cluster(), FakeBackend(), chosen(run), RunHooks(),
                               spent, [])
     for case in ("FUNC-001", "FUNC-002"):
         got = json.loads((run.dir / "local" / "functional" / case / "result.json").read_text())
@@ -157,7 +145,7 @@ def test_a_budget_spent_on_another_cluster_records_this_clusters_cases_as_not_ru
     halted = Budget()
     halted.halt("the run directory is full (a)")
     run2 = Run(root=tmp_path / "r2", clusters=[local_cluster()], run_id="r2", out=devnull)
-    run2._run_cases(local_cluster(), _NoBackend(), chosen(run2), RunHooks(), halted, [])  # type: ignore[arg-type]
+    run2._run_cases(local_cluster(), FakeBackend(), chosen(run2), RunHooks(), halted, [])
     assert not (tmp_path / "r2").exists()  # nothing started, nothing recorded
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from xpushare.cases.base import CaseDef, CaseRun
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection
 from xpushare.evidence import events
@@ -38,56 +39,38 @@ def _signal(sig: signal.Signals) -> None:
     time.sleep(0.3)
 
 
-class _Backend:
-    """A backend whose act, harvest and cleanup take a while; ``deliver`` says what signal each sends (to this
-    process) in its middle."""
-
-    capabilities: frozenset[str] = frozenset()
+class _Steps:
+    """A backend's harvest, cleanup and close that take a while; ``deliver`` says what signal each sends (to this
+    process) in its middle, ``steps`` what ran to its end."""
 
     def __init__(self, deliver: dict[str, signal.Signals]) -> None:
         self.deliver = deliver
         self.steps: list[str] = []
-        self.case_dir: Path | None = None
 
-    def prepare_run(self, run_id: str) -> None:
-        pass
-
-    def unreachable(self) -> list[Any]:
-        return []
-
-    def close(self) -> None:
-        self.steps.append("closed")
-
-    def kubectl_calls(self) -> None:
-        return None
-
-    def kubectl_retries(self) -> None:
-        return None
-
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
-        self.case_dir = case_dir
-
-    def _step(self, name: str) -> None:
+    def step(self, name: str) -> None:
         if name in self.deliver:
             _signal(self.deliver[name])
         time.sleep(0.3)  # the step's work, after the signal
         self.steps.append(name)
 
-    def harvest(self) -> list[str]:
-        self._step("harvest")
-        assert self.case_dir is not None
-        (self.case_dir / "evidence.txt").write_text("harvested\n", encoding="utf-8")
+    def harvest(self, backend: FakeBackend) -> list[str]:
+        self.step("harvest")
+        (backend.case_dir / "evidence.txt").write_text("harvested\n", encoding="utf-8")
         return ["evidence.txt"]
 
-    def cleanup(self) -> None:
-        self._step("cleanup")
+    def backend(self) -> FakeBackend:
+        return FakeBackend(on_harvest=self.harvest, on_cleanup=lambda: self.step("cleanup"),
+                           on_close=lambda: self.steps.append("closed"))
+
+
+#: The steps of the run under test: its act reads what to deliver there.
+CURRENT: list[_Steps] = []
 
 
 def _act(run: CaseRun) -> None:
-    backend = run.backend
-    assert isinstance(backend, _Backend)
-    if "act" in backend.deliver:
-        os.kill(os.getpid(), backend.deliver["act"])
+    deliver = CURRENT[-1].deliver
+    if "act" in deliver:
+        os.kill(os.getpid(), deliver["act"])
     run.sleep(5)  # a wait of the act: sees the request within 0.2 s
 
 
@@ -97,12 +80,13 @@ def _case(case_id: str) -> CaseDef:
 
 
 class _Hooks(RunHooks):
-    def __init__(self, backend: _Backend, at_finish: signal.Signals | None = None) -> None:
-        self._backend = backend
+    def __init__(self, steps: _Steps, at_finish: signal.Signals | None = None) -> None:
+        self.steps = steps
         self.at_finish = at_finish
+        CURRENT.append(steps)
 
-    def backend(self, cluster: ClusterSpec) -> Any:
-        return self._backend
+    def backend(self, cluster: ClusterSpec) -> FakeBackend:
+        return self.steps.backend()
 
     def finished(self, run: Run, outcome: RunOutcome) -> None:
         if self.at_finish is not None:
@@ -125,7 +109,7 @@ def _result(run_dir: Path, case_id: str) -> dict[str, Any]:
 
 
 def test_a_second_signal_in_the_harvest_and_the_cleanup_cuts_neither_short(tmp_path: Path) -> None:
-    backend = _Backend({"act": signal.SIGTERM, "harvest": signal.SIGTERM, "cleanup": signal.SIGINT})
+    backend = _Steps({"act": signal.SIGTERM, "harvest": signal.SIGTERM, "cleanup": signal.SIGINT})
     status, run_dir = _run(tmp_path, _Hooks(backend), "C-1", "C-2")
     assert status == 143
     assert backend.steps == ["harvest", "cleanup", "closed"]  # each ran to its end
@@ -141,7 +125,7 @@ def test_a_second_signal_in_the_harvest_and_the_cleanup_cuts_neither_short(tmp_p
 
 
 def test_a_signal_after_run_json_s_end_changes_nothing(tmp_path: Path) -> None:
-    backend = _Backend({})
+    backend = _Steps({})
     status, run_dir = _run(tmp_path, _Hooks(backend, at_finish=signal.SIGINT), "C-1")
     assert status == ExitStatus.OK  # no KeyboardInterrupt out of the run: the process exits as run.json says
     meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
@@ -155,7 +139,7 @@ def test_a_signal_before_the_first_case_records_every_case(tmp_path: Path) -> No
         def started(self, run: Run) -> None:
             _signal(signal.SIGHUP)
 
-    status, run_dir = _run(tmp_path, _Early(_Backend({})), "C-1", "C-2")
+    status, run_dir = _run(tmp_path, _Early(_Steps({})), "C-1", "C-2")
     assert status == 129
     for case_id in ("C-1", "C-2"):
         record = _result(run_dir, case_id)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodSpec
 from xpushare.backends.host import HostBackend
 from xpushare.inventory.schema import load
 from xpushare.model.errors import HostUnreachable
+from xpushare.model.workload import WorkloadSpec
 
 FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "20"]}']
 
@@ -101,10 +101,10 @@ def test_a_pod_pinned_to_the_dead_host_fails_naming_it(tmp_path: Path) -> None:
     try:
         assert [u.host for u in backend.unreachable()] == ["gone"] and list(backend.hosts) == ["here"]
         with pytest.raises(HostUnreachable, match=r"gone: UNREACHABLE \(refused\).*pod p is placed on it"):
-            backend._choose(PodSpec(name="p", workload="w2_medium_add", node="gone"))
+            backend._choose(WorkloadSpec(name="p", workload="w2_medium_add", node="gone"))
         with pytest.raises(HostUnreachable, match="GPU count of cluster part needs every GPU host"):
-            backend.gpu_count()
-        assert backend._choose(PodSpec(name="q", workload="w2_medium_add"))[0] == "here"
+            backend.parts.placement.gpu_count()
+        assert backend._choose(WorkloadSpec(name="q", workload="w2_medium_add"))[0] == "here"
     finally:
         backend.close()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.backend import FakeBackend, FakePlacement
 from tests.paths import REPO_ROOT
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS
 from xpushare.cases import REGISTRY, CaseDef
@@ -25,36 +26,9 @@ from xpushare.model.premises import PREMISES, ClusterFacts, unmet_before
 K8S_CAPS = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_SCHEDULER_PROCESS})
 
 
-class CountingBackend:
+def counting(mode: str, capabilities: frozenset[str], gpus: int | None) -> FakeBackend:
     """A backend that knows its GPU count and records whether any case-level call happened (none may, on a SKIP)."""
-
-    def __init__(self, mode: str, capabilities: frozenset[str], gpus: int | None) -> None:
-        self.mode = mode
-        self.capabilities = capabilities
-        self.gpus = gpus
-        self.calls: list[str] = []
-
-    def gpu_count(self) -> int | None:
-        return self.gpus
-
-    def kubectl_calls(self) -> int | None:
-        return None
-
-    def kubectl_retries(self) -> int | None:
-        return None
-
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
-        self.calls.append("begin_case")
-
-    def start_pods(self, pods: object) -> None:
-        self.calls.append("start_pods")
-
-    def harvest(self) -> list[str]:
-        self.calls.append("harvest")
-        return []
-
-    def cleanup(self) -> None:
-        self.calls.append("cleanup")
+    return FakeBackend.having(capabilities, mode=mode, placement=FakePlacement(gpus=gpus))
 
 
 def k8s_cluster() -> ClusterSpec:
@@ -67,9 +41,9 @@ def host_cluster(sut_lib: str | None) -> ClusterSpec:
                        sut_lib=sut_lib)
 
 
-def run(case_id: str, cluster: ClusterSpec, backend: CountingBackend, tmp_path: Path) -> tuple[str, str]:
+def run(case_id: str, cluster: ClusterSpec, backend: FakeBackend, tmp_path: Path) -> tuple[str, str]:
     record, _ = lifecycle.run_case(REGISTRY[case_id], run_id="r", run_dir=tmp_path, cluster=cluster,
-                                   backend=backend, params={}, required=True)  # type: ignore[arg-type]
+                                   backend=backend, params={}, required=True)
     return record.status, record.summary
 
 
@@ -87,33 +61,33 @@ def test_every_case_declares_known_premises_and_the_sut_judging_ones_need_the_su
 @pytest.mark.parametrize("case_id", ["COMBO-008", "PERF-010"])
 def test_a_two_gpu_case_skips_on_one_gpu_before_any_pod(case_id: str, tmp_path: Path) -> None:
     """On one real GPU COMBO-008 FAILed ``distinct_gpus: all pods on one GPU``: a premise judged as a defect."""
-    backend = CountingBackend("k8s", K8S_CAPS, gpus=1)
+    backend = counting("k8s", K8S_CAPS, gpus=1)
     status, summary = run(case_id, k8s_cluster(), backend, tmp_path)
     assert (status, summary) == ("SKIP", "premise unmet: two-gpus: this cluster has 1 GPU(s)")
     assert backend.calls == []
-    two = CountingBackend("k8s", K8S_CAPS, gpus=2)
-    assert lifecycle.skip_reason(REGISTRY[case_id], two.capabilities, "k8s",
-                                 lifecycle.cluster_facts(k8s_cluster(), two.capabilities, 2)) is None
+    two = counting("k8s", K8S_CAPS, gpus=2)
+    assert lifecycle.skip_reason(REGISTRY[case_id], two.parts.capabilities, "k8s",
+                                 lifecycle.cluster_facts(k8s_cluster(), two.parts.capabilities, 2)) is None
 
 
 @pytest.mark.parametrize(("case_id", "premise"), [("FUNC-001", "gpu"), ("FUNC-002", "gpu"), ("FUNC-003", "gpu")])
 def test_func_cases_without_a_gpu_skip_naming_it_never_pass(case_id: str, premise: str, tmp_path: Path) -> None:
     """Issue 35: on a machine without a GPU FUNC-002 and FUNC-003 PASSed as "not applicable"."""
-    backend = CountingBackend("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=0)
+    backend = counting("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=0)
     status, summary = run(case_id, host_cluster("/opt/lib/libxpushare.so"), backend, tmp_path)
     assert status == "SKIP" and summary.startswith(f"premise unmet: {premise}: no GPU on this cluster")
     assert backend.calls == []
 
 
 def test_func003_skips_on_one_gpu(tmp_path: Path) -> None:
-    backend = CountingBackend("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=1)
+    backend = counting("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=1)
     assert run("FUNC-003", host_cluster("/lib.so"), backend, tmp_path) == (
         "SKIP", "premise unmet: two-gpus: this cluster has 1 GPU(s)")
 
 
 def test_host_mode_without_sut_lib_skips_every_func_case_naming_the_sut(tmp_path: Path) -> None:
     for case_id in ("FUNC-001", "FUNC-002", "FUNC-003"):
-        backend = CountingBackend("host", frozenset(), gpus=2)
+        backend = counting("host", frozenset(), gpus=2)
         status, summary = run(case_id, host_cluster(None), backend, tmp_path / case_id)
         assert status == "SKIP" and summary.startswith("premise unmet: sut: host mode without the SUT's client")
 
@@ -123,7 +97,7 @@ def test_oversubscription_cases_skip_on_a_system_without_the_switch(case_id: str
     """MPS has no oversubscription switch: FUNC-004 would "PASS" on the card's own out-of-memory error, a verdict
     on nothing the system does. HAMi-core has one (CUDA_OVERSUBSCRIBE), so its FUNC-004/005 run."""
     mps = dataclasses.replace(host_cluster(None), sut="mps")
-    backend = CountingBackend("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=1)
+    backend = counting("host", frozenset({CAP_CLIENT_LIBRARY}), gpus=1)
     assert run(case_id, mps, backend, tmp_path) == (
         "SKIP", "premise unmet: oversubscription: sut mps has no switch to oversubscribe GPU memory")
     assert backend.calls == []

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from tests.paths import REPO_ROOT
 from xpushare.cases.base import CaseDef
 from xpushare.engine.run import Reuse, Run, RunHooks, RunSelection
@@ -26,49 +27,24 @@ from xpushare.model.verdict import Status, Verdict
 from xpushare.report import artifacts, summaries
 
 
-class _Backend:
+def _backend() -> FakeBackend:
     """A backend whose cases act by writing one evidence file (the attempt's number)."""
+    acts = [0]
 
-    capabilities: frozenset[str] = frozenset()
-
-    def __init__(self) -> None:
-        self.case_dir: Path | None = None
-        self.acts = 0
-
-    def prepare_run(self, run_id: str) -> None:
-        pass
-
-    def begin_case(self, case_dir: Path, case_id: str) -> None:
-        self.case_dir = case_dir
-
-    def harvest(self) -> list[str]:
-        assert self.case_dir is not None
-        self.acts += 1
-        (self.case_dir / "evidence.txt").write_text(str(self.acts))
+    def harvest(backend: FakeBackend) -> list[str]:
+        acts[0] += 1
+        (backend.case_dir / "evidence.txt").write_text(str(acts[0]))
         return ["evidence.txt"]
 
-    def cleanup(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def kubectl_calls(self) -> None:
-        return None
-
-    def kubectl_retries(self) -> None:
-        return None
-
-    def unreachable(self) -> list[Any]:
-        return []
+    return FakeBackend(on_harvest=harvest)
 
 
 class _Hooks(RunHooks):
     def __init__(self, error_on: str | None = None) -> None:
         self.error_on = error_on
 
-    def backend(self, cluster: ClusterSpec) -> Any:
-        return _Backend()
+    def backend(self, cluster: ClusterSpec) -> FakeBackend:
+        return _backend()
 
     def case_done(self, run: Run, cluster: ClusterSpec, case: CaseDef, record: CaseRecord) -> None:
         if self.error_on == case.case_id:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend
 from xpushare.cases.base import CaseDef
 from xpushare.engine import lifecycle
 from xpushare.engine.run import Reuse, Run, RunHooks, RunSelection
@@ -81,33 +82,12 @@ def test_a_legacy_scenario_holds_the_lease_around_its_setup(tmp_path: Path, monk
     assert not (tmp_path / ".tmplog" / "l1").exists()
 
 
-class _SkipBackend:
-    """A backend on which every case SKIPs before acting (no capabilities, nothing to run)."""
-
-    capabilities: frozenset[str] = frozenset()
-
-    def prepare_run(self, run_id: str) -> None:
-        pass
-
-    def unreachable(self) -> list[Any]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-    def kubectl_calls(self) -> None:
-        return None
-
-    def kubectl_retries(self) -> None:
-        return None
-
-
 class _Hooks(RunHooks):
     def __init__(self) -> None:
         self.done: list[str] = []
 
     def backend(self, cluster: ClusterSpec) -> Any:
-        return _SkipBackend()
+        return FakeBackend()  # no capabilities: every case SKIPs before acting
 
     def case_done(self, run: Run, cluster: ClusterSpec, case: CaseDef, record: CaseRecord) -> None:
         self.done.append(f"{case.case_id} {record.status}")

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as jc
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord
 
 GIB = 2**30
 NS = "default"
@@ -34,8 +34,8 @@ def th(case: str, **over: Any) -> dict[str, Any]:
 
 
 def rec(name: str, phase: str = "Succeeded", code: int | None = 0, *, gpu: str | None = "GPU-0",
-        node: str = "n1", start: float = T0, end: float = T0 + 60) -> PodRecord:
-    return PodRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
+        node: str = "n1", start: float = T0, end: float = T0 + 60) -> WorkloadRecord:
+    return WorkloadRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
 
 
 def stamp(t: float) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from xpushare.backends.base import PodRecord
 from xpushare.cases.stability import GPU_FAULT_PARAMS
 from xpushare.evidence.store import Evidence
 from xpushare.judge.faults import judge_gpu_fault, window_rates
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord
 
 T0 = 1_800_000_000.0
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -28,8 +28,8 @@ def w5_log(rates: list[int], *, died: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rec(name: str, gpu: str, phase: str, finished: float, pid: int) -> PodRecord:
-    return PodRecord(name, phase, exit_code=0 if phase == "Succeeded" else 1, node="n1", gpu=gpu, started=T0,
+def rec(name: str, gpu: str, phase: str, finished: float, pid: int) -> WorkloadRecord:
+    return WorkloadRecord(name, phase, exit_code=0 if phase == "Succeeded" else 1, node="n1", gpu=gpu, started=T0,
                      finished=finished, host_pid=pid)
 
 

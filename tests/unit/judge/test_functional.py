@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from tests.paths import FIXTURES, REPO_ROOT
-from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.engine import lifecycle
 from xpushare.evidence.store import Evidence
 from xpushare.judge import functional as judge
 from xpushare.model.verdict import Status, Verdict
+from xpushare.model.workload import WorkloadRecord
 
 SAMPLES = FIXTURES / "samples"
 HEALTHY_LOG = (SAMPLES / "pod_a.log").read_text()
@@ -38,8 +38,8 @@ def rec(
     start: float | None = 100.0,
     end: float | None = 110.0,
     node: str = "n1",
-) -> PodRecord:
-    return PodRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
+) -> WorkloadRecord:
+    return WorkloadRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
 
 
 def test_single_pass_healthy_records_runtime() -> None:
@@ -60,7 +60,7 @@ def test_single_pass_healthy_records_runtime() -> None:
         (rec("p"), None, Status.ERROR),  # log not collected: no evidence, never PASS
     ],
 )
-def test_single_pass_broken(record: PodRecord, log: str | None, status: Status) -> None:
+def test_single_pass_broken(record: WorkloadRecord, log: str | None, status: Status) -> None:
     ev = Evidence.from_parts([record], {} if log is None else {"p": log})
     assert judge.judge_single_pass(ev, TH, pod="p").status is status
 
@@ -250,7 +250,7 @@ def test_host_spread_fails_when_the_scheduler_put_every_client_on_one_gpu(tmp_pa
     (tmp_path / "pods").mkdir()
     records = []
     for i, (name, pid) in enumerate((("func-003-w2-1", 478), ("func-003-w2-2", 479))):
-        records.append(PodRecord(name, "Succeeded", 0, "localhost", f"GPU-placed-{i}", 100.0, 110.0,
+        records.append(WorkloadRecord(name, "Succeeded", 0, "localhost", f"GPU-placed-{i}", 100.0, 110.0,
                                  log=f"pods/{name}.log", host_pid=pid, gpu_key=str(i)))
         (tmp_path / "pods" / f"{name}.log").write_text(HEALTHY_LOG)
     (tmp_path / "pods.json").write_text(json.dumps([r.__dict__ for r in records]))

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from xpushare.backends.base import PodRecord
 from xpushare.envcheck.node_health import judge_health
 from xpushare.evidence.store import Evidence
 from xpushare.judge.gpu_faults import gpu_fault_check, with_gpu_fault_check
 from xpushare.model.verdict import Status, Verdict
+from xpushare.model.workload import WorkloadRecord
 
 G0, G1 = "GPU-00000000-0000-0000-0000-000000000000", "GPU-11111111-1111-1111-1111-111111111111"
 NOW = datetime(2026, 11, 27, 6, 0, tzinfo=timezone.utc)
@@ -43,7 +43,7 @@ HEALTHY = capture([row(0, G0), row(1, G1)])
 
 
 def evidence(after: str, before: str = HEALTHY, gpu: str | None = G0, node: str = "n1") -> Evidence:
-    pods = [PodRecord("p", "Succeeded", 0, node=node, gpu=gpu, host_pid=100)]
+    pods = [WorkloadRecord("p", "Succeeded", 0, node=node, gpu=gpu, host_pid=100)]
     files = {f"gpu_health/{node}-before.txt": before, f"gpu_health/{node}-after.txt": after}
     return Evidence.from_parts(pods, {"p": ""}, files, mode="host")
 
@@ -122,14 +122,14 @@ def test_not_observable_is_named_and_never_healthy_but_changes_no_verdict() -> N
     assert v.status is Status.PASS
     check = v.checks[-1]
     assert check.ok is None and "kernel log not observable" in check.detail and not check.values["healthy"]
-    missing = Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", gpu=G0, host_pid=1)], {"p": ""},
+    missing = Evidence.from_parts([WorkloadRecord("p", "Succeeded", 0, node="n1", gpu=G0, host_pid=1)], {"p": ""},
                                   {"gpu_health/n1-after.txt": HEALTHY}, mode="host")
     c = gpu_fault_check(missing)
     assert c is not None and c.ok is None and "no health capture before the case" in c.detail
 
 
 def test_no_capture_no_check() -> None:
-    ev = Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", gpu=G0, host_pid=1)], {"p": ""}, {},
+    ev = Evidence.from_parts([WorkloadRecord("p", "Succeeded", 0, node="n1", gpu=G0, host_pid=1)], {"p": ""}, {},
                              mode="host")
     assert gpu_fault_check(ev) is None
     assert judged(ev).checks == []

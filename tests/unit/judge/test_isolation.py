@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodRecord
 from xpushare.collect.mem_probe import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_memory_path, phase_lines
+from xpushare.model.workload import WorkloadRecord
 from xpushare.report.isolation_table import isolation_rows
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"
@@ -33,7 +33,7 @@ def line(path: str = "cuMemAlloc", accepted: int = QUOTA, refused: int = 64 * MI
 
 
 def evidence(log: str, phase: str = "Succeeded", code: int = 0) -> Evidence:
-    rec = PodRecord(POD, phase, code, "n1", started=1000.0, finished=1010.0, log=f"pods/{POD}.log", host_pid=42)
+    rec = WorkloadRecord(POD, phase, code, "n1", started=1000.0, finished=1010.0, log=f"pods/{POD}.log", host_pid=42)
     return Evidence.from_parts([rec], {POD: log + "\nPASS\n--- 1.0 seconds ---\n"}, mode="host")
 
 

@@ -15,12 +15,13 @@ import pytest
 
 import xpushare.cases.isolation  # noqa: F401  (registers the ISO cases)
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import CAP_CLIENT_LIBRARY, PodRecord
+from xpushare.backends.base import CAP_CLIENT_LIBRARY
 from xpushare.cases.base import REGISTRY
 from xpushare.collect.compute_probe import parse_text
 from xpushare.engine.lifecycle import skip_reason
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_compute_path
+from xpushare.model.workload import WorkloadRecord
 from xpushare.report.isolation_table import isolation_rows
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"
@@ -45,12 +46,12 @@ def log(*lines: str) -> str:
     return "\n".join(lines) + "\nPASS\n--- 20.0 seconds ---\n"
 
 
-def record(name: str, gpu: str | None = "GPU-a", phase: str = "Succeeded") -> PodRecord:
-    return PodRecord(name, phase, 0 if phase == "Succeeded" else 1, "n1", started=1000.0, finished=1020.0,
+def record(name: str, gpu: str | None = "GPU-a", phase: str = "Succeeded") -> WorkloadRecord:
+    return WorkloadRecord(name, phase, 0 if phase == "Succeeded" else 1, "n1", started=1000.0, finished=1020.0,
                      log=f"pods/{name}.log", gpu=gpu)
 
 
-def evidence(logs: dict[str, str], recs: list[PodRecord] | None = None) -> Evidence:
+def evidence(logs: dict[str, str], recs: list[WorkloadRecord] | None = None) -> Evidence:
     return Evidence.from_parts(recs or [record(p) for p in logs], logs, mode="k8s")
 
 

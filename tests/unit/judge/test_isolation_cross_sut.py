@@ -9,9 +9,9 @@ from typing import Any
 from tests.paths import REPO_ROOT
 from tests.unit.judge.test_isolation import line
 from tests.unit.judge.test_isolation_compute import line as compute_line
-from xpushare.backends.base import PodRecord
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_compute_path, judge_memory_path
+from xpushare.model.workload import WorkloadRecord
 from xpushare.report.isolation_table import isolation_rows
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "collect"
@@ -23,7 +23,8 @@ PID = 4242
 
 
 def evidence(log: str, files: dict[str, str] | None = None, pid: int = PID) -> Evidence:
-    rec = PodRecord(POD, "Succeeded", 0, "n1", started=1000.0, finished=1010.0, log=f"pods/{POD}.log", host_pid=pid)
+    rec = WorkloadRecord(POD, "Succeeded", 0, "n1", started=1000.0, finished=1010.0, log=f"pods/{POD}.log",
+                         host_pid=pid)
     return Evidence.from_parts([rec], {POD: log + "\nPASS\n--- 1.0 seconds ---\n"}, files=files or {}, mode="host")
 
 

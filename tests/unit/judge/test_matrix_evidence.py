@@ -78,12 +78,12 @@ def test_perf009_with_a_crashing_scheduler_is_fail_not_skip(tmp_path: Path) -> N
 def test_a_workload_that_cannot_import_torch_is_error_not_fail() -> None:
     """A node without the workloads' prerequisite (a plain ``pip install .``): the pods fail before any GPU or SUT
     call, so FUNC says ERROR naming the module, never a FAIL of the SUT; one pod that fails otherwise is FAIL."""
-    from xpushare.backends.base import PodRecord
     from xpushare.evidence.store import Evidence
     from xpushare.judge import functional
+    from xpushare.model.workload import WorkloadRecord
 
     log = (FIXTURES / "collect" / "pod_log_no_torch.log").read_text()
-    failed = [PodRecord(name=n, phase="Failed", exit_code=1) for n in ("a", "b")]
+    failed = [WorkloadRecord(name=n, phase="Failed", exit_code=1) for n in ("a", "b")]
     v = functional.judge_same_gpu_pair(Evidence.from_parts(failed, {"a": log, "b": log}),
                                        {"func002_min_overlap_ratio": 0.5}, pods=["a", "b"])
     assert v.status is Status.ERROR and "no Python module torch" in v.summary, v.summary

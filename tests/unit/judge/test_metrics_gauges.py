@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from xpushare.backends.base import PodRecord
 from xpushare.evidence.client_match import client_match
 from xpushare.evidence.store import Evidence
 from xpushare.judge.metrics_gauges import gauge_checks
+from xpushare.model.workload import WorkloadRecord
 
 MIB = 2**20
 CTX = 256 * MIB
@@ -113,8 +113,8 @@ def checks(over: Truth | None = None, *, files: dict[str, str | None] | None = N
            logs: dict[str, str] | None = None) -> dict[str, tuple[bool | None, str]]:
     parts: dict[str, str | None] = {"metrics_series.jsonl": series(over or {}), "scheduler.log": scheduler_log(),
                                     **sampler(), **(files or {})}
-    ev = Evidence.from_parts([PodRecord(PROBE, "Running", node="n1", namespace="default"),
-                              PodRecord(MOVER, "Succeeded", 0, node="n1", namespace="default")],
+    ev = Evidence.from_parts([WorkloadRecord(PROBE, "Running", node="n1", namespace="default"),
+                              WorkloadRecord(MOVER, "Succeeded", 0, node="n1", namespace="default")],
                              {PROBE: "", MOVER: mover_log(), **(logs or {})},
                              {k: v for k, v in parts.items() if v is not None}, mode="k8s")
     out = gauge_checks(ev, {}, mover=client_match("k8s", MOVER, namespace="default"), others=[PROBE], node="n1",
@@ -187,8 +187,8 @@ def host_checks(over: Truth | None = None, *, updates: bool = True) -> dict[str,
                   for t, mib in [(a, 16) for a, _ in HELD] + [(b, 0) for _, b in HELD]]
     stamped = "".join(f"{stamp(t)} {msg}\n" for t, msg in sorted(lines))
     no_locks: Truth = {"running": lambda t: 0.0, "running_memory": lambda t: 0.0, **(over or {})}
-    mover = PodRecord(MOVER, "Succeeded", 0, node="n1", host_pid=200)
-    ev = Evidence.from_parts([PodRecord(PROBE, "Running", node="n1", host_pid=100), mover],
+    mover = WorkloadRecord(MOVER, "Succeeded", 0, node="n1", host_pid=200)
+    ev = Evidence.from_parts([WorkloadRecord(PROBE, "Running", node="n1", host_pid=100), mover],
                              {PROBE: "", MOVER: "[XPUSHARE][DEBUG]: Reported memory usage: 16 MB\n"},
                              {"metrics_series.jsonl": series(no_locks), "scheduler_stamped.log": stamped, **sampler()},
                              mode="host")

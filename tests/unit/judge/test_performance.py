@@ -4,20 +4,21 @@ re-judging a stored PERF run with other tolerances (offline, no cluster)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeBackend, FakeKube, FakePlacement
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodRecord, write_pod_records
-from xpushare.backends.k8s import K8sBackend
 from xpushare.cases import REGISTRY
 from xpushare.engine import driver, lifecycle
 from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec, write_pod_records
 from xpushare.report import artifacts
 
 TH: dict[str, Any] = {k: v for c in REGISTRY.values() if c.suite == "performance" for k, v in c.params.items()}
@@ -25,8 +26,8 @@ TH.update(perf_baseline_min_s=60)
 
 
 def rec(name: str, *, phase: str = "Succeeded", code: int | None = 0, gpu: str | None = "GPU-a",
-        node: str = "n1", start: float = 100.0, end: float = 200.0) -> PodRecord:
-    return PodRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
+        node: str = "n1", start: float = 100.0, end: float = 200.0) -> WorkloadRecord:
+    return WorkloadRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end)
 
 
 def log(runtime: float | None, passed: bool = True) -> str:
@@ -162,11 +163,11 @@ def test_ladder_brackets_the_quota_pods_with_a_second_baseline(tmp_path: Path) -
     from xpushare.cases import performance
 
     for bracket, want in ((True, ["base", "q25", "q75", "base-after"]), (False, ["base", "q25", "q75"])):
-        backend = FakeBackend([("GPU-a", "GPU-a")])
+        sim = GpuPlans([("GPU-a", "GPU-a")])
         (tmp_path / str(bracket)).mkdir()
-        run = fake_run(tmp_path / str(bracket), backend, case_id="PERF-011", perf_baseline_bracket=bracket)
+        run = fake_run(tmp_path / str(bracket), sim, case_id="PERF-011", perf_baseline_bracket=bracket)
         performance.quota_ladder(run, "w6_fixed_add", [25, 75])
-        assert backend.started == [f"perf-011-{n}" for n in want]
+        assert sim.started() == [f"perf-011-{n}" for n in want]
         assert run.plan["baseline_pods"] == [f"perf-011-{n}" for n in want if n.startswith("base")]
 
 
@@ -506,100 +507,56 @@ def test_rejudge_flips_a_stored_perf_verdict_with_another_tolerance(tmp_path: Pa
 # ------------------------------------------------------------------------------------------------ acts (fakes)
 
 
-class FakeKubectl:
-    """Answers the scheduler-log read of :func:`performance_support.live_gpus` and records DaemonSet edits."""
+class GpuPlans:
+    """A Kubernetes cluster where pods of attempt ``k`` land on ``plans[k]`` = (GPU of -a, GPU of -z): its
+    :attr:`backend` (a fake) starts pods onto those GPUs, its scheduler log registers them there, deleting a pod
+    (:attr:`deleted`) or the cleanup (:attr:`cleanups`) frees them; the scheduler DaemonSet's environment is
+    ``XPUSHARE_METRICS_ENABLE=1``, its edits in ``kube.calls``."""
 
-    def __init__(self, backend: FakeBackend) -> None:
-        self.backend = backend
-        self.calls: list[list[str]] = []
-        self.env: dict[str, str] = {"XPUSHARE_METRICS_ENABLE": "1"}
+    def __init__(self, plans: list[tuple[str, str]]) -> None:
+        self.plans = plans
+        self.attempt = 0
+        self.gpu_of: dict[str, str] = {}
+        self.deleted: list[str] = []
+        self.cleanups = 0
+        self.kube = FakeKube(env={"XPUSHARE_METRICS_ENABLE": "1"}, scheduler_log=self.log,
+                             on_delete_pod=self.delete)
+        self.backend = FakeBackend(mode="k8s", kubernetes=self.kube, on_start=self.start, on_cleanup=self.cleanup,
+                                   placement=FakePlacement(colocation=("n1", 2)))
 
-    def logs(self, **kw: Any) -> str:
+    def start(self, pods: Sequence[WorkloadSpec]) -> None:
+        a_gpu, z_gpu = self.plans[min(self.attempt, len(self.plans) - 1)]
+        self.attempt += 1
+        for p in pods:
+            self.gpu_of[p.name] = a_gpu if "-a" in p.name else (z_gpu if "-z" in p.name else "GPU-b")
+
+    def log(self) -> str:
         lines = []
-        for i, (pod, gpu) in enumerate(self.backend.gpu_of.items()):
+        for i, (pod, gpu) in enumerate(self.gpu_of.items()):
             lines.append(f"[pod/s/c] 2026-01-01T00:00:0{i % 10}Z [XPUSHARE][INFO]: Registered client "
                          f"{i:016x} on GPU {gpu} with Pod name = {pod}, Pod namespace = default")
         return "\n".join(lines) + "\n"
 
-    def get_json(self, args: list[str], namespace: Any = None) -> dict[str, Any]:
-        env = [{"name": k, "value": v} for k, v in self.env.items()]
-        return {"spec": {"template": {"spec": {"containers": [{"name": "s", "env": env}]}}}}
-
-    def run(self, args: list[str], namespace: Any = None) -> None:
-        self.calls.append(list(args))
-
-    def delete(self, selector: str | None = None, *, name: str | None = None, **kw: Any) -> None:
-        self.backend.deleted.append(str(name))
-        self.backend.gpu_of.pop(str(name), None)
-
-    def rollout_status(self, kind: str, name: str, namespace: Any = None, timeout_s: float = 0) -> str:
-        self.calls.append(["rollout", "status", name])
-        return ""
-
-
-class FakeBackend:
-    """Kubernetes-like backend: pods of attempt ``k`` land on ``plans[k]`` = (GPU of -a, GPU of -z)."""
-
-    mode = "k8s"
-
-    def __init__(self, plans: list[tuple[str, str]]) -> None:
-        from xpushare.inventory.sut import sut_names
-
-        self.plans = plans
-        self.attempt = 0
-        self.gpu_of: dict[str, str] = {}
-        self.started: list[str] = []
-        self.cleanups = 0
-        self.deleted: list[str] = []
-        self.names = sut_names("xpushare")
-        self.kubectl = FakeKubectl(self)
-
-    def pod_namespace(self, tenant: str | None = None) -> str | None:
-        return 'default'
-
-    def kubernetes(self) -> FakeBackend:
-        return self
-
-    # K8sBackend's own DaemonSet operations, over the fake kubectl
-    daemonset_env = K8sBackend.daemonset_env
-    set_daemonset_env = K8sBackend.set_daemonset_env
-    await_daemonset = K8sBackend.await_daemonset
-
-    def scheduler_log(self, *, prefix: bool = True, timestamps: bool = True) -> str:
-        return self.kubectl.logs(prefix=prefix, timestamps=timestamps)
-
-    def delete_pod(self, name: str, timeout_s: float = 60.0) -> None:
-        self.kubectl.delete(name=name)
-
-    def colocation_target(self) -> tuple[str, int]:
-        return "n1", 2
-
-    def start_pods(self, pods: list[Any]) -> None:
-        a_gpu, z_gpu = self.plans[min(self.attempt, len(self.plans) - 1)]
-        self.attempt += 1
-        for p in pods:
-            self.started.append(p.name)
-            self.gpu_of[p.name] = a_gpu if "-a" in p.name else (z_gpu if "-z" in p.name else "GPU-b")
-
-    def wait_running(self, names: list[str], timeout_s: float) -> list[PodRecord]:
-        return []
-
-    def wait_terminal(self, names: list[str], timeout_s: float) -> list[PodRecord]:
-        return []
+    def delete(self, name: str) -> None:
+        self.deleted.append(name)
+        self.gpu_of.pop(name, None)
 
     def cleanup(self) -> None:
         self.cleanups += 1
         self.gpu_of.clear()
 
+    def started(self) -> list[str]:
+        return [p.name for p in self.backend.started]
 
-def fake_run(tmp_path: Path, backend: Any, case_id: str = "PERF-004", **params: Any) -> Any:
+
+def fake_run(tmp_path: Path, sim: GpuPlans, case_id: str = "PERF-004", **params: Any) -> Any:
     from xpushare.cases.base import CaseRun
     from xpushare.cases.performance import COMMON
     from xpushare.inventory import schema
 
     cluster = schema.load(None).cluster("local")
     # sizing has its own tests (tests/unit/cases/test_sizing.py): these fakes print no runtime for a calibration pod
-    return CaseRun(case_id, tmp_path, backend, cluster, {**COMMON, "pod_timeout_s": 10, "workload_args": {},
+    return CaseRun(case_id, tmp_path, sim.backend, cluster, {**COMMON, "pod_timeout_s": 10, "workload_args": {},
                                                              "perf_autosize": False,
                                                              "perf_placement_timeout_s": 0, **params})
 
@@ -607,13 +564,13 @@ def fake_run(tmp_path: Path, backend: Any, case_id: str = "PERF-004", **params: 
 def test_colocation_retries_until_the_pair_shares_a_gpu(tmp_path: Path) -> None:
     from xpushare.cases import performance_support
 
-    backend = FakeBackend([("GPU-a", "GPU-b"), ("GPU-a", "GPU-a")])
-    run = fake_run(tmp_path, backend)
+    sim = GpuPlans([("GPU-a", "GPU-b"), ("GPU-a", "GPU-a")])
+    run = fake_run(tmp_path, sim)
     pods = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert pods is not None and [p.name for p in pods] == ["perf-004-mix-r2-a", "perf-004-mix-r2-fill1",
                                                             "perf-004-mix-r2-z"]
-    assert backend.deleted == ["perf-004-mix-a", "perf-004-mix-fill1", "perf-004-mix-z"]
-    assert backend.cleanups == 0 and len(run.plan["attempts"]) == 2
+    assert sim.deleted == ["perf-004-mix-a", "perf-004-mix-fill1", "perf-004-mix-z"]
+    assert sim.cleanups == 0 and len(run.plan["attempts"]) == 2
     assert run.plan["pods"] == [p.name for p in pods] and run.plan["pair"] == ["perf-004-mix-r2-a",
                                                                                "perf-004-mix-r2-z"]
     assert dict(pods[0].env) == {} and pods[0].core_limit == 30 and pods[2].core_limit == 60
@@ -622,12 +579,12 @@ def test_colocation_retries_until_the_pair_shares_a_gpu(tmp_path: Path) -> None:
 def test_colocation_gives_up_after_bounded_retries_and_the_case_is_premise_error(tmp_path: Path) -> None:
     from xpushare.cases import performance_support
 
-    backend = FakeBackend([("GPU-a", "GPU-b")])
-    run = fake_run(tmp_path, backend, perf_placement_retries=3, perf_filler_workload="w3_idle_add",
+    sim = GpuPlans([("GPU-a", "GPU-b")])
+    run = fake_run(tmp_path, sim, perf_placement_retries=3, perf_filler_workload="w3_idle_add",
                    perf_filler_args=["--steps", "5"])
     got = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert got is None
-    assert backend.attempt == 3 and len(backend.deleted) == 9 and run.plan["colocation_failed"] is True
+    assert sim.attempt == 3 and len(sim.deleted) == 9 and run.plan["colocation_failed"] is True
     saved = json.loads((tmp_path / "plan.json").read_text())
     v = judge_perf.judge_mixed(Evidence.from_parts([], {}), TH, {**saved, "pair_quotas": [30, 60],
                                                                   "baseline_pods": []})
@@ -638,8 +595,8 @@ def test_colocation_gives_up_after_bounded_retries_and_the_case_is_premise_error
 def test_fillers_run_the_filler_workload(tmp_path: Path) -> None:
     from xpushare.cases import performance_support
 
-    backend = FakeBackend([("GPU-a", "GPU-a")])
-    run = fake_run(tmp_path, backend, perf_filler_workload="w3_idle_add", perf_filler_args=["--steps", "5"],
+    sim = GpuPlans([("GPU-a", "GPU-a")])
+    run = fake_run(tmp_path, sim, perf_filler_workload="w3_idle_add", perf_filler_args=["--steps", "5"],
                    perf_pod_env={"OMP_NUM_THREADS": "1"})
     pods = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert pods is not None
@@ -652,16 +609,16 @@ def test_fillers_run_the_filler_workload(tmp_path: Path) -> None:
 def test_exporter_redeploy_restores_the_daemonset(tmp_path: Path, original: str | None) -> None:
     from xpushare.cases import performance_support
 
-    backend = FakeBackend([("GPU-a", "GPU-a")])
+    sim = GpuPlans([("GPU-a", "GPU-a")])
     if original is None:
-        backend.kubectl.env = {}
-    run = fake_run(tmp_path, backend)
+        sim.kube.env = {}
+    run = fake_run(tmp_path, sim)
     with pytest.raises(RuntimeError), performance_support.exporter_disabled(run):
-        assert backend.kubectl.calls[0] == ["set", "env", "daemonset/xpushare-scheduler", "XPUSHARE_METRICS_ENABLE=0"]
+        assert sim.kube.calls[0] == ["set", "env", "daemonset/xpushare-scheduler", "XPUSHARE_METRICS_ENABLE=0"]
         raise RuntimeError("the off run failed")
     restore = "XPUSHARE_METRICS_ENABLE=1" if original else "XPUSHARE_METRICS_ENABLE-"
-    assert backend.kubectl.calls[-2] == ["set", "env", "daemonset/xpushare-scheduler", restore]
-    assert backend.kubectl.calls[-1] == ["rollout", "status", "xpushare-scheduler"]
+    assert sim.kube.calls[-2] == ["set", "env", "daemonset/xpushare-scheduler", restore]
+    assert sim.kube.calls[-1] == ["rollout", "status", "xpushare-scheduler"]
     assert run.plan["exporter_env"] == {"variable": "XPUSHARE_METRICS_ENABLE", "original": original, "off": "0"}
 
 

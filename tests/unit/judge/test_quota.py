@@ -2,7 +2,7 @@
 
 Each case directory is made the way a Kubernetes run leaves it: the case's real ``act``
 (xpushare/cases/functional.py) runs against a stand-in backend and writes ``plan.json`` (and, for the dynamic
-cases, ``annotations.jsonl`` as K8sBackend.annotate does); the tests add ``pods.json``, ``pods/<pod>.log``
+cases, ``annotations.jsonl`` as the Kubernetes annotator does); the tests add ``pods.json``, ``pods/<pod>.log``
 (``kubectl logs --timestamps``), ``scheduler.log`` (``kubectl logs -f --prefix --timestamps``) and
 ``scheduler_proc.txt``, then judge the directory through the registered case as ``invoke judge`` does
 (Evidence.load + plan.json + the case's parameters).
@@ -19,18 +19,18 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
+from tests.fakes.backend import FakeAnnotator, FakeBackend, FakePlacement
 from tests.paths import FIXTURES
-from xpushare.backends.base import PodRecord, PodSpec, write_pod_records
 from xpushare.cases import REGISTRY
 from xpushare.cases.base import COMMON_PARAMS, CaseRun, load_plan
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.inventory.sut import sut_names
 from xpushare.model.verdict import Status, Verdict
+from xpushare.model.workload import WorkloadRecord, write_pod_records
 
 GIB = 2**30
 NS = "xp-e2e"
@@ -65,69 +65,39 @@ def client_id(seed: int) -> str:
 
 
 def rec(name: str, phase: str = "Succeeded", code: int | None = 0, *, gpu: str | None = GPU0, node: str = NODE,
-        start: float = T0, end: float = T0 + 60) -> PodRecord:
+        start: float = T0, end: float = T0 + 60) -> WorkloadRecord:
     """A pods.json record; ``gpu`` is what the backend takes from the scheduler's registration line."""
-    return PodRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end,
+    return WorkloadRecord(name=name, phase=phase, exit_code=code, node=node, gpu=gpu, started=start, finished=end,
                      log=f"pods/{name}.log")
 
 
-class ActBackend:
+def act_backend(annotate_at: Sequence[float], case_dir: Path, log: str | None = None) -> FakeBackend:
     """Stands in for K8sBackend while a case's real ``act`` runs (no cluster, no waiting).
 
-    Pods start and end at once, the first probe line is already there, and ``annotate`` appends to
-    ``annotations.jsonl`` exactly as K8sBackend.annotate does, with scripted call times (unix s).
+    Pods start and end at once, the first probe line is already there (``log``), and annotations are appended
+    to ``annotations.jsonl`` exactly as K8sBackend's are, with scripted call times (unix s).
     """
-
-    mode = "k8s"
-
-    def __init__(self, annotate_at: Sequence[float] = (), case_dir: Path = Path()) -> None:
-        self.case_dir = case_dir  # the case begun (Backend.begin_case)
-        self.names = sut_names("xpushare")
-        self.times = list(annotate_at)
-        self.started: list[PodSpec] = []
-
-    def colocation_target(self) -> tuple[str | None, int]:
-        return NODE, 2
-
-    def pod_namespace(self) -> str | None:
-        return None
-
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
-        self.started += pods
-
-    def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return []
-
-    def wait_terminal(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-        return []
-
-    def read_log(self, pod: str) -> str:
-        return "[XPUSHARE][QUOTA_PROBE] elapsed=10.0s it=3900 it_per_sec=390.00\n" + mem_probe_line(0, 3.1, 4 * GIB)
-
-    def annotate(self, pod: str, annotations: dict[str, str]) -> float:
-        keys = {"core": self.names.annotation_core_limit, "memory": self.names.annotation_memory_limit}
-        when = self.times.pop(0)
-        full = {keys.get(k, k): v for k, v in annotations.items()}
-        with (self.case_dir / "annotations.jsonl").open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"time": when, "pod": pod, "annotations": full}) + "\n")
-        return when
+    if log is None:
+        log = "[XPUSHARE][QUOTA_PROBE] elapsed=10.0s it=3900 it_per_sec=390.00\n" + mem_probe_line(0, 3.1, 4 * GIB)
+    return FakeBackend(mode="k8s", case_dir=case_dir, log=log, placement=FakePlacement(colocation=(NODE, 2)),
+                       annotations=FakeAnnotator(times=annotate_at, journal=case_dir))
 
 
-def act_case(root: Path, case_id: str, annotate_at: Sequence[float] = ()) -> tuple[Path, dict[str, Any], ActBackend]:
+def act_case(root: Path, case_id: str, annotate_at: Sequence[float] = ()) -> tuple[Path, dict[str, Any], FakeBackend]:
     """Run the case's real ``act`` (steps of 0 s); return the case dir, its plan.json and the stand-in backend."""
     case = REGISTRY[case_id]
     assert case.act is not None
     case_dir = root / case_id
     case_dir.mkdir(parents=True)
-    backend = ActBackend(annotate_at, case_dir)
+    backend = act_backend(annotate_at, case_dir)
     cluster = ClusterSpec(name="c1", mode="k8s", sut="xpushare", backend="k8s", gpu_model="NVIDIA H100 80GB HBM3",
                           gpu_memory_gib=80.0, hosts=(), namespace=NS)
     params = {**COMMON_PARAMS, **case.params, "dynamic_step_s": 0}
-    case.act(CaseRun(case_id, case_dir, cast(Any, backend), cluster, params))
+    case.act(CaseRun(case_id, case_dir, backend, cluster, params))
     return case_dir, load_plan(case_dir), backend
 
 
-def write_evidence(case_dir: Path, records: Sequence[PodRecord], logs: Mapping[str, str],
+def write_evidence(case_dir: Path, records: Sequence[WorkloadRecord], logs: Mapping[str, str],
                    files: Mapping[str, str]) -> None:
     """pods.json, pods/<pod>.log and the other case files, as the backend's harvest leaves them."""
     write_pod_records(case_dir, records)
@@ -773,13 +743,6 @@ def test_memory_change_without_annotate_times_has_an_unevaluable_latency(tmp_pat
 DYNAMIC_CASES = ["FUNC-010", "FUNC-011", "FUNC-012"]
 
 
-class SilentBackend(ActBackend):
-    """The W5 pod never prints a probe line (e.g. stuck importing under its quota)."""
-
-    def read_log(self, pod: str) -> str:
-        return ""
-
-
 @pytest.mark.parametrize("case_id", DYNAMIC_CASES)
 def test_dynamic_act_saves_probe_started(tmp_path: Path, case_id: str) -> None:
     _, plan, _ = act_case(tmp_path, case_id, ANNOTATE_AT)
@@ -792,7 +755,8 @@ def test_dynamic_act_saves_probe_started(tmp_path: Path, case_id: str) -> None:
     cluster = ClusterSpec(name="c1", mode="k8s", sut="xpushare", backend="k8s", gpu_model="NVIDIA H100 80GB HBM3",
                           gpu_memory_gib=80.0, hosts=(), namespace=NS)
     params = {**COMMON_PARAMS, **case.params, "dynamic_step_s": 0, "pod_timeout_s": 0}
-    case.act(CaseRun(case_id, case_dir, cast(Any, SilentBackend(ANNOTATE_AT, case_dir)), cluster, params))
+    silent = act_backend(ANNOTATE_AT, case_dir, log="")  # the W5 pod never prints a probe line
+    case.act(CaseRun(case_id, case_dir, silent, cluster, params))
     assert load_plan(case_dir)["probe_started"] is False
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodRecord
 from xpushare.evidence.store import Evidence
 from xpushare.judge.quota_probe import add_phase_figures, add_soak_figures, add_static_figures
 from xpushare.model.verdict import Check, Status, Verdict
+from xpushare.model.workload import WorkloadRecord
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"
 sys.path.insert(0, str(WORKLOADS))
@@ -45,10 +45,11 @@ def base(status: Status = Status.PASS) -> Verdict:
 
 
 def static_evidence(probe_log: str | None) -> Evidence:
-    recs = [PodRecord(WORK, "Failed", 1, "n1", started=T0, finished=T0 + 5, log=f"pods/{WORK}.log")]
+    recs = [WorkloadRecord(WORK, "Failed", 1, "n1", started=T0, finished=T0 + 5, log=f"pods/{WORK}.log")]
     logs = {WORK: "cuMemAlloc rejected\n"}
     if probe_log is not None:
-        recs.append(PodRecord(PROBE, "Succeeded", 0, "n1", started=T0 + 6, finished=T0 + 8, log=f"pods/{PROBE}.log"))
+        recs.append(WorkloadRecord(PROBE, "Succeeded", 0, "n1", started=T0 + 6, finished=T0 + 8,
+                                   log=f"pods/{PROBE}.log"))
         logs[PROBE] = probe_log + "\nPASS\n--- 1.0 seconds ---\n"
     return Evidence.from_parts(recs, logs)
 
@@ -101,7 +102,7 @@ CALLS = [T0 + 10, T0 + 20]
 
 def dynamic_evidence(accepted: list[tuple[float, int]]) -> Evidence:
     log = "\n".join(line(a, quota=1024 * MIB, at=T0 + t, round_no=i) for i, (t, a) in enumerate(accepted))
-    rec = PodRecord(DYN, "Succeeded", 0, "n1", started=T0, finished=T0 + 30, log=f"pods/{DYN}.log")
+    rec = WorkloadRecord(DYN, "Succeeded", 0, "n1", started=T0, finished=T0 + 30, log=f"pods/{DYN}.log")
     calls = "".join(json.dumps({"time": t, "pod": DYN, "annotations": {}}) + "\n" for t in CALLS)
     return Evidence.from_parts([rec], {DYN: log + "\nPASS\n"}, {"annotations.jsonl": calls})
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from xpushare.backends.base import PodRecord
 from xpushare.cases import REGISTRY
 from xpushare.collect.scheduler_log import parse_lines
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord
 
 T0 = 1_795_000_000.0
 MIB = 2**20
@@ -381,8 +381,8 @@ def fault_plan(**kw: Any) -> dict[str, Any]:
     return plan
 
 
-def pod(name: str, phase: str = "Succeeded") -> PodRecord:
-    return PodRecord(name=name, phase=phase, exit_code=0 if phase == "Succeeded" else None)
+def pod(name: str, phase: str = "Succeeded") -> WorkloadRecord:
+    return WorkloadRecord(name=name, phase=phase, exit_code=0 if phase == "Succeeded" else None)
 
 
 PROBE_LOG = "PASS\n--- 1.5 seconds ---\n"

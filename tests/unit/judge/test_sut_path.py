@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.backends.host import HostBackend
 from xpushare.collect.sampler_csv import gpu_rows, index_to_uuid, proc_rows
 from xpushare.evidence import workload_env
@@ -16,6 +15,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import Inventory, InventoryError, load
 from xpushare.judge.sut_path import gpu_identity_check, sut_path_check, with_sut_checks
 from xpushare.model.verdict import Status, Verdict
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 
 U0, U1 = "GPU-aaaa0000-0000-0000-0000-000000000000", "GPU-bbbb1111-1111-1111-1111-111111111111"
 GPU_CSV = (f"timestamp,gpu_index,uuid,sm_util_pct,mem_used_bytes,mem_total_bytes\n"
@@ -35,7 +35,7 @@ def registration(cid: str, key: str, pid: int) -> str:
 def host_evidence(pods: dict[str, tuple[int, str | None]], nvml: list[tuple[int, int]],
                   logs: dict[str, str] | None = None, preload: bool = True, scheduler_log: str | None = "") -> Evidence:
     """Host-mode evidence of pods ``name -> (pid, registered key or None)`` on node ``n1``; NVML saw ``nvml``."""
-    records = [PodRecord(name, "Succeeded", 0, node="n1", host_pid=pid) for name, (pid, _) in pods.items()]
+    records = [WorkloadRecord(name, "Succeeded", 0, node="n1", host_pid=pid) for name, (pid, _) in pods.items()]
     sched = "".join(registration(f"{i:016x}", key, pid) for i, (pid, key) in enumerate(pods.values(), 1) if key)
     env = b"PATH=/bin\0" + (b"LD_PRELOAD=/opt/lib.so\0" if preload else b"")
     files = {"sampler/n1_gpu.csv": GPU_CSV, "sampler/n1_procs.csv": procs_csv(*nvml),
@@ -159,7 +159,7 @@ def test_host_backend_decides_the_gpu_variables(setting: str, want_cuda: str, wa
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0,1")
     cluster = inventory(tmp_path, setting).cluster("h")
     backend = HostBackend(cluster)
-    env = backend.pod_env(PodSpec(name="p", workload="w2_medium_add"), "p0", 1, U1)
+    env = backend.pod_env(WorkloadSpec(name="p", workload="w2_medium_add"), "p0", 1, U1)
     assert env["CUDA_VISIBLE_DEVICES"] == want_cuda and env.get("NVIDIA_VISIBLE_DEVICES") == want_nvidia
     assert backend.unset_vars(env, 1) == unset and backend.unset_vars(env, None) == []
     backend.close()
@@ -177,7 +177,7 @@ def k8s_evidence(registered: str, nvml_index: int) -> Evidence:
              "Pod namespace = default\n")
     files = {"scheduler.log": sched, "sampler/n1_gpu.csv": GPU_CSV, "sampler/n1_procs.csv": procs_csv((nvml_index, 77)),
              "sampler/n1_pids.csv": "timestamp,pid,hostname,pod_uid\n1.5,77,p,\n1.5,78,other,\n"}
-    return Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", namespace="default")], {"p": ""}, files,
+    return Evidence.from_parts([WorkloadRecord("p", "Succeeded", 0, node="n1", namespace="default")], {"p": ""}, files,
                                mode="k8s")
 
 
@@ -217,7 +217,7 @@ def timed_k8s_evidence(started: float | None, stamp: str) -> Evidence:
     """A pod ``p`` started at ``started`` (Unix s) whose registration kubectl stamped ``stamp``."""
     sched = (f"{stamp + ' ' if stamp else ''}[XPUSHARE][INFO]: Registered client 00000000000000aa on GPU {U0} "
              "with Pod name = p, Pod namespace = default\n")
-    return Evidence.from_parts([PodRecord("p", "Succeeded", 0, node="n1", namespace="default", started=started)],
+    return Evidence.from_parts([WorkloadRecord("p", "Succeeded", 0, node="n1", namespace="default", started=started)],
                                {"p": ""}, {"scheduler.log": sched}, mode="k8s")
 
 

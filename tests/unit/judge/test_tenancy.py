@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodRecord
 from xpushare.evidence.store import Evidence
 from xpushare.judge.tenancy import judge_tenants
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord
 
 sys.path.insert(0, str(REPO_ROOT / "xpushare" / "data" / "workloads"))
 probe: Any = importlib.import_module("mem_probe")
@@ -36,7 +36,8 @@ def plan() -> dict[str, Any]:
 
 
 def evidence(held: dict[str, int], applied: dict[str, int | None]) -> Evidence:
-    recs = [PodRecord(POD, "Succeeded", 0, "n1", namespace=NS[t], log=f"pods/{NS[t]}/{POD}.log") for t in ("a", "b")]
+    recs = [WorkloadRecord(POD, "Succeeded", 0, "n1", namespace=NS[t], log=f"pods/{NS[t]}/{POD}.log")
+            for t in ("a", "b")]
     logs = {f"{NS[t]}/{POD}": line(held[t], 3 * QUOTA[t]) + "\n" for t in ("a", "b")}
     sched = "".join(f"2026-11-28T12:00:00.000000000Z [XPUSHARE][INFO]: Applying initial memory limit for "
                     f"{NS[t]}/{POD}: {q} bytes\n" for t, q in applied.items() if q is not None)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from xpushare.backends.base import PodRecord, write_pod_records
 from xpushare.legacy import compare
 from xpushare.model.errors import UsageError
+from xpushare.model.workload import WorkloadRecord, write_pod_records
 from xpushare.report import artifacts
 
 SEED = compare.DEFAULT_BASELINE
@@ -63,8 +63,8 @@ def write_case(run_dir: Path, scenario: str, pods: dict[str, tuple[float, str, b
     (case / "pods").mkdir(parents=True)
     records, sched = [], []
     for i, (name, (seconds, gpu, passed)) in enumerate(pods.items(), start=1):
-        records.append(PodRecord(name=name, phase="Succeeded" if passed else "Failed", exit_code=0 if passed else 1,
-                                 started=1000.0, finished=1000.0 + seconds))
+        records.append(WorkloadRecord(name=name, phase="Succeeded" if passed else "Failed",
+                                      exit_code=0 if passed else 1, started=1000.0, finished=1000.0 + seconds))
         text = f"PASS\n--- {seconds - 1} seconds ---\n" if passed else "Traceback\n"
         (case / "pods" / f"{name}.log").write_text(text)
         sched.append(f"[pod/nvshare-scheduler-x/s] [NVSHARE][INFO]: Registered client {i:016x} on GPU {gpu} "

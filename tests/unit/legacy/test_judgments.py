@@ -3,22 +3,22 @@ scripts' weak rules made strict, missing evidence ERROR."""
 
 from __future__ import annotations
 
-from xpushare.backends.base import PodRecord
 from xpushare.evidence.store import Evidence
 from xpushare.legacy import judgments
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord
 
 NS = "default"
 GOOD = ("[XPUSHARE][INFO][2026-02-14 10:00:00] 100%|##########| 10/10 [00:01<00:00, 9.50it/s]\n"
         "PASS\n--- 1.5 seconds ---\n")
 
 
-def ok(name: str, node: str = "n1") -> PodRecord:
-    return PodRecord(name=name, phase="Succeeded", exit_code=0, node=node, started=100.0, finished=102.0)
+def ok(name: str, node: str = "n1") -> WorkloadRecord:
+    return WorkloadRecord(name=name, phase="Succeeded", exit_code=0, node=node, started=100.0, finished=102.0)
 
 
-def failed(name: str) -> PodRecord:
-    return PodRecord(name=name, phase="Failed", exit_code=1, node="n1", started=100.0, finished=101.0)
+def failed(name: str) -> WorkloadRecord:
+    return WorkloadRecord(name=name, phase="Failed", exit_code=1, node="n1", started=100.0, finished=101.0)
 
 
 def registered(*pods: tuple[str, str], prefix: str = "[pod/s/c] ") -> str:
@@ -117,7 +117,7 @@ def dyn_log(values: list[int]) -> str:
 
 
 def test_dynamic_limit_needs_each_value_logged_and_the_late_client_refused() -> None:
-    pods = [PodRecord(name="manual-dynamic-test", phase="Running"), failed("manual-dynamic-test-late")]
+    pods = [WorkloadRecord(name="manual-dynamic-test", phase="Running"), failed("manual-dynamic-test-late")]
     logs = {"manual-dynamic-test": "", "manual-dynamic-test-late": REJECTED}
     v = judgments.judge_dynamic_limit(Evidence.from_parts(pods, logs, {"scheduler.log": dyn_log([2 * GI, 4 * GI])}),
                                       {}, DYN_PLAN)
@@ -153,7 +153,7 @@ def compute_evidence(sm_gpu1: list[int], *, with_dmon: bool = True) -> Evidence:
     if with_dmon:
         samples = [s for sm in sm_gpu1 for s in ((0, 0), (1, sm))]  # GPU 0 idle, GPU 1 the pod's
         files["remote_n1_dmon.txt"] = dmon(samples)
-    pods = [PodRecord(name="manual-dynamic-test", phase="Running", node="n1")]
+    pods = [WorkloadRecord(name="manual-dynamic-test", phase="Running", node="n1")]
     return Evidence.from_parts(pods, {"manual-dynamic-test": ""}, files)
 
 
@@ -185,7 +185,7 @@ def test_compute_two_pods_on_one_gpu_compare_the_sum_of_limits() -> None:
         f"[XPUSHARE][INFO]: Compute limit changed for pod {NS}/b: 100% -> 60%\n")
     files = {"scheduler.log": sched, "nvidia_smi_L_n1.txt": SMI_L,
              "remote_n1_dmon.txt": dmon([(1, 88), (1, 92), (1, 91), (1, 89)])}
-    pods = [PodRecord(name="a", phase="Running", node="n1"), PodRecord(name="b", phase="Running", node="n1")]
+    pods = [WorkloadRecord(name="a", phase="Running", node="n1"), WorkloadRecord(name="b", phase="Running", node="n1")]
     v = judgments.judge_compute(Evidence.from_parts(pods, {"a": "", "b": ""}, files),
                                 {"legacy_util_tolerance": 15}, plan)
     assert v.status is Status.PASS, v.summary

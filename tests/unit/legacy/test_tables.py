@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xpushare.backends.base import PodRecord
 from xpushare.legacy import tables
+from xpushare.model.workload import WorkloadRecord
 from xpushare.transport.kube_objects import split_prefixed_logs
 
 T0 = 1_700_000_000.0
@@ -36,9 +36,10 @@ def log(rates: list[float] | None = None, *, runtime: float | None = 164.2, pass
     return "\n".join(lines) + "\n"
 
 
-def record(name: str, seconds: float | None, phase: str = "Succeeded") -> PodRecord:
+def record(name: str, seconds: float | None, phase: str = "Succeeded") -> WorkloadRecord:
     finished = None if seconds is None else T0 + seconds
-    return PodRecord(name=name, phase=phase, exit_code=0 if phase == "Succeeded" else 1, started=T0, finished=finished)
+    return WorkloadRecord(name=name, phase=phase, exit_code=0 if phase == "Succeeded" else 1, started=T0,
+                          finished=finished)
 
 
 def test_rows_reproduce_seed_004_test_1() -> None:
@@ -101,7 +102,7 @@ def test_no_passed_pod_gives_na_statistics() -> None:
 
 def test_duration_estimated_from_tqdm_while_running() -> None:
     text = "[XPUSHARE][INFO][2026-02-14 10:00:00]  50%|#####     | 2000/4000 [01:05<01:05, 30.77it/s]"
-    row = tables.pod_row("r", PodRecord(name="r", phase="Running", started=T0), text)
+    row = tables.pod_row("r", WorkloadRecord(name="r", phase="Running", started=T0), text)
     assert row.duration_text == "01:05 (est)" and row.status_text == "FAIL (Running)"
     assert tables.stats([row]).duration_avg is None
 

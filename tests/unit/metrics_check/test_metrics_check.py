@@ -397,38 +397,20 @@ def test_failed_probe_removal_is_a_fail_line() -> None:
 
 
 def test_backend_probe_load_drives_a_backend(tmp_path: Path) -> None:
-    from xpushare.backends.base import PodRecord, PodSpec
+    from tests.fakes.backend import FakeBackend
+    from xpushare.model.workload import WorkloadRecord
 
-    class Backend:
-        mode = "k8s"
-
-        def __init__(self) -> None:
-            self.calls: list[str] = []
-            self.specs: list[PodSpec] = []
-
-        def prepare_run(self, run_id: str) -> None:
-            self.calls.append("prepare")
-
-        def begin_case(self, case_dir: Path, case_id: str) -> None:
-            self.calls.append(f"begin {case_id}")
-
-        def start_pods(self, pods: Sequence[PodSpec]) -> None:
-            self.specs += pods
-
-        def wait_running(self, names: Sequence[str], timeout_s: float) -> list[PodRecord]:
-            return [PodRecord(name=n, phase="Running") for n in names]
-
-        def cleanup(self) -> None:
-            self.calls.append("cleanup")
-
-    backend = Backend()
-    load = probes.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")  # type: ignore[arg-type]
+    backend = FakeBackend(mode="k8s",
+                          records=lambda names, until: [WorkloadRecord(name=n, phase="Running") for n in names])
+    load = probes.BackendProbeLoad(backend, tmp_path, core_limit=50, node="c1-gpu1")
     assert [load.start(1), load.start(2)] == ["metrics-check-1", "metrics-check-2"]
     assert load.matches(["metrics-check-1"]) == [client_match("k8s", "metrics-check-1")]  # k8s: by pod name
     load.stop()
-    assert backend.calls == ["prepare", "begin metrics-check", "cleanup"]
-    assert backend.specs[0].workload == "w5_quota_probe" and backend.specs[0].core_limit == 50
-    assert backend.specs[1].node == "c1-gpu1" and "--duration-s" in backend.specs[1].args
+    assert [c for c in backend.calls if c not in ("start_pods", "wait_running")] == ["prepare_run", "begin_case",
+                                                                                      "cleanup"]
+    assert backend.case is not None and backend.case.case_id == "metrics-check"
+    assert backend.started[0].workload == "w5_quota_probe" and backend.started[0].core_limit == 50
+    assert backend.started[1].node == "c1-gpu1" and "--duration-s" in backend.started[1].args
 
 
 def test_run_metrics_check_with_load() -> None:

@@ -37,7 +37,7 @@ _CHILD = textwrap.dedent('''
             half_then_die(fh)
     else:  # a real writer of the tool, its JSON encoder swapped for the dying one
         import json
-        from xpushare.backends import base
+        from xpushare.model import workload
         from xpushare.report import artifacts
         def dump(obj, fh, **kw): half_then_die(fh)
         def dumps(obj, **kw): half_then_die(open(os.devnull, "w"))
@@ -47,7 +47,7 @@ _CHILD = textwrap.dedent('''
         elif how == "result.json":
             artifacts.write_result(target.parent, {"status": "FAIL"})
         elif how == "pods.json":
-            base.write_pod_records(target.parent, [])
+            workload.write_pod_records(target.parent, [])
 ''')
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from xpushare.backends.base import PodRecord, write_pod_records
 from xpushare.cases import performance
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord, write_pod_records
 from xpushare.report import artifacts, build, plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -71,7 +71,7 @@ def _case(tmp_path: Path) -> Path:
     case_dir = artifacts.case_dir(run_dir, "lab", "performance", "PERF-011")
     (case_dir / "pods").mkdir(parents=True)
     names = ["base", "q25", "q50", "q75"]
-    write_pod_records(case_dir, [PodRecord(n, "Succeeded", 0, "n1", "GPU-a", 0.0, 1.0) for n in names])
+    write_pod_records(case_dir, [WorkloadRecord(n, "Succeeded", 0, "n1", "GPU-a", 0.0, 1.0) for n in names])
     for n, rt in zip(names, (100.0, 401.0, 199.0, 134.0), strict=True):
         (case_dir / "pods" / f"{n}.log").write_text(f"PASS\n--- {rt} seconds ---\n")
     plan = {"baseline_pods": ["base"], "quota_pods": {"25": "q25", "50": "q50", "75": "q75"}}

@@ -6,13 +6,12 @@ asks for neither. The injector's path is checked on the GPU hosts (here this mac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from xpushare.backends.base import PodSpec
+from tests.fakes.backend import FakeBackend, FakePlacement, FakeScheduler
 from xpushare.cases import REGISTRY
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
 from xpushare.engine import lifecycle
@@ -24,30 +23,22 @@ from xpushare.soak.gpu_fault_injector import PREMISE, find_injector
 from xpushare.transport.local import LocalHost
 
 
-class RecordingBackend:
+def recording() -> FakeBackend:
     """The backend calls FAIL-005..007 make, recorded; anything past the injector check is a failure here."""
+    return FakeBackend.having({"scheduler-process", "client-library"},
+                              placement=FakePlacement(hosts={"gpu1": LocalHost("gpu1")}))
 
-    mode = "host"
-    capabilities = frozenset({"scheduler-process", "client-library"})
 
-    def __init__(self) -> None:
-        self.started: list[PodSpec] = []
-        self.snapshots = 0
-        self.asked_hosts = 0
+def snapshots(backend: FakeBackend) -> int:
+    scheduler = backend.parts.scheduler
+    assert isinstance(scheduler, FakeScheduler)
+    return scheduler.snapshots
 
-    def gpu_node_hosts(self) -> dict[str, LocalHost]:
-        self.asked_hosts += 1
-        return {"gpu1": LocalHost("gpu1")}
 
-    def start_pods(self, pods: Sequence[PodSpec]) -> None:
-        self.started += pods
-
-    def scheduler_facts(self, *, metrics: bool = False) -> list[Any]:
-        self.snapshots += 1
-        return []
-
-    def colocation_target(self) -> tuple[None, int]:
-        return None, 1
+def asked_hosts(backend: FakeBackend) -> int:
+    placement = backend.parts.placement
+    assert isinstance(placement, FakePlacement)
+    return placement.asked_hosts
 
 
 def cluster(mode: str = "host", *, state_dir: str | None = None, sut_lib: str | None = "/opt/libxpushare.so"
@@ -58,14 +49,14 @@ def cluster(mode: str = "host", *, state_dir: str | None = None, sut_lib: str | 
                        scheduler=SchedulerSpec(state_dir=state_dir))
 
 
-def act(case_id: str, tmp_path: Path, spec: ClusterSpec, **over: Any) -> tuple[RecordingBackend, Any]:
+def act(case_id: str, tmp_path: Path, spec: ClusterSpec, **over: Any) -> tuple[FakeBackend, Any]:
     case = REGISTRY[case_id]
     params = {**COMMON_PARAMS, **case.params, "allow_disruptive": True, **over}
-    backend = RecordingBackend()
+    backend = recording()
     case_dir = tmp_path / case_id
     case_dir.mkdir()
     assert case.act is not None
-    case.act(CaseRun(case_id, case_dir, backend, spec, params))  # type: ignore[arg-type]
+    case.act(CaseRun(case_id, case_dir, backend, spec, params))
     return backend, lifecycle.judge_case(case, case_dir, params)
 
 
@@ -76,13 +67,13 @@ def test_no_injector_skips_before_any_pod(case_id: str, tmp_path: Path) -> None:
     backend, verdict = act(case_id, tmp_path, cluster(state_dir=str(tmp_path / "state")))
     assert verdict.status is Status.SKIP and verdict.summary.startswith(PREMISE), verdict.summary
     assert f"no shim installed by invoke deploy at {tmp_path}/state/faultshim/libcuda.so.1 on gpu1" in verdict.summary
-    assert backend.started == [] and backend.snapshots == 0
+    assert backend.started == [] and snapshots(backend) == 0
 
 
 def test_kubernetes_without_a_simulated_gpu_skips_naming_why(tmp_path: Path) -> None:
     backend, verdict = act("FAIL-005", tmp_path, cluster("k8s", sut_lib=None))
     assert verdict.status is Status.SKIP and verdict.summary.startswith(PREMISE), verdict.summary
-    assert "workload image" in verdict.summary and backend.started == [] and backend.asked_hosts == 0
+    assert "workload image" in verdict.summary and backend.started == [] and asked_hosts(backend) == 0
 
 
 def test_a_fault_shim_that_is_not_there_skips(tmp_path: Path) -> None:

@@ -13,18 +13,19 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from tests.fakes.backend import FakeBackend, FakeKube, FakeRotation, FakeScheduler
 from tests.paths import REPO_ROOT
-from xpushare.backends.base import PodRecord, PodSpec
 from xpushare.cases import REGISTRY
 from xpushare.evidence.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
 from xpushare.model.errors import ConnectionLost
 from xpushare.model.verdict import Status
+from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
 from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
@@ -119,12 +120,12 @@ class FakeOps:
         for s in specs:
             self.pods.setdefault(s.name, self.vc.t)
 
-    def poll_pods(self) -> list[PodRecord]:
+    def poll_pods(self) -> list[WorkloadRecord]:
         self._check()
         out = []
         for name, created in self.pods.items():
             phase, started, finished = self._phase(created)
-            out.append(PodRecord(name, phase, 0 if phase == "Succeeded" else None, "n1", None, started, finished))
+            out.append(WorkloadRecord(name, phase, 0 if phase == "Succeeded" else None, "n1", None, started, finished))
         return out
 
     def delete_pods(self, timeout_s: float) -> None:
@@ -151,8 +152,8 @@ class FakeOps:
         pass
 
 
-def mix(r: int) -> list[PodSpec]:
-    return [PodSpec(name=f"stab-x-r{r}-{i}", workload="w2_medium_add", core_limit=30) for i in (1, 2)]
+def mix(r: int) -> list[WorkloadSpec]:
+    return [WorkloadSpec(name=f"stab-x-r{r}-{i}", workload="w2_medium_add", core_limit=30) for i in (1, 2)]
 
 
 def settings(**kw: Any) -> SoakSettings:
@@ -571,29 +572,21 @@ def test_backend_soak_ops_follow_the_scheduler_process(tmp_path: Path) -> None:
     from xpushare.backends.base import SchedulerFacts, SchedulerProcess
     from xpushare.soak.ops import BackendSoakOps, soak_ops
 
-    class HostLike:
-        mode = "host"
-        pid = 10
+    pid = [10]
 
-        def kubernetes(self) -> None:
-            return None
+    def facts(metrics: bool) -> list[SchedulerFacts]:
+        proc = SchedulerProcess(pid[0], 4096, 8, 2)
+        return [SchedulerFacts("h1", (proc,), str(pid[0]), 0, True, "m 1\nHTTP_CODE=200\n" if metrics else None,
+                               f"pid-{pid[0]}")]
 
-        def unreachable(self) -> list[Any]:
-            return []
-
-        def scheduler_facts(self, *, metrics: bool = False) -> list[SchedulerFacts]:
-            proc = SchedulerProcess(self.pid, 4096, 8, 2)
-            return [SchedulerFacts("h1", (proc,), str(self.pid), 0, True, "m 1\nHTTP_CODE=200\n" if metrics else None,
-                                   f"pid-{self.pid}")]
-
-    backend: Any = HostLike()
+    backend = FakeBackend(mode="host", scheduler=FakeScheduler(facts))
     ops = soak_ops(backend, tmp_path)
     assert type(ops) is BackendSoakOps  # K8sSoakOps is a BackendSoakOps too: the exact class matters
     pods = ops.scheduler_pods()
     assert [(p.node, p.uid, p.ready) for p in pods] == [("h1", "10", True)]
     [sample] = ops.sample(pods)
     assert sample.procs[0].rss_bytes == 4096 and sample.metrics_text and sample.error is None
-    backend.pid = 11  # a supervisor restarted it: a new instance, which the loop reports as a restart
+    pid[0] = 11  # a supervisor restarted it: a new instance, which the loop reports as a restart
     assert ops.scheduler_pods()[0].uid == "11"
     assert ops.harvest_previous(tmp_path) == []
 
@@ -613,11 +606,10 @@ def test_k8s_soak_ops_sample_the_pods_and_use_the_backend_for_pods(tmp_path: Pat
     host = SimpleNamespace(run=run)
     pod = SimpleNamespace(node="n1", name="sched-1", uid="u1", restart_count=2, pod_ip="10.0.0.5",
                           containers=[SimpleNamespace(ready=True)])
-    kube = SimpleNamespace(sut_pods=lambda label: [pod], metrics_port=9402,
-                           host_for_node=lambda node: "gpu1", gpu_host=lambda name: host)
-    names = SimpleNamespace(scheduler_label="app=s", namespace="ns", scheduler_binary="xpushare-scheduler")
-    backend: Any = SimpleNamespace(mode="k8s", names=names, kubernetes=lambda: kube,
-                                   case_pods=lambda: ["record"], forget_pod_specs=lambda: calls.append("forget"))
+    kube = FakeKube(sut_pods=cast(Any, [pod]), node_hosts={"n1": "gpu1"}, hosts={"gpu1": cast(Any, host)})
+    rotation = FakeRotation()
+    backend = FakeBackend(mode="k8s", kubernetes=kube, rotation=rotation,
+                          records=lambda names, until: [cast(Any, "record")])
     ops = soak_ops(backend, tmp_path)
     assert type(ops) is K8sSoakOps
     pods = ops.scheduler_pods()
@@ -629,7 +621,7 @@ def test_k8s_soak_ops_sample_the_pods_and_use_the_backend_for_pods(tmp_path: Pat
     assert "http://10.0.0.5:9402/metrics" in calls[0] and "sched-1" in calls[0]
     assert ops.poll_pods() == ["record"]
     ops.end_round()
-    assert calls[-1] == "forget"
+    assert rotation.forgets == 1
 
 
 def test_soak_dry_run_prints_the_plan_and_stores_nothing(tmp_path: Path) -> None:
