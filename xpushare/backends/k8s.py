@@ -20,7 +20,6 @@ loaded for judging (:mod:`xpushare.evidence.store`, which also writes ``gpu_mapp
 from __future__ import annotations
 
 import contextlib
-import copy
 import re
 import sys
 import time
@@ -32,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from xpushare.backends import harvest_faults, k8s_harvest
+from xpushare.backends import harvest_faults, k8s_harvest, k8s_manifests
 from xpushare.backends.base import (
     CAP_ANNOTATIONS,
     CAP_CLIENT_LIBRARY,
@@ -393,44 +392,18 @@ class K8sBackend(Backend):
         return done
 
     def render_pod(self, spec: WorkloadSpec) -> dict[str, Any]:
-        """The pod manifest of a :class:`WorkloadSpec` (manifests/pod.yaml filled in structurally)."""
-        doc = copy.deepcopy(yaml.safe_load((MANIFESTS / "pod.yaml").read_text(encoding="utf-8")))
-        meta, pod_spec = doc["metadata"], doc["spec"]
-        meta["name"] = dns1123(spec.name)
-        meta["namespace"] = self.pod_namespace(spec.tenant)
-        meta["labels"].update(
-            {**run_labels(self.run_id), "xpushare/case": label_value(self.case_id.lower())}
-        )
-        if self.case is not None:
-            meta["labels"][ATTEMPT_LABEL] = self.case.attempt
-        if spec.tenant is not None:
-            meta["labels"]["xpushare/tenant"] = label_value(spec.tenant)
-        if spec.core_limit is not None:
-            meta["annotations"][self.names.annotation_core_limit] = str(spec.core_limit)
-        if spec.memory_limit is not None:
-            meta["annotations"][self.names.annotation_memory_limit] = str(spec.memory_limit)
-        if spec.node:
-            pod_spec["nodeName"] = spec.node
-        elif spec.same_gpu_as:
+        """The pod manifest of a :class:`WorkloadSpec` (:func:`xpushare.backends.k8s_manifests.workload_pod`)."""
+        node = spec.node
+        if not node and spec.same_gpu_as:  # the GPU of another pod of the case: its node
             other = next((p for p in self.pods if p.name == spec.same_gpu_as and p.tenant == spec.tenant), None)
-            if other is not None and other.node:
-                pod_spec["nodeName"] = other.node
-        container = pod_spec["containers"][0]
-        container["image"] = self.params["pod_image"]
-        workdir = str(self.params["pod_workload_dir"])
-        container["command"] = [str(self.params["pod_python"]), "-u", f"{workdir}/{spec.workload}.py", *spec.args]
-        env = {self.names.env_debug: "1", "PYTHONUNBUFFERED": "1"}
-        if spec.oversub:  # presence-based: the variable is left out to disable it
-            env[self.names.env_oversub] = "1"
-        if spec.memory_limit_env:
-            env[self.names.env_memory_limit] = spec.memory_limit_env
-        env.update(dict(spec.env))
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-        container["resources"]["limits"] = {self.names.resource: 1}
-        if self.params["pod_workload_configmap"]:
-            container["volumeMounts"] = [{"name": "workloads", "mountPath": workdir, "readOnly": True}]
-            pod_spec["volumes"] = [{"name": "workloads", "configMap": {"name": self._configmap_name()}}]
-        return doc
+            node = other.node if other is not None else None
+        pods = k8s_manifests.WorkloadPods(
+            names=self.names, image=str(self.params["pod_image"]), python=str(self.params["pod_python"]),
+            workload_dir=str(self.params["pod_workload_dir"]),
+            configmap=self._configmap_name() if self.params["pod_workload_configmap"] else None)
+        return k8s_manifests.render(k8s_manifests.workload_pod(
+            spec, pods, namespace=self.pod_namespace(spec.tenant), run_id=self.run_id, case_id=self.case_id,
+            attempt=self.case.attempt if self.case is not None else None, node=node))
 
     def start_pods(self, pods: Sequence[WorkloadSpec]) -> None:
         case_dir = self.case_dir

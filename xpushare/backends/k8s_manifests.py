@@ -3,7 +3,7 @@
 break the YAML).
 
 Its users: the k8s backend's workload pods (:func:`workload_pod`, from a case's
-:class:`~xpushare.backends.base.PodSpec`), the probe pods of ``invoke metrics-check``
+:class:`~xpushare.model.workload.WorkloadSpec`), the probe pods of ``invoke metrics-check``
 (:mod:`xpushare.backends.k8s_probes`) and node acceptance's step pods, also as a Job's pod template
 (:mod:`xpushare.envcheck.manifests`, :func:`pod_template`). ``tests/unit/test_pod_manifest_owner.py`` keeps other
 modules from building a Pod themselves.
@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from xpushare.backends.base import PodSpec
 from xpushare.backends.k8s_names import ATTEMPT_LABEL, MANAGED_BY, dns1123, label_value, run_labels
 from xpushare.data import manifests_dir
 from xpushare.inventory.sut import SutNames
+from xpushare.model.workload import WorkloadSpec
 
 __all__ = ["GPU_TOLERATION", "ConfigMapVolume", "EmptyDirVolume", "FieldRef", "PodManifest", "Toleration", "Volume",
            "WorkloadPods", "pod_template", "render", "workload_pod"]
@@ -211,9 +211,9 @@ class WorkloadPods:
     configmap: str | None = None
 
 
-def workload_pod(spec: PodSpec, pods: WorkloadPods, *, namespace: str, run_id: str, case_id: str,
+def workload_pod(spec: WorkloadSpec, pods: WorkloadPods, *, namespace: str, run_id: str, case_id: str,
                  attempt: str | None, node: str | None) -> PodManifest:
-    """The pod of a case's :class:`PodSpec`: ``<python> -u <workload_dir>/<workload>.py <args>`` with one unit of
+    """The pod of a case's :class:`WorkloadSpec`: ``<python> -u <workload_dir>/<workload>.py <args>`` with one unit of
     the SUT's extended resource, its quota as annotations (``core_limit``, ``memory_limit``), the client
     library's variables (debug on; oversubscription only when asked, the SUT tests the variable's presence;
     ``memory_limit_env``) then ``spec.env``; labelled with the run, the case, its ``attempt`` (None before the

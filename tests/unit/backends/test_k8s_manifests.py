@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from xpushare.backends import k8s_manifests as km
-from xpushare.backends.base import CaseContext, PodSpec
+from xpushare.backends.base import CaseContext
 from xpushare.backends.k8s import K8sBackend
 from xpushare.backends.k8s_probes import KubeProbeLoad
 from xpushare.envcheck import manifests
 from xpushare.inventory import schema
 from xpushare.inventory.sut import sut_names
+from xpushare.model.workload import WorkloadSpec
 from xpushare.transport.kubectl import Kubectl
 from xpushare.transport.local import LocalHost
 from xpushare.transport.manifest_yaml import dump_manifests
@@ -25,10 +26,10 @@ from xpushare.transport.manifest_yaml import dump_manifests
 BEFORE: dict[str, dict[str, Any]] = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "manifests" / "pods_before.json").read_text(encoding="utf-8"))
 RUN, CASE, ATTEMPT = "20261121-101010", "FUNC-010", "a1b2c3"
-FULL = PodSpec(name="func-010-w5", workload="w5_quota_probe", args=("--duration-s", "60"), core_limit=30,
+FULL = WorkloadSpec(name="func-010-w5", workload="w5_quota_probe", args=("--duration-s", "60"), core_limit=30,
                memory_limit="4Gi", memory_limit_env="2Gi", oversub=True, node="c1-gpu1", env=(("EXTRA", "1"),))
-SAME_GPU = PodSpec(name="W2_B", workload="w2_medium_add", same_gpu_as="func-010-w5")
-TENANT = PodSpec(name="p", workload="w2_medium_add", tenant="a", env=(("XPUSHARE_DEBUG", "0"),))
+SAME_GPU = WorkloadSpec(name="W2_B", workload="w2_medium_add", same_gpu_as="func-010-w5")
+TENANT = WorkloadSpec(name="p", workload="w2_medium_add", tenant="a", env=(("XPUSHARE_DEBUG", "0"),))
 INV = """
 clusters:
   c1:
@@ -49,7 +50,7 @@ def _ordered(doc: Any) -> str:
 # -- the k8s backend's workload pods ---------------------------------------------------------------------
 
 
-def _workload(key: str, spec: PodSpec, sut: str, configmap: bool, attempt: str | None,
+def _workload(key: str, spec: WorkloadSpec, sut: str, configmap: bool, attempt: str | None,
               node: str | None) -> dict[str, Any]:
     pods = km.WorkloadPods(names=sut_names(sut), image="img:1", python="python3",
                            workload_dir="/opt/xpushare/workloads",
@@ -64,7 +65,7 @@ WORKLOADS = [("k8s_full", FULL, "nvshare", True, ATTEMPT, "c1-gpu1"),
 
 
 @pytest.mark.parametrize(("key", "spec", "sut", "configmap", "attempt", "node"), WORKLOADS)
-def test_workload_pods_are_what_render_pod_made(key: str, spec: PodSpec, sut: str, configmap: bool,
+def test_workload_pods_are_what_render_pod_made(key: str, spec: WorkloadSpec, sut: str, configmap: bool,
                                                attempt: str | None, node: str | None) -> None:
     """Same dict, same keys' order (a case's stored ``manifests.yaml`` reads the same)."""
     assert _ordered(_workload(key, spec, sut, configmap, attempt, node)) == _ordered(BEFORE[key])
