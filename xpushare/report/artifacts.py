@@ -471,13 +471,14 @@ def _read_json(path: Path) -> Any:
     return json.loads(bounded_read.read_text(path, limit=MAX_RECORD_BYTES))
 
 
-def _wrong_field(record: Mapping[str, Any]) -> str | None:
+def _wrong_field(doc: Mapping[str, Any]) -> str | None:
+    """Why the stored JSON ``doc`` cannot be a record (a field of the wrong type), or None."""
     for name, types in _RECORD_FIELDS.items():
-        value = record.get(name)
+        value = doc.get(name)
         if name == "rejudgments" and isinstance(value, list) and not all(isinstance(e, dict) for e in value):
             return f"{RESULT_FILE} field 'rejudgments' holds a non-mapping"
-        if name in record and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-            return f"{RESULT_FILE} field {name!r} is a {type(record[name]).__name__}"
+        if name in doc and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            return f"{RESULT_FILE} field {name!r} is a {type(doc[name]).__name__}"
     return None
 
 
