@@ -106,7 +106,7 @@ def never_run(meta: Mapping[str, Any], results: Sequence[CaseRecord]) -> list[Ca
 
 
 def suite_groups(results: Sequence[CaseRecord]) -> dict[tuple[str, str], list[CaseRecord]]:
-    """CaseRecords grouped by (cluster, suite), in the order of ``results`` (already sorted by load_results)."""
+    """Records grouped by (cluster, suite), in the order of ``results`` (already sorted by load_results)."""
     groups: dict[tuple[str, str], list[CaseRecord]] = {}
     for r in results:
         groups.setdefault((r.cluster, r.suite), []).append(r)
