@@ -513,9 +513,8 @@ def load_one_result(run_dir: Path, path: Path) -> CaseRecord:
 
 def load_results(run_dir: Path) -> list[CaseRecord]:
     """Every case's latest ``result.json`` (``<run_dir>/*/*/*/result.json``; ``attempts/`` is never read), as
-    :class:`~xpushare.model.case_record.CaseRecord` s (:meth:`CaseRecord.from_json <xpushare.model.case_record.
-    CaseRecord.from_json>`: a key missing from an older record takes its default, an unknown key is kept in
-    ``extra``).
+    :class:`~xpushare.model.case_record.CaseRecord` s (:meth:`~xpushare.model.case_record.CaseRecord.from_json`: a
+    key missing from an older record takes its default, an unknown key is kept in ``extra``).
 
     Sorted by :func:`result_sort_key`. ``case_log_dir`` of each is the case directory relative to ``run_dir``
     (posix). Missing cluster/suite/case_id keys are taken from the path. A file that cannot be read, is not a
