@@ -200,7 +200,7 @@ class SuiteHooks(RunHooks):
                          self.fmt), file=self.result_out)
 
 
-def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Sequence[Mapping[str, Any]],
+def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Sequence[CaseRecord],
                   decision: summaries.ReleaseDecision, report: Path) -> dict[str, Any]:
     """What ``--output json|yaml`` prints after a run: ``{"run_id", "run_dir", "exit_status", "counts",
     "release_ready", "release_decision", "release_profiles", "release_reasons", "report", "cases": [{"cluster",
@@ -210,9 +210,10 @@ def result_record(run_id: str, run_dir: Path, status: ExitStatus, results: Seque
     cluster."""
     cases = []
     for r in results:
-        case = {key: r.get(key) for key in ("cluster", "suite", "case_id", "status", "summary", "duration_s")}
-        if r.get("verdicts") is not None:
-            case.update(verdicts=r.get("verdicts"), pass_count=r.get("pass_count"))
+        case: dict[str, Any] = {"cluster": r.cluster, "suite": r.suite, "case_id": r.case_id, "status": r.status,
+                                "summary": r.summary, "duration_s": r.duration_s}
+        if r.verdicts is not None:
+            case.update(verdicts=r.verdicts, pass_count=r.pass_count)
         cases.append(case)
     return {
         "run_id": run_id, "run_dir": str(run_dir), "exit_status": int(status), "counts": summaries.counts(results),
@@ -248,7 +249,7 @@ def draw_missing_plots(run_dir: Path) -> list[str]:
     if importlib.util.find_spec("matplotlib") is None:
         return []
     drawn = []
-    for record in map(CaseRecord.from_json, artifacts.load_results(run_dir)):
+    for record in artifacts.load_results(run_dir):
         case = REGISTRY.get(record.case_id)
         if (case is None or case.judge is None or case.suite not in PLOTTED_SUITES
                 or record.status not in ("PASS", "FAIL") or record.error):
@@ -308,21 +309,20 @@ def rejudge(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), ou
     values = parse_overrides(overrides)
     meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)
-    check_overrides([REGISTRY[r["case_id"]] for r in results if r["case_id"] in REGISTRY], values)
+    check_overrides([REGISTRY[r.case_id] for r in results if r.case_id in REGISTRY], values)
     at = utc_now().isoformat()
     entry = {"at": at, "overrides": plain(values)}
     lines = out if fmt == "table" else sys.stderr
     changes: list[dict[str, Any]] = []
-    for stored in results:
-        case = REGISTRY.get(stored["case_id"])
-        if case is None or case.judge is None or stored["status"] in ("SKIP", "INTERRUPTED") or stored.get("error"):
+    for record in results:
+        case = REGISTRY.get(record.case_id)
+        if case is None or case.judge is None or record.status in ("SKIP", "INTERRUPTED") or record.error:
             continue
-        if len(stored.get("verdicts") or []) > 1:  # --repeat: one verdict over several attempts' evidence, kept
+        if len(record.verdicts or []) > 1:  # --repeat: one verdict over several attempts' evidence, kept
             continue
-        record = CaseRecord.from_json(stored)
         case_dir = artifacts.case_dir(run_dir, record.cluster, record.suite, record.case_id)
         original = artifacts.keep_original_result(case_dir)
-        first = CaseRecord.from_json(artifacts.load_one_result(run_dir, original)) if original else record
+        first = artifacts.load_one_result(run_dir, original) if original else record
         params = first.replay_params or record.replay_params
         params.update({k: v for k, v in values.items() if k in params})
         verdict = judge_case(case, case_dir, params, record.mode)

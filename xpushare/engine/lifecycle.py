@@ -224,7 +224,7 @@ def store(case_dir: Path, record: CaseRecord) -> None:
     """Write ``record`` as the case's ``result.json`` and its ``analysis.txt`` (:mod:`xpushare.report.artifacts`)."""
     doc = record.to_json()
     artifacts.write_result(case_dir, doc)
-    artifacts.write_analysis(case_dir, doc)
+    artifacts.write_analysis(case_dir, record)
 
 
 def premise_names(case: CaseDef) -> list[str]:

@@ -72,7 +72,7 @@ def combine(records: Sequence[CaseRecord], repeat: int) -> CaseRecord:
     else:
         status, summary = last.status, f"{k_of_n}: {last.summary}"
     evidence = sorted(set(last.evidence) | {f"{a['dir']}/" for a in attempts if a["dir"] != "."})
-    extra = {**last.extra, "repeat": repeat, "verdicts": statuses, "pass_count": passes, "attempts_run": attempts}
-    return last.replace(status=status, summary=summary, evidence=evidence, extra=extra,
+    return last.replace(status=status, summary=summary, evidence=evidence, repeat=repeat, verdicts=statuses,
+                        pass_count=passes, attempts_run=attempts,
                         duration_s=round(sum(r.duration_s or 0.0 for r in records), 3),
                         started=records[0].started)

@@ -71,14 +71,14 @@ class Reuse(Enum):
     """A legacy scenario: a stored run id gets this scenario beside its earlier ones (run.json accumulates)."""
 
 
-def exit_status_for(results: Sequence[Mapping[str, Any]], interrupted: bool, *,
+def exit_status_for(results: Sequence[CaseRecord], interrupted: bool, *,
                     unreachable: bool = False) -> ExitStatus:
     """128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 3 when a host of the run did not
     answer (``unreachable``: the cases that needed it are ERROR, the others ran); 1 when any case is FAIL,
     INTERMITTENT, ERROR or INTERRUPTED; else 0 (SKIP is not a failure). The exit status is over the cases'
     verdicts, not the release decision: 0 never says release_ready (docs/release.md)."""
     failures = {s.value for s in summaries.FAILURE_STATUSES}
-    return decide_exit_status(failed=any(r["status"] in failures for r in results), unreachable=unreachable,
+    return decide_exit_status(failed=any(r.status in failures for r in results), unreachable=unreachable,
                               interrupted=interrupt.exit_status() if interrupted else None)
 
 
@@ -155,11 +155,11 @@ class RunSelection:
 
 @dataclass
 class RunOutcome:
-    """How a run ended, for :meth:`RunHooks.finished`: the stored records of the run (``results``, dicts as
+    """How a run ended, for :meth:`RunHooks.finished`: the stored records of the run (``results``, as
     :func:`xpushare.report.artifacts.load_results` reads them), this part's records, the exit status, whether a
     signal ended it, the reports' paths, and each cluster whose thread raised with what."""
 
-    results: list[dict[str, Any]]
+    results: list[CaseRecord]
     records: list[CaseRecord]
     status: ExitStatus
     interrupted: bool
@@ -486,7 +486,7 @@ class Run:
             print(f"error: {name}: {first_line(error)}", file=sys.stderr, flush=True)
         return status
 
-    def _end(self, results: list[dict[str, Any]], selection: RunSelection, interrupted: bool,
+    def _end(self, results: list[CaseRecord], selection: RunSelection, interrupted: bool,
              errors: Mapping[str, BaseException], unreached: list[dict[str, Any]]) -> ExitStatus:
         """Write run.json's end (when, interrupted and by what, the exit status, counts, hosts that did not answer,
         the release decision) and return the exit status the process ends with: the interrupt's, else the error
@@ -527,12 +527,12 @@ class Run:
             records.append(record)
             hooks.case_done(self, cluster, case, record)
 
-    def _own(self, results: list[dict[str, Any]], selection: RunSelection) -> list[dict[str, Any]]:
+    def _own(self, results: list[CaseRecord], selection: RunSelection) -> list[CaseRecord]:
         """The results the exit status is over: the run's, or for a run that extends a stored one, its own."""
         if self.reuse is not Reuse.EXTEND:
             return results
         mine = {(name, c.suite, c.case_id) for name, cases in selection.todo.items() for c in cases}
-        return [r for r in results if (r.get("cluster"), r.get("suite"), r.get("case_id")) in mine]
+        return [r for r in results if (r.cluster, r.suite, r.case_id) in mine]
 
 
 def raised_status(exc: BaseException) -> ExitStatus:

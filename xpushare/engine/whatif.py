@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,14 +30,14 @@ from xpushare.report.output import plain, render
 __all__ = ["judged_again", "whatif"]
 
 
-def judged_again(stored: Mapping[str, Any]) -> bool:
+def judged_again(stored: CaseRecord) -> bool:
     """Whether a re-judgment judges this stored record again: a case with a judgment that ended PASS, FAIL or
     ERROR on its evidence, run once. SKIP, INTERRUPTED, a harness error and a ``--repeat`` verdict over several
     attempts keep their status (the same rule as :func:`xpushare.engine.driver.rejudge`)."""
-    case = REGISTRY.get(stored["case_id"])
-    if case is None or case.judge is None or stored["status"] in ("SKIP", "INTERRUPTED") or stored.get("error"):
+    case = REGISTRY.get(stored.case_id)
+    if case is None or case.judge is None or stored.status in ("SKIP", "INTERRUPTED") or stored.error:
         return False
-    return len(stored.get("verdicts") or []) <= 1
+    return len(stored.verdicts or []) <= 1
 
 
 def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out: TextIO = sys.stdout,
@@ -64,27 +64,26 @@ def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out
     values = parse_overrides(overrides)
     meta = artifacts.read_run_meta(run_dir) or {}
     results = artifacts.load_results(run_dir)
-    check_overrides([REGISTRY[r["case_id"]] for r in results if r["case_id"] in REGISTRY], values)
+    check_overrides([REGISTRY[r.case_id] for r in results if r.case_id in REGISTRY], values)
     lines = out if fmt == "table" else sys.stderr
-    outcome: list[dict[str, Any]] = []
+    outcome: list[CaseRecord] = []
     changes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="xpushare-whatif-") as scratch:
-        for stored in results:
-            if not judged_again(stored):
-                outcome.append(dict(stored))
+        for record in results:
+            if not judged_again(record):
+                outcome.append(record)
                 continue
-            record = CaseRecord.from_json(stored)
             case_dir = artifacts.case_dir(run_dir, record.cluster, record.suite, record.case_id)
             original = case_dir / artifacts.ORIGINAL_RESULT_FILE
-            first = CaseRecord.from_json(artifacts.load_one_result(run_dir, original)) if original.is_file() else record
+            first = artifacts.load_one_result(run_dir, original) if original.is_file() else record
             params = first.replay_params or record.replay_params
             params.update({k: v for k, v in values.items() if k in params})
             copy = Path(scratch) / record.cluster / record.suite / record.case_id
             shutil.copytree(case_dir, copy, symlinks=True)
             verdict = judge_case(REGISTRY[record.case_id], copy, params, record.mode)
             after = verdict.status.value
-            outcome.append({**stored, "status": after, "summary": verdict.summary,
-                            "thresholds": plain(verdict.thresholds)})
+            outcome.append(record.replace(status=after, summary=verdict.summary,
+                                          thresholds=plain(verdict.thresholds)))
             change = "" if after == record.status else f" (was {record.status})"
             if change:
                 changes.append({"cluster": record.cluster, "case_id": record.case_id, "before": record.status,
@@ -96,13 +95,14 @@ def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out
     print(f"[xpushare] what-if with {given}: {len(changes)} verdict change(s), exit status {int(status)}, "
           f"release_ready {decision.label}; nothing stored (--apply stores this re-judgment)", file=lines)
     if fmt != "table":
-        stored_status = {(r["cluster"], r["case_id"]): r["status"] for r in results}
+        stored_status = {(r.cluster, r.case_id): r.status for r in results}
         record_out = {
             "run_id": str(meta.get("run_id") or run_dir.parent.name), "applied": False, "overrides": plain(values),
             "exit_status": int(status), "counts": summaries.counts(outcome), "release_ready": decision.ready,
             "release_decision": decision.label,
-            "cases": [{**{k: r.get(k) for k in ("cluster", "suite", "case_id", "status", "summary")},
-                       "stored_status": stored_status.get((r["cluster"], r["case_id"]))} for r in outcome],
+            "cases": [{"cluster": r.cluster, "suite": r.suite, "case_id": r.case_id, "status": r.status,
+                       "summary": r.summary, "stored_status": stored_status.get((r.cluster, r.case_id))}
+                      for r in outcome],
             "changes": changes,
         }
         print(render(record_out, fmt), file=out)

@@ -16,12 +16,13 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.legacy import judgments, tables
 from xpushare.legacy.compare import BOUND
 from xpushare.model.atomic_file import atomic_write_text, copy_file
+from xpushare.model.case_record import CaseRecord
 
 if TYPE_CHECKING:
     from xpushare.legacy.scenarios import Scenario
 
 
-def post_process(sc: Scenario, case_dir: Path, record: Mapping[str, Any], params: Mapping[str, Any],
+def post_process(sc: Scenario, case_dir: Path, record: CaseRecord, params: Mapping[str, Any],
                   cluster: ClusterSpec) -> None:
     """Files the scripts left beside their output: complex2's ``scheduler<suffix>.log``, the baseline file."""
     if sc.name == "complex2" and (case_dir / "scheduler.log").exists():
@@ -32,7 +33,7 @@ def post_process(sc: Scenario, case_dir: Path, record: Mapping[str, Any], params
         write_baseline_file(case_dir, record, cluster)
 
 
-def write_baseline_file(case_dir: Path, record: Mapping[str, Any], cluster: ClusterSpec) -> Path | None:
+def write_baseline_file(case_dir: Path, record: CaseRecord, cluster: ClusterSpec) -> Path | None:
     """``baseline.yaml`` in the case dir from the passed native pods, usable as ``baseline-compare --baseline``.
 
     Returns its path, or None when no pod passed (nothing measured, nothing written).
@@ -47,8 +48,8 @@ def write_baseline_file(case_dir: Path, record: Mapping[str, Any], cluster: Clus
             workloads[kind] = {"duration_s": row.duration_s, "pod": pod, "bound": BOUND.get(kind, "compute")}
     if not workloads:
         return None
-    doc = {"description": f"native baseline measured by invoke legacy.baseline, run {record.get('run_id')}",
-           "gpu_model": cluster.gpu_model, "cluster": cluster.name, "source": f"run {record.get('run_id')}",
+    doc = {"description": f"native baseline measured by invoke legacy.baseline, run {record.run_id}",
+           "gpu_model": cluster.gpu_model, "cluster": cluster.name, "source": f"run {record.run_id}",
            "unit": "seconds (container start to finish)", "workloads": workloads}
     path = case_dir / "baseline.yaml"
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
@@ -82,13 +83,14 @@ def memlimit_blocks(plan: Mapping[str, Any], ev: Evidence, results: Mapping[str,
     return "\n".join(out)
 
 
-def render_case_report(sc: Scenario, case_dir: Path, record: Mapping[str, Any], params: Mapping[str, Any]) -> str:
-    """The script's closing output, rebuilt from the stored evidence and verdict of the case."""
+def render_case_report(sc: Scenario, case_dir: Path, record: CaseRecord, params: Mapping[str, Any]) -> str:
+    """The script's closing output, rebuilt from the stored evidence and verdict of the case (``record``:
+    model/case_record.py)."""
     plan = load_plan(case_dir)
     ev = Evidence.load(case_dir)
     pods = list(plan.get("pods") or [])
     parts: list[str] = []
-    metrics = record.get("metrics") or {}
+    metrics = record.metrics or {}
     if sc.name not in ("baseline", "memlimit"):
         log = ev.text("scheduler.log")
         parts.append(tables.format_distribution(tables.distribution(log)) if log is not None
@@ -99,16 +101,16 @@ def render_case_report(sc: Scenario, case_dir: Path, record: Mapping[str, Any], 
     elif sc.name in ("compute-limit", "complex", "dynamic-limit"):
         if sc.name != "dynamic-limit":
             parts.append(judgments.format_compute_analysis(metrics, float(params.get("legacy_util_tolerance", 15))))
-        parts.append(format_checks(record.get("checks") or []))
+        parts.append(format_checks(record.checks or []))
     else:
         rows = tables.pod_rows(pods, ev.pods, ev.logs)
         parts.append(tables.format_pod_table(rows))
         parts.append(tables.format_stats(tables.stats(rows)))
         if sc.name in ("smoke", "complex2"):
-            parts.append(format_checks(record.get("checks") or []))
+            parts.append(format_checks(record.checks or []))
     if sc.name == "baseline" and (case_dir / "baseline.yaml").exists():
         parts.append(f"baseline file: {case_dir / 'baseline.yaml'} (use with invoke baseline-compare --baseline)")
-    status, summary = record.get("status"), record.get("summary", "")
+    status, summary = record.status, record.summary
     if status == "PASS":
         parts.append(tables.banner(f"PASS: {sc.title}"))
     else:

@@ -42,6 +42,7 @@ from xpushare.cases.base import load_plan
 from xpushare.data import baselines_dir
 from xpushare.evidence.store import Evidence
 from xpushare.legacy import judgments, tables
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.report import artifacts
@@ -124,7 +125,7 @@ class ScenarioResult:
         return self.passed / self.gpus if self.gpus else None
 
 
-def scenario_result(case_dir: Path, record: Mapping[str, Any]) -> ScenarioResult:
+def scenario_result(case_dir: Path, record: CaseRecord) -> ScenarioResult:
     """Measure a stored pods-run scenario from its case dir (pods.json, pods/*.log, scheduler.log, plan.json)."""
     plan = load_plan(case_dir)
     ev = Evidence.load(case_dir)
@@ -139,12 +140,12 @@ def scenario_result(case_dir: Path, record: Mapping[str, Any]) -> ScenarioResult
         placed = placement.get("gpu_of_pod") or {}
         if per_gpu and "None" not in per_gpu and all(placed.get(p) for p in ok_pods):
             gpus, max_per_gpu = len(per_gpu), max(per_gpu.values())
-    scenario = str(record.get("case_id"))
+    scenario = record.case_id
     return ScenarioResult(
-        cluster=str(record.get("cluster")),
+        cluster=record.cluster,
         scenario=scenario,
         kind=SCENARIO_KIND.get(scenario, scenario),
-        status=str(record.get("status")),
+        status=record.status,
         pods=len(pods),
         passed=len(rows),
         avg_s=sum(durations) / len(durations) if durations else None,
@@ -320,18 +321,18 @@ def baseline_compare(run_id: str, baseline_path: str | Path | None = None, *, ro
         raise UsageError(str(exc)) from None
     baseline = load_baseline(baseline_path or DEFAULT_BASELINE)
     results = [r for r in artifacts.load_results(run_dir)
-               if r.get("suite") == "legacy" and (cluster is None or r.get("cluster") == cluster)]
-    measured = [r for r in results if r.get("case_id") in SCENARIO_KIND]
-    natives = [r for r in results if r.get("case_id") == "baseline"]
+               if r.suite == "legacy" and (cluster is None or r.cluster == cluster)]
+    measured = [r for r in results if r.case_id in SCENARIO_KIND]
+    natives = [r for r in results if r.case_id == "baseline"]
     if not measured and not natives:
         raise UsageError(f"run {run_id!r} has no legacy cross-gpu, small, idle-small or baseline scenario"
                          + (f" on cluster {cluster!r}" if cluster else ""))
-    measured_results = [scenario_result(run_dir / r["case_log_dir"], r) for r in measured]
+    measured_results = [scenario_result(run_dir / r.case_log_dir, r) for r in measured]
     comparisons = [compare_result(res, baseline) for res in measured_results]
     models = [res.gpu_model for res in measured_results if res.gpu_model]
     own: dict[str, float] = {}
     for r in natives:
-        case_dir = run_dir / r["case_log_dir"]
+        case_dir = run_dir / r.case_log_dir
         plan = load_plan(case_dir)
         ev = Evidence.load(case_dir)
         for row in tables.pod_rows(list(plan.get("pods") or []), ev.pods, ev.logs):

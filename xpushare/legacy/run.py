@@ -160,9 +160,8 @@ class LegacyHooks(RunHooks):
 
     def case_done(self, run: Run, cluster: ClusterSpec, case: CaseDef, record: CaseRecord) -> None:
         case_dir = artifacts.case_dir(run.dir, cluster.name, SUITE, case.case_id)
-        doc = record.to_json()
-        post_process(self.sc, case_dir, doc, self.params, cluster)
-        print(render_case_report(self.sc, case_dir, doc, self.params), file=self.out, flush=True)
+        post_process(self.sc, case_dir, record, self.params, cluster)
+        print(render_case_report(self.sc, case_dir, record, self.params), file=self.out, flush=True)
 
     def finished(self, run: Run, outcome: RunOutcome) -> None:
         status = outcome.records[-1].status if outcome.records else "INTERRUPTED"

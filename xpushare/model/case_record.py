@@ -6,11 +6,16 @@ listed in :mod:`xpushare.report.artifacts` in this order::
 
     run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
     thresholds params metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
-    [not_run] [rejudged rejudgments]
+    [not_run] [premises] [rejudged rejudgments] [repeat verdicts pass_count attempts_run]
 
 ``thresholds`` are the parameters the verdict used (``Verdict.thresholds``: what its judgment read, and only
 those; empty when nothing was judged); ``params`` every parameter the case ran with (what a re-judgment starts
-from). Times are ISO 8601 UTC; ``duration_s`` and ``phases_s`` seconds.
+from). Times are ISO 8601 UTC; ``duration_s`` and ``phases_s`` seconds. ``repeat`` .. ``attempts_run`` are kept by
+``--repeat N`` (:mod:`xpushare.engine.repeat`).
+
+Every report reads a run through these records (:func:`xpushare.report.artifacts.load_results` returns them, each
+:data:`~xpushare.model.verdict.Status` value checked); ``case_log_dir``, the case directory relative to the run
+directory (posix), is set by that reader and never stored.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ __all__ = ["CaseRecord"]
 _KEYS = ("run_id", "cluster", "suite", "case_id", "title", "mode", "attempt", "status", "summary", "started",
          "ended", "duration_s", "phases_s", "thresholds", "params", "metrics", "checks", "evidence", "required",
          "operation", "sampling", "kubectl_calls", "kubectl_retries", "error")
-_DERIVED = ("case_log_dir",)  # added by the reader (report/artifacts.load_results), never stored
+_DERIVED = ("case_log_dir",)  # set by the reader (report/artifacts.load_results), never stored
+# Optional keys of to_json after the others, in this order, each only when set.
+_REPEAT_KEYS = ("repeat", "verdicts", "pass_count", "attempts_run")
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,8 @@ class CaseRecord:
     mode: str | None
     attempt: int | None
     status: str
-    summary: str
+    summary: str | None
+    """One line of the verdict; None in a stored record without one (an older or damaged record)."""
     started: str | None = None
     ended: str | None = None
     duration_s: float | None = None
@@ -65,6 +73,17 @@ class CaseRecord:
     stored before they were kept."""
     rejudged: str | None = None
     rejudgments: list[dict[str, Any]] | None = None
+    repeat: int | None = None
+    """``--repeat N``: the N asked (None: the case ran once)."""
+    verdicts: list[str] | None = None
+    """``--repeat N``: each attempt's status in order."""
+    pass_count: int | None = None
+    """``--repeat N``: how many attempts PASSed."""
+    attempts_run: list[dict[str, Any]] | None = None
+    """``--repeat N``: per attempt ``{"attempt", "status", "summary", "dir"}`` (``dir`` relative to the case
+    directory)."""
+    case_log_dir: str = ""
+    """The case directory relative to the run directory (posix), set by the reader of a stored run; never stored."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys of a stored record this version does not know, kept so that rewriting the record loses nothing."""
 
@@ -86,13 +105,17 @@ class CaseRecord:
             out["rejudged"] = self.rejudged
         if self.rejudgments is not None:
             out["rejudgments"] = self.rejudgments
+        for key in _REPEAT_KEYS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return {**out, **self.extra}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CaseRecord:
+    def from_json(cls, doc: Mapping[str, Any], *, case_log_dir: str = "") -> CaseRecord:
         """A record read back (:func:`xpushare.report.artifacts.load_results` validated its field types): missing
-        keys take their defaults, ``case_log_dir`` (the reader's) is dropped, unknown keys go to ``extra``."""
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        keys take their defaults, unknown keys go to ``extra``; ``case_log_dir`` is the reader's (a stored
+        ``case_log_dir`` key is dropped)."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", *_DERIVED}
         values = {k: v for k, v in doc.items() if k in known}
         for key, empty in (("phases_s", {}), ("thresholds", {}), ("metrics", {}), ("checks", []),
                            ("evidence", []), ("operation", ""), ("sampling", "")):
@@ -100,12 +123,12 @@ class CaseRecord:
                 values[key] = empty
         values.setdefault("run_id", "")
         values.setdefault("title", "")
-        values.setdefault("summary", "")
+        values.setdefault("summary", None)  # absent stays absent: --output prints it as null, as stored
         values.setdefault("mode", None)
         values.setdefault("attempt", None)
         values["not_run"] = bool(values.get("not_run"))
         extra = {k: v for k, v in doc.items() if k not in known and k not in _DERIVED}
-        return cls(**values, extra=extra)
+        return cls(**values, case_log_dir=case_log_dir, extra=extra)
 
     def replace(self, **changes: Any) -> CaseRecord:
         """A copy with ``changes`` (field name -> value)."""

@@ -14,6 +14,10 @@ never as PASS. Record keys (the engine's contract, :class:`xpushare.model.case_r
 
     run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
     thresholds params metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
+    [not_run] [premises] [rejudged rejudgments] [repeat verdicts pass_count attempts_run]
+
+A stored run is read back as :class:`~xpushare.model.case_record.CaseRecord` s (:func:`load_results`), which every
+report consumes; a key this version does not know is kept in the record's ``extra``.
 
 Names used as path components (run id, cluster, suite, case id) must match ``[A-Za-z0-9._-]{1,64}`` and
 must not be ``.`` or ``..``; anything else raises ``ValueError`` so no name can leave the run directory.
@@ -35,6 +39,7 @@ from typing import Any
 
 from xpushare import __version__
 from xpushare.model import atomic_file, bounded_read
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import StoredRunDamaged
 from xpushare.model.verdict import Status
 
@@ -154,12 +159,12 @@ def natural_key(text: str) -> tuple[Any, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
-def result_sort_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Sort key of a result record: cluster, suite order (:data:`SUITES`), case id (natural order)."""
+def result_sort_key(record: CaseRecord) -> tuple[Any, ...]:
+    """Sort key of a case record: cluster, suite order (:data:`SUITES`), case id (natural order)."""
     return (
-        natural_key(str(record.get("cluster", ""))),
-        suite_rank(str(record.get("suite", ""))),
-        natural_key(str(record.get("case_id", ""))),
+        natural_key(str(record.cluster)),
+        suite_rank(str(record.suite)),
+        natural_key(str(record.case_id)),
     )
 
 
@@ -214,19 +219,20 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
     return atomic_file.atomic_write(path, write)
 
 
-def write_result(case_dir: Path, record: Mapping[str, Any]) -> Path:
-    """Write ``record`` as ``<case_dir>/result.json`` atomically; return the path.
+def write_result(case_dir: Path, doc: Mapping[str, Any]) -> Path:
+    """Write ``doc`` (a record's JSON form, :meth:`CaseRecord.to_json`) as ``<case_dir>/result.json`` atomically;
+    return the path.
 
-    ``record`` follows the contract in the module docstring; ``status`` may be a :class:`Status` or its
+    ``doc`` follows the contract in the module docstring; ``status`` may be a :class:`Status` or its
     string and ``checks`` may hold :class:`~xpushare.model.verdict.Check` objects. Raises ``ValueError`` if
     ``status`` is not one of the five statuses, ``TypeError`` for values JSON cannot hold. The previous
     file, if any, is intact after any error.
     """
-    status = record.get("status")
+    status = doc.get("status")
     status = status.value if isinstance(status, Status) else status
     if status not in _STATUSES:
         raise ValueError(f"result status must be one of {sorted(_STATUSES)}, got {status!r}")
-    return _write_json(Path(case_dir) / RESULT_FILE, {**record, "status": status})
+    return _write_json(Path(case_dir) / RESULT_FILE, {**doc, "status": status})
 
 
 def escape_char(ch: str) -> str:
@@ -333,46 +339,45 @@ def _kv_lines(values: Mapping[str, Any] | None) -> str:
     return "\n".join(f"  {k!s:<{width}} = {format_value(v, str(k))}" for k, v in values.items())
 
 
-def render_analysis(record: Mapping[str, Any]) -> str:
+def render_analysis(record: CaseRecord) -> str:
     """Text of ``analysis.txt`` for ``record`` (seed 000 section 17.7): a header, then the sections
     Operation, Sampling, Judgment (each check: ``[ok]``/``[FAIL]``/``[n.a.]`` name: expression, with values),
     Thresholds, Key metrics, Evidence and Conclusion (``STATUS: summary``, plus the error text if any).
     Control characters other than tab and newline appear escaped (:func:`show_controls`)."""
     r = record
-    title = f"{r.get('case_id', '?')}  {r.get('title', '')}".rstrip()
-    duration = r.get("duration_s")
+    title = f"{r.case_id}  {r.title}".rstrip()
+    duration = r.duration_s
     header = "\n".join(
         [
             title,
             "=" * len(title),
-            f"run {r.get('run_id', '?')}  cluster {r.get('cluster', '?')}  suite {r.get('suite', '?')}  "
-            f"mode {r.get('mode', '?')}  attempt {r.get('attempt', '?')}",
-            f"started {r.get('started', '?')}  ended {r.get('ended', '?')}  "
+            f"run {r.run_id}  cluster {r.cluster}  suite {r.suite}  mode {r.mode}  attempt {r.attempt}",
+            f"started {r.started}  ended {r.ended}  "
             f"duration {format_value(duration)}{' s' if duration is not None else ''}",
         ]
     )
-    evidence = "\n".join(f"  {e}" for e in (r.get("evidence") or [])) or "  (none)"
-    calls = r.get("kubectl_calls")
-    sampling = _indent(str(r.get("sampling") or "(not recorded)"))
+    evidence = "\n".join(f"  {e}" for e in (r.evidence or [])) or "  (none)"
+    calls = r.kubectl_calls
+    sampling = _indent(str(r.sampling or "(not recorded)"))
     if calls is not None:
-        retried = r.get("kubectl_retries")
+        retried = r.kubectl_retries
         sampling += f"\n  kubectl calls: {calls}" + (
             f" ({retried} of them retries of reads after a transient API failure; debug.log names each)" if retried
             else "")
-    phases = r.get("phases_s")
+    phases = r.phases_s
     if phases:  # where the case's time went: begin, act, harvest, cleanup, judge (seconds)
         sampling += "\n  phases: " + ", ".join(f"{k} {format_value(v)} s" for k, v in phases.items())
-    status = r.get("status")
-    conclusion = _indent(f"{status.value if isinstance(status, Status) else status}: {r.get('summary', '')}")
-    if r.get("error"):
-        conclusion += "\n  error:\n" + _indent(str(r["error"]), "    ")
+    status: Any = r.status  # a record built in code may hold the Status itself
+    conclusion = _indent(f"{status.value if isinstance(status, Status) else status}: {r.summary}")
+    if r.error:
+        conclusion += "\n  error:\n" + _indent(str(r.error), "    ")
     parts = [
         header + "\n",
-        _section("Operation", _indent(str(r.get("operation") or "(not recorded)"))),
+        _section("Operation", _indent(str(r.operation or "(not recorded)"))),
         _section("Sampling", sampling),
-        _section("Judgment", _judgment_lines(r.get("checks") or [])),
-        _section("Thresholds", _kv_lines(r.get("thresholds"))),
-        _section("Key metrics", _kv_lines(r.get("metrics"))),
+        _section("Judgment", _judgment_lines(r.checks or [])),
+        _section("Thresholds", _kv_lines(r.thresholds)),
+        _section("Key metrics", _kv_lines(r.metrics)),
         _section("Evidence", evidence),
         _section("Conclusion", conclusion),
     ]
@@ -404,7 +409,7 @@ def rejudgment_label(rejudgments: Iterable[Mapping[str, Any]]) -> str:
     return f"re-judged {last.get('at', '?')} with {given or 'the stored parameters'}"
 
 
-def write_analysis(case_dir: Path, record: Mapping[str, Any]) -> Path:
+def write_analysis(case_dir: Path, record: CaseRecord) -> Path:
     """Write ``<case_dir>/analysis.txt`` (see :func:`render_analysis`) atomically; return the path."""
     return atomic_write_text(Path(case_dir) / ANALYSIS_FILE, render_analysis(record))
 
@@ -466,17 +471,18 @@ def _read_json(path: Path) -> Any:
     return json.loads(bounded_read.read_text(path, limit=MAX_RECORD_BYTES))
 
 
-def _wrong_field(record: Mapping[str, Any]) -> str | None:
+def _wrong_field(doc: Mapping[str, Any]) -> str | None:
+    """Why the stored JSON ``doc`` cannot be a record (a field of the wrong type), or None."""
     for name, types in _RECORD_FIELDS.items():
-        value = record.get(name)
+        value = doc.get(name)
         if name == "rejudgments" and isinstance(value, list) and not all(isinstance(e, dict) for e in value):
             return f"{RESULT_FILE} field 'rejudgments' holds a non-mapping"
-        if name in record and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-            return f"{RESULT_FILE} field {name!r} is a {type(record[name]).__name__}"
+        if name in doc and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            return f"{RESULT_FILE} field {name!r} is a {type(doc[name]).__name__}"
     return None
 
 
-def _load_one(run_dir: Path, path: Path) -> dict[str, Any]:
+def _load_one(run_dir: Path, path: Path) -> CaseRecord:
     rel = path.parent.relative_to(run_dir)
     try:
         record = _read_json(path)
@@ -496,23 +502,24 @@ def _load_one(run_dir: Path, path: Path) -> dict[str, Any]:
     if record.get("status") not in _STATUSES:
         record["summary"] = f"invalid status {record.get('status')!r} in {RESULT_FILE}; {record.get('summary', '')}"
         record["status"] = Status.ERROR.value
-    record["case_log_dir"] = rel.as_posix()
-    return record
+    return CaseRecord.from_json(record, case_log_dir=rel.as_posix())
 
 
-def load_one_result(run_dir: Path, path: Path) -> dict[str, Any]:
+def load_one_result(run_dir: Path, path: Path) -> CaseRecord:
     """The record in ``path`` (a ``result.json`` or ``result.original.json`` of a case of ``run_dir``), read like
     :func:`load_results` reads each: a damaged file is an ERROR record saying so."""
     return _load_one(Path(run_dir), Path(path))
 
 
-def load_results(run_dir: Path) -> list[dict[str, Any]]:
-    """Every case's latest ``result.json`` (``<run_dir>/*/*/*/result.json``; ``attempts/`` is never read).
+def load_results(run_dir: Path) -> list[CaseRecord]:
+    """Every case's latest ``result.json`` (``<run_dir>/*/*/*/result.json``; ``attempts/`` is never read), as
+    :class:`~xpushare.model.case_record.CaseRecord` s (:meth:`~xpushare.model.case_record.CaseRecord.from_json`: a
+    key missing from an older record takes its default, an unknown key is kept in ``extra``).
 
-    Sorted by :func:`result_sort_key`. Each dict is the stored record plus ``case_log_dir``, the case
-    directory relative to ``run_dir`` (posix). Missing cluster/suite/case_id keys are taken from the path.
-    A file that cannot be read, is not a JSON object or has an unknown status yields an ERROR record that
-    says so, so a damaged case is reported (and re-run on resume) rather than hidden.
+    Sorted by :func:`result_sort_key`. ``case_log_dir`` of each is the case directory relative to ``run_dir``
+    (posix). Missing cluster/suite/case_id keys are taken from the path. A file that cannot be read, is not a
+    JSON object, has a field of the wrong type or an unknown status yields an ERROR record that says so, so a
+    damaged case is reported (and re-run on resume) rather than hidden.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -523,7 +530,7 @@ def load_results(run_dir: Path) -> list[dict[str, Any]]:
 
 def latest_statuses(run_dir: Path) -> dict[tuple[str, str, str], Status]:
     """``{(cluster, suite, case_id): Status}`` of the latest attempt of every case, for ``--resume``."""
-    return {(str(r["cluster"]), str(r["suite"]), str(r["case_id"])): Status(r["status"]) for r in load_results(run_dir)}
+    return {(r.cluster, r.suite, r.case_id): Status(r.status) for r in load_results(run_dir)}
 
 
 # --------------------------------------------------------------------------------------------- run.json

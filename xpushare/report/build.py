@@ -1,7 +1,8 @@
 """(Re)writing a run's report files from its stored ``result.json`` files (``invoke report --run-id X``
 works offline): ``case-summary.tsv``, ``run-summary.tsv`` (:mod:`~xpushare.report.summaries`), ``junit.xml``
 (:mod:`~xpushare.report.junit`), ``run-report.md`` (:mod:`~xpushare.report.markdown`) and ``report.html``
-(:mod:`~xpushare.report.html`)."""
+(:mod:`~xpushare.report.html`), all from the case records :func:`~xpushare.report.artifacts.load_results` reads
+(:class:`~xpushare.model.case_record.CaseRecord`, source: model/case_record.py)."""
 
 from __future__ import annotations
 

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xpushare.model.case_record import CaseRecord
 from xpushare.report import artifacts
 from xpushare.report.plots import PlotResult, draw_png
-from xpushare.report.summaries import Result, record_status
+from xpushare.report.summaries import record_status
 
 __all__ = ["PERFORMANCE_CASES", "SUITES", "Cell", "Comparison", "compare_results", "compare_runs", "plot"]
 
@@ -126,8 +127,8 @@ def _probe_outcome(probe: dict[str, Any]) -> str | None:
     return "held" if accepted >= quota - int(probe.get("step_bytes") or 0) else "held, not usable"
 
 
-def _cell(r: Result) -> Cell:
-    m: dict[str, Any] = dict(r.get("metrics") or {})
+def _cell(r: CaseRecord) -> Cell:
+    m: dict[str, Any] = dict(r.metrics or {})
     status = record_status(r).value
     probe = m.get("quota_probe")
     if isinstance(probe, dict):  # a functional case's memory probe under its static quota
@@ -154,23 +155,22 @@ def _cell(r: Result) -> Cell:
     impacts = tuple((int(row["slice"]), float(row["impact"])) for row in m.get("slices") or ()
                     if isinstance(row, dict) and isinstance(row.get("impact"), (int, float)))
     latency = m.get("median_ms")
-    return Cell(status, outcome, held_mib, quota_mib, off, str(r.get("summary") or ""),
+    return Cell(status, outcome, held_mib, quota_mib, off, str(r.summary or ""),
                 int(core) if core is not None else None, float(share) if share is not None else None,
                 float(runtime) if isinstance(runtime, (int, float)) else None, impacts,
                 dict(latency) if isinstance(latency, dict) and "total_ms" in latency else None)
 
 
-def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
-    """The comparison of the isolation and functional results of ``runs`` (``(run id, results)`` each, in the
-    order given)."""
-    found: list[tuple[str, str, str, Result]] = []  # (sut, cluster, run, result)
+def compare_results(runs: Sequence[tuple[str, Sequence[CaseRecord]]]) -> Comparison:
+    """The comparison of the isolation and functional results of ``runs`` (``(run id, case records)`` each, in the
+    order given; model/case_record.py)."""
+    found: list[tuple[str, str, str, CaseRecord]] = []  # (sut, cluster, run, result)
     for run_id, results in runs:
         for r in results:
-            if r.get("suite") not in SUITES or (r.get("suite") == "performance"
-                                                and r.get("case_id") not in PERFORMANCE_CASES):
+            if r.suite not in SUITES or (r.suite == "performance" and r.case_id not in PERFORMANCE_CASES):
                 continue
-            m = r.get("metrics") or {}
-            cluster = str(r.get("cluster") or "?")
+            m = r.metrics or {}
+            cluster = str(r.cluster or "?")
             found.append((str(m.get("sut") or cluster), cluster, run_id, r))
     keys = list(dict.fromkeys((sut, cluster, run) for sut, cluster, run, _ in found))
     suts = [k[0] for k in keys]
@@ -178,8 +178,8 @@ def compare_results(runs: Sequence[tuple[str, Sequence[Result]]]) -> Comparison:
     out = Comparison(systems=[label[k] for k in keys])
     paths: dict[str, str] = {}
     for sut, cluster, run, r in found:
-        case = str(r.get("case_id") or "?")
-        metrics = r.get("metrics") or {}
+        case = str(r.case_id or "?")
+        metrics = r.metrics or {}
         probe = metrics.get("quota_probe")
         # a SKIP records none: another system's result may; a functional case's path is its probe's
         path = metrics.get("path") or (probe.get("path") if isinstance(probe, dict) else None)

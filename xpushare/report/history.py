@@ -9,7 +9,6 @@ INTERRUPTED say nothing about the length). Written into each case's ``plan.json`
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,11 +39,14 @@ def expected_duration(root: Path, cluster: str, suite: str, case_id: str, *,
         if run_id == exclude_run:
             continue
         try:
-            path = artifacts.case_dir(artifacts.run_dir(root, run_id), cluster, suite, case_id) / "result.json"
-            record = json.loads(path.read_text(encoding="utf-8"))
-            seconds = float(record["duration_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+            run_dir = artifacts.run_dir(root, run_id)
+            path = artifacts.case_dir(run_dir, cluster, suite, case_id) / artifacts.RESULT_FILE
+        except ValueError:
             continue
-        if record.get("status") in ("PASS", "FAIL") and seconds > 0:
-            return Expected(round(seconds, 1), f"run {run_id} ({record['status']})")
+        if not path.is_file():
+            continue
+        record = artifacts.load_one_result(run_dir, path)  # a damaged one is an ERROR record: passed over
+        seconds = record.duration_s
+        if record.status in ("PASS", "FAIL") and seconds is not None and seconds > 0:
+            return Expected(round(float(seconds), 1), f"run {run_id} ({record.status})")
     return None

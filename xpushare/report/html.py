@@ -20,11 +20,11 @@ from typing import Any
 import jinja2
 
 from xpushare.data import templates_dir
+from xpushare.model.case_record import CaseRecord
 from xpushare.report import artifacts, isolation_table
 from xpushare.report.markdown import fmt_duration
 from xpushare.report.summaries import (
     STATUS_ORDER,
-    Result,
     RunOverview,
     fmt_rate,
     pass_rate,
@@ -67,9 +67,9 @@ def png_data_uri(path: Path) -> str | None:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-def _checks(record: Result) -> list[dict[str, str]]:
+def _checks(record: CaseRecord) -> list[dict[str, str]]:
     out = []
-    for check in record.get("checks") or []:
+    for check in record.checks or []:
         if not isinstance(check, Mapping):
             continue
         ok = check.get("ok")
@@ -93,11 +93,11 @@ def _pairs(values: Any) -> list[tuple[str, str]]:
     return [(str(k), artifacts.format_value(v, str(k))) for k, v in values.items()]
 
 
-def _case_files(run_dir: Path, record: Result) -> dict[str, Any]:
+def _case_files(run_dir: Path, record: CaseRecord) -> dict[str, Any]:
     """Links to the files of the case directory (latest attempt), its plots, evidence named but absent."""
-    base_rel = str(record.get("case_log_dir", ""))
+    base_rel = record.case_log_dir
     base = run_dir / base_rel
-    evidence = {str(e) for e in record.get("evidence") or []}
+    evidence = {str(e) for e in record.evidence or []}
     found: list[Path] = []
     if base_rel and base.is_dir():
         found = sorted(p for p in base.rglob("*")
@@ -123,36 +123,36 @@ def _case_files(run_dir: Path, record: Result) -> dict[str, Any]:
     }
 
 
-def _case(run_dir: Path, record: Result, index: int) -> dict[str, Any]:
+def _case(run_dir: Path, record: CaseRecord, index: int) -> dict[str, Any]:
     return {
         "anchor": f"case-{index}",
-        "cluster": str(record["cluster"]),
-        "suite": str(record["suite"]),
-        "case_id": str(record["case_id"]),
-        "title": str(record.get("title") or ""),
+        "cluster": record.cluster,
+        "suite": record.suite,
+        "case_id": record.case_id,
+        "title": str(record.title or ""),
         "status": record_status(record).value,
         "duration": fmt_duration(record),
-        "summary": str(record.get("summary") or ""),
-        "error": str(record.get("error") or ""),
-        "attempt": record.get("attempt"),
-        "mode": str(record.get("mode") or ""),
+        "summary": str(record.summary or ""),
+        "error": str(record.error or ""),
+        "attempt": record.attempt,
+        "mode": str(record.mode or ""),
         "checks": _checks(record),
-        "thresholds": _pairs(record.get("thresholds")),
-        "metrics": _pairs(record.get("metrics")),
+        "thresholds": _pairs(record.thresholds),
+        "metrics": _pairs(record.metrics),
         **_case_files(run_dir, record),
     }
 
 
-def render_html(run_dir: Path, results: Sequence[Result], view: RunOverview, *, run_id: str) -> str:
-    """Text of ``report.html`` for the run in ``run_dir`` (``results`` from
-    :func:`~xpushare.report.artifacts.load_results`, ``view`` their :func:`~xpushare.report.summaries.run_overview`).
+def render_html(run_dir: Path, results: Sequence[CaseRecord], view: RunOverview, *, run_id: str) -> str:
+    """Text of ``report.html`` for the run in ``run_dir`` (``results``: its case records, model/case_record.py, from
+    :func:`~xpushare.report.artifacts.load_results`; ``view`` their :func:`~xpushare.report.summaries.run_overview`).
     Raises ``jinja2.TemplateError`` only if the shipped template is broken."""
     meta, c, decision = view.meta, view.counts, view.decision
     context = {
         "run_id": run_id,
         "generated": view.now.isoformat(timespec="seconds"),
         "clusters": view.clusters,
-        "suites": sorted({str(r["suite"]) for r in results}, key=artifacts.suite_rank),
+        "suites": sorted({r.suite for r in results}, key=artifacts.suite_rank),
         "meta": {**{k: str(meta[k]) for k in ("started", "ended", "tool_version", "exit_status", "selection")
                     if meta.get(k) is not None},
                  **({"re-judged": artifacts.rejudgment_label(meta["rejudgments"]) + " (exit status "

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from xpushare.report.summaries import Result, record_status
+from xpushare.model.case_record import CaseRecord
+from xpushare.report.summaries import record_status
 
 __all__ = ["HEADER", "isolation_rows"]
 
@@ -21,15 +22,16 @@ HEADER = ("Cluster", "Case", "Path", "Quota under test", "Quota", "Accuracy", "S
 allocated), ``bypassed`` or ``not judged`` (ERROR/SKIP)."""
 
 
-def isolation_rows(results: Sequence[Result]) -> list[list[str]]:
-    """One row per isolation case: cluster, case id, path, quota (``<MiB> MiB (env|annotation)`` or ``<q> % core
-    (annotation)``, ``beside <n> %`` with a neighbour), held / bypassed / not judged, accuracy (memory: accepted /
-    quota; compute: GPU share / the quota's share; 3 decimals, ``-`` when not measured), status."""
+def isolation_rows(results: Sequence[CaseRecord]) -> list[list[str]]:
+    """One row per isolation case of the case records ``results`` (model/case_record.py): cluster, case id, path,
+    quota (``<MiB> MiB (env|annotation)`` or ``<q> % core (annotation)``, ``beside <n> %`` with a neighbour), held /
+    bypassed / not judged, accuracy (memory: accepted / quota; compute: GPU share / the quota's share; 3 decimals,
+    ``-`` when not measured), status."""
     rows: list[list[str]] = []
     for r in results:
-        if r.get("suite") != "isolation":
+        if r.suite != "isolation":
             continue
-        m: dict[str, Any] = r.get("metrics") or {}
+        m: dict[str, Any] = r.metrics or {}
         quota = m.get("quota_bytes")
         quota_text = f"{int(quota) / 2**20:.0f} MiB ({m.get('quota_source') or '?'})" if quota else "-"
         if m.get("core_limit") is not None:
@@ -41,6 +43,6 @@ def isolation_rows(results: Sequence[Result]) -> list[list[str]]:
         if held is True and m.get("usable") is False:  # the memory judgment's outcome (judge/isolation)
             verdict = "held, not usable"
         accuracy = m.get("accuracy")
-        rows.append([str(r.get("cluster", "")), str(r.get("case_id", "")), str(m.get("path") or "-"), quota_text,
+        rows.append([str(r.cluster), str(r.case_id), str(m.get("path") or "-"), quota_text,
                      verdict, f"{float(accuracy):.3f}" if accuracy is not None else "-", record_status(r).value])
     return rows

@@ -9,11 +9,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Status
 from xpushare.report import artifacts, isolation_table
 from xpushare.report.summaries import (
     FAILURE_STATUSES,
-    Result,
     RunOverview,
     case_where,
     cell_text,
@@ -54,9 +54,9 @@ def _md_link(text: str, rel_path: str) -> str:
     return f"[{md_escape(text)}]({urllib.parse.quote(rel_path)})"
 
 
-def fmt_duration(record: Result) -> str:
+def fmt_duration(record: CaseRecord) -> str:
     """A case's ``duration_s`` as ``12.3 s``, ``4m 05s`` or ``1h 02m 03s``; ``n/a`` without one."""
-    if record.get("duration_s") is None:
+    if record.duration_s is None:
         return "n/a"
     seconds = record_duration(record)
     if seconds < 60:
@@ -66,22 +66,22 @@ def fmt_duration(record: Result) -> str:
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
-def _case_rows(run_dir: Path, results: Sequence[Result]) -> list[str]:
+def _case_rows(run_dir: Path, results: Sequence[CaseRecord]) -> list[str]:
     lines = ["| Cluster | Suite | Case | Title | Status | Duration | Summary | Analysis |", "|" + "---|" * 8]
     for r in results:
-        base = str(r.get("case_log_dir", ""))
+        base = r.case_log_dir
         has_analysis = (run_dir / base / artifacts.ANALYSIS_FILE).is_file()
         target = f"{base}/{artifacts.ANALYSIS_FILE}" if has_analysis else f"{base}/"
         cells = [
             md_escape(v)
             for v in (
-                r["cluster"],
-                r["suite"],
-                r["case_id"],
-                r.get("title"),
+                r.cluster,
+                r.suite,
+                r.case_id,
+                r.title,
                 record_status(r).value,
                 fmt_duration(r),
-                cell_text(r.get("summary")),
+                cell_text(r.summary),
             )
         ]
         cells.append(_md_link(target.rsplit("/", 2)[-1] or "case dir", target))
@@ -89,10 +89,10 @@ def _case_rows(run_dir: Path, results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def _plots(run_dir: Path, results: Sequence[Result]) -> list[str]:
+def _plots(run_dir: Path, results: Sequence[CaseRecord]) -> list[str]:
     lines: list[str] = []
     for r in results:
-        base = run_dir / str(r.get("case_log_dir", ""))
+        base = run_dir / r.case_log_dir
         pngs = sorted(p for p in base.rglob("*.png") if artifacts.ATTEMPTS_DIR not in p.relative_to(base).parts[:1])
         for png in pngs:
             rel = png.relative_to(run_dir).as_posix()
@@ -113,9 +113,11 @@ def _unreachable_lines(meta: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview, *, run_id: str) -> str:
-    """Text of ``run-report.md`` (``view``: the :func:`~xpushare.report.summaries.run_overview` of ``results``);
-    links are relative to ``run_dir`` (where the file is written)."""
+def render_markdown(run_dir: Path, results: Sequence[CaseRecord], view: RunOverview, *, run_id: str) -> str:
+    """Text of ``run-report.md`` from the case records ``results`` (model/case_record.py, as
+    :func:`~xpushare.report.artifacts.load_results` reads them; ``view``: their
+    :func:`~xpushare.report.summaries.run_overview`); links are relative to ``run_dir`` (where the file is
+    written)."""
     meta, now, c, required, clusters, decision = (view.meta, view.now, view.counts, view.required, view.clusters,
                                                   view.decision)
     ran = sum(c.values()) - c["SKIP"]
@@ -158,15 +160,15 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
     if problems:
         out += ["", "## Failed and unfinished cases", ""]
         for r in problems:
-            summary = md_escape(cell_text(r.get("summary")))
+            summary = md_escape(cell_text(r.summary))
             out.append(f"- **{record_status(r).value}** {md_escape(case_where(r))}: {summary}")
             out += [f"  - {md_escape(line.strip())}" for line in failure_text(r).splitlines()]
 
     out += ["", "## Key metrics", ""]
     metric_rows = [
-        [r["cluster"], r["case_id"], k, artifacts.format_value(v, str(k))]
+        [r.cluster, r.case_id, k, artifacts.format_value(v, str(k))]
         for r in results
-        for k, v in (r.get("metrics") or {}).items()
+        for k, v in (r.metrics or {}).items()
     ]
     out += _md_table(["Cluster", "Case", "Metric", "Value"], metric_rows) if metric_rows else ["No metrics recorded."]
 
@@ -187,12 +189,12 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
     ]
     cov_rows = []
     for case_id in sorted(required, key=artifacts.natural_key):
-        found = [r for r in results if str(r["case_id"]) == case_id]
+        found = [r for r in results if r.case_id == case_id]
         cov_rows += [
             [
                 case_id,
-                r["cluster"],
-                r["suite"],
+                r.cluster,
+                r.suite,
                 record_status(r).value,
                 "yes" if record_status(r) in (Status.PASS, Status.FAIL) else "no",
             ]
@@ -213,7 +215,7 @@ def render_markdown(run_dir: Path, results: Sequence[Result], view: RunOverview,
     else:
         out += ["Reasons:", ""] + [f"- {md_escape(reason)}" for reason in decision.reasons]
     out += ["", md_escape(view.scope)]
-    not_required = [r for r in results if str(r["case_id"]) not in required and record_status(r) is Status.SKIP]
+    not_required = [r for r in results if r.case_id not in required and record_status(r) is Status.SKIP]
     if not_required:
         out += ["", "Skipped cases that are not required: " + ", ".join(md_escape(case_where(r)) for r in not_required)]
 

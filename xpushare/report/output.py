@@ -34,12 +34,13 @@ def output_format(value: str | None, flag: str = "--output") -> str:
     return chosen
 
 
-def table(records: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """``records`` as a plain-text table, one row each; ``columns`` picks and orders the keys (default: the first
-    record's). A list value is shown comma-joined, None as empty."""
-    keys = list(columns) if columns is not None else list(records[0]) if records else []
-    rows = [[_cell(r.get(k)) for k in keys] for r in records]
-    return tabulate(rows, headers=keys)
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """``rows`` (a task's output records: plain mappings, not case records) as a plain-text table, one line each;
+    ``columns`` picks and orders the keys (default: the first row's). A list value is shown comma-joined, None as
+    empty."""
+    keys = list(columns) if columns is not None else list(rows[0]) if rows else []
+    cells = [[_cell(r.get(k)) for k in keys] for r in rows]
+    return tabulate(cells, headers=keys)
 
 
 def _cell(value: Any) -> Any:

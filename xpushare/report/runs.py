@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xpushare.model.case_record import CaseRecord
 from xpushare.report import artifacts
-from xpushare.report.summaries import Result, aggregate_status, counts, decision_of_run, record_status
+from xpushare.report.summaries import aggregate_status, counts, decision_of_run, record_status
 
 #: ``overall`` of a run without any case result.
 NO_CASES = "NONE"
@@ -96,7 +97,7 @@ def process_alive(process: Any, *, machine: str | None = None) -> bool:
     return True
 
 
-def run_state(meta: Mapping[str, Any], results: Sequence[Result]) -> str:
+def run_state(meta: Mapping[str, Any], results: Sequence[CaseRecord]) -> str:
     """:data:`RUNNING` while run.json has no ``exit_status`` and its ``process`` is alive on this machine;
     :data:`INTERRUPTED` when run.json has no ``exit_status`` otherwise (the run died: killed, crashed, a full
     disk) or says ``interrupted``; :data:`INCOMPLETE` when fewer cases have a result than run.json's ``selected``
@@ -107,7 +108,7 @@ def run_state(meta: Mapping[str, Any], results: Sequence[Result]) -> str:
         return INTERRUPTED
     selected = {(str(s.get("cluster")), str(s.get("suite")), str(s.get("case_id")))
                 for s in meta.get("selected") or [] if isinstance(s, Mapping)}
-    have = {(str(r["cluster"]), str(r["suite"]), str(r["case_id"])) for r in results}
+    have = {(r.cluster, r.suite, r.case_id) for r in results}
     if selected - have:
         return INCOMPLETE
     return COMPLETE
@@ -119,7 +120,7 @@ def run_info(root: Path, run_id: str) -> RunInfo:
     run_dir = artifacts.stored_run_dir(root, run_id)
     results = artifacts.load_results(run_dir)
     meta = artifacts.read_run_meta(run_dir) or {}
-    clusters = {str(r["cluster"]) for r in results} | {str(c) for c in meta.get("clusters") or []}
+    clusters = {r.cluster for r in results} | {str(c) for c in meta.get("clusters") or []}
     state = run_state(meta, results)
     release = decision_of_run(results, meta, interrupted=bool(meta.get("interrupted")) or state != COMPLETE).label \
         if results else None
@@ -132,7 +133,7 @@ def run_info(root: Path, run_id: str) -> RunInfo:
     return RunInfo(
         run_id=run_dir.parent.name,
         clusters=tuple(sorted(clusters, key=artifacts.natural_key)),
-        suites=tuple(sorted({str(r["suite"]) for r in results}, key=artifacts.suite_rank)),
+        suites=tuple(sorted({r.suite for r in results}, key=artifacts.suite_rank)),
         started=None if meta.get("started") is None else str(meta["started"]),
         ended=None if meta.get("ended") is None else str(meta["ended"]),
         counts=counts(results),
@@ -160,7 +161,7 @@ def list_runs(root: Path) -> list[RunInfo]:
             run_dir = artifacts.run_dir(root, run_id)
             results = artifacts.load_results(run_dir)
             verdicts = aggregate_status(record_status(r) for r in results).value if results else NO_CASES
-            out.append(RunInfo(run_id, tuple(sorted({str(r["cluster"]) for r in results})), (), None, None,
+            out.append(RunInfo(run_id, tuple(sorted({r.cluster for r in results})), (), None, None,
                                counts(results), INTERRUPTED, False, state=INTERRUPTED, verdicts=verdicts,
                                damaged=str(exc)))
     return out
@@ -248,10 +249,10 @@ def flat_numbers(value: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
             yield prefix, number
 
 
-def _keyed(results: Sequence[Result], by_cluster: bool) -> dict[str, Result]:
+def _keyed(results: Sequence[CaseRecord], by_cluster: bool) -> dict[str, CaseRecord]:
     out = {}
     for r in results:
-        key = f"{r['cluster']}/{r['suite']}/{r['case_id']}" if by_cluster else f"{r['suite']}/{r['case_id']}"
+        key = f"{r.cluster}/{r.suite}/{r.case_id}" if by_cluster else f"{r.suite}/{r.case_id}"
         out[key] = r
     return out
 
@@ -263,13 +264,14 @@ def build_id(builds: Mapping[str, Any] | None, cluster: str) -> str | None:
     return str(value) if value else None
 
 
-def diff_results(a: Sequence[Result], b: Sequence[Result], *, a_id: str = "A", b_id: str = "B",
+def diff_results(a: Sequence[CaseRecord], b: Sequence[CaseRecord], *, a_id: str = "A", b_id: str = "B",
                  a_builds: Mapping[str, Any] | None = None, b_builds: Mapping[str, Any] | None = None) -> RunDiff:
-    """Compare two runs' results (as :func:`~xpushare.report.artifacts.load_results` gives them); see the module
+    """Compare two runs' case records (model/case_record.py, as :func:`~xpushare.report.artifacts.load_results`
+    gives them); see the module
     docstring for how cases are matched. Changes come in case order (cluster, suite order, natural case id).
     ``a_builds``/``b_builds``: each run's ``sut_build`` of run.json, which tells a flip of one SUT build from a
     change between builds (:class:`VerdictChange`)."""
-    single = len({r["cluster"] for r in a}) == 1 and len({r["cluster"] for r in b}) == 1
+    single = len({r.cluster for r in a}) == 1 and len({r.cluster for r in b}) == 1
     ka, kb = _keyed(a, not single), _keyed(b, not single)
     order = {k: artifacts.result_sort_key(r) for k, r in {**kb, **ka}.items()}
     changes: list[VerdictChange] = []
@@ -285,13 +287,13 @@ def diff_results(a: Sequence[Result], b: Sequence[Result], *, a_id: str = "A", b
         before = None if ra is None else record_status(ra).value
         after = None if rb is None else record_status(rb).value
         if before != after:
-            build_a, build_b = build_id(a_builds, str(ra["cluster"])), build_id(b_builds, str(rb["cluster"]))
+            build_a, build_b = build_id(a_builds, ra.cluster), build_id(b_builds, rb.cluster)
             same = None if build_a is None or build_b is None else build_a == build_b
             changes.append(VerdictChange(key, before, after, same, build_a if same else None))
         else:
             unchanged += 1
-        ma = dict(flat_numbers(ra.get("metrics") if ra else None))
-        mb = dict(flat_numbers(rb.get("metrics") if rb else None))
+        ma = dict(flat_numbers(ra.metrics if ra else None))
+        mb = dict(flat_numbers(rb.metrics if rb else None))
         for metric in sorted(set(ma) | set(mb), key=artifacts.natural_key):
             va, vb = ma.get(metric), mb.get(metric)
             if va == vb:

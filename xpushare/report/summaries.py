@@ -1,5 +1,8 @@
 """Counting, the TSV summaries and the release decision of a run, from its stored ``result.json`` records.
 
+Every function here and every report takes the records as :class:`~xpushare.model.case_record.CaseRecord` s
+(source: model/case_record.py), as :func:`xpushare.report.artifacts.load_results` reads them.
+
 :func:`xpushare.report.build.build` writes into the run directory:
 
 * ``case-summary.tsv``: ``cluster suite case_id status summary case_log_dir``, one row per case (latest
@@ -30,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Status
 from xpushare.report import artifacts
 
@@ -40,19 +44,16 @@ STATUS_ORDER: tuple[Status, ...] = (Status.PASS, Status.FAIL, Status.INTERMITTEN
 #: Statuses that count as a failure of the case (the exit status 1, the problems of the reports).
 FAILURE_STATUSES: tuple[Status, ...] = (Status.FAIL, Status.INTERMITTENT, Status.ERROR, Status.INTERRUPTED)
 
-Result = Mapping[str, Any]
-
-
 
 # --------------------------------------------------------------------------------------------- counting
 
 
-def record_status(record: Result) -> Status:
+def record_status(record: CaseRecord) -> Status:
     """The record's status; ``ValueError`` if it is not one of :class:`Status`."""
-    return Status(record["status"])
+    return Status(record.status)
 
 
-def counts(results: Iterable[Result]) -> dict[str, int]:
+def counts(results: Iterable[CaseRecord]) -> dict[str, int]:
     """``{"PASS": n, "FAIL": n, "INTERMITTENT": n, "SKIP": n, "ERROR": n, "INTERRUPTED": n}``, every key present,
     in that order (:data:`STATUS_ORDER`).
 
@@ -85,29 +86,30 @@ def aggregate_status(statuses: Iterable[Status | str]) -> Status:
     return Status.SKIP
 
 
-def never_run(meta: Mapping[str, Any], results: Sequence[Result]) -> list[Result]:
+def never_run(meta: Mapping[str, Any], results: Sequence[CaseRecord]) -> list[CaseRecord]:
     """Records for the cases ``run.json`` lists as selected (``selected``: cluster, suite, case_id, title) that have
     no result: the run ended (interrupt, kill, crash) before them. A required case (``required`` of run.json)
     is ERROR, another SKIP, so a report of an interrupted run counts every selected case."""
-    have = {(str(r["cluster"]), str(r["suite"]), str(r["case_id"])) for r in results}
+    have = {(r.cluster, r.suite, r.case_id) for r in results}
     required = set(meta.get("required") or [])
-    out: list[Result] = []
+    out: list[CaseRecord] = []
     for s in meta.get("selected") or []:
         if not isinstance(s, Mapping) or (str(s.get("cluster")), str(s.get("suite")), str(s.get("case_id"))) in have:
             continue
         is_required = s.get("case_id") in required
-        out.append({"cluster": s.get("cluster"), "suite": s.get("suite"), "case_id": s.get("case_id"),
-                    "title": s.get("title") or "", "required": is_required, "duration_s": 0.0,
-                    "status": (Status.ERROR if is_required else Status.SKIP).value,
-                    "summary": "never run: the run ended before this case"})
+        out.append(CaseRecord(run_id=str(meta.get("run_id") or ""), cluster=str(s.get("cluster")),
+                              suite=str(s.get("suite")), case_id=str(s.get("case_id")), title=str(s.get("title") or ""),
+                              mode=None, attempt=None, status=(Status.ERROR if is_required else Status.SKIP).value,
+                              summary="never run: the run ended before this case", duration_s=0.0,
+                              required=is_required))
     return out
 
 
-def suite_groups(results: Sequence[Result]) -> dict[tuple[str, str], list[Result]]:
-    """Results grouped by (cluster, suite), in the order of ``results`` (already sorted by load_results)."""
-    groups: dict[tuple[str, str], list[Result]] = {}
+def suite_groups(results: Sequence[CaseRecord]) -> dict[tuple[str, str], list[CaseRecord]]:
+    """Records grouped by (cluster, suite), in the order of ``results`` (already sorted by load_results)."""
+    groups: dict[tuple[str, str], list[CaseRecord]] = {}
     for r in results:
-        groups.setdefault((str(r["cluster"]), str(r["suite"])), []).append(r)
+        groups.setdefault((r.cluster, r.suite), []).append(r)
     return groups
 
 
@@ -150,27 +152,27 @@ def read_tsv(path: Path) -> list[list[str]]:
     return [[tsv_unescape(f) for f in line.split("\t")] for line in text.split("\n") if line != ""]
 
 
-def case_summary_rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
+def case_summary_rows(results: Sequence[CaseRecord]) -> list[tuple[str, ...]]:
     """Rows of ``case-summary.tsv`` (without the header), one per result."""
     return [
         (
-            str(r["cluster"]),
-            str(r["suite"]),
-            str(r["case_id"]),
+            r.cluster,
+            r.suite,
+            r.case_id,
             record_status(r).value,
-            cell_text(r.get("summary")),
-            str(r.get("case_log_dir", "")),
+            cell_text(r.summary),
+            r.case_log_dir,
         )
         for r in results
     ]
 
 
-def run_summary_rows(results: Sequence[Result]) -> list[tuple[str, ...]]:
+def run_summary_rows(results: Sequence[CaseRecord]) -> list[tuple[str, ...]]:
     """Rows of ``run-summary.tsv`` (without the header): per (cluster, suite) the ``all`` row, then its cases."""
     rows: list[tuple[str, ...]] = []
     for (cluster, suite), group in suite_groups(results).items():
         rows.append((cluster, suite, "all", aggregate_status(record_status(r) for r in group).value))
-        rows.extend((cluster, suite, str(r["case_id"]), record_status(r).value) for r in group)
+        rows.extend((cluster, suite, r.case_id, record_status(r).value) for r in group)
     return rows
 
 
@@ -181,16 +183,16 @@ def cell_text(value: Any) -> str:
 
 
 
-def record_duration(record: Result) -> float:
+def record_duration(record: CaseRecord) -> float:
     """The record's ``duration_s`` in seconds; 0.0 when missing or not a finite number."""
-    d = record.get("duration_s")
+    d = record.duration_s
     return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else 0.0
 
 
-def failure_text(record: Result) -> str:
+def failure_text(record: CaseRecord) -> str:
     """The failed checks of a record, one line each, its error, case dir and evidence files (JUnit and Markdown)."""
     lines = []
-    for c in record.get("checks") or []:
+    for c in record.checks or []:
         if isinstance(c, Mapping) and c.get("ok") is not True:
             verdict = "FAIL" if c.get("ok") is False else "n.a."
             values = ", ".join(f"{k}={artifacts.format_value(v, str(k))}" for k, v in (c.get("values") or {}).items())
@@ -198,17 +200,17 @@ def failure_text(record: Result) -> str:
             lines.append(line + (f" with {values}" if values else ""))
             if c.get("detail"):
                 lines.append(f"    {c['detail']}")
-    if record.get("error"):
-        lines.append(f"error: {record['error']}")
-    base = str(record.get("case_log_dir", ""))
-    verdicts = record.get("verdicts")
+    if record.error:
+        lines.append(f"error: {record.error}")
+    base = record.case_log_dir
+    verdicts = record.verdicts
     if isinstance(verdicts, list) and len(verdicts) > 1:
-        lines.append(f"attempts: {record.get('pass_count')} of {len(verdicts)} PASS ({', '.join(map(str, verdicts))})")
-        for a in record.get("attempts_run") or []:
+        lines.append(f"attempts: {record.pass_count} of {len(verdicts)} PASS ({', '.join(map(str, verdicts))})")
+        for a in record.attempts_run or []:
             if isinstance(a, Mapping) and a.get("status") != Status.PASS.value:
                 where = f"{base}/{a.get('dir')}" if base else str(a.get("dir"))
                 lines.append(f"attempt {a.get('attempt')} {a.get('status')} ({where}): {a.get('summary')}")
-    evidence = [f"{base}/{e}" if base else str(e) for e in record.get("evidence") or []]
+    evidence = [f"{base}/{e}" if base else str(e) for e in record.evidence or []]
     lines.append(f"case dir: {base}")
     lines.extend(f"evidence: {e}" for e in evidence)
     return "\n".join(lines)
@@ -249,26 +251,26 @@ class ReleaseDecision:
         return self.answer
 
 
-def default_required(results: Iterable[Result]) -> set[str]:
+def default_required(results: Iterable[CaseRecord]) -> set[str]:
     """Case ids whose records say ``required`` (a missing key counts as required)."""
-    return {str(r["case_id"]) for r in results if r.get("required", True) is not False}
+    return {r.case_id for r in results if r.required is not False}
 
 
-def case_where(r: Result) -> str:
+def case_where(r: CaseRecord) -> str:
     """``cluster/suite/case_id`` of a record."""
-    return f"{r['cluster']}/{r['suite']}/{r['case_id']}"
+    return f"{r.cluster}/{r.suite}/{r.case_id}"
 
 
-def ran_workloads(record: Result) -> bool:
+def ran_workloads(record: CaseRecord) -> bool:
     """Whether the case ran workloads (its evidence has their outputs, ``pods/...``): then a verdict about the SUT
     needs the SUT in their path. MET-001's scrape of the scheduler runs none."""
-    return any(str(e).startswith("pods/") for e in record.get("evidence") or [])
+    return any(str(e).startswith("pods/") for e in record.evidence or [])
 
 
-def sut_path_problem(record: Result) -> str | None:
+def sut_path_problem(record: CaseRecord) -> str | None:
     """Why a record's verdict does not show the SUT in its workloads' path (its ``sut_in_path`` check is absent or
     not ok), or None when it does."""
-    checks = [c for c in record.get("checks") or [] if isinstance(c, Mapping) and c.get("name") == "sut_in_path"]
+    checks = [c for c in record.checks or [] if isinstance(c, Mapping) and c.get("name") == "sut_in_path"]
     if not checks:
         return "no sut_in_path check in its record: the SUT was not shown in its workloads' path"
     bad = [c for c in checks if c.get("ok") is not True]
@@ -285,7 +287,7 @@ def profile_line(cluster: str, info: Mapping[str, Any]) -> str:
 
 
 def release_decision(
-    results: Sequence[Result],
+    results: Sequence[CaseRecord],
     required: set[str] | None = None,
     *,
     clusters: Iterable[str] = (),
@@ -348,32 +350,32 @@ def release_decision(
     for status in (Status.FAIL, Status.INTERMITTENT, Status.ERROR, Status.INTERRUPTED):
         for r in results:
             if record_status(r) is status:
-                line = f"{status.value}: {case_where(r)}: {cell_text(r.get('summary'))}"
+                line = f"{status.value}: {case_where(r)}: {cell_text(r.summary)}"
                 (refusals if status in (Status.FAIL, Status.INTERMITTENT) else reasons).append(line)
 
-    def is_required(r: Result) -> bool:
-        needed = required_on.get(str(r["cluster"])) if profiles else required
-        return needed is not None and str(r["case_id"]) in needed
+    def is_required(r: CaseRecord) -> bool:
+        needed = required_on.get(r.cluster) if profiles else required
+        return needed is not None and r.case_id in needed
 
     if profiles:
         for cluster, needed in required_on.items():
-            present = {str(r["case_id"]) for r in results if str(r["cluster"]) == cluster}
+            present = {r.case_id for r in results if r.cluster == cluster}
             for case_id in sorted((needed & chosen.get(cluster, set())) - present, key=artifacts.natural_key):
                 reasons.append(f"required case missing: {cluster}/{case_id}")
     else:
-        present = {str(r["case_id"]) for r in results}
+        present = {r.case_id for r in results}
         for case_id in sorted(required - present, key=artifacts.natural_key):
             reasons.append(f"required case missing: {case_id}")
     for r in results:
         if is_required(r) and record_status(r) is Status.SKIP:
-            reasons.append(f"required case skipped: {case_where(r)}: {cell_text(r.get('summary'))}")
-        has_sut = (profiles or {}).get(str(r["cluster"]), {}).get("sut", True)  # without it: refused above
-        if (is_required(r) and has_sut and record_status(r) is Status.PASS and str(r["suite"]) in judging
+            reasons.append(f"required case skipped: {case_where(r)}: {cell_text(r.summary)}")
+        has_sut = (profiles or {}).get(r.cluster, {}).get("sut", True)  # without it: refused above
+        if (is_required(r) and has_sut and record_status(r) is Status.PASS and r.suite in judging
                 and ran_workloads(r)):
             problem = sut_path_problem(r)
             if problem:
                 refusals.append(f"PASS without the SUT in the path: {case_where(r)}: {problem}")
-    seen_clusters = {str(r["cluster"]) for r in results}
+    seen_clusters = {r.cluster for r in results}
     for cluster in sorted(set(clusters) - seen_clusters, key=artifacts.natural_key):
         reasons.append(f"cluster {cluster} has no case results")
     if results and not any(record_status(r) is Status.PASS for r in results):
@@ -388,7 +390,7 @@ def release_decision(
     return ReleaseDecision(verdict == YES, every, verdict, tuple(lines), partial)
 
 
-def decision_of_run(results: Sequence[Result], meta: Mapping[str, Any], required: set[str] | None = None,
+def decision_of_run(results: Sequence[CaseRecord], meta: Mapping[str, Any], required: set[str] | None = None,
                     *, interrupted: bool | None = None) -> ReleaseDecision:
     """:func:`release_decision` of a stored run from its run.json (``meta``): its clusters, interruption, release
     profiles, selection and SUT-judging suites; ``required`` defaults to run.json's ``required`` (then the
@@ -409,12 +411,12 @@ def interrupted_by(meta: Mapping[str, Any]) -> str | None:
     return by if isinstance(by, str) and by else None
 
 
-def release_scope(results: Sequence[Result], meta: Mapping[str, Any]) -> str:
+def release_scope(results: Sequence[CaseRecord], meta: Mapping[str, Any]) -> str:
     """The one line that says what a release decision covers: the cases this run selected (``run.json``'s
     ``selected`` and ``selection``; the case ids of ``results`` for a run.json without them), never the cases of
     the matrix outside that selection. Shared by ``run-report.md`` and ``report.html``."""
     selected = meta.get("selected") or []
-    ids = {str(s.get("case_id")) for s in selected if isinstance(s, Mapping)} or {str(r["case_id"]) for r in results}
+    ids = {str(s.get("case_id")) for s in selected if isinstance(s, Mapping)} or {r.case_id for r in results}
     selection = meta.get("selection")
     how = f" (selection: {selection})" if selection else ""
     return (f"The decision covers the {len(ids)} case(s) this run selected{how}, not the cases of the matrix "
@@ -452,14 +454,14 @@ class RunOverview:
     suites: list[SuiteLine]
 
 
-def run_overview(results: Sequence[Result], meta: Mapping[str, Any] | None = None, required: set[str] | None = None,
+def run_overview(results: Sequence[CaseRecord], meta: Mapping[str, Any] | None = None, required: set[str] | None = None,
                  now: datetime | None = None) -> RunOverview:
     """The :class:`RunOverview` of ``results`` (``meta`` from ``run.json``; ``required`` defaults to
     :func:`default_required`, ``now`` to the current time): the clusters of the results and of ``meta``, the
     :func:`release_decision` with its :func:`release_scope`, and a :class:`SuiteLine` per :func:`suite_groups` group."""
     meta = meta or {}
     required = default_required(results) if required is None else set(required)
-    clusters = sorted({str(r["cluster"]) for r in results} | {str(x) for x in meta.get("clusters") or []},
+    clusters = sorted({r.cluster for r in results} | {str(x) for x in meta.get("clusters") or []},
                       key=artifacts.natural_key)
     decision = decision_of_run(results, meta, required)
     suites = []

@@ -19,10 +19,17 @@ from xpushare.collect.ctx_probe import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.context_latency import judge_context_latency
 from xpushare.judge.sut_path import with_sut_checks
-from xpushare.report.compare import compare_results
+from xpushare.model.case_record import CaseRecord
+from xpushare.report.compare import Comparison
+from xpushare.report.compare import compare_results as compare_records
 
 PROBE = REPO_ROOT / "xpushare" / "data" / "workloads" / "ctx_probe.py"
 TH = {"perf013_max_total_ms": 1000.0}
+
+
+def compare_results(runs: list[tuple[str, list[dict[str, Any]]]]) -> Comparison:
+    """:func:`xpushare.report.compare.compare_results` of stored records (as result.json holds them)."""
+    return compare_records([(run_id, [CaseRecord.from_json(r) for r in records]) for run_id, records in runs])
 
 
 def line(init: float = 40.0, context: float = 60.0, alloc: float = 1.0, launch: float = 5.0, status: str = "ok",

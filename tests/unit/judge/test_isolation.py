@@ -13,8 +13,9 @@ from tests.paths import REPO_ROOT
 from xpushare.collect.mem_probe import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_memory_path, phase_lines
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.workload import WorkloadRecord
-from xpushare.report.isolation_table import isolation_rows
+from xpushare.report.isolation_table import isolation_rows as rows_of
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"
 sys.path.insert(0, str(WORKLOADS))
@@ -24,6 +25,11 @@ MIB = 1 << 20
 QUOTA = 256 * MIB
 TH = {"iso_memory_tolerance_ratio": 0.02}
 POD = "iso-001-probe"
+
+
+def isolation_rows(records: list[dict[str, Any]]) -> list[list[str]]:
+    """:func:`xpushare.report.isolation_table.isolation_rows` of stored records (as result.json holds them)."""
+    return rows_of([CaseRecord.from_json({"cluster": "", **r}) for r in records])
 
 
 def line(path: str = "cuMemAlloc", accepted: int = QUOTA, refused: int = 64 * MIB, cap: int = 3 * QUOTA,

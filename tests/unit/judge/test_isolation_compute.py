@@ -21,8 +21,9 @@ from xpushare.collect.compute_probe import parse_text
 from xpushare.engine.lifecycle import skip_reason
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_compute_path
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.workload import WorkloadRecord
-from xpushare.report.isolation_table import isolation_rows
+from xpushare.report.isolation_table import isolation_rows as rows_of
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"
 sys.path.insert(0, str(WORKLOADS))
@@ -31,6 +32,11 @@ probe: Any = importlib.import_module("compute_probe")
 TH = {"iso_compute_skip_intervals": 1, "iso_compute_sources_tolerance": 0.05, "perf_quota_tolerance": 0.08,
       "perf_mixed_tolerance": 0.10, "perf_mixed_tolerance_t4": 0.12}
 POD, NEIGHBOUR = "iso-011-probe", "iso-014-probe-z"
+
+
+def isolation_rows(records: list[dict[str, Any]]) -> list[list[str]]:
+    """:func:`xpushare.report.isolation_table.isolation_rows` of stored records (as result.json holds them)."""
+    return rows_of([CaseRecord.from_json({"cluster": "", **r}) for r in records])
 
 
 def line(busy: float = 0.5, index: int = 1, path: str = "cuLaunchKernel", status: str = "ok",

@@ -11,8 +11,9 @@ from tests.unit.judge.test_isolation import line
 from tests.unit.judge.test_isolation_compute import line as compute_line
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_compute_path, judge_memory_path
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.workload import WorkloadRecord
-from xpushare.report.isolation_table import isolation_rows
+from xpushare.report.isolation_table import isolation_rows as rows_of
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "collect"
 MIB = 1 << 20
@@ -20,6 +21,11 @@ QUOTA = 1024 * MIB
 TH = {"iso_memory_tolerance_ratio": 0.02}
 POD = "iso-001-probe"
 PID = 4242
+
+
+def isolation_rows(records: list[dict[str, Any]]) -> list[list[str]]:
+    """:func:`xpushare.report.isolation_table.isolation_rows` of stored records (as result.json holds them)."""
+    return rows_of([CaseRecord.from_json({"cluster": "", **r}) for r in records])
 
 
 def evidence(log: str, files: dict[str, str] | None = None, pid: int = PID) -> Evidence:

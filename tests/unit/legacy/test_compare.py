@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from xpushare.legacy import compare
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.workload import WorkloadRecord, write_pod_records
 from xpushare.report import artifacts
@@ -123,7 +124,8 @@ def test_unknown_placement_is_not_guessed(tmp_path: Path) -> None:
     write_case(run_dir, "idle-small", {"p1": (450, "GPU-a", True)})
     (artifacts.case_dir(run_dir, "c1", "legacy", "idle-small") / "scheduler.log").unlink()
     res = compare.scenario_result(artifacts.case_dir(run_dir, "c1", "legacy", "idle-small"),
-                                  {"case_id": "idle-small", "cluster": "c1", "status": "ERROR"})
+                                  CaseRecord.from_json({"case_id": "idle-small", "cluster": "c1",
+                                                        "suite": "legacy", "status": "ERROR"}))
     c = compare.compare_result(res, compare.load_baseline(SEED))
     assert c.regime == "unknown" and "placement unknown" in c.analysis and c.ratio == pytest.approx(450 / 445)
 

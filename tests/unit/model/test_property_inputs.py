@@ -172,7 +172,7 @@ def test_any_stored_run_is_read_and_reported_or_one_usage_error(meta: bytes, res
 
 def _read_and_report(run_dir: Path) -> None:
     loaded = artifacts.load_results(run_dir)
-    assert [r["status"] for r in loaded] and all(r["status"] in {"PASS", "FAIL", "SKIP", "ERROR", "INTERRUPTED"}
+    assert [r.status for r in loaded] and all(r.status in {"PASS", "FAIL", "SKIP", "ERROR", "INTERRUPTED"}
                                                   for r in loaded)
     try:
         stored = artifacts.read_run_meta(run_dir)

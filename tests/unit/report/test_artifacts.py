@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Check, Status
 from xpushare.report import artifacts
 
@@ -41,6 +42,11 @@ def make_record(cluster: str = "c1", suite: str = "functional", case_id: str = "
     }
     record.update(kw)
     return record
+
+
+def case_record(cluster: str = "c1", suite: str = "functional", case_id: str = "FUNC-001", **kw: Any) -> CaseRecord:
+    """:func:`make_record` as the reports take it: a :class:`CaseRecord`."""
+    return CaseRecord.from_json(make_record(cluster, suite, case_id, **kw))
 
 
 def put(run: Path, **kw: Any) -> Path:
@@ -178,7 +184,7 @@ def test_write_analysis_sections_and_judgment(tmp_path: Path) -> None:
         ],
         evidence=["pods/p30.log"],
     )
-    text = artifacts.write_analysis(tmp_path, rec).read_text(encoding="utf-8")
+    text = artifacts.write_analysis(tmp_path, CaseRecord.from_json(rec)).read_text(encoding="utf-8")
     lines = text.splitlines()
     order = ["Operation", "Sampling", "Judgment", "Thresholds", "Key metrics", "Conclusion"]
     positions = [lines.index(title) for title in order]
@@ -196,7 +202,7 @@ def test_write_analysis_sections_and_judgment(tmp_path: Path) -> None:
 
 
 def test_analysis_makes_control_characters_visible(tmp_path: Path) -> None:
-    text = artifacts.render_analysis(make_record(summary="red \x1b[31mtext"))
+    text = artifacts.render_analysis(case_record(summary="red \x1b[31mtext"))
     assert "\x1b" not in text and "\\x1b[31m" in text
 
 
@@ -256,8 +262,8 @@ def test_load_results_reads_latest_attempt_only(tmp_path: Path) -> None:
     artifacts.archive_previous_attempt(cdir)
     put(tmp_path, status="PASS", summary="new", attempt=2)
     results = artifacts.load_results(tmp_path)
-    assert [(r["status"], r["summary"], r["attempt"]) for r in results] == [("PASS", "new", 2)]
-    assert results[0]["case_log_dir"] == "c1/functional/FUNC-001"
+    assert [(r.status, r.summary, r.attempt) for r in results] == [("PASS", "new", 2)]
+    assert results[0].case_log_dir == "c1/functional/FUNC-001"
     assert artifacts.latest_statuses(tmp_path) == {("c1", "functional", "FUNC-001"): Status.PASS}
 
 
@@ -272,7 +278,7 @@ def test_load_results_order(tmp_path: Path) -> None:
         ("c1", "performance", "PERF-001"),
     ]:
         put(tmp_path, cluster=cluster, suite=suite, case_id=case_id)
-    got = [(r["cluster"], r["suite"], r["case_id"]) for r in artifacts.load_results(tmp_path)]
+    got = [(r.cluster, r.suite, r.case_id) for r in artifacts.load_results(tmp_path)]
     # Suite order is the seed's execution order (functional before combination), not alphabetical.
     assert got == [
         ("c1", "functional", "FUNC-002"),
@@ -293,9 +299,9 @@ def test_load_results_reports_damaged_files_as_error(tmp_path: Path) -> None:
     odd.mkdir(parents=True)
     (odd / "result.json").write_text(json.dumps(make_record(case_id="FUNC-002", status="SKIPPED")))
     results = artifacts.load_results(tmp_path)
-    assert [(r["case_id"], r["status"]) for r in results] == [("FUNC-001", "ERROR"), ("FUNC-002", "ERROR")]
-    assert "unreadable result.json" in results[0]["summary"]
-    assert "SKIPPED" in results[1]["summary"]
+    assert [(r.case_id, r.status) for r in results] == [("FUNC-001", "ERROR"), ("FUNC-002", "ERROR")]
+    assert "unreadable result.json" in str(results[0].summary)
+    assert "SKIPPED" in str(results[1].summary)
     assert artifacts.load_results(tmp_path / "nope") == []
 
 

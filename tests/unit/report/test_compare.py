@@ -13,11 +13,18 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
+from xpushare.model.case_record import CaseRecord
 from xpushare.report import artifacts
-from xpushare.report.compare import compare_results, compare_runs, plot
+from xpushare.report.compare import Comparison, compare_runs, plot
+from xpushare.report.compare import compare_results as compare_records
 
 MIB = 1 << 20
 Q = 1024 * MIB
+
+
+def compare_results(runs: list[tuple[str, list[dict[str, Any]]]]) -> Comparison:
+    """:func:`xpushare.report.compare.compare_results` of stored records (as result.json holds them)."""
+    return compare_records([(run_id, [CaseRecord.from_json(r) for r in records]) for run_id, records in runs])
 
 
 def mem(case: str, path: str, sut: str, cluster: str, status: str, accepted: int | None, **m: Any) -> dict[str, Any]:

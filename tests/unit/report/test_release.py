@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.unit.report.test_artifacts import make_record, put
+from xpushare.model.case_record import CaseRecord
 from xpushare.report import artifacts, build, summaries
 from xpushare.report.runs import INCOMPLETE, INTERRUPTED, RUNNING, diff_results, list_runs
 
@@ -43,7 +44,7 @@ def meta(selected: list[str], *, sut: bool = True, **kw: Any) -> dict[str, Any]:
 
 
 def decide(results: list[dict[str, Any]], m: dict[str, Any]) -> summaries.ReleaseDecision:
-    return summaries.decision_of_run(results, m)
+    return summaries.decision_of_run([CaseRecord.from_json(r) for r in results], m)
 
 
 def test_a_full_profile_all_pass_with_the_sut_in_the_path_is_yes() -> None:
@@ -164,8 +165,8 @@ def test_the_overall_column_is_the_release_decision(tmp_path: Path) -> None:
 
 
 def test_diff_marks_a_flip_of_one_sut_build() -> None:
-    a = [record("FUNC-001"), record("FUNC-002")]
-    b = [record("FUNC-001", "FAIL"), record("FUNC-002", "FAIL")]
+    a = [CaseRecord.from_json(record(c)) for c in ("FUNC-001", "FUNC-002")]
+    b = [CaseRecord.from_json(record(c, "FAIL")) for c in ("FUNC-001", "FUNC-002")]
     same = {"c1": {"id": "abc123", "parts": ["x"]}}
     d = diff_results(a, b, a_builds=same, b_builds=same)
     assert [(c.case, c.same_build, c.build) for c in d.verdict_changes] == [

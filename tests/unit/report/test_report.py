@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.report.test_artifacts import make_record, put
+from tests.unit.report.test_artifacts import case_record, put
 from xpushare.model.verdict import Status
 from xpushare.report import artifacts, build, markdown, summaries
 
@@ -40,7 +40,7 @@ def make_run(root: Path, specs: list[dict[str, Any]]) -> Path:
     run = artifacts.run_dir(root, "r1")
     for spec in specs:
         cdir = put(run, **spec)
-        artifacts.write_analysis(cdir, make_record(**spec))
+        artifacts.write_analysis(cdir, case_record(**spec))
     return run
 
 
@@ -89,22 +89,22 @@ def md_table(section: str) -> list[list[str]]:
 
 
 def test_counts_keep_every_status_apart() -> None:
-    results = [make_record(status=s) for s in ("PASS", "SKIP", "SKIP", "ERROR", "INTERRUPTED", "FAIL")]
+    results = [case_record(status=s) for s in ("PASS", "SKIP", "SKIP", "ERROR", "INTERRUPTED", "FAIL")]
     assert summaries.counts(results) == {"PASS": 1, "FAIL": 1, "INTERMITTENT": 0, "SKIP": 2, "ERROR": 1,
                                          "INTERRUPTED": 1}
     assert summaries.counts([]) == {"PASS": 0, "FAIL": 0, "INTERMITTENT": 0, "SKIP": 0, "ERROR": 0,
                                     "INTERRUPTED": 0}
     with pytest.raises(ValueError):
-        summaries.counts([make_record(status="OK")])
+        summaries.counts([case_record(status="OK")])
 
 
 def test_pass_rate_leaves_skip_out_of_the_denominator() -> None:
     # 1 PASS, 1 FAIL, 2 SKIP: the rate is 1 of the 2 that ran, not 1/4 and certainly not (1+2)/4.
-    c = summaries.counts([make_record(status=s) for s in ("PASS", "FAIL", "SKIP", "SKIP")])
+    c = summaries.counts([case_record(status=s) for s in ("PASS", "FAIL", "SKIP", "SKIP")])
     assert summaries.pass_rate(c) == 0.5
-    assert summaries.pass_rate(summaries.counts([make_record(status="SKIP")])) is None
+    assert summaries.pass_rate(summaries.counts([case_record(status="SKIP")])) is None
     # ERROR and INTERRUPTED did not pass, so they stay in the denominator.
-    c = summaries.counts([make_record(status=s) for s in ("PASS", "ERROR", "INTERRUPTED")])
+    c = summaries.counts([case_record(status=s) for s in ("PASS", "ERROR", "INTERRUPTED")])
     assert summaries.pass_rate(c) == 1 / 3
 
 
@@ -367,12 +367,12 @@ def test_release_ignores_skip_of_optional_case_but_not_its_failure(tmp_path: Pat
 
 
 def test_release_no_for_silent_cluster_interrupted_run_or_nothing_passed(tmp_path: Path) -> None:
-    decision = summaries.release_decision([make_record()], clusters=["c1", "c2"])
+    decision = summaries.release_decision([case_record()], clusters=["c1", "c2"])
     assert not decision.ready and "cluster c2 has no case results" in decision.reasons
-    assert not summaries.release_decision([make_record()], interrupted=True).ready
+    assert not summaries.release_decision([case_record()], interrupted=True).ready
     assert not summaries.release_decision([]).ready
-    assert not summaries.release_decision([make_record(status="SKIP", required=False)]).ready
-    assert summaries.release_decision([make_record()], clusters=["c1"]).ready
+    assert not summaries.release_decision([case_record(status="SKIP", required=False)]).ready
+    assert summaries.release_decision([case_record()], clusters=["c1"]).ready
 
     run = make_run(tmp_path, ALL_PASS)
     artifacts.write_run_meta(run, {"run_id": "r1", "clusters": ["c1", "c2", "c3"], "interrupted": False})

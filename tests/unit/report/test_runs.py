@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
+from xpushare.model.case_record import CaseRecord
 from xpushare.report import artifacts
 from xpushare.report.runs import NO_CASES, diff_results, flat_numbers, list_runs
 
@@ -91,11 +92,11 @@ def test_diff_reports_verdict_changes_and_metric_deltas(two_runs: Path) -> None:
 
 
 def test_diff_matches_single_cluster_runs_across_clusters(tmp_path: Path) -> None:
-    a = [{"cluster": "c1", "suite": "functional", "case_id": "FUNC-001", "status": "PASS"}]
-    b = [{"cluster": "c2", "suite": "functional", "case_id": "FUNC-001", "status": "FAIL"}]
+    a = [CaseRecord.from_json({"cluster": "c1", "suite": "functional", "case_id": "FUNC-001", "status": "PASS"})]
+    b = [CaseRecord.from_json({"cluster": "c2", "suite": "functional", "case_id": "FUNC-001", "status": "FAIL"})]
     assert [(v.case, v.before, v.after) for v in diff_results(a, b).verdict_changes] == [
         ("functional/FUNC-001", "PASS", "FAIL")]
-    both = [*a, {**b[0], "status": "PASS"}]
+    both = [*a, b[0].replace(status="PASS")]
     changes = diff_results(both, b).verdict_changes
     assert [(v.case, v.before, v.after) for v in changes] == [("c2/functional/FUNC-001", "PASS", "FAIL")]
     assert diff_results(both, b).only_in_a == ["c1/functional/FUNC-001"]

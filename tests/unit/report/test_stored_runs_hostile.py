@@ -17,6 +17,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 from xpushare.engine import driver
+from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import StoredRunDamaged, UsageError
 from xpushare.report import artifacts
 from xpushare.transport import interrupt
@@ -58,7 +59,7 @@ def test_sigterm_after_the_last_case_still_writes_every_report(tmp_path: Path, m
     real = artifacts.load_results
     sent: list[int] = []
 
-    def load_then_signal(run_dir: Path) -> list[dict[str, Any]]:
+    def load_then_signal(run_dir: Path) -> list[CaseRecord]:
         if not sent:
             sent.append(1)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -112,9 +113,9 @@ def test_a_result_json_that_is_a_directory_or_mistyped_is_an_error_record(tmp_pa
     other = tmp_path / "local" / "functional" / "FUNC-002"
     other.mkdir(parents=True)
     (other / "result.json").write_text('{"status": "PASS", "thresholds": [1], "summary": "ok"}')
-    records = {r["case_id"]: r for r in artifacts.load_results(tmp_path)}
-    assert records["FUNC-001"]["status"] == "ERROR" and "not a file" in records["FUNC-001"]["summary"]
-    assert records["FUNC-002"]["status"] == "ERROR" and "thresholds" in records["FUNC-002"]["summary"]
+    records = {r.case_id: r for r in artifacts.load_results(tmp_path)}
+    assert records["FUNC-001"].status == "ERROR" and "not a file" in str(records["FUNC-001"].summary)
+    assert records["FUNC-002"].status == "ERROR" and "thresholds" in str(records["FUNC-002"].summary)
 
 
 def test_judge_report_and_resume_on_a_damaged_run_json_are_one_line(tmp_path: Path) -> None:
