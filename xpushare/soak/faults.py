@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import KubeAccess, PodRecord, PodSpec, SchedulerFacts
-from xpushare.evidence.scrape_capture import split_trailer
+from xpushare.evidence.scrape_capture import ScrapeFacts, scrape_facts, split_trailer
 from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.errors import XpushareError
-from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
+from xpushare.soak.ops import K8sSoakOps
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
 
