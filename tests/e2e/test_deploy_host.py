@@ -119,8 +119,8 @@ class ScriptedHost(LocalHost):
 
     def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:
         self.calls.append(tuple(argv))
-        if argv[0] == "curl":
-            out = self.code
+        if argv[0] == "curl":  # the scraper's GET: the body, then curl's status trailer
+            out = f"ok\n\nHTTP_CODE={self.code}\n"
         elif is_manager_probe(argv):
             out = "process\n"
         else:

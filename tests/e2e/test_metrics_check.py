@@ -27,7 +27,7 @@ import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
 from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence import http_fetch
+from xpushare.evidence import http_fetch, scrape_capture
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.metrics_check import checklist, endpoint, probes, task
 from xpushare.model.exit_status import ExitStatus
@@ -76,7 +76,7 @@ def test_healthy_lab_scheduler_passes(lab_cluster: LabCluster) -> None:
 def test_curl_fetcher_through_the_transport(lab_cluster: LabCluster) -> None:
     """The cluster path: curl on a node (here this machine's transport) captures status and Content-Type."""
     wait_idle(lab_cluster, NODE)
-    fetch = http_fetch.curl_fetcher(LocalHost("lab-node1"), timeout_s=5)
+    fetch = scrape_capture.curl_fetcher(LocalHost("lab-node1"), timeout_s=5)
     status, ctype, _body = fetch(lab_cluster.scheduler_url(NODE, "/metrics"))
     assert (status, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8")
     assert fetch(lab_cluster.scheduler_url(NODE, "/nope"))[0] == 404

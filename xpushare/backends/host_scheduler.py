@@ -13,7 +13,7 @@ from pathlib import Path
 
 from xpushare.backends import harvest_faults, scheduler_proc
 from xpushare.backends.base import SchedulerFacts, SchedulerRestart
-from xpushare.evidence.scrape_capture import curl_capture_argv
+from xpushare.evidence.scrape_capture import raw_capture_on
 from xpushare.evidence.store import SCHEDULER_NODE_FILE
 from xpushare.inventory.schema import SchedulerSpec
 from xpushare.model.atomic_file import atomic_write_text
@@ -56,11 +56,11 @@ class HostScheduler:
             base = self.settings.metrics_url.rstrip("/")
             for path, local in (("/metrics", "metrics.txt"), ("/healthz", "metrics_health.txt")):
                 try:
-                    res = self.host.run(curl_capture_argv(base + path, 10), timeout=30)
+                    capture = raw_capture_on(self.host, base + path)
                 except TransportError as exc:
                     harvest_faults.fault(case_dir, f"scheduler {path}", exc, faults)
                     continue
-                atomic_write_text(case_dir / local, res.stdout + res.stderr)
+                atomic_write_text(case_dir / local, capture)
                 files.append(local)
         if self.settings.log_file:
             try:

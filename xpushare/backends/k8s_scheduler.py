@@ -13,7 +13,7 @@ import time
 
 from xpushare.backends import scheduler_proc
 from xpushare.backends.base import KubeAccess, SchedulerFacts, SchedulerRestart
-from xpushare.evidence.scrape_capture import curl_capture_argv, failed_capture_text, with_curl_note
+from xpushare.evidence.scrape_capture import capture_on, endpoint_url
 from xpushare.inventory.sut import SutNames
 from xpushare.model.errors import TransportError, XpushareError
 from xpushare.transport.kube_errors import KubeError
@@ -43,16 +43,7 @@ def curl_scheduler(kube: KubeAccess, node: str, path: str, sched: dict[str, Pod]
     host_name = kube.host_for_node(node)
     if pod is None or not pod.pod_ip or host_name is None:
         return None
-    url = f"http://{pod.pod_ip}:{kube.metrics_port}{path}"
-    try:
-        res = kube.gpu_host(host_name).run(curl_capture_argv(url, 10), timeout=30)
-    except TransportError as exc:
-        return failed_capture_text(url, host_name, exc)
-    if res.ok:  # stderr of a successful curl is login-shell noise, not a failed scrape
-        return res.stdout
-    # one line, so that the judgment's note pattern reads it whole
-    why = " | ".join(line.strip() for line in res.stderr.splitlines() if line.strip()) or "no stderr"
-    return with_curl_note(res.stdout, f"exit {res.exit_code}: {why}")
+    return capture_on(kube.gpu_host(host_name), host_name, endpoint_url(pod.pod_ip, kube.metrics_port, path))
 
 
 def scheduler_facts(kube: KubeAccess, names: SutNames, *, metrics: bool = False) -> list[SchedulerFacts]:
@@ -67,7 +58,7 @@ def scheduler_facts(kube: KubeAccess, names: SutNames, *, metrics: bool = False)
             out.append(SchedulerFacts(node, instance=pod.uid, restarts=pod.restart_count, pod=pod.name,
                                       error="no pod IP" if host_name else "no inventory GPU host maps to it"))
             continue
-        base = f"http://{pod.pod_ip}:{kube.metrics_port}"
+        base = endpoint_url(pod.pod_ip, kube.metrics_port)
         argv = scheduler_proc.argv(names.scheduler_binary, base + "/healthz", base + "/metrics" if metrics else None)
         try:
             got = scheduler_proc.parse(kube.gpu_host(host_name).run(argv, timeout=60).stdout)

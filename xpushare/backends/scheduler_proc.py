@@ -19,19 +19,19 @@ from pathlib import Path
 
 from xpushare.backends.base import SchedulerProcess
 from xpushare.collect import procstat
-from xpushare.evidence.scrape_capture import CODE_TRAILER, split_trailer
+from xpushare.evidence.scrape_capture import CODE_TRAILER, curl_prefix, split_trailer
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.transport.base import Host
 
 __all__ = ["ProcOutput", "argv", "parse", "pattern", "store_status"]
 
 _SCRIPT = (
-    'pat=$1; health=$2; metrics=$3; w=$4; '
+    'pat=$1; health=$2; metrics=$3; shift 3; '
     'for p in $(pgrep -f "$pat"); do echo "@@PROC $p"; cat "/proc/$p/status" 2>/dev/null; '
     'if fds=$(ls -1A "/proc/$p/fd" 2>/dev/null); then printf "FD_COUNT=%s\\n" "$(printf "%s\\n" "$fds" | grep -c .)"; '
     'else echo FD_COUNT=; fi; done; '
-    'if [ -n "$health" ]; then echo "@@HEALTH"; curl -sS -m 10 -o - -w "$w" "$health" 2>&1; fi; '
-    'if [ -n "$metrics" ]; then echo "@@METRICS"; curl -sS -m 10 -o - -w "$w" "$metrics" 2>&1; fi; echo "@@END"'
+    'if [ -n "$health" ]; then echo "@@HEALTH"; "$@" "$health" 2>&1; fi; '
+    'if [ -n "$metrics" ]; then echo "@@METRICS"; "$@" "$metrics" 2>&1; fi; echo "@@END"'
 )
 
 
@@ -53,8 +53,10 @@ def pattern(binary: str) -> str:
 
 
 def argv(binary: str, health_url: str | None, metrics_url: str | None) -> list[str]:
-    """argv of the node-side command for scheduler ``binary`` (its file name) and the endpoints' URLs."""
-    return ["sh", "-c", _SCRIPT, "sh", pattern(binary), health_url or "", metrics_url or "", CODE_TRAILER]
+    """argv of the node-side command for scheduler ``binary`` (its file name) and the endpoints' URLs; the curl
+    words after them are the scraper's (:func:`~xpushare.evidence.scrape_capture.curl_prefix`, status trailer)."""
+    return ["sh", "-c", _SCRIPT, "sh", pattern(binary), health_url or "", metrics_url or "",
+            *curl_prefix(10, trailer=CODE_TRAILER)]
 
 
 def store_status(case_dir: Path, host: Host, binary: str, suffix: str = "") -> str:

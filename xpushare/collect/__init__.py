@@ -24,7 +24,7 @@ docs/sut/log.md §regex): client id, limit updates.
 * :mod:`xpushare.collect.scheduler_log` -- streaming scheduler-log summary (docs/sut/log.md, §regex): registrations,
   limit changes, lock/drop traffic, levels, the GPU distribution table.
 * :mod:`xpushare.collect.metrics` -- Prometheus exposition (docs/sut/metrics.md) via ``prometheus_client.parser``;
-  HELP/TYPE presence, prefix check, lookups; curl scrape evidence.
+  HELP/TYPE presence, prefix check, lookups (the scrape itself is :mod:`xpushare.evidence.scrape_capture`'s).
 * :mod:`xpushare.collect.dmon` -- ``nvidia-smi dmon`` of any column layout (docs/sut/workloads.md §dmon).
 * :mod:`xpushare.collect.nvidia_smi` -- ``nvidia-smi -L`` and ``--query-gpu`` /
   ``--query-compute-apps`` CSV.

@@ -31,6 +31,7 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from xpushare.data import workloads_dir
+from xpushare.evidence.scrape_capture import endpoint_url, status_on
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.atomic_file import atomic_write_bytes, atomic_write_text
 from xpushare.model.errors import TransportError, UsageError
@@ -122,9 +123,8 @@ class HostSutLayout:
         if url.scheme != "http" or not url.hostname or not url.port:
             raise UsageError(f"cluster {cluster.name}: scheduler.metrics_url must be http://HOST:PORT, "
                              f"not {s.metrics_url!r}")
-        base = f"http://{url.hostname}:{url.port}"
         return cls(str(cluster.sut_lib), paths["scheduler.binary"], str(s.log_file), f"{url.hostname}:{url.port}",
-                   f"{base}/healthz", paths["scheduler.state_dir"], dict(s.env))
+                   endpoint_url(url.hostname, url.port, "/healthz"), paths["scheduler.state_dir"], dict(s.env))
 
 
 # ------------------------------------------------------------------------------------------------ build
@@ -364,9 +364,7 @@ def status(host: Host, layout: HostSutLayout, manager: str | None = None) -> Sch
     else:
         out = host.run(["sh", "-c", _PID_SCRIPT, "sh", layout.state_dir], timeout=30).stdout.strip()
     pid = int(out) if out.isdigit() and int(out) > 0 else None
-    code = host.run(["curl", "-s", "-o", "/dev/null", "-m", "5", "-w", "%{http_code}", layout.health_url],
-                    timeout=30).stdout.strip()
-    return SchedulerStatus(host.name, pid, int(code) if code.isdigit() else 0, manager)
+    return SchedulerStatus(host.name, pid, status_on(host, layout.health_url, timeout_s=5), manager)
 
 
 def wait_healthy(host: Host, layout: HostSutLayout, timeout_s: float = START_TIMEOUT_S, *,

@@ -14,8 +14,8 @@ the scheduler of the node the probe pod runs on (or, for cases without a probe, 
 * :class:`NodeCapture`: a background command on a node's host (``nvidia-smi dmon``, the node sampler)
   whose output files are pulled into the case directory when it stops.
 
-The capture and series formats are :mod:`xpushare.evidence.scrape_capture`'s; the fetchers (urllib here,
-curl on a node) are :mod:`xpushare.evidence.http_fetch`'s.
+The URLs, the capture and series formats and curl on a node are the scraper's
+(:mod:`xpushare.evidence.scrape_capture`); the GET from this machine is :mod:`xpushare.evidence.http_fetch`'s.
 
 Only the backend interface is used (:class:`~xpushare.backends.base.Backend`: ``run_id``, ``names``,
 ``parts.scheduler_host``; :class:`~xpushare.backends.base.KubeAccess` from ``parts.kubernetes``: ``kubectl``,
@@ -33,8 +33,16 @@ from typing import Any
 
 from xpushare.backends.base import Backend, KubeAccess, run_spawn_prefix
 from xpushare.data import workloads_dir
-from xpushare.evidence.http_fetch import FetchError, TimedFetch, timed, timed_curl_fetcher, urllib_fetcher
-from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
+from xpushare.evidence.http_fetch import timed, urllib_fetcher
+from xpushare.evidence.scrape_capture import (
+    FetchError,
+    ScrapeRecord,
+    TimedFetch,
+    base_url_of,
+    capture_text,
+    endpoint_url,
+    timed_curl_fetcher,
+)
 from xpushare.inventory.schema import ClusterSpec
 from xpushare.inventory.sut import sut_names
 from xpushare.model.atomic_file import atomic_write_text, open_append
@@ -207,7 +215,7 @@ def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, time
 
     Port ``metrics_port`` of the backend's parameters (default 9402); one ``kubectl get pods`` call.
     Prefers a Running pod when several exist (a rollout). Latency: curl's ``time_total`` on the node
-    (:func:`~xpushare.evidence.http_fetch.timed_curl_fetcher`; urllib when the node's host is this machine). Raises
+    (:func:`~xpushare.evidence.scrape_capture.timed_curl_fetcher`; urllib when the node's host is this machine). Raises
     :class:`XpushareError` when the node has no scheduler pod, the pod has no IP yet, or no GPU host
     maps to the node.
     """
@@ -226,7 +234,7 @@ def k8s_target(backend: Backend, cluster: ClusterSpec, node: str | None, *, time
         fetch, latency = timed(urllib_fetcher(timeout_s)), "wall clock of the request on this machine"
     else:
         fetch, latency = timed_curl_fetcher(host, timeout_s=timeout_s), f"curl time_total on {host.name}"
-    return ScrapeTarget(f"http://{pod.pod_ip}:{port}", fetch, node=node, scheduler_pod=pod.name,
+    return ScrapeTarget(endpoint_url(pod.pod_ip, port), fetch, node=node, scheduler_pod=pod.name,
                         fetched_from=host.name, owned=[host], latency=latency)
 
 
@@ -237,9 +245,7 @@ def host_target(backend: Backend, cluster: ClusterSpec, *, timeout_s: float = 10
     url = cluster.scheduler.metrics_url
     if not url:
         return None
-    base = url.rstrip("/")
-    for suffix in ("/metrics", "/healthz"):
-        base = base.removesuffix(suffix)
+    base = base_url_of(url)
     host = backend.parts.scheduler_host
     if host is None or isinstance(host, LocalHost):
         return ScrapeTarget(base, timed(urllib_fetcher(timeout_s)))

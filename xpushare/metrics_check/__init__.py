@@ -4,9 +4,10 @@ Three layers, kept apart, one module each (the package imports none of them: cal
 
 1. **Fetching** (:mod:`~xpushare.metrics_check.endpoint`, :func:`~.endpoint.fetch_endpoint`): ``GET /healthz``,
    ``GET /metrics`` and ``GET /notexist`` through an injectable ``fetch(url) -> (status_code, content_type,
-   body)`` of :mod:`xpushare.evidence.http_fetch`: ``urllib_fetcher`` from this machine (``--url``, the ``local``
-   cluster), ``curl_fetcher`` on a GPU node through the transport (a Kubernetes cluster: the scheduler pod IP
-   is only reachable from the nodes). ``fetch`` raises ``FetchError`` when no HTTP response came back.
+   body)``: ``urllib_fetcher`` of :mod:`xpushare.evidence.http_fetch` from this machine (``--url``, the ``local``
+   cluster), the scraper's ``curl_fetcher`` (:mod:`xpushare.evidence.scrape_capture`) on a GPU node through the
+   transport (a Kubernetes cluster: the scheduler pod IP is only reachable from the nodes). ``fetch`` raises
+   ``FetchError`` when no HTTP response came back.
 2. **Judging** (pure, :mod:`~xpushare.metrics_check.checklist`): ``idle_checks`` on an ``EndpointEvidence``,
    ``load_checks`` on an :class:`~xpushare.collect.metrics.Exposition` with probe clients registered; each
    returns ``CheckLine`` rows ``(item, expected, observed, status)`` with status PASS or FAIL.

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xpushare.evidence.http_fetch import Fetch, FetchError, urllib_fetcher
-from xpushare.evidence.scrape_capture import ScrapeRecord
+from xpushare.evidence.scrape_capture import ScrapeRecord, base_url_of
 
-__all__ = ["DEFAULT_NOTFOUND_PATH", "EndpointEvidence", "HttpResponse", "base_url_of", "fetch_endpoint",
-           "metrics_scraper", "scrape_series"]
+__all__ = ["DEFAULT_NOTFOUND_PATH", "EndpointEvidence", "HttpResponse", "fetch_endpoint", "metrics_scraper",
+           "scrape_series"]
 
 #: The unknown path of seed 002 §6 (any path not starting with /metrics or /healthz is 404, §6.1).
 DEFAULT_NOTFOUND_PATH = "/notexist"
@@ -60,15 +60,6 @@ class EndpointEvidence:
     def unreachable(self) -> bool:
         """No request got any HTTP response (the endpoint is down or not reachable from here)."""
         return not (self.healthz.answered or self.metrics.answered or self.notfound.answered)
-
-
-def base_url_of(url: str) -> str:
-    """``http://HOST:PORT`` from a URL given with or without a trailing ``/metrics`` or ``/healthz``."""
-    base = url.rstrip("/")
-    for suffix in ("/metrics", "/healthz"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-    return base
 
 
 def fetch_endpoint(base_url: str, fetch: Fetch | None = None, *, notfound_path: str = DEFAULT_NOTFOUND_PATH,

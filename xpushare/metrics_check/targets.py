@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 
 from xpushare.backends.base import Backend
 from xpushare.backends.host_scheduler import HostScheduler
-from xpushare.evidence.http_fetch import Fetch, curl_fetcher, urllib_fetcher
+from xpushare.evidence.http_fetch import Fetch, urllib_fetcher
+from xpushare.evidence.scrape_capture import base_url_of, curl_fetcher, endpoint_url
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
 from xpushare.inventory.sut import SutNames
-from xpushare.metrics_check.endpoint import base_url_of
 from xpushare.metrics_check.probes import DEFAULT_PROBE_IMAGE, BackendProbeLoad, KubeProbeLoad, ProbeLoad
 from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.transport.base import Host
@@ -159,14 +159,14 @@ def k8s_targets(cluster: ClusterSpec, names: SutNames, *, load: bool, timeout_s:
         name = pod.node or pod.name
         if pod.phase != "Running" or not pod.pod_ip:
             print(f"scheduler pod {pod.name} on node {pod.node or '?'}: {pod.phase}, not checked", file=notes)
-            targets.append(SchedulerTarget(name, f"http://{pod.pod_ip or '?'}:{METRICS_PORT}", None, node=pod.node,
+            targets.append(SchedulerTarget(name, endpoint_url(pod.pod_ip or "?", METRICS_PORT), None, node=pod.node,
                                            pod=pod.name, problem=f"pod {pod.name} is {pod.phase}, not Running"))
             continue
         print(f"scheduler pod {pod.name} on node {pod.node} ({pod.pod_ip})", file=notes)
         fetch, where, host = _fetcher(cluster, spec, timeout_s, notes)
         probe = (KubeProbeLoad(kubectl, names, node=pod.node, namespace=cluster.home_namespace, image=image)
                  if load else None)
-        targets.append(SchedulerTarget(name, f"http://{pod.pod_ip}:{METRICS_PORT}", fetch, where, node=pod.node,
+        targets.append(SchedulerTarget(name, endpoint_url(pod.pod_ip, METRICS_PORT), fetch, where, node=pod.node,
                                        pod=pod.name, probe=probe, owned=[host] if host else [],
                                        read_log=_log_reader(kubectl, pod.name, names.namespace)))
     if targets:

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import CAP_SCHEDULER_PROCESS, KubeAccess, SchedulerFacts, require_part
-from xpushare.evidence.scrape_capture import split_trailer
+from xpushare.evidence.scrape_capture import ScrapeFacts, scrape_facts, split_trailer
 from xpushare.model.atomic_file import atomic_write_text, open_append
 from xpushare.model.errors import XpushareError
 from xpushare.model.workload import WorkloadRecord, WorkloadSpec
-from xpushare.soak.ops import K8sSoakOps, ScrapeFacts, scrape_facts
+from xpushare.soak.ops import K8sSoakOps
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import Pod
 

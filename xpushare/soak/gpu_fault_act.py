@@ -29,13 +29,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from xpushare.backends.base import CAP_SCHEDULER_PROCESS, SchedulerFacts, require_part
+from xpushare.evidence.scrape_capture import scrape_facts
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import XpushareError
 from xpushare.model.gpu_faults import KINDS, fault_spec
 from xpushare.model.workload import WorkloadSpec
 from xpushare.soak.faults import SKIP_REASON, start_recorded
 from xpushare.soak.gpu_fault_injector import PREMISE, Injector, find_injector
-from xpushare.soak.ops import scrape_facts
 
 if TYPE_CHECKING:  # cases import this module: no import of xpushare.cases at run time
     from xpushare.cases.base import CaseRun

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xpushare.evidence.scrape_capture import ScrapeFacts, scrape_facts
 from xpushare.evidence.soak_series import CsvAppender
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError
@@ -18,7 +19,7 @@ from xpushare.soak.loop_guard import OpGuard
 from xpushare.soak.loop_settings import SoakSettings
 from xpushare.soak.loop_text import mib
 from xpushare.soak.loop_trends import LiveTrends
-from xpushare.soak.ops import NodeSample, SchedPod, ScrapeFacts, SoakOps, scrape_facts
+from xpushare.soak.ops import NodeSample, SchedPod, SoakOps
 from xpushare.transport.kube_errors import KubeError
 
 __all__ = ["Sampler"]

@@ -7,7 +7,8 @@ the cases give it :class:`K8sSoakOps` over the run's backend and its
 One sampling tick on Kubernetes costs ``1 + nodes`` remote commands: ``kubectl get pods`` of the
 scheduler DaemonSet (node, pod uid, restart count, pod IP), then one SSH command per GPU node that
 prints the ``/proc`` status and FD count of every scheduler process (``pgrep -f``, argv[0] anchored)
-and the scheduler's ``/metrics`` fetched with curl from that node (:func:`node_script`).
+and the scheduler's ``/metrics`` fetched with curl from that node (:func:`node_script`; the curl argv and the
+page's facts are the scraper's, :mod:`xpushare.evidence.scrape_capture`).
 
 Errors: every method may raise :class:`~xpushare.model.errors.TransportError` (SSH) or
 :class:`~xpushare.transport.kube_errors.KubeError` (kubectl); the loop turns them into gaps and retries with backoff.
@@ -15,7 +16,7 @@ Errors: every method may raise :class:`~xpushare.model.errors.TransportError` (S
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,9 +24,8 @@ from typing import Protocol
 
 from xpushare.backends import scheduler_proc
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_SCHEDULER_PROCESS, Backend, SchedulerFacts, require_part
-from xpushare.collect import metrics as metrics_mod
 from xpushare.collect import procstat
-from xpushare.evidence.scrape_capture import scrape_command, split_trailer
+from xpushare.evidence.scrape_capture import endpoint_url, scrape_command
 from xpushare.evidence.soak_series import gzip_file
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
@@ -38,13 +38,10 @@ __all__ = [
     "NodeSample",
     "ProcSample",
     "SchedPod",
-    "ScrapeFacts",
     "SoakOps",
     "node_script",
     "parse_node_output",
-    "scrape_facts",
     "soak_ops",
-    "split_trailer",
 ]
 
 
@@ -82,76 +79,6 @@ class NodeSample:
     why: str | None = None
     """Set when the node's host did not answer (:attr:`~xpushare.model.errors.HostUnreachable.why`): the node
     dropped out (the soak goes on with the others and records how long it was missing)."""
-
-
-@dataclass(frozen=True)
-class ScrapeFacts:
-    """What a tick keeps of one ``/metrics`` answer.
-
-    ``ok``: HTTP 200 and the exposition parsed; ``series_total``: all samples; ``client_series``: samples
-    of ``*_client_*`` families; ``client_info``: ``(namespace, pod)`` of every ``client_info`` series;
-    ``gpu_used``: ``gpu_uuid -> gpu_memory_used_bytes`` (bytes); ``http_code``: as curl printed it.
-    """
-
-    ok: bool
-    series_total: int | None = None
-    client_series: int | None = None
-    client_info: tuple[tuple[str, str], ...] = ()
-    gpu_used: tuple[tuple[str, float], ...] = ()
-    http_code: int | None = None
-    client_pids: tuple[int | None, ...] = ()
-    """``host_pid`` label of each ``client_info`` entry (same order; None where absent)."""
-
-    def ours(self, prefix: str, pids: Collection[int] = ()) -> list[tuple[str, str]]:
-        """``client_info`` entries of this case's pods: pod name starting with ``prefix`` (Kubernetes), or
-        ``host_pid`` among ``pids`` (host mode, where every client is pod ``none``: shown as
-        ``none[host_pid=<pid>]``)."""
-        out = []
-        for i, (ns, pod) in enumerate(self.client_info):
-            pid = self.client_pids[i] if i < len(self.client_pids) else None
-            if pod.startswith(prefix):
-                out.append((ns, pod))
-            elif pid is not None and pid in pids:
-                out.append((ns, f"{pod}[host_pid={pid}]"))
-        return out
-
-    @property
-    def gpu_used_sum(self) -> float | None:
-        return sum(v for _, v in self.gpu_used) if self.gpu_used else None
-
-
-def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
-    """Facts of one ``/metrics`` answer (body + curl trailer), parsed by the one exposition parser
-    (:func:`~xpushare.collect.metrics.parse_exposition`, ``prometheus_client``'s). Never raises.
-
-    A page without any series the parser could read is not ``ok``. Per tick the series read before a line the
-    parser stops at still count (the round's trends go on; the raw page is kept); with ``full`` (baseline, final)
-    the page must parse whole, else it is not ``ok``. Raw pages of the baseline, the final state and every interim
-    report are kept under ``soak/metrics/`` for offline re-parsing. The parser costs some tens of milliseconds a
-    500-series page: small beside a soak round of remote commands.
-    """
-    if text is None:
-        return ScrapeFacts(ok=False)
-    body, code = split_trailer(text)
-    if code != 200:
-        return ScrapeFacts(ok=False, http_code=code)
-    exp = metrics_mod.parse_exposition(body)
-    samples = [sample for family in exp.families for sample in family.samples]
-    if not samples or (full and not exp.ok):
-        return ScrapeFacts(ok=False, http_code=code)
-    info: list[tuple[str, str]] = []
-    pids: list[int | None] = []
-    used: list[tuple[str, float]] = []
-    for sample in samples:
-        labels = sample.label_dict
-        if sample.name.endswith("client_info"):
-            info.append((labels.get("namespace", ""), labels.get("pod", "")))
-            pid = labels.get("host_pid", "")
-            pids.append(int(pid) if pid.isdigit() else None)
-        elif sample.name.endswith("gpu_memory_used_bytes"):
-            used.append((labels.get("gpu_uuid") or labels.get("gpu_index", "?"), sample.value))
-    return ScrapeFacts(ok=True, series_total=len(samples), client_series=sum("_client_" in s.name for s in samples),
-                       client_info=tuple(info), gpu_used=tuple(used), http_code=code, client_pids=tuple(pids))
 
 
 _NODE_SCRIPT = (
@@ -345,7 +272,7 @@ class K8sSoakOps(BackendSoakOps):
             if host_name is None:
                 out.append(NodeSample(sp.node, error="no inventory GPU host maps to this node"))
                 continue
-            url = f"http://{sp.ip}:{port}/metrics" if sp.ip else None
+            url = endpoint_url(sp.ip, port, "/metrics") if sp.ip else None
             argv = node_script(self.names.scheduler_binary, url, sp.pod)
             try:
                 res = self.kube.gpu_host(host_name).run(argv, timeout=60)

@@ -34,9 +34,9 @@ from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
 from xpushare.cases.metrics_support import met008_size
 from xpushare.engine import lifecycle, plan
-from xpushare.evidence.http_fetch import FetchError, timed, timed_curl_fetcher
+from xpushare.evidence.http_fetch import FetchError, timed
 from xpushare.evidence.metrics_target import ScrapeTarget, scrape_loop, spawn_name
-from xpushare.evidence.scrape_capture import capture_text
+from xpushare.evidence.scrape_capture import capture_text, timed_curl_fetcher
 from xpushare.evidence.store import Evidence
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
 from xpushare.judge import metrics as jm

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xpushare.evidence.http_fetch import curl_fetcher, without_credentials
+from xpushare.evidence.scrape_capture import curl_fetcher, without_credentials
 from xpushare.transport import command_log
 from xpushare.transport.local import LocalHost
 

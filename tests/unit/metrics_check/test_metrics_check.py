@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
 from xpushare.collect.metrics import parse_exposition
-from xpushare.evidence import http_fetch
+from xpushare.evidence import http_fetch, scrape_capture
 from xpushare.evidence.client_match import ClientMatch, client_match
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
 from xpushare.metrics_check import checklist, endpoint, probes, task
@@ -512,14 +512,14 @@ class CannedHost:
 
 def test_curl_fetcher_parses_the_trailer() -> None:
     host = CannedHost("OK\n\nHTTP_CODE=200\nCONTENT_TYPE=text/plain\n")
-    fetch = http_fetch.curl_fetcher(host, timeout_s=3)  # type: ignore[arg-type]
+    fetch = scrape_capture.curl_fetcher(host, timeout_s=3)  # type: ignore[arg-type]
     assert fetch("http://127.0.0.5:9402/healthz") == (200, "text/plain", "OK\n")
     assert host.argv[0] == "curl" and host.argv[-1] == "http://127.0.0.5:9402/healthz" and "-I" not in host.argv
     down = CannedHost("\nHTTP_CODE=000\nCONTENT_TYPE=\n", "curl: (7) Failed to connect to 127.0.0.5 port 9402", 7)
     with pytest.raises(http_fetch.FetchError, match="Failed to connect"):
-        http_fetch.curl_fetcher(down)("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
+        scrape_capture.curl_fetcher(down)("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
     with pytest.raises(http_fetch.FetchError, match="exit 127"):
-        http_fetch.curl_fetcher(CannedHost("", "", 127))("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
+        scrape_capture.curl_fetcher(CannedHost("", "", 127))("http://127.0.0.5:9402/metrics")  # type: ignore[arg-type]
 
 
 def test_scrape_series_fixed_rate() -> None:

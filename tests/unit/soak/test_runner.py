@@ -20,6 +20,7 @@ import pytest
 from tests.fakes.backend import FakeBackend, FakeKube, FakeRotation, FakeScheduler
 from tests.paths import REPO_ROOT
 from xpushare.cases import REGISTRY
+from xpushare.evidence.scrape_capture import scrape_facts
 from xpushare.evidence.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
@@ -28,7 +29,7 @@ from xpushare.model.verdict import Status
 from xpushare.model.workload import WorkloadRecord, WorkloadSpec
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop import SoakLoop, SoakSettings
-from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output, scrape_facts
+from xpushare.soak.ops import NodeSample, ProcSample, SchedPod, parse_node_output
 from xpushare.soak.task import _carry_soak_forward
 from xpushare.transport.kube_errors import KubeError, KubeUnavailable
 
@@ -549,7 +550,6 @@ def test_tasks_on_a_host_mode_cluster_skip_and_bad_input_is_a_usage_error(tmp_pa
 
 def test_scheduler_proc_output_and_host_mode_ghosts_by_pid() -> None:
     from xpushare.backends import scheduler_proc
-    from xpushare.soak.ops import scrape_facts
 
     text = ("@@PROC 41\nName:\txpushare-schedu\nPid:\t41\nVmRSS:\t  2048 kB\nThreads:\t3\nFD_COUNT=9\n"
             "@@PROC 7\n@@HEALTH\nok\nHTTP_CODE=200\n@@METRICS\nx_up 1\nHTTP_CODE=200\n@@END\n")
@@ -559,7 +559,8 @@ def test_scheduler_proc_output_and_host_mode_ghosts_by_pid() -> None:
     assert scheduler_proc.parse("@@PROC 41\n").error  # cut short
     argv = scheduler_proc.argv("/opt/bin/xpushare-scheduler", None, None)
     assert argv[4] == "^(\\S*/)?/opt/bin/xpushare\\-scheduler( |$)"
-    assert argv[5:] == ["", "", "\\nHTTP_CODE=%{http_code}\\n"]  # no endpoints; curl's -w trailer
+    assert argv[5:7] == ["", ""]  # no endpoints; then the scraper's curl words with the -w trailer
+    assert argv[7:] == ["curl", "-sS", "-m", "10", "-o", "-", "-w", "\\nHTTP_CODE=%{http_code}\\n"]
     page = ('xpushare_client_info{namespace="none",pod="none",host_pid="123"} 1\n'
             'xpushare_client_info{namespace="ns",pod="stab-001-r1",host_pid="9"} 1\nHTTP_CODE=200\n')
     facts = scrape_facts(page)
