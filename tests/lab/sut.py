@@ -4,7 +4,9 @@
 repository, or ``$XPUSHARE_SUT_SRC``), runs the upstream Makefile's ``libxpushare.so xpushare-scheduler
 xpusharectl`` targets in the copy, and caches the three outputs by the tree's content hash
 (:mod:`tests.lab.build`). A patched or deliberately broken tree (a mutant) builds the same way, so any lab
-can run against any tree: ``invoke lab.up --sut-src DIR`` or ``pytest --sut-src DIR``.
+can run against any tree: ``invoke lab.up --sut-src DIR`` or ``pytest --sut-src DIR``. The objects of
+unchanged source files come from ``sut-obj/`` in the cache (keyed by the ``.c`` file, every header and the
+Makefile), so a mutant recompiles only the files its patch touches.
 
 Needs gcc, make and the libcurl development headers (``.ci/run`` installs them).
 """
