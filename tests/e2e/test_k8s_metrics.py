@@ -17,7 +17,9 @@ memory check FAILs whenever the scheduler reuses a freed client's memory (findin
 
 Lab-sized parameters (the ``lab`` cluster's, :func:`tests.lab.env.lab_params`): short durations (MET-006 10 s,
 MET-007 10 s, MET-008 6 s); the W5 probe at ``--n 1024`` (16 MiB of buffers: it fits the 64 MiB the library leaves
-on the lab's 1600 MiB GPU). The SSH sessions of the lab's node hosts have no driver of their own: the node sampler
+on the lab's 1600 MiB GPU), on simulated GPUs of 25 GB/s (``PROBE_LAB_OPTIONS``: 504 us per add, a quarter of the
+kernel launches of the standard lab over a probe's seconds). The SSH sessions of the lab's node hosts have no
+driver of their own: the node sampler
 gets the node's simulated NVML through ``node_sampler_env`` (and ``node_sampler_python``), so MET-003 checks the
 exporter's per-process memory against NVML. ``met006_dmon_command``: the simulated GPU's
 ``nvidia-smi dmon -s u -d 1`` with the probe node's ``SIMGPU_CONFIG``: it reads the same NVML (the busy share of
@@ -44,7 +46,7 @@ from pathlib import Path
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
-from tests.lab.env import LAB_GPU_MEMORY_BYTES, LAB_OPTIONS, met008_n
+from tests.lab.env import LAB_GPU_MEMORY_BYTES, PROBE_LAB_OPTIONS, met008_n
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.paths import REPO_ROOT
@@ -54,7 +56,7 @@ from xpushare.transport.kubectl import Kubectl
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
 CASES = [f"MET-{i:03d}" for i in range(1, 9)]
-kube_lab = kube_lab_fixture("met-kube", **LAB_OPTIONS)
+kube_lab = kube_lab_fixture("met-kube", **PROBE_LAB_OPTIONS)
 
 
 lab_inventory = inventory_fixture("met-inv")

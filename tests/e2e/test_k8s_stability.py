@@ -3,9 +3,11 @@ running the real SUT: ``xpushare-scheduler`` and ``libxpushare.so`` on simulated
 
 Time-compressed (seconds instead of hours, see ``LAB_PARAMS``); measured on 2 shared cores: 4 min 20 s to
 4 min 35 s for the module, lab start included (healthy STAB/LEAK 74-84 s, ghost clients 61-63 s, FAIL 36 s,
-each soak 28-31 s, leak mutant 25-30 s). Workloads are sized by simulated GPU time (1e12 FLOP/s, 100 GB/s):
-a W2 is 500 adds of 2048 x 2048 (0.25 s, 48 MiB of the 64 MiB the library leaves allocatable), a W5 probes
-1024 x 1024 adds (126 us each: about 7550 it/s alone). Quota steps (``stab_quota_interval_s`` 8 s) outlast
+each soak 28-31 s, leak mutant 25-30 s). Workloads are sized by simulated GPU time (1e12 FLOP/s, 25 GB/s:
+``PROBE_LAB_OPTIONS``, a quarter of the standard lab's bandwidth, so the W5 probes, which run for a set time,
+launch a quarter of the kernels through the real library): a W2 is 500 adds of 2048 x 2048 (1.0 s, 48 MiB of
+the 64 MiB the library leaves allocatable), a W5 probes 1024 x 1024 adds (504 us each: about
+1900 it/s alone). Quota steps (``stab_quota_interval_s`` 8 s) outlast
 the real scheduler's 5 s annotation re-read. STAB-004 changes memory every 12 s on pods of 45 s (one round of
 51 s) and runs the memory probe beside its W5 pods: on the healthy lab it held and used 512, 128, 384 and
 512 MiB in the 4 phases (start, decrease, raise, back to the base; measurement windows 4-11 s after the 7 s
@@ -55,7 +57,7 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from tests.lab.env import LAB_OPTIONS
+from tests.lab.env import PROBE_LAB_OPTIONS
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture, started_ssh_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
@@ -64,11 +66,11 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
 
 W_ARGS = {
-    # 500 adds of 3 x 16 MiB: 0.25 s of simulated GPU time, 48 MiB of the 64 MiB allocatable
+    # 500 adds of 3 x 16 MiB: 1.0 s of simulated GPU time at 25 GB/s, 48 MiB of the 64 MiB allocatable
     "w2_medium_add": ["--n", "2048", "--iters", "500", "--no-progress"],
     "w3_idle_add": ["--n", "1024", "--steps", "8", "--sleep-s", "0.1", "--no-progress"],
     "w4_alloc_free": ["--rounds", "20", "--mib", "2", "--no-progress"],
-    # 126 us per add: the probe loop sleeps on the simulated GPU instead of spinning on launches
+    # 504 us per add at 25 GB/s: the probe loop sleeps on the simulated GPU instead of spinning on launches
     "w5_quota_probe": ["--n", "1024", "--interval-s", "0.5", "--no-progress"],
 }
 #: The ``lab`` cluster's parameters (tests/lab/env.py: the seed's hours and minutes compressed to seconds) with
@@ -85,7 +87,7 @@ def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     yield from started_ssh_lab(tmp_path_factory, "stab-ssh")
 
 
-stab_kube = kube_lab_fixture("stab-kube", **LAB_OPTIONS)
+stab_kube = kube_lab_fixture("stab-kube", **PROBE_LAB_OPTIONS)
 inv = inventory_fixture("stab-inv", ssh="stab_ssh", kube="stab_kube", params=LAB_PARAMS)
 
 

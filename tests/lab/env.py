@@ -29,6 +29,12 @@ LAB_GPU_MEMORY_BYTES = (1536 + 64) * 2**20
 #: LabCluster options of the lab behind the ``lab`` cluster: the memory above and 500 ms quota windows (the SUT's
 #: minimum: it raises a smaller XPUSHARE_COMPUTE_WINDOW_MS to 500), so that second-long workloads see their quota.
 LAB_OPTIONS: dict[str, Any] = {"gpu_memory_bytes": LAB_GPU_MEMORY_BYTES, "window_ms": 500}
+#: LabCluster options of a lab whose workloads run for a set time (W5 probes beside short W2/W4 pods) rather than a set
+#: amount of work: a quarter of the memory bandwidth (25 GB/s) makes each W5 add of n 1024 last 504 us instead of 126,
+#: so a probe launches a quarter of the kernels over the same seconds. The real client library does work on every
+#: launch: a W5 pod cost 3.3 s of CPU over its 30 s with the standard lab (tests/bench/ci_time.md), against 0.6 s
+#: for the same probe without the library. W2 of 500 adds at n 2048 lasts 1.0 s instead of 0.25.
+PROBE_LAB_OPTIONS: dict[str, Any] = {**LAB_OPTIONS, "gpu_bandwidth": 25e9}
 #: Workload sizes of the ``lab`` cluster, by simulated GPU time (W2/W6 at n 2048: 0.5 ms per add).
 LAB_WORKLOAD_ARGS: dict[str, list[str]] = {
     # W1 is the legacy cross-gpu pods' workload: its progress line stays on (the legacy tables read its it/s)
