@@ -18,12 +18,12 @@ import pytest
 from tests.lab.build import BuildError, require_tools
 from tests.lab.sshd import free_port
 from tests.lab.sut import default_source
+from xpushare.cases.gpu_fault_injector import find_injector
 from xpushare.deploy import host as host_sut
 from xpushare.deploy import run_on_cluster
 from xpushare.inventory import schema
 from xpushare.model.errors import UsageError
 from xpushare.model.gpu_faults import deployed_shim
-from xpushare.soak.gpu_fault_injector import find_injector
 from xpushare.transport.base import CommandResult
 from xpushare.transport.local import LocalHost
 

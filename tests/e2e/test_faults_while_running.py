@@ -1,7 +1,7 @@
 """Faults while a run is running, on the lab: each ends with nothing collected lost and a verdict that says
 what happened (ERROR naming the fault; never PASS, never a traceback), and a documented exit status.
 
-Runs are driven in-process through the task glue (``cli.guard.guarded`` around ``engine.driver.run``, as the
+Runs are driven in-process through the task glue (``cli.guard.guarded`` around ``engine.suite_run.run``, as the
 ``func`` task does), so a fault can be injected at an exact point of the lifecycle: a wrapper around the
 backend method that is running then (``wait_terminal``: mid-case; a harvest read: mid-harvest). The faults
 themselves are real: sshd sessions SIGKILLed, a lab API server that delays or fails requests
@@ -39,7 +39,7 @@ from tests.lab.kubelab import started_kube_lab, started_ssh_lab
 from tests.lab.sshd import SshLab
 from xpushare.backends.k8s import K8sBackend
 from xpushare.cli.guard import guarded
-from xpushare.engine import driver
+from xpushare.engine import suite_run
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -104,12 +104,12 @@ class Outcome:
 def run_case(inventory: Path, root: Path, run_id: str, cluster: str = "lab") -> Outcome:
     """``invoke func --cluster <cluster> --case FUNC-001`` in this process (the task's body under its guard)."""
     out, err = io.StringIO(), io.StringIO()
-    request = driver.RunRequest(cluster=cluster, case_ids=[CASE], run_id=run_id, inventory_path=str(inventory),
+    request = suite_run.RunRequest(cluster=cluster, case_ids=[CASE], run_id=run_id, inventory_path=str(inventory),
                                 root=root)
     status = 0
     with contextlib.redirect_stderr(err):
         try:
-            guarded(lambda: driver.run(request, out))
+            guarded(lambda: suite_run.run(request, out))
         except Exit as exc:
             status = exc.code
     return Outcome(root, run_id, status, out.getvalue(), err.getvalue(), cluster)

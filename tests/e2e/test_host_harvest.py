@@ -4,7 +4,7 @@ case ERROR naming the incomplete evidence and the fault, never PASS, never a tra
 and after the fault is kept, and the lost reads are noted in ``harvest-errors.txt``. The control: the same
 FUNC-001 run with nothing failing PASSes and notes nothing.
 
-The run is driven in-process through the task glue (``cli.guard.guarded`` around ``engine.driver.run``), with a
+The run is driven in-process through the task glue (``cli.guard.guarded`` around ``engine.suite_run.run``), with a
 wrapper around a harvest method to inject the fault at that point (as tests/e2e/test_faults_while_running.py does
 in Kubernetes mode). One FUNC-001 pod (about 2 s of simulated GPU work) per run; two hosts, the pod and the
 scheduler on the first.

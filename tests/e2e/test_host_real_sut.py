@@ -64,8 +64,6 @@ from tests.lab.mutants import build_mutant
 from tests.paths import REPO_ROOT
 from tests.processes import alive
 from xpushare.backends.host import HostBackend
-from xpushare.collect.metrics import parse_exposition
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.client_match import client_match, matched_clients, registrations_of
 from xpushare.evidence.store import Evidence, write_gpu_mapping
 from xpushare.inventory import schema
@@ -73,6 +71,8 @@ from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec, loca
 from xpushare.metrics_check import checklist, probes, targets, task
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.workload import WorkloadSpec
+from xpushare.parsers.metrics import parse_exposition
+from xpushare.parsers.scheduler_log import parse_text
 from xpushare.transport.base import CommandResult
 
 ROOT = REPO_ROOT

@@ -50,7 +50,7 @@ from tests.lab.env import LAB_GPU_MEMORY_BYTES, PROBE_LAB_OPTIONS, met008_n
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.paths import REPO_ROOT
-from xpushare.collect.metrics import parse_exposition
+from xpushare.parsers.metrics import parse_exposition
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

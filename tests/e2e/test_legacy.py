@@ -37,8 +37,8 @@ from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from xpushare.deploy import source_sync
 from xpushare.inventory import schema
-from xpushare.legacy import deploy_sync
 from xpushare.transport.hosts import connect
 from xpushare.transport.kubectl import Kubectl
 
@@ -110,7 +110,7 @@ def test_sync_falls_back_to_sftp_and_honours_excludes(env: dict[str, Path]) -> N
     target = str(env["base"] / "sync-direct")
     lines: list[str] = []
     try:
-        how = deploy_sync.sync_source(env["src"], host, spec, target, rsync="xpushare-no-such-rsync",
+        how = source_sync.sync_source(env["src"], host, spec, target, rsync="xpushare-no-such-rsync",
                                  excludes=[".idea", ".tmplog"], log=lines.append)
     finally:
         host.close()
@@ -129,7 +129,7 @@ def test_sync_with_rsync_over_ssh(env: dict[str, Path]) -> None:
     host = connect(spec)
     target = str(env["base"] / "sync-rsync")
     try:
-        how = deploy_sync.sync_source(env["src"], host, spec, target, rsync="rsync", excludes=[".idea", ".tmplog"],
+        how = source_sync.sync_source(env["src"], host, spec, target, rsync="rsync", excludes=[".idea", ".tmplog"],
                                  log=lambda _line: None)
     finally:
         host.close()

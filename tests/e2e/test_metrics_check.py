@@ -26,11 +26,11 @@ import urllib.request
 import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence import http_fetch, scrape_capture
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.metrics_check import checklist, endpoint, probes, task
 from xpushare.model.exit_status import ExitStatus
+from xpushare.parsers.metrics import parse_exposition
 from xpushare.transport.kubectl import Kubectl
 from xpushare.transport.local import LocalHost
 

@@ -450,7 +450,7 @@ def test_oversub_on_cudadrv(sim_runs: dict[str, Run]) -> None:
 def test_cudadrv_out_of_memory_fails_like_torch(sim_runs: dict[str, Run], name: str) -> None:
     """Beyond the device's memory: exit 1, a traceback whose error line says ``CUDA out of memory``, found by
     the pod-log parser that judges OOM on torch devices."""
-    from xpushare.collect import pod_log
+    from xpushare.parsers import pod_log
 
     run = sim_runs[name]
     assert run.rc == 1, run.stderr
@@ -527,7 +527,7 @@ def test_cudadrv_under_real_xpushare(simgpu_env: dict[str, str], tmp_path: Path)
     from tests.lab.nodens import NodeNamespace, unavailable_reason
     from tests.lab.simgpu import SimDevice, make_uuid, write_config
     from tests.lab.sut import build_sut
-    from xpushare.collect import pod_log
+    from xpushare.parsers import pod_log
 
     reason = unavailable_reason()
     if reason is not None:

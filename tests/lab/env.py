@@ -20,7 +20,7 @@ from tests.lab.cluster import LabCluster, find_kubectl, lab_plan, reserve_addres
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.lab.sshd import SshLab
 from tests.lab.sut import source_tree
-from xpushare.cases.metrics_support import met008_size
+from xpushare.cases.metrics_scraping import met008_size
 
 REPO = Path(__file__).resolve().parents[2]
 #: The lab's simulated GPU memory: 1536 MiB (the library's reserve) + 64 MiB, so the oversubscription workload

@@ -16,7 +16,7 @@ owns which, what a GPU pod's environment says, and the workload sizes that fit t
 
 Interfaces: ``nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits`` (MiB); the
 workloads' runtime line ``--- <seconds> seconds ---`` (workloads/README.md, read by
-:func:`xpushare.collect.pod_log.runtime_seconds`).
+:func:`xpushare.parsers.pod_log.runtime_seconds`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.cases.sizing import expected_adds_per_s, iters_for, known_model
-from xpushare.collect.pod_log import runtime_seconds
+from xpushare.parsers.pod_log import runtime_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20

@@ -182,7 +182,7 @@ def test_find_cycles_reports_the_closing_path() -> None:
 
 #: What the judge layer may import: itself and the layers below it (evidence and its formats, parsers,
 #: the model, the pod record). Never a case, the engine, a feature (soak, metrics_check ...) or a backend.
-JUDGE_MAY_IMPORT = ("xpushare.judge", "xpushare.evidence", "xpushare.model", "xpushare.collect",
+JUDGE_MAY_IMPORT = ("xpushare.judge", "xpushare.evidence", "xpushare.model", "xpushare.parsers",
                     "xpushare.backends.base")
 
 
@@ -404,8 +404,8 @@ IO_LIBRARIES = ("subprocess", "socket", "urllib", "http", "requests", "paramiko"
 IO_CALLS = frozenset({"open", "read_text", "read_bytes", "write_text", "write_bytes", "urlopen", "Popen", "run",
                       "check_output", "check_call", "call", "system", "popen", "connect", "mkdir", "makedirs",
                       "unlink", "remove", "rename", "replace_file", "touch"})
-#: The one read under collect/, named in docs/architecture.md: the Xid catalogue the tool ships (package data).
-COLLECT_READS = {("xpushare.collect.xid", "_load")}
+#: The one read under parsers/, named in docs/architecture.md: the Xid catalogue the tool ships (package data).
+COLLECT_READS = {("xpushare.parsers.xid", "_load")}
 
 
 def io_in_module(name: str, tree: ast.Module) -> list[str]:
@@ -425,25 +425,25 @@ def io_in_module(name: str, tree: ast.Module) -> list[str]:
 
 
 def test_collect_does_no_io() -> None:
-    """docs/architecture.md "Parsers are pure and fixture-tested": no module of ``xpushare/collect/`` opens, reads
+    """docs/architecture.md "Parsers are pure and fixture-tested": no module of ``xpushare/parsers/`` opens, reads
     or writes a file, runs a process or reaches the network (no :data:`IO_CALLS` call, no :data:`IO_LIBRARIES`
     import), the Xid catalogue's read (:data:`COLLECT_READS`) aside. An argv (a list of strings that a caller's
     transport runs) is no I/O: a command whose output is a format is built beside that format's parser."""
-    found = {name: hits for name, tree in _trees("xpushare.collect") if (hits := io_in_module(name, tree))}
-    assert not found, f"I/O in the parsers of xpushare/collect/ (move it to evidence/ or a backend): {found}"
+    found = {name: hits for name, tree in _trees("xpushare.parsers") if (hits := io_in_module(name, tree))}
+    assert not found, f"I/O in the parsers of xpushare/parsers/ (move it to evidence/ or a backend): {found}"
 
 
 def test_the_io_check_can_fail() -> None:
     tree = ast.parse("import subprocess\nfrom pathlib import Path\n\ndef f(p):\n    return Path(p).read_text()\n"
                      "def _load():\n    return open('x').read()\n")
-    assert io_in_module("xpushare.collect.fake", tree) == ["imports subprocess", "5: calls read_text()",
+    assert io_in_module("xpushare.parsers.fake", tree) == ["imports subprocess", "5: calls read_text()",
                                                            "7: calls open()"]
-    assert io_in_module("xpushare.collect.xid", tree) == ["imports subprocess", "5: calls read_text()"]
+    assert io_in_module("xpushare.parsers.xid", tree) == ["imports subprocess", "5: calls read_text()"]
 
 
 #: run.json's owner (its file name, writing and reading it) and the one module that has it written
 #: (docs/architecture.md "One run for every kind": ``engine/run.write_meta``).
-RUN_JSON_OWNER = "xpushare.report.artifacts"
+RUN_JSON_OWNER = "xpushare.report.run_store"
 RUN_JSON_WRITER = "xpushare.engine.run"
 
 
@@ -480,7 +480,7 @@ def test_one_writer_of_run_json() -> None:
 def test_the_run_json_check_can_fail() -> None:
     tree = ast.parse("from x import artifacts\nartifacts.write_run_meta(d, {})\n"
                      "open(d / 'run.json', 'w')\n\"\"\"run.json in a docstring\"\"\"\n")
-    assert run_json_uses("xpushare.engine.driver", tree) == ["2: write_run_meta", "3: 'run.json'"]
+    assert run_json_uses("xpushare.engine.suite_run", tree) == ["2: write_run_meta", "3: 'run.json'"]
 
 
 #: Modules that run kubectl besides transport/ (its kubectl API) and the k8s backend (``backends/k8s*``),
@@ -490,7 +490,7 @@ KUBECTL_FEATURES = {
     "xpushare.legacy.backend": "legacy/backend.py",
     "xpushare.backends.leftovers": "backends/leftovers.py",
     "xpushare.deploy.k8s": "deploy/k8s.py",
-    "xpushare.legacy.deploy": "legacy/deploy.py",
+    "xpushare.deploy.k8s_pipeline": "deploy/k8s_pipeline.py",
     "xpushare.engine.lease": "engine/lease.py",
     "xpushare.envcheck.runner": "envcheck/runner.py",
     "xpushare.metrics_check.targets": "metrics_check/targets.py",

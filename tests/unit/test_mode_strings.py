@@ -1,6 +1,6 @@
 """No module tests a cluster's mode string outside the backend factory and the inventory schema.
 
-A cluster's ``mode`` (``k8s``, ``host``) is read in two places: :func:`xpushare.engine.driver.make_backend`
+A cluster's ``mode`` (``k8s``, ``host``) is read in two places: :func:`xpushare.engine.backend_factory.make_backend`
 (and its dry-run twin ``capabilities_of``) picks the backend by it, and :mod:`xpushare.inventory.schema`
 validates it and answers :attr:`ClusterSpec.is_kubernetes` / :attr:`ClusterSpec.is_host` and
 :func:`~xpushare.inventory.schema.is_kubernetes_mode` for a recorded mode. Everything else asks the cluster
@@ -22,7 +22,7 @@ PACKAGE = Path(xpushare.__file__).resolve().parent
 MODE_VALUES = frozenset({"k8s", "host"})
 MODE_NAMES = frozenset({"MODE_K8S", "MODE_HOST"})
 #: module (relative to the package) -> the functions allowed to test the mode (``*``: the whole module)
-ALLOWED = {"inventory/schema.py": {"*"}, "engine/driver.py": {"make_backend", "capabilities_of"}}
+ALLOWED = {"inventory/schema.py": {"*"}, "engine/backend_factory.py": {"make_backend", "capabilities_of"}}
 
 
 def _is_mode_value(node: ast.AST) -> bool:
@@ -112,7 +112,7 @@ def test_kubernetes_operations_come_with_the_capability() -> None:
     from xpushare.backends.base import CAP_KUBERNETES, KubeAccess
     from xpushare.backends.host import HostBackend
     from xpushare.backends.k8s import K8sBackend
-    from xpushare.engine.driver import capabilities_of
+    from xpushare.engine.suite_run import capabilities_of
     from xpushare.inventory.schema import HostSpec, local_cluster
 
     k8s_cluster = ClusterSpec("k", "k8s", "xpushare", "cuda", None, None,

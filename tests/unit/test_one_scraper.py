@@ -1,6 +1,6 @@
 """One scraper: every scrape of the scheduler's exporter goes through ``xpushare/evidence/scrape_capture.py``
 (docs/architecture.md "One scraper"), and ``prometheus_client`` is imported by the one exposition parser,
-``xpushare/collect/metrics.py``, alone.
+``xpushare/parsers/metrics.py``, alone.
 
 A module outside the scraper must not build a scrape itself: write curl's ``-w`` trailer (``HTTP_CODE=``,
 ``%{http_code}``), an argv or a shell script that runs ``curl``, or an exporter URL by hand (an f-string that
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "xpushare"
 SCRAPER = "xpushare.evidence.scrape_capture"
-PARSER = "xpushare.collect.metrics"  # the one module that imports prometheus_client
+PARSER = "xpushare.parsers.metrics"  # the one module that imports prometheus_client
 
 _PROM = "prometheus_client"
 _TRAILER = ("HTTP_CODE=", "%{http_code}")

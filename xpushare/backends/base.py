@@ -93,7 +93,7 @@ def run_spawn_prefix(run_id: str) -> str:
     ``run_id`` begins. The run id's length makes the prefix exact: ``xp8-20261128-`` never begins a name of run
     ``20261128-101824`` (``xp15-20261128-101824-``), so a run's entries are found by prefix without those of a
     run whose id begins with its id (``invoke clean --run-id``, :mod:`xpushare.backends.leftovers`). Run ids
-    are ``[A-Za-z0-9._-]`` (:func:`xpushare.report.artifacts.validate_run_id`): valid in a spawn name as is."""
+    are ``[A-Za-z0-9._-]`` (:func:`xpushare.report.run_store.validate_run_id`): valid in a spawn name as is."""
     return f"xp{len(run_id)}-{run_id}-"
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpushare.backends.base import SchedulerProcess
-from xpushare.collect import procstat
 from xpushare.evidence.scrape_capture import CODE_TRAILER, curl_prefix, split_trailer
 from xpushare.model.atomic_file import atomic_write_text
+from xpushare.parsers import procstat
 from xpushare.transport.base import Host
 
 __all__ = ["ProcOutput", "argv", "parse", "pattern", "store_status"]
@@ -62,7 +62,7 @@ def argv(binary: str, health_url: str | None, metrics_url: str | None) -> list[s
 def store_status(case_dir: Path, host: Host, binary: str, suffix: str = "") -> str:
     """Write ``scheduler_proc<suffix>.txt`` into ``case_dir`` and return its name: ``SCHEDULER_ALIVE=0``, or
     ``SCHEDULER_ALIVE=1``, ``PID=<pid>`` and the oldest process's ``/proc`` status with ``FD_COUNT=``
-    (:func:`xpushare.collect.procstat.command`; read by :func:`xpushare.judge.checks`). Two commands on ``host``.
+    (:func:`xpushare.parsers.procstat.command`; read by :func:`xpushare.judge.checks`). Two commands on ``host``.
 
     Raises:
         TransportError: ``host`` could not run a command.

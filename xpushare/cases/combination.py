@@ -39,8 +39,6 @@ from xpushare.cases.functional import (
     dynamic_probe_args,
     run_quota_probe,
 )
-from xpushare.collect import pod_log
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.store import Evidence
 from xpushare.judge import combination as judge_combo
 from xpushare.judge import quota_probe, thresholds
@@ -50,6 +48,8 @@ from xpushare.model.errors import XpushareError
 from xpushare.model.premises import GPU, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 from xpushare.model.workload import WorkloadRecord, WorkloadSpec
+from xpushare.parsers import pod_log
+from xpushare.parsers.metrics import parse_exposition
 
 W3 = "w3_idle_add"
 _K8S = frozenset({CAP_KUBERNETES, CAP_ANNOTATIONS, SUT, GPU})

@@ -13,7 +13,6 @@ from typing import Any
 
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.collect.mem_probe import MEM_PROBE_PREFIX
 from xpushare.evidence.store import Evidence
 from xpushare.judge import functional, isolation, quota, quota_probe
 from xpushare.judge.quantity import parse_quantity
@@ -21,6 +20,7 @@ from xpushare.judge.thresholds import ISOLATION
 from xpushare.model.premises import GPU, OVERSUBSCRIPTION, SUT, TWO_GPUS, TWO_PODS_ONE_GPU
 from xpushare.model.verdict import Verdict
 from xpushare.model.workload import WorkloadSpec
+from xpushare.parsers.mem_probe import MEM_PROBE_PREFIX
 
 W2 = "w2_medium_add"
 OVERSUB = "oversub"

@@ -52,7 +52,7 @@ from typing import Any
 from xpushare.backends.base import CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import ample_quota
-from xpushare.cases.metrics_support import (
+from xpushare.cases.metrics_scraping import (
     W5_BYTES_PER_N2,
     begin_case,
     client_seen,

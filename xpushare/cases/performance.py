@@ -23,7 +23,7 @@ from typing import Any
 
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES
 from xpushare.cases.base import CaseDef, CaseRun, register
-from xpushare.cases.performance_support import (
+from xpushare.cases.performance_workloads import (
     OVERSUB,
     W1,
     W2,

@@ -9,7 +9,7 @@ faster GPU finishes sooner; on an H100, W6 ran 46.65 s, under PERF-001's own 60 
   ``3 x 4 x n^2`` bytes per iteration (read x and y, write z; fp32), so their rate is bandwidth / bytes;
 * else a short calibration: one pod of the workload with ``--iters`` :data:`CALIBRATION_ITERS` (times 8 while it
   lasts under :data:`CALIBRATION_MIN_S`, at most :data:`CALIBRATION_TRIES` pods), whose runtime line gives the
-  rate and whose INFO line the GPU it ran on (collect/workload_info.py).
+  rate and whose INFO line the GPU it ran on (parsers/workload_info.py).
 
 Iteration counts only grow: where the default already lasts long enough (T4, A800) the legacy count stays, so
 runs stay comparable with the baselines taken with it. An ``--iters`` in ``workload_args`` is the user's choice
@@ -26,9 +26,9 @@ from functools import cache
 from typing import Any
 
 from xpushare.cases.base import CaseRun
-from xpushare.collect.pod_log import runtime_seconds
-from xpushare.collect.workload_info import parse_info
 from xpushare.data import workloads_dir
+from xpushare.parsers.pod_log import runtime_seconds
+from xpushare.parsers.workload_info import parse_info
 
 FP32_BYTES = 4
 

@@ -3,7 +3,7 @@
 STAB and LEAK cases are soaks (:mod:`xpushare.soak.loop`): rounds of a workload mix with the scheduler
 sampled every ``sample_interval_s`` into append-only series under ``soak/``; they differ in the mix, the
 length (``stab_duration_s``: 6 h / 24 h by default, seconds in the lab; LEAK cases: a number of rounds)
-and the judgment (:mod:`xpushare.judge.stability`). FAIL cases inject a fault (:mod:`xpushare.soak.faults`)
+and the judgment (:mod:`xpushare.judge.stability`). FAIL cases inject a fault (:mod:`xpushare.cases.fault_acts`)
 and SKIP unless ``allow_disruptive`` is set (``invoke fail --allow-disruptive``).
 
 What each case needs (``requires``), so which run in host mode (a ``mode: host`` cluster whose inventory names
@@ -33,10 +33,10 @@ PASSes on cards whose base is 8Gi; on a T4 (base 4Gi) the raise to 6Gi goes past
 finding 18 (``probe_quota_usable``), a defect of the SUT that oversubscription would hide. The lab keeps
 the seed's shape (base 512Mi, 128Mi, 384Mi: ``tests/lab/env.py``).
 * FAIL-002..004: the device plugin, node drains and per-node load need Kubernetes.
-* FAIL-005..007 (GPU faults injected into clients, :mod:`xpushare.soak.gpu_fault_act`, docs/faults.md):
+* FAIL-005..007 (GPU faults injected into clients, :mod:`xpushare.cases.gpu_fault_acts`, docs/faults.md):
   ``scheduler-process`` only; both modes. The fault comes from the lab's simulated GPU (``fault_injector:
   simulated-gpu``), or on a real GPU from the error-injection shim (host mode: ``fault_shim``, else the one ``invoke
-  deploy`` installed); without an injector they SKIP before any pod (:mod:`xpushare.soak.gpu_fault_injector`).
+  deploy`` installed); without an injector they SKIP before any pod (:mod:`xpushare.cases.gpu_fault_injector`).
 
 The seed's cluster column (STAB-001/FAIL-003 on c1, STAB-002/FAIL-004 on c2) is advice, not a gate:
 choose with ``--case`` or a playbook.
@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS
+from xpushare.cases import fault_acts, gpu_fault_acts
 from xpushare.cases.base import CaseDef, CaseRun, register
 from xpushare.cases.functional import DYNAMIC_MEMORY_PARAMS, MEM_PROBE, ample_quota, dynamic_probe_args
 from xpushare.evidence.store import Evidence
@@ -59,7 +60,6 @@ from xpushare.judge.quantity import parse_quantity
 from xpushare.model.premises import FAULT_INJECTOR, GPU, SUT
 from xpushare.model.verdict import Verdict
 from xpushare.model.workload import WorkloadSpec
-from xpushare.soak import faults, gpu_fault_act
 from xpushare.soak.act import run_soak, settings_from_params
 
 W2 = "w2_medium_add"
@@ -378,13 +378,13 @@ register(CaseDef(
     "disruptive: 4 x W5 running; k8s: rollout restart ds/<gen>-scheduler, rollout status, /healthz on every node; "
     "host: kill -TERM the scheduler process, a new one (its supervisor's) answering /healthz; probe pod",
     _FAIL_EVIDENCE + " (host: scheduler_before_fault.txt, scheduler_after_fault.txt)", requires=_SCHED,
-    params=dict(FAIL_PARAMS), act=faults.fail_restart_scheduler, judge=_judge_fault,
+    params=dict(FAIL_PARAMS), act=fault_acts.fail_restart_scheduler, judge=_judge_fault,
 ))
 register(CaseDef(
     "FAIL-002", "stability", "Restart the device-plugin DaemonSet under load", "W5",
     "disruptive: 4 x W5 running; rollout restart ds/<gen>-device-plugin; rollout status; probe pod",
     _FAIL_EVIDENCE, requires=_K8S, params=dict(FAIL_PARAMS),
-    act=lambda run: faults.fail_restart_daemonset(run, "device-plugin"), judge=_judge_fault,
+    act=lambda run: fault_acts.fail_restart_daemonset(run, "device-plugin"), judge=_judge_fault,
 ))
 register(CaseDef(
     "FAIL-003", "stability", "Drain a node under load", "W5",
@@ -392,7 +392,7 @@ register(CaseDef(
     "uncordon in finally; probe pod on that node",
     _FAIL_EVIDENCE, requires=_K8S,
     params={**FAIL_PARAMS, "fail003_node": None, "fail_drain_timeout_s": 180, "fail_drain_grace_s": 30},
-    act=faults.fail_drain, judge=_judge_fault,
+    act=fault_acts.fail_drain, judge=_judge_fault,
 ))
 register(CaseDef(
     "FAIL-004", "stability", "Single-node heavy load and recovery", "W2",
@@ -401,7 +401,7 @@ register(CaseDef(
     _FAIL_EVIDENCE, requires=_K8S,
     params={**FAIL_PARAMS, "fail004_node": None, "fail004_pods": 8, "fail004_min_succeeded": 1,
             "leak_gpu_tolerance_bytes": GIB},
-    act=faults.fail_heavy_node, judge=_judge_fault,
+    act=fault_acts.fail_heavy_node, judge=_judge_fault,
 ))
 
 #: FAIL-005..007: W5 load of fail_fault_load_s (a progress line at least every fail_probe_interval_s) with the fault
@@ -436,7 +436,7 @@ register(CaseDef(
     "neighbours keep their it/s, the victim is removed (log and /metrics), a probe runs on that GPU",
     _GPU_FAULT_EVIDENCE, requires=_INJECTED,
     params={**GPU_FAULT_PARAMS, "fail005_kind": "illegal-address"},
-    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "client-error"), judge=_judge_gpu_fault,
+    act=lambda run: gpu_fault_acts.fail_gpu_fault(run, "client-error"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
 ))
 register(CaseDef(
@@ -447,7 +447,7 @@ register(CaseDef(
     "GPU (its series gone or marked lost). The lost GPU stays lost until the node is reset",
     _GPU_FAULT_EVIDENCE + ", gpu_health/<node>-before.txt and -after.txt (NVML, kernel log)", requires=_INJECTED,
     params=dict(GPU_FAULT_PARAMS),
-    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "device-lost"), judge=_judge_gpu_fault,
+    act=lambda run: gpu_fault_acts.fail_gpu_fault(run, "device-lost"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
 ))
 register(CaseDef(
@@ -456,6 +456,6 @@ register(CaseDef(
     "the scheduler survives, the clients of other GPUs keep their it/s, the struck clients are removed, a probe "
     "runs on the stormed GPU",
     _GPU_FAULT_EVIDENCE, requires=_INJECTED, params=dict(GPU_FAULT_PARAMS),
-    act=lambda run: gpu_fault_act.fail_gpu_fault(run, "ecc-storm"), judge=_judge_gpu_fault,
+    act=lambda run: gpu_fault_acts.fail_gpu_fault(run, "ecc-storm"), judge=_judge_gpu_fault,
     expects_gpu_faults=True,
 ))

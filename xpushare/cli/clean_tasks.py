@@ -36,7 +36,7 @@ def clean(c: Context, cluster: str | None = None, run_id: str | None = None, inv
         from xpushare.backends import leftovers
         from xpushare.engine import lease
         from xpushare.inventory import schema
-        from xpushare.report.artifacts import validate_run_id
+        from xpushare.report.run_store import validate_run_id
 
         fmt = output_format(output)
         name = defaults.need_cluster(cluster)

@@ -85,8 +85,8 @@ def deploy(c: Context, cluster: str | None = None, mode: str = "auto", skip_setu
 
     def body() -> Any:
         from xpushare.cli.sut_tasks import deploy_host_mode
+        from xpushare.deploy.k8s_pipeline import DeployRequest, run_deploy
         from xpushare.inventory import schema
-        from xpushare.legacy.deploy import DeployRequest, run_deploy
 
         name = defaults.need_cluster(cluster)
         spec = schema.load(inventory_).cluster(name)

@@ -87,14 +87,14 @@ def diff(c: Context, run_a: str, run_b: str, output: str | None = None, root: st
     def body() -> None:
         from tabulate import tabulate
 
-        from xpushare.report import artifacts, run_lock
+        from xpushare.report import run_lock, run_store
         from xpushare.report.runs import diff_runs
 
         fmt = output_format(output)
         try:
             if not force:
                 for run in (run_a, run_b):
-                    run_lock.refuse_live(artifacts.stored_run_dir(Path(root), run),
+                    run_lock.refuse_live(run_store.stored_run_dir(Path(root), run),
                                          what="its verdicts are not final", force_hint=True)
             result = diff_runs(Path(root), run_a, run_b)
         except ValueError as exc:

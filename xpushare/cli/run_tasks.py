@@ -85,10 +85,10 @@ def judge(c: Context, run_id: str, set_: list[str] | None = None, root: str = ".
     they are. ``--apply`` stores the re-judgment as the run's verdicts, keeping the run's own beside them, and
     rebuilds its reports (docs/verdicts.md "Re-judging a stored run"); ``--apply`` on a live run (still running on
     this machine) is refused with exit 2 naming it: its records are still written."""
-    from xpushare.engine import driver, whatif
+    from xpushare.engine import stored_run, whatif
 
     if apply:
-        guarded(lambda: driver.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
+        guarded(lambda: stored_run.rejudge(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
     else:
         guarded(lambda: whatif.whatif(run_id, set_ or (), root=Path(root), fmt=output_format(output)))
 
@@ -103,12 +103,12 @@ def report(c: Context, run_id: str, root: str = ".", output: str | None = None, 
     running on this machine) is refused with exit 2 naming it, unless ``--force``."""
 
     def body() -> None:
-        from xpushare.engine import driver
+        from xpushare.engine import output_record, stored_run
 
         fmt = output_format(output)
-        paths = driver.rebuild_reports(run_id, root=Path(root), force=force)
+        paths = stored_run.rebuild_reports(run_id, root=Path(root), force=force)
         text = f"{paths.markdown}\n{paths.html}"
-        print(text if fmt == "table" else render(driver.stored_result_record(paths.markdown.parent, paths), fmt))
+        print(text if fmt == "table" else render(output_record.stored_result_record(paths.markdown.parent, paths), fmt))
 
     guarded(body)
 

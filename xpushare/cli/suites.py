@@ -4,7 +4,7 @@ built by one factory, :func:`suite_task`.
 Every suite task takes the same flags (``--cluster``, ``--case``, ``--playbook``, ``--run-id``, ``--resume``,
 ``--set``, ``--root``, ``--inventory``, ``--dry-run``, ``--output``, ``-v``/``-vv``, ``--maxfail``,
 ``--repeat``; help in :data:`~xpushare.cli.flags.RUN_HELP`), runs its selection of the
-case matrix through :func:`xpushare.engine.driver.run` and exits with the run's status (README "Exit statuses").
+case matrix through :func:`xpushare.engine.suite_run.run` and exits with the run's status (README "Exit statuses").
 A suite says only what differs: its docstring, which cases it selects (a :data:`ScopeOf`), the examples
 in its help and its own extra flags (``matrix --suite``, ``fail --allow-disruptive``). ``--wait`` waits for
 another run's lease on the cluster instead of stopping (:mod:`xpushare.engine.lease`). ``--cluster c1,c2`` runs
@@ -104,18 +104,18 @@ def by_prefix(prefix: str, extra: Callable[[SuiteFlags], tuple[str, ...]] = lamb
 
 
 def _run(flags: SuiteFlags, scope: ScopeOf) -> ExitStatus:
-    from xpushare.engine import driver  # the engine pulls in every case module: only when a suite runs
+    from xpushare.engine import suite_run  # the engine pulls in every case module: only when a suite runs
 
     maxfail = count("--maxfail", flags.maxfail, 0) or None
     repeat = count("--repeat", flags.repeat, 1)
     chosen = scope(flags)
-    request = driver.RunRequest(
+    request = suite_run.RunRequest(
         cluster=flags.cluster, suites=chosen.suites, case_ids=chosen.case_ids, playbook=flags.playbook,
         run_id=flags.run_id, resume=flags.resume, overrides=(*flags.overrides, *chosen.overrides),
         inventory_path=flags.inventory, root=flags.root, wait=flags.wait, dry_run=flags.dry_run, output=flags.output,
         maxfail=maxfail, repeat=repeat,
     )
-    return driver.run(request)
+    return suite_run.run(request)
 
 
 def _listed(values: Sequence[str] | None) -> tuple[str, ...]:

@@ -61,8 +61,8 @@ def plan_run(cases: Sequence[CaseDef], cluster: ClusterSpec, selection: Selectio
     (earlier runs, else the sizes or time windows, else the case's static estimate);
     ``release``: one line on the cluster's release profile and what this selection can decide (docs/release.md).
 
-    ``capabilities``: the backend's (:func:`xpushare.engine.driver.capabilities_of`); ``root``: where stored runs
-    give the expected durations (None: none)."""
+    ``capabilities``: the backend's (:func:`xpushare.engine.backend_factory.capabilities_of`); ``root``: where
+    stored runs give the expected durations (None: none)."""
     planned = []
     facts = cluster_facts(cluster, capabilities, inventory_gpu_count(cluster))
     for case in cases:

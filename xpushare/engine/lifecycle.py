@@ -32,7 +32,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HarvestIncomplete, XpushareError
 from xpushare.model.premises import PREMISES, ClusterFacts, unmet, unmet_before
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.output import plain
 from xpushare.transport import activity, interrupt
 
@@ -122,14 +122,14 @@ def run_case(
 ) -> tuple[CaseRecord, bool]:
     """Run one case through its lifecycle; return its stored record and whether Ctrl-C stopped it.
 
-    ``run_dir`` is run ``run_id``'s directory under the run root ``root`` (:func:`xpushare.report.artifacts.run_dir`),
+    ``run_dir`` is run ``run_id``'s directory under the run root ``root`` (:func:`xpushare.report.run_store.run_dir`),
     whose earlier runs give the case's expected duration (None: no expectation).
 
     Reports ``case_started``, ``harvest_*``, ``error`` and ``case_ended`` to the run's event stream
     (:mod:`xpushare.evidence.events`); the caller opens the case's scope there (``events.case``), which tags them
     with the case id."""
-    case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
-    attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
+    case_dir = run_store.case_dir(run_dir, cluster.name, case.suite, case.case_id)
+    attempt = (run_store.archive_previous_attempt(case_dir) or 0) + 1
     case_dir.mkdir(parents=True, exist_ok=True)
     started, t0 = utc_now(), time.monotonic()
     events.emit("case_started", suite=case.suite, attempt=attempt)
@@ -221,10 +221,10 @@ def run_case(
 
 
 def store(case_dir: Path, record: CaseRecord) -> None:
-    """Write ``record`` as the case's ``result.json`` and its ``analysis.txt`` (:mod:`xpushare.report.artifacts`)."""
+    """Write ``record`` as the case's ``result.json`` and its ``analysis.txt`` (:mod:`xpushare.report.run_store`)."""
     doc = record.to_json()
-    artifacts.write_result(case_dir, doc)
-    artifacts.write_analysis(case_dir, record)
+    run_store.write_result(case_dir, doc)
+    run_store.write_analysis(case_dir, record)
 
 
 def premise_names(case: CaseDef) -> list[str]:
@@ -254,8 +254,8 @@ def record_not_run(
     not run in every report (never PASS) and ``--resume`` runs it; an earlier attempt's directory is archived as
     for a case that runs.
     """
-    case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
-    attempt = (artifacts.archive_previous_attempt(case_dir) or 0) + 1
+    case_dir = run_store.case_dir(run_dir, cluster.name, case.suite, case.case_id)
+    attempt = (run_store.archive_previous_attempt(case_dir) or 0) + 1
     case_dir.mkdir(parents=True, exist_ok=True)
     now = utc_now().isoformat()
     record = CaseRecord(

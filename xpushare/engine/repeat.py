@@ -24,7 +24,7 @@ from pathlib import Path
 from xpushare.engine.lifecycle import store
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 __all__ = ["combine", "run_repeated"]
 
@@ -52,7 +52,7 @@ def run_repeated(run_once: Attempt, repeat: int, case_dir: Path) -> tuple[CaseRe
 def _dir_of(record: CaseRecord, last: bool) -> str:
     if last or record.attempt is None:
         return "."
-    return f"{artifacts.ATTEMPTS_DIR}/{record.attempt}"
+    return f"{run_store.ATTEMPTS_DIR}/{record.attempt}"
 
 
 def combine(records: Sequence[CaseRecord], repeat: int) -> CaseRecord:

@@ -1,13 +1,13 @@
 """One run: its id and directory, its clusters and their leases, run.json, signals, resume and reports.
 
 Every kind of run goes through :meth:`Run.execute` with a :class:`RunSelection` (what to run) and
-:class:`RunHooks` (what that kind adds): the suites (``invoke func`` ..., :mod:`xpushare.engine.driver`), a soak
+:class:`RunHooks` (what that kind adds): the suites (``invoke func`` ..., :mod:`xpushare.engine.suite_run`), a soak
 (``invoke soak``, :mod:`xpushare.soak.task`) and a legacy scenario (``invoke legacy.*``,
 :mod:`xpushare.legacy.run`). A run:
 
 1. takes the lease of every cluster (:mod:`xpushare.engine.lease`, docs/leases.md) and holds it for its whole life,
    so that no other run (a suite, a soak, a legacy scenario) changes a cluster it is using; ``--wait`` waits;
-2. creates the run directory (``<root>/.tmplog/<run id>/xpushare``, :func:`xpushare.report.artifacts.run_dir`),
+2. creates the run directory (``<root>/.tmplog/<run id>/xpushare``, :func:`xpushare.report.run_store.run_dir`),
    lets the hooks prepare (:meth:`RunHooks.before_cases`: a legacy scenario's setup) and writes ``run.json``
    (:meth:`Run.write_meta` through :func:`write_meta`, its one writer: times in UTC, ``tool_version`` always);
 3. runs each cluster's cases through the case lifecycle (:mod:`xpushare.engine.lifecycle`), several clusters
@@ -50,7 +50,7 @@ from xpushare.model.errors import HostUnreachable, RunDirectoryFull, UsageError,
 from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.unreached import Unreached
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts, build, run_lock, summaries
+from xpushare.report import build, run_lock, run_store, summaries
 from xpushare.transport import command_log, interrupt
 
 __all__ = ["DEBUG_LOG", "Reuse", "Run", "RunHooks", "RunOutcome", "RunSelection", "disk_full_stops_the_run",
@@ -84,7 +84,7 @@ def exit_status_for(results: Sequence[CaseRecord], interrupted: bool, *,
 
 def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = Path(".")) -> str:
     """The run id to use: the given one (validated), else a new ``YYYYmmdd-HHMMSS`` id of now. With ``resume``,
-    ``last`` is the latest run stored under ``root`` (:func:`xpushare.report.artifacts.resolve_run_id`).
+    ``last`` is the latest run stored under ``root`` (:func:`xpushare.report.run_store.resolve_run_id`).
 
     Raises:
         UsageError: ``resume`` without a run id, ``last`` without ``resume`` (it names a stored run, never a
@@ -92,11 +92,11 @@ def resolve_run_id(run_id: str | None, *, resume: bool, what: str, root: Path = 
     """
     if resume and not run_id:
         raise UsageError(f"--resume needs --run-id of the {what} to continue")
-    if run_id == artifacts.LAST and not resume:
-        raise UsageError(f"--run-id {artifacts.LAST} names the latest stored run: use it with --resume, or a new id")
-    chosen = run_id or artifacts.new_run_id(datetime.now())
+    if run_id == run_store.LAST and not resume:
+        raise UsageError(f"--run-id {run_store.LAST} names the latest stored run: use it with --resume, or a new id")
+    chosen = run_id or run_store.new_run_id(datetime.now())
     try:
-        return artifacts.resolve_run_id(root, chosen)
+        return run_store.resolve_run_id(root, chosen)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -156,7 +156,7 @@ class RunSelection:
 @dataclass
 class RunOutcome:
     """How a run ended, for :meth:`RunHooks.finished`: the stored records of the run (``results``, as
-    :func:`xpushare.report.artifacts.load_results` reads them), this part's records, the exit status, whether a
+    :func:`xpushare.report.run_store.load_results` reads them), this part's records, the exit status, whether a
     signal ended it, the reports' paths, and each cluster whose thread raised with what."""
 
     results: list[CaseRecord]
@@ -201,7 +201,7 @@ def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:
     """Write ``<run_dir>/run.json`` as ``meta`` says: the one writer of it (a run's :meth:`Run.write_meta`, a
     re-judgment's ``rejudgments`` entry); ``tests/unit/test_layering.py`` keeps every other module from writing it.
     Raises ``OSError`` when it cannot be written."""
-    artifacts.write_run_meta(run_dir, meta)
+    run_store.write_run_meta(run_dir, meta)
 
 
 class Run:
@@ -224,7 +224,7 @@ class Run:
         self.out = out
         self.maxfail = maxfail
         self.id = resolve_run_id(run_id, resume=reuse is Reuse.RESUME, what=what, root=self.root)
-        self.dir = artifacts.run_dir(self.root, self.id)
+        self.dir = run_store.run_dir(self.root, self.id)
         if reuse is Reuse.REFUSE:
             refuse_reuse(self.dir, self.id, resume=False)
         if reuse is Reuse.RESUME and not self.dir.exists():
@@ -319,7 +319,7 @@ class Run:
             meta["sut_judging_suites"] = sorted(SUT_JUDGING_SUITES)
         if selection.repeat > 1:
             meta["repeat"] = selection.repeat
-        previous = artifacts.read_run_meta(self.dir) if self.reuse is not Reuse.REFUSE else None
+        previous = run_store.read_run_meta(self.dir) if self.reuse is not Reuse.REFUSE else None
         if previous:
             meta["required"] = sorted(set(previous.get("required") or []) | set(meta["required"]))
             seen = {(s["cluster"], s["suite"], s["case_id"]) for s in selected}
@@ -417,7 +417,7 @@ class Run:
         """Run one case (``selection.repeat`` times) and return its stored record and whether a signal stopped
         it. A ``KeyboardInterrupt`` that reached here without a record of the case (a wait in its scope) stores
         it INTERRUPTED, not run, so that every selected case has a record."""
-        case_dir = artifacts.case_dir(self.dir, cluster.name, case.suite, case.case_id)
+        case_dir = run_store.case_dir(self.dir, cluster.name, case.suite, case.case_id)
         done: list[tuple[CaseRecord, bool]] = []
         try:
             with events.case(case.case_id), hooks.case_scope(self, cluster, case, position):
@@ -468,7 +468,7 @@ class Run:
             for name, error in errors.items():
                 events.emit("error", case_id=None, cluster=name, step="run", message=first_line(error))
             interrupted = outcome.interrupted or interrupt.requested()
-            results = artifacts.load_results(self.dir)
+            results = run_store.load_results(self.dir)
             unreached = [{"cluster": name, **u.to_json()} for name, hosts in self.unreached.items() for u in hosts]
             status = self._end(results, selection, interrupted, errors, unreached)
             events.emit("run_ended", run_id=self.id, exit_status=int(status), interrupted=interrupted,

@@ -2,7 +2,7 @@
 
 Each judged case of the run is judged again on a copy of its evidence in a temporary directory, from its original
 parameters (``result.original.json`` when an earlier ``--apply`` kept one) with the overrides on top, exactly as
-``--apply`` (:func:`xpushare.engine.driver.rejudge`) does. Nothing of the run changes: no ``result.json``, no
+``--apply`` (:func:`xpushare.engine.stored_run.rejudge`) does. Nothing of the run changes: no ``result.json``, no
 run.json entry, no report, no plot, so ``invoke runs`` lists the run as before. ``--apply`` is the one way to store
 a re-judgment (beside the run's own verdicts). docs/verdicts.md "Re-judging a stored run".
 """
@@ -24,7 +24,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts, run_lock, summaries
+from xpushare.report import run_lock, run_store, summaries
 from xpushare.report.output import plain, render
 
 __all__ = ["judged_again", "whatif"]
@@ -33,7 +33,7 @@ __all__ = ["judged_again", "whatif"]
 def judged_again(stored: CaseRecord) -> bool:
     """Whether a re-judgment judges this stored record again: a case with a judgment that ended PASS, FAIL or
     ERROR on its evidence, run once. SKIP, INTERRUPTED, a harness error and a ``--repeat`` verdict over several
-    attempts keep their status (the same rule as :func:`xpushare.engine.driver.rejudge`)."""
+    attempts keep their status (the same rule as :func:`xpushare.engine.stored_run.rejudge`)."""
     case = REGISTRY.get(stored.case_id)
     if case is None or case.judge is None or stored.status in ("SKIP", "INTERRUPTED") or stored.error:
         return False
@@ -56,14 +56,14 @@ def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out
         that cannot be read.
     """
     try:
-        run_dir = artifacts.stored_run_dir(root, run_id)
+        run_dir = run_store.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     # a live run's records are still being written: what it would be is not known yet either
     run_lock.refuse_live(run_dir, what="it is not re-judged", force_hint=False)
     values = parse_overrides(overrides)
-    meta = artifacts.read_run_meta(run_dir) or {}
-    results = artifacts.load_results(run_dir)
+    meta = run_store.read_run_meta(run_dir) or {}
+    results = run_store.load_results(run_dir)
     check_overrides([REGISTRY[r.case_id] for r in results if r.case_id in REGISTRY], values)
     lines = out if fmt == "table" else sys.stderr
     outcome: list[CaseRecord] = []
@@ -73,9 +73,9 @@ def whatif(run_id: str, overrides: Sequence[str], *, root: Path = Path("."), out
             if not judged_again(record):
                 outcome.append(record)
                 continue
-            case_dir = artifacts.case_dir(run_dir, record.cluster, record.suite, record.case_id)
-            original = case_dir / artifacts.ORIGINAL_RESULT_FILE
-            first = artifacts.load_one_result(run_dir, original) if original.is_file() else record
+            case_dir = run_store.case_dir(run_dir, record.cluster, record.suite, record.case_id)
+            original = case_dir / run_store.ORIGINAL_RESULT_FILE
+            first = run_store.load_one_result(run_dir, original) if original.is_file() else record
             params = first.replay_params or record.replay_params
             params.update({k: v for k, v in values.items() if k in params})
             copy = Path(scratch) / record.cluster / record.suite / record.case_id

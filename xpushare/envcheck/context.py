@@ -22,7 +22,7 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model import atomic_file
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 CROSS_DIR = "_cross-node"
 
@@ -64,7 +64,7 @@ class RunContext:
                  skip_gpu: bool, out: TextIO) -> None:
         self.cluster = cluster
         self.params = params
-        self.run_id = artifacts.validate_run_id(run_id)
+        self.run_id = run_store.validate_run_id(run_id)
         self.base = Path(root) / ".tmplog" / run_id / "envcheck"
         self.mode = mode
         self.skip_gpu = skip_gpu
@@ -82,7 +82,7 @@ class RunContext:
 
     def write(self, node: str, name: str, text: str) -> Path:
         self.claim()
-        return artifacts.atomic_write_text(self.node_dir(node) / name, text)
+        return run_store.atomic_write_text(self.node_dir(node) / name, text)
 
     def claim(self) -> Path:
         """The run's directory, made a tree the tool owns (no link below it is written through); once."""

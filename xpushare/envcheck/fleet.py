@@ -34,7 +34,7 @@ from xpushare.envcheck.checks import ALIGN_KEYS
 from xpushare.inventory.selection import fold
 from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report.artifacts import atomic_write_text
+from xpushare.report.run_store import atomic_write_text
 
 UNREACHABLE = "UNREACHABLE"
 """A node's label in the fleet report when it did not answer."""

@@ -20,7 +20,7 @@ from xpushare.evidence import gpu_health
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 # ---------------------------------------------------------------------------------------------- Kubernetes mode
 
@@ -233,11 +233,11 @@ def _cross_k8s(ctx: RunContext, ready: Sequence[str], raws: Mapping[str, NodeRaw
     logs = wait_done(manifests.selector(ctx.run_id, "cross"), len(ready), "cross")
     cross_dir = ctx.base / safe_name(ctx.cluster.name) / CROSS_DIR
     for node, text in logs.items():
-        artifacts.atomic_write_text(cross_dir / f"{safe_name(node)}.log", text)
+        run_store.atomic_write_text(cross_dir / f"{safe_name(node)}.log", text)
     first = logs.get(ready[0])
     doc, error = checks.try_block(first, "nccl") if first is not None else (None, "no pod log of rank 0")
     if doc is not None:
-        artifacts.atomic_write_text(cross_dir / "nccl.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        run_store.atomic_write_text(cross_dir / "nccl.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     codes = [checks.exit_codes(logs.get(n, "")).get("nccl") for n in ready]
     bad = next((c for c in codes if c not in (0, None)), None if None in codes else 0)
     if bad is None and doc is not None:

@@ -1,7 +1,7 @@
 """envcheck's node health step: recent Xids, ECC, row remapping, clock throttling, lost GPUs (docs/envcheck.md).
 
 Input: one GPU health capture of the node (:mod:`xpushare.evidence.gpu_health`'s command, parsed by
-:func:`xpushare.collect.gpu_health.parse_capture`). Checks, each naming what it found:
+:func:`xpushare.parsers.gpu_health.parse_capture`). Checks, each naming what it found:
 
 * ``kernel_log``: the kernel log could be read (``dmesg``, else ``journalctl -k``); not observable is ERROR
   (a node whose Xids cannot be seen is not known to be healthy);
@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from xpushare.collect.gpu_health import HealthCapture, parse_capture, throttle_names
-from xpushare.collect.xid import describe, severity
 from xpushare.model.verdict import Check, Verdict, combine
+from xpushare.parsers.gpu_health import HealthCapture, parse_capture, throttle_names
+from xpushare.parsers.xid import describe, severity
 
 __all__ = ["judge_health"]
 

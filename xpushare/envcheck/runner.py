@@ -47,7 +47,7 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import HostUnreachable, UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.output import render
 from xpushare.transport.base import Host
 from xpushare.transport.fanout import DEFAULT_FORKS
@@ -99,9 +99,9 @@ def envcheck_task(cluster: str, *, limit: str | None = None, forks: int = DEFAUL
         raise UsageError("--forks must be >= 1")
     spec = cluster_spec or schema.load(inventory_path).cluster(cluster)
     params = resolve_params(spec.params, parse_overrides(list(overrides)))
-    rid = run_id or artifacts.new_run_id(datetime.now())
+    rid = run_id or run_store.new_run_id(datetime.now())
     try:
-        artifacts.validate_run_id(rid)
+        run_store.validate_run_id(rid)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ctx = RunContext(spec, params, run_id=rid, root=Path(root), mode=mode, skip_gpu=skip_gpu,

@@ -20,7 +20,7 @@ from xpushare.inventory.schema import HostSpec
 from xpushare.model.errors import CommandTimeout, ConnectionLost, HostUnreachable, TransportError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.transport.base import CommandResult, Host
 from xpushare.transport.fanout import fan_out
 from xpushare.transport.hosts import connect
@@ -169,20 +169,20 @@ def run_cross_ssh(ctx: RunContext, nodes: Sequence[_SshNode], plans: Mapping[str
     for o in outcomes:
         argv = argv_of(by_host[o.host])
         if o.value is None:
-            artifacts.atomic_write_text(cross_dir / f"{safe_name(o.host)}.log", f"$ {shlex.join(argv)}\n{o.error}\n")
+            run_store.atomic_write_text(cross_dir / f"{safe_name(o.host)}.log", f"$ {shlex.join(argv)}\n{o.error}\n")
             error = error or str(o.error)
             codes.append(-1)
             continue
         res = o.value
         codes.append(res.exit_code)
-        artifacts.atomic_write_text(cross_dir / f"{safe_name(o.host)}.log",
+        run_store.atomic_write_text(cross_dir / f"{safe_name(o.host)}.log",
                                     f"$ {shlex.join(argv)}\nexit {res.exit_code} after {res.duration_s:.1f} s\n"
                                     f"--- stdout ---\n{res.stdout}\n--- stderr ---\n{res.stderr}")
         if ranks[o.host] == 0:
             doc, err = checks.try_block(res.stdout, "nccl")
             error = error or err
     if doc is not None:
-        artifacts.atomic_write_text(cross_dir / "nccl.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        run_store.atomic_write_text(cross_dir / "nccl.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     bad = next((c for c in codes if c != 0), 0)
     return checks.judge_nccl(doc, exit_code=bad, sizes=ctx.sizes(), nominal_busbw=p.cross_min_busbw_gbps,
                              min_pct=100.0, error=error, what="cross-node all-reduce")

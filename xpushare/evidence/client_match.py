@@ -23,7 +23,7 @@ Where the keys are found (sources, exact formats):
   ``namespace,pod,client_id,gpu_uuid`` only, so they are looked up by the matched ``client_id``;
 * the scheduler log: ``Registered client <id16> on GPU <key> with Pod name = <pod>, Pod namespace = <ns>``
   (scheduler.c, INFO), preceded in debug mode by ``SO_PEERCRED: client fd=<fd> pid=<pid> (client
-  reported pid=<pid>)`` (DEBUG) which :mod:`xpushare.collect.scheduler_log` attaches to the
+  reported pid=<pid>)`` (DEBUG) which :mod:`xpushare.parsers.scheduler_log` attaches to the
   registration as ``host_pid``; removal is ``Removing client <id16>`` (the id only).
 """
 
@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from xpushare.backends.base import Backend
-from xpushare.collect import client_lines
-from xpushare.collect.metrics import Exposition, Sample
-from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.inventory.schema import MODE_K8S, is_kubernetes_mode
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers import client_lines
+from xpushare.parsers.metrics import Exposition, Sample
+from xpushare.parsers.scheduler_log_records import Registration, SchedulerLogSummary
 
 __all__ = [
     "KEY_HOST_PID",
@@ -146,7 +146,7 @@ def client_match(mode: str, workload: str, *, namespace: str | None = None, reco
       ``log`` and pids are not used (a container's host pid is not known to the tool);
     * host: :data:`KEY_HOST_PID` on ``record.host_pid`` (the pid the host backend recorded; None when
       not recorded yet) and on every ``Client ID = <id16>`` of ``log`` (the workload's output;
-      :func:`xpushare.collect.client_lines.client_ids`). Pod and namespace are ignored: outside Kubernetes
+      :func:`xpushare.parsers.client_lines.client_ids`). Pod and namespace are ignored: outside Kubernetes
       every client is ``none``/``none``.
     """
     if is_kubernetes_mode(mode):
@@ -210,7 +210,7 @@ def registrations_of(summary: SchedulerLogSummary, match: ClientMatch) -> list[t
 
 def workload_labels(registrations: Iterable[Registration], matches: Sequence[ClientMatch]) -> dict[str, str]:
     """``client id -> "<workload> (matched by <key>)"`` for the registrations of our workloads (others left
-    out), e.g. for :meth:`~xpushare.collect.scheduler_log_records.SchedulerLogSummary.distribution_table`."""
+    out), e.g. for :meth:`~xpushare.parsers.scheduler_log_records.SchedulerLogSummary.distribution_table`."""
     out: dict[str, str] = {}
     for r in registrations:
         for m in matches:

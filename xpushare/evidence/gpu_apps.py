@@ -5,7 +5,7 @@ performance verdict taken then is ERROR ("GPU busy: ..."), never FAIL (issue 16 
 ``others_before``/``others_after``). This module owns the evidence end to end:
 
 * capture: ``nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv`` on every GPU
-  host of the case (collect/nvidia_smi.py builds the argv and parses the CSV);
+  host of the case (parsers/nvidia_smi.py builds the argv and parses the CSV);
 * file: ``gpu_apps/<tag>.json``, ``{"<host>": {"exit": int|null, "output": str}}`` with ``tag`` ``before``
   (the case's first pod not yet started) or ``after`` (every pod of the case ended);
 * parser and check: :func:`busy` and :func:`idle_check`.
@@ -20,10 +20,10 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from xpushare.collect.nvidia_smi import compute_apps_command, parse_compute_apps
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError
 from xpushare.model.verdict import Check
+from xpushare.parsers.nvidia_smi import compute_apps_command, parse_compute_apps
 from xpushare.transport.base import Host
 
 FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")

@@ -2,7 +2,7 @@
 
 Both backends call :func:`capture` for every GPU node of the case at :meth:`Backend.begin_case` (``before``) and
 in :meth:`Backend.harvest` (``after``). One SSH command per node runs :data:`SCRIPT`, which writes the capture
-format that :func:`xpushare.collect.gpu_health.parse_capture` reads:
+format that :func:`xpushare.parsers.gpu_health.parse_capture` reads:
 
 * ``nvidia-smi --query-gpu=<HEALTH_FIELDS> --format=csv,noheader,nounits`` (ECC counters, retired pages, row
   remapping, clock throttle reasons, and by its rows whether each GPU is still visible); asked again with
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from xpushare.collect.gpu_health import HEALTH_FIELDS
 from xpushare.model.atomic_file import atomic_write_text
+from xpushare.parsers.gpu_health import HEALTH_FIELDS
 from xpushare.transport.base import Host
 
 __all__ = ["SCRIPT", "TAGS", "capture", "capture_argv", "file_name"]

@@ -3,7 +3,7 @@
 The node sampler (``workloads/node_sampler.py``) runs on every GPU host during a case and stores
 ``sampler/<node>_procs.csv`` (NVML's compute processes: host pid -> GPU index), ``sampler/<node>_gpu.csv``
 (GPU index -> UUID) and ``sampler/<node>_pids.csv`` (each pid's ``HOSTNAME``, a pod's name in Kubernetes);
-:mod:`xpushare.collect.sampler_csv` parses them. A workload whose recorded ``host_pid`` (host mode), or whose
+:mod:`xpushare.parsers.sampler_csv` parses them. A workload whose recorded ``host_pid`` (host mode), or whose
 pod name (Kubernetes), appears in its node's process rows ran on those GPUs, whatever the client library
 reported to the scheduler.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from xpushare.collect.sampler_csv import gpu_rows, index_to_uuid, pid_rows, proc_rows
+from xpushare.parsers.sampler_csv import gpu_rows, index_to_uuid, pid_rows, proc_rows
 
 __all__ = ["NvmlPlacement", "key_uuid", "nvml_placement", "pod_pids", "sampler_files"]
 

@@ -23,7 +23,7 @@ the files it leaves in a case directory, with one owner for each step.
 * **Series** (``metrics_series.jsonl``): one :class:`ScrapeRecord` per line as JSON
   (:meth:`ScrapeRecord.to_json_line`), read by :func:`parse_series`.
 * **Facts** of a page: :func:`scrape_facts` (:class:`ScrapeFacts`, the soak's and the fault acts' view), parsed by
-  the one exposition parser, :func:`xpushare.collect.metrics.parse_exposition` (``prometheus_client``'s).
+  the one exposition parser, :func:`xpushare.parsers.metrics.parse_exposition` (``prometheus_client``'s).
 
 The readers never raise on bad input; only the fetchers run commands.
 """
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from xpushare.collect.metrics import parse_exposition
 from xpushare.model.errors import TransportError, XpushareError
+from xpushare.parsers.metrics import parse_exposition
 from xpushare.transport.base import Host
 
 __all__ = [
@@ -496,7 +496,7 @@ class ScrapeFacts:
 
 def scrape_facts(text: str | None, *, full: bool = False) -> ScrapeFacts:
     """Facts of one ``/metrics`` answer (body + curl trailer, :func:`split_trailer`), parsed by the one exposition
-    parser (:func:`~xpushare.collect.metrics.parse_exposition`, ``prometheus_client``'s). Never raises.
+    parser (:func:`~xpushare.parsers.metrics.parse_exposition`, ``prometheus_client``'s). Never raises.
 
     A page without any series the parser could read is not ``ok``. Per tick the series read before a line the
     parser stops at still count (the round's trends go on; the raw page is kept); with ``full`` (baseline, final)

@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xpushare.collect.scheduler_log import parse_text
-from xpushare.collect.scheduler_log_records import Registration, SchedulerLogSummary
 from xpushare.evidence.client_match import client_match, registrations_of
 from xpushare.evidence.nvml_placement import NvmlPlacement, key_uuid, nvml_placement
 from xpushare.inventory.schema import MODE_HOST, MODE_K8S, is_host_mode, is_kubernetes_mode
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.workload import WorkloadRecord, read_pod_records
+from xpushare.parsers.scheduler_log import parse_text
+from xpushare.parsers.scheduler_log_records import Registration, SchedulerLogSummary
 
 __all__ = [
     "SCHEDULER_NODE_FILE",

@@ -49,7 +49,7 @@ LOCAL_CLUSTER = "local"
 MODE_K8S = "k8s"
 MODE_HOST = "host"
 #: A cluster's ``mode``: how its workloads run. Only this module and the backend factory
-#: (:func:`xpushare.engine.driver.make_backend`) test the mode's string; every other module asks
+#: (:func:`xpushare.engine.backend_factory.make_backend`) test the mode's string; every other module asks
 #: :attr:`ClusterSpec.is_kubernetes` / :attr:`ClusterSpec.is_host`, :func:`is_kubernetes_mode` for a recorded
 #: mode, or the backend (tests/unit/test_mode_strings.py).
 MODES = (MODE_K8S, MODE_HOST)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import pod_log
 from xpushare.evidence.store import Evidence
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers import pod_log
 
 
 def pod_progress(ev: Evidence, name: str) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def check_pods_succeeded(ev: Evidence, names: Sequence[str], *, check_name: str 
     """Every named pod: phase Succeeded, exit 0, ``PASS`` in its log and a parseable runtime.
 
     Unevaluable (``ok=None``) when a pod record or its log is missing, and when every pod that did not pass died
-    on a Python module the node lacks (:func:`~xpushare.collect.pod_log.missing_module`): the workload never
+    on a Python module the node lacks (:func:`~xpushare.parsers.pod_log.missing_module`): the workload never
     reached the GPU or the SUT, so the case is ERROR (a node prerequisite), never FAIL of the SUT.
     """
     facts = {n: pod_progress(ev, n) for n in names}

@@ -36,9 +36,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import pod_log
-from xpushare.collect.metrics import Exposition
-from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,
@@ -66,6 +63,9 @@ from xpushare.judge.quota import check_higher_quota_faster
 from xpushare.judge.thresholds import used
 from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import pod_log
+from xpushare.parsers.metrics import Exposition
+from xpushare.parsers.scheduler_log_records import SchedulerLogSummary
 
 __all__ = [
     "ChangeFacts",

@@ -11,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.collect import client_lines, pod_log
-from xpushare.collect.scheduler_log_records import LimitChange, SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import (
     check_pods_succeeded,
@@ -31,6 +29,8 @@ from xpushare.judge.combination_evidence import (
 )
 from xpushare.judge.quota import annotation_calls, change_applied_at, phase_throughput
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import client_lines, pod_log
+from xpushare.parsers.scheduler_log_records import LimitChange, SchedulerLogSummary
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect.metrics import Exposition, Sample, parse_exposition
-from xpushare.collect.scheduler_log import parse_text
-from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.evidence.scrape_capture import read_capture, split_capture
 from xpushare.evidence.store import Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.quantity import annotation_bytes
 from xpushare.model.verdict import Check
+from xpushare.parsers.metrics import Exposition, Sample, parse_exposition
+from xpushare.parsers.scheduler_log import parse_text
+from xpushare.parsers.scheduler_log_records import SchedulerLogSummary
 
 
 def combo_th(th: Mapping[str, Any], key: str) -> Any:

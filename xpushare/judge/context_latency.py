@@ -14,11 +14,11 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.collect.ctx_probe import STEPS, CtxProbeLine, parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers.ctx_probe import STEPS, CtxProbeLine, parse_text
 
 __all__ = ["check_latency", "judge_context_latency", "medians"]
 

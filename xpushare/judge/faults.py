@@ -1,6 +1,6 @@
 """FAIL-005..007: the SUT's reaction to a GPU fault injected into clients (docs/faults.md "Injected faults").
 
-Inputs: ``plan.json`` (written by :mod:`xpushare.soak.gpu_fault_act`: the fault, the victims, the scheduler's
+Inputs: ``plan.json`` (written by :mod:`xpushare.cases.gpu_fault_acts`: the fault, the victims, the scheduler's
 facts before and after, the ``/metrics`` page after the load, the probe), ``pods.json`` and ``pods/*.log`` (W5
 progress lines, docs/sut/workloads.md §inline), ``scheduler.log``. Checks:
 
@@ -27,14 +27,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect.pod_log import Probe, quota_probes
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, plan_skip
 from xpushare.judge.lost_gpu import check_lost_gpu_reported
 from xpushare.model.gpu_faults import KINDS
 from xpushare.model.verdict import Check, Status, Verdict, combine
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers.pod_log import Probe, quota_probes
+from xpushare.parsers.scheduler_log import parse_text
 
 __all__ = ["judge_gpu_fault", "window_rates"]
 

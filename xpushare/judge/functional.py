@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import scheduler_log
 from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
 from xpushare.judge import thresholds
 from xpushare.judge.checks import (
@@ -27,6 +26,7 @@ from xpushare.judge.checks import (
 from xpushare.judge.thresholds import shown
 from xpushare.model.premises import TWO_GPUS, TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import scheduler_log
 
 LOCK_SHARED = "lock-span overlap / shorter span > 0 (the lock went back to the first holder)"
 

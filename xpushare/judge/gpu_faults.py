@@ -1,7 +1,7 @@
 """A GPU fault during a case is never blamed on the SUT: the ``gpu_health`` check (docs/faults.md).
 
 From the health captures before and after the case (:mod:`xpushare.evidence.gpu_health`, parsed by
-:mod:`xpushare.collect.gpu_health`), per node a pod of the case ran on and per GPU it used, a **fault** is:
+:mod:`xpushare.parsers.gpu_health`), per node a pod of the case ran on and per GPU it used, a **fault** is:
 
 * a new ``NVRM: Xid`` line for the GPU's PCI bus id (in the ``after`` kernel log, not in the ``before`` one)
   whose catalogue class (``xpushare/data/xid.yaml``) is ``warning`` or ``critical`` (an Xid the catalogue does
@@ -30,11 +30,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from xpushare.collect.gpu_health import GpuHealth, HealthCapture, parse_capture
-from xpushare.collect.xid import XidEvent, describe, severity
 from xpushare.evidence import gpu_health as health_files
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Check, Status, Verdict
+from xpushare.parsers.gpu_health import GpuHealth, HealthCapture, parse_capture
+from xpushare.parsers.xid import XidEvent, describe, severity
 
 __all__ = ["GpuFault", "gpu_fault_check", "node_faults", "with_gpu_fault_check"]
 

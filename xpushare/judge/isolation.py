@@ -1,7 +1,7 @@
 """Isolation judged by what a workload could do: the memory probe's figures against the memory quota.
 
 Pure functions over :class:`~xpushare.evidence.store.Evidence` (pod records, pod logs with the probe's
-``[XPUSHARE][MEM_PROBE]`` lines, :mod:`xpushare.collect.mem_probe`; ``annotations.jsonl`` for the dynamic
+``[XPUSHARE][MEM_PROBE]`` lines, :mod:`xpushare.parsers.mem_probe`; ``annotations.jsonl`` for the dynamic
 cases). For one allocation path and a memory quota of Q bytes, with the probe's step S and tolerance T
 (``iso_memory_tolerance_ratio`` x Q):
 
@@ -26,9 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.collect.compute_probe import ComputeProbeLine
-from xpushare.collect.compute_probe import parse_text as parse_compute_text
-from xpushare.collect.mem_probe import MemProbeLine, parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge import quota as quota_judge
 from xpushare.judge.checks import check_pods_succeeded, check_terminal
@@ -37,6 +34,9 @@ from xpushare.judge.sut_proof import check_system_in_path
 from xpushare.judge.thresholds import used
 from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers.compute_probe import ComputeProbeLine
+from xpushare.parsers.compute_probe import parse_text as parse_compute_text
+from xpushare.parsers.mem_probe import MemProbeLine, parse_text
 
 __all__ = [
     "COMPUTE_HELD",

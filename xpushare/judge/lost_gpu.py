@@ -4,11 +4,11 @@ GPU (seed 003 "a lost GPU"; docs/faults.md; docs/findings.md finding 22).
 Two independent sources, named in the check:
 
 * **NVML** (the node's GPU health captures, :mod:`xpushare.evidence.gpu_health`, parsed by
-  :mod:`xpushare.collect.gpu_health`): before the fault the lost GPU's row gives its index and PCI bus id; after it
+  :mod:`xpushare.parsers.gpu_health`): before the fault the lost GPU's row gives its index and PCI bus id; after it
   ``nvidia-smi`` names that bus id "GPU is lost" (or lists the GPU no longer). Without that the loss is not
   established and nothing is judged (``ok`` None);
 * **/metrics** after the load (``plan.metrics_after`` pages, parsed by
-  :func:`xpushare.collect.metrics.parse_exposition`): the sampler's per-GPU series (families ``<prefix>_gpu_*``,
+  :func:`xpushare.parsers.metrics.parse_exposition`): the sampler's per-GPU series (families ``<prefix>_gpu_*``,
   docs/sut/metrics.md) labelled with the lost GPU's UUID or its index (``gpu_index``; the UUID label may be NVML's
   placeholder ``GPU-<index>``).
 
@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect.gpu_health import parse_capture
-from xpushare.collect.metrics import Exposition, Sample, parse_exposition
 from xpushare.evidence import gpu_health as health_files
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Check
+from xpushare.parsers.gpu_health import parse_capture
+from xpushare.parsers.metrics import Exposition, Sample, parse_exposition
 
 __all__ = ["EXPRESSION", "check_lost_gpu_reported"]
 

@@ -28,7 +28,7 @@ Kubernetes, ``host_pid`` (and ``client_id``) in host mode, where every client's 
 ``none``. The ``probe_client_seen`` check and the PASS summary say which key matched
 (``matched by host_pid 12345``); the other client families are read by the matched ``client_id``.
 Metric names are prefix-agnostic (``xpushare_`` / ``nvshare_``, docs/sut/README.md §naming): lookups go
-through :class:`~xpushare.collect.metrics.Exposition`.
+through :class:`~xpushare.parsers.metrics.Exposition`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import ClientMatch
 from xpushare.evidence.scrape_capture import ScrapeRecord, parse_series, read_capture
 from xpushare.evidence.store import Evidence
-from xpushare.judge.metrics_checks import (
+from xpushare.judge.metrics_client_values import judge_met003, judge_met004, judge_met005, quota_state
+from xpushare.judge.metrics_evidence import (
+    RequiredMetrics,
+    load_required_metrics,
+    metrics_source,
+    read_first_capture,
+)
+from xpushare.judge.metrics_exposition_checks import (
     client_seen_check,
     gpu_rows_for_key,
     matched_note,
@@ -49,15 +55,9 @@ from xpushare.judge.metrics_checks import (
     parse_check,
     th_value,
 )
-from xpushare.judge.metrics_clients import judge_met003, judge_met004, judge_met005, quota_state
-from xpushare.judge.metrics_evidence import (
-    RequiredMetrics,
-    load_required_metrics,
-    metrics_source,
-    read_first_capture,
-)
-from xpushare.judge.metrics_load import judge_met006, judge_met007, judge_met008
+from xpushare.judge.metrics_under_load import judge_met006, judge_met007, judge_met008
 from xpushare.model.verdict import Check, Verdict
+from xpushare.parsers.metrics import parse_exposition
 
 __all__ = [
     "RequiredMetrics",

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.collect.metrics import parse_exposition
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers.metrics import parse_exposition
+from xpushare.parsers.scheduler_log import parse_text
 
 __all__ = ["COUNTER_END_FILE", "DROP_LOCK_EXPRESSION", "MESSAGE_TYPES", "disconnect_check", "drop_lock_check",
            "drop_lock_counted", "messages_check", "with_counter_checks"]

@@ -44,16 +44,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.collect.client_lines import memory_reports
-from xpushare.collect.metrics import Exposition, parse_exposition
-from xpushare.collect.sampler_csv import gpu_rows, proc_rows
-from xpushare.collect.scheduler_log import ClientEvent, client_events, mem_updates
 from xpushare.evidence.client_match import ClientMatch, matched_clients
 from xpushare.evidence.scrape_capture import ScrapeRecord
 from xpushare.evidence.store import Evidence
-from xpushare.judge.metrics_checks import gpu_rows_for_key, th_value
 from xpushare.judge.metrics_evidence import load_series
+from xpushare.judge.metrics_exposition_checks import gpu_rows_for_key, th_value
 from xpushare.model.verdict import Check
+from xpushare.parsers.client_lines import memory_reports
+from xpushare.parsers.metrics import Exposition, parse_exposition
+from xpushare.parsers.sampler_csv import gpu_rows, proc_rows
+from xpushare.parsers.scheduler_log import ClientEvent, client_events, mem_updates
 
 __all__ = ["GAUGE_KEYS", "SERIES_FILE", "gauge_checks"]
 

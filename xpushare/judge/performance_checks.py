@@ -12,14 +12,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import dmon
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_terminal, pod_progress
 from xpushare.judge.stats import median, percentile, rounded
 from xpushare.judge.thresholds import used
 from xpushare.model.premises import unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import dmon
+from xpushare.parsers.scheduler_log import parse_text
 
 
 def ideal_factor(quota: float, co_quotas: Sequence[float] = ()) -> float:

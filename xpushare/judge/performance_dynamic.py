@@ -10,8 +10,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import pod_log
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.scrape_capture import split_http
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import pod_progress
@@ -27,6 +25,8 @@ from xpushare.judge.quota import annotation_calls, check_dynamic_change
 from xpushare.judge.stats import rounded
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import pod_log
+from xpushare.parsers.metrics import parse_exposition
 
 
 def probe_points(ev: Evidence, pod: str) -> list[tuple[float, int]]:

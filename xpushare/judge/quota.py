@@ -15,13 +15,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import client_lines, pod_log
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_scheduler_alive, check_terminal, pod_progress
 from xpushare.judge.thresholds import shown, used
 from xpushare.model.premises import TWO_PODS_ONE_GPU, unmet
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import client_lines, pod_log
+from xpushare.parsers.scheduler_log import parse_text
 
 
 def annotation_calls(ev: Evidence) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ These functions add what the probe could hold to the case's verdict, with the ru
 A probe line that is missing, ``unavailable`` (a node prerequisite) or ``error`` is not evaluable (ERROR, never
 PASS); a run stored before the case ran the probe (no ``quota_probe`` / ``memory_limits_bytes`` in its
 ``plan.json``) keeps its log-line verdict. Evidence: the probe pod's log (``pods/<pod>.log``, parsed by
-:mod:`xpushare.collect.mem_probe`), ``pods.json``, ``annotations.jsonl`` (annotate times).
+:mod:`xpushare.parsers.mem_probe`), ``pods.json``, ``annotations.jsonl`` (annotate times).
 Source: issue 26, docs/isolation.md.
 """
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect.mem_probe import MemProbeLine, parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import (
     HELD,
@@ -42,6 +41,7 @@ from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.quota import annotation_calls
 from xpushare.judge.stability_evidence import load_soak
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers.mem_probe import MemProbeLine, parse_text
 
 __all__ = [
     "PROBE_KEYS",

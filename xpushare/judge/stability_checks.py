@@ -10,9 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpushare.collect.pod_log import strip_timestamp
-from xpushare.collect.scheduler_log_parser import SchedulerLogParser
-from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.judge.quantity import parse_quantity
 from xpushare.judge.stability_evidence import (
     SoakData,
@@ -21,6 +18,9 @@ from xpushare.judge.stability_evidence import (
 )
 from xpushare.judge.trend import Trend, fit
 from xpushare.model.verdict import Check
+from xpushare.parsers.pod_log import strip_timestamp
+from xpushare.parsers.scheduler_log_parser import SchedulerLogParser
+from xpushare.parsers.scheduler_log_records import SchedulerLogSummary
 
 
 def _judge_points(

@@ -14,12 +14,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.evidence import workload_env
 from xpushare.evidence.store import SOURCE_REGISTRATION, Evidence
 from xpushare.judge.sut_proof import check_system_in_path
 from xpushare.model.premises import SUT, is_unmet, unmet
 from xpushare.model.verdict import Check, Status, Verdict
+from xpushare.parsers.scheduler_log import parse_text
 
 __all__ = ["PREREQUISITE_MARKERS", "REGISTRATION_TIMEOUT_S", "before_gpu", "gpu_identity_check",
            "registration_delays", "sut_expected", "sut_path_check", "with_sut_checks"]

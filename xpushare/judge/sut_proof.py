@@ -10,7 +10,7 @@ workload the case is ERROR, premise ``sut`` (never PASS, never FAIL). What count
   ``<state_dir>/log/server.log``) holds ``New client <the workload's pid> connected``.
 
 The project's own SUT (``xpushare``, ``nvshare``) is judged by :mod:`xpushare.judge.sut_path` where a case asks
-for it. Parsers: :mod:`xpushare.collect.sut_lines`. Source: docs/isolation.md §cross-SUT comparison.
+for it. Parsers: :mod:`xpushare.parsers.sut_lines`. Source: docs/isolation.md §cross-SUT comparison.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect.sut_lines import hami_lines, mps_client_events
 from xpushare.evidence.store import Evidence
 from xpushare.model.premises import SUT
 from xpushare.model.verdict import Check
+from xpushare.parsers.sut_lines import hami_lines, mps_client_events
 
 __all__ = ["EXPRESSION", "check_system_in_path"]
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect.mem_probe import parse_text as parse_probe
-from xpushare.collect.scheduler_log import parse_text as parse_scheduler
-from xpushare.collect.scheduler_log_records import SchedulerLogSummary
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import check_held, check_probe_line, check_usable, tolerance_bytes
 from xpushare.judge.thresholds import used
 from xpushare.model.verdict import Check, Status, Verdict, combine
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers.mem_probe import parse_text as parse_probe
+from xpushare.parsers.scheduler_log import parse_text as parse_scheduler
+from xpushare.parsers.scheduler_log_records import SchedulerLogSummary
 
 __all__ = ["PREMISE", "judge_tenants"]
 

@@ -10,9 +10,9 @@
   :mod:`xpushare.legacy.case_report`; each runs as a run of the engine (:mod:`xpushare.engine.run`) with the
   legacy hooks of :mod:`xpushare.legacy.run` (setup, the script's lines and tables), holding the cluster's lease;
 * :mod:`xpushare.legacy.judgments` -- their verdicts, pure functions of the stored evidence;
-* :mod:`xpushare.legacy.deploy` -- the setup pipeline of ``remote-test.sh`` (commit, sync, build,
-  render, redeploy, verify the scheduling mode), with its steps in :mod:`xpushare.legacy.deploy_sync` (sync,
-  git) and :mod:`xpushare.legacy.deploy_render` (manifests);
+* :mod:`xpushare.deploy.k8s_pipeline` -- the setup pipeline of ``remote-test.sh`` (commit, sync, build,
+  render, redeploy, verify the scheduling mode), with its steps in :mod:`xpushare.deploy.source_sync` (sync,
+  git) and :mod:`xpushare.deploy.k8s_render` (manifests);
 * :mod:`xpushare.legacy.compare` -- a run against stored baselines, the way seed 004's analysis does.
 
 The Invoke tasks are in :mod:`xpushare.cli.legacy_tasks`; ``docs/legacy.md`` has the script -> task table.

@@ -15,13 +15,13 @@ from typing import Any, TextIO
 
 from xpushare.backends.k8s_names import dns1123
 from xpushare.cases.base import CaseRun
-from xpushare.collect import nvidia_smi
 from xpushare.judge.quantity import parse_quantity
 from xpushare.legacy import tables
 from xpushare.legacy.backend import BASELINE_WORKLOADS, W2, PodExtra, legacy_backend
 from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import TransportError, UsageError, XpushareError
 from xpushare.model.workload import WorkloadSpec
+from xpushare.parsers import nvidia_smi
 from xpushare.transport.kube_errors import KubeError
 from xpushare.transport.kube_objects import STUCK_REASONS
 

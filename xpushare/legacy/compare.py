@@ -45,7 +45,7 @@ from xpushare.legacy import judgments, tables
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.output import render
 
 #: Workload kind of each pods-run scenario, and whether the kind saturates the GPU.
@@ -316,11 +316,11 @@ def baseline_compare(run_id: str, baseline_path: str | Path | None = None, *, ro
     """
     out = out or sys.stdout
     try:
-        run_dir = artifacts.stored_run_dir(root, run_id)
+        run_dir = run_store.stored_run_dir(root, run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     baseline = load_baseline(baseline_path or DEFAULT_BASELINE)
-    results = [r for r in artifacts.load_results(run_dir)
+    results = [r for r in run_store.load_results(run_dir)
                if r.suite == "legacy" and (cluster is None or r.cluster == cluster)]
     measured = [r for r in results if r.case_id in SCENARIO_KIND]
     natives = [r for r in results if r.case_id == "baseline"]
@@ -340,9 +340,9 @@ def baseline_compare(run_id: str, baseline_path: str | Path | None = None, *, ro
             if kind and row.passed and row.duration_s is not None and not row.estimated:
                 own[kind] = float(row.duration_s)
     text = format_report(run_id, baseline, comparisons, own, models)
-    artifacts.atomic_write_text(run_dir / "baseline-compare.txt", text + "\n")
+    run_store.atomic_write_text(run_dir / "baseline-compare.txt", text + "\n")
     data = {"run_id": run_id, "baseline": baseline.path, "gpu_model": baseline.gpu_model,
             "comparisons": [asdict(c) for c in comparisons], "own_baseline_s": own}
     print(render(data, fmt, text=text), file=out)
-    artifacts.atomic_write_text(run_dir / "baseline-compare.json", json.dumps(data, indent=2) + "\n")
+    run_store.atomic_write_text(run_dir / "baseline-compare.json", json.dumps(data, indent=2) + "\n")
     return ExitStatus.OK

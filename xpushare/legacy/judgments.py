@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpushare.collect import dmon, nvidia_smi, scheduler_log, scheduler_log_records
 from xpushare.evidence.scrape_capture import split_trailer
 from xpushare.evidence.store import Evidence
 from xpushare.judge.checks import check_pods_succeeded, check_rejected
 from xpushare.legacy import tables
 from xpushare.model.verdict import Check, Status, Verdict, combine
+from xpushare.parsers import dmon, nvidia_smi, scheduler_log, scheduler_log_records
 
 
 def _scheduler(ev: Evidence) -> scheduler_log_records.SchedulerLogSummary | None:

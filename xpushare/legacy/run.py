@@ -1,9 +1,9 @@
 """``invoke legacy.<scenario>``: one legacy scenario (:mod:`xpushare.legacy.scenarios`) as a run.
 
 A :class:`~xpushare.engine.run.Run` (the cluster's lease for the whole scenario, setup included; run.json; signals;
-reports) of the scenario's case with :class:`LegacyHooks`: the script's setup first (:mod:`xpushare.legacy.deploy`,
-unless ``--skip-setup``), the script's progress lines, then the files the script left
-(:func:`~xpushare.legacy.case_report.post_process`) and its closing tables
+reports) of the scenario's case with :class:`LegacyHooks`: the script's setup first
+(:mod:`xpushare.deploy.k8s_pipeline`, unless ``--skip-setup``), the script's progress lines, then the files the
+script left (:func:`~xpushare.legacy.case_report.post_process`) and its closing tables
 (:func:`~xpushare.legacy.case_report.render_case_report`). Scenarios run one after the other under one ``--run-id``
 share its run directory and run.json (:attr:`~xpushare.engine.run.Reuse.EXTEND`).
 """
@@ -21,12 +21,12 @@ from typing import Any, TextIO
 from xpushare.backends.base import Backend
 from xpushare.cases.base import CaseDef
 from xpushare.cases.param_schema import owned_problem
+from xpushare.deploy import k8s_pipeline
 from xpushare.engine import plan
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec
-from xpushare.legacy import deploy
 from xpushare.legacy.acts import STREAMS
 from xpushare.legacy.backend import LegacyK8sBackend
 from xpushare.legacy.case_report import post_process, render_case_report
@@ -35,7 +35,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 __all__ = ["LegacyHooks", "LegacyRequest", "run_scenario", "scenario_params"]
 
@@ -134,7 +134,7 @@ class LegacyHooks(RunHooks):
         sc, req = self.sc, self.req
         if not sc.setup or req.skip_setup:
             return None
-        status = deploy.run_deploy(deploy.DeployRequest(
+        status = k8s_pipeline.run_deploy(k8s_pipeline.DeployRequest(
             cluster=req.cluster, mode=req.mode, autocommit=req.autocommit, source=req.source, run_id=run.id,
             overrides=req.overrides, inventory_path=req.inventory_path, root=req.root, label=sc.script,
             lenient=True), self.out)
@@ -159,7 +159,7 @@ class LegacyHooks(RunHooks):
         return self._printing()
 
     def case_done(self, run: Run, cluster: ClusterSpec, case: CaseDef, record: CaseRecord) -> None:
-        case_dir = artifacts.case_dir(run.dir, cluster.name, SUITE, case.case_id)
+        case_dir = run_store.case_dir(run.dir, cluster.name, SUITE, case.case_id)
         post_process(self.sc, case_dir, record, self.params, cluster)
         print(render_case_report(self.sc, case_dir, record, self.params), file=self.out, flush=True)
 

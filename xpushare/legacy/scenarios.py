@@ -6,7 +6,7 @@ registry: ``invoke cases`` and ``--suite`` never select it) whose ``act`` create
 created -- same names (``<gen>-cross-gpu-<i>`` ...), same ``app=`` labels, same order and waits -- through
 :class:`~xpushare.legacy.backend.LegacyK8sBackend`, prints the script's progress lines, and whose ``judge``
 (:mod:`xpushare.legacy.judgments`) reads only the stored evidence. :func:`xpushare.legacy.run.run_scenario` runs
-one behind the ``legacy.*`` tasks: a run with the legacy hooks (optional setup, :mod:`xpushare.legacy.deploy`; the
+one behind the ``legacy.*`` tasks: a run with the legacy hooks (optional setup, :mod:`xpushare.deploy.k8s_pipeline`; the
 legacy tables, :mod:`xpushare.legacy.tables`).
 
 Deliberate differences from the scripts (also in ``docs/legacy.md``):

@@ -28,10 +28,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from xpushare.collect import pod_log
-from xpushare.collect.scheduler_log import parse_text
-from xpushare.collect.scheduler_log_records import DISTRIBUTION_TITLE
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers import pod_log
+from xpushare.parsers.scheduler_log import parse_text
+from xpushare.parsers.scheduler_log_records import DISTRIBUTION_TITLE
 from xpushare.transport.kube_objects import split_prefixed_logs
 
 RULE = "=" * 90

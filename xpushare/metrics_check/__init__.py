@@ -9,7 +9,7 @@ Three layers, kept apart, one module each (the package imports none of them: cal
    transport (a Kubernetes cluster: the scheduler pod IP is only reachable from the nodes). ``fetch`` raises
    ``FetchError`` when no HTTP response came back.
 2. **Judging** (pure, :mod:`~xpushare.metrics_check.checklist`): ``idle_checks`` on an ``EndpointEvidence``,
-   ``load_checks`` on an :class:`~xpushare.collect.metrics.Exposition` with probe clients registered; each
+   ``load_checks`` on an :class:`~xpushare.parsers.metrics.Exposition` with probe clients registered; each
    returns ``CheckLine`` rows ``(item, expected, observed, status)`` with status PASS or FAIL.
 3. **Under load** (:mod:`~xpushare.metrics_check.probes`, ``run_load_checks``): start probe workloads through
    a ``ProbeLoad`` (one, then two), poll ``/metrics`` until the load lines pass or the settle time runs out,

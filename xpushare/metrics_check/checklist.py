@@ -13,13 +13,13 @@ from typing import NamedTuple
 
 from tabulate import tabulate
 
-from xpushare.collect.metrics import Exposition, Sample, parse_exposition
 from xpushare.evidence.client_match import KEY_HOST_PID, ClientMatch, matched_clients
-from xpushare.judge.metrics_checks import gpu_rows_for_key
 from xpushare.judge.metrics_evidence import load_required_metrics
+from xpushare.judge.metrics_exposition_checks import gpu_rows_for_key
 from xpushare.metrics_check.endpoint import DEFAULT_NOTFOUND_PATH, EndpointEvidence, HttpResponse
 from xpushare.model.exit_status import ExitStatus, decide_exit_status
 from xpushare.model.verdict import Status
+from xpushare.parsers.metrics import Exposition, Sample, parse_exposition
 
 __all__ = ["CELL_WIDTHS", "CONTENT_TYPE", "COUNTERS", "CheckLine", "answer_text", "check_line", "exit_status",
            "exposition_checks", "idle_checks", "load_checks", "render_table", "shorten"]

@@ -1,7 +1,7 @@
 """The DROP_LOCK line of ``invoke metrics-check`` (seed 002 §4: ``drop_lock_total > 0`` when quota throttling
 happens), judged from two sources over the load part's window: the counter ``scheduler_drop_lock_total`` on
 ``/metrics`` and the scheduler's own log (``Sent DROP_LOCK to client`` and ``Throttling client`` lines,
-:mod:`xpushare.collect.scheduler_log`), by the rule MET-004 uses
+:mod:`xpushare.parsers.scheduler_log`), by the rule MET-004 uses
 (:func:`xpushare.judge.metrics_counters.drop_lock_counted`).
 
 The window opens with the idle page (no client registered: nothing is throttled) and a read of the log, and closes,
@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xpushare.collect.metrics import parse_exposition
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.judge.metrics_counters import DROP_LOCK_EXPRESSION, drop_lock_counted
 from xpushare.metrics_check.checklist import CheckLine, answer_text, shorten
 from xpushare.metrics_check.endpoint import HttpResponse
 from xpushare.model.errors import XpushareError
 from xpushare.model.verdict import Status
+from xpushare.parsers.metrics import parse_exposition
+from xpushare.parsers.scheduler_log import parse_text
 
 __all__ = ["DROP_LOCK_ITEM", "DROP_LOCK_SLACK", "DropLockWindow", "skipped_line"]
 

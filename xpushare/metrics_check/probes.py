@@ -15,12 +15,12 @@ from typing import Protocol
 
 from xpushare.backends.base import Backend
 from xpushare.backends.k8s_probes import DEFAULT_PROBE_IMAGE, PROBE_COMMAND, RUN_LABEL, KubeProbeLoad
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import KEY_POD, ClientMatch, live_matches
 from xpushare.metrics_check.checklist import CheckLine, answer_text, check_line, load_checks, shorten
 from xpushare.metrics_check.endpoint import HttpResponse
 from xpushare.model.errors import XpushareError
 from xpushare.model.workload import WorkloadSpec
+from xpushare.parsers.metrics import parse_exposition
 
 __all__ = ["DEFAULT_PROBE_IMAGE", "PROBE_COMMAND", "RUN_LABEL", "BackendProbeLoad", "KubeProbeLoad", "ProbeLoad",
            "run_load_checks"]

@@ -28,7 +28,7 @@ from xpushare.evidence.scrape_capture import ScrapeRecord, capture_text
 from xpushare.metrics_check.endpoint import EndpointEvidence, HttpResponse
 from xpushare.model import atomic_file
 from xpushare.model.errors import UsageError
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 __all__ = ["DIR_NAME", "JSON_FILE", "TEXT_FILE", "RunDirectory", "check_run_id", "claim_run_dir", "safe_name"]
 
@@ -64,18 +64,18 @@ class RunDirectory:
         d = self.scheduler_dir(name)
         for file, resp in (("healthz.txt", evidence.healthz), ("metrics.txt", evidence.metrics),
                            ("notexist.txt", evidence.notfound)):
-            artifacts.atomic_write_text(d / file, capture_text(_record(resp), resp.content_type))
+            run_store.atomic_write_text(d / file, capture_text(_record(resp), resp.content_type))
 
     def save_scrapes(self, name: str, scrapes: Sequence[ScrapeRecord]) -> None:
         """The load part's pages of scheduler ``name`` (nothing when there were none)."""
         if scrapes:
             text = "".join(r.to_json_line() + "\n" for r in scrapes)
-            artifacts.atomic_write_text(self.scheduler_dir(name) / "load_scrapes.jsonl", text)
+            run_store.atomic_write_text(self.scheduler_dir(name) / "load_scrapes.jsonl", text)
 
     def save_result(self, text: str, record: dict[str, Any]) -> None:
         """The printed notes and tables, and the JSON record."""
-        artifacts.atomic_write_text(self.path / TEXT_FILE, text if text.endswith("\n") else text + "\n")
-        artifacts.atomic_write_text(self.path / JSON_FILE, json.dumps(record, indent=2, default=str) + "\n")
+        run_store.atomic_write_text(self.path / TEXT_FILE, text if text.endswith("\n") else text + "\n")
+        run_store.atomic_write_text(self.path / JSON_FILE, json.dumps(record, indent=2, default=str) + "\n")
 
 
 def _record(resp: HttpResponse) -> ScrapeRecord:
@@ -83,10 +83,10 @@ def _record(resp: HttpResponse) -> ScrapeRecord:
 
 
 def _validated(run_id: str) -> str:
-    if run_id == artifacts.LAST:
-        raise UsageError(f"--run-id {artifacts.LAST} names the latest stored run; give a new id")
+    if run_id == run_store.LAST:
+        raise UsageError(f"--run-id {run_store.LAST} names the latest stored run; give a new id")
     try:
-        return artifacts.validate_run_id(run_id)
+        return run_store.validate_run_id(run_id)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -120,7 +120,7 @@ def claim_run_dir(root: Path, run_id: str | None, *, now: datetime | None = None
     if run_id is not None:
         candidates = [_validated(run_id)]
     else:
-        first = artifacts.new_run_id(now or datetime.now())
+        first = run_store.new_run_id(now or datetime.now())
         candidates = [first] + [f"{first}-{n}" for n in range(2, _MAX_SUFFIX)]
     for rid in candidates:
         try:

@@ -1,8 +1,8 @@
 """The record of one case of a run: what ``result.json`` holds (the single source of truth of the reports).
 
 :class:`CaseRecord` is written by the case lifecycle (:mod:`xpushare.engine.lifecycle`) and replaced, never edited,
-by a re-judgment (:func:`xpushare.engine.driver.rejudge`). Its JSON form (:meth:`CaseRecord.to_json`) has the keys
-listed in :mod:`xpushare.report.artifacts` in this order::
+by a re-judgment (:func:`xpushare.engine.stored_run.rejudge`). Its JSON form (:meth:`CaseRecord.to_json`) has the keys
+listed in :mod:`xpushare.report.run_store` in this order::
 
     run_id cluster suite case_id title mode attempt status summary started ended duration_s phases_s
     thresholds params metrics checks evidence required operation sampling kubectl_calls kubectl_retries error
@@ -13,7 +13,7 @@ those; empty when nothing was judged); ``params`` every parameter the case ran w
 from). Times are ISO 8601 UTC; ``duration_s`` and ``phases_s`` seconds. ``repeat`` .. ``attempts_run`` are kept by
 ``--repeat N`` (:mod:`xpushare.engine.repeat`).
 
-Every report reads a run through these records (:func:`xpushare.report.artifacts.load_results` returns them, each
+Every report reads a run through these records (:func:`xpushare.report.run_store.load_results` returns them, each
 :data:`~xpushare.model.verdict.Status` value checked); ``case_log_dir``, the case directory relative to the run
 directory (posix), is set by that reader and never stored.
 """
@@ -31,7 +31,7 @@ __all__ = ["CaseRecord"]
 _KEYS = ("run_id", "cluster", "suite", "case_id", "title", "mode", "attempt", "status", "summary", "started",
          "ended", "duration_s", "phases_s", "thresholds", "params", "metrics", "checks", "evidence", "required",
          "operation", "sampling", "kubectl_calls", "kubectl_retries", "error")
-_DERIVED = ("case_log_dir",)  # set by the reader (report/artifacts.load_results), never stored
+_DERIVED = ("case_log_dir",)  # set by the reader (report/run_store.load_results), never stored
 # Optional keys of to_json after the others, in this order, each only when set.
 _REPEAT_KEYS = ("repeat", "verdicts", "pass_count", "attempts_run")
 
@@ -112,7 +112,7 @@ class CaseRecord:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], *, case_log_dir: str = "") -> CaseRecord:
-        """A record read back (:func:`xpushare.report.artifacts.load_results` validated its field types): missing
+        """A record read back (:func:`xpushare.report.run_store.load_results` validated its field types): missing
         keys take their defaults, unknown keys go to ``extra``; ``case_log_dir`` is the reader's (a stored
         ``case_log_dir`` key is dropped)."""
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", *_DERIVED}

@@ -1,6 +1,6 @@
 """Parameters owned by a feature outside the case matrix, declared by their owner: ``envcheck_*`` (``invoke
 envcheck``, :mod:`xpushare.envcheck.params`), ``deploy_*`` (``invoke deploy`` and the legacy tasks' setup,
-:mod:`xpushare.legacy.deploy`), ``legacy_*`` (the legacy scenarios, :mod:`xpushare.legacy.scenarios`).
+:mod:`xpushare.deploy.k8s_pipeline`), ``legacy_*`` (the legacy scenarios, :mod:`xpushare.legacy.scenarios`).
 
 The owners live in layers above the parameter schema (:mod:`xpushare.cases.param_schema`), which checks their
 parameters at the edge (``--set``, the inventory's ``params``, a playbook's ``params``) with the same rules as every

@@ -1,7 +1,7 @@
 """(Re)writing a run's report files from its stored ``result.json`` files (``invoke report --run-id X``
 works offline): ``case-summary.tsv``, ``run-summary.tsv`` (:mod:`~xpushare.report.summaries`), ``junit.xml``
 (:mod:`~xpushare.report.junit`), ``run-report.md`` (:mod:`~xpushare.report.markdown`) and ``report.html``
-(:mod:`~xpushare.report.html`), all from the case records :func:`~xpushare.report.artifacts.load_results` reads
+(:mod:`~xpushare.report.html`), all from the case records :func:`~xpushare.report.run_store.load_results` reads
 (:class:`~xpushare.model.case_record.CaseRecord`, source: model/case_record.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from xpushare.model import atomic_file
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.html import render_html
 from xpushare.report.junit import junit_tree
 from xpushare.report.markdown import render_markdown
@@ -52,8 +52,8 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
     run_dir = Path(run_dir)
     if run_dir.is_dir():
         atomic_file.claim_tree(run_dir)  # no link planted in the run is written through
-    results = artifacts.load_results(run_dir)
-    meta = artifacts.read_run_meta(run_dir) or {}
+    results = run_store.load_results(run_dir)
+    meta = run_store.read_run_meta(run_dir) or {}
     run_id = str(meta.get("run_id") or run_dir.parent.name)
     paths = ReportPaths(
         case_summary=run_dir / "case-summary.tsv",
@@ -62,15 +62,15 @@ def build(run_dir: Path, *, required: set[str] | None = None, now: datetime | No
         markdown=run_dir / "run-report.md",
         html=run_dir / "report.html",
     )
-    artifacts.atomic_write_text(paths.case_summary, format_tsv(CASE_SUMMARY_HEADER, case_summary_rows(results)))
-    artifacts.atomic_write_text(paths.run_summary, format_tsv(RUN_SUMMARY_HEADER, run_summary_rows(results)))
+    run_store.atomic_write_text(paths.case_summary, format_tsv(CASE_SUMMARY_HEADER, case_summary_rows(results)))
+    run_store.atomic_write_text(paths.run_summary, format_tsv(RUN_SUMMARY_HEADER, run_summary_rows(results)))
     # junit counts every selected case: those the run never reached too (required ones as errors)
     xml = ET.tostring(junit_tree([*results, *never_run(meta, results)], run_id), encoding="unicode")
-    artifacts.atomic_write_text(paths.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n")
+    run_store.atomic_write_text(paths.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + xml + "\n")
     view = run_overview(results, meta, required, now)  # one overview: both files say the same of the run
-    artifacts.atomic_write_text(paths.markdown, render_markdown(run_dir, results, view, run_id=run_id))
+    run_store.atomic_write_text(paths.markdown, render_markdown(run_dir, results, view, run_id=run_id))
     page = render_html(run_dir, results, view, run_id=run_id)
-    artifacts.atomic_write_text(paths.html, page)
+    run_store.atomic_write_text(paths.html, page)
     return paths
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.plots import PlotResult, draw_png
 from xpushare.report.summaries import record_status
 
@@ -186,7 +186,7 @@ def compare_results(runs: Sequence[tuple[str, Sequence[CaseRecord]]]) -> Compari
         if path or case not in paths:
             paths[case] = str(path or "-")
         out.cells.setdefault(case, {})[label[(sut, cluster, run)]] = _cell(r)
-    out.cases = sorted(paths.items(), key=lambda kv: artifacts.natural_key(kv[0]))
+    out.cases = sorted(paths.items(), key=lambda kv: run_store.natural_key(kv[0]))
     return out
 
 
@@ -194,8 +194,8 @@ def compare_runs(root: Path, run_ids: Sequence[str]) -> Comparison:
     """:func:`compare_results` of stored runs (each a run id or ``last``). ``ValueError`` names an unknown run."""
     loaded = []
     for run_id in run_ids:
-        run_dir = artifacts.stored_run_dir(root, run_id)
-        loaded.append((run_dir.parent.name, artifacts.load_results(run_dir)))
+        run_dir = run_store.stored_run_dir(root, run_id)
+        loaded.append((run_dir.parent.name, run_store.load_results(run_dir)))
     return compare_results(loaded)
 
 

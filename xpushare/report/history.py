@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 #: How many of the newest stored runs are looked at (each is one stat per case).
 MAX_RUNS = 50
@@ -32,20 +32,20 @@ def expected_duration(root: Path, cluster: str, suite: str, case_id: str, *,
     (``<root>/.tmplog``), skipping ``exclude_run`` (the run now going); None when there is none. Unreadable or
     malformed results are passed over; raises nothing."""
     try:
-        run_ids = artifacts.stored_run_ids(root)
+        run_ids = run_store.stored_run_ids(root)
     except (OSError, ValueError):
         return None
     for run_id in reversed(run_ids[-MAX_RUNS:]):
         if run_id == exclude_run:
             continue
         try:
-            run_dir = artifacts.run_dir(root, run_id)
-            path = artifacts.case_dir(run_dir, cluster, suite, case_id) / artifacts.RESULT_FILE
+            run_dir = run_store.run_dir(root, run_id)
+            path = run_store.case_dir(run_dir, cluster, suite, case_id) / run_store.RESULT_FILE
         except ValueError:
             continue
         if not path.is_file():
             continue
-        record = artifacts.load_one_result(run_dir, path)  # a damaged one is an ERROR record: passed over
+        record = run_store.load_one_result(run_dir, path)  # a damaged one is an ERROR record: passed over
         seconds = record.duration_s
         if record.status in ("PASS", "FAIL") and seconds is not None and seconds > 0:
             return Expected(round(float(seconds), 1), f"run {run_id} ({record.status})")

@@ -21,7 +21,7 @@ import jinja2
 
 from xpushare.data import templates_dir
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts, isolation_table
+from xpushare.report import isolation_table, run_store
 from xpushare.report.markdown import fmt_duration
 from xpushare.report.summaries import (
     STATUS_ORDER,
@@ -74,8 +74,8 @@ def _checks(record: CaseRecord) -> list[dict[str, str]]:
             continue
         ok = check.get("ok")
         values = check.get("values") or {}
-        shown = ", ".join(f"{k} = {artifacts.format_value(v, str(k))}" for k, v in values.items()) \
-            if isinstance(values, Mapping) else artifacts.format_value(values)
+        shown = ", ".join(f"{k} = {run_store.format_value(v, str(k))}" for k, v in values.items()) \
+            if isinstance(values, Mapping) else run_store.format_value(values)
         out.append({
             "state": "ok" if ok is True else "fail" if ok is False else "na",
             "mark": "ok" if ok is True else "FAIL" if ok is False else "n.a.",
@@ -90,7 +90,7 @@ def _checks(record: CaseRecord) -> list[dict[str, str]]:
 def _pairs(values: Any) -> list[tuple[str, str]]:
     if not isinstance(values, Mapping):
         return []
-    return [(str(k), artifacts.format_value(v, str(k))) for k, v in values.items()]
+    return [(str(k), run_store.format_value(v, str(k))) for k, v in values.items()]
 
 
 def _case_files(run_dir: Path, record: CaseRecord) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def _case_files(run_dir: Path, record: CaseRecord) -> dict[str, Any]:
     found: list[Path] = []
     if base_rel and base.is_dir():
         found = sorted(p for p in base.rglob("*")
-                       if p.is_file() and p.relative_to(base).parts[0] != artifacts.ATTEMPTS_DIR)
+                       if p.is_file() and p.relative_to(base).parts[0] != run_store.ATTEMPTS_DIR)
     files = []
     for p in found[:MAX_FILES_PER_CASE]:
         rel = p.relative_to(base).as_posix()
@@ -113,13 +113,13 @@ def _case_files(run_dir: Path, record: CaseRecord) -> dict[str, Any]:
             rel = p.relative_to(base).as_posix()
             plots.append({"name": rel, "href": href(f"{base_rel}/{rel}"), "uri": png_data_uri(p)})
     present = {p.relative_to(base).as_posix() for p in found}
-    attempts = base / artifacts.ATTEMPTS_DIR
+    attempts = base / run_store.ATTEMPTS_DIR
     return {
         "files": files,
         "more_files": max(0, len(found) - MAX_FILES_PER_CASE),
         "plots": plots,
         "missing": sorted(e for e in evidence if e not in present and not (base / e).exists()),
-        "attempts_href": href(f"{base_rel}/{artifacts.ATTEMPTS_DIR}/") if attempts.is_dir() else None,
+        "attempts_href": href(f"{base_rel}/{run_store.ATTEMPTS_DIR}/") if attempts.is_dir() else None,
     }
 
 
@@ -145,17 +145,17 @@ def _case(run_dir: Path, record: CaseRecord, index: int) -> dict[str, Any]:
 
 def render_html(run_dir: Path, results: Sequence[CaseRecord], view: RunOverview, *, run_id: str) -> str:
     """Text of ``report.html`` for the run in ``run_dir`` (``results``: its case records, model/case_record.py, from
-    :func:`~xpushare.report.artifacts.load_results`; ``view`` their :func:`~xpushare.report.summaries.run_overview`).
+    :func:`~xpushare.report.run_store.load_results`; ``view`` their :func:`~xpushare.report.summaries.run_overview`).
     Raises ``jinja2.TemplateError`` only if the shipped template is broken."""
     meta, c, decision = view.meta, view.counts, view.decision
     context = {
         "run_id": run_id,
         "generated": view.now.isoformat(timespec="seconds"),
         "clusters": view.clusters,
-        "suites": sorted({r.suite for r in results}, key=artifacts.suite_rank),
+        "suites": sorted({r.suite for r in results}, key=run_store.suite_rank),
         "meta": {**{k: str(meta[k]) for k in ("started", "ended", "tool_version", "exit_status", "selection")
                     if meta.get(k) is not None},
-                 **({"re-judged": artifacts.rejudgment_label(meta["rejudgments"]) + " (exit status "
+                 **({"re-judged": run_store.rejudgment_label(meta["rejudgments"]) + " (exit status "
                      f"{meta['rejudgments'][-1].get('exit_status')}; the run's own verdicts kept)"}
                     if meta.get("rejudgments") else {})},
         "interrupted": bool(meta.get("interrupted")),

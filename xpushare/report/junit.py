@@ -10,7 +10,7 @@ from typing import Any
 
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.summaries import counts, failure_text, record_duration, record_status, suite_groups
 
 # --------------------------------------------------------------------------------------------- JUnit
@@ -20,7 +20,7 @@ _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 
 def _xml_text(value: Any) -> str:
     """Text safe for XML 1.0: characters it cannot hold (ANSI ESC, NUL, lone surrogates) become ``\\xNN``."""
-    return _XML_ILLEGAL.sub(lambda m: artifacts.escape_char(m.group(0)), "" if value is None else str(value))
+    return _XML_ILLEGAL.sub(lambda m: run_store.escape_char(m.group(0)), "" if value is None else str(value))
 
 
 

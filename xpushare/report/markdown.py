@@ -11,7 +11,7 @@ from typing import Any
 
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts, isolation_table
+from xpushare.report import isolation_table, run_store
 from xpushare.report.summaries import (
     FAILURE_STATUSES,
     RunOverview,
@@ -36,11 +36,11 @@ def md_escape(value: Any) -> str:
     make a link, ``[x](javascript:...)`` included), ``<`` as ``&lt;`` (no HTML tag can start), ``&`` as ``&amp;``
     only where it would read as an entity (``&lt;``); ``>`` stays as written, so that ``>=`` reads as itself in the
     file too; newlines as ``<br>``, other control characters escaped
-    (:func:`~xpushare.report.artifacts.show_controls`)."""
+    (:func:`~xpushare.report.run_store.show_controls`)."""
     text = "" if value is None else str(value)
     text = text.replace("\\", "\\\\").replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
     text = _ENTITY.sub("&amp;", text).replace("<", "&lt;")
-    return artifacts.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
+    return run_store.show_controls(re.sub(r"\r\n|\r|\n", "<br>", text))
 
 
 def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -70,8 +70,8 @@ def _case_rows(run_dir: Path, results: Sequence[CaseRecord]) -> list[str]:
     lines = ["| Cluster | Suite | Case | Title | Status | Duration | Summary | Analysis |", "|" + "---|" * 8]
     for r in results:
         base = r.case_log_dir
-        has_analysis = (run_dir / base / artifacts.ANALYSIS_FILE).is_file()
-        target = f"{base}/{artifacts.ANALYSIS_FILE}" if has_analysis else f"{base}/"
+        has_analysis = (run_dir / base / run_store.ANALYSIS_FILE).is_file()
+        target = f"{base}/{run_store.ANALYSIS_FILE}" if has_analysis else f"{base}/"
         cells = [
             md_escape(v)
             for v in (
@@ -93,7 +93,7 @@ def _plots(run_dir: Path, results: Sequence[CaseRecord]) -> list[str]:
     lines: list[str] = []
     for r in results:
         base = run_dir / r.case_log_dir
-        pngs = sorted(p for p in base.rglob("*.png") if artifacts.ATTEMPTS_DIR not in p.relative_to(base).parts[:1])
+        pngs = sorted(p for p in base.rglob("*.png") if run_store.ATTEMPTS_DIR not in p.relative_to(base).parts[:1])
         for png in pngs:
             rel = png.relative_to(run_dir).as_posix()
             image = f"![{md_escape(png.stem)}]({urllib.parse.quote(rel)})"
@@ -115,7 +115,7 @@ def _unreachable_lines(meta: Mapping[str, Any]) -> list[str]:
 
 def render_markdown(run_dir: Path, results: Sequence[CaseRecord], view: RunOverview, *, run_id: str) -> str:
     """Text of ``run-report.md`` from the case records ``results`` (model/case_record.py, as
-    :func:`~xpushare.report.artifacts.load_results` reads them; ``view``: their
+    :func:`~xpushare.report.run_store.load_results` reads them; ``view``: their
     :func:`~xpushare.report.summaries.run_overview`); links are relative to ``run_dir`` (where the file is
     written)."""
     meta, now, c, required, clusters, decision = (view.meta, view.now, view.counts, view.required, view.clusters,
@@ -136,11 +136,11 @@ def render_markdown(run_dir: Path, results: Sequence[CaseRecord], view: RunOverv
         out.append(f"- **the run was interrupted{f' ({md_escape(by)})' if by else ''}**; `--resume` runs the "
                    "unfinished cases")
     out += _unreachable_lines(meta)
-    rejudged = artifacts.rejudgment_label(meta.get("rejudgments") or [])
+    rejudged = run_store.rejudgment_label(meta.get("rejudgments") or [])
     if rejudged:
         out.append(f"- **{md_escape(rejudged)}**: the verdicts below are that re-judgment's (exit status "
                    f"{md_escape((meta.get('rejudgments') or [{}])[-1].get('exit_status'))}); the run's own verdicts "
-                   f"are kept in each re-judged case's `{artifacts.ORIGINAL_RESULT_FILE}`")
+                   f"are kept in each re-judged case's `{run_store.ORIGINAL_RESULT_FILE}`")
     out.append(f"- cases: {len(results)} total: " + ", ".join(f"{s} {n}" for s, n in c.items()))
     out.append(
         f"- pass rate: {fmt_rate(pass_rate(c))} ({c['PASS']} PASS of {ran} cases that ran to a verdict; "
@@ -166,7 +166,7 @@ def render_markdown(run_dir: Path, results: Sequence[CaseRecord], view: RunOverv
 
     out += ["", "## Key metrics", ""]
     metric_rows = [
-        [r.cluster, r.case_id, k, artifacts.format_value(v, str(k))]
+        [r.cluster, r.case_id, k, run_store.format_value(v, str(k))]
         for r in results
         for k, v in (r.metrics or {}).items()
     ]
@@ -188,7 +188,7 @@ def render_markdown(run_dir: Path, results: Sequence[CaseRecord], view: RunOverv
         "",
     ]
     cov_rows = []
-    for case_id in sorted(required, key=artifacts.natural_key):
+    for case_id in sorted(required, key=run_store.natural_key):
         found = [r for r in results if r.case_id == case_id]
         cov_rows += [
             [

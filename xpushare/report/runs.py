@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.summaries import aggregate_status, counts, decision_of_run, record_status
 
 #: ``overall`` of a run without any case result.
@@ -117,9 +117,9 @@ def run_state(meta: Mapping[str, Any], results: Sequence[CaseRecord]) -> str:
 def run_info(root: Path, run_id: str) -> RunInfo:
     """The :class:`RunInfo` of a stored run (``run_id`` may be ``last``). ``ValueError``: no such run, bad id,
     or a run.json that is not a JSON object."""
-    run_dir = artifacts.stored_run_dir(root, run_id)
-    results = artifacts.load_results(run_dir)
-    meta = artifacts.read_run_meta(run_dir) or {}
+    run_dir = run_store.stored_run_dir(root, run_id)
+    results = run_store.load_results(run_dir)
+    meta = run_store.read_run_meta(run_dir) or {}
     clusters = {r.cluster for r in results} | {str(c) for c in meta.get("clusters") or []}
     state = run_state(meta, results)
     release = decision_of_run(results, meta, interrupted=bool(meta.get("interrupted")) or state != COMPLETE).label \
@@ -132,8 +132,8 @@ def run_info(root: Path, run_id: str) -> RunInfo:
     selected = meta.get("selected")
     return RunInfo(
         run_id=run_dir.parent.name,
-        clusters=tuple(sorted(clusters, key=artifacts.natural_key)),
-        suites=tuple(sorted({r.suite for r in results}, key=artifacts.suite_rank)),
+        clusters=tuple(sorted(clusters, key=run_store.natural_key)),
+        suites=tuple(sorted({r.suite for r in results}, key=run_store.suite_rank)),
         started=None if meta.get("started") is None else str(meta["started"]),
         ended=None if meta.get("ended") is None else str(meta["ended"]),
         counts=counts(results),
@@ -149,17 +149,17 @@ def run_info(root: Path, run_id: str) -> RunInfo:
 
 
 def list_runs(root: Path) -> list[RunInfo]:
-    """Every stored run under ``root``, oldest first (:func:`~xpushare.report.artifacts.stored_run_ids`), also the
+    """Every stored run under ``root``, oldest first (:func:`~xpushare.report.run_store.stored_run_ids`), also the
     ones without any case result (:attr:`RunInfo.started_cases`: ``invoke runs`` hides those unless ``--all``).
     A run whose run.json is damaged is listed with what its results say, as :data:`INTERRUPTED` (its end cannot
     be read), and :attr:`RunInfo.damaged` says why."""
     out = []
-    for run_id in artifacts.stored_run_ids(root):
+    for run_id in run_store.stored_run_ids(root):
         try:
             out.append(run_info(root, run_id))
         except ValueError as exc:  # run.json is not an object: list the run from its results alone
-            run_dir = artifacts.run_dir(root, run_id)
-            results = artifacts.load_results(run_dir)
+            run_dir = run_store.run_dir(root, run_id)
+            results = run_store.load_results(run_dir)
             verdicts = aggregate_status(record_status(r) for r in results).value if results else NO_CASES
             out.append(RunInfo(run_id, tuple(sorted({r.cluster for r in results})), (), None, None,
                                counts(results), INTERRUPTED, False, state=INTERRUPTED, verdicts=verdicts,
@@ -266,14 +266,14 @@ def build_id(builds: Mapping[str, Any] | None, cluster: str) -> str | None:
 
 def diff_results(a: Sequence[CaseRecord], b: Sequence[CaseRecord], *, a_id: str = "A", b_id: str = "B",
                  a_builds: Mapping[str, Any] | None = None, b_builds: Mapping[str, Any] | None = None) -> RunDiff:
-    """Compare two runs' case records (model/case_record.py, as :func:`~xpushare.report.artifacts.load_results`
+    """Compare two runs' case records (model/case_record.py, as :func:`~xpushare.report.run_store.load_results`
     gives them); see the module
     docstring for how cases are matched. Changes come in case order (cluster, suite order, natural case id).
     ``a_builds``/``b_builds``: each run's ``sut_build`` of run.json, which tells a flip of one SUT build from a
     change between builds (:class:`VerdictChange`)."""
     single = len({r.cluster for r in a}) == 1 and len({r.cluster for r in b}) == 1
     ka, kb = _keyed(a, not single), _keyed(b, not single)
-    order = {k: artifacts.result_sort_key(r) for k, r in {**kb, **ka}.items()}
+    order = {k: run_store.result_sort_key(r) for k, r in {**kb, **ka}.items()}
     changes: list[VerdictChange] = []
     deltas: list[MetricDelta] = []
     unchanged = 0
@@ -294,7 +294,7 @@ def diff_results(a: Sequence[CaseRecord], b: Sequence[CaseRecord], *, a_id: str 
             unchanged += 1
         ma = dict(flat_numbers(ra.metrics if ra else None))
         mb = dict(flat_numbers(rb.metrics if rb else None))
-        for metric in sorted(set(ma) | set(mb), key=artifacts.natural_key):
+        for metric in sorted(set(ma) | set(mb), key=run_store.natural_key):
             va, vb = ma.get(metric), mb.get(metric)
             if va == vb:
                 continue
@@ -306,9 +306,9 @@ def diff_results(a: Sequence[CaseRecord], b: Sequence[CaseRecord], *, a_id: str 
 
 def diff_runs(root: Path, run_a: str, run_b: str) -> RunDiff:
     """:func:`diff_results` of two stored runs (either may be ``last``). ``ValueError`` names an unknown run."""
-    dir_a = artifacts.stored_run_dir(root, run_a)
-    dir_b = artifacts.stored_run_dir(root, run_b)
-    meta_a, meta_b = artifacts.read_run_meta(dir_a) or {}, artifacts.read_run_meta(dir_b) or {}
-    return diff_results(artifacts.load_results(dir_a), artifacts.load_results(dir_b),
+    dir_a = run_store.stored_run_dir(root, run_a)
+    dir_b = run_store.stored_run_dir(root, run_b)
+    meta_a, meta_b = run_store.read_run_meta(dir_a) or {}, run_store.read_run_meta(dir_b) or {}
+    return diff_results(run_store.load_results(dir_a), run_store.load_results(dir_b),
                         a_id=dir_a.parent.name, b_id=dir_b.parent.name, a_builds=meta_a.get("sut_build"),
                         b_builds=meta_b.get("sut_build"))

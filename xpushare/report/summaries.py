@@ -1,7 +1,7 @@
 """Counting, the TSV summaries and the release decision of a run, from its stored ``result.json`` records.
 
 Every function here and every report takes the records as :class:`~xpushare.model.case_record.CaseRecord` s
-(source: model/case_record.py), as :func:`xpushare.report.artifacts.load_results` reads them.
+(source: model/case_record.py), as :func:`xpushare.report.run_store.load_results` reads them.
 
 :func:`xpushare.report.build.build` writes into the run directory:
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 CASE_SUMMARY_HEADER = ("cluster", "suite", "case_id", "status", "summary", "case_log_dir")
 RUN_SUMMARY_HEADER = ("cluster", "suite", "selector", "status")
@@ -58,7 +58,7 @@ def counts(results: Iterable[CaseRecord]) -> dict[str, int]:
     in that order (:data:`STATUS_ORDER`).
 
     ``ValueError`` on a record whose status is not one of :class:`Status` (records from
-    :func:`~xpushare.report.artifacts.load_results` are already normalised).
+    :func:`~xpushare.report.run_store.load_results` are already normalised).
     """
     out = {s.value: 0 for s in STATUS_ORDER}
     for r in results:
@@ -125,7 +125,7 @@ def tsv_escape(value: Any) -> str:
     """``str(value)`` (None -> ``""``) escaped for one TSV field: backslash, tab, LF and CR become ``\\\\``,
     ``\\t``, ``\\n``, ``\\r``; other control characters and U+2028/U+2029 become ``\\xNN``/``\\uNNNN``."""
     text = "" if value is None else str(value)
-    return _TSV_SPECIAL.sub(lambda m: _TSV_ESCAPES.get(m.group(0)) or artifacts.escape_char(m.group(0)), text)
+    return _TSV_SPECIAL.sub(lambda m: _TSV_ESCAPES.get(m.group(0)) or run_store.escape_char(m.group(0)), text)
 
 
 def _unescape_one(m: re.Match[str]) -> str:
@@ -195,7 +195,7 @@ def failure_text(record: CaseRecord) -> str:
     for c in record.checks or []:
         if isinstance(c, Mapping) and c.get("ok") is not True:
             verdict = "FAIL" if c.get("ok") is False else "n.a."
-            values = ", ".join(f"{k}={artifacts.format_value(v, str(k))}" for k, v in (c.get("values") or {}).items())
+            values = ", ".join(f"{k}={run_store.format_value(v, str(k))}" for k, v in (c.get("values") or {}).items())
             line = f"[{verdict}] {c.get('name', '?')}: {c.get('expression', '')}"
             lines.append(line + (f" with {values}" if values else ""))
             if c.get("detail"):
@@ -339,7 +339,7 @@ def release_decision(
         if have < sum_required:
             partial = f"partial selection: {have} of {sum_required} required cases"
             missing = sorted({c for cl, need in required_on.items() for c in need - chosen.get(cl, set())},
-                             key=artifacts.natural_key)
+                             key=run_store.natural_key)
             shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
             reasons.append(f"{partial}; not selected: {shown}")
     if not results:
@@ -360,11 +360,11 @@ def release_decision(
     if profiles:
         for cluster, needed in required_on.items():
             present = {r.case_id for r in results if r.cluster == cluster}
-            for case_id in sorted((needed & chosen.get(cluster, set())) - present, key=artifacts.natural_key):
+            for case_id in sorted((needed & chosen.get(cluster, set())) - present, key=run_store.natural_key):
                 reasons.append(f"required case missing: {cluster}/{case_id}")
     else:
         present = {r.case_id for r in results}
-        for case_id in sorted(required - present, key=artifacts.natural_key):
+        for case_id in sorted(required - present, key=run_store.natural_key):
             reasons.append(f"required case missing: {case_id}")
     for r in results:
         if is_required(r) and record_status(r) is Status.SKIP:
@@ -376,7 +376,7 @@ def release_decision(
             if problem:
                 refusals.append(f"PASS without the SUT in the path: {case_where(r)}: {problem}")
     seen_clusters = {r.cluster for r in results}
-    for cluster in sorted(set(clusters) - seen_clusters, key=artifacts.natural_key):
+    for cluster in sorted(set(clusters) - seen_clusters, key=run_store.natural_key):
         reasons.append(f"cluster {cluster} has no case results")
     if results and not any(record_status(r) is Status.PASS for r in results):
         reasons.append("no case passed")
@@ -462,7 +462,7 @@ def run_overview(results: Sequence[CaseRecord], meta: Mapping[str, Any] | None =
     meta = meta or {}
     required = default_required(results) if required is None else set(required)
     clusters = sorted({r.cluster for r in results} | {str(x) for x in meta.get("clusters") or []},
-                      key=artifacts.natural_key)
+                      key=run_store.natural_key)
     decision = decision_of_run(results, meta, required)
     suites = []
     for (cluster, suite), group in suite_groups(results).items():

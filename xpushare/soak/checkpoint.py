@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from xpushare.report.artifacts import atomic_write_text
+from xpushare.report.run_store import atomic_write_text
 
 __all__ = ["CHECKPOINT_VERSION", "Checkpoint"]
 

@@ -51,7 +51,7 @@ from xpushare.evidence.soak_series import (
 )
 from xpushare.model.atomic_file import atomic_write_bytes
 from xpushare.model.workload import WorkloadSpec
-from xpushare.report.artifacts import atomic_write_text
+from xpushare.report.run_store import atomic_write_text
 from xpushare.soak.checkpoint import Checkpoint
 from xpushare.soak.loop_guard import OpGuard
 from xpushare.soak.loop_rounds import Round, round_record, start_values

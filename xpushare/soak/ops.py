@@ -24,13 +24,12 @@ from typing import Protocol
 
 from xpushare.backends import scheduler_proc
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_SCHEDULER_PROCESS, Backend, SchedulerFacts, require_part
-from xpushare.collect import procstat
+from xpushare.evidence.previous_logs import harvest_previous_logs
 from xpushare.evidence.scrape_capture import endpoint_url, scrape_command
 from xpushare.evidence.soak_series import gzip_file
-from xpushare.model.atomic_file import atomic_write_text
 from xpushare.model.errors import HostUnreachable, TransportError, XpushareError
 from xpushare.model.workload import WorkloadRecord, WorkloadSpec
-from xpushare.transport.kube_errors import KubeError
+from xpushare.parsers import procstat
 
 __all__ = [
     "BackendSoakOps",
@@ -284,24 +283,7 @@ class K8sSoakOps(BackendSoakOps):
         return out
 
     def harvest_previous(self, dest: Path) -> list[Path]:
-        got: list[Path] = []
-        for label in (self.names.scheduler_label, self.names.device_plugin_label):
-            try:
-                pods = self.kube.sut_pods(label)
-            except KubeError:
-                continue
-            for p in pods:
-                if p.restart_count <= 0:
-                    continue
-                try:
-                    text = self.kube.previous_log(p.name)
-                except KubeError as exc:
-                    text = f"# kubectl logs --previous {p.name}: {exc}\n"
-                dest.mkdir(parents=True, exist_ok=True)
-                path = dest / f"{p.name}.previous.log"
-                atomic_write_text(path, text)
-                got.append(path)
-        return got
+        return harvest_previous_logs(self.kube, self.names, dest)
 
 
 def soak_ops(backend: Backend, case_dir: Path) -> SoakOps:

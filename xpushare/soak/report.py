@@ -28,7 +28,7 @@ from xpushare.evidence.store import Evidence
 from xpushare.judge.quota_probe import soak_phase_checks
 from xpushare.judge.stability import check_trend, load_soak, process_series
 from xpushare.model.atomic_file import atomic_write_bytes
-from xpushare.report.artifacts import atomic_write_text, format_value
+from xpushare.report.run_store import atomic_write_text, format_value
 
 __all__ = ["write_report"]
 

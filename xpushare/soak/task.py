@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from xpushare.backends.base import Backend
 from xpushare.cases import REGISTRY
-from xpushare.engine import driver, dry_run, plan
+from xpushare.engine import backend_factory, dry_run, output_record, plan, stored_run
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.progress import duration
 from xpushare.engine.run import Reuse, Run, RunHooks, RunOutcome, RunSelection, exit_status_for
@@ -39,7 +39,7 @@ from xpushare.inventory.schema import ClusterSpec
 from xpushare.model.errors import UsageError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts, summaries
+from xpushare.report import run_store, summaries
 from xpushare.report.output import render
 from xpushare.soak.checkpoint import Checkpoint
 
@@ -77,7 +77,7 @@ def _carry_soak_forward(case_dir: Path) -> None:
     scheduler log (compressed) under ``soak/segments/<attempt>/``."""
     if (case_dir / "soak" / "checkpoint.json").exists():
         return
-    attempts = case_dir / artifacts.ATTEMPTS_DIR
+    attempts = case_dir / run_store.ATTEMPTS_DIR
     found = sorted((p for p in attempts.iterdir() if p.name.isdigit() and (p / "soak" / "checkpoint.json").exists()),
                    key=lambda p: int(p.name)) if attempts.is_dir() else []
     if not found:
@@ -127,7 +127,7 @@ def soak(request: SoakRequest, out: TextIO | None = None) -> ExitStatus:
             raise UsageError("--hours/--minutes must be positive")
         overrides["stab_duration_s"] = request.duration_s
     if request.dry_run:
-        planned = dry_run.plan_run([case], cluster, selection, overrides, driver.capabilities_of(cluster),
+        planned = dry_run.plan_run([case], cluster, selection, overrides, backend_factory.capabilities_of(cluster),
                                    request.root)
         print(dry_run.render_all([planned], request.output), file=out)
         return ExitStatus.OK
@@ -135,7 +135,7 @@ def soak(request: SoakRequest, out: TextIO | None = None) -> ExitStatus:
     the_run = Run(root=request.root, clusters=[cluster], run_id=request.run_id,
                   reuse=Reuse.RESUME if request.resume else Reuse.REFUSE, what="soak", wait=request.wait, out=lines)
     run_id, run_dir = the_run.id, the_run.dir
-    case_dir = artifacts.case_dir(run_dir, cluster.name, case.suite, case.case_id)
+    case_dir = run_store.case_dir(run_dir, cluster.name, case.suite, case.case_id)
     params = plan.case_params(case, cluster, selection, overrides)
     if request.resume:
         stored = case_dir / "soak" / PARAMS_FILE
@@ -145,8 +145,8 @@ def soak(request: SoakRequest, out: TextIO | None = None) -> ExitStatus:
         params = {**json.loads(stored.read_text(encoding="utf-8")), **overrides}
         if ck.final_done:
             print(f"[xpushare] soak {case_id} of run {run_id} already complete; re-judging", file=lines)
-            driver.rejudge(run_id, request.overrides, root=request.root, out=out, fmt=request.output)
-            return exit_status_for(artifacts.load_results(run_dir), False)
+            stored_run.rejudge(run_id, request.overrides, root=request.root, out=out, fmt=request.output)
+            return exit_status_for(run_store.load_results(run_dir), False)
         act = _resumable_act(case.act)
     else:
         if (case_dir / "soak").exists() or (case_dir / "result.json").exists():
@@ -175,7 +175,7 @@ class SoakHooks(RunHooks):
         self.result_out = result_out if result_out is not None else sys.stdout
 
     def backend(self, cluster: ClusterSpec) -> Backend:
-        return driver.make_backend(cluster)
+        return backend_factory.make_backend(cluster)
 
     def started(self, run: Run) -> None:
         case_id, cluster = self.case_dir.name, run.clusters[0]
@@ -195,7 +195,7 @@ class SoakHooks(RunHooks):
                               f"--run-id {run.id} --resume")
         if self.fmt != "table":
             decision = summaries.decision_of_run(outcome.results, run.meta, interrupted=outcome.interrupted)
-            result = {**driver.result_record(run.id, run.dir, outcome.status, outcome.results, decision,
+            result = {**output_record.result_record(run.id, run.dir, outcome.status, outcome.results, decision,
                                              outcome.paths.markdown),
                       "duration_s": self.duration_s, "soak_report": str(soak_report) if written else None}
             print(render(result, self.fmt), file=self.result_out, flush=True)
@@ -203,7 +203,7 @@ class SoakHooks(RunHooks):
 
 def _with_params_file(act: Any, params_text: str) -> Any:
     def wrapped(run: Any) -> None:
-        artifacts.atomic_write_text(run.case_dir / "soak" / PARAMS_FILE, params_text)
+        run_store.atomic_write_text(run.case_dir / "soak" / PARAMS_FILE, params_text)
         act(run)
 
     return wrapped

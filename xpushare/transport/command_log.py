@@ -147,7 +147,7 @@ def set_verbosity(level: int) -> None:
 
 class _BestEffortFileHandler(logging.FileHandler):
     """A FileHandler whose write errors (a full run directory) are dropped: logging's default prints a traceback
-    per record on stderr, and the run reports the full directory itself (engine/driver.py), in one line. Every
+    per record on stderr, and the run reports the full directory itself (engine/suite_run.py), in one line. Every
     record's URL passwords are masked (:func:`mask_url_passwords`), a library's records included."""
 
     def handleError(self, record: logging.LogRecord) -> None:

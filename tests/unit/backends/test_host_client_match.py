@@ -37,8 +37,6 @@ from xpushare.backends.host import HostBackend
 from xpushare.backends.host_procs import POLL, WRAPPER
 from xpushare.backends.host_scheduler import HostScheduler
 from xpushare.cases import REGISTRY
-from xpushare.collect import scheduler_log
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence.client_match import (
     KEY_HOST_PID,
     KEY_POD,
@@ -54,6 +52,8 @@ from xpushare.judge import metrics as jm
 from xpushare.metrics_check import checklist, endpoint, probes
 from xpushare.model.verdict import Status
 from xpushare.model.workload import WorkloadRecord, write_pod_records
+from xpushare.parsers import scheduler_log
+from xpushare.parsers.metrics import parse_exposition
 from xpushare.transport.base import CommandResult
 from xpushare.transport.local import LocalHost
 

@@ -32,7 +32,7 @@ from xpushare.backends.base import CaseContext
 from xpushare.cases import REGISTRY
 from xpushare.cases import metrics as met
 from xpushare.cases.base import COMMON_PARAMS, CaseRun
-from xpushare.cases.metrics_support import met008_size
+from xpushare.cases.metrics_scraping import met008_size
 from xpushare.engine import lifecycle, plan
 from xpushare.evidence.http_fetch import FetchError, timed
 from xpushare.evidence.metrics_target import ScrapeTarget, scrape_loop, spawn_name

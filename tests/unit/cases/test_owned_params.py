@@ -16,12 +16,12 @@ import pytest
 
 import xpushare.cli.collection  # noqa: F401  (the command line: every owner of parameters imported)
 from tests.inprocess import run_xpushare
+from xpushare.deploy import k8s_pipeline
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.plan import check_vacuous
 from xpushare.envcheck.params import resolve_params
 from xpushare.inventory import schema
 from xpushare.inventory.schema import ClusterSpec, HostSpec
-from xpushare.legacy import deploy
 from xpushare.legacy.run import LegacyRequest, scenario_params
 from xpushare.legacy.scenarios import SCENARIOS
 from xpushare.model import param_owners
@@ -104,13 +104,13 @@ def test_envcheck_set_keeps_the_same_rules(name: str, value: object, words: str)
                                   "deploy_images={scheduler: 5}"])
 def test_deploy_set_keeps_the_same_rules(item: str) -> None:
     with pytest.raises(UsageError, match=f"bad --set {item.partition('=')[0]}="):
-        deploy.deploy_params(_cluster({}, "k8s"), [item], lenient=False)
+        k8s_pipeline.deploy_params(_cluster({}, "k8s"), [item], lenient=False)
 
 
 def test_a_legacy_tasks_set_refuses_an_unknown_deploy_name_it_used_to_drop() -> None:
     with pytest.raises(UsageError, match="deploy_tga"):
-        deploy.deploy_params(_cluster({}, "k8s"), ["deploy_tga=abc", "legacy_step_s=3"], lenient=True)
-    assert deploy.deploy_params(_cluster({}, "k8s"), ["legacy_step_s=3"], lenient=True)["deploy_tag"] is None
+        k8s_pipeline.deploy_params(_cluster({}, "k8s"), ["deploy_tga=abc", "legacy_step_s=3"], lenient=True)
+    assert k8s_pipeline.deploy_params(_cluster({}, "k8s"), ["legacy_step_s=3"], lenient=True)["deploy_tag"] is None
 
 
 def test_a_legacy_scenarios_set_keeps_its_own_rules() -> None:

@@ -13,12 +13,12 @@ import pytest
 from tests.inprocess import run_xpushare
 from xpushare.cases import REGISTRY
 from xpushare.cases.param_schema import ParamSpec
-from xpushare.engine import driver
+from xpushare.engine import stored_run
 from xpushare.engine.cluster_params import check_cluster_params
 from xpushare.engine.plan import check_overrides, check_vacuous, parameter_defaults
 from xpushare.inventory import schema
 from xpushare.model.errors import InventoryError, UsageError
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 BAD = [
     ("func002_min_overlap_ratio", 5, "fraction"),
@@ -103,12 +103,12 @@ def test_invoke_hosts_refuses_an_inventory_a_run_would_refuse(tmp_path: Path) ->
 
 
 def test_invoke_judge_set_keeps_the_same_rules(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "r1")
+    run_dir = run_store.run_dir(tmp_path, "r1")
     case = run_dir / "local" / "functional" / "FUNC-002"
     case.mkdir(parents=True)
     (case / "result.json").write_text('{"case_id": "FUNC-002", "cluster": "local", "suite": "functional", '
                                       '"status": "PASS", "summary": "ok", "mode": "host"}')
     with pytest.raises(UsageError, match="fraction"):
-        driver.rejudge("r1", ["func002_min_overlap_ratio=5"], root=tmp_path, out=io.StringIO())
+        stored_run.rejudge("r1", ["func002_min_overlap_ratio=5"], root=tmp_path, out=io.StringIO())
     code, err = _invoke("judge", "r1", "--set", "func002_min_overlap_ratio=5", "--root", str(tmp_path), cwd=tmp_path)
     assert code == 2 and err.count("\n") == 1 and "fraction" in err, err

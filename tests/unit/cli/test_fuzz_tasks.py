@@ -46,7 +46,7 @@ from xpushare.cli.collection import namespace
 from xpushare.cli.program import program
 from xpushare.data import playbooks_dir
 from xpushare.engine.plan import parameter_defaults
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 EXAMPLES = int(os.environ.get("XPUSHARE_FUZZ_EXAMPLES", "500"))
 #: The exit statuses a task may end with when no signal arrives (README "Exit statuses").
@@ -81,11 +81,11 @@ def _write_stored_runs(root: Path, *, every: bool = True) -> None:
     for run_id, meta in STORED.items():
         if not every and run_id not in ("good", "truncated", "foreign"):
             continue
-        run_dir = artifacts.run_dir(root, run_id)
+        run_dir = run_store.run_dir(root, run_id)
         case = run_dir / "local" / "functional" / "FUNC-001"
         case.mkdir(parents=True)
         if meta is None:
-            artifacts.write_run_meta(run_dir, {
+            run_store.write_run_meta(run_dir, {
                 "run_id": run_id, "clusters": ["local"], "required": ["FUNC-001"],
                 "started": "2026-01-01T00:00:00+00:00",
                 "selected": [{"cluster": "local", "suite": "functional", "case_id": "FUNC-001", "title": "t"}]})
@@ -96,7 +96,7 @@ def _write_stored_runs(root: Path, *, every: bool = True) -> None:
             "summary": "ok", "params": {}, "thresholds": {}, "metrics": {}, "evidence": []}))
     if not every:
         return
-    link = artifacts.run_dir(root, "zero-link")
+    link = run_store.run_dir(root, "zero-link")
     link.mkdir(parents=True)
     (link / "run.json").symlink_to("/dev/zero")
     (root / ".tmplog" / "not-a-dir").parent.mkdir(exist_ok=True)

@@ -16,7 +16,7 @@ from tests.unit.cli.test_common_flags import NEEDS, TASKS, _takes
 from tests.unit.envcheck.test_scripts import FAST_PROBE
 from tests.unit.report.test_artifacts import put
 from xpushare.cli.program import program
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.output import FORMATS
 
 #: Tasks that print no records of their own: the lab (test infrastructure), and the legacy scripts' mirrors with
@@ -74,8 +74,8 @@ def test_output_takes_table_json_yaml_in_every_task(name: str, home: Path, monke
 
 def test_runs_and_diff_print_yaml(home: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    put(artifacts.run_dir(home, "a"), case_id="FUNC-001", status="PASS", summary="ok")
-    put(artifacts.run_dir(home, "b"), case_id="FUNC-001", status="FAIL", summary="slow")
+    put(run_store.run_dir(home, "a"), case_id="FUNC-001", status="PASS", summary="ok")
+    put(run_store.run_dir(home, "b"), case_id="FUNC-001", status="FAIL", summary="slow")
     code, out, err = _run(["runs", "-o", "yaml", "--root", str(home)], monkeypatch, capsys)
     assert code == 0, err
     assert [r["run_id"] for r in yaml.safe_load(out)] == ["a", "b"]
@@ -106,7 +106,7 @@ def test_a_real_soak_prints_one_record(home: Path, monkeypatch: pytest.MonkeyPat
     assert record["duration_s"] == 3.0 and [c["case_id"] for c in record["cases"]] == ["STAB-002"]
     # the soak says its real duration, titles the case with it, and names only a soak report that exists
     assert "soak STAB-002 on local for 3s" in err and " h " not in err.split("->")[0]
-    report = (artifacts.run_dir(home, "sj") / "run-report.md").read_text()
+    report = (run_store.run_dir(home, "sj") / "run-report.md").read_text()
     assert "16-32 mixed pods (3 s)" in report and "(24 h)" not in report
     soak_report = record["soak_report"]
     assert soak_report is None or Path(soak_report).is_file()

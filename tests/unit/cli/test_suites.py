@@ -34,10 +34,10 @@ def test_scopes_select_suites_or_cases() -> None:
 def test_a_suite_task_hands_the_engine_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
     from invoke import Context
 
-    from xpushare.engine import driver
+    from xpushare.engine import suite_run
 
-    seen: list[driver.RunRequest] = []
-    monkeypatch.setattr(driver, "run", lambda request: seen.append(request) or 0)
+    seen: list[suite_run.RunRequest] = []
+    monkeypatch.setattr(suite_run, "run", lambda request: seen.append(request) or 0)
     fail(Context(), "c1", allow_disruptive=True, set_=["x=1"], root="/r")
     fail(Context(), "c1", case=["FAIL-002"], wait=True)
     matrix(Context(), "local", suite=["func"], case=["PERF-001"])

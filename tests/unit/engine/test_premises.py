@@ -18,7 +18,7 @@ from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBE
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.cases.base import register
 from xpushare.cases.premise_table import premises_markdown
-from xpushare.engine import driver, lifecycle
+from xpushare.engine import lifecycle, suite_run
 from xpushare.inventory.schema import ClusterSpec, HostSpec
 from xpushare.model.errors import InventoryError, UsageError
 from xpushare.model.premises import PREMISES, ClusterFacts, unmet_before
@@ -126,10 +126,10 @@ def test_unknown_gpu_count_is_left_to_the_evidence() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])
 def test_a_vacuous_pod_count_is_a_usage_error_before_anything_runs(value: str, tmp_path: Path) -> None:
-    request = driver.RunRequest(cluster="local", case_ids=["FUNC-003"], overrides=[f"func003_pods={value}"],
+    request = suite_run.RunRequest(cluster="local", case_ids=["FUNC-003"], overrides=[f"func003_pods={value}"],
                                 root=tmp_path)
     with pytest.raises(UsageError, match="func003_pods"):
-        driver.run(request)
+        suite_run.run(request)
     assert not (tmp_path / ".tmplog").exists()
 
 
@@ -139,10 +139,10 @@ def test_a_vacuous_pod_count_is_a_usage_error_before_anything_runs(value: str, t
     ("perf008_pods_per_gpu=0", "pods per GPU"),
 ])
 def test_other_vacuous_values_are_usage_errors(setting: str, words: str, tmp_path: Path) -> None:
-    request = driver.RunRequest(cluster="local", suites=["met", "combo", "perf"], overrides=[setting], root=tmp_path,
+    request = suite_run.RunRequest(cluster="local", suites=["met", "combo", "perf"], overrides=[setting], root=tmp_path,
                                 dry_run=True)
     with pytest.raises(UsageError, match=words):
-        driver.run(request)
+        suite_run.run(request)
 
 
 def test_vacuous_values_in_the_inventory_and_a_playbook_are_refused(tmp_path: Path) -> None:
@@ -150,11 +150,11 @@ def test_vacuous_values_in_the_inventory_and_a_playbook_are_refused(tmp_path: Pa
     inv.write_text("clusters:\n  h:\n    mode: host\n    params: {func003_pods: 0}\n"
                    "    hosts:\n      me: {connection: local, roles: [gpu]}\n")
     with pytest.raises(InventoryError, match=r"params\.func003_pods: bad value 0: makes the case vacuous"):
-        driver.run(driver.RunRequest(cluster="h", case_ids=["FUNC-003"], inventory_path=str(inv), root=tmp_path))
+        suite_run.run(suite_run.RunRequest(cluster="h", case_ids=["FUNC-003"], inventory_path=str(inv), root=tmp_path))
     book = tmp_path / "book.yaml"
     book.write_text("cases: [FUNC-003]\nparams: {func003_pods: 0}\n")
     with pytest.raises(UsageError, match=r"playbook .*func003_pods=0: makes the case vacuous"):
-        driver.run(driver.RunRequest(cluster="local", playbook=str(book), root=tmp_path))
+        suite_run.run(suite_run.RunRequest(cluster="local", playbook=str(book), root=tmp_path))
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import HostUnreachable
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status, Verdict
-from xpushare.report import artifacts, summaries
+from xpushare.report import run_store, summaries
 
 
 def _backend() -> FakeBackend:
@@ -79,7 +79,7 @@ def _run(root: Path, case: CaseDef, repeat: int, hooks: RunHooks | None = None) 
 
 
 def _record(run: Run, case_id: str) -> dict[str, Any]:
-    return json.loads((artifacts.case_dir(run.dir, "local", "legacy", case_id) / "result.json").read_text())
+    return json.loads((run_store.case_dir(run.dir, "local", "legacy", case_id) / "result.json").read_text())
 
 
 def test_differing_verdicts_are_intermittent_with_each_attempt_kept(tmp_path: Path, lease_dir: Path) -> None:
@@ -89,7 +89,7 @@ def test_differing_verdicts_are_intermittent_with_each_attempt_kept(tmp_path: Pa
     assert rec["status"] == "INTERMITTENT" and rec["verdicts"] == ["PASS", "FAIL", "FAIL"]
     assert rec["pass_count"] == 1 and rec["repeat"] == 3
     assert rec["summary"].startswith("1 of 3 attempt(s) PASS (verdicts PASS, FAIL, FAIL)")
-    case_dir = artifacts.case_dir(run.dir, "local", "legacy", "X-001")
+    case_dir = run_store.case_dir(run.dir, "local", "legacy", "X-001")
     # the evidence of every attempt: 1 and 2 archived, 3 (the last) on top
     assert (case_dir / "attempts" / "1" / "evidence.txt").read_text() == "1"
     assert (case_dir / "attempts" / "2" / "evidence.txt").read_text() == "2"
@@ -98,7 +98,7 @@ def test_differing_verdicts_are_intermittent_with_each_attempt_kept(tmp_path: Pa
     assert [a["dir"] for a in failing] == ["attempts/2", "."]
     meta = json.loads((run.dir / "run.json").read_text())
     assert meta["repeat"] == 3 and meta["exit_status"] == 1
-    decision = summaries.decision_of_run(artifacts.load_results(run.dir), meta)
+    decision = summaries.decision_of_run(run_store.load_results(run.dir), meta)
     assert decision.label == "NO" and any("INTERMITTENT" in r for r in decision.reasons)
 
 
@@ -119,7 +119,7 @@ def test_one_attempt_is_the_plain_record(tmp_path: Path, lease_dir: Path) -> Non
 def test_run_json_exit_status_is_the_process_s_when_a_cluster_raises(tmp_path: Path, lease_dir: Path) -> None:
     with pytest.raises(HostUnreachable):
         _run(tmp_path, _case("X-004", [Status.PASS]), 1, _Hooks(error_on="X-004"))
-    meta = json.loads((artifacts.run_dir(tmp_path, "r") / "run.json").read_text())
+    meta = json.loads((run_store.run_dir(tmp_path, "r") / "run.json").read_text())
     assert meta["exit_status"] == int(ExitStatus.UNREACHABLE) and meta["interrupted"] is False
 
 

@@ -58,8 +58,8 @@ def test_a_soak_on_a_held_cluster_stops_before_writing_anything(tmp_path: Path, 
 
 
 def test_a_legacy_scenario_holds_the_lease_around_its_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xpushare.deploy import k8s_pipeline
     from xpushare.engine import lease
-    from xpushare.legacy import deploy
     from xpushare.legacy.run import LegacyRequest, run_scenario
 
     inv = tmp_path / "inventory.yaml"
@@ -74,7 +74,7 @@ def test_a_legacy_scenario_holds_the_lease_around_its_setup(tmp_path: Path, monk
         raise AssertionError("the setup ran without the lease")
 
     monkeypatch.setattr(lease, "held_all", refuse)
-    monkeypatch.setattr(deploy, "run_deploy", no_setup)
+    monkeypatch.setattr(k8s_pipeline, "run_deploy", no_setup)
     with pytest.raises(LeaseHeld):
         run_scenario(LegacyRequest(scenario="cross-gpu", cluster="k", run_id="l1", inventory_path=str(inv),
                                    root=tmp_path), out=open(os.devnull, "w"))  # noqa: SIM115

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.paths import REPO_ROOT
 from tests.unit.report.test_artifacts import put
-from xpushare.engine import driver, whatif
-from xpushare.report import artifacts
+from xpushare.engine import stored_run, whatif
+from xpushare.report import run_store
 from xpushare.report.runs import list_runs
 
 
@@ -29,11 +29,11 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def test_judge_without_apply_changes_nothing_stored(tmp_path: Path) -> None:
-    run = artifacts.run_dir(tmp_path, "r1")
+    run = run_store.run_dir(tmp_path, "r1")
     # FUNC-001 stored PASS without any evidence: judged again it is no PASS, a change the what-if must show
     put(run, case_id="FUNC-001", status="PASS", summary="ok")
     put(run, case_id="FUNC-009", status="SKIP", summary="SKIP: needs k8s")
-    driver.rebuild_reports("r1", root=tmp_path)
+    stored_run.rebuild_reports("r1", root=tmp_path)
     listed = [r.to_dict() for r in list_runs(tmp_path)]
     before = snapshot(tmp_path)
 
@@ -53,7 +53,7 @@ def test_judge_without_apply_changes_nothing_stored(tmp_path: Path) -> None:
     assert record["cases"][0]["stored_status"] == "PASS" and record["cases"][1]["status"] == "SKIP"
     assert snapshot(tmp_path) == before
 
-    assert driver.rejudge("r1", [], root=tmp_path, out=io.StringIO()) == 1  # --apply
-    case = artifacts.case_dir(run, "c1", "functional", "FUNC-001")
+    assert stored_run.rejudge("r1", [], root=tmp_path, out=io.StringIO()) == 1  # --apply
+    case = run_store.case_dir(run, "c1", "functional", "FUNC-001")
     assert json.loads((case / "result.original.json").read_text())["status"] == "PASS"
     assert json.loads((case / "result.json").read_text())["summary"].startswith("re-judged ")

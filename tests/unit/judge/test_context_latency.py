@@ -1,4 +1,4 @@
-"""PERF-013: the context probe's line (written by ``workloads/ctx_probe.py``, parsed by ``collect/ctx_probe``), the
+"""PERF-013: the context probe's line (written by ``workloads/ctx_probe.py``, parsed by ``parsers/ctx_probe``), the
 probe itself on the simulated GPU, and the judgment (``judge/context_latency``): the median wait for a first
 context and kernel against ``perf013_max_total_ms``; never PASS on missing evidence."""
 
@@ -15,11 +15,11 @@ from tests.paths import REPO_ROOT
 from tests.unit.judge.test_isolation_compute import record
 from tests.unit.workloads.test_compute_probe import sim_env
 from xpushare.cases.base import REGISTRY
-from xpushare.collect.ctx_probe import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.context_latency import judge_context_latency
 from xpushare.judge.sut_path import with_sut_checks
 from xpushare.model.case_record import CaseRecord
+from xpushare.parsers.ctx_probe import parse_text
 from xpushare.report.compare import Comparison
 from xpushare.report.compare import compare_results as compare_records
 

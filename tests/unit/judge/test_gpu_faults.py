@@ -1,5 +1,5 @@
 """A GPU fault during a case is ERROR, never a verdict on the SUT (judge/gpu_faults.py), and envcheck's node health
-step (envcheck/node_health.py), on hand-made captures (the format of collect/gpu_health.py)."""
+step (envcheck/node_health.py), on hand-made captures (the format of parsers/gpu_health.py)."""
 
 from __future__ import annotations
 

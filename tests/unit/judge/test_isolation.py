@@ -1,4 +1,4 @@
-"""The memory probe's line (written by ``workloads/mem_probe.py``, parsed by ``collect/mem_probe``) and the
+"""The memory probe's line (written by ``workloads/mem_probe.py``, parsed by ``parsers/mem_probe``) and the
 isolation judgment (``judge/isolation``): held / usable / accuracy, and never PASS on missing evidence."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.collect.mem_probe import parse_text
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_memory_path, phase_lines
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers.mem_probe import parse_text
 from xpushare.report.isolation_table import isolation_rows as rows_of
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"

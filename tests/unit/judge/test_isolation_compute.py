@@ -1,4 +1,4 @@
-"""The compute probe's line (written by ``workloads/compute_probe.py``, parsed by ``collect/compute_probe``) and
+"""The compute probe's line (written by ``workloads/compute_probe.py``, parsed by ``parsers/compute_probe``) and
 the compute isolation judgment (``judge/isolation.judge_compute_path``): the GPU share against the core quota,
 the two clocks, co-location with a neighbour, and never PASS on missing evidence."""
 
@@ -17,12 +17,12 @@ import xpushare.cases.isolation  # noqa: F401  (registers the ISO cases)
 from tests.paths import REPO_ROOT
 from xpushare.backends.base import CAP_CLIENT_LIBRARY
 from xpushare.cases.base import REGISTRY
-from xpushare.collect.compute_probe import parse_text
 from xpushare.engine.lifecycle import skip_reason
 from xpushare.evidence.store import Evidence
 from xpushare.judge.isolation import judge_compute_path
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers.compute_probe import parse_text
 from xpushare.report.isolation_table import isolation_rows as rows_of
 
 WORKLOADS = REPO_ROOT / "xpushare" / "data" / "workloads"

@@ -15,7 +15,7 @@ from xpushare.model.case_record import CaseRecord
 from xpushare.model.workload import WorkloadRecord
 from xpushare.report.isolation_table import isolation_rows as rows_of
 
-FIXTURES = REPO_ROOT / "tests" / "fixtures" / "collect"
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "parsers"
 MIB = 1 << 20
 QUOTA = 1024 * MIB
 TH = {"iso_memory_tolerance_ratio": 0.02}

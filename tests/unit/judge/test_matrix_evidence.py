@@ -10,9 +10,9 @@ from pathlib import Path
 
 from tests.paths import FIXTURES
 from xpushare.cases import REGISTRY
-from xpushare.collect.scheduler_log import parse_text
 from xpushare.engine import lifecycle
 from xpushare.model.verdict import Status, Verdict
+from xpushare.parsers.scheduler_log import parse_text
 
 EVIDENCE = FIXTURES / "evidence"
 
@@ -82,7 +82,7 @@ def test_a_workload_that_cannot_import_torch_is_error_not_fail() -> None:
     from xpushare.judge import functional
     from xpushare.model.workload import WorkloadRecord
 
-    log = (FIXTURES / "collect" / "pod_log_no_torch.log").read_text()
+    log = (FIXTURES / "parsers" / "pod_log_no_torch.log").read_text()
     failed = [WorkloadRecord(name=n, phase="Failed", exit_code=1) for n in ("a", "b")]
     v = functional.judge_same_gpu_pair(Evidence.from_parts(failed, {"a": log, "b": log}),
                                        {"func002_min_overlap_ratio": 0.5}, pods=["a", "b"])

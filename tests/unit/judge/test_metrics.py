@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
 from tests.unit.metrics_check.test_metrics_check import IDLE, UUID, with_rows
-from xpushare.collect.scheduler_log import logged_allocations
 from xpushare.evidence.client_match import client_match
 from xpushare.evidence.store import Evidence
 from xpushare.judge import metrics as jm
 from xpushare.judge import quantity
 from xpushare.model.verdict import Status, Verdict
+from xpushare.parsers.scheduler_log import logged_allocations
 
 SAMPLES = FIXTURES / "samples"
 GIB = 2**30

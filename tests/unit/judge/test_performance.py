@@ -14,12 +14,12 @@ import pytest
 from tests.fakes.backend import FakeBackend, FakeKube, FakePlacement
 from tests.paths import REPO_ROOT
 from xpushare.cases import REGISTRY
-from xpushare.engine import driver, lifecycle
+from xpushare.engine import lifecycle, stored_run
 from xpushare.evidence.store import Evidence
 from xpushare.judge import performance as judge_perf
 from xpushare.model.verdict import Status
 from xpushare.model.workload import WorkloadRecord, WorkloadSpec, write_pod_records
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 TH: dict[str, Any] = {k: v for c in REGISTRY.values() if c.suite == "performance" for k, v in c.params.items()}
 TH.update(perf_baseline_min_s=60)
@@ -463,8 +463,8 @@ def test_common_measurements_from_dmon_sampler_and_scheduler_log(tmp_path: Path)
 
 def store_perf011(root: Path, run_id: str, runtimes: dict[str, float]) -> Path:
     """A stored PERF-011 case (evidence, plan, result.json) as the engine leaves it."""
-    run_dir = artifacts.run_dir(root, run_id)
-    case_dir = artifacts.case_dir(run_dir, "lab", "performance", "PERF-011")
+    run_dir = run_store.run_dir(root, run_id)
+    case_dir = run_store.case_dir(run_dir, "lab", "performance", "PERF-011")
     (case_dir / "pods").mkdir(parents=True)
     names = {"base": "perf-011-base", **{q: f"perf-011-q{q}" for q in runtimes}}
     write_pod_records(case_dir, [rec(n) for n in names.values()])
@@ -484,8 +484,8 @@ def store_perf011(root: Path, run_id: str, runtimes: dict[str, float]) -> Path:
               "title": case.title, "status": verdict.status.value, "summary": verdict.summary,
               "thresholds": params, "metrics": verdict.metrics, "checks": [], "evidence": verdict.evidence,
               "required": True, "error": None}
-    artifacts.write_result(case_dir, record)
-    artifacts.write_run_meta(run_dir, {"run_id": run_id, "clusters": ["lab"], "required": ["PERF-011"]})
+    run_store.write_result(case_dir, record)
+    run_store.write_run_meta(run_dir, {"run_id": run_id, "clusters": ["lab"], "required": ["PERF-011"]})
     return case_dir
 
 
@@ -493,14 +493,14 @@ def test_rejudge_flips_a_stored_perf_verdict_with_another_tolerance(tmp_path: Pa
     case_dir = store_perf011(tmp_path, "r1", {"25": 440.0, "50": 210.0, "75": 140.0})  # +10 %, +5 %, +5 %
     assert json.loads((case_dir / "result.json").read_text())["status"] == "FAIL"
     assert (case_dir / "runtime_vs_quota.png").is_file()
-    status = driver.rejudge("r1", ["perf_quota_tolerance=0.12"], root=tmp_path)
+    status = stored_run.rejudge("r1", ["perf_quota_tolerance=0.12"], root=tmp_path)
     result = json.loads((case_dir / "result.json").read_text())
     assert result["status"] == "PASS" and int(status) == 0
     assert result["thresholds"]["perf_quota_tolerance"] == 0.12
     assert "runtime_vs_quota.png" in result["evidence"]
-    status = driver.rejudge("r1", ["perf_quota_tolerance=0.08"], root=tmp_path)
+    status = stored_run.rejudge("r1", ["perf_quota_tolerance=0.08"], root=tmp_path)
     assert json.loads((case_dir / "result.json").read_text())["status"] == "FAIL" and int(status) == 1
-    report = (artifacts.run_dir(tmp_path, "r1") / "run-report.md").read_text()
+    report = (run_store.run_dir(tmp_path, "r1") / "run-report.md").read_text()
     assert "runtime_vs_quota.png" in report
 
 
@@ -562,11 +562,11 @@ def fake_run(tmp_path: Path, sim: GpuPlans, case_id: str = "PERF-004", **params:
 
 
 def test_colocation_retries_until_the_pair_shares_a_gpu(tmp_path: Path) -> None:
-    from xpushare.cases import performance_support
+    from xpushare.cases import performance_workloads
 
     sim = GpuPlans([("GPU-a", "GPU-b"), ("GPU-a", "GPU-a")])
     run = fake_run(tmp_path, sim)
-    pods = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
+    pods = performance_workloads.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert pods is not None and [p.name for p in pods] == ["perf-004-mix-r2-a", "perf-004-mix-r2-fill1",
                                                             "perf-004-mix-r2-z"]
     assert sim.deleted == ["perf-004-mix-a", "perf-004-mix-fill1", "perf-004-mix-z"]
@@ -577,12 +577,12 @@ def test_colocation_retries_until_the_pair_shares_a_gpu(tmp_path: Path) -> None:
 
 
 def test_colocation_gives_up_after_bounded_retries_and_the_case_is_premise_error(tmp_path: Path) -> None:
-    from xpushare.cases import performance_support
+    from xpushare.cases import performance_workloads
 
     sim = GpuPlans([("GPU-a", "GPU-b")])
     run = fake_run(tmp_path, sim, perf_placement_retries=3, perf_filler_workload="w3_idle_add",
                    perf_filler_args=["--steps", "5"])
-    got = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
+    got = performance_workloads.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert got is None
     assert sim.attempt == 3 and len(sim.deleted) == 9 and run.plan["colocation_failed"] is True
     saved = json.loads((tmp_path / "plan.json").read_text())
@@ -593,12 +593,12 @@ def test_colocation_gives_up_after_bounded_retries_and_the_case_is_premise_error
 
 
 def test_fillers_run_the_filler_workload(tmp_path: Path) -> None:
-    from xpushare.cases import performance_support
+    from xpushare.cases import performance_workloads
 
     sim = GpuPlans([("GPU-a", "GPU-a")])
     run = fake_run(tmp_path, sim, perf_filler_workload="w3_idle_add", perf_filler_args=["--steps", "5"],
                    perf_pod_env={"OMP_NUM_THREADS": "1"})
-    pods = performance_support.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
+    pods = performance_workloads.start_colocated(run, "mix", "w6_fixed_add", {"core_limit": 30}, {"core_limit": 60})
     assert pods is not None
     assert [(p.workload, p.args) for p in pods] == [("w6_fixed_add", ()), ("w3_idle_add", ("--steps", "5")),
                                                     ("w6_fixed_add", ())]
@@ -607,13 +607,13 @@ def test_fillers_run_the_filler_workload(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("original", ["1", None])
 def test_exporter_redeploy_restores_the_daemonset(tmp_path: Path, original: str | None) -> None:
-    from xpushare.cases import performance_support
+    from xpushare.cases import performance_workloads
 
     sim = GpuPlans([("GPU-a", "GPU-a")])
     if original is None:
         sim.kube.env = {}
     run = fake_run(tmp_path, sim)
-    with pytest.raises(RuntimeError), performance_support.exporter_disabled(run):
+    with pytest.raises(RuntimeError), performance_workloads.exporter_disabled(run):
         assert sim.kube.calls[0] == ["set", "env", "daemonset/xpushare-scheduler", "XPUSHARE_METRICS_ENABLE=0"]
         raise RuntimeError("the off run failed")
     restore = "XPUSHARE_METRICS_ENABLE=1" if original else "XPUSHARE_METRICS_ENABLE-"
@@ -642,7 +642,7 @@ def test_perf_task_on_local_skips_naming_the_premises_and_rejudge_keeps_the_skip
     fast = ["--set", 'workload_args={w6_fixed_add: [--n, "64", --iters, "200", --no-progress]}']
     proc = invoke("perf", "--cluster", "local", "--run-id", "lp", "--case", "PERF-001", "--case", "PERF-011",
                   "--set", "perf_baseline_min_s=0.0001", *fast)
-    base = artifacts.run_dir(tmp_path, "lp") / "local" / "performance"
+    base = run_store.run_dir(tmp_path, "lp") / "local" / "performance"
     r1 = json.loads((base / "PERF-001" / "result.json").read_text())
     assert proc.returncode == 0 and r1["status"] == "SKIP", proc.stdout + proc.stderr
     assert r1["summary"].startswith("premise unmet: sut: ") and not (base / "PERF-001" / "pods.json").exists()

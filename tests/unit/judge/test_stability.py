@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from xpushare.cases import REGISTRY
-from xpushare.collect.scheduler_log import parse_lines
 from xpushare.evidence.store import Evidence
 from xpushare.judge import stability as js
 from xpushare.model.verdict import Status
 from xpushare.model.workload import WorkloadRecord
+from xpushare.parsers.scheduler_log import parse_lines
 
 T0 = 1_795_000_000.0
 MIB = 2**20

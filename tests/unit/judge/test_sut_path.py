@@ -1,5 +1,5 @@
 """The SUT proven in the path and placement from two sources (judge/sut_path.py, evidence/nvml_placement.py,
-evidence/workload_env.py, collect/sampler_csv.py), and the host backend's GPU environment."""
+evidence/workload_env.py, parsers/sampler_csv.py), and the host backend's GPU environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from xpushare.backends.host import HostBackend
-from xpushare.collect.sampler_csv import gpu_rows, index_to_uuid, proc_rows
 from xpushare.evidence import workload_env
 from xpushare.evidence.nvml_placement import key_uuid, nvml_placement
 from xpushare.evidence.store import Evidence
@@ -16,6 +15,7 @@ from xpushare.inventory.schema import Inventory, InventoryError, load
 from xpushare.judge.sut_path import gpu_identity_check, sut_path_check, with_sut_checks
 from xpushare.model.verdict import Status, Verdict
 from xpushare.model.workload import WorkloadRecord, WorkloadSpec
+from xpushare.parsers.sampler_csv import gpu_rows, index_to_uuid, proc_rows
 
 U0, U1 = "GPU-aaaa0000-0000-0000-0000-000000000000", "GPU-bbbb1111-1111-1111-1111-111111111111"
 GPU_CSV = (f"timestamp,gpu_index,uuid,sm_util_pct,mem_used_bytes,mem_total_bytes\n"

@@ -601,7 +601,7 @@ def test_nvidia_smi_forms(lab: Lab) -> None:
 
 
 def test_nvidia_smi_parsed_by_the_tool(lab: Lab) -> None:
-    from xpushare.collect import dmon, nvidia_smi
+    from xpushare.parsers import dmon, nvidia_smi
 
     gpus = nvidia_smi.parse_query_gpu(lab.smi(*nvidia_smi.query_gpu_command()[1:]).stdout)
     assert [(g.uuid, g.memory_total_bytes) for g in gpus] == [(DEV0.uuid, DEV0.total_bytes),

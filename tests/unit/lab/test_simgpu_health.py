@@ -29,8 +29,8 @@ from tests.lab.simgpu import (
     write_config,
     xid_line,
 )
-from xpushare.collect.gpu_health import parse_capture
 from xpushare.evidence.gpu_health import capture_argv
+from xpushare.parsers.gpu_health import parse_capture
 
 DEV0 = SimDevice(make_uuid(0, "health"), "NVIDIA A100-SXM4-40GB", 4 * GiB)
 DEV1 = SimDevice(make_uuid(1, "health"), "NVIDIA A100-SXM4-40GB", 4 * GiB)

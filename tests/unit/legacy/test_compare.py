@@ -12,7 +12,7 @@ from xpushare.legacy import compare
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import UsageError
 from xpushare.model.workload import WorkloadRecord, write_pod_records
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 SEED = compare.DEFAULT_BASELINE
 
@@ -60,7 +60,7 @@ def test_bad_baseline_files_are_usage_errors(tmp_path: Path, body: str, message:
 def write_case(run_dir: Path, scenario: str, pods: dict[str, tuple[float, str, bool]], status: str = "PASS",
                model: str = "Tesla T4") -> None:
     """A stored legacy case: pods -> (seconds, GPU uuid, passed)."""
-    case = artifacts.case_dir(run_dir, "c1", "legacy", scenario)
+    case = run_store.case_dir(run_dir, "c1", "legacy", scenario)
     (case / "pods").mkdir(parents=True)
     records, sched = [], []
     for i, (name, (seconds, gpu, passed)) in enumerate(pods.items(), start=1):
@@ -73,12 +73,12 @@ def write_case(run_dir: Path, scenario: str, pods: dict[str, tuple[float, str, b
     write_pod_records(case, records)
     (case / "scheduler.log").write_text("\n".join(sched) + "\n")
     (case / "plan.json").write_text(json.dumps({"pods": list(pods), "namespace": "default", "gpu_model": model}))
-    artifacts.write_result(case, {"run_id": "r", "cluster": "c1", "suite": "legacy", "case_id": scenario,
+    run_store.write_result(case, {"run_id": "r", "cluster": "c1", "suite": "legacy", "case_id": scenario,
                                   "status": status, "summary": ""})
 
 
 def test_baseline_compare_of_a_stored_run(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "r")
+    run_dir = run_store.run_dir(tmp_path, "r")
     write_case(run_dir, "cross-gpu", {"nvshare-cross-gpu-1": (164, "GPU-a", True),
                                       "nvshare-cross-gpu-2": (164, "GPU-b", True)})
     write_case(run_dir, "small", {f"nvshare-small-{i}": (865 + i, "GPU-a" if i % 2 else "GPU-b", True)
@@ -106,7 +106,7 @@ def test_baseline_compare_of_a_stored_run(tmp_path: Path) -> None:
 
 
 def test_other_gpu_model_is_called_out(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "r")
+    run_dir = run_store.run_dir(tmp_path, "r")
     write_case(run_dir, "small", {"p1": (100, "GPU-a", True)}, model="NVIDIA H100")
     lines: list[str] = []
 
@@ -120,10 +120,10 @@ def test_other_gpu_model_is_called_out(tmp_path: Path) -> None:
 
 
 def test_unknown_placement_is_not_guessed(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "r")
+    run_dir = run_store.run_dir(tmp_path, "r")
     write_case(run_dir, "idle-small", {"p1": (450, "GPU-a", True)})
-    (artifacts.case_dir(run_dir, "c1", "legacy", "idle-small") / "scheduler.log").unlink()
-    res = compare.scenario_result(artifacts.case_dir(run_dir, "c1", "legacy", "idle-small"),
+    (run_store.case_dir(run_dir, "c1", "legacy", "idle-small") / "scheduler.log").unlink()
+    res = compare.scenario_result(run_store.case_dir(run_dir, "c1", "legacy", "idle-small"),
                                   CaseRecord.from_json({"case_id": "idle-small", "cluster": "c1",
                                                         "suite": "legacy", "status": "ERROR"}))
     c = compare.compare_result(res, compare.load_baseline(SEED))
@@ -135,7 +135,7 @@ def test_baseline_compare_usage_errors(tmp_path: Path) -> None:
         compare.baseline_compare("nope", SEED, root=tmp_path)
     with pytest.raises(UsageError, match="invalid run id"):
         compare.baseline_compare("../x", SEED, root=tmp_path)
-    run_dir = artifacts.run_dir(tmp_path, "empty")
+    run_dir = run_store.run_dir(tmp_path, "empty")
     run_dir.mkdir(parents=True)
     with pytest.raises(UsageError, match="no legacy"):
         compare.baseline_compare("empty", SEED, root=tmp_path)

@@ -1,4 +1,4 @@
-"""The deploy pipeline's pure parts (xpushare/legacy/deploy.py): structural manifest rendering, rsync/ssh
+"""The deploy pipeline's pure parts (xpushare/deploy/k8s_pipeline.py): structural manifest rendering, rsync/ssh
 argv, the SFTP archive, git tag and auto-commit, parameters; and the tasks' wiring."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from tests.paths import REPO_ROOT
+from xpushare.deploy import k8s_pipeline, k8s_render, source_sync
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SshOptions
 from xpushare.inventory.sut import sut_names
-from xpushare.legacy import deploy, deploy_render, deploy_sync
 from xpushare.model.errors import UsageError
 
 ROOT = REPO_ROOT
@@ -26,8 +26,8 @@ def env_of(container: dict, name: str) -> list[dict]:
 
 
 def test_scheduler_mode_is_set_once_in_the_env_list() -> None:
-    for mode in deploy_render.MODES:
-        doc = deploy_render.render_scheduler(XP, "reg/xpushare-scheduler:abcd1234", mode)
+    for mode in k8s_render.MODES:
+        doc = k8s_render.render_scheduler(XP, "reg/xpushare-scheduler:abcd1234", mode)
         c = doc["spec"]["template"]["spec"]["containers"][0]
         assert env_of(c, "XPUSHARE_SCHEDULING_MODE") == [{"name": "XPUSHARE_SCHEDULING_MODE", "value": mode}]
         assert c["image"] == "reg/xpushare-scheduler:abcd1234"
@@ -41,29 +41,29 @@ def test_scheduler_mode_is_set_once_in_the_env_list() -> None:
 
 
 def test_a_template_with_duplicate_mode_entries_ends_with_one() -> None:
-    template = deploy_render.load_template("scheduler.yaml")
+    template = k8s_render.load_template("scheduler.yaml")
     c = template["spec"]["template"]["spec"]["containers"][0]
     c["env"] = [{"name": "A", "value": "1"}, {"name": "XPUSHARE_SCHEDULING_MODE", "value": "auto"},
                 {"name": "B", "value": "2"}, {"name": "XPUSHARE_SCHEDULING_MODE", "value": "concurrent"}]
-    doc = deploy_render.render_scheduler(XP, "img", "serial", template)
+    doc = k8s_render.render_scheduler(XP, "img", "serial", template)
     env = doc["spec"]["template"]["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env] == ["A", "XPUSHARE_SCHEDULING_MODE", "B"]
     assert env[1]["value"] == "serial"
     # A template without env gets the list.
     c.pop("env")
-    doc = deploy_render.render_scheduler(XP, "img", "auto", template)
+    doc = k8s_render.render_scheduler(XP, "img", "auto", template)
     assert doc["spec"]["template"]["spec"]["containers"][0]["env"] == [
         {"name": "XPUSHARE_SCHEDULING_MODE", "value": "auto"}]
 
 
 def test_bad_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="scheduling mode"):
-        deploy_render.render_scheduler(XP, "img", "fast")
+        k8s_render.render_scheduler(XP, "img", "fast")
 
 
 def test_nvshare_generation_is_a_structural_rename() -> None:
-    images = deploy_render.image_names(NV, "reg", "t")
-    doc = deploy_render.render_scheduler(NV, images["scheduler"], "serial")
+    images = k8s_render.image_names(NV, "reg", "t")
+    doc = k8s_render.render_scheduler(NV, images["scheduler"], "serial")
     text = yaml.safe_dump(doc)
     assert "xpushare" not in text.lower()
     assert doc["metadata"] == {"name": "nvshare-scheduler", "namespace": "nvshare-system",
@@ -75,10 +75,10 @@ def test_nvshare_generation_is_a_structural_rename() -> None:
 
 
 def test_device_plugin_cuda_form() -> None:
-    images = deploy_render.image_names(XP, "reg", "abcd1234", {"lib": "other/lib:1"})
+    images = k8s_render.image_names(XP, "reg", "abcd1234", {"lib": "other/lib:1"})
     assert images == {"scheduler": "reg/xpushare-scheduler:abcd1234",
                       "device_plugin": "reg/xpushare-device-plugin:abcd1234", "lib": "other/lib:1"}
-    doc = deploy_render.render_device_plugin(XP, images, virtual_devices=8, plugin_gpus=4)
+    doc = k8s_render.render_device_plugin(XP, images, virtual_devices=8, plugin_gpus=4)
     containers = {c["name"]: c for c in doc["spec"]["template"]["spec"]["containers"]}
     assert containers["xpushare-lib"]["image"] == "other/lib:1"
     plugin = containers["xpushare-device-plugin"]
@@ -86,7 +86,7 @@ def test_device_plugin_cuda_form() -> None:
     assert env_of(plugin, "XPUSHARE_VIRTUAL_DEVICES") == [{"name": "XPUSHARE_VIRTUAL_DEVICES", "value": "8"}]
     assert plugin["resources"]["limits"] == {"nvidia.com/gpu": 4}
     assert "ASCEND" not in yaml.safe_dump(doc)
-    doc = deploy_render.render_device_plugin(XP, images, virtual_devices=10, plugin_gpus=0)
+    doc = k8s_render.render_device_plugin(XP, images, virtual_devices=10, plugin_gpus=0)
     plugin = {c["name"]: c for c in doc["spec"]["template"]["spec"]["containers"]}["xpushare-device-plugin"]
     assert "nvidia.com/gpu" not in plugin["resources"]["limits"]
 
@@ -98,21 +98,21 @@ def spec(policy: str = "strict", **ssh: object) -> HostSpec:
 
 
 def test_ssh_and_rsync_argv_follow_the_inventory() -> None:
-    argv = deploy_sync.ssh_command(spec())
+    argv = source_sync.ssh_command(spec())
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
     line = " ".join(argv)
     for pair in ("-p 2222", "-l root", "-i /keys/id", "-o StrictHostKeyChecking=yes", "-o UserKnownHostsFile=/kh"):
         assert f" {pair}" in line, pair
-    assert "StrictHostKeyChecking=accept-new" in deploy_sync.ssh_command(spec("accept-new"))
-    ignore = deploy_sync.ssh_command(spec("ignore"))
+    assert "StrictHostKeyChecking=accept-new" in source_sync.ssh_command(spec("accept-new"))
+    ignore = source_sync.ssh_command(spec("ignore"))
     assert "StrictHostKeyChecking=no" in ignore and "UserKnownHostsFile=/dev/null" in ignore
-    assert deploy_sync.ssh_command(spec(ssh_config="/cfg"))[5:7] == ["-F", "/cfg"]
-    rs = deploy_sync.rsync_argv("rsync", Path("/src"), spec(), "code/xpushare", [".idea", ".tmplog"])
+    assert source_sync.ssh_command(spec(ssh_config="/cfg"))[5:7] == ["-F", "/cfg"]
+    rs = source_sync.rsync_argv("rsync", Path("/src"), spec(), "code/xpushare", [".idea", ".tmplog"])
     assert rs[:6] == ["rsync", "-az", "--exclude", ".idea", "--exclude", ".tmplog"]
     assert rs[6] == "-e" and rs[7].startswith("ssh -o BatchMode=yes")
     assert rs[-2:] == ["/src/", "127.0.0.5:code/xpushare/"]
     local = HostSpec(name="here", roles=("master",), local=True)
-    assert deploy_sync.rsync_argv("rsync", Path("/src"), local, "/dst", [])[-2:] == ["/src/", "/dst/"]
+    assert source_sync.rsync_argv("rsync", Path("/src"), local, "/dst", [])[-2:] == ["/src/", "/dst/"]
 
 
 def test_archive_leaves_out_excluded_names_at_any_depth(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_archive_leaves_out_excluded_names_at_any_depth(tmp_path: Path) -> None:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(rel)
     archive = tmp_path / "a.tgz"
-    count = deploy_sync.make_archive(src, archive, [".idea", ".tmplog", ".DS_Store"])
+    count = source_sync.make_archive(src, archive, [".idea", ".tmplog", ".DS_Store"])
     with tarfile.open(archive) as tar:
         files = sorted(m.name for m in tar.getmembers() if m.isfile())
     assert files == ["./.git/HEAD", "./Makefile", "./a/b/c.go"] and count == 3
@@ -136,8 +136,8 @@ def git(repo: Path, *args: str) -> str:
 def test_git_tag_and_auto_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = tmp_path / "sut"
     repo.mkdir()
-    with pytest.raises(deploy_sync.StepFailed, match="deploy_tag"):
-        deploy_sync.git_tag(repo)
+    with pytest.raises(source_sync.StepFailed, match="deploy_tag"):
+        source_sync.git_tag(repo)
     for key, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@example.invalid"),
                        ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@example.invalid")):
         monkeypatch.setenv(key, value)
@@ -146,16 +146,16 @@ def test_git_tag_and_auto_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "one")
     head = git(repo, "rev-parse", "HEAD").strip()
-    assert deploy_sync.git_tag(repo) == head[:8]
-    with pytest.raises(deploy_sync.StepSkipped, match="nothing to commit"):
-        deploy_sync.auto_commit(repo, "invoke deploy")
+    assert source_sync.git_tag(repo) == head[:8]
+    with pytest.raises(source_sync.StepSkipped, match="nothing to commit"):
+        source_sync.auto_commit(repo, "invoke deploy")
     (repo / "f").write_text("2")
     (repo / "new").write_text("x")
-    detail = deploy_sync.auto_commit(repo, "invoke deploy")
+    detail = source_sync.auto_commit(repo, "invoke deploy")
     assert detail.startswith("committed 2 change(s)")
     assert git(repo, "status", "--porcelain") == ""
     assert git(repo, "log", "-1", "--format=%s").startswith("wip: auto-commit by invoke deploy [")
-    assert deploy_sync.git_tag(repo) != head[:8]
+    assert source_sync.git_tag(repo) != head[:8]
 
 
 def cluster(**params: object) -> ClusterSpec:
@@ -164,18 +164,18 @@ def cluster(**params: object) -> ClusterSpec:
 
 
 def test_deploy_params_layering_and_unknown_names() -> None:
-    p = deploy.deploy_params(cluster(deploy_make="make build-base all", func003_pods=4),
+    p = k8s_pipeline.deploy_params(cluster(deploy_make="make build-base all", func003_pods=4),
                              ["deploy_tag=abc", "deploy_plugin_gpus=1"], lenient=False)
     assert p["deploy_make"] == "make build-base all" and p["deploy_tag"] == "abc" and p["deploy_plugin_gpus"] == 1
     assert "func003_pods" not in p
     with pytest.raises(UsageError, match="unknown deploy parameter"):
-        deploy.deploy_params(cluster(), ["deploy_mak=x"], lenient=False)
-    assert deploy.deploy_params(cluster(), ["legacy_step_s=3"], lenient=True)["deploy_make"] == ["make", "all"]
-    assert deploy._make_argv("make  build-base all") == ["make", "build-base", "all"]
+        k8s_pipeline.deploy_params(cluster(), ["deploy_mak=x"], lenient=False)
+    assert k8s_pipeline.deploy_params(cluster(), ["legacy_step_s=3"], lenient=True)["deploy_make"] == ["make", "all"]
+    assert k8s_pipeline._make_argv("make  build-base all") == ["make", "build-base", "all"]
 
 
 def test_cleanup_labels_cover_every_legacy_scenario() -> None:
-    labels = deploy.cleanup_labels(NV)
+    labels = k8s_pipeline.cleanup_labels(NV)
     assert "app=nvshare-cross-gpu" in labels and "app=baseline-test" in labels and len(labels) == 8
 
 

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.paths import FIXTURES
-from xpushare.collect.metrics import parse_exposition
 from xpushare.evidence import http_fetch, scrape_capture
 from xpushare.evidence.client_match import ClientMatch, client_match
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
@@ -28,6 +27,7 @@ from xpushare.metrics_check import checklist, endpoint, probes, task
 from xpushare.model.errors import UsageError, XpushareError
 from xpushare.model.exit_status import ExitStatus
 from xpushare.model.verdict import Status
+from xpushare.parsers.metrics import parse_exposition
 from xpushare.transport.base import CommandResult
 
 SAMPLES = FIXTURES / "samples"

@@ -38,14 +38,14 @@ _CHILD = textwrap.dedent('''
     else:  # a real writer of the tool, its JSON encoder swapped for the dying one
         import json
         from xpushare.model import workload
-        from xpushare.report import artifacts
+        from xpushare.report import run_store
         def dump(obj, fh, **kw): half_then_die(fh)
         def dumps(obj, **kw): half_then_die(open(os.devnull, "w"))
         json.dump, json.dumps = dump, dumps
         if how == "run.json":
-            artifacts.write_run_meta(target.parent, {"run_id": "r2"})
+            run_store.write_run_meta(target.parent, {"run_id": "r2"})
         elif how == "result.json":
-            artifacts.write_result(target.parent, {"status": "FAIL"})
+            run_store.write_result(target.parent, {"status": "FAIL"})
         elif how == "pods.json":
             workload.write_pod_records(target.parent, [])
 ''')

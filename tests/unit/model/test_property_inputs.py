@@ -28,7 +28,7 @@ from xpushare.inventory import schema
 from xpushare.inventory.selection import expand
 from xpushare.model.errors import InventoryError, StoredRunDamaged, UsageError
 from xpushare.model.overrides import parse_overrides
-from xpushare.report import artifacts, build
+from xpushare.report import build, run_store
 
 EXAMPLES = int(os.environ.get("XPUSHARE_PROPERTY_EXAMPLES", "60"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=20_000, derandomize=True,
@@ -171,11 +171,11 @@ def test_any_stored_run_is_read_and_reported_or_one_usage_error(meta: bytes, res
 
 
 def _read_and_report(run_dir: Path) -> None:
-    loaded = artifacts.load_results(run_dir)
+    loaded = run_store.load_results(run_dir)
     assert [r.status for r in loaded] and all(r.status in {"PASS", "FAIL", "SKIP", "ERROR", "INTERRUPTED"}
                                                   for r in loaded)
     try:
-        stored = artifacts.read_run_meta(run_dir)
+        stored = run_store.read_run_meta(run_dir)
     except StoredRunDamaged as exc:
         assert "\n" not in str(exc)
         return

@@ -29,7 +29,7 @@ from xpushare import adhoc
 from xpushare.inventory.schema import local_cluster
 from xpushare.model import atomic_file
 from xpushare.model.atomic_file import UnsafePath, atomic_write_text, claim_tree, open_append
-from xpushare.report import artifacts, build
+from xpushare.report import build, run_store
 from xpushare.transport import command_log, exec_copy
 from xpushare.transport.ssh import SshHost
 
@@ -96,7 +96,7 @@ def test_a_linked_folder_below_a_claimed_tree_is_refused_the_tree_itself_may_be_
     (run / "c1").symlink_to(elsewhere)  # planted inside the run: refused, for every kind of write
     for write in (lambda: atomic_write_text(run / "c1" / "FUNC-001" / "result.json", "{}"),
                   lambda: open_append(run / "c1" / "harvest-errors.txt"),
-                  lambda: artifacts.write_result(run / "c1" / "functional" / "FUNC-001", {"status": "PASS"})):
+                  lambda: run_store.write_result(run / "c1" / "functional" / "FUNC-001", {"status": "PASS"})):
         with pytest.raises(UnsafePath) as err:
             write()
         assert err.value.errno == errno.ELOOP and err.value.filename == os.path.abspath(run / "c1")
@@ -221,7 +221,7 @@ def test_reports_and_records_follow_the_umask(tmp_path: Path, mask: int, file_mo
     """Issue: report.html, run-report.md, junit.xml and result.json were 0600 under umask 022 (mkstemp's mode)
     while debug.log was 0644."""
     with umask(mask):
-        run = artifacts.run_dir(tmp_path, "r1")
+        run = run_store.run_dir(tmp_path, "r1")
         case = put_record(run, cluster="c1", suite="functional", case_id="FUNC-001", status="PASS")
         paths = build.build(run)
         with command_log.debug_log(run / "debug.log"):

@@ -12,7 +12,7 @@ import pytest
 
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.verdict import Check, Status
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 
 def make_record(cluster: str = "c1", suite: str = "functional", case_id: str = "FUNC-001", **kw: Any) -> dict:
@@ -52,8 +52,8 @@ def case_record(cluster: str = "c1", suite: str = "functional", case_id: str = "
 def put(run: Path, **kw: Any) -> Path:
     """Write a record into its case dir under ``run``; return the case dir."""
     rec = make_record(**kw)
-    cdir = artifacts.case_dir(run, rec["cluster"], rec["suite"], rec["case_id"])
-    artifacts.write_result(cdir, rec)
+    cdir = run_store.case_dir(run, rec["cluster"], rec["suite"], rec["case_id"])
+    run_store.write_result(cdir, rec)
     return cdir
 
 
@@ -62,42 +62,42 @@ def put(run: Path, **kw: Any) -> Path:
 
 @pytest.mark.parametrize("good", ["20260215-134501", "a", "run.1_x-Y", "x" * 64, "..a", "a..b"])
 def test_validate_run_id_accepts_safe_names(good: str) -> None:
-    assert artifacts.validate_run_id(good) == good
+    assert run_store.validate_run_id(good) == good
 
 
 @pytest.mark.parametrize("bad", ["", "../x", "a/b", "..", ".", "a b", "x" * 65, "a\\b", "/abs", "a\x00", "é", "a\n"])
 def test_validate_run_id_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
-        artifacts.validate_run_id(bad)
+        run_store.validate_run_id(bad)
 
 
 def test_run_dir_layout_and_traversal(tmp_path: Path) -> None:
-    assert artifacts.run_dir(tmp_path, "r1") == tmp_path / ".tmplog" / "r1" / "xpushare"
+    assert run_store.run_dir(tmp_path, "r1") == tmp_path / ".tmplog" / "r1" / "xpushare"
     with pytest.raises(ValueError):
-        artifacts.run_dir(tmp_path, "../x")
+        run_store.run_dir(tmp_path, "../x")
 
 
 def test_stored_run_dir_needs_a_stored_run(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no run 'r1' under"):
-        artifacts.stored_run_dir(tmp_path, "r1")
+        run_store.stored_run_dir(tmp_path, "r1")
     with pytest.raises(ValueError, match="invalid run id"):
-        artifacts.stored_run_dir(tmp_path, "../x")
-    artifacts.run_dir(tmp_path, "r1").mkdir(parents=True)
-    assert artifacts.stored_run_dir(tmp_path, "r1") == tmp_path / ".tmplog" / "r1" / "xpushare"
+        run_store.stored_run_dir(tmp_path, "../x")
+    run_store.run_dir(tmp_path, "r1").mkdir(parents=True)
+    assert run_store.stored_run_dir(tmp_path, "r1") == tmp_path / ".tmplog" / "r1" / "xpushare"
 
 
 def test_case_dir_layout_and_rejects_unsafe_components(tmp_path: Path) -> None:
-    assert artifacts.case_dir(tmp_path, "c1", "metrics", "MET-003") == tmp_path / "c1" / "metrics" / "MET-003"
+    assert run_store.case_dir(tmp_path, "c1", "metrics", "MET-003") == tmp_path / "c1" / "metrics" / "MET-003"
     for parts in (("..", "functional", "F"), ("c1", "a/b", "F"), ("c1", "functional", "../../etc")):
         with pytest.raises(ValueError):
-            artifacts.case_dir(tmp_path, *parts)
+            run_store.case_dir(tmp_path, *parts)
 
 
 def test_new_run_id_format() -> None:
     # 2026-02-15 13:45:01 -> YYYYmmdd-HHMMSS
-    run_id = artifacts.new_run_id(datetime(2026, 2, 15, 13, 45, 1))
+    run_id = run_store.new_run_id(datetime(2026, 2, 15, 13, 45, 1))
     assert run_id == "20260215-134501"
-    assert artifacts.validate_run_id(run_id) == run_id
+    assert run_store.validate_run_id(run_id) == run_id
 
 
 # --------------------------------------------------------------------------------------------- write_result
@@ -112,7 +112,7 @@ def test_write_result_is_strict_utf8_json_with_indent(tmp_path: Path) -> None:
         metrics={"nan_metric": math.nan, "inf_metric": math.inf, "ok": 1.5},
         evidence=[Path("pods") / "a.log"],
     )
-    path = artifacts.write_result(tmp_path / "case", rec)
+    path = run_store.write_result(tmp_path / "case", rec)
     raw = path.read_bytes()
     assert "显存".encode() in raw  # UTF-8, not \\u escapes
 
@@ -138,22 +138,22 @@ def test_write_result_is_strict_utf8_json_with_indent(tmp_path: Path) -> None:
 @pytest.mark.parametrize("status", ["OK", "SKIPPED", "pass", None, ""])
 def test_write_result_rejects_unknown_status(tmp_path: Path, status: Any) -> None:
     with pytest.raises(ValueError):
-        artifacts.write_result(tmp_path, make_record(status=status))
+        run_store.write_result(tmp_path, make_record(status=status))
     assert not (tmp_path / "result.json").exists()
 
 
 def test_write_result_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cdir = tmp_path / "case"
-    artifacts.write_result(cdir, make_record(summary="first"))
+    run_store.write_result(cdir, make_record(summary="first"))
     before = (cdir / "result.json").read_bytes()
 
     def broken_dump(obj: Any, fh: Any, **kw: Any) -> None:
         fh.write('{"run_id": "r1", "stat')  # a partial document, then the failure
         raise OSError("disk full")
 
-    monkeypatch.setattr(artifacts.json, "dump", broken_dump)
+    monkeypatch.setattr(run_store.json, "dump", broken_dump)
     with pytest.raises(OSError, match="disk full"):
-        artifacts.write_result(cdir, make_record(summary="second", status="FAIL"))
+        run_store.write_result(cdir, make_record(summary="second", status="FAIL"))
     assert (cdir / "result.json").read_bytes() == before
     assert sorted(p.name for p in cdir.iterdir()) == ["result.json"]  # no temp file left behind
 
@@ -184,7 +184,7 @@ def test_write_analysis_sections_and_judgment(tmp_path: Path) -> None:
         ],
         evidence=["pods/p30.log"],
     )
-    text = artifacts.write_analysis(tmp_path, CaseRecord.from_json(rec)).read_text(encoding="utf-8")
+    text = run_store.write_analysis(tmp_path, CaseRecord.from_json(rec)).read_text(encoding="utf-8")
     lines = text.splitlines()
     order = ["Operation", "Sampling", "Judgment", "Thresholds", "Key metrics", "Conclusion"]
     positions = [lines.index(title) for title in order]
@@ -202,7 +202,7 @@ def test_write_analysis_sections_and_judgment(tmp_path: Path) -> None:
 
 
 def test_analysis_makes_control_characters_visible(tmp_path: Path) -> None:
-    text = artifacts.render_analysis(case_record(summary="red \x1b[31mtext"))
+    text = run_store.render_analysis(case_record(summary="red \x1b[31mtext"))
     assert "\x1b" not in text and "\\x1b[31m" in text
 
 
@@ -219,39 +219,39 @@ def test_analysis_makes_control_characters_visible(tmp_path: Path) -> None:
     ],
 )
 def test_format_value(value: Any, text: str) -> None:
-    assert artifacts.format_value(value) == text
+    assert run_store.format_value(value) == text
 
 
 # --------------------------------------------------------------------------------------------- attempts
 
 
 def test_archive_previous_attempt_nothing_to_do(tmp_path: Path) -> None:
-    assert artifacts.archive_previous_attempt(tmp_path / "missing") is None
+    assert run_store.archive_previous_attempt(tmp_path / "missing") is None
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert artifacts.archive_previous_attempt(empty) is None
+    assert run_store.archive_previous_attempt(empty) is None
     (empty / "attempts" / "1").mkdir(parents=True)
-    assert artifacts.archive_previous_attempt(empty) is None  # only attempts/ there
+    assert run_store.archive_previous_attempt(empty) is None  # only attempts/ there
 
 
 def test_archive_previous_attempt_moves_and_numbers(tmp_path: Path) -> None:
     cdir = put(tmp_path, status="FAIL", summary="first try")
     (cdir / "pods").mkdir()
     (cdir / "pods" / "a.log").write_text("log 1")
-    assert artifacts.archive_previous_attempt(cdir) == 1
+    assert run_store.archive_previous_attempt(cdir) == 1
     assert [p.name for p in cdir.iterdir()] == ["attempts"]
     first = cdir / "attempts" / "1"
     assert json.loads((first / "result.json").read_text())["summary"] == "first try"
     assert (first / "pods" / "a.log").read_text() == "log 1"
 
-    artifacts.write_result(cdir, make_record(status="ERROR", summary="second try"))
-    assert artifacts.archive_previous_attempt(cdir) == 2
+    run_store.write_result(cdir, make_record(status="ERROR", summary="second try"))
+    assert run_store.archive_previous_attempt(cdir) == 2
     assert json.loads((cdir / "attempts" / "2" / "result.json").read_text())["summary"] == "second try"
     assert (first / "pods" / "a.log").exists()  # earlier attempt untouched
 
     (cdir / "attempts" / "9").mkdir()  # numbering continues after the highest one
     (cdir / "x.txt").write_text("x")
-    assert artifacts.archive_previous_attempt(cdir) == 10
+    assert run_store.archive_previous_attempt(cdir) == 10
 
 
 # --------------------------------------------------------------------------------------------- loading
@@ -259,12 +259,12 @@ def test_archive_previous_attempt_moves_and_numbers(tmp_path: Path) -> None:
 
 def test_load_results_reads_latest_attempt_only(tmp_path: Path) -> None:
     cdir = put(tmp_path, status="FAIL", summary="old")
-    artifacts.archive_previous_attempt(cdir)
+    run_store.archive_previous_attempt(cdir)
     put(tmp_path, status="PASS", summary="new", attempt=2)
-    results = artifacts.load_results(tmp_path)
+    results = run_store.load_results(tmp_path)
     assert [(r.status, r.summary, r.attempt) for r in results] == [("PASS", "new", 2)]
     assert results[0].case_log_dir == "c1/functional/FUNC-001"
-    assert artifacts.latest_statuses(tmp_path) == {("c1", "functional", "FUNC-001"): Status.PASS}
+    assert run_store.latest_statuses(tmp_path) == {("c1", "functional", "FUNC-001"): Status.PASS}
 
 
 def test_load_results_order(tmp_path: Path) -> None:
@@ -278,7 +278,7 @@ def test_load_results_order(tmp_path: Path) -> None:
         ("c1", "performance", "PERF-001"),
     ]:
         put(tmp_path, cluster=cluster, suite=suite, case_id=case_id)
-    got = [(r.cluster, r.suite, r.case_id) for r in artifacts.load_results(tmp_path)]
+    got = [(r.cluster, r.suite, r.case_id) for r in run_store.load_results(tmp_path)]
     # Suite order is the seed's execution order (functional before combination), not alphabetical.
     assert got == [
         ("c1", "functional", "FUNC-002"),
@@ -298,24 +298,24 @@ def test_load_results_reports_damaged_files_as_error(tmp_path: Path) -> None:
     odd = tmp_path / "c1" / "functional" / "FUNC-002"
     odd.mkdir(parents=True)
     (odd / "result.json").write_text(json.dumps(make_record(case_id="FUNC-002", status="SKIPPED")))
-    results = artifacts.load_results(tmp_path)
+    results = run_store.load_results(tmp_path)
     assert [(r.case_id, r.status) for r in results] == [("FUNC-001", "ERROR"), ("FUNC-002", "ERROR")]
     assert "unreadable result.json" in str(results[0].summary)
     assert "SKIPPED" in str(results[1].summary)
-    assert artifacts.load_results(tmp_path / "nope") == []
+    assert run_store.load_results(tmp_path / "nope") == []
 
 
 # --------------------------------------------------------------------------------------------- run.json
 
 
 def test_run_meta_round_trip(tmp_path: Path) -> None:
-    assert artifacts.read_run_meta(tmp_path) is None
+    assert run_store.read_run_meta(tmp_path) is None
     meta = {"run_id": "r1", "clusters": ["c1", "c2"], "interrupted": False, "argv": ["invoke", "func"]}
-    artifacts.write_run_meta(tmp_path, meta)
-    back = artifacts.read_run_meta(tmp_path)
+    run_store.write_run_meta(tmp_path, meta)
+    back = run_store.read_run_meta(tmp_path)
     assert back is not None
     assert {k: back[k] for k in meta} == meta
     assert back["tool_version"]
     (tmp_path / "run.json").write_text("[1, 2]")
     with pytest.raises(ValueError):
-        artifacts.read_run_meta(tmp_path)
+        run_store.read_run_meta(tmp_path)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.report import artifacts, plots
+from xpushare.report import plots, run_store
 
 ROOT = REPO_ROOT
 RUN = f"browser-{os.getpid()}"
@@ -92,7 +92,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = invoke("matrix", "--cluster", "local", "--run-id", RUN, "--case", "FUNC-001", "--case", "FUNC-004",
                   "--case", "PERF-001", *FAST, root=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    run_dir = artifacts.run_dir(root, RUN)
+    run_dir = run_store.run_dir(root, RUN)
     case_dir = run_dir / "local" / "performance" / "PERF-001"
     baseline = json.loads((case_dir / "result.json").read_text())["metrics"]["baseline_runtime_s"]
     made = plots.runtime_vs_quota(case_dir / "runtime_vs_quota.png", baseline_s=baseline,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.compare import Comparison, compare_runs, plot
 from xpushare.report.compare import compare_results as compare_records
 
@@ -77,9 +77,9 @@ def test_plot_needs_memory_figures() -> None:
 
 def _store(root: Path, run_id: str, records: list[dict[str, Any]]) -> None:
     for r in records:
-        case_dir = artifacts.run_dir(root, run_id) / r["cluster"] / "isolation" / r["case_id"]
+        case_dir = run_store.run_dir(root, run_id) / r["cluster"] / "isolation" / r["case_id"]
         case_dir.mkdir(parents=True, exist_ok=True)
-        artifacts.write_result(case_dir, {**r, "title": r["case_id"], "checks": [], "thresholds": {},
+        run_store.write_result(case_dir, {**r, "title": r["case_id"], "checks": [], "thresholds": {},
                                           "evidence": [], "duration_s": 1.0})
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xpushare.report import artifacts, history
+from xpushare.report import history, run_store
 
 
 def store(root: Path, run_id: str, started: str, status: str, seconds: float, case: str = "FUNC-001") -> None:
-    run_dir = artifacts.run_dir(root, run_id)
-    case_dir = artifacts.case_dir(run_dir, "c1", "functional", case)
+    run_dir = run_store.run_dir(root, run_id)
+    case_dir = run_store.case_dir(run_dir, "c1", "functional", case)
     case_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "started": started}))
     (case_dir / "result.json").write_text(json.dumps({"status": status, "duration_s": seconds}))
@@ -36,7 +36,7 @@ def test_no_earlier_run_no_estimate(tmp_path: Path) -> None:
 def test_a_broken_result_is_passed_over(tmp_path: Path) -> None:
     store(tmp_path, "good", "2026-01-01T00:00:00+00:00", "PASS", 42.0)
     store(tmp_path, "bad", "2026-01-02T00:00:00+00:00", "PASS", 1.0)
-    bad = artifacts.case_dir(artifacts.run_dir(tmp_path, "bad"), "c1", "functional", "FUNC-001") / "result.json"
+    bad = run_store.case_dir(run_store.run_dir(tmp_path, "bad"), "c1", "functional", "FUNC-001") / "result.json"
     bad.write_text('{"status": "PASS", "duration_')
     got = history.expected_duration(tmp_path, "c1", "functional", "FUNC-001")
     assert got == history.Expected(42.0, "run good (PASS)")

@@ -8,23 +8,23 @@ from pathlib import Path
 import pytest
 
 from xpushare.model.verdict import Check
-from xpushare.report import artifacts, build, html, plots
+from xpushare.report import build, html, plots, run_store
 from xpushare.report.summaries import run_overview
 
 HOSTILE = '<script>alert("x")</script> & </details>'
 
 
 def _run(tmp_path: Path) -> Path:
-    run_dir = artifacts.run_dir(tmp_path, "h1")
-    artifacts.write_run_meta(run_dir, {"run_id": "h1", "clusters": ["lab"], "started": "2026-01-01T10:00:00+00:00",
+    run_dir = run_store.run_dir(tmp_path, "h1")
+    run_store.write_run_meta(run_dir, {"run_id": "h1", "clusters": ["lab"], "started": "2026-01-01T10:00:00+00:00",
                                        "ended": "2026-01-01T10:05:00+00:00"})
-    fail = artifacts.case_dir(run_dir, "lab", "performance", "PERF-011")
+    fail = run_store.case_dir(run_dir, "lab", "performance", "PERF-011")
     made = plots.runtime_vs_quota(fail / "runtime_vs_quota.png", baseline_s=6.0, runtimes={50: 12.5, 25: 24.0})
     assert made.path is not None, made.note
     (fail / "pods").mkdir()
     (fail / "pods" / "a b#1.log").write_text("log\n")
     (fail / "fake.png").write_text("not a png")
-    artifacts.write_result(fail, {
+    run_store.write_result(fail, {
         "run_id": "h1", "cluster": "lab", "suite": "performance", "case_id": "PERF-011", "title": "Quota linearity",
         "status": "FAIL", "summary": HOSTILE, "duration_s": 75.0,
         "checks": [Check("quota_precision", "|err| <= 0.08", {"err": 0.31}, False, detail=HOSTILE),
@@ -32,18 +32,18 @@ def _run(tmp_path: Path) -> Path:
         "thresholds": {"perf_quota_tolerance": 0.08}, "metrics": {"ratios": {"25": {"error": 0.31}}},
         "evidence": ["runtime_vs_quota.png", "pods/a b#1.log", "gone.txt"],
     })
-    ok = artifacts.case_dir(run_dir, "lab", "functional", "FUNC-001")
-    artifacts.write_result(ok, {"run_id": "h1", "cluster": "lab", "suite": "functional", "case_id": "FUNC-001",
+    ok = run_store.case_dir(run_dir, "lab", "functional", "FUNC-001")
+    run_store.write_result(ok, {"run_id": "h1", "cluster": "lab", "suite": "functional", "case_id": "FUNC-001",
                                 "status": "PASS", "summary": "fine", "metrics": {"runtime_s": 1.5}})
-    err = artifacts.case_dir(run_dir, "lab", "functional", "FUNC-002")
-    artifacts.write_result(err, {"run_id": "h1", "cluster": "lab", "suite": "functional", "case_id": "FUNC-002",
+    err = run_store.case_dir(run_dir, "lab", "functional", "FUNC-002")
+    run_store.write_result(err, {"run_id": "h1", "cluster": "lab", "suite": "functional", "case_id": "FUNC-002",
                                  "status": "ERROR", "summary": "no evidence", "error": "kubectl: connection refused"})
     return run_dir
 
 
 def _page(run_dir: Path) -> str:
     """``report.html`` of ``run_dir`` as :func:`build.build` renders it."""
-    results = artifacts.load_results(run_dir)
+    results = run_store.load_results(run_dir)
     return html.render_html(run_dir, results, run_overview(results), run_id="h1")
 
 
@@ -82,7 +82,7 @@ def test_a_png_over_the_cap_is_linked_not_embedded(tmp_path: Path, monkeypatch: 
 
 
 def test_an_empty_run_still_renders(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "e")
+    run_dir = run_store.run_dir(tmp_path, "e")
     run_dir.mkdir(parents=True)
     page = build.build(run_dir).html.read_text()
     assert "no case results in this run" in page and "release_ready: <strong>NO</strong>" in page
@@ -90,11 +90,11 @@ def test_an_empty_run_still_renders(tmp_path: Path) -> None:
 
 
 def test_case_anchors_count_from_one(tmp_path: Path) -> None:
-    from xpushare.report import artifacts, build
+    from xpushare.report import build, run_store
 
-    run_dir = artifacts.run_dir(tmp_path, "a1")
+    run_dir = run_store.run_dir(tmp_path, "a1")
     for case_id in ("FUNC-001", "FUNC-002"):
-        artifacts.write_result(artifacts.case_dir(run_dir, "c1", "functional", case_id),
+        run_store.write_result(run_store.case_dir(run_dir, "c1", "functional", case_id),
                                {"run_id": "a1", "cluster": "c1", "suite": "functional", "case_id": case_id,
                                 "status": "PASS", "summary": ""})
     page = build.build(run_dir).html.read_text()

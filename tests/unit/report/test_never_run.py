@@ -10,17 +10,17 @@ from pathlib import Path
 
 from tests.paths import REPO_ROOT
 from tests.unit.report.test_artifacts import put
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 ROOT = REPO_ROOT
 SELECTED = [{"cluster": "c1", "suite": "functional", "case_id": f"FUNC-00{i}", "title": f"t{i}"} for i in (1, 2, 3)]
 
 
 def _run(tmp_path: Path, statuses: dict[str, str]) -> Path:
-    run = artifacts.run_dir(tmp_path, "r1")
+    run = run_store.run_dir(tmp_path, "r1")
     for case_id, status in statuses.items():
         put(run, case_id=case_id, status=status)
-    artifacts.write_run_meta(run, {"run_id": "r1", "selected": SELECTED, "required": ["FUNC-001", "FUNC-002"],
+    run_store.write_run_meta(run, {"run_id": "r1", "selected": SELECTED, "required": ["FUNC-001", "FUNC-002"],
                                    "interrupted": len(statuses) < 3})
     return run
 
@@ -29,7 +29,7 @@ def _report(tmp_path: Path) -> ET.Element:
     res = subprocess.run([sys.executable, "-m", "invoke", "report", "--run-id", "r1", "--root", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    return ET.parse(artifacts.run_dir(tmp_path, "r1") / "junit.xml").getroot()
+    return ET.parse(run_store.run_dir(tmp_path, "r1") / "junit.xml").getroot()
 
 
 def test_an_interrupted_run_counts_the_cases_it_never_reached(tmp_path: Path) -> None:

@@ -59,9 +59,9 @@ def test_put_task_takes_output_json(tmp_path: Path) -> None:
 
 
 def test_report_and_judge_print_one_record(tmp_path: Path) -> None:
-    from xpushare.report import artifacts
+    from xpushare.report import run_store
 
-    run = artifacts.run_dir(tmp_path, "r1")
+    run = run_store.run_dir(tmp_path, "r1")
     put_record(run, case_id="FUNC-001", status="PASS", summary="ok")
     put_record(run, case_id="FUNC-009", status="SKIP", summary="SKIP: needs k8s")
     proc = invoke("report", "--run-id", "r1", "--root", str(tmp_path), "-o", "json")

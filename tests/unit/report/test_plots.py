@@ -14,7 +14,7 @@ from xpushare.cases import performance
 from xpushare.evidence.store import Evidence
 from xpushare.model.verdict import Status
 from xpushare.model.workload import WorkloadRecord, write_pod_records
-from xpushare.report import artifacts, build, plots
+from xpushare.report import build, plots, run_store
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -67,8 +67,8 @@ def test_a_drawing_error_is_a_note(tmp_path: Path) -> None:
 
 
 def _case(tmp_path: Path) -> Path:
-    run_dir = artifacts.run_dir(tmp_path, "p1")
-    case_dir = artifacts.case_dir(run_dir, "lab", "performance", "PERF-011")
+    run_dir = run_store.run_dir(tmp_path, "p1")
+    case_dir = run_store.case_dir(run_dir, "lab", "performance", "PERF-011")
     (case_dir / "pods").mkdir(parents=True)
     names = ["base", "q25", "q50", "q75"]
     write_pod_records(case_dir, [WorkloadRecord(n, "Succeeded", 0, "n1", "GPU-a", 0.0, 1.0) for n in names])
@@ -87,8 +87,8 @@ def test_case_judgment_draws_the_plot_and_the_report_links_it(tmp_path: Path) ->
     assert "runtime_vs_quota.png" in v.evidence and is_png(case_dir / "runtime_vs_quota.png")
     record = {"run_id": "p1", "cluster": "lab", "suite": "performance", "case_id": "PERF-011", "status": "PASS",
               "summary": v.summary, "evidence": v.evidence}
-    artifacts.write_result(case_dir, record)
-    paths = build.build(artifacts.run_dir(tmp_path, "p1"))
+    run_store.write_result(case_dir, record)
+    paths = build.build(run_store.run_dir(tmp_path, "p1"))
     text = paths.markdown.read_text()
     assert "lab/performance/PERF-011/runtime_vs_quota.png" in text
 
@@ -103,15 +103,15 @@ def test_case_judgment_without_matplotlib_notes_it(tmp_path: Path, monkeypatch: 
 
 
 def test_report_draws_the_plots_a_run_made_without_matplotlib_lacks(tmp_path: Path) -> None:
-    from xpushare.engine import driver
+    from xpushare.engine import stored_run
 
     case_dir = _case(tmp_path)
     th = {**performance.COMMON, "perf_quota_tolerance": 0.08}
     record = {"run_id": "p1", "cluster": "lab", "suite": "performance", "case_id": "PERF-011", "status": "PASS",
               "summary": "stored", "evidence": [], "thresholds": th, "mode": "k8s"}
-    artifacts.write_result(case_dir, record)
+    run_store.write_result(case_dir, record)
     assert not (case_dir / "runtime_vs_quota.png").exists()
-    paths = driver.rebuild_reports("p1", root=tmp_path)
+    paths = stored_run.rebuild_reports("p1", root=tmp_path)
     assert is_png(case_dir / "runtime_vs_quota.png")
     assert "lab/performance/PERF-011/runtime_vs_quota.png" in paths.markdown.read_text()
     assert json.loads((case_dir / "result.json").read_text())["summary"] == "stored"  # the verdict is kept

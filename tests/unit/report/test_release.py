@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.unit.report.test_artifacts import make_record, put
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts, build, summaries
+from xpushare.report import build, run_store, summaries
 from xpushare.report.runs import INCOMPLETE, INTERRUPTED, RUNNING, diff_results, list_runs
 
 SUT_OK = {"name": "sut_in_path", "expression": "registered", "values": {}, "ok": True}
@@ -89,12 +89,12 @@ def test_an_error_in_a_full_selection_is_no_and_in_a_partial_one_n_a() -> None:
 
 
 def write_run(root: Path, run_id: str, results: list[dict[str, Any]], m: dict[str, Any] | None) -> Path:
-    run_dir = artifacts.run_dir(root, run_id)
+    run_dir = run_store.run_dir(root, run_id)
     run_dir.mkdir(parents=True)
     for r in results:
         put(run_dir, **{**r, "run_id": run_id})
     if m is not None:
-        artifacts.write_run_meta(run_dir, {**m, "run_id": run_id})
+        run_store.write_run_meta(run_dir, {**m, "run_id": run_id})
     return run_dir
 
 
@@ -115,7 +115,7 @@ def test_intermittent_is_counted_reported_and_a_junit_failure(tmp_path: Path) ->
                                                {"attempt": 3, "status": "FAIL", "summary": "y", "dir": "."}])
     run_dir = write_run(tmp_path, "r1", [record("FUNC-001"), flaky, record("MET-001")], meta(PROFILE))
     paths = build.build(run_dir)
-    assert summaries.counts(artifacts.load_results(run_dir))["INTERMITTENT"] == 1
+    assert summaries.counts(run_store.load_results(run_dir))["INTERMITTENT"] == 1
     cases = ET.parse(paths.junit).getroot().iter("testcase")
     case = next(tc for tc in cases if tc.get("name", "").startswith("FUNC-002"))
     failure = case.find("failure")

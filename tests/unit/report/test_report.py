@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.unit.report.test_artifacts import case_record, put
 from xpushare.model.verdict import Status
-from xpushare.report import artifacts, build, markdown, summaries
+from xpushare.report import build, markdown, run_store, summaries
 
 NOW = datetime(2026, 2, 15, 14, 0, 0, tzinfo=timezone.utc)
 NASTY = "quota 30|60\tratio=1.5\nsecond line \\t literal, C:\\path | \x1b[31mred"
@@ -37,10 +37,10 @@ MIXED: list[dict[str, Any]] = [
 
 
 def make_run(root: Path, specs: list[dict[str, Any]]) -> Path:
-    run = artifacts.run_dir(root, "r1")
+    run = run_store.run_dir(root, "r1")
     for spec in specs:
         cdir = put(run, **spec)
-        artifacts.write_analysis(cdir, case_record(**spec))
+        run_store.write_analysis(cdir, case_record(**spec))
     return run
 
 
@@ -184,7 +184,7 @@ def test_tsv_escape_round_trip(text: str) -> None:
 @given(st.lists(ANY_TEXT, min_size=1, max_size=3))
 def test_arbitrary_summaries_survive_build(texts: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        run = artifacts.run_dir(Path(tmp), "r1")
+        run = run_store.run_dir(Path(tmp), "r1")
         for i, summary in enumerate(texts):
             put(run, case_id=f"FUNC-{i:03d}", status="FAIL", summary=summary)
         paths = build.build(run, now=NOW)
@@ -303,7 +303,7 @@ def test_build_is_offline_and_repeatable(mixed: tuple[Path, build.ReportPaths]) 
 def test_rebuild_uses_latest_attempt(tmp_path: Path) -> None:
     run = make_run(tmp_path, [dict(status="FAIL", summary="flaky")])
     cdir = run / "c1" / "functional" / "FUNC-001"
-    artifacts.archive_previous_attempt(cdir)
+    run_store.archive_previous_attempt(cdir)
     put(run, status="PASS", summary="ok on retry", attempt=2)
     paths = build.build(run, now=NOW)
     rows = summaries.read_tsv(paths.case_summary)[1:]
@@ -375,10 +375,10 @@ def test_release_no_for_silent_cluster_interrupted_run_or_nothing_passed(tmp_pat
     assert summaries.release_decision([case_record()], clusters=["c1"]).ready
 
     run = make_run(tmp_path, ALL_PASS)
-    artifacts.write_run_meta(run, {"run_id": "r1", "clusters": ["c1", "c2", "c3"], "interrupted": False})
+    run_store.write_run_meta(run, {"run_id": "r1", "clusters": ["c1", "c2", "c3"], "interrupted": False})
     assert "cluster c3 has no case results" in release_section(run)
 
-    artifacts.write_run_meta(run, {"run_id": "r1", "clusters": ["c1", "c2"], "interrupted": True})
+    run_store.write_run_meta(run, {"run_id": "r1", "clusters": ["c1", "c2"], "interrupted": True})
     assert "interrupted" in release_section(run)
     assert "the run was interrupted" in md_section((run / "run-report.md").read_text(encoding="utf-8"), "Overview")
 
@@ -391,7 +391,7 @@ def test_md_escape() -> None:
 
 def test_release_says_it_covers_only_the_selected_cases(tmp_path: Path) -> None:
     run = make_run(tmp_path, ALL_PASS[:1])
-    artifacts.write_run_meta(run, {"run_id": "r1", "selection": "case=FUNC-001",
+    run_store.write_run_meta(run, {"run_id": "r1", "selection": "case=FUNC-001",
                                    "selected": [{"cluster": "c1", "suite": "functional", "case_id": "FUNC-001"}]})
     section = release_section(run)
     assert "release_ready: **YES**" in section
@@ -402,7 +402,7 @@ def test_release_says_it_covers_only_the_selected_cases(tmp_path: Path) -> None:
 
 
 def test_format_value_gives_numbers_their_units() -> None:
-    from xpushare.report.artifacts import format_value
+    from xpushare.report.run_store import format_value
 
     shown = format_value({"ts": 1764211200.123456, "rss_bytes": 13201400.0, "ratio": 0.123456789012345,
                           "runtime_s": 12.3456789, "xs": list(range(12))})

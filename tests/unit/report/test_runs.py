@@ -12,22 +12,22 @@ import pytest
 
 from tests.paths import REPO_ROOT
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.report.runs import NO_CASES, diff_results, flat_numbers, list_runs
 
 ROOT = REPO_ROOT
 
 
 def store(root: Path, run_id: str, started: str | None, cases: list[dict[str, Any]], cluster: str = "c1") -> Path:
-    run_dir = artifacts.run_dir(root, run_id)
+    run_dir = run_store.run_dir(root, run_id)
     run_dir.mkdir(parents=True)
     if started is not None:
-        artifacts.write_run_meta(run_dir, {"run_id": run_id, "clusters": [cluster], "started": started,
+        run_store.write_run_meta(run_dir, {"run_id": run_id, "clusters": [cluster], "started": started,
                                            "exit_status": 1, "interrupted": False})
     for case in cases:
         suite = "performance" if case["case_id"].startswith("PERF") else "functional"
         record = {"run_id": run_id, "cluster": cluster, "suite": suite, "summary": "", **case}
-        artifacts.write_result(artifacts.case_dir(run_dir, cluster, suite, case["case_id"]), record)
+        run_store.write_result(run_store.case_dir(run_dir, cluster, suite, case["case_id"]), record)
     return run_dir
 
 
@@ -54,14 +54,14 @@ def two_runs(tmp_path: Path) -> Path:
 
 
 def test_last_is_the_latest_started_run(two_runs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    assert artifacts.stored_run_ids(two_runs) == ["zz-a", "b"]
-    assert artifacts.resolve_run_id(two_runs, "last") == "b"
-    assert artifacts.stored_run_dir(two_runs, "last") == artifacts.run_dir(two_runs, "b")
-    assert artifacts.resolve_run_id(two_runs, "zz-a") == "zz-a"
+    assert run_store.stored_run_ids(two_runs) == ["zz-a", "b"]
+    assert run_store.resolve_run_id(two_runs, "last") == "b"
+    assert run_store.stored_run_dir(two_runs, "last") == run_store.run_dir(two_runs, "b")
+    assert run_store.resolve_run_id(two_runs, "zz-a") == "zz-a"
     with pytest.raises(ValueError, match="no run stored"):
-        artifacts.resolve_run_id(tmp_path_factory.mktemp("empty"), "last")
+        run_store.resolve_run_id(tmp_path_factory.mktemp("empty"), "last")
     with pytest.raises(ValueError, match="invalid run id"):
-        artifacts.resolve_run_id(two_runs, "../x")
+        run_store.resolve_run_id(two_runs, "../x")
 
 
 def test_list_runs_counts_and_overall(two_runs: Path) -> None:
@@ -77,8 +77,8 @@ def test_list_runs_counts_and_overall(two_runs: Path) -> None:
 
 
 def test_diff_reports_verdict_changes_and_metric_deltas(two_runs: Path) -> None:
-    a = artifacts.load_results(artifacts.run_dir(two_runs, "zz-a"))
-    b = artifacts.load_results(artifacts.run_dir(two_runs, "b"))
+    a = run_store.load_results(run_store.run_dir(two_runs, "zz-a"))
+    b = run_store.load_results(run_store.run_dir(two_runs, "b"))
     d = diff_results(a, b, a_id="zz-a", b_id="b")
     assert [(v.case, v.before, v.after) for v in d.verdict_changes] == [
         ("functional/FUNC-002", "PASS", "FAIL"), ("performance/PERF-011", "FAIL", "PASS")]
@@ -125,8 +125,8 @@ def test_runs_and_diff_tasks(two_runs: Path) -> None:
 
 def test_runs_shows_the_selection_and_hides_runs_without_a_case(two_runs: Path) -> None:
     store(two_runs, "refused", "2026-01-03T10:00:00+00:00", [])
-    meta = artifacts.read_run_meta(artifacts.run_dir(two_runs, "b")) or {}
-    artifacts.write_run_meta(artifacts.run_dir(two_runs, "b"), {**meta, "selection": "cases=FUNC-001,FUNC-004"})
+    meta = run_store.read_run_meta(run_store.run_dir(two_runs, "b")) or {}
+    run_store.write_run_meta(run_store.run_dir(two_runs, "b"), {**meta, "selection": "cases=FUNC-001,FUNC-004"})
     table = invoke("runs", "--root", str(two_runs))
     assert table.returncode == 0 and "refused" not in table.stdout and "cases=FUNC-001,FUNC-004" in table.stdout
     assert "(1 run(s) without any case result not shown; --all shows them)" in table.stdout
@@ -150,10 +150,10 @@ def test_bad_input_is_one_line_and_exit_2(two_runs: Path, args: list[str]) -> No
 def test_last_in_judge_report_and_resume(two_runs: Path) -> None:
     r = str(two_runs)
     report = invoke("report", "--run-id", "last", "--root", r)
-    assert report.returncode == 0 and (artifacts.run_dir(two_runs, "b") / "report.html").is_file(), report.stderr
-    assert not (artifacts.run_dir(two_runs, "zz-a") / "report.html").exists()
+    assert report.returncode == 0 and (run_store.run_dir(two_runs, "b") / "report.html").is_file(), report.stderr
+    assert not (run_store.run_dir(two_runs, "zz-a") / "report.html").exists()
     judge = invoke("judge", "--run-id", "last", "--root", r)
     assert "FUNC-001" in judge.stdout and "Traceback" not in judge.stderr, judge.stderr
     resumed = invoke("func", "--cluster", "local", "--case", "FUNC-004", "--run-id", "last", "--resume", "--root", r)
     assert "run b on local" in resumed.stdout, resumed.stdout + resumed.stderr
-    assert (artifacts.run_dir(two_runs, "b") / "local" / "functional" / "FUNC-004" / "result.json").is_file()
+    assert (run_store.run_dir(two_runs, "b") / "local" / "functional" / "FUNC-004" / "result.json").is_file()

@@ -14,13 +14,13 @@ import pytest
 
 from tests.inprocess import run_xpushare
 from xpushare.model.errors import StoredRunDamaged
-from xpushare.report import artifacts
+from xpushare.report import run_store
 
 FOREIGN = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}
 
 
 def _store(root: Path, run_id: str, meta: object | None) -> None:
-    run_dir = artifacts.run_dir(root, run_id)
+    run_dir = run_store.run_dir(root, run_id)
     case = run_dir / "local" / "functional" / "FUNC-001"
     case.mkdir(parents=True)
     (case / "result.json").write_text(json.dumps({"case_id": "FUNC-001", "cluster": "local", "suite": "functional",
@@ -37,13 +37,13 @@ def _invoke(root: Path, *words: str) -> tuple[int, str]:
 def test_a_foreign_run_json_is_refused_when_read(tmp_path: Path) -> None:
     _store(tmp_path, "pod", FOREIGN)
     with pytest.raises(StoredRunDamaged, match=r"not a run\.json of xpushare"):
-        artifacts.read_run_meta(artifacts.run_dir(tmp_path, "pod"))
-    assert artifacts.read_run_meta(_empty(tmp_path)) == {}  # an empty object is a run.json with nothing yet
+        run_store.read_run_meta(run_store.run_dir(tmp_path, "pod"))
+    assert run_store.read_run_meta(_empty(tmp_path)) == {}  # an empty object is a run.json with nothing yet
 
 
 def _empty(root: Path) -> Path:
     _store(root, "empty", {})
-    return artifacts.run_dir(root, "empty")
+    return run_store.run_dir(root, "empty")
 
 
 @pytest.mark.parametrize("words", [["report", "pod"], ["judge", "pod"], ["diff", "pod", "good"],
@@ -52,11 +52,11 @@ def _empty(root: Path) -> Path:
 def test_report_judge_diff_and_last_refuse_a_foreign_run_json(tmp_path: Path, words: list[str]) -> None:
     _store(tmp_path, "good", {"run_id": "good", "started": "2026-01-01T00:00:00+00:00"})
     _store(tmp_path, "pod", {**FOREIGN})
-    os.utime(artifacts.run_dir(tmp_path, "pod"), (2e9, 2e9))  # the newest: what `last` names
-    before = (artifacts.run_dir(tmp_path, "pod") / "run.json").read_bytes()
+    os.utime(run_store.run_dir(tmp_path, "pod"), (2e9, 2e9))  # the newest: what `last` names
+    before = (run_store.run_dir(tmp_path, "pod") / "run.json").read_bytes()
     code, err = _invoke(tmp_path, *words)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "run.json" in err, (words, err)
-    assert (artifacts.run_dir(tmp_path, "pod") / "run.json").read_bytes() == before
+    assert (run_store.run_dir(tmp_path, "pod") / "run.json").read_bytes() == before
 
 
 @pytest.mark.parametrize("output", ["table", "json"])
@@ -64,7 +64,7 @@ def test_runs_lists_every_run_then_says_which_run_json_is_damaged(tmp_path: Path
     _store(tmp_path, "good", {"run_id": "good", "started": "2026-01-01T00:00:00+00:00"})
     _store(tmp_path, "pod", FOREIGN)
     _store(tmp_path, "cut", None)
-    (artifacts.run_dir(tmp_path, "cut") / "run.json").write_text('{"run_id": "cut", "req')
+    (run_store.run_dir(tmp_path, "cut") / "run.json").write_text('{"run_id": "cut", "req')
     code, err = _invoke(tmp_path, "runs", "-o", output)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "1 more run(s)" in err, err
     _store(tmp_path / "clean", "good", {"run_id": "good", "started": "2026-01-01T00:00:00+00:00"})

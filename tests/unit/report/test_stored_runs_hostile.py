@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
-from xpushare.engine import driver
+from xpushare.engine import suite_run
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import StoredRunDamaged, UsageError
-from xpushare.report import artifacts
+from xpushare.report import run_store
 from xpushare.transport import interrupt
 
 ROOT = REPO_ROOT
@@ -37,13 +37,13 @@ def digest(path: Path) -> dict[str, str]:
 
 
 def test_a_stored_run_id_is_not_reused_without_resume(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "kept")
+    run_dir = run_store.run_dir(tmp_path, "kept")
     run_dir.mkdir(parents=True)
-    artifacts.write_run_meta(run_dir, {"run_id": "kept", "required": ["FUNC-001", "FUNC-002"], "started": "t0"})
+    run_store.write_run_meta(run_dir, {"run_id": "kept", "required": ["FUNC-001", "FUNC-002"], "started": "t0"})
     before = digest(run_dir)
-    request = driver.RunRequest(cluster="local", case_ids=["FUNC-009"], run_id="kept", root=tmp_path)
+    request = suite_run.RunRequest(cluster="local", case_ids=["FUNC-009"], run_id="kept", root=tmp_path)
     with pytest.raises(UsageError, match="--resume"):
-        driver.run(request)
+        suite_run.run(request)
     assert digest(run_dir) == before
 
 
@@ -56,7 +56,7 @@ def no_signal_left() -> Any:
 
 def test_sigterm_after_the_last_case_still_writes_every_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               no_signal_left: None) -> None:
-    real = artifacts.load_results
+    real = run_store.load_results
     sent: list[int] = []
 
     def load_then_signal(run_dir: Path) -> list[CaseRecord]:
@@ -65,12 +65,12 @@ def test_sigterm_after_the_last_case_still_writes_every_report(tmp_path: Path, m
             os.kill(os.getpid(), signal.SIGTERM)
         return real(run_dir)
 
-    monkeypatch.setattr(artifacts, "load_results", load_then_signal)
-    request = driver.RunRequest(cluster="local", case_ids=["FUNC-009"], run_id="late", root=tmp_path)
+    monkeypatch.setattr(run_store, "load_results", load_then_signal)
+    request = suite_run.RunRequest(cluster="local", case_ids=["FUNC-009"], run_id="late", root=tmp_path)
     with interrupt.installed():  # as the task's guard does
-        status = driver.run(request, out=open(os.devnull, "w"))  # noqa: SIM115 - closed with the process
+        status = suite_run.run(request, out=open(os.devnull, "w"))  # noqa: SIM115 - closed with the process
     assert int(status) == 143 and sent
-    run_dir = artifacts.run_dir(tmp_path, "late")
+    run_dir = run_store.run_dir(tmp_path, "late")
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["ended"] and meta["exit_status"] == 143 and meta["interrupted"] is True and meta["counts"]
     for name in ("junit.xml", "case-summary.tsv", "run-summary.tsv", "run-report.md", "report.html"):
@@ -95,7 +95,7 @@ def test_a_damaged_run_json_is_one_usage_error(tmp_path: Path, name: str) -> Non
     run_dir.mkdir()
     (run_dir / "run.json").write_bytes(DAMAGED[name])
     with pytest.raises(StoredRunDamaged) as info:
-        artifacts.read_run_meta(run_dir)
+        run_store.read_run_meta(run_dir)
     assert "\n" not in str(info.value) and "run.json" in str(info.value)
 
 
@@ -104,7 +104,7 @@ def test_a_run_json_symlinked_to_a_device_is_read_bounded(tmp_path: Path) -> Non
     run_dir.mkdir()
     (run_dir / "run.json").symlink_to("/dev/zero")
     with pytest.raises(StoredRunDamaged, match="larger than"):
-        artifacts.read_run_meta(run_dir)
+        run_store.read_run_meta(run_dir)
 
 
 def test_a_result_json_that_is_a_directory_or_mistyped_is_an_error_record(tmp_path: Path) -> None:
@@ -113,13 +113,13 @@ def test_a_result_json_that_is_a_directory_or_mistyped_is_an_error_record(tmp_pa
     other = tmp_path / "local" / "functional" / "FUNC-002"
     other.mkdir(parents=True)
     (other / "result.json").write_text('{"status": "PASS", "thresholds": [1], "summary": "ok"}')
-    records = {r.case_id: r for r in artifacts.load_results(tmp_path)}
+    records = {r.case_id: r for r in run_store.load_results(tmp_path)}
     assert records["FUNC-001"].status == "ERROR" and "not a file" in str(records["FUNC-001"].summary)
     assert records["FUNC-002"].status == "ERROR" and "thresholds" in str(records["FUNC-002"].summary)
 
 
 def test_judge_report_and_resume_on_a_damaged_run_json_are_one_line(tmp_path: Path) -> None:
-    run_dir = artifacts.run_dir(tmp_path, "dmg")
+    run_dir = run_store.run_dir(tmp_path, "dmg")
     (run_dir / "local" / "functional" / "FUNC-001").mkdir(parents=True)
     (run_dir / "local" / "functional" / "FUNC-001" / "result.json").mkdir()  # a directory: judge must not exit 0
     (run_dir / "run.json").write_text('{"required": 5}')
@@ -141,7 +141,7 @@ def test_a_rejudgment_is_stored_beside_the_runs_own_verdicts(tmp_path: Path) -> 
                    "      me: {connection: local, roles: [gpu], gpus: 1}\n", encoding="utf-8")
     assert invoke("func", "--cluster", "gpu1", "--inventory", str(inv), "--run-id", "rj", "--case", "FUNC-002", *FAST,
                   root=tmp_path).returncode == 0
-    run_dir = artifacts.run_dir(tmp_path, "rj")
+    run_dir = run_store.run_dir(tmp_path, "rj")
     case = run_dir / "gpu1" / "functional" / "FUNC-002"
     own = (case / "result.json").read_text()
     # the strictest threshold (whole overlap): FAIL unless one pod's run lay inside the other's (ratio 1.0)
@@ -190,11 +190,11 @@ def test_a_full_disk_in_judge_or_report_is_exit_1(monkeypatch: pytest.MonkeyPatc
 def test_last_and_the_run_list_survive_a_run_json_symlinked_to_a_device(tmp_path: Path) -> None:
     from xpushare.report.runs import list_runs
 
-    good = artifacts.run_dir(tmp_path, "good")
+    good = run_store.run_dir(tmp_path, "good")
     good.mkdir(parents=True)
-    artifacts.write_run_meta(good, {"run_id": "good", "started": "2026-01-01T00:00:00+00:00"})
-    bad = artifacts.run_dir(tmp_path, "bad")
+    run_store.write_run_meta(good, {"run_id": "good", "started": "2026-01-01T00:00:00+00:00"})
+    bad = run_store.run_dir(tmp_path, "bad")
     bad.mkdir(parents=True)
     (bad / "run.json").symlink_to("/dev/zero")
-    assert set(artifacts.stored_run_ids(tmp_path)) == {"good", "bad"}
+    assert set(run_store.stored_run_ids(tmp_path)) == {"good", "bad"}
     assert {info.run_id for info in list_runs(tmp_path)} == {"good", "bad"}

@@ -16,7 +16,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 from xpushare.model.case_record import CaseRecord
-from xpushare.report import artifacts, summaries
+from xpushare.report import run_store, summaries
 
 REPORT = REPO_ROOT / "xpushare" / "report"
 RECORD_NAMES = {"record", "records", "result", "results", "case", "cases", "stored", "r"}
@@ -72,13 +72,13 @@ def test_the_check_sees_a_mapping_parameter_and_an_alias_of_one(tmp_path: Path) 
 
 @pytest.mark.parametrize("loader", ["load_results", "load_one_result"])
 def test_stored_records_are_read_as_case_records_keeping_unknown_keys(tmp_path: Path, loader: str) -> None:
-    case_dir = artifacts.case_dir(tmp_path, "c1", "functional", "FUNC-001")
+    case_dir = run_store.case_dir(tmp_path, "c1", "functional", "FUNC-001")
     case_dir.mkdir(parents=True)
     # a record of an older version (no params, premises, phases) with a key this version does not know
     (case_dir / "result.json").write_text('{"cluster": "c1", "suite": "functional", "case_id": "FUNC-001", '
                                           '"status": "PASS", "case_log_dir": "elsewhere", "future": [1]}')
-    got = (artifacts.load_results(tmp_path)[0] if loader == "load_results"
-           else artifacts.load_one_result(tmp_path, case_dir / "result.json"))
+    got = (run_store.load_results(tmp_path)[0] if loader == "load_results"
+           else run_store.load_one_result(tmp_path, case_dir / "result.json"))
     assert isinstance(got, CaseRecord)
     assert got.case_log_dir == "c1/functional/FUNC-001"  # the reader's, never a stored one
     assert got.extra == {"future": [1]} and got.summary is None and got.params is None

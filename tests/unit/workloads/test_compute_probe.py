@@ -17,7 +17,7 @@ import pytest
 from tests.lab.build import BuildError
 from tests.lab.simgpu import SimDevice, build_simgpu, make_uuid, write_config
 from tests.paths import REPO_ROOT
-from xpushare.collect.compute_probe import ComputeProbeLine, parse_text
+from xpushare.parsers.compute_probe import ComputeProbeLine, parse_text
 
 PROBE = REPO_ROOT / "xpushare" / "data" / "workloads" / "compute_probe.py"
 PATHS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch")

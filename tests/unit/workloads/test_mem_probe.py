@@ -14,7 +14,7 @@ import pytest
 from tests.lab.build import BuildError
 from tests.lab.simgpu import SimDevice, build_simgpu, make_uuid, write_config
 from tests.paths import REPO_ROOT
-from xpushare.collect.mem_probe import MemProbeLine, parse_text
+from xpushare.parsers.mem_probe import MemProbeLine, parse_text
 
 PROBE = REPO_ROOT / "xpushare" / "data" / "workloads" / "mem_probe.py"
 MIB, GIB = 1 << 20, 1 << 30

@@ -375,7 +375,7 @@ class TorchDevice(Device):
 class OutOfMemoryError(RuntimeError):
     """``CUDA out of memory. Tried to allocate ...``: cuMemAlloc_v2 refused a block on cudadrv (the device
     is full, or the xpushare memory quota). The message starts like ``torch.OutOfMemoryError``'s, so logs
-    are recognised the same way (``xpushare.collect.pod_log.oom_markers``)."""
+    are recognised the same way (``xpushare.parsers.pod_log.oom_markers``)."""
 
 
 def format_bytes(nbytes: int) -> str:
