@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.unit.backends.test_k8s import INV
 from xpushare.backends import k8s_manifests as km
 from xpushare.backends.base import CaseContext
 from xpushare.backends.k8s import K8sBackend
@@ -30,16 +31,6 @@ FULL = WorkloadSpec(name="func-010-w5", workload="w5_quota_probe", args=("--dura
                memory_limit="4Gi", memory_limit_env="2Gi", oversub=True, node="c1-gpu1", env=(("EXTRA", "1"),))
 SAME_GPU = WorkloadSpec(name="W2_B", workload="w2_medium_add", same_gpu_as="func-010-w5")
 TENANT = WorkloadSpec(name="p", workload="w2_medium_add", tenant="a", env=(("XPUSHARE_DEBUG", "0"),))
-INV = """
-clusters:
-  c1:
-    mode: k8s
-    sut: {sut}
-    hosts:
-      m: {{address: 127.0.0.1, roles: [master]}}
-      g: {{address: 127.0.0.2, roles: [gpu]}}
-    params: {{pod_image: "img:1", pod_workload_configmap: {cm}}}
-"""
 
 
 def _ordered(doc: Any) -> str:
