@@ -7,8 +7,12 @@ keeps those names true. docs/verdicts.md is the whole matrix, every case of ever
 ``python -m tests.lab.matrix --write``; this module also checks that the document covers every row and accounts for
 every mutant.
 
-The rows run on ``LABS`` labs of this module's own at once (a row is a few cases of a lab whose simulated kernels
-sleep, so the machine is mostly idle while it runs).
+The rows run on three labs of this module's own at once (a row is a few cases of a lab whose simulated kernels
+sleep, so the machine is mostly idle while it runs). One of them has the simulated GPUs of ``PROBE_LAB_OPTIONS``
+(25 GB/s): the rows of ``PROBE_ROWS``, whose cases run W5 or memory probes for a set time and judge log lines,
+metrics or memory, never a fixed amount of work, go there first (a probe launches a quarter of the kernels through
+the real client library over the same seconds: tests/bench/ci_time.md); the other labs take them once their own
+rows are done.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.lab.env import LAB_OPTIONS, write_inventory
+from tests.lab.env import LAB_OPTIONS, PROBE_LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.matrix import HOST_MODE, METRICS_CHECK, ROWS, UNCAUGHT, MatrixLab, Outcome, Row, healthy_rows
 from tests.lab.mutants import MUTANTS
@@ -32,43 +36,54 @@ from xpushare.engine.plan import parameter_defaults
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 DOC = REPO_ROOT / "docs" / "verdicts.md"
-#: Labs the rows are spread over.
-LABS = 3
 #: The unmodified build under each scheduler setting a row needs (the default-settings baseline is what the
 #: suites' own lab tests judge).
 SETTING_BASELINES = [r for r in healthy_rows(ROWS) if r.setting is not None]
 #: The rows run here, each with its ``ci_cases`` only: the other cases are asserted by the lab tests that cover them
 #: (running them again here would only double CI's time) or FAIL on the unmodified build already.
 RUN_HERE = [r.narrowed(r.ci_cases) for r in ROWS if r.ci_cases]
+#: Rows whose cases (as run here) take the same verdict on 25 GB/s GPUs: W5 probes that run for a set time and are
+#: judged on scheduler/pod log lines and metrics (FUNC-012, MET-005/006/008, STAB-003/004: the last five PASS on the
+#: healthy lab at 25 GB/s in tests/e2e/test_k8s_metrics.py and test_k8s_stability.py) or memory probes judged on
+#: what they could allocate (FUNC-011, COMBO-005). Rows with W2/W6 runtimes, ratios or rates stay at 100 GB/s.
+PROBE_ROWS = frozenset({"annotations-reread-60s", "annotations-never-reread", "memory-limit-raise-ignored",
+                        "memory-limit-frozen", "utilization-smoothing-halved", "gpu-memory-sampled-once"})
+#: Per lab, whether it is the probe lab (``PROBE_LAB_OPTIONS``); the others have the standard ``LAB_OPTIONS``.
+PROBE_LABS = (False, False, True)
 
 
 @pytest.fixture(scope="module")
 def outcomes(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome | BaseException]]:
-    """Every row's outcome (or the exception its run raised), rows taken from one queue by ``LABS`` labs."""
+    """Every row's outcome (or the exception its run raised), rows taken from two queues by the labs of
+    ``PROBE_LABS``: the probe lab takes only ``PROBE_ROWS``, the others their own rows first."""
     with contextlib.ExitStack() as stack:
         labs = []
-        for i in range(LABS):
+        for i, probe in enumerate(PROBE_LABS):
             kube = stack.enter_context(contextlib.contextmanager(started_kube_lab)(
-                tmp_path_factory, f"matrix-kube{i}", **LAB_OPTIONS))
+                tmp_path_factory, f"matrix-kube{i}", **(PROBE_LAB_OPTIONS if probe else LAB_OPTIONS)))
             inventory = write_inventory(tmp_path_factory.mktemp("matrix-inv") / "inventory.yaml", ssh_lab, kube)
             labs.append(MatrixLab(kube, inventory, tmp_path_factory.mktemp("matrix-runs")))
-        todo: queue.Queue[Row] = queue.Queue()
+        standard: queue.Queue[Row] = queue.Queue()
+        probes: queue.Queue[Row] = queue.Queue()
         for row in sorted([*RUN_HERE, *SETTING_BASELINES], key=lambda r: -len(r.cases)):  # the longest rows first
-            todo.put(row)
+            (probes if row.breakage in PROBE_ROWS else standard).put(row)
         results: dict[str, Outcome | BaseException] = {}
 
-        def worker(lab: MatrixLab) -> None:
-            while True:
-                try:
-                    row = todo.get_nowait()
-                except queue.Empty:
-                    return
+        def take(queues: tuple[queue.Queue[Row], ...]) -> Row | None:
+            for q in queues:
+                with contextlib.suppress(queue.Empty):
+                    return q.get_nowait()
+            return None
+
+        def worker(lab: MatrixLab, queues: tuple[queue.Queue[Row], ...]) -> None:
+            while (row := take(queues)) is not None:
                 try:
                     results[row.breakage] = lab.run(row)
                 except Exception as exc:  # reported by the row's test
                     results[row.breakage] = exc
 
-        threads = [threading.Thread(target=worker, args=(lab,), daemon=True) for lab in labs]
+        threads = [threading.Thread(target=worker, args=(lab, (probes,) if probe else (standard, probes)), daemon=True)
+                   for lab, probe in zip(labs, PROBE_LABS, strict=True)]
         for t in threads:
             t.start()
         for t in threads:
@@ -93,6 +108,10 @@ def test_unmodified_build_passes_under_the_rows_settings(outcomes: dict[str, Out
         raise outcome
     wrong = {case: outcome.verdicts[case] for case in row.cases if outcome.verdicts[case][0] != "PASS"}
     assert not wrong, wrong
+
+
+def test_probe_rows_are_rows_run_here() -> None:
+    assert {r.breakage for r in RUN_HERE} >= PROBE_ROWS and any(PROBE_LABS) and not all(PROBE_LABS)
 
 
 def test_every_mutant_is_accounted_for_and_the_document_covers_the_matrix() -> None:
