@@ -27,7 +27,8 @@ SERVICEACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 _HOLD = (
     'mount -t tmpfs -o mode=0755 lab-node-run /run && '
     f'mkdir -p /run/xpushare {SERVICEACCOUNT_DIR} /run/sshd && '
-    'echo "$$" > "$0" && exec sleep 2147483647'
+    # Written aside and renamed: the starter polls for the file, and a redirect creates it empty before the write.
+    'echo "$$" > "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 2147483647'
 )
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -76,13 +77,19 @@ class NodeNamespace:
         Raises:
             NamespaceError: the namespace was not started or its holder died.
         """
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            raise NamespaceError(f"node {self.name}: mount namespace not started") from None
+        pid = self.written_pid()
+        if pid is None:
+            raise NamespaceError(f"node {self.name}: mount namespace not started")
         if not os.path.exists(f"/proc/{pid}"):
             raise NamespaceError(f"node {self.name}: mount namespace holder {pid} is gone")
         return pid
+
+    def written_pid(self) -> int | None:
+        """The pid in the holder's pid file, or None while the file is absent, empty or partly written."""
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     def start(self, env: dict[str, str] | None = None, timeout_s: float = 10.0) -> None:
         """Create the namespace and wait until its tmpfs is mounted.
@@ -98,7 +105,7 @@ class NodeNamespace:
             start_new_session=True, preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         deadline = time.monotonic() + timeout_s
-        while not self.pid_file.exists():
+        while self.written_pid() is None:
             if self._proc.poll() is not None:
                 err = (self._proc.stderr.read() if self._proc.stderr else b"").decode(errors="replace").strip()
                 raise NamespaceError(f"node {self.name}: mount namespace failed: {err[:200]}")
