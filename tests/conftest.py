@@ -6,9 +6,10 @@ Without OpenSSH the lab fixtures skip; with ``XPUSHARE_REQUIRE_LAB=1`` (set in C
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,47 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 #: Seconds per test module (setup + call + teardown of each of its tests), collected from the test reports
-#: (under pytest-xdist the controller receives every worker's reports).
+#: (under pytest-xdist the controller receives every worker's reports), and the CPU seconds of the same phases.
 _MODULE_SECONDS: dict[str, float] = {}
+_MODULE_CPU: dict[str, float] = {}
+_CPU_PROPERTY = "cpu_s"
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and of the children it has waited for (a lab's daemons count when
+    their module's fixture stops them)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None],
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    # CPU of the phase just ended, measured from the end of the previous phase in this process: with
+    # ``--dist loadfile`` a module runs in one worker, so the sum per module is the module's CPU.
+    global _LAST_CPU
+    now = _cpu_seconds()
+    report.user_properties.append((_CPU_PROPERTY, round(now - _LAST_CPU, 3)))
+    _LAST_CPU = now
+    return report
+
+
+_LAST_CPU = 0.0
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _LAST_CPU
+    _LAST_CPU = _cpu_seconds()  # collection is nobody's module
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     module = report.nodeid.split("::", 1)[0]
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    cpu = sum(value for name, value in report.user_properties
+              if name == _CPU_PROPERTY and isinstance(value, (int, float)))
+    _MODULE_CPU[module] = _MODULE_CPU.get(module, 0.0) + cpu
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
@@ -48,7 +83,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         return
     terminalreporter.write_sep("=", f"slowest {count} test modules (LONG_MODULES in tests/conftest.py orders them)")
     for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:count]:
-        terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+        terminalreporter.write_line(f"{seconds:8.1f}s {_MODULE_CPU.get(module, 0.0):8.1f} CPU-s {module}")
+    terminalreporter.write_sep("=", f"the {count} test modules using the most CPU (user + system, with children)")
+    for module, cpu in sorted(_MODULE_CPU.items(), key=lambda kv: -kv[1])[:count]:
+        terminalreporter.write_line(f"{cpu:8.1f} CPU-s {_MODULE_SECONDS.get(module, 0.0):8.1f}s {module}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

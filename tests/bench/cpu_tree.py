@@ -48,7 +48,8 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _kind(pid: int) -> str | None:
+def process_kind(pid: int) -> str | None:
+    """The kind of a live process: its program, or the Python module or script it runs; None once gone."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     seen: dict[tuple[int, str], float] = {}
     while proc.poll() is None:
         for pid in _descendants(proc.pid):
-            kind, cpu = _kind(pid), _cpu(pid)
+            kind, cpu = process_kind(pid), _cpu(pid)
             if kind is not None and cpu is not None:
                 seen[(pid, kind)] = cpu
         time.sleep(args.interval)
