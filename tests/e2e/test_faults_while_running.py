@@ -23,6 +23,7 @@ import errno
 import io
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -171,6 +172,11 @@ def kill_session_during(ssh: SshLab, host: str, needle: str, timeout_s: float = 
                 except OSError:
                     continue
                 if needle in cmdline:
+                    # Frozen first: on a loaded machine the command could otherwise finish and its output reach
+                    # the client between this match and the kill (a read that never failed, nothing retried).
+                    for session in ssh.session_pids(host):
+                        with contextlib.suppress(OSError):
+                            os.kill(session, signal.SIGSTOP)
                     ssh.kill_sessions(host)
                     killed.append(cmdline)
                     break

@@ -24,8 +24,9 @@ from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
-#: The first run's pod: 2048-wide adds, 30000 of them, about 15 s on a simulated GPU (others act meanwhile).
-LONG_W2 = 'workload_args={w2_medium_add: [--n, "2048", --iters, "30000", --no-progress]}'
+#: The first run's pod: 2048-wide adds, 60000 of them, about 30 s on a simulated GPU: the intruder, the refused second
+#: run and the third run's start act meanwhile (15 s was once too short on a loaded 2-core machine).
+LONG_W2 = 'workload_args={w2_medium_add: [--n, "2048", --iters, "60000", --no-progress]}'
 
 
 kube_lab = kube_lab_fixture("lease-kube", **LAB_OPTIONS)

@@ -1,8 +1,10 @@
 """The bad-input corpus: every invocation is a user mistake that must end in exactly one ``error:`` line on
 stderr and exit status 2 (USAGE), never a traceback, and must leave a stored run exactly as it was.
 
-Each case runs ``python -m invoke ...`` from the repository root (a few hundred ms: the mistake is found before
-anything connects or runs). A stored run (one real FUNC-002 on this machine) sits under the ``--root`` given to
+Each case runs the ``xpushare`` program in the test's process (:mod:`tests.inprocess`: the mistake is found before
+anything connects or runs, so a new interpreter per case would only add its start-up); ``ENTRY_POINT_SAMPLE``, one
+case of each kind, also runs as ``python -m invoke ...`` from the repository root, the entry point whose parse
+errors ``tasks.py`` adopts. A stored run (one real FUNC-002 on this machine) sits under the ``--root`` given to
 every task that takes one; its files are compared byte for byte before and after each invocation.
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.inprocess import run_xpushare
 from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -181,6 +184,13 @@ CORPUS: dict[str, list[str]] = {
 }
 
 
+#: One case of each kind of mistake (typed flag, the parser, URL, inventory, playbook, --set, run id), also run
+#: through ``python -m invoke``: the same one line and exit status 2 there.
+ENTRY_POINT_SAMPLE = ("run-timeout-nan", "func-unknown-flag", "unknown-task", "flag-without-value", "metrics-url-ftp",
+                      "inventory-not-yaml", "playbook-unknown-case", "set-int-gets-text", "run-id-traversal",
+                      "judge-set-float-gets-text")
+
+
 def invoke(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
@@ -213,18 +223,39 @@ def test_the_corpus_is_large_enough() -> None:
     assert len(CORPUS) >= 50
 
 
+def assert_one_usage_line(args: list[str], code: int, out: str, err: str) -> None:
+    lines = err.strip().splitlines()
+    shown = f"{' '.join(args)}\nexit {code}\nstderr:\n{err}\nstdout:\n{out[-2000:]}"
+    assert "Traceback" not in err and "No idea what" not in err, shown
+    assert len(lines) == 1 and lines[0].startswith("error: "), shown
+    assert code == 2, shown
+
+
+def corpus_args(name: str, stored: tuple[Path, Path]) -> list[str]:
+    root, files = stored
+    return [a.replace(R, str(root)).replace(F, str(files)) for a in CORPUS[name]]
+
+
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_bad_input_is_one_line_and_usage(name: str, stored: tuple[Path, Path]) -> None:
-    root, files = stored
-    args = [a.replace(R, str(root)).replace(F, str(files)) for a in CORPUS[name]]
-    before = snapshot(root)
+    args = corpus_args(name, stored)
+    before = snapshot(stored[0])
+    ran = run_xpushare(args, cwd=ROOT)
+    assert_one_usage_line(args, ran.code, ran.out, ran.err)
+    assert snapshot(stored[0]) == before, "a bad invocation changed the stored run"
+
+
+@pytest.mark.parametrize("name", ENTRY_POINT_SAMPLE)
+def test_bad_input_through_python_m_invoke(name: str, stored: tuple[Path, Path]) -> None:
+    args = corpus_args(name, stored)
+    before = snapshot(stored[0])
     proc = invoke(args)
-    lines = proc.stderr.strip().splitlines()
-    shown = f"{' '.join(args)}\nexit {proc.returncode}\nstderr:\n{proc.stderr}\nstdout:\n{proc.stdout[-2000:]}"
-    assert "Traceback" not in proc.stderr and "No idea what" not in proc.stderr, shown
-    assert len(lines) == 1 and lines[0].startswith("error: "), shown
-    assert proc.returncode == 2, shown
-    assert snapshot(root) == before, "a bad invocation changed the stored run"
+    assert_one_usage_line(args, proc.returncode, proc.stdout, proc.stderr)
+    assert snapshot(stored[0]) == before, "a bad invocation changed the stored run"
+
+
+def test_the_entry_point_sample_names_corpus_cases() -> None:
+    assert set(ENTRY_POINT_SAMPLE) <= set(CORPUS)
 
 
 def test_judge_with_a_bad_threshold_keeps_the_stored_thresholds_and_verdict(stored: tuple[Path, Path]) -> None:
