@@ -36,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 #: (under pytest-xdist the controller receives every worker's reports), and the CPU seconds of the same phases.
 _MODULE_SECONDS: dict[str, float] = {}
 _MODULE_CPU: dict[str, float] = {}
+#: When each module's first phase began and its last ended (epoch seconds): where the run's tail comes from.
+_MODULE_SPAN: dict[str, tuple[float, float]] = {}
 _CPU_PROPERTY = "cpu_s"
 
 
@@ -71,6 +73,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     module = report.nodeid.split("::", 1)[0]
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    first, last = _MODULE_SPAN.get(module, (report.start, report.stop))
+    _MODULE_SPAN[module] = (min(first, report.start), max(last, report.stop))
     cpu = sum(value for name, value in report.user_properties
               if name == _CPU_PROPERTY and isinstance(value, (int, float)))
     _MODULE_CPU[module] = _MODULE_CPU.get(module, 0.0) + cpu
@@ -84,6 +88,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     terminalreporter.write_sep("=", f"slowest {count} test modules (LONG_MODULES in tests/conftest.py orders them)")
     for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:count]:
         terminalreporter.write_line(f"{seconds:8.1f}s {_MODULE_CPU.get(module, 0.0):8.1f} CPU-s {module}")
+    begin = min(first for first, _ in _MODULE_SPAN.values())
+    terminalreporter.write_sep("=", f"the {count} test modules that ended last (start and end, s from the first test)")
+    for module, (first, last) in sorted(_MODULE_SPAN.items(), key=lambda kv: -kv[1][1])[:count]:
+        terminalreporter.write_line(f"{first - begin:8.1f} {last - begin:8.1f} {module}")
     terminalreporter.write_sep("=", f"the {count} test modules using the most CPU (user + system, with children)")
     for module, cpu in sorted(_MODULE_CPU.items(), key=lambda kv: -kv[1])[:count]:
         terminalreporter.write_line(f"{cpu:8.1f} CPU-s {_MODULE_SECONDS.get(module, 0.0):8.1f}s {module}")
