@@ -454,7 +454,8 @@ register(
         "annotations.jsonl",
         requires=_K8S,
         params={**_DYNAMIC, "combo006_min_changes": _D["combo006_min_changes"],
-                "max_probe_gap_s": _D["max_probe_gap_s"], "combo006_min_step_ratio": _D["combo006_min_step_ratio"]},
+                "max_probe_gap_s": _D["max_probe_gap_s"], "combo006_min_step_ratio": _D["combo006_min_step_ratio"],
+                "combo006_min_step_share": _D["combo006_min_step_share"]},
         act=_combo006,
         judge=_judge_dynamic("COMBO-006"),
     )

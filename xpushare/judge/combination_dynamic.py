@@ -184,12 +184,22 @@ def _check_probe_gaps(ev: Evidence, pod: str, max_gap: float) -> Check:
                  "" if ok else f"{worst:.1f} s without a probe line (at elapsed {at:.1f} s)")
 
 
+def _step_factor(q0: int, q1: int, min_ratio: float, share: float) -> float:
+    """The throughput ratio a quota step q0 -> q1 (%) must reach: at least ``max(min_ratio, (q1/q0)**share)`` when
+    the quota rises, at most ``min(1/min_ratio, (q1/q0)**share)`` when it falls (1.0: no step)."""
+    if q0 <= 0 or q1 == q0:
+        return 1.0
+    proportional = (q1 / q0) ** share
+    return max(min_ratio, proportional) if q1 > q0 else min(1 / min_ratio, proportional)
+
+
 def _check_throughput_steps(
     ev: Evidence, pod: str, namespace: str, facts: Sequence[ChangeFacts], initial: int, min_ratio: float, *,
-    max_latency: float, interval: float,
+    max_latency: float, interval: float, share: float,
 ) -> Check:
-    """Throughput (probe it/s) moves with each compute step: up by ``min_ratio`` when the quota rises,
-    down by it when it falls.
+    """Throughput (probe it/s) moves with each compute step in its direction, by at least ``min_ratio`` and by at
+    least ``share`` of the quota step in log terms (:func:`_step_factor`): with the quota unenforced the throughput
+    stays flat, and a loaded machine's noise can move it by ``min_ratio`` but not by a share of a x2.5 step.
 
     Phases as for FUNC-012 (:func:`~xpushare.judge.quota.judge_dynamic_compute`, read by
     :func:`~xpushare.judge.quota.phase_throughput`): the one before change ``i`` ends when the change
@@ -232,15 +242,19 @@ def _check_throughput_steps(
         return Check("throughput_follows_quota", "a probe delta in every phase", values, None,
                      "not enough timestamped QUOTA_PROBE lines per phase")
     bad = []
+    needed = []
     for i, (q0, q1) in enumerate(itertools.pairwise(quotas)):
         t0, t1 = tp[i], tp[i + 1]
         assert t0 is not None and t1 is not None
-        rose_enough = t1 >= t0 * min_ratio
-        fell_enough = t1 * min_ratio <= t0
-        if (q1 > q0 and not rose_enough) or (q1 < q0 and not fell_enough):
-            bad.append(f"{q0}->{q1} %: {t0:.1f} -> {t1:.1f} it/s")
-    return Check("throughput_follows_quota", f"each step moves throughput by >= x{min_ratio} in its direction",
-                 values, not bad, "; ".join(bad))
+        factor = _step_factor(q0, q1, min_ratio, share)
+        needed.append(round(factor, 3))
+        if (q1 > q0 and t1 < t0 * factor) or (q1 < q0 and t1 > t0 * factor):
+            bad.append(f"{q0}->{q1} %: {t0:.1f} -> {t1:.1f} it/s (x{t1 / t0:.2f}, needs "
+                       f"{'>=' if q1 > q0 else '<='} x{factor:.2f})")
+    values["step_needed"] = needed
+    return Check("throughput_follows_quota",
+                 f"each step moves throughput in its direction by >= x{min_ratio} and by >= {share} of the quota "
+                 "step (log)", values, not bad, "; ".join(bad))
 
 
 def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[str, Any], *, case: str) -> Verdict:
@@ -256,10 +270,11 @@ def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[st
       order, scheduler + pod line), each within the latency; the scheduler lives; the pod did not crash.
     * ``COMBO-006`` (oversub + compute): >= ``combo006_min_changes`` compute changes applied within the
       latency; the pod passes; no probe gap over ``max_probe_gap_s``; throughput follows each step by
-      ``combo006_min_step_ratio``, each phase starting ``probe_interval_s`` after its change reached the
-      pod (:func:`_check_throughput_steps`). Extra metrics: ``throughput_it_s`` (it/s per phase),
-      ``applied_at`` (unix s per change), ``applied_from`` (pod | scheduler | annotate | none),
-      ``phase_starts`` (unix s, phases 1..n; absent when a change has neither time).
+      ``combo006_min_step_ratio`` and by ``combo006_min_step_share`` of the quota step (log), each phase
+      starting ``probe_interval_s`` after its change reached the pod (:func:`_check_throughput_steps`). Extra
+      metrics: ``throughput_it_s`` (it/s per phase), ``applied_at`` (unix s per change), ``applied_from``
+      (pod | scheduler | annotate | none), ``phase_starts`` (unix s, phases 1..n; absent when a change has
+      neither time).
     """
     if (v := plan_skip(plan, th)) is not None:
         return v
@@ -289,10 +304,11 @@ def judge_dynamic_sequence(ev: Evidence, th: Mapping[str, Any], plan: Mapping[st
         checks.append(_check_probe_gaps(ev, pod, float(combo_th(th, "max_probe_gap_s"))))
     steps: Check | None = None
     if case == "COMBO-006" and facts:
-        keys += ["combo006_min_step_ratio", "probe_interval_s"]
+        keys += ["combo006_min_step_ratio", "combo006_min_step_share", "probe_interval_s"]
         start_core = int((plan.get("initial") or {}).get("core", 100))
         steps = _check_throughput_steps(ev, pod, ns, facts, start_core, float(combo_th(th, "combo006_min_step_ratio")),
-                                        max_latency=max_latency, interval=float(combo_th(th, "probe_interval_s")))
+                                        max_latency=max_latency, interval=float(combo_th(th, "probe_interval_s")),
+                                        share=float(combo_th(th, "combo006_min_step_share")))
         checks.append(steps)
     if case == "COMBO-004":
         initial: Mapping[str, Any] = plan.get("initial") or {}

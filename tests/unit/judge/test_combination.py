@@ -620,3 +620,30 @@ def test_every_combo_case_is_registered_with_its_judgment_and_seed_defaults() ->
     assert REGISTRY["COMBO-004"].params["combo004_memory_limits"] == ["2Gi", "4Gi", "3Gi"]
     assert REGISTRY["COMBO-005"].params["combo005_memory_limits"] == ["4Gi", "8Gi", "2Gi", "6Gi"]
     assert REGISTRY["COMBO-007"].params["combo007_min_success"] == 3
+
+
+def _rates(values: Sequence[float]) -> list[tuple[float, float]]:
+    return [(until, rate) for (until, _), rate in zip(HEALTHY_RATES, values, strict=True)]
+
+
+@pytest.mark.parametrize(("rates", "status"), [
+    # an H200, the unmodified build (docs/runs/2026-11-29-combo006-steps): x2.6, x0.48, x3.52
+    ([28148.1, 73302.0, 35524.333, 124886.692], Status.PASS),
+    # the lab, the unmodified build: x2.50, x0.54, x3.20
+    ([1614.455, 4039.667, 2185.222, 6991.0], Status.PASS),
+    # the lab's no-core-enforcement build on a CPU-starved machine: x1.24, x0.72, x1.63, each past the x1.2 floor
+    ([4802.0, 5940.0, 4277.667, 6964.286], Status.FAIL),
+    # an H200, core enforcement off: x1.09, x0.85, x1.17
+    ([94513.75, 103102.0, 87733.0, 102296.455], Status.FAIL),
+])
+def test_combo006_throughput_must_follow_a_share_of_each_quota_step(rates: list[float], status: Status) -> None:
+    t = th("COMBO-006")
+    assert t["combo006_min_step_share"] == 0.5
+    v = jc.judge_dynamic_sequence(ev6(_rates(rates)), t, PLAN6, case="COMBO-006")
+    step = next(c for c in v.checks if c.name == "throughput_follows_quota")
+    assert v.status is status, v.summary
+    # 30 -> 80 % needs sqrt(80/30), 80 -> 40 % at most sqrt(1/2), 40 -> 100 % sqrt(100/40)
+    assert step.values["step_needed"] == pytest.approx([1.633, 0.707, 1.581], abs=0.001)
+    assert v.thresholds["combo006_min_step_share"] == 0.5
+    if status is Status.FAIL:
+        assert "needs >= x1.63" in step.detail, step.detail
