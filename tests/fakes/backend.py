@@ -252,7 +252,7 @@ class FakeBackend(Backend):
     ``unreachable`` hosts, and the parts (``kubernetes``, ``scheduler``, ``annotations``, ``scheduler_host``,
     ``placement``, ``rotation``; ``client_library``, ``tenant_namespaces``). ``case_dir``: a case already begun;
     ``run_id``: a run already prepared.
-    Recorded: :attr:`calls` (method names, in order), :attr:`started` (every pod spec started).
+    Recorded: :attr:`calls` (method names, in order), :attr:`started` (every pod spec started), :attr:`log_reads`.
     """
 
     def __init__(self, *, mode: str = "host", names: SutNames | None = None, records: Records | None = None,
@@ -275,6 +275,7 @@ class FakeBackend(Backend):
         self.on_close = on_close
         self.lost = list(unreachable)
         self.calls: list[str] = []
+        self.log_reads: list[tuple[str, bool]] = []  # (pod, timestamps) of each read_log
         self.started: list[WorkloadSpec] = []
         self.fake_parts = BackendParts(placement=placement or FakePlacement(), rotation=rotation or FakeRotation(),
                                        kubernetes=kubernetes, scheduler=scheduler, annotations=annotations,
@@ -332,7 +333,8 @@ class FakeBackend(Backend):
         self.calls.append("wait_terminal")
         return self._records(names, "terminal")
 
-    def read_log(self, pod: str) -> str:
+    def read_log(self, pod: str, *, timestamps: bool = False) -> str:
+        self.log_reads.append((pod, timestamps))
         return self.log(pod) if callable(self.log) else self.log
 
     def case_pods(self) -> list[WorkloadRecord]:

@@ -186,9 +186,11 @@ class Backend(ABC):
         """Wait until the pods run (or ended); return their records (and write ``pods.json``)."""
 
     @abstractmethod
-    def read_log(self, pod: str) -> str:
+    def read_log(self, pod: str, *, timestamps: bool = False) -> str:
         """The pod's output so far, ``""`` when none can be read (for waits on a workload line; evidence is
-        still taken by :meth:`harvest`)."""
+        still taken by :meth:`harvest`). ``timestamps``: each line prefixed with the time it was written
+        (RFC 3339, ``kubectl logs --timestamps``) where the backend knows it; host mode has no such time and
+        returns the text as written."""
 
     @abstractmethod
     def case_pods(self) -> list[WorkloadRecord]:

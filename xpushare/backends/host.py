@@ -376,7 +376,7 @@ class HostBackend(Backend):
         events.pod_phases(records, "running")
         return records
 
-    def read_log(self, pod: str) -> str:
+    def read_log(self, pod: str, *, timestamps: bool = False) -> str:
         p = self.placed.get(pod)
         if p is None:
             return ""

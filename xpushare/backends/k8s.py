@@ -477,9 +477,9 @@ class K8sBackend(Backend):
         events.pod_phases(records, "running")
         return records
 
-    def read_log(self, pod: str, tenant: str | None = None) -> str:
+    def read_log(self, pod: str, tenant: str | None = None, *, timestamps: bool = False) -> str:
         try:
-            return self.kubectl.logs(dns1123(pod), timestamps=False, namespace=self.pod_namespace(tenant))
+            return self.kubectl.logs(dns1123(pod), timestamps=timestamps, namespace=self.pod_namespace(tenant))
         except KubeError:
             return ""
 

@@ -22,7 +22,8 @@ class SoakSettings:
     that return; ``rss_alarm_bytes``: growth that raises a live anomaly; ``rotate_bytes``: rotation size of
     the series files; ``max_failed_logs``: failed-pod logs kept over the whole soak; ``keep_logs_suffix``:
     pods whose name ends with it (STAB-004's memory probe, one per round) have their log kept in
-    ``probe-pods/<pod>.log`` whatever their phase (None: only failed pods' logs are kept).
+    ``probe-pods/<pod>.log`` whatever their phase, each line with the kubelet's timestamp in Kubernetes mode (None:
+    only failed pods' logs are kept).
     """
 
     duration_s: float | None = None

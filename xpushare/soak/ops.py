@@ -150,7 +150,8 @@ class SoakOps(Protocol):
         """Annotate a running pod (``core``/``memory`` keys are mapped to the SUT's); returns the unix time."""
 
     def pod_log(self, pod: str) -> str:
-        """A pod's output so far ('' when unavailable)."""
+        """A pod's output so far ('' when unavailable), each line with the time it was written where the
+        backend knows it (``kubectl logs --timestamps``)."""
 
     def rotate_logs(self, dest: Path, index: int, *, since: float | None = None) -> list[Path]:
         """Fetch, compress and restart the case-long log streams (scheduler log, dmon); return local files.
@@ -222,7 +223,9 @@ class BackendSoakOps:
         return float(require_part(self.backend.parts.annotations, CAP_ANNOTATIONS).annotate(pod, annotations))
 
     def pod_log(self, pod: str) -> str:
-        return str(self.backend.read_log(pod))
+        # With the kubelet's times: STAB-004 dates each memory-probe line by them (the pod's start plus the
+        # probe's own clock is early by the interpreter's start, enough to put a line in the wrong phase).
+        return str(self.backend.read_log(pod, timestamps=True))
 
     def end_round(self) -> None:
         self.backend.parts.rotation.forget_pod_specs()

@@ -223,3 +223,23 @@ def test_stab004_without_a_probe_pod_is_error_and_old_runs_keep_their_verdict() 
     assert v.status is Status.ERROR and "no memory probe pod" in v.summary, v.summary
     old = base()
     assert add_soak_figures(old, ev, SOAK_TH, {}) is old
+
+
+def test_stab004_dates_the_probe_lines_by_the_kubelets_timestamps() -> None:
+    """The probe's own clock starts with its interpreter, 1.5 s after the pod here: by the pod's start plus
+    ``elapsed_s`` the 128 MiB line measured just after the first change (12.5 s) reads 11 s, before the call, and
+    would be judged as the 512 MiB base phase (FAIL, seen on a loaded lab); the kubelet's timestamps, which the soak
+    keeps since, put it after the call."""
+    start = 1.5
+    measured = [(9.0, 512 * MIB), (11.0, 128 * MIB), (20.0, 128 * MIB), (31.0, 384 * MIB), (38.0, 384 * MIB)]
+    untimed = soak_evidence(measured)
+    assert add_soak_figures(base(), untimed, SOAK_TH, SOAK_PLAN).status is Status.FAIL
+    stamp = "%Y-%m-%dT%H:%M:%S.%f000Z"  # kubectl logs --timestamps (RFC 3339, nanoseconds)
+    log = "".join(f"{datetime.fromtimestamp(T0 + start + t, UTC).strftime(stamp)} {soak_line(a, t, i)}\n"
+                  for i, (t, a) in enumerate(measured))
+    timed = Evidence.from_parts([], {}, {**{k: untimed.text(k) or "" for k in ("soak/rounds.jsonl",
+                                                                               "soak/events.jsonl")},
+                                         f"soak/probe-pods/{SPOD}.log": log})
+    v = add_soak_figures(base(), timed, SOAK_TH, SOAK_PLAN)
+    assert v.status is Status.PASS, v.summary
+    assert v.metrics["probe_phases"]["r1_initial"]["accepted_bytes"] == 512 * MIB
