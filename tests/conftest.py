@@ -39,6 +39,8 @@ _MODULE_CPU: dict[str, float] = {}
 #: When each module's first phase began and its last ended (epoch seconds): where the run's tail comes from.
 _MODULE_SPAN: dict[str, tuple[float, float]] = {}
 _CPU_PROPERTY = "cpu_s"
+#: This process's CPU seconds when its last test phase ended (each phase's report carries the difference).
+_LAST_CPU = 0.0
 
 
 def _cpu_seconds() -> float:
@@ -60,9 +62,6 @@ def pytest_runtest_makereport(
     report.user_properties.append((_CPU_PROPERTY, round(now - _LAST_CPU, 3)))
     _LAST_CPU = now
     return report
-
-
-_LAST_CPU = 0.0
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
