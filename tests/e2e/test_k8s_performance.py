@@ -24,7 +24,8 @@ lab run beside it, the seed's tolerances hold (the healthy run still takes a lab
 Broken SUTs are mutant builds (tests/lab/mutants) that every node runs for one test; each FAILs the
 precision cases at the seed's tolerances (three runs): ``no-core-enforcement`` PERF-011 q25 -73.5 to -73.9 %,
 PERF-004 ratio -34.3 to -34.5 %, PERF-007 gain 1.02-1.03; ``quota-stingy-30`` PERF-011 q50 +35.8 to +40.8 %,
-PERF-004 pods +48.5 to +50.6 % and +21.8 to +23.2 %; ``quota-generous-30`` PERF-011 q25 -21.6 to -23.4 %.
+PERF-004 pods +48.5 to +50.6 % and +21.8 to +23.2 %; ``quota-generous-30`` PERF-011 q25 -21.6 to -23.4 % (idle lab),
+q75 -20.4 % with three CPU-bound processes at the other labs' priority beside it.
 ``invoke judge --set`` flips the stored PERF-011 verdict offline. Length on 2 cores: 5.4 min (the healthy run
 ~2 min, each mutant run 40-80 s).
 """
@@ -183,11 +184,14 @@ def test_enforcement_off_fails_the_precision_cases(inventory: Path, kube_lab: La
 
 
 # A budget 30 % off in either direction. Too stingy (x 0.7): every quota runs 1/0.7 = +43 % long, both pods of the
-# 30/60 pair included. Too generous (x 1.3): a single 25 % pod runs 1/1.3 - 1 = -23 % short; the generous pair is left
-# out, as its budgets (39 % + 78 %) would ask for 117 % of each window.
+# 30/60 pair included. Too generous (x 1.3): a single pod runs 1/1.3 - 1 = -23 % short at any quota up to 76 %; the
+# generous pair is left out, as its budgets (39 % + 78 %) would ask for 117 % of each window. The generous run is
+# judged at 75 %: a loaded machine lengthens a throttled client's runs by its late starts after each lock hand-off,
+# which weigh most against a small share (healthy q25 up to +19 %, q75 within +4 % on CI's load), and that
+# lengthening cancels part of the generous skew (q25 -8.5 %, q50 -7.3 % on CI, inconclusive against ±8 %).
 SKEWS = {
     "stingy": ("quota-stingy-30", ("PERF-011", "PERF-004"), "50", 1),
-    "generous": ("quota-generous-30", ("PERF-011",), "50", -1),
+    "generous": ("quota-generous-30", ("PERF-011",), "75", -1),
 }
 
 
