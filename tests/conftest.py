@@ -18,6 +18,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:  # plain `pytest` only puts tests/ on sys.path; the lab is tests.lab
     sys.path.insert(0, _REPO_ROOT)
 
+from tests import toolrun  # noqa: E402
 from tests.lab.sshd import SshLab, lab_unavailable_reason  # noqa: E402
 
 pytest_plugins = ["tests.cpu_share"]  # cpu_exclusive tests run last, alone
@@ -44,10 +45,10 @@ _LAST_CPU = 0.0
 
 
 def _cpu_seconds() -> float:
-    """User + system CPU of this process and of the children it has waited for (a lab's daemons count when
-    their module's fixture stops them)."""
+    """User + system CPU of this process, of the children it has waited for (a lab's daemons count when
+    their module's fixture stops them) and of the tool's runs forked for it (tests/toolrun.py)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + toolrun.cpu_seconds()
 
 
 @pytest.hookimpl(wrapper=True)

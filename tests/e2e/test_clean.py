@@ -27,6 +27,7 @@ from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_OPTIONS
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.backends.k8s_names import run_namespace
 from xpushare.engine.lease import live_run_ids
 from xpushare.inventory import schema
@@ -48,8 +49,8 @@ inventory = inventory_fixture("clean-inv", params={"pod_workload_configmap": Tru
 
 
 def invoke(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=timeout)
 
 
 def test_clean_after_sigkill_removes_the_runs_namespace(inventory: Path, kube_lab: LabCluster,

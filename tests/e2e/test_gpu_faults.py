@@ -25,6 +25,7 @@ from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from tests.lab.simgpu import state_dir
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -39,8 +40,8 @@ PARAMS: dict[str, Any] = {
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=timeout)
 
 
 def results(root: Path, run_id: str) -> dict[str, dict[str, Any]]:

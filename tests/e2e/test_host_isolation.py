@@ -25,14 +25,15 @@ from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 ROOT = REPO_ROOT
 MIB = 1 << 20
 
 
 def _invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=600)
 
 
 @pytest.mark.lab

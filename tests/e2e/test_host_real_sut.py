@@ -63,6 +63,7 @@ from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from tests.paths import REPO_ROOT
 from tests.processes import alive
+from tests.toolrun import run_tool
 from xpushare.backends.host import HostBackend
 from xpushare.evidence.client_match import client_match, matched_clients, registrations_of
 from xpushare.evidence.store import Evidence, write_gpu_mapping
@@ -163,8 +164,8 @@ def inventory_file(host_lab: HostLab) -> Path:
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=timeout)
 
 
 def check_lines(stdout: str) -> dict[str, tuple[str, str]]:

@@ -31,6 +31,7 @@ from tests.lab.kubelab import require_lab
 from tests.lab.mutants import build_mutant
 from tests.lab.sut import default_source
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -57,8 +58,8 @@ LEAKS = [f"LEAK-00{i}" for i in range(1, 6)]
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=timeout)
 
 
 def verdicts(root: Path, *run_ids: str) -> dict[str, dict[str, Any]]:

@@ -48,6 +48,7 @@ from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -63,10 +64,10 @@ def run_combo(
     inventory: Path, root: Path, run_id: str, *cases: str, timeout: float = 600
 ) -> subprocess.CompletedProcess:
     args = [a for c in cases for a in ("--case", c)]
-    return subprocess.run(
+    return run_tool(
         [sys.executable, "-m", "invoke", "combo", "--cluster", "lab", "--inventory", str(inventory),
          "--run-id", run_id, "--root", str(root), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, timeout=timeout,
     )
 
 

@@ -23,6 +23,7 @@ from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -206,10 +207,10 @@ def test_lab_run_writes_events_and_debug_log(lab_inventory: Path, tmp_path: Path
 def test_lab_and_local_in_one_run(lab_inventory: Path, tmp_path: Path) -> None:
     """``--cluster lab,local``: both clusters run concurrently into one run directory and one report; ``local``
     (host mode, no client library, no annotations) SKIPs what the lab PASSes, and the run's verdict covers both."""
-    proc = subprocess.run(
+    proc = run_tool(
         [sys.executable, "-m", "invoke", "func", "--cluster", "lab,local", "--inventory", str(lab_inventory),
          "--run-id", "both", "--root", str(tmp_path), "--case", "FUNC-004", "--case", "FUNC-011"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT, timeout=900,
     )
     rd = tmp_path / ".tmplog" / "both" / "xpushare"
     got = {(p.parts[-4], p.parent.name): json.loads(p.read_text())["status"] for p in rd.glob("*/*/*/result.json")}

@@ -17,7 +17,6 @@ About 8 minutes for the module.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -48,9 +48,9 @@ def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytes
 def run_iso(inventory: Path, root: Path, run_id: str, *cases: str, task: str = "iso",
             sets: tuple[str, ...] = ()) -> tuple[dict[str, dict[str, Any]], str]:
     args = [a for c in cases for a in ("--case", c)] + [a for s in sets for a in ("--set", s)]
-    proc = subprocess.run([sys.executable, "-m", "invoke", task, "--cluster", "lab", "--inventory", str(inventory),
-                           "--run-id", run_id, "--root", str(root), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = run_tool([sys.executable, "-m", "invoke", task, "--cluster", "lab", "--inventory", str(inventory),
+                     "--run-id", run_id, "--root", str(root), *args],
+                    cwd=ROOT, timeout=900)
     base = root / ".tmplog" / run_id / "xpushare" / "lab"
     got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
     return got, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -50,6 +50,7 @@ from tests.lab.env import LAB_GPU_MEMORY_BYTES, PROBE_LAB_OPTIONS, met008_n
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.parsers.metrics import parse_exposition
 from xpushare.transport.kubectl import Kubectl
 
@@ -70,8 +71,8 @@ def kubectl_for(lab: LabCluster) -> Kubectl:
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=timeout)
 
 
 def run_metrics(inventory: Path, root: Path, run_id: str, *cases: str, sets: tuple[str, ...] = ()

@@ -45,6 +45,7 @@ from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS, LAB_WORKLOAD_ARGS
 from tests.lab.kubelab import inventory_fixture, started_kube_lab
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -79,8 +80,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def invoke(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=timeout)
 
 
 def perf(inventory: Path, root: Path, run_id: str, *cases: str, sets: tuple[str, ...] = ()) -> \

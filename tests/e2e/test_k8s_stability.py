@@ -61,6 +61,7 @@ from tests.lab.env import PROBE_LAB_OPTIONS
 from tests.lab.kubelab import inventory_fixture, kube_lab_fixture, started_ssh_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
@@ -98,7 +99,7 @@ def invoke_argv(inv: Path, root: Path, *args: str) -> list[str]:
 
 
 def run_task(inv: Path, root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(invoke_argv(inv, root, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run_tool(invoke_argv(inv, root, *args), cwd=ROOT, timeout=timeout)
 
 
 def results(root: Path, run_id: str) -> dict[str, dict[str, Any]]:

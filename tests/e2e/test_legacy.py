@@ -37,6 +37,7 @@ from tests.lab.env import LAB_GPU_MEMORY_BYTES, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.deploy import source_sync
 from xpushare.inventory import schema
 from xpushare.transport.hosts import connect
@@ -95,8 +96,8 @@ def env(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPath
 
 
 def run_invoke(env: dict[str, Path], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--cluster", "lab", "--inventory", str(env["inv"]),
-                           "--root", str(env["root"])], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args, "--cluster", "lab", "--inventory", str(env["inv"]),
+                     "--root", str(env["root"])], cwd=ROOT, timeout=timeout)
 
 
 def lab_kubectl(kube_lab: LabCluster) -> Kubectl:

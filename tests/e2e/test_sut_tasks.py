@@ -16,6 +16,7 @@ from tests.lab.env import LAB_OPTIONS, write_inventory
 from tests.lab.kubelab import started_kube_lab
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.transport.kubectl import Kubectl
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -28,8 +29,8 @@ def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
 
 
 def sut(task: str, inventory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", f"sut.{task}", "--cluster", "lab", "--inventory",
-                           str(inventory)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return run_tool([sys.executable, "-m", "invoke", f"sut.{task}", "--cluster", "lab", "--inventory",
+                     str(inventory)], cwd=ROOT, timeout=300)
 
 
 def scheduler_pods(kube_lab: LabCluster) -> list[str]:

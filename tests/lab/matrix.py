@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import json
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.mutants import MUTANTS, build_mutant
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY
 from xpushare.cases.premise_table import premises_markdown
 from xpushare.engine.plan import parameter_defaults
@@ -361,12 +361,11 @@ class MatrixLab:
         output = ""
         with self.broken(row):
             if cases:
-                proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+                proc = run_tool(argv, cwd=REPO, timeout=timeout_s)
                 output = proc.stdout + proc.stderr
             if METRICS_CHECK in row.cases:
-                check = subprocess.run([*invoke, "metrics-check", "--cluster", "lab", "--inventory",
-                                        str(self.inventory), "--root", str(self.root)], cwd=REPO,
-                                       capture_output=True, text=True, timeout=timeout_s)
+                check = run_tool([*invoke, "metrics-check", "--cluster", "lab", "--inventory",
+                                  str(self.inventory), "--root", str(self.root)], cwd=REPO, timeout=timeout_s)
                 failed = [line for line in check.stdout.splitlines() if "FAIL" in line]
                 status = {0: "PASS", 1: "FAIL", 3: "ERROR"}.get(check.returncode, "ERROR")
                 verdicts[METRICS_CHECK] = (status, "; ".join(failed)[:300] or (check.stderr.strip()[-300:]))

@@ -21,6 +21,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 from tests.processes import alive
+from tests.toolrun import run_tool
 from xpushare.backends.k8s_names import label_value, run_key
 from xpushare.backends.leftovers import clean_host, kube_selector, older_prefixes, spawn_prefixes
 from xpushare.transport.local import LocalHost
@@ -107,8 +108,7 @@ def test_kubernetes_objects_of_a_run_are_selected_exactly() -> None:
 
 
 def _invoke(*args: str, env: dict[str, str], root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, env=env, timeout=120)
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ import pytest
 
 from tests.fakes.backend import FakeAnnotator, FakeBackend, FakeKube
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from tests.unit.judge.test_metrics import GIB, page
 from tests.unit.metrics_check.test_metrics_check import IDLE, UUID
 from xpushare.backends.base import CaseContext
@@ -371,9 +371,8 @@ def test_host_mode_with_metrics_url(exporter: tuple[FakeExporter, int], tmp_path
 
 
 def test_local_cluster_task_skips_cases_that_need_what_it_lacks(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "invoke", "metrics", "--cluster", "local", "--case", "MET-001",
-                           "--case", "MET-004", "--run-id", "t1", "--root", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = run_tool([sys.executable, "-m", "invoke", "metrics", "--cluster", "local", "--case", "MET-001",
+                     "--case", "MET-004", "--run-id", "t1", "--root", str(tmp_path)], cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     base = tmp_path / ".tmplog/t1/xpushare/local/metrics"
     got = {c: json.loads((base / c / "result.json").read_text()) for c in ("MET-001", "MET-004")}

@@ -20,6 +20,7 @@ import pytest
 
 from tests.inprocess import run_xpushare
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 ROOT = REPO_ROOT
 FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
@@ -209,9 +210,9 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     # (tests/premise_free.py), so that FUNC-002 acts and is judged: a stored PASS to re-judge.
     inventory = tmp_path_factory.mktemp("inv") / "inventory.yaml"
     inventory.write_text(ONE_GPU, encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "tests.premise_free", "func", "--cluster", STORED_CLUSTER,
-                           "--inventory", str(inventory), "--run-id", RUN, "--case", "FUNC-002", *FAST,
-                           "--root", str(root)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_tool([sys.executable, "-m", "tests.premise_free", "func", "--cluster", STORED_CLUSTER,
+                     "--inventory", str(inventory), "--run-id", RUN, "--case", "FUNC-002", *FAST,
+                     "--root", str(root)], cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = tmp_path_factory.mktemp("files")
     for name, body in FILES.items():

@@ -20,6 +20,7 @@ import pytest
 
 from tests.fakes.backend import FakeBackend
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY
 from xpushare.engine.clusters import Budget, cluster_names, disk_full, run_concurrently
 from xpushare.engine.plan import case_params, select
@@ -47,8 +48,8 @@ clusters:
 
 def invoke(*args: str, root: Path, timeout: float = 240,
            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
+                    timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def inventory(tmp_path: Path, extra: str = "") -> Path:

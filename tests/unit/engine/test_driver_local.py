@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.transport.local import default_spawn_dir
 
 ROOT = REPO_ROOT
@@ -27,9 +28,9 @@ BROKEN = ["--set", 'workload_args={w2_medium_add: [--n, "-5"]}']
 
 
 def invoke(*args: str, root: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_tool(
         [sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, timeout=timeout,
     )
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.engine import lease
 from xpushare.inventory.schema import local_cluster
 from xpushare.model.errors import LeaseHeld, UsageError, XpushareError
@@ -233,8 +234,7 @@ def test_lock_path_defaults() -> None:
 
 def invoke(*args: str, root: Path, lease_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XPUSHARE_LEASE_DIR": str(lease_dir)}
-    return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+    return run_tool([sys.executable, "-m", "invoke", *args, "--root", str(root)], cwd=ROOT, env=env, timeout=240)
 
 
 def test_a_run_on_a_held_local_cluster_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 from tests.processes import alive
+from tests.toolrun import run_tool
 from xpushare.backends.leftovers import spawn_prefixes
 from xpushare.model.errors import LeaseHeld
 from xpushare.model.lease import Holder, LeaseSettings
@@ -35,8 +36,7 @@ def _holder(run_id: str) -> Holder:
 def _invoke(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XPUSHARE_LEASE_DIR": str(tmp), "TMPDIR": str(tmp / "tmp")}
     env.pop("XPUSHARE_SPAWN_DIR", None)  # the default: the temporary directory's
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, timeout=120)
 
 
 

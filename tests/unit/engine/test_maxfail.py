@@ -9,14 +9,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 
 ROOT = REPO_ROOT
 BROKEN = ["--set", 'workload_args={w2_medium_add: [--n, "-5"]}']
 
 
 def invoke(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)],
+                    cwd=ROOT, timeout=240)
 
 
 def test_maxfail_stops_and_records_the_rest_as_not_run(tmp_path: Path) -> None:

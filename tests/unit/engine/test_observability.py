@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY
 from xpushare.engine import dry_run
 from xpushare.engine.plan import Selection, resolved_params, select
@@ -29,14 +30,12 @@ FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
 
 
 def invoke(*args: str, cwd: Path = ROOT, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=cwd, timeout=timeout)
 
 
 def invoke_waived(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """:func:`invoke` with the premises this machine cannot meet waived (:mod:`tests.premise_free`): a real run."""
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------------ output

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.backends.host import HostBackend
 from xpushare.inventory.schema import load
 from xpushare.model.errors import HostUnreachable
@@ -47,9 +48,9 @@ def invoke(tmp_path: Path, inv: Path, *args: str) -> subprocess.CompletedProcess
     """``invoke func`` on cluster ``part`` with the premises this machine cannot meet (the SUT, a GPU) waived
     (tests/premise_free.py): what is under test is the run's going on without a host."""
     env = {**os.environ, "XPUSHARE_LEASE_DIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", "func", "--cluster", "part",
-                           "--inventory", str(inv), "--root", str(tmp_path), *args],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return run_tool([sys.executable, "-m", "tests.premise_free", "func", "--cluster", "part",
+                     "--inventory", str(inv), "--root", str(tmp_path), *args],
+                    cwd=REPO_ROOT, timeout=300, env=env)
 
 
 def result(run_dir: Path, case: str) -> dict:

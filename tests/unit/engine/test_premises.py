@@ -14,6 +14,7 @@ import pytest
 
 from tests.fakes.backend import FakeBackend, FakePlacement
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.backends.base import CAP_ANNOTATIONS, CAP_CLIENT_LIBRARY, CAP_KUBERNETES, CAP_SCHEDULER_PROCESS
 from xpushare.cases import REGISTRY, CaseDef
 from xpushare.cases.base import register
@@ -158,8 +159,8 @@ def test_vacuous_values_in_the_inventory_and_a_playbook_are_refused(tmp_path: Pa
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT,
+                    timeout=120)
 
 
 def test_invoke_cases_and_the_dry_run_show_the_premises(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.engine.progress import Progress, case_line, duration, expected_line
 from xpushare.transport import activity
 
@@ -64,8 +64,8 @@ def test_a_note_outside_a_tracked_thread_goes_nowhere() -> None:
 
 
 def test_a_run_with_output_json_prints_one_record_and_its_progress_on_stderr(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "invoke", "func", "--cluster", "local", "--case", "FUNC-009", "-o",
-                           "json", "--root", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_tool([sys.executable, "-m", "invoke", "func", "--cluster", "local", "--case", "FUNC-009", "-o",
+                     "json", "--root", str(tmp_path)], cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["counts"]["SKIP"] == 1 and record["release_ready"] is False and record["release_reasons"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from tests.fakes.backend import FakeBackend
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases.base import CaseDef
 from xpushare.engine.run import Reuse, Run, RunHooks, RunSelection
 from xpushare.inventory.schema import ClusterSpec, local_cluster
@@ -125,9 +125,9 @@ def test_run_json_exit_status_is_the_process_s_when_a_cluster_raises(tmp_path: P
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_repeat_below_one_is_a_usage_error(tmp_path: Path, value: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "invoke", "func", "--cluster", "local", "--case", "FUNC-001",
-                           "--repeat", value, "--root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = run_tool([sys.executable, "-m", "invoke", "func", "--cluster", "local", "--case", "FUNC-001",
+                     "--repeat", value, "--root", str(tmp_path)], cwd=REPO_ROOT,
+                    timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: --repeat") and "Traceback" not in proc.stderr
     assert not (tmp_path / ".tmplog").exists()

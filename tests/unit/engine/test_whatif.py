@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from tests.unit.report.test_artifacts import put
 from xpushare.engine import stored_run, whatif
 from xpushare.report import run_store
@@ -19,8 +20,8 @@ from xpushare.report.runs import list_runs
 
 
 def invoke(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=REPO_ROOT,
+                    timeout=120)
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.inventory import schema
 from xpushare.model.errors import InventoryError
 from xpushare.model.exit_status import ExitStatus
@@ -157,11 +157,9 @@ def test_shipped_inventory_describes_the_seed_clusters() -> None:
 def test_bad_inventory_through_invoke_exits_2_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(GOOD.replace("roles: [master]", "roles: [boss]"))
-    proc = subprocess.run(
+    proc = run_tool(
         [sys.executable, "-m", "invoke", "hosts", "--inventory", str(bad)],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert proc.returncode == 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.paths import FIXTURES, REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY
 from xpushare.engine import lifecycle
 from xpushare.evidence.store import Evidence
@@ -277,9 +277,9 @@ def test_invoke_judge_rederives_the_mapping_of_a_stored_run(tmp_path: Path, name
         r["gpu"] = r["gpu_key"] = None
     (case / "pods.json").write_text(json.dumps(recs))
     (case / "gpu_mapping.txt").write_text("pod\tnode\tgpu_uuid\nstale\t-\t-\n")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "judge", "--run-id", name, "--root", str(tmp_path),
-                           "--apply"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_tool([sys.executable, "-m", "invoke", "judge", "--run-id", name, "--root", str(tmp_path),
+                     "--apply"],
+                    cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json_of(case / "result.json")
     assert result["status"] == "PASS" and "gpu_mapping.txt" in result["evidence"], result["summary"]

@@ -13,6 +13,7 @@ import pytest
 
 from tests.fakes.backend import FakeBackend, FakeKube, FakePlacement
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY
 from xpushare.engine import lifecycle, stored_run
 from xpushare.evidence.store import Evidence
@@ -636,8 +637,7 @@ def test_perf_task_on_local_skips_naming_the_premises_and_rejudge_keeps_the_skip
     root_dir = REPO_ROOT
 
     def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "invoke", *args, "--root", str(tmp_path)], cwd=root_dir,
-                              capture_output=True, text=True, timeout=300)
+        return run_tool([sys.executable, "-m", "invoke", *args, "--root", str(tmp_path)], cwd=root_dir, timeout=300)
 
     fast = ["--set", 'workload_args={w6_fixed_add: [--n, "64", --iters, "200", --no-progress]}']
     proc = invoke("perf", "--cluster", "local", "--run-id", "lp", "--case", "PERF-001", "--case", "PERF-011",

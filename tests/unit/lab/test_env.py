@@ -15,6 +15,7 @@ import yaml
 
 from tests.lab import env
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.inventory import schema
 
 
@@ -118,11 +119,10 @@ def test_a_failed_lab_start_stops_what_it_started(fake_labs: None, monkeypatch: 
 
 
 def test_lab_up_cli_says_how_to_pass_the_source_in_one_line(tmp_path: Path) -> None:
-    import subprocess
     import sys
 
     root = REPO_ROOT
-    proc = subprocess.run([sys.executable, "-m", "invoke", "lab.up", "--sut-src", str(tmp_path / "none")], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_tool([sys.executable, "-m", "invoke", "lab.up", "--sut-src", str(tmp_path / "none")], cwd=root,
+                    timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "--sut-src DIR" in proc.stderr and str(tmp_path / "none") in proc.stderr

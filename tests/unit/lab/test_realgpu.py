@@ -16,6 +16,7 @@ import pytest
 from tests.lab import env, realgpu
 from tests.lab.kubelet import LabSettings, gpu_container_env
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY, sizing
 from xpushare.inventory.sut import sut_names
 
@@ -178,8 +179,7 @@ def test_the_start_script_runs_only_from_the_repository_root(tmp_path: Path) -> 
 
 
 def test_lab_up_refuses_an_unknown_gpu_mode() -> None:
-    proc = subprocess.run([sys.executable, "-m", "invoke", "lab.up", "--gpus", "fake"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = run_tool([sys.executable, "-m", "invoke", "lab.up", "--gpus", "fake"], cwd=ROOT, timeout=120, check=False)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: --gpus must be one of sim, real")
     assert "Traceback" not in proc.stderr
 

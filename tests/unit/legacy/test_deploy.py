@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.deploy import k8s_pipeline, k8s_render, source_sync
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SshOptions
 from xpushare.inventory.sut import sut_names
@@ -180,8 +181,8 @@ def test_cleanup_labels_cover_every_legacy_scenario() -> None:
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
+                    timeout=120)
 
 
 def test_tasks_are_wired_and_usage_errors_exit_2(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from tests.unit.metrics_check.test_metrics_check import IDLE, METRICS_CT, curl_i, http_server  # noqa: F401 - http_server: a fixture
 from xpushare.inventory.schema import ClusterSpec, HostSpec, SchedulerSpec
 from xpushare.metrics_check import saved, targets, task
@@ -169,8 +170,8 @@ def test_claim_run_dir_never_reuses_a_run(tmp_path: Path) -> None:
 
 def test_task_saves_under_root_with_run_id_and_prints_json(http_server: str, tmp_path: Path) -> None:  # noqa: F811
     def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "invoke", "metrics-check", "--url", http_server, *args],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return run_tool([sys.executable, "-m", "invoke", "metrics-check", "--url", http_server, *args],
+                        cwd=ROOT, timeout=120)
 
     proc = invoke("--root", str(tmp_path), "-r", "m1", "-o", "json")
     assert proc.returncode == 0, proc.stderr

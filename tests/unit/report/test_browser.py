@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.report import plots, run_store
 
 ROOT = REPO_ROOT
@@ -81,8 +82,7 @@ class _Probe(HTMLParser):
 
 
 def invoke(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.model.case_record import CaseRecord
 from xpushare.report import run_store
 from xpushare.report.compare import Comparison, compare_runs, plot
@@ -89,7 +90,7 @@ def test_the_task_reads_stored_runs_and_writes_a_new_directory_only(tmp_path: Pa
     assert compare_runs(tmp_path, ["run-x", "run-m"]).systems == ["xpushare", "mps"]
     cmd = [sys.executable, "-m", "invoke", "compare", "--run-id", "run-x", "--run-id", "run-m", "--root",
            str(tmp_path), "--out", str(tmp_path / "cmp")]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_tool(cmd, cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "| ISO-001 | cuMemAlloc | held 1024 MiB PASS | held, not usable 448 MiB (-56.2%) FAIL |" in proc.stdout
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["systems"] == ["xpushare", "mps"]

@@ -3,12 +3,12 @@ never reached is an error, an optional one skipped; a run that reached every cas
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from tests.unit.report.test_artifacts import put
 from xpushare.report import run_store
 
@@ -26,8 +26,8 @@ def _run(tmp_path: Path, statuses: dict[str, str]) -> Path:
 
 
 def _report(tmp_path: Path) -> ET.Element:
-    res = subprocess.run([sys.executable, "-m", "invoke", "report", "--run-id", "r1", "--root", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = run_tool([sys.executable, "-m", "invoke", "report", "--run-id", "r1", "--root", str(tmp_path)],
+                   cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     return ET.parse(run_store.run_dir(tmp_path, "r1") / "junit.xml").getroot()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from tests.unit.report.test_artifacts import put as put_record
 from xpushare import adhoc
 from xpushare.inventory.schema import local_cluster
@@ -23,8 +24,8 @@ ROOT = REPO_ROOT
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT,
+                    timeout=120)
 
 
 def test_put_and_get_records_per_host(tmp_path: Path) -> None:

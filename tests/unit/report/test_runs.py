@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.model.case_record import CaseRecord
 from xpushare.report import run_store
 from xpushare.report.runs import NO_CASES, diff_results, flat_numbers, list_runs
@@ -32,8 +33,8 @@ def store(root: Path, run_id: str, started: str | None, cases: list[dict[str, An
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT,
+                    timeout=120)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.engine import suite_run
 from xpushare.model.case_record import CaseRecord
 from xpushare.model.errors import StoredRunDamaged, UsageError
@@ -27,8 +28,7 @@ FAST = ["--set", 'workload_args={w2_medium_add: [--n, "64", --iters, "50"]}']
 
 
 def invoke(*args: str, root: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT, timeout=timeout)
 
 
 def digest(path: Path) -> dict[str, str]:

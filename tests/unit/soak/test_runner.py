@@ -19,6 +19,7 @@ import pytest
 
 from tests.fakes.backend import FakeBackend, FakeKube, FakeRotation, FakeScheduler
 from tests.paths import REPO_ROOT
+from tests.toolrun import run_tool
 from xpushare.cases import REGISTRY
 from xpushare.evidence.scrape_capture import scrape_facts
 from xpushare.evidence.soak_series import CsvAppender, JsonlAppender, iter_csv, iter_jsonl, parts
@@ -521,11 +522,9 @@ ROOT = REPO_ROOT
 
 
 def invoke(*args: str, root: Path) -> Any:
-    import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT, timeout=300)
 
 
 def test_tasks_on_a_host_mode_cluster_skip_and_bad_input_is_a_usage_error(tmp_path: Path) -> None:
