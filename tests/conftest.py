@@ -80,6 +80,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _MODULE_CPU[module] = _MODULE_CPU.get(module, 0.0) + cpu
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    toolrun.stop_server()  # each worker waits for its fork server: the CPU of the tool's runs counts in CI's total
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
     count = config.getoption("--module-durations")
