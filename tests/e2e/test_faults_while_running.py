@@ -158,10 +158,11 @@ def test_without_a_fault_the_case_passes(inventory: Path, tmp_path: Path) -> Non
 
 
 def kill_session_during(ssh: SshLab, host: str, needle: str, timeout_s: float = 20.0,
-                        times: int = 1) -> threading.Thread:
+                        times: int = 1, after: Callable[[], None] | None = None) -> threading.Thread:
     """Start a watcher that SIGKILLs ``host``'s sshd sessions as soon as one of them runs a command whose
     command line holds ``needle``, for the first ``times`` such commands: the connection dies mid-command, not
-    between two commands (a dropped connection between commands is simply reopened)."""
+    between two commands (a dropped connection between commands is simply reopened). ``after()`` runs once the
+    last kill is done."""
 
     def watch() -> None:
         deadline = time.monotonic() + timeout_s
@@ -181,6 +182,8 @@ def kill_session_during(ssh: SshLab, host: str, needle: str, timeout_s: float = 
                     killed.append(cmdline)
                     break
             time.sleep(0.005)
+        if after is not None:
+            after()
 
     killed: list[str] = []
     thread = threading.Thread(target=watch, daemon=True)
@@ -189,13 +192,25 @@ def kill_session_during(ssh: SshLab, host: str, needle: str, timeout_s: float = 
     return thread
 
 
-def test_ssh_session_killed_mid_case(inventory: Path, ssh: SshLab, tmp_path: Path,
+#: Seconds the API server holds each request while the watcher waits for ``get pods`` (below kubectl's 4 s
+#: request timeout). A quick ``get pods`` could finish, its output already with the client, between the
+#: watcher's match and its kill (a read that never failed, nothing retried: seen twice on a loaded 2-core machine,
+#: even with the sessions frozen before the kill); held by the API, the command is surely mid-read when killed.
+SLOW_API_S = 1.5
+
+
+def test_ssh_session_killed_mid_case(inventory: Path, ssh: SshLab, kube_lab: LabCluster, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The master's sshd session dies once while the pods run: the read is retried on a new connection, the case
     PASSes, and debug.log says which read was retried and why."""
     watchers: list[threading.Thread] = []
-    wrap(monkeypatch, K8sBackend, "wait_terminal",
-         lambda: watchers.append(kill_session_during(ssh, "lab-master", "get pods")))
+
+    def slow_then_kill() -> None:
+        kube_lab.set_faults(None, api_delay_s=SLOW_API_S)
+        watchers.append(kill_session_during(ssh, "lab-master", "get pods",
+                                            after=lambda: kube_lab.set_faults(None, api_delay_s=0)))
+
+    wrap(monkeypatch, K8sBackend, "wait_terminal", slow_then_kill)
     o = run_case(inventory, tmp_path, "ssh-mid-case")
     assert watchers and watchers[0].killed, "the session was never killed mid-command"  # type: ignore[attr-defined]
     rec = o.record
