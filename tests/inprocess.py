@@ -1,5 +1,6 @@
 """The ``xpushare`` command run in this process (no interpreter start-up per call): for tests that run many
-command lines. One owner of how a test reads a command's exit status and output."""
+short command lines (usage errors) and need no process of their own. Runs that need one (a lab run, a timeout,
+signals, an environment of their own) are forked by tests/toolrun.py."""
 
 from __future__ import annotations
 

@@ -28,8 +28,13 @@ def waive() -> None:
         REGISTRY[case_id] = dataclasses.replace(case, requires=case.requires & KEPT)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """``python -m invoke ARGV`` (default ``sys.argv``) with the premises waived in this process."""
     waive()
     from invoke.main import program
 
-    program.run()
+    program.run(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -49,8 +49,7 @@ inventory = inventory_fixture("clean-inv", params={"pod_workload_configmap": Tru
 
 
 def invoke(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def test_clean_after_sigkill_removes_the_runs_namespace(inventory: Path, kube_lab: LabCluster,

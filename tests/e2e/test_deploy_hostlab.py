@@ -31,8 +31,7 @@ ROOT = REPO_ROOT
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def test_deploy_then_func_through_the_deployed_sut_then_undeploy(tmp_path: Path) -> None:

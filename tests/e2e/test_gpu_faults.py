@@ -40,8 +40,7 @@ PARAMS: dict[str, Any] = {
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def results(root: Path, run_id: str) -> dict[str, dict[str, Any]]:

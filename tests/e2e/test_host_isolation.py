@@ -32,8 +32,7 @@ MIB = 1 << 20
 
 
 def _invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=600)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=600)
 
 
 @pytest.mark.lab

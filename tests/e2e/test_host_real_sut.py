@@ -164,8 +164,7 @@ def inventory_file(host_lab: HostLab) -> Path:
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def check_lines(stdout: str) -> dict[str, tuple[str, str]]:

@@ -58,8 +58,7 @@ LEAKS = [f"LEAK-00{i}" for i in range(1, 6)]
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def verdicts(root: Path, *run_ids: str) -> dict[str, dict[str, Any]]:

@@ -48,8 +48,7 @@ def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytes
 def run(task: str, inventory: Path, root: Path, run_id: str, *cases: str) -> tuple[dict[str, dict[str, Any]], str]:
     args = [a for c in cases for a in ("--case", c)]
     proc = run_tool([sys.executable, "-m", "invoke", task, "--cluster", "lab", "--inventory", str(inventory),
-                     "--run-id", run_id, "--root", str(root), *args],
-                    cwd=ROOT, timeout=900)
+                     "--run-id", run_id, "--root", str(root), *args], cwd=ROOT, timeout=900)
     base = root / ".tmplog" / run_id / "xpushare" / "lab"
     got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
     return got, proc.stdout[-3000:] + proc.stderr[-2000:]

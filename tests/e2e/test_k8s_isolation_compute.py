@@ -49,8 +49,7 @@ def run_iso(inventory: Path, root: Path, run_id: str, *cases: str, task: str = "
             sets: tuple[str, ...] = ()) -> tuple[dict[str, dict[str, Any]], str]:
     args = [a for c in cases for a in ("--case", c)] + [a for s in sets for a in ("--set", s)]
     proc = run_tool([sys.executable, "-m", "invoke", task, "--cluster", "lab", "--inventory", str(inventory),
-                     "--run-id", run_id, "--root", str(root), *args],
-                    cwd=ROOT, timeout=900)
+                     "--run-id", run_id, "--root", str(root), *args], cwd=ROOT, timeout=900)
     base = root / ".tmplog" / run_id / "xpushare" / "lab"
     got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
     return got, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -71,8 +71,7 @@ def kubectl_for(lab: LabCluster) -> Kubectl:
 
 
 def invoke(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def run_metrics(inventory: Path, root: Path, run_id: str, *cases: str, sets: tuple[str, ...] = ()

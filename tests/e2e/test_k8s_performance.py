@@ -80,8 +80,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def invoke(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=timeout)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=timeout)
 
 
 def perf(inventory: Path, root: Path, run_id: str, *cases: str, sets: tuple[str, ...] = ()) -> \

@@ -50,8 +50,7 @@ def test_quota_verdicts_hold_while_the_machine_is_busy(inventory: Path, tmp_path
         proc = run_tool(
             [sys.executable, "-m", "invoke", "matrix", "--cluster", "lab", "--inventory", str(inventory),
              "--run-id", "loaded", "--root", str(tmp_path), *(a for c in CASES for a in ("--case", c)),
-             *(a for q in QUOTA_SETS for a in ("--set", q))],
-            cwd=ROOT, timeout=1200)
+             *(a for q in QUOTA_SETS for a in ("--set", q))], cwd=ROOT, timeout=1200)
     base = tmp_path / ".tmplog" / "loaded" / "xpushare" / "lab"
     got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
     detail = "\n".join(f"{k}: {v['status']} {v['summary']}" for k, v in sorted(got.items()))

@@ -8,8 +8,8 @@ One thread, one event loop (no sampler thread, so the SSH connections are never 
         every quota_interval_s (STAB-003/004): annotate the running pods (each pod's call time)  -> events.jsonl
         rounds: create the round's pods, poll until they end (or round_timeout_s), record -> rounds.jsonl,
                 keep failed pods' logs (bounded)                 -> failed-pods/
-                and the logs of pods named ``*<keep_logs_suffix>`` (the memory probe; with the kubelet's
-                timestamps where the backend has them)           -> probe-pods/,
+                and the logs of pods named ``*<keep_logs_suffix>`` (the memory probe) -> probe-pods/,
+                both with the kubelet's timestamps where the backend has them,
                 delete the pods, take an idle tick
         every progress_s: one progress line (elapsed, remaining, rounds, last sample, anomalies) + status.json
         every interim_s: an interim report                       -> interim/interim-<k>.md

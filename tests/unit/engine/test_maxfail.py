@@ -16,8 +16,7 @@ BROKEN = ["--set", 'workload_args={w2_medium_add: [--n, "-5"]}']
 
 
 def invoke(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)],
-                    cwd=ROOT, timeout=240)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args, "--root", str(root)], cwd=ROOT, timeout=240)
 
 
 def test_maxfail_stops_and_records_the_rest_as_not_run(tmp_path: Path) -> None:

@@ -49,8 +49,7 @@ def invoke(tmp_path: Path, inv: Path, *args: str) -> subprocess.CompletedProcess
     (tests/premise_free.py): what is under test is the run's going on without a host."""
     env = {**os.environ, "XPUSHARE_LEASE_DIR": str(tmp_path)}
     return run_tool([sys.executable, "-m", "tests.premise_free", "func", "--cluster", "part",
-                     "--inventory", str(inv), "--root", str(tmp_path), *args],
-                    cwd=REPO_ROOT, timeout=300, env=env)
+                     "--inventory", str(inv), "--root", str(tmp_path), *args], cwd=REPO_ROOT, timeout=300, env=env)
 
 
 def result(run_dir: Path, case: str) -> dict:

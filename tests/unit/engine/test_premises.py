@@ -159,8 +159,7 @@ def test_vacuous_values_in_the_inventory_and_a_playbook_are_refused(tmp_path: Pa
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT,
-                    timeout=120)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, timeout=120)
 
 
 def test_invoke_cases_and_the_dry_run_show_the_premises(tmp_path: Path) -> None:

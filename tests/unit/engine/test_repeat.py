@@ -126,8 +126,7 @@ def test_run_json_exit_status_is_the_process_s_when_a_cluster_raises(tmp_path: P
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_repeat_below_one_is_a_usage_error(tmp_path: Path, value: str) -> None:
     proc = run_tool([sys.executable, "-m", "invoke", "func", "--cluster", "local", "--case", "FUNC-001",
-                     "--repeat", value, "--root", str(tmp_path)], cwd=REPO_ROOT,
-                    timeout=120)
+                     "--repeat", value, "--root", str(tmp_path)], cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: --repeat") and "Traceback" not in proc.stderr
     assert not (tmp_path / ".tmplog").exists()

@@ -278,8 +278,7 @@ def test_invoke_judge_rederives_the_mapping_of_a_stored_run(tmp_path: Path, name
     (case / "pods.json").write_text(json.dumps(recs))
     (case / "gpu_mapping.txt").write_text("pod\tnode\tgpu_uuid\nstale\t-\t-\n")
     proc = run_tool([sys.executable, "-m", "invoke", "judge", "--run-id", name, "--root", str(tmp_path),
-                     "--apply"],
-                    cwd=REPO_ROOT, timeout=120)
+                     "--apply"], cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json_of(case / "result.json")
     assert result["status"] == "PASS" and "gpu_mapping.txt" in result["evidence"], result["summary"]

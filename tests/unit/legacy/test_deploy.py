@@ -181,8 +181,7 @@ def test_cleanup_labels_cover_every_legacy_scenario() -> None:
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
-    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT,
-                    timeout=120)
+    return run_tool([sys.executable, "-m", "invoke", *args], cwd=ROOT, timeout=120)
 
 
 def test_tasks_are_wired_and_usage_errors_exit_2(tmp_path: Path) -> None:

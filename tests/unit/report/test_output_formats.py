@@ -24,8 +24,7 @@ ROOT = REPO_ROOT
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT,
-                    timeout=120)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, timeout=120)
 
 
 def test_put_and_get_records_per_host(tmp_path: Path) -> None:

@@ -33,8 +33,7 @@ def store(root: Path, run_id: str, started: str | None, cases: list[dict[str, An
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT,
-                    timeout=120)
+    return run_tool([sys.executable, "-m", "tests.premise_free", *args], cwd=ROOT, timeout=120)
 
 
 @pytest.fixture
