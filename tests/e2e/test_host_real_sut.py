@@ -42,6 +42,7 @@ module 130 s.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -60,6 +61,7 @@ import yaml
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, met008_n
 from tests.lab.hostlab import CLUSTER, HostLab, unavailable_reason
 from tests.lab.kubelab import require_lab
+from tests.lab.labpool import outcome_of, run_on_labs
 from tests.lab.mutants import build_mutant
 from tests.paths import REPO_ROOT
 from tests.processes import alive
@@ -464,36 +466,55 @@ def test_met_probe_cases_in_host_mode(tmp_path: Path) -> None:
     keyed by GPU UUID (``visible_devices: uuid``: with the default index key the exporter finds no NVML process
     memory for a host-mode client, finding 9, and MET-003 FAILs on the healthy build for it)."""
     require_lab("host-mode lab", unavailable_reason())
+    # the healthy build and each mutant on a host lab of its own, the four runs at once (tests/lab/labpool.py):
+    # each waits on its settle times and probe durations, and judges memory and utilisation read from the NVML of
+    # its own simulated GPU, which the other labs do not touch
+    runs: dict[str | None, tuple[str, ...]] = {None: HOST_PROBE_CASES, **{m: tuple(b) for m, b in MET_MUTANTS.items()}}
+    with contextlib.ExitStack() as stack:
+        labs = []
+        for i in range(len(runs)):
+            lab = stack.enter_context(HostLab(tmp_path / f"lab{i}", nodes=("hl-met",), gpus=1,
+                                              base_address=f"127.0.{81 + i}.1", gpu_memory_bytes=LAB_GPU_MEMORY_BYTES))
+            data = lab.inventory(params={**PARAMS, "met003_alloc_mib": 16, "met006_duration_s": 10,
+                                         "met008_n": met008_n(LAB_GPU_MEMORY_BYTES), "met008_duration_s": 6})
+            data["clusters"][CLUSTER]["visible_devices"] = "uuid"
+            inv = tmp_path / f"inventory{i}.yaml"
+            inv.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+            labs.append((lab, inv))
+
+        def one(lab_inv: tuple[HostLab, Path], mutant: str | None) -> dict[str, dict[str, Any]]:
+            lab, inv = lab_inv
+            if mutant is not None:
+                lab.set_sut("hl-met", build_mutant(mutant).directory)
+            return metrics_suite(inv, tmp_path / (mutant or "healthy"), f"met-{mutant or 'healthy'}", *runs[mutant])
+
+        outcomes = run_on_labs(labs, list(runs), one)
     cases = HOST_PROBE_CASES
-    with HostLab(tmp_path / "lab", nodes=("hl-met",), gpus=1, base_address="127.0.81.1",
-                 gpu_memory_bytes=LAB_GPU_MEMORY_BYTES) as lab:
-        data = lab.inventory(params={**PARAMS, "met003_alloc_mib": 16, "met006_duration_s": 10,
-                                     "met008_n": met008_n(LAB_GPU_MEMORY_BYTES), "met008_duration_s": 6})
-        data["clusters"][CLUSTER]["visible_devices"] = "uuid"
-        inv = tmp_path / "inventory.yaml"
-        inv.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        got = metrics_suite(inv, tmp_path, "met-healthy", *cases)
-        detail = {c: (got[c]["summary"], [k["name"] for k in got[c]["checks"] if k["ok"] is not True]) for c in cases}
-        assert got["MET-006"]["status"] == got["MET-008"]["status"] == "PASS", detail
-        assert got["MET-003"]["status"] == "PASS" or (got["MET-003"]["status"] == "FAIL" and not_ok(got["MET-003"]) == {
-            "running_memory_within_reports": False} and "0 lock holder(s)" in got["MET-003"]["summary"]), detail
-        case = tmp_path / ".tmplog" / "met-healthy" / "xpushare" / CLUSTER / "metrics"
-        plan3 = json.loads((case / "MET-003" / "plan.json").read_text())
-        assert plan3["node"] == "hl-met" and plan3["sampler"]["source"] == "backend", plan3
-        assert plan3["gauges"]["core_limit"] is None and (case / "MET-003" / "sampler" / "hl-met_procs.csv").is_file()
-        assert json.loads((case / "MET-006" / "plan.json").read_text())["dmon"]["source"] == "backend"
-        # each mutant FAILs the case on what it breaks (MET-003: the named check, beside finding 23's)
-        for mutant, broken in (("values-off-10", {"MET-003": "managed_follows_client_reports"}),
-                               ("gpu-memory-sampled-once", {"MET-008": None}),
-                               ("utilization-smoothing-halved", {"MET-006": None})):
-            lab.set_sut("hl-met", build_mutant(mutant).directory)
-            try:
-                bad = metrics_suite(inv, tmp_path, f"met-{mutant}", *broken)
-            finally:
-                lab.set_sut("hl-met", None)
-            for c, check in broken.items():
-                assert bad[c]["status"] == "FAIL", (mutant, c, bad[c]["summary"])
-                assert check is None or not_ok(bad[c]).get(check) is False, (mutant, c, not_ok(bad[c]))
+    got = outcome_of(outcomes, None)
+    detail = {c: (got[c]["summary"], [k["name"] for k in got[c]["checks"] if k["ok"] is not True]) for c in cases}
+    assert got["MET-006"]["status"] == got["MET-008"]["status"] == "PASS", detail
+    assert got["MET-003"]["status"] == "PASS" or (got["MET-003"]["status"] == "FAIL" and not_ok(got["MET-003"]) == {
+        "running_memory_within_reports": False} and "0 lock holder(s)" in got["MET-003"]["summary"]), detail
+    case = tmp_path / "healthy" / ".tmplog" / "met-healthy" / "xpushare" / CLUSTER / "metrics"
+    plan3 = json.loads((case / "MET-003" / "plan.json").read_text())
+    assert plan3["node"] == "hl-met" and plan3["sampler"]["source"] == "backend", plan3
+    assert plan3["gauges"]["core_limit"] is None and (case / "MET-003" / "sampler" / "hl-met_procs.csv").is_file()
+    assert json.loads((case / "MET-006" / "plan.json").read_text())["dmon"]["source"] == "backend"
+    # each mutant FAILs the case on what it breaks (MET-003: the named check, beside finding 23's)
+    for mutant, broken in MET_MUTANTS.items():
+        bad = outcome_of(outcomes, mutant)
+        for c, check in broken.items():
+            assert bad[c]["status"] == "FAIL", (mutant, c, bad[c]["summary"])
+            assert check is None or not_ok(bad[c]).get(check) is False, (mutant, c, not_ok(bad[c]))
+
+
+#: The exporter's mutants of :func:`test_met_probe_cases_in_host_mode`: mutant -> {the case it breaks: the check
+#: that FAILs, None for the case's verdict alone}.
+MET_MUTANTS: dict[str, dict[str, str | None]] = {
+    "values-off-10": {"MET-003": "managed_follows_client_reports"},
+    "gpu-memory-sampled-once": {"MET-008": None},
+    "utilization-smoothing-halved": {"MET-006": None},
+}
 
 
 def not_ok(result: dict[str, Any]) -> dict[str, bool | None]:

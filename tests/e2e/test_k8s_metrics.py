@@ -41,14 +41,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, PROBE_LAB_OPTIONS, met008_n
-from tests.lab.kubelab import inventory_fixture, kube_lab_fixture
+from tests.lab.labpool import LabRun, build_of, outcome_of, run_on_labs, started_kube_labs
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
+from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
 from xpushare.parsers.metrics import parse_exposition
@@ -57,10 +59,51 @@ from xpushare.transport.kubectl import Kubectl
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
 CASES = [f"MET-{i:03d}" for i in range(1, 9)]
-kube_lab = kube_lab_fixture("met-kube", **PROBE_LAB_OPTIONS)
+#: The longer runs of the module, run on :data:`LABS` labs at once (tests/lab/labpool.py) by :func:`pool_runs`: run
+#: id -> (the mutant its lab runs, None for the unmodified build; the cases), longest first. The other tests run one
+#: after the other on the first lab.
+POOL_RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "healthy": (None, ()),  # the whole suite
+    "gpu-memory-sampled-once": ("gpu-memory-sampled-once", ("MET-003",)),
+    "running-clients-high-water": ("running-clients-high-water", ("MET-003",)),
+    "ghost-clients": ("ghost-clients", ("MET-003",)),
+    "managed-memory-never-shrinks": ("managed-memory-never-shrinks", ("MET-003",)),
+    "off10": ("values-off-10", ("MET-003",)),
+    "gauges": (None, ("MET-003",)),
+}
+LABS = 3
 
 
-lab_inventory = inventory_fixture("met-inv")
+@pytest.fixture(scope="module")
+def labs(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[LabCluster, Path]]]:
+    yield from started_kube_labs(tmp_path_factory, "met-kube", LABS, ssh_lab, **PROBE_LAB_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def kube_lab(labs: list[tuple[LabCluster, Path]]) -> LabCluster:
+    return labs[0][0]
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(labs: list[tuple[LabCluster, Path]]) -> Path:
+    return labs[0][1]
+
+
+@pytest.fixture(scope="module")
+def pool_runs(labs: list[tuple[LabCluster, Path]], tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, LabRun | BaseException]:
+    """Every run of :data:`POOL_RUNS` (or the exception it raised), each on an idle lab."""
+    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in POOL_RUNS}
+
+    def one(lab: tuple[LabCluster, Path], run_id: str) -> LabRun:
+        kube, inventory = lab
+        mutant, cases = POOL_RUNS[run_id]
+        wait_idle(kube)
+        with build_of(kube, mutant):
+            proc = run_metrics(inventory, roots[run_id], run_id, *cases)
+        return LabRun(kube, roots[run_id], proc, results(roots[run_id], run_id))
+
+    return run_on_labs(labs, list(POOL_RUNS), one)
 
 
 def kubectl_for(lab: LabCluster) -> Kubectl:
@@ -107,10 +150,9 @@ def test_metrics_check_url_on_the_idle_lab(kube_lab: LabCluster) -> None:
     assert "15/15 PASS" in proc.stdout
 
 
-def test_healthy_lab_metrics_suite(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
-    wait_idle(kube_lab)
-    proc = run_metrics(lab_inventory, tmp_path, "healthy")
-    got = results(tmp_path, "healthy")
+def test_healthy_lab_metrics_suite(pool_runs: dict[str, LabRun | BaseException]) -> None:
+    ran = outcome_of(pool_runs, "healthy")
+    proc, got, kube_lab, tmp_path = ran.proc, ran.got, ran.lab, ran.root
     statuses = {k: v["status"] for k, v in got.items()}
     detail = proc.stdout[-4000:] + proc.stderr[-2000:] + json.dumps(
         {k: v["summary"] for k, v in got.items()}, indent=1)
@@ -163,19 +205,17 @@ GAUGE_CHECKS = ("client_count_follows_log", "running_clients_follow_locks", "man
                 "running_memory_within_reports", "nvml_process_memory_follows", "gpu_memory_follows_nvml")
 
 
-def gauge_results(inventory: Path, root: Path, run_id: str) -> tuple[dict, dict[str, dict]]:
-    """MET-003 alone: its result and its gauge checks by name."""
-    proc = run_metrics(inventory, root, run_id, "MET-003")
-    got = results(root, run_id)
-    assert "MET-003" in got, proc.stdout[-3000:] + proc.stderr[-2000:]
-    return got["MET-003"], {c["name"]: c for c in got["MET-003"]["checks"]}
+def gauge_results(pool_runs: dict[str, LabRun | BaseException], run_id: str) -> tuple[dict, dict[str, dict]]:
+    """MET-003 of the pool's run ``run_id`` (MET-003 alone): its result and its gauge checks by name."""
+    ran = outcome_of(pool_runs, run_id)
+    assert "MET-003" in ran.got, ran.proc.stdout[-3000:] + ran.proc.stderr[-2000:]
+    return ran.got["MET-003"], {c["name"]: c for c in ran.got["MET-003"]["checks"]}
 
 
-def test_met003_gauges_follow_the_alloc_free_loop(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+def test_met003_gauges_follow_the_alloc_free_loop(pool_runs: dict[str, LabRun | BaseException]) -> None:
     """The gauges sampled while W4 registers, allocates, frees and leaves beside the probe: every scrape agrees
     with the scheduler log, the loop's own client lines and the node sampler's NVML."""
-    wait_idle(kube_lab)
-    result, checks = gauge_results(lab_inventory, tmp_path, "gauges")
+    result, checks = gauge_results(pool_runs, "gauges")
     failed = {n for n, c in checks.items() if c["ok"] is not True}
     # finding 23 of docs/findings.md: a client's is_running is never initialised, so whether the scheduler adds the
     # managed memory of a client that holds no lock to its running memory depends on the heap it reuses
@@ -194,12 +234,11 @@ def test_met003_gauges_follow_the_alloc_free_loop(lab_inventory: Path, kube_lab:
     ("gpu-memory-sampled-once", "gpu_memory_follows_nvml"),
     ("ghost-clients", "client_count_follows_log"),  # the loop's client stays on the page after it left
 ])
-def test_a_gauge_that_does_not_follow_fails_met003(mutant: str, check: str, lab_inventory: Path,
-                                                   kube_lab: LabCluster, tmp_path: Path) -> None:
+def test_a_gauge_that_does_not_follow_fails_met003(mutant: str, check: str,
+                                                   pool_runs: dict[str, LabRun | BaseException]) -> None:
     """A gauge frozen or stuck while the loop allocates and frees: the series against its second source FAILs."""
-    wait_idle(kube_lab)
-    with kube_lab.running_mutant(mutant):
-        result, checks = gauge_results(lab_inventory, tmp_path, mutant)
+    assert POOL_RUNS[mutant] == (mutant, ("MET-003",))
+    result, checks = gauge_results(pool_runs, mutant)
     assert result["status"] == "FAIL", result["summary"]
     assert checks[check]["ok"] is False, checks[check]
 
@@ -254,12 +293,11 @@ def test_drop_lock_not_counted_fails_met004(lab_inventory: Path, kube_lab: LabCl
     assert proc.returncode == 1
 
 
-def test_values_off_10_fails_met003(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+def test_values_off_10_fails_met003(pool_runs: dict[str, LabRun | BaseException]) -> None:
     """The ``values-off-10`` build exports each managed allocation × 1.1: 16 MiB reads 17.6 MiB, the log says 16."""
-    wait_idle(kube_lab)
-    with kube_lab.running_mutant("values-off-10"):
-        proc = run_metrics(lab_inventory, tmp_path, "off10", "MET-003")
-    got = results(tmp_path, "off10")["MET-003"]
+    assert POOL_RUNS["off10"] == ("values-off-10", ("MET-003",))
+    ran = outcome_of(pool_runs, "off10")
+    proc, got = ran.proc, ran.got["MET-003"]
     assert got["status"] == "FAIL", got["summary"]
     failed = [c for c in got["checks"] if c["ok"] is False]
     names = {c["name"] for c in failed}

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from tests.lab.cluster import LabCluster
-from tests.lab.env import LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
+from tests.lab.env import LAB_OPTIONS
+from tests.lab.labpool import build_of, outcome_of, run_on_labs, started_kube_labs
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
@@ -39,14 +39,35 @@ ROOT = REPO_ROOT
 MIB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    yield from started_kube_lab(tmp_path_factory, "qprobe-kube", **LAB_OPTIONS)
+#: The module's tool runs: run id -> (the mutant the lab runs, None for the unmodified build; the cases), longest
+#: first. They run on :data:`LABS` labs at once (tests/lab/labpool.py): each is judged on what its memory probe
+#: could allocate and on log lines, not on a runtime, so the runs beside it do not move its verdicts.
+RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "decrease": ("memory-limit-decrease-ignored", ("FUNC-011", "COMBO-005")),
+    "raise": ("memory-limit-raise-ignored", ("FUNC-011", "COMBO-005")),
+    "healthy-combo": (None, ("COMBO-001", "COMBO-004")),
+    "healthy": (None, ("FUNC-006", "FUNC-007", "COMBO-005")),
+    "per-request": ("memory-limit-per-request", ("FUNC-007", "COMBO-005")),
+    "dlsym": ("dlsym-memalloc-unhooked", ("FUNC-007",)),
+}
+LABS = 3
+Got = tuple[dict[str, dict[str, Any]], str]
+Runs = dict[str, Got | BaseException]
 
 
 @pytest.fixture(scope="module")
-def lab_inventory(ssh_lab: SshLab, kube_lab: LabCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_inventory(tmp_path_factory.mktemp("qprobe-inv") / "inventory.yaml", ssh_lab, kube_lab)
+def runs(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    """Every run of :data:`RUNS`: its results by case and the tool's output (or the exception it raised)."""
+    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in RUNS}
+
+    def one(lab: tuple[LabCluster, Path], run_id: str) -> Got:
+        kube, inventory = lab
+        mutant, cases = RUNS[run_id]
+        with build_of(kube, mutant):
+            return run(inventory, roots[run_id], run_id, *cases)
+
+    for labs in started_kube_labs(tmp_path_factory, "qprobe-kube", LABS, ssh_lab, **LAB_OPTIONS):
+        yield run_on_labs(labs, list(RUNS), one)
 
 
 def run(inventory: Path, root: Path, run_id: str, *cases: str) -> tuple[dict[str, dict[str, Any]], str]:
@@ -66,8 +87,8 @@ def _log_lines_ok(result: dict[str, Any]) -> bool:
     return all(c["ok"] for c in result["checks"] if c["name"].startswith(("memory_change", "memory_update")))
 
 
-def test_healthy_build_holds_and_uses_each_quota(lab_inventory: Path, tmp_path: Path) -> None:
-    got, detail = run(lab_inventory, tmp_path, "healthy", "FUNC-006", "FUNC-007", "COMBO-005")
+def test_healthy_build_holds_and_uses_each_quota(runs: Runs) -> None:
+    got, detail = outcome_of(runs, "healthy")
     assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(("FUNC-006", "FUNC-007", "COMBO-005"),
                                                                       "PASS"), detail
     for case, quota in (("FUNC-006", 1), ("FUNC-007", 256)):
@@ -78,8 +99,8 @@ def test_healthy_build_holds_and_uses_each_quota(lab_inventory: Path, tmp_path: 
     assert _phases(got["COMBO-005"]) == {"initial": 512, "change1": 1024, "change2": 256, "change3": 768}
 
 
-def test_healthy_combination_cases_with_the_probe(lab_inventory: Path, tmp_path: Path) -> None:
-    got, detail = run(lab_inventory, tmp_path, "healthy-combo", "COMBO-001", "COMBO-004")
+def test_healthy_combination_cases_with_the_probe(runs: Runs) -> None:
+    got, detail = outcome_of(runs, "healthy-combo")
     # COMBO-001: its workload's first chunk goes through when it comes before the quota (finding 13, a race of the
     # scheduler's API read with the client's first allocation: FAIL on quota_held alone), else it is refused (PASS);
     # the probe, which starts after the registration, is held at the 32 MiB quota and can use it either way
@@ -95,29 +116,25 @@ def test_healthy_combination_cases_with_the_probe(lab_inventory: Path, tmp_path:
     assert set(combo4["metrics"]["latency_s"]) == {"512Mi", "80", "384Mi", "50"}
 
 
-def test_the_cuMemAlloc_path_broken_two_ways(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
+def test_the_cuMemAlloc_path_broken_two_ways(runs: Runs) -> None:
     # each request checked alone: without oversubscription the library's "physical allocatable", fixed at the
     # first allocation from the limit (finding 18), still stops the probe at the quota; with it (COMBO-005) the
     # probe holds its cap whatever the quota
-    with kube_lab.running_mutant("memory-limit-per-request"):
-        got, detail = run(lab_inventory, tmp_path, "per-request", "FUNC-007", "COMBO-005")
+    got, detail = outcome_of(runs, "per-request")
     assert {k: v["status"] for k, v in got.items()} == {"FUNC-007": "PASS", "COMBO-005": "FAIL"}, detail
     assert got["COMBO-005"]["summary"].startswith("initial_held:"), detail
     assert all(c["ok"] for c in got["COMBO-005"]["checks"] if not c["name"].startswith(("initial", "change")))
     # cuMemAlloc_v2 looked up with dlsym gets the real driver's: FUNC-007's workload fits its quota and passes,
     # the probe holds its cap (2 x the quota)
-    with kube_lab.running_mutant("dlsym-memalloc-unhooked"):
-        got, detail = run(lab_inventory, tmp_path, "dlsym", "FUNC-007")
+    got, detail = outcome_of(runs, "dlsym")
     result = got["FUNC-007"]
     assert result["status"] == "FAIL" and result["summary"].startswith("probe_quota_held:"), detail
     assert result["metrics"]["quota_probe"]["accepted_bytes"] == 512 * MIB
     assert all(c["ok"] for c in result["checks"] if not c["name"].startswith("probe_"))
 
 
-def test_decrease_ignored_is_caught_after_the_decrease(lab_inventory: Path, kube_lab: LabCluster,
-                                                       tmp_path: Path) -> None:
-    with kube_lab.running_mutant("memory-limit-decrease-ignored"):
-        got, detail = run(lab_inventory, tmp_path, "decrease", "FUNC-011", "COMBO-005")
+def test_decrease_ignored_is_caught_after_the_decrease(runs: Runs) -> None:
+    got, detail = outcome_of(runs, "decrease")
     assert {k: v["status"] for k, v in got.items()} == {"FUNC-011": "FAIL", "COMBO-005": "FAIL"}, detail
     assert got["FUNC-011"]["summary"].startswith("change1_held:"), detail
     assert "change2_held:" in got["COMBO-005"]["summary"], detail
@@ -126,9 +143,8 @@ def test_decrease_ignored_is_caught_after_the_decrease(lab_inventory: Path, kube
     assert all(_log_lines_ok(r) for r in got.values())
 
 
-def test_raise_ignored_is_caught_after_the_raise(lab_inventory: Path, kube_lab: LabCluster, tmp_path: Path) -> None:
-    with kube_lab.running_mutant("memory-limit-raise-ignored"):
-        got, detail = run(lab_inventory, tmp_path, "raise", "FUNC-011", "COMBO-005")
+def test_raise_ignored_is_caught_after_the_raise(runs: Runs) -> None:
+    got, detail = outcome_of(runs, "raise")
     assert {k: v["status"] for k, v in got.items()} == {"FUNC-011": "PASS", "COMBO-005": "FAIL"}, detail
     assert got["COMBO-005"]["summary"].startswith("change1_usable:"), detail
     assert _phases(got["COMBO-005"])["change1"] == 512

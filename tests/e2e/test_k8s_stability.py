@@ -58,7 +58,8 @@ import pytest
 
 from tests.lab.cluster import LabCluster, find_kubectl
 from tests.lab.env import PROBE_LAB_OPTIONS
-from tests.lab.kubelab import inventory_fixture, kube_lab_fixture, started_ssh_lab
+from tests.lab.kubelab import started_ssh_lab
+from tests.lab.labpool import LabRun, build_of, outcome_of, run_on_labs, started_kube_labs
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
@@ -88,8 +89,55 @@ def stab_ssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     yield from started_ssh_lab(tmp_path_factory, "stab-ssh")
 
 
-stab_kube = kube_lab_fixture("stab-kube", **PROBE_LAB_OPTIONS)
-inv = inventory_fixture("stab-inv", ssh="stab_ssh", kube="stab_kube", params=LAB_PARAMS)
+#: The module's task runs, on :data:`LABS` labs at once by :func:`pool_runs` (tests/lab/labpool.py): run id -> (the
+#: mutant its lab runs, None for the unmodified build; the task's arguments), longest first. Each is judged on its
+#: own lab's scheduler, pods and logs (the FAIL tasks' faults act on their lab alone); the soaks, which stop the
+#: SSH lab's hosts and kill its sessions, run after them on the first lab.
+POOL_RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "stab": (None, ("stab", "--case", "STAB-003", "--case", "STAB-004")),
+    "fault": (None, ("fail", "--allow-disruptive", *(a for i in range(1, 7) for a in ("--case", f"FAIL-00{i}")))),
+    "ghosts": ("ghost-clients", ("leak", "--case", "LEAK-004", "--case", "LEAK-005",
+                                 "--set", "leak_churn_rounds=5", "--set", "leak_pods=4")),
+    "leak": (None, ("leak",)),
+    "m-decrease": ("memory-limit-decrease-ignored", ("stab", "--case", "STAB-004")),
+    "m-raise": ("memory-limit-raise-ignored", ("stab", "--case", "STAB-004")),
+    "leaky": ("leak-per-registration", ("leak", "--case", "LEAK-001", "--case", "LEAK-002",
+                                        "--set", "leak_rounds=4", "--set", "leak_pods=4")),
+    "nofault": (None, ("fail", "--case", "FAIL-003")),
+}
+LABS = 3
+
+
+@pytest.fixture(scope="module")
+def stab_labs(stab_ssh: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[LabCluster, Path]]]:
+    yield from started_kube_labs(tmp_path_factory, "stab-kube", LABS, stab_ssh, params=LAB_PARAMS,
+                                 **PROBE_LAB_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def stab_kube(stab_labs: list[tuple[LabCluster, Path]]) -> LabCluster:
+    return stab_labs[0][0]
+
+
+@pytest.fixture(scope="module")
+def inv(stab_labs: list[tuple[LabCluster, Path]]) -> Path:
+    return stab_labs[0][1]
+
+
+@pytest.fixture(scope="module")
+def pool_runs(stab_labs: list[tuple[LabCluster, Path]], tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, LabRun | BaseException]:
+    """Every run of :data:`POOL_RUNS` (or the exception it raised)."""
+    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in POOL_RUNS}
+
+    def one(lab: tuple[LabCluster, Path], run_id: str) -> LabRun:
+        kube, inventory = lab
+        mutant, (task, *args) = POOL_RUNS[run_id]
+        with build_of(kube, mutant):
+            proc = run_task(inventory, roots[run_id], task, *args, "--run-id", run_id)
+        return LabRun(kube, roots[run_id], proc, results(roots[run_id], run_id))
+
+    return run_on_labs(stab_labs, list(POOL_RUNS), one)
 
 
 def invoke_argv(inv: Path, root: Path, *args: str) -> list[str]:
@@ -189,10 +237,10 @@ def kubectl(kube: LabCluster, *args: str) -> str:
 # ------------------------------------------------------------------------------------------ tasks
 
 
-def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
+def test_stab_and_leak_pass_on_a_healthy_lab(pool_runs: dict[str, LabRun | BaseException]) -> None:
     # STAB-002 runs below through `invoke soak`; STAB-001 is STAB-002's loop with another mix (2 cores in CI).
-    proc = run_task(inv, tmp_path, "stab", "--case", "STAB-003", "--case", "STAB-004", "--run-id", "stab")
-    got = results(tmp_path, "stab")
+    ran = outcome_of(pool_runs, "stab")
+    proc, got, tmp_path = ran.proc, ran.got, ran.root
     assert {k: v["status"] for k, v in got.items()} == {"STAB-003": "PASS", "STAB-004": "PASS"}, explain(proc, got)
     assert proc.returncode == 0
     stab3 = got["STAB-003"]
@@ -205,39 +253,39 @@ def test_stab_and_leak_pass_on_a_healthy_lab(inv: Path, tmp_path: Path) -> None:
     measured = [p for p in got["STAB-004"]["metrics"]["probe_phases"].values() if p["measured"]]
     assert {p["direction"] for p in measured} >= {"start", "decrease", "raise"}, measured
 
-    proc = run_task(inv, tmp_path, "leak", "--run-id", "leak")
-    got = results(tmp_path, "leak")
+    ran = outcome_of(pool_runs, "leak")
+    proc, got = ran.proc, ran.got
     assert {k: v["status"] for k, v in got.items()} == {f"LEAK-00{i}": "PASS" for i in range(1, 6)}, \
         explain(proc, got)
     rss = next(c for c in got["LEAK-001"]["checks"] if c["name"] == "rss_no_leak")
     assert any(s.get("judged") for s in rss["values"]["series"].values())
 
 
-@pytest.mark.parametrize(("mutant", "check"), [("memory-limit-decrease-ignored", "probe_quota_held"),
-                                               ("memory-limit-raise-ignored", "probe_quota_usable")])
+@pytest.mark.parametrize(("run_id", "mutant", "check"), [
+    ("m-decrease", "memory-limit-decrease-ignored", "probe_quota_held"),
+    ("m-raise", "memory-limit-raise-ignored", "probe_quota_usable")])
 def test_stab004_memory_probe_fails_a_change_that_is_logged_but_not_enforced(
-        inv: Path, stab_kube: LabCluster, tmp_path: Path, mutant: str, check: str) -> None:
-    with stab_kube.running_mutant(mutant):
-        proc = run_task(inv, tmp_path, "stab", "--case", "STAB-004", "--run-id", "m")
-    got = results(tmp_path, "m")
+        pool_runs: dict[str, LabRun | BaseException], run_id: str, mutant: str, check: str) -> None:
+    assert POOL_RUNS[run_id][0] == mutant
+    ran = outcome_of(pool_runs, run_id)
+    proc, got = ran.proc, ran.got
     assert got["STAB-004"]["status"] == "FAIL", explain(proc, got)
     failed = {c["name"] for c in got["STAB-004"]["checks"] if c["ok"] is False}
     assert check in failed, explain(proc, got)
-    assert (case_dir(tmp_path, "m", "STAB-004") / "soak" / "probe-pods").is_dir()
+    assert (case_dir(ran.root, run_id, "STAB-004") / "soak" / "probe-pods").is_dir()
 
 
-def test_fail_skips_without_the_flag_and_passes_with_it(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:
-    proc = run_task(inv, tmp_path, "fail", "--case", "FAIL-003", "--run-id", "nofault")
-    got = results(tmp_path, "nofault")
+def test_fail_skips_without_the_flag_and_passes_with_it(pool_runs: dict[str, LabRun | BaseException]) -> None:
+    ran = outcome_of(pool_runs, "nofault")
+    proc, got = ran.proc, ran.got
     assert {k: v["status"] for k, v in got.items()} == {"FAIL-003": "SKIP"}, explain(proc, got)
     assert "--allow-disruptive" in got["FAIL-003"]["summary"]
     assert proc.returncode == 0
 
     # FAIL-001..006 (FAIL-007, the ECC storm, runs in the verdict matrix's rows): FAIL-006 SKIPs in Kubernetes mode,
     # since a lost GPU would stay lost for every later test of this module's lab
-    cases = [arg for i in range(1, 7) for arg in ("--case", f"FAIL-00{i}")]
-    proc = run_task(inv, tmp_path, "fail", "--allow-disruptive", *cases, "--run-id", "fault")
-    got = results(tmp_path, "fault")
+    ran = outcome_of(pool_runs, "fault")
+    proc, got, tmp_path, stab_kube = ran.proc, ran.got, ran.root, ran.lab
     assert {k: v["status"] for k, v in got.items()} == {**{f"FAIL-00{i}": "PASS" for i in range(1, 6)},
                                                         "FAIL-006": "SKIP"}, explain(proc, got)
     assert "needs host mode" in got["FAIL-006"]["summary"]
@@ -265,13 +313,12 @@ def check_values(got: dict[str, dict[str, Any]], case: str, name: str) -> dict[s
     return dict(next(c for c in got[case]["checks"] if c["name"] == name)["values"])
 
 
-def test_a_scheduler_leaking_per_registration_fails_leak_001_and_002(inv: Path, stab_kube: LabCluster,
-                                                                     tmp_path: Path) -> None:
+def test_a_scheduler_leaking_per_registration_fails_leak_001_and_002(
+        pool_runs: dict[str, LabRun | BaseException]) -> None:
     # 16 pods over 4 rounds: at least 8 REGISTERs on one node, 32 MiB and 8 FDs, clear of the noise floors
-    with stab_kube.running_mutant("leak-per-registration"):
-        proc = run_task(inv, tmp_path, "leak", "--case", "LEAK-001", "--case", "LEAK-002", "--run-id", "leaky",
-                        "--set", "leak_rounds=4", "--set", "leak_pods=4")
-    got = results(tmp_path, "leaky")
+    assert POOL_RUNS["leaky"][0] == "leak-per-registration"
+    ran = outcome_of(pool_runs, "leaky")
+    proc, got = ran.proc, ran.got
     assert statuses(got) == {"LEAK-001": "FAIL", "LEAK-002": "FAIL"}, explain(proc, got)
     assert proc.returncode == 1
     assert "rss_no_leak" in got["LEAK-001"]["summary"] and "fd_no_leak" in got["LEAK-002"]["summary"]
@@ -281,12 +328,11 @@ def test_a_scheduler_leaking_per_registration_fails_leak_001_and_002(inv: Path, 
     assert check_values(got, "LEAK-001", "scheduler_no_restart")["restarted"] == {}
 
 
-def test_ghost_clients_fail_leak_004_and_leak_005(inv: Path, stab_kube: LabCluster, tmp_path: Path) -> None:
+def test_ghost_clients_fail_leak_004_and_leak_005(pool_runs: dict[str, LabRun | BaseException]) -> None:
     # 5 churn rounds of 4 pods leave 20 ghosts of 14 series each: past the seed's 200-series growth limit
-    with stab_kube.running_mutant("ghost-clients"):
-        proc = run_task(inv, tmp_path, "leak", "--case", "LEAK-004", "--case", "LEAK-005", "--run-id", "ghosts",
-                        "--set", "leak_churn_rounds=5", "--set", "leak_pods=4")
-    got = results(tmp_path, "ghosts")
+    assert POOL_RUNS["ghosts"][0] == "ghost-clients"
+    ran = outcome_of(pool_runs, "ghosts")
+    proc, got = ran.proc, ran.got
     assert statuses(got) == {"LEAK-004": "FAIL", "LEAK-005": "FAIL"}, explain(proc, got)
     assert proc.returncode == 1
     ghosts = check_values(got, "LEAK-004", "no_ghost_clients")
