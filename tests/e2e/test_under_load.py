@@ -1,5 +1,5 @@
-"""The lab's verdicts do not depend on the machine's load: the quota-precision cases on a machine busy with other
-work give the verdicts the idle lab gives.
+"""The lab's verdicts do not depend on the machine's load: the concurrency and quota-precision cases on a machine
+busy with other work give the verdicts the idle lab gives.
 
 On the lab the "GPU" advances only while a client submits kernels, so a client starved of CPU measures the
 machine's load, not the SUT's quota. Measured on a 2-core machine with two CPU-bound processes beside the lab
@@ -31,14 +31,17 @@ from tests.toolrun import run_tool
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = REPO_ROOT
-#: The cases whose verdicts rest on runtime ratios (quota precision) and on concurrency, as on the idle lab.
-CASES = ("FUNC-002", "PERF-003", "PERF-011")
-#: Both quota ladders at their smallest step only: the load weighs most there (a client handed the lock while
-#: descheduled starts its launches late, a larger part of a 25 % share than of a 75 % one: q25 +4.5 % above, the
-#: largest error), and this test runs alone at the end of the suite, where each of its seconds is a second of CI.
-#: Every step is judged without the spinners in the healthy rows of tests/e2e/test_verdict_matrix.py (PERF-003) and
-#: tests/e2e/test_k8s_performance.py (PERF-011).
-QUOTA_SETS = ("perf003_quotas=[25]", "perf011_quotas=[25]")
+#: The cases whose verdicts rest on concurrency (FUNC-002) and on runtime ratios (PERF-011, quota precision), as
+#: on the idle lab. PERF-003 is not run here: on the lab it is the same quota ladder (``quota_ladder`` of
+#: xpushare/cases/performance.py) with the same workload (W6) as PERF-011, judged on the same runtime ratios, so
+#: under the load its verdict would repeat PERF-011's measurement; this test runs alone at the end of the suite,
+#: where each of its seconds is a second of CI (43 s a ladder). PERF-003's whole ladder is judged on the idle
+#: lab in the healthy row of tests/e2e/test_verdict_matrix.py.
+CASES = ("FUNC-002", "PERF-011")
+#: The ladder at its smallest step only: the load weighs most there (a client handed the lock while descheduled
+#: starts its launches late, a larger part of a 25 % share than of a 75 % one: q25 +4.5 % above, the largest
+#: error). Every step is judged without the spinners in tests/e2e/test_k8s_performance.py.
+QUOTA_SETS = ("perf011_quotas=[25]",)
 
 kube_lab = kube_lab_fixture("load-kube", **LAB_OPTIONS)
 inventory = inventory_fixture("load-inv")
@@ -56,5 +59,5 @@ def test_quota_verdicts_hold_while_the_machine_is_busy(inventory: Path, tmp_path
     detail = "\n".join(f"{k}: {v['status']} {v['summary']}" for k, v in sorted(got.items()))
     assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(CASES, "PASS"), \
         detail + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
-    for case in ("PERF-003", "PERF-011"):  # the largest quota error against the seed's ±8 %
-        assert got[case]["metrics"]["max_abs_error"] <= 0.08, (case, got[case]["metrics"]["ratios"])
+    # the largest quota error against the seed's ±8 %
+    assert got["PERF-011"]["metrics"]["max_abs_error"] <= 0.08, got["PERF-011"]["metrics"]["ratios"]
