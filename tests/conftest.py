@@ -158,26 +158,43 @@ def fresh_ssh_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     yield from _lab(tmp_path_factory.mktemp("fresh-ssh-lab"))
 
 
-#: The longest modules (lab end-to-end runs of whole suites, minutes each), longest first: collected
-#: first, so that pytest-xdist's ``--dist loadfile`` hands them out first and the short modules fill in
-#: around them instead of one long module running alone at the end.
+#: The longest modules, longest first (their wall time in the last full run, tests/bench/ci_time.md), down to about
+#: 20 s: collected first, so that pytest-xdist's ``--dist loadfile`` hands them out first and the short modules fill
+#: in around them. A worker takes its next module while the last two tests of its current one still run, so a long
+#: module handed out late waits behind them, and a worker left with the queue's last long module runs alone at the
+#: end: the order is what keeps the four workers ending together. The modules of ``cpu_exclusive`` tests go last
+#: whatever their place here (tests/cpu_share.py).
 LONG_MODULES = (
     "e2e/test_verdict_matrix.py",
-    "e2e/test_k8s_performance.py",
-    "e2e/test_k8s_combination.py",
-    "e2e/test_k8s_quota_probe.py",
-    "e2e/test_k8s_functional.py",
-    "e2e/test_k8s_stability.py",
-    "e2e/test_k8s_metrics.py",
     "e2e/test_k8s_isolation_compute.py",
-    "e2e/test_k8s_isolation.py",
-    "e2e/test_under_load.py",
-    "e2e/test_gpu_faults.py",
+    "e2e/test_k8s_performance.py",
+    "e2e/test_k8s_functional.py",
+    "e2e/test_k8s_combination.py",
+    "e2e/test_k8s_stability.py",
     "e2e/test_host_real_sut.py",
+    "e2e/test_k8s_metrics.py",
+    "e2e/test_host_stability.py",
+    "e2e/test_k8s_quota_probe.py",
+    "e2e/test_gpu_faults.py",
+    "e2e/test_faults_while_running.py",
+    "e2e/test_k8s_isolation.py",
     "e2e/test_metrics_check.py",
-    "e2e/test_envcheck.py",
-    "e2e/test_legacy.py",
+    "e2e/test_host_harvest.py",
+    "e2e/test_lease.py",
+    "unit/engine/test_driver_local.py",
+    "e2e/test_deploy_hostlab.py",
+    "e2e/test_gpu_health.py",
+    "unit/cases/test_metrics.py",
+    "unit/engine/test_clusters.py",
+    "e2e/test_soak_lease.py",
+    "e2e/test_host_isolation.py",
+    "unit/test_cpu_share.py",
+    "e2e/lab/test_real_sut.py",
+    "unit/engine/test_signal_property.py",
     "e2e/lab/test_cluster.py",
+    "unit/cli/test_fuzz_tasks.py",
+    "e2e/test_under_load.py",
+    "e2e/test_workloads.py",
 )
 
 
