@@ -52,7 +52,7 @@ def run_meta(root: Path, run_id: str) -> dict[str, Any]:
 
 def test_a_func_run_during_a_soak_is_refused_or_waits(tmp_path: Path) -> None:
     require_lab("host-mode lab", unavailable_reason())
-    with HostLab(tmp_path / "lab", nodes=("sl-node1",), gpus=1, base_address="127.0.93.1") as lab:
+    with HostLab(tmp_path / "lab", nodes=("sl-node1",), gpus=1, base_address="127.0.94.1") as lab:
         data = lab.inventory(params=PARAMS)
         lease_file = Path(data["clusters"][CLUSTER]["params"]["lease_path"])
         inv = tmp_path / "inventory.yaml"
