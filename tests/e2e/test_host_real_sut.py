@@ -37,7 +37,8 @@ simulated GPU (12.6 ms per kernel, so a probe costs little CPU). Measured on a 2
 other lab runs: the lab starts in 0.4 s, a healthy metrics-check takes 34 s (two 15 s load steps, each held
 to its end by finding 9), the metrics suite 19 s, the two-probe test 4 s, the ``metrics-missing`` test 56 s
 (its metrics-check and MET-002 wait out their settle times), each FUNC-003 test (healthy, mutant) 6 s; the
-module 130 s.
+module 130 s. ``test_met_probe_cases_in_host_mode`` runs the healthy build and its three mutants on four host
+labs at once (tests/lab/labpool.py): 277 s one after the other in the suite, 119 s at once.
 """
 
 from __future__ import annotations

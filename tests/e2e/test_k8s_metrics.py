@@ -28,10 +28,13 @@ independently of the scheduler. MET-008: the
 seed's alert ratio 0.8; the probe (oversubscription on) is sized so that its buffers plus the 256 MiB the simulated
 driver counts for its context are 85 % of the GPU (``--n`` 8505, 1104 MiB of buffers, ratio 0.85).
 
-Measured on a 2-core machine shared with other lab runs: the healthy suite takes about 63 s, the module about
-2.5 min; the W5 probe keeps its GPU 93-96 % busy and dmon's ``sm`` and the exporter agree within 1 point on
-average; a MET-005 annotation change showed in the metrics after 1.0 s and 5.0 s (the scheduler re-reads
-annotations every 5 s; the seed's limit is 15 s); MET-008's peak ratio is 0.85.
+The healthy suite and the MET-003 runs (the gauges' loop, its four gauge mutants and ``values-off-10``) run on
+three labs at once (``POOL_RUNS``, tests/lab/labpool.py); the shorter mutant and fault tests follow one after the
+other on the first lab. Measured on a 2-core machine shared with other lab runs: the healthy suite takes about
+63 s alone; the module 478 s with one lab, 249 s with three (beside two other lab modules); the W5 probe keeps
+its GPU 93-96 % busy and dmon's ``sm`` and the exporter agree within 1 point on average; a MET-005 annotation
+change showed in the metrics after 1.0 s and 5.0 s (the scheduler re-reads annotations every 5 s; the seed's
+limit is 15 s); MET-008's peak ratio is 0.85.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 running the real SUT: ``xpushare-scheduler`` and ``libxpushare.so`` on simulated GPUs, workloads on ``cudadrv``).
 
 Time-compressed (seconds instead of hours, see ``LAB_PARAMS``); measured on 2 shared cores: 4 min 20 s to
-4 min 35 s for the module, lab start included (healthy STAB/LEAK 74-84 s, ghost clients 61-63 s, FAIL 36 s,
-each soak 28-31 s, leak mutant 25-30 s). Workloads are sized by simulated GPU time (1e12 FLOP/s, 25 GB/s:
+4 min 35 s for the module with one lab, lab start included (healthy STAB/LEAK 74-84 s, ghost clients 61-63 s,
+FAIL 36 s, each soak 28-31 s, leak mutant 25-30 s). The task runs (``POOL_RUNS``) run on three labs at once
+(tests/lab/labpool.py), the two soaks after them on the first: the module 506 s -> 240 s in the suite's
+conditions (beside other lab modules). Workloads are sized by simulated GPU time (1e12 FLOP/s, 25 GB/s:
 ``PROBE_LAB_OPTIONS``, a quarter of the standard lab's bandwidth, so the W5 probes, which run for a set time,
 launch a quarter of the kernels through the real library): a W2 is 500 adds of 2048 x 2048 (1.0 s, 48 MiB of
 the 64 MiB the library leaves allocatable), a W5 probes 1024 x 1024 adds (504 us each: about
