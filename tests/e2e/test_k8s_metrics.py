@@ -44,16 +44,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, PROBE_LAB_OPTIONS, met008_n
-from tests.lab.labpool import LabRun, build_of, outcome_of, run_on_labs, started_kube_labs
+from tests.lab.labpool import LabRun, outcome_of, pool_fixtures, run_pool
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
-from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
 from xpushare.parsers.metrics import parse_exposition
@@ -77,36 +76,19 @@ POOL_RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 LABS = 3
 
 
-@pytest.fixture(scope="module")
-def labs(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[LabCluster, Path]]]:
-    yield from started_kube_labs(tmp_path_factory, "met-kube", LABS, ssh_lab, **PROBE_LAB_OPTIONS)
-
-
-@pytest.fixture(scope="module")
-def kube_lab(labs: list[tuple[LabCluster, Path]]) -> LabCluster:
-    return labs[0][0]
-
-
-@pytest.fixture(scope="module")
-def lab_inventory(labs: list[tuple[LabCluster, Path]]) -> Path:
-    return labs[0][1]
+labs, kube_lab, lab_inventory = pool_fixtures("met-kube", LABS, pool="labs", **PROBE_LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")
 def pool_runs(labs: list[tuple[LabCluster, Path]], tmp_path_factory: pytest.TempPathFactory
               ) -> dict[str, LabRun | BaseException]:
     """Every run of :data:`POOL_RUNS` (or the exception it raised), each on an idle lab."""
-    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in POOL_RUNS}
+    def tool(kube: LabCluster, inventory: Path, root: Path, run_id: str, cases: Sequence[str]
+             ) -> subprocess.CompletedProcess[str]:
+        wait_idle(kube)  # the scheduler (restarted on a mutant's build) shows no client of an earlier run
+        return run_metrics(inventory, root, run_id, *cases)
 
-    def one(lab: tuple[LabCluster, Path], run_id: str) -> LabRun:
-        kube, inventory = lab
-        mutant, cases = POOL_RUNS[run_id]
-        wait_idle(kube)
-        with build_of(kube, mutant):
-            proc = run_metrics(inventory, roots[run_id], run_id, *cases)
-        return LabRun(kube, roots[run_id], proc, results(roots[run_id], run_id))
-
-    return run_on_labs(labs, list(POOL_RUNS), one)
+    return run_pool(labs, POOL_RUNS, tmp_path_factory, tool, results)
 
 
 def kubectl_for(lab: LabCluster) -> Kubectl:

@@ -23,8 +23,9 @@ other in the suite, 140 s so (beside another lab module).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import pytest
 
 from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS
-from tests.lab.labpool import build_of, outcome_of, run_on_labs, started_kube_labs
+from tests.lab.labpool import LabRun, outcome_of, run_pool, started_kube_labs
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
@@ -54,32 +55,31 @@ RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "dlsym": ("dlsym-memalloc-unhooked", ("FUNC-007",)),
 }
 LABS = 3
-Got = tuple[dict[str, dict[str, Any]], str]
-Runs = dict[str, Got | BaseException]
+Runs = dict[str, LabRun | BaseException]
 
 
 @pytest.fixture(scope="module")
 def runs(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    """Every run of :data:`RUNS`: its results by case and the tool's output (or the exception it raised)."""
-    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in RUNS}
-
-    def one(lab: tuple[LabCluster, Path], run_id: str) -> Got:
-        kube, inventory = lab
-        mutant, cases = RUNS[run_id]
-        with build_of(kube, mutant):
-            return run(inventory, roots[run_id], run_id, *cases)
+    """Every run of :data:`RUNS` (or the exception it raised)."""
+    def tool(kube: LabCluster, inventory: Path, root: Path, run_id: str, cases: Sequence[str]
+             ) -> subprocess.CompletedProcess[str]:
+        return run_tool([sys.executable, "-m", "invoke", "matrix", "--cluster", "lab", "--inventory", str(inventory),
+                         "--run-id", run_id, "--root", str(root), *(a for c in cases for a in ("--case", c))],
+                        cwd=ROOT, timeout=900)
 
     for labs in started_kube_labs(tmp_path_factory, "qprobe-kube", LABS, ssh_lab, **LAB_OPTIONS):
-        yield run_on_labs(labs, list(RUNS), one)
+        yield run_pool(labs, RUNS, tmp_path_factory, tool, results)
 
 
-def run(inventory: Path, root: Path, run_id: str, *cases: str) -> tuple[dict[str, dict[str, Any]], str]:
-    args = [a for c in cases for a in ("--case", c)]
-    proc = run_tool([sys.executable, "-m", "invoke", "matrix", "--cluster", "lab", "--inventory", str(inventory),
-                     "--run-id", run_id, "--root", str(root), *args], cwd=ROOT, timeout=900)
+def results(root: Path, run_id: str) -> dict[str, dict[str, Any]]:
     base = root / ".tmplog" / run_id / "xpushare" / "lab"
-    got = {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
-    return got, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return {p.parent.name: json.loads(p.read_text()) for p in base.glob("*/*/result.json")}
+
+
+def outcome(runs: Runs, run_id: str) -> tuple[dict[str, dict[str, Any]], str]:
+    """The run's results by case and the end of the tool's output (for assertion messages)."""
+    ran = outcome_of(runs, run_id)
+    return ran.got, ran.proc.stdout[-3000:] + ran.proc.stderr[-2000:]
 
 
 def _phases(result: dict[str, Any]) -> dict[str, int]:
@@ -91,7 +91,7 @@ def _log_lines_ok(result: dict[str, Any]) -> bool:
 
 
 def test_healthy_build_holds_and_uses_each_quota(runs: Runs) -> None:
-    got, detail = outcome_of(runs, "healthy")
+    got, detail = outcome(runs, "healthy")
     assert {k: v["status"] for k, v in got.items()} == dict.fromkeys(("FUNC-006", "FUNC-007", "COMBO-005"),
                                                                       "PASS"), detail
     for case, quota in (("FUNC-006", 1), ("FUNC-007", 256)):
@@ -103,7 +103,7 @@ def test_healthy_build_holds_and_uses_each_quota(runs: Runs) -> None:
 
 
 def test_healthy_combination_cases_with_the_probe(runs: Runs) -> None:
-    got, detail = outcome_of(runs, "healthy-combo")
+    got, detail = outcome(runs, "healthy-combo")
     # COMBO-001: its workload's first chunk goes through when it comes before the quota (finding 13, a race of the
     # scheduler's API read with the client's first allocation: FAIL on quota_held alone), else it is refused (PASS);
     # the probe, which starts after the registration, is held at the 32 MiB quota and can use it either way
@@ -123,13 +123,13 @@ def test_the_cuMemAlloc_path_broken_two_ways(runs: Runs) -> None:
     # each request checked alone: without oversubscription the library's "physical allocatable", fixed at the
     # first allocation from the limit (finding 18), still stops the probe at the quota; with it (COMBO-005) the
     # probe holds its cap whatever the quota
-    got, detail = outcome_of(runs, "per-request")
+    got, detail = outcome(runs, "per-request")
     assert {k: v["status"] for k, v in got.items()} == {"FUNC-007": "PASS", "COMBO-005": "FAIL"}, detail
     assert got["COMBO-005"]["summary"].startswith("initial_held:"), detail
     assert all(c["ok"] for c in got["COMBO-005"]["checks"] if not c["name"].startswith(("initial", "change")))
     # cuMemAlloc_v2 looked up with dlsym gets the real driver's: FUNC-007's workload fits its quota and passes,
     # the probe holds its cap (2 x the quota)
-    got, detail = outcome_of(runs, "dlsym")
+    got, detail = outcome(runs, "dlsym")
     result = got["FUNC-007"]
     assert result["status"] == "FAIL" and result["summary"].startswith("probe_quota_held:"), detail
     assert result["metrics"]["quota_probe"]["accepted_bytes"] == 512 * MIB
@@ -137,7 +137,7 @@ def test_the_cuMemAlloc_path_broken_two_ways(runs: Runs) -> None:
 
 
 def test_decrease_ignored_is_caught_after_the_decrease(runs: Runs) -> None:
-    got, detail = outcome_of(runs, "decrease")
+    got, detail = outcome(runs, "decrease")
     assert {k: v["status"] for k, v in got.items()} == {"FUNC-011": "FAIL", "COMBO-005": "FAIL"}, detail
     assert got["FUNC-011"]["summary"].startswith("change1_held:"), detail
     assert "change2_held:" in got["COMBO-005"]["summary"], detail
@@ -147,7 +147,7 @@ def test_decrease_ignored_is_caught_after_the_decrease(runs: Runs) -> None:
 
 
 def test_raise_ignored_is_caught_after_the_raise(runs: Runs) -> None:
-    got, detail = outcome_of(runs, "raise")
+    got, detail = outcome(runs, "raise")
     assert {k: v["status"] for k, v in got.items()} == {"FUNC-011": "PASS", "COMBO-005": "FAIL"}, detail
     assert got["COMBO-005"]["summary"].startswith("change1_usable:"), detail
     assert _phases(got["COMBO-005"])["change1"] == 512

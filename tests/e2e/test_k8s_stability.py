@@ -52,7 +52,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ import pytest
 from tests.lab.cluster import LabCluster, find_kubectl
 from tests.lab.env import PROBE_LAB_OPTIONS
 from tests.lab.kubelab import started_ssh_lab
-from tests.lab.labpool import LabRun, build_of, outcome_of, run_on_labs, started_kube_labs
+from tests.lab.labpool import LabRun, outcome_of, pool_fixtures, run_pool
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
@@ -110,36 +110,19 @@ POOL_RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 LABS = 3
 
 
-@pytest.fixture(scope="module")
-def stab_labs(stab_ssh: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[LabCluster, Path]]]:
-    yield from started_kube_labs(tmp_path_factory, "stab-kube", LABS, stab_ssh, params=LAB_PARAMS,
-                                 **PROBE_LAB_OPTIONS)
-
-
-@pytest.fixture(scope="module")
-def stab_kube(stab_labs: list[tuple[LabCluster, Path]]) -> LabCluster:
-    return stab_labs[0][0]
-
-
-@pytest.fixture(scope="module")
-def inv(stab_labs: list[tuple[LabCluster, Path]]) -> Path:
-    return stab_labs[0][1]
+stab_labs, stab_kube, inv = pool_fixtures("stab-kube", LABS, pool="stab_labs", ssh="stab_ssh", params=LAB_PARAMS,
+                                         **PROBE_LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")
 def pool_runs(stab_labs: list[tuple[LabCluster, Path]], tmp_path_factory: pytest.TempPathFactory
               ) -> dict[str, LabRun | BaseException]:
     """Every run of :data:`POOL_RUNS` (or the exception it raised)."""
-    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in POOL_RUNS}
+    def tool(kube: LabCluster, inventory: Path, root: Path, run_id: str, args: Sequence[str]
+             ) -> subprocess.CompletedProcess[str]:
+        return run_task(inventory, root, *args, "--run-id", run_id)
 
-    def one(lab: tuple[LabCluster, Path], run_id: str) -> LabRun:
-        kube, inventory = lab
-        mutant, (task, *args) = POOL_RUNS[run_id]
-        with build_of(kube, mutant):
-            proc = run_task(inventory, roots[run_id], task, *args, "--run-id", run_id)
-        return LabRun(kube, roots[run_id], proc, results(roots[run_id], run_id))
-
-    return run_on_labs(stab_labs, list(POOL_RUNS), one)
+    return run_pool(stab_labs, POOL_RUNS, tmp_path_factory, tool, results)
 
 
 def invoke_argv(inv: Path, root: Path, *args: str) -> list[str]:

@@ -3,8 +3,11 @@
 A lab test's wall time is mostly waiting: probes and workloads that run for a set time on simulated GPUs whose
 kernels sleep, settle times, the watcher's 5 s annotation period. A module whose tests each run the tool once
 under another build of the SUT (a mutant) spends its time in those waits one after the other; on labs of its own
-the same runs overlap, and a lab costs under a CPU-second to start (tests/bench/ci_time.md). The module's fixture
-runs every job here, its tests assert on the outcomes.
+the same runs overlap, and a lab costs under a CPU-second to start (tests/bench/ci_time.md). A module declares its
+pool (:func:`pool_fixtures`, or :func:`started_kube_labs` in a fixture of its own), one module fixture runs every
+run of the module on it (:func:`run_pool`; :func:`run_on_labs` for labs of another kind) and its tests assert on
+the outcomes (:func:`outcome_of`). Runs judged on runtime ratios do not belong here: the runs beside them take
+the CPU the ratios measure.
 
 Plain functions, no asserts (the tests assert), as in :mod:`tests.lab.kubelab`.
 """
@@ -15,7 +18,7 @@ import contextlib
 import queue
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +49,32 @@ def started_kube_labs(tmp_path_factory: pytest.TempPathFactory, name: str, count
             inventory = tmp_path_factory.mktemp(f"{name}-inv") / "inventory.yaml"
             labs.append((kube, write_inventory(inventory, ssh, kube, params=params)))
         yield labs
+
+
+def pool_fixtures(name: str, count: int, *, pool: str, ssh: str = "ssh_lab", params: dict[str, Any] | None = None,
+                  **options: Any) -> tuple[Any, Any, Any]:
+    """Three module-scoped fixtures: the pool of :func:`started_kube_labs` (``[(lab, inventory path)]``, the SSH lab
+    of fixture ``ssh``), its first lab and the first lab's inventory, registered under the names the module gives
+    them; ``pool`` is the name given to the first (the other two ask for it by name)::
+
+        labs, kube_lab, lab_inventory = pool_fixtures("met-kube", 3, pool="labs", **PROBE_LAB_OPTIONS)
+    """
+
+    @pytest.fixture(scope="module")
+    def labs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[list[tuple[LabCluster, Path]]]:
+        yield from started_kube_labs(tmp_path_factory, name, count, request.getfixturevalue(ssh), params=params,
+                                     **options)
+
+    @pytest.fixture(scope="module")
+    def first_lab(request: pytest.FixtureRequest) -> LabCluster:
+        return request.getfixturevalue(pool)[0][0]
+
+    @pytest.fixture(scope="module")
+    def first_inventory(request: pytest.FixtureRequest) -> Path:
+        return request.getfixturevalue(pool)[0][1]
+
+    return labs, first_lab, first_inventory
 
 
 @dataclass(frozen=True)
@@ -99,6 +128,26 @@ def run_on_labs(labs: Sequence[Lab], jobs: Sequence[Job], run: Callable[[Lab, Jo
     for thread in threads:
         thread.join()
     return outcomes
+
+
+def run_pool(labs: Sequence[tuple[LabCluster, Path]], runs: Mapping[str, tuple[str | None, Sequence[str]]],
+             tmp_path_factory: pytest.TempPathFactory,
+             tool: Callable[[LabCluster, Path, Path, str, Sequence[str]], subprocess.CompletedProcess[str]],
+             results: Callable[[Path, str], dict[str, dict[str, Any]]]) -> dict[str, LabRun | BaseException]:
+    """Every run of ``runs`` (run id -> (the mutant its lab runs, None for the lab's own build; the tool's
+    arguments)) on the pool ``labs`` (:func:`run_on_labs`, in ``runs``' order): ``tool(lab, inventory, root, run id,
+    arguments)`` while the lab runs the mutant (:func:`build_of`), in a fresh ``--root`` named after the run id, its
+    results read by ``results(root, run id)``. Returns each run's :class:`LabRun`, or the exception it raised."""
+    roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in runs}
+
+    def one(lab: tuple[LabCluster, Path], run_id: str) -> LabRun:
+        kube, inventory = lab
+        mutant, args = runs[run_id]
+        with build_of(kube, mutant):
+            proc = tool(kube, inventory, roots[run_id], run_id, args)
+        return LabRun(kube, roots[run_id], proc, results(roots[run_id], run_id))
+
+    return run_on_labs(labs, list(runs), one)
 
 
 def outcome_of(outcomes: dict[Job, Outcome | BaseException], job: Job) -> Outcome:
