@@ -1,7 +1,12 @@
 """The compute probe and the simulated driver's launch paths without the SUT: ``cuLaunchKernelEx``, explicit and
 captured CUDA graphs and ``cuGraphLaunch`` put their kernels on the device's one shared timeline like
 ``cuLaunchKernel`` (tests/lab/README-simgpu.md), resolvable through ``cuGetProcAddress``; the probe's two clocks
-agree, and two probes on one simulated GPU split it whatever their launch paths."""
+agree, and two probes on one simulated GPU split it whatever their launch paths.
+
+The module runs last, alone (``cpu_exclusive``, tests/cpu_share.py; 7 s): the simulated device is busy only while
+its client gets a CPU to launch on, so a probe's busy share and two probes' split measure the machine's load when
+the lab modules beside it take the cores (busy 0.66 in one half-second interval of a full run, against 0.85, where
+it had read 0.92 with four labs on two cores)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from tests.lab.simgpu import SimDevice, build_simgpu, make_uuid, write_config
 from tests.paths import REPO_ROOT
 from xpushare.parsers.compute_probe import ComputeProbeLine, parse_text
 
+pytestmark = [pytest.mark.cpu_exclusive]
 PROBE = REPO_ROOT / "xpushare" / "data" / "workloads" / "compute_probe.py"
 PATHS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch")
 
