@@ -13,8 +13,9 @@ How: collection puts the modules with exclusive tests after all the others, and 
 module (at most one module may mix them with other tests, so that no other test is ever queued behind an
 exclusive one on a worker); each worker appends the node id of every test it finished to a ledger shared by the
 session's workers; an exclusive test starts when the ledger holds every other selected test, or once no other
-worker has run a test for :data:`IDLE_S` seconds (the rest will never come: ``-x`` or ``--maxfail`` stopped the run,
-or a worker died). Without xdist (one process, tests in order) nothing waits.
+worker has run a test for :data:`IDLE_S` seconds, counted at the earliest from when it began to wait (the rest will
+never come: ``-x`` or ``--maxfail`` stopped the run, or a worker died; at a session's start the other workers may
+not have begun their first test yet). Without xdist (one process, tests in order) nothing waits.
 """
 
 from __future__ import annotations
@@ -106,14 +107,17 @@ def _others_finished(ledger: Path) -> bool:
     return done >= _OTHERS
 
 
-def _others_idle(ledger: Path, mine: Path) -> bool:
-    """No other worker runs a test and none finished one for :data:`IDLE_S` seconds."""
+def others_idle(ledger: Path, mine: Path, since: float) -> bool:
+    """No other worker runs a test, and none finished one for :data:`IDLE_S` seconds, counted at the earliest from
+    ``since`` (when this test began to wait: at a session's start the other workers may not have begun their first
+    test yet, and no test has finished)."""
     if any(p != mine for p in mine.parent.glob(mine.name.rpartition(".")[0] + ".*")):  # every worker's marker
         return False
     try:
-        return time.time() - ledger.stat().st_mtime > IDLE_S
+        last = max(ledger.stat().st_mtime, since)
     except FileNotFoundError:
-        return True
+        last = since
+    return time.time() - last > IDLE_S
 
 
 @pytest.fixture(autouse=True)
@@ -127,8 +131,9 @@ def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     with open(lock, "a") as fh:
         if exclusive(request.node):
-            deadline = time.monotonic() + WAIT_LIMIT_S
-            while not _others_finished(ledger) and not _others_idle(ledger, mine) and time.monotonic() < deadline:
+            deadline, since = time.monotonic() + WAIT_LIMIT_S, time.time()
+            while (not _others_finished(ledger) and not others_idle(ledger, mine, since)
+                   and time.monotonic() < deadline):
                 time.sleep(1.0)
             fcntl.flock(fh, fcntl.LOCK_EX)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,18 @@ def test_an_exclusive_test_stops_waiting_for_tests_that_are_not_coming(project: 
                                           timeout=600)
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)  # xdist's -x ends INTERRUPTED
     assert time.monotonic() - started < 300, "waited for a test the stopped run never started"
+
+
+def test_no_finished_test_yet_is_not_idle_until_the_idle_time_has_passed_since_the_wait_began(tmp_path: Path) -> None:
+    """At a session's start no test has finished (no ledger) and the other workers may not have begun (no marker):
+    an exclusive test that had just begun to wait ran at once beside them (seen under load); it waits the idle time
+    first."""
+    from tests.cpu_share import IDLE_S, others_idle
+
+    ledger, mine = tmp_path / "s.done", tmp_path / "s.running.gw0"
+    mine.write_text("x")
+    now = time.time()
+    assert not others_idle(ledger, mine, since=now)
+    assert others_idle(ledger, mine, since=now - IDLE_S - 1)
+    (tmp_path / "s.running.gw1").write_text("y")  # another worker runs a test
+    assert not others_idle(ledger, mine, since=now - IDLE_S - 1)
