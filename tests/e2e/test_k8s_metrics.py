@@ -51,7 +51,7 @@ import pytest
 
 from tests.lab.cluster import LabCluster, LocalHost, find_kubectl
 from tests.lab.env import LAB_GPU_MEMORY_BYTES, PROBE_LAB_OPTIONS, met008_n
-from tests.lab.labpool import LabRun, outcome_of, pool_fixtures, run_pool
+from tests.lab.labpool import LabRun, first_of, outcome_of, pool_fixture, run_pool
 from tests.lab.simgpu import DEFAULT_CONTEXT_BYTES
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
@@ -76,7 +76,8 @@ POOL_RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 LABS = 3
 
 
-labs, kube_lab, lab_inventory = pool_fixtures("met-kube", LABS, pool="labs", **PROBE_LAB_OPTIONS)
+labs = pool_fixture("met-kube", LABS, **PROBE_LAB_OPTIONS)
+kube_lab, lab_inventory = first_of("labs")
 
 
 @pytest.fixture(scope="module")

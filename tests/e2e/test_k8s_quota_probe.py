@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,7 @@ import pytest
 
 from tests.lab.cluster import LabCluster
 from tests.lab.env import LAB_OPTIONS
-from tests.lab.labpool import LabRun, outcome_of, run_pool, started_kube_labs
-from tests.lab.sshd import SshLab
+from tests.lab.labpool import LabRun, outcome_of, pool_fixture, run_pool
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
 
@@ -58,8 +57,11 @@ LABS = 3
 Runs = dict[str, LabRun | BaseException]
 
 
+qprobe_labs = pool_fixture("qprobe-kube", LABS, **LAB_OPTIONS)
+
+
 @pytest.fixture(scope="module")
-def runs(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+def runs(qprobe_labs: list[tuple[LabCluster, Path]], tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """Every run of :data:`RUNS` (or the exception it raised)."""
     def tool(kube: LabCluster, inventory: Path, root: Path, run_id: str, cases: Sequence[str]
              ) -> subprocess.CompletedProcess[str]:
@@ -67,8 +69,7 @@ def runs(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                          "--run-id", run_id, "--root", str(root), *(a for c in cases for a in ("--case", c))],
                         cwd=ROOT, timeout=900)
 
-    for labs in started_kube_labs(tmp_path_factory, "qprobe-kube", LABS, ssh_lab, **LAB_OPTIONS):
-        yield run_pool(labs, RUNS, tmp_path_factory, tool, results)
+    return run_pool(qprobe_labs, RUNS, tmp_path_factory, tool, results)
 
 
 def results(root: Path, run_id: str) -> dict[str, dict[str, Any]]:

@@ -61,7 +61,7 @@ import pytest
 from tests.lab.cluster import LabCluster, find_kubectl
 from tests.lab.env import PROBE_LAB_OPTIONS
 from tests.lab.kubelab import started_ssh_lab
-from tests.lab.labpool import LabRun, outcome_of, pool_fixtures, run_pool
+from tests.lab.labpool import LabRun, first_of, outcome_of, pool_fixture, run_pool
 from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from tests.toolrun import run_tool
@@ -110,8 +110,8 @@ POOL_RUNS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 LABS = 3
 
 
-stab_labs, stab_kube, inv = pool_fixtures("stab-kube", LABS, pool="stab_labs", ssh="stab_ssh", params=LAB_PARAMS,
-                                         **PROBE_LAB_OPTIONS)
+stab_labs = pool_fixture("stab-kube", LABS, ssh="stab_ssh", params=LAB_PARAMS, **PROBE_LAB_OPTIONS)
+stab_kube, inv = first_of("stab_labs")
 
 
 @pytest.fixture(scope="module")

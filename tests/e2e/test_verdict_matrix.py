@@ -21,15 +21,15 @@ import ast
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.lab.env import LAB_OPTIONS, PROBE_LAB_OPTIONS, write_inventory
-from tests.lab.kubelab import started_kube_lab
+from tests.lab.cluster import LabCluster
+from tests.lab.env import LAB_OPTIONS, PROBE_LAB_OPTIONS
+from tests.lab.labpool import outcome_of, pool_fixture
 from tests.lab.matrix import HOST_MODE, METRICS_CHECK, ROWS, UNCAUGHT, MatrixLab, Outcome, Row, healthy_rows
 from tests.lab.mutants import MUTANTS
-from tests.lab.sshd import SshLab
 from tests.paths import REPO_ROOT
 from xpushare.cases import REGISTRY
 from xpushare.engine.plan import parameter_defaults
@@ -50,52 +50,48 @@ PROBE_ROWS = frozenset({"annotations-reread-60s", "annotations-never-reread", "m
                         "memory-limit-frozen", "utilization-smoothing-halved", "gpu-memory-sampled-once"})
 #: Per lab, whether it is the probe lab (``PROBE_LAB_OPTIONS``); the others have the standard ``LAB_OPTIONS``.
 PROBE_LABS = (False, False, True)
+standard_labs = pool_fixture("matrix-kube", PROBE_LABS.count(False), **LAB_OPTIONS)
+probe_labs = pool_fixture("matrix-probe-kube", PROBE_LABS.count(True), **PROBE_LAB_OPTIONS)
 
 
 @pytest.fixture(scope="module")
-def outcomes(ssh_lab: SshLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome | BaseException]]:
+def outcomes(standard_labs: list[tuple[LabCluster, Path]], probe_labs: list[tuple[LabCluster, Path]],
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome | BaseException]:
     """Every row's outcome (or the exception its run raised), rows taken from two queues by the labs of
     ``PROBE_LABS``: the probe lab takes only ``PROBE_ROWS``, the others their own rows first."""
-    with contextlib.ExitStack() as stack:
-        labs = []
-        for i, probe in enumerate(PROBE_LABS):
-            kube = stack.enter_context(contextlib.contextmanager(started_kube_lab)(
-                tmp_path_factory, f"matrix-kube{i}", **(PROBE_LAB_OPTIONS if probe else LAB_OPTIONS)))
-            inventory = write_inventory(tmp_path_factory.mktemp("matrix-inv") / "inventory.yaml", ssh_lab, kube)
-            labs.append(MatrixLab(kube, inventory, tmp_path_factory.mktemp("matrix-runs")))
-        standard: queue.Queue[Row] = queue.Queue()
-        probes: queue.Queue[Row] = queue.Queue()
-        for row in sorted([*RUN_HERE, *SETTING_BASELINES], key=lambda r: -len(r.cases)):  # the longest rows first
-            (probes if row.breakage in PROBE_ROWS else standard).put(row)
-        results: dict[str, Outcome | BaseException] = {}
+    pools = {False: iter(standard_labs), True: iter(probe_labs)}
+    labs = [MatrixLab(*next(pools[probe]), tmp_path_factory.mktemp("matrix-runs")) for probe in PROBE_LABS]
+    standard: queue.Queue[Row] = queue.Queue()
+    probes: queue.Queue[Row] = queue.Queue()
+    for row in sorted([*RUN_HERE, *SETTING_BASELINES], key=lambda r: -len(r.cases)):  # the longest rows first
+        (probes if row.breakage in PROBE_ROWS else standard).put(row)
+    results: dict[str, Outcome | BaseException] = {}
 
-        def take(queues: tuple[queue.Queue[Row], ...]) -> Row | None:
-            for q in queues:
-                with contextlib.suppress(queue.Empty):
-                    return q.get_nowait()
-            return None
+    def take(queues: tuple[queue.Queue[Row], ...]) -> Row | None:
+        for q in queues:
+            with contextlib.suppress(queue.Empty):
+                return q.get_nowait()
+        return None
 
-        def worker(lab: MatrixLab, queues: tuple[queue.Queue[Row], ...]) -> None:
-            while (row := take(queues)) is not None:
-                try:
-                    results[row.breakage] = lab.run(row)
-                except Exception as exc:  # reported by the row's test
-                    results[row.breakage] = exc
+    def worker(lab: MatrixLab, queues: tuple[queue.Queue[Row], ...]) -> None:
+        while (row := take(queues)) is not None:
+            try:
+                results[row.breakage] = lab.run(row)
+            except Exception as exc:  # reported by the row's test
+                results[row.breakage] = exc
 
-        threads = [threading.Thread(target=worker, args=(lab, (probes,) if probe else (standard, probes)), daemon=True)
-                   for lab, probe in zip(labs, PROBE_LABS, strict=True)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        yield results
+    threads = [threading.Thread(target=worker, args=(lab, (probes,) if probe else (standard, probes)), daemon=True)
+               for lab, probe in zip(labs, PROBE_LABS, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
 @pytest.mark.parametrize("row", RUN_HERE, ids=[r.breakage for r in RUN_HERE])
 def test_breakage_is_caught(outcomes: dict[str, Outcome | BaseException], row: Row) -> None:
-    outcome = outcomes[row.breakage]
-    if isinstance(outcome, BaseException):
-        raise outcome
+    outcome = outcome_of(outcomes, row.breakage)
     wrong = {case: outcome.verdicts[case] for case in row.cases if outcome.verdicts[case][0] not in row.expected(case)}
     assert not wrong, wrong
 
@@ -103,9 +99,7 @@ def test_breakage_is_caught(outcomes: dict[str, Outcome | BaseException], row: R
 @pytest.mark.parametrize("row", SETTING_BASELINES, ids=[r.breakage for r in SETTING_BASELINES])
 def test_unmodified_build_passes_under_the_rows_settings(outcomes: dict[str, Outcome | BaseException],
                                                          row: Row) -> None:
-    outcome = outcomes[row.breakage]
-    if isinstance(outcome, BaseException):
-        raise outcome
+    outcome = outcome_of(outcomes, row.breakage)
     wrong = {case: outcome.verdicts[case] for case in row.cases if outcome.verdicts[case][0] != "PASS"}
     assert not wrong, wrong
 

@@ -4,9 +4,9 @@ A lab test's wall time is mostly waiting: probes and workloads that run for a se
 kernels sleep, settle times, the watcher's 5 s annotation period. A module whose tests each run the tool once
 under another build of the SUT (a mutant) spends its time in those waits one after the other; on labs of its own
 the same runs overlap, and a lab costs under a CPU-second to start (tests/bench/ci_time.md). A module declares its
-pool (:func:`pool_fixtures`, or :func:`started_kube_labs` in a fixture of its own), one module fixture runs every
-run of the module on it (:func:`run_pool`; :func:`run_on_labs` for labs of another kind) and its tests assert on
-the outcomes (:func:`outcome_of`). Runs judged on runtime ratios do not belong here: the runs beside them take
+pool (:func:`pool_fixture`; :func:`first_of` for its tests that run one after the other), one module fixture runs
+every run of the module on it (:func:`run_pool`; :func:`run_on_labs` for labs of another kind) and its tests assert
+on the outcomes (:func:`outcome_of`). Runs judged on runtime ratios do not belong here: the runs beside them take
 the CPU the ratios measure.
 
 Plain functions, no asserts (the tests assert), as in :mod:`tests.lab.kubelab`.
@@ -51,13 +51,12 @@ def started_kube_labs(tmp_path_factory: pytest.TempPathFactory, name: str, count
         yield labs
 
 
-def pool_fixtures(name: str, count: int, *, pool: str, ssh: str = "ssh_lab", params: dict[str, Any] | None = None,
-                  **options: Any) -> tuple[Any, Any, Any]:
-    """Three module-scoped fixtures: the pool of :func:`started_kube_labs` (``[(lab, inventory path)]``, the SSH lab
-    of fixture ``ssh``), its first lab and the first lab's inventory, registered under the names the module gives
-    them; ``pool`` is the name given to the first (the other two ask for it by name)::
+def pool_fixture(name: str, count: int, *, ssh: str = "ssh_lab", params: dict[str, Any] | None = None,
+                 **options: Any) -> Any:
+    """A module-scoped fixture of a pool of :func:`started_kube_labs` (``[(lab, inventory path)]``, beside the SSH
+    lab of fixture ``ssh``), registered under the name the module gives it::
 
-        labs, kube_lab, lab_inventory = pool_fixtures("met-kube", 3, pool="labs", **PROBE_LAB_OPTIONS)
+        labs = pool_fixture("met-kube", 3, **PROBE_LAB_OPTIONS)
     """
 
     @pytest.fixture(scope="module")
@@ -65,6 +64,16 @@ def pool_fixtures(name: str, count: int, *, pool: str, ssh: str = "ssh_lab", par
              ) -> Iterator[list[tuple[LabCluster, Path]]]:
         yield from started_kube_labs(tmp_path_factory, name, count, request.getfixturevalue(ssh), params=params,
                                      **options)
+
+    return labs
+
+
+def first_of(pool: str) -> tuple[Any, Any]:
+    """Two module-scoped fixtures: the first lab of the pool fixture named ``pool`` and its inventory, for the tests
+    that run one after the other::
+
+        kube_lab, lab_inventory = first_of("labs")
+    """
 
     @pytest.fixture(scope="module")
     def first_lab(request: pytest.FixtureRequest) -> LabCluster:
@@ -74,7 +83,7 @@ def pool_fixtures(name: str, count: int, *, pool: str, ssh: str = "ssh_lab", par
     def first_inventory(request: pytest.FixtureRequest) -> Path:
         return request.getfixturevalue(pool)[0][1]
 
-    return labs, first_lab, first_inventory
+    return first_lab, first_inventory
 
 
 @dataclass(frozen=True)
@@ -86,17 +95,6 @@ class LabRun:
     root: Path
     proc: subprocess.CompletedProcess[str]
     got: dict[str, dict[str, Any]]
-
-
-@contextlib.contextmanager
-def build_of(lab: LabCluster, mutant: str | None) -> Iterator[None]:
-    """Within the block the lab runs the mutant build ``mutant`` (:meth:`LabCluster.running_mutant`); None: the
-    lab's own build, unchanged."""
-    if mutant is None:
-        yield
-        return
-    with lab.running_mutant(mutant):
-        yield
 
 
 def run_on_labs(labs: Sequence[Lab], jobs: Sequence[Job], run: Callable[[Lab, Job], Outcome]
@@ -136,14 +134,15 @@ def run_pool(labs: Sequence[tuple[LabCluster, Path]], runs: Mapping[str, tuple[s
              results: Callable[[Path, str], dict[str, dict[str, Any]]]) -> dict[str, LabRun | BaseException]:
     """Every run of ``runs`` (run id -> (the mutant its lab runs, None for the lab's own build; the tool's
     arguments)) on the pool ``labs`` (:func:`run_on_labs`, in ``runs``' order): ``tool(lab, inventory, root, run id,
-    arguments)`` while the lab runs the mutant (:func:`build_of`), in a fresh ``--root`` named after the run id, its
-    results read by ``results(root, run id)``. Returns each run's :class:`LabRun`, or the exception it raised."""
+    arguments)`` while the lab runs the mutant (:meth:`LabCluster.running_mutant`), in a fresh ``--root`` named
+    after the run id, its results read by ``results(root, run id)``. Returns each run's :class:`LabRun`, or the
+    exception it raised."""
     roots = {run_id: tmp_path_factory.mktemp(run_id) for run_id in runs}
 
     def one(lab: tuple[LabCluster, Path], run_id: str) -> LabRun:
         kube, inventory = lab
         mutant, args = runs[run_id]
-        with build_of(kube, mutant):
+        with contextlib.nullcontext() if mutant is None else kube.running_mutant(mutant):
             proc = tool(kube, inventory, roots[run_id], run_id, args)
         return LabRun(kube, roots[run_id], proc, results(roots[run_id], run_id))
 
