@@ -12,7 +12,8 @@ lab run beside it, the seed's tolerances hold (the healthy run still takes a lab
 * PERF-011 errors (±8 %) in four runs: q25 -1.7 / +1.3 / +0.4 / +1.8 %, q50 +0.1 / +0.3 / +3.5 / -1.8 %, q75
   -0.4 / -0.4 / +1.8 / -0.8 % (at most 3.8 % against either baseline). A run ends within a quota window,
   so it is quantised by at most ``(1 - q) x window``: 0.375 s of the 24.5 s at 25 %, 0.25 s of 12.2 s at
-  50 %, 0.125 s of 8.1 s at 75 % (<= 2 %);
+  50 %, 0.125 s of 8.1 s at 75 % (<= 2 %); PERF-003, the same ladder (its own baselines, the same W6 on the
+  lab), PASSes in the same healthy run, monotonic and within the run's tolerance;
 * PERF-007 (25 % -> 75 %) in five runs: exported after 1.8-4.8 s, W5 rate changed after 1.3-4.7 s (the
   scheduler re-reads annotations every 5 s), gain 2.97-3.21 (ideal 3);
 * PERF-004 (30 % + 60 % on one GPU) FAILs on the healthy SUT, finding 15 of docs/findings.md: pair
@@ -112,17 +113,18 @@ LAB_QUOTA_TOLERANCE = 0.16
 
 
 def test_healthy_sut_verdicts_and_plots_are_reported(inventory: Path, runs: Path) -> None:
-    proc = perf(inventory, runs, "healthy", "PERF-011", "PERF-004", "PERF-007",
+    proc = perf(inventory, runs, "healthy", "PERF-003", "PERF-011", "PERF-004", "PERF-007",
                 sets=(f"perf_quota_tolerance={LAB_QUOTA_TOLERANCE}",))
     got = results(runs, "healthy")
     statuses = {k: v["status"] for k, v in got.items()}
-    assert set(statuses) == {"PERF-004", "PERF-007", "PERF-011"}, explain(got, proc)
+    assert set(statuses) == {"PERF-003", "PERF-004", "PERF-007", "PERF-011"}, explain(got, proc)
     assert got["PERF-004"]["metrics"]["placement"]  # the pair's GPUs, from the registration lines
     report = (runs / ".tmplog" / "healthy" / "xpushare" / "run-report.md").read_text()
     for png in ("PERF-011/runtime_vs_quota.png", "PERF-004/runtime_vs_quota.png", "PERF-007/throughput_timeline.png"):
         assert png in report
         assert (runs / ".tmplog" / "healthy" / "xpushare" / "lab" / "performance" / png).is_file()
-    assert statuses["PERF-011"] == "PASS" and statuses["PERF-007"] == "PASS", explain(got, proc)
+    assert statuses["PERF-011"] == statuses["PERF-003"] == statuses["PERF-007"] == "PASS", explain(got, proc)
+    assert set(got["PERF-003"]["metrics"]["ratios"]) == {"25", "50", "75"}  # the whole ladder, monotonic
     p11 = got["PERF-011"]
     assert set(p11["metrics"]["ratios"]) == {"25", "50", "75"}
     assert len(p11["metrics"]["baseline_samples_s"]) == 2  # bracketed: before and after the quota pods

@@ -35,8 +35,8 @@ ROOT = REPO_ROOT
 #: on the idle lab. PERF-003 is not run here: on the lab it is the same quota ladder (``quota_ladder`` of
 #: xpushare/cases/performance.py) with the same workload (W6) as PERF-011, judged on the same runtime ratios, so
 #: under the load its verdict would repeat PERF-011's measurement; this test runs alone at the end of the suite,
-#: where each of its seconds is a second of CI (43 s a ladder). PERF-003's whole ladder is judged on the idle
-#: lab in the healthy row of tests/e2e/test_verdict_matrix.py.
+#: where each of its seconds is a second of CI (43 s a ladder). PERF-003's whole ladder is judged on the
+#: unmodified build in the healthy test of tests/e2e/test_k8s_performance.py.
 CASES = ("FUNC-002", "PERF-011")
 #: The ladder at its smallest step only: the load weighs most there (a client handed the lock while descheduled
 #: starts its launches late, a larger part of a 25 % share than of a 75 % one: q25 +4.5 % above, the largest
